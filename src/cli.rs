@@ -1,0 +1,121 @@
+//! The command line, defined in one place (clap derive). `config` turns it into validated
+//! options; nothing else reads flags.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "rpctap", version, about = "A transparent, inspecting reverse proxy for JSON-RPC 2.0 and MCP")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Proxy a JSON-RPC / MCP server, inspecting every frame.
+    Proxy(ProxyArgs),
+    /// Run the demo: the demo server on a free port and the proxy in front of it.
+    Demo(DemoArgs),
+    /// Run the embedded demo upstream (JSON-RPC test methods on /jsonrpc, MCP on /mcp).
+    DemoServer(DemoServerArgs),
+}
+
+/// How the headless log prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line per finished call and per anomaly.
+    Text,
+    /// Every event as one JSON line.
+    Json,
+    /// Nothing.
+    Off,
+}
+
+/// Flags shared by `proxy` and `demo`. Every one can also be set in the config file.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ProxyFlags {
+    /// TOML config file; flags win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Run headless (the default when stdout is not a terminal).
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Headless log format.
+    #[arg(long, value_enum)]
+    pub log: Option<LogFormat>,
+    /// Keep the client's Host header instead of the upstream's.
+    #[arg(long)]
+    pub preserve_host: bool,
+    /// Do not verify the upstream's TLS certificate.
+    #[arg(long)]
+    pub upstream_insecure: bool,
+    /// Seconds in-flight exchanges get to finish after SIGINT/SIGTERM.
+    #[arg(long, value_name = "SECS")]
+    pub grace: Option<f64>,
+    /// Seconds to wait for the upstream's response headers (then 504).
+    #[arg(long, value_name = "SECS")]
+    pub upstream_timeout: Option<f64>,
+    /// Seconds to wait for a TCP/TLS connection to the upstream (then 502).
+    #[arg(long, value_name = "SECS")]
+    pub connect_timeout: Option<f64>,
+    /// Largest body or SSE event inspected, in bytes; larger ones pass uninspected.
+    #[arg(long, value_name = "BYTES")]
+    pub max_frame_bytes: Option<usize>,
+    /// Seconds a call may wait for its reply before it ends as missing.
+    #[arg(long, value_name = "SECS")]
+    pub call_timeout: Option<f64>,
+    /// Most calls waiting for a reply at once (the oldest are ended as missing beyond it).
+    #[arg(long, value_name = "N")]
+    pub max_pending: Option<usize>,
+    /// Most MCP sessions remembered at once (the least recently seen is forgotten beyond it).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// The server to proxy (http:// or https://, optionally with a base path).
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+    #[command(flatten)]
+    pub flags: ProxyFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Address the proxy listens on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub flags: ProxyFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoServerArgs {
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
+    pub listen: SocketAddr,
+    /// Cap of the `sleep` method, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub max_delay_ms: u64,
+    /// Make `add` answer one more than the sum (a "changed server" for regression tests).
+    #[arg(long)]
+    pub alter_add: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,202 @@
+//! Configuration: the TOML file (`--config`, see `config/rpctap.toml`) merged with the flags
+//! (flags win), validated once into [`ProxyConfig`].
+
+use crate::cli::{LogFormat, ProxyFlags};
+use crate::inspect::correlator::Limits;
+use crate::inspect::InspectConfig;
+use crate::proxy::ProxyOptions;
+use http::Uri;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Configuration errors; each names the setting (and the file) at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The file's shape. Every key is optional; unknown keys are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub upstream: Option<String>,
+    pub log: Option<LogFormat>,
+    pub no_tui: Option<bool>,
+    pub preserve_host: Option<bool>,
+    pub upstream_insecure: Option<bool>,
+    pub grace_secs: Option<f64>,
+    pub upstream_timeout_secs: Option<f64>,
+    pub connect_timeout_secs: Option<f64>,
+    #[serde(default)]
+    pub inspect: InspectFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InspectFile {
+    pub max_frame_bytes: Option<usize>,
+    pub call_timeout_secs: Option<f64>,
+    pub max_pending: Option<usize>,
+    pub max_sessions: Option<usize>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// Everything `proxy` needs, validated.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub listen: SocketAddr,
+    pub proxy: ProxyOptions,
+    pub inspect: InspectConfig,
+    pub log: LogFormat,
+    pub no_tui: bool,
+    pub grace: Duration,
+}
+
+fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
+    if v.is_finite() && v >= 0.0 && v < 1.0e9 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(ConfigError::Invalid(format!("{name} must be a number of seconds ≥ 0, not {v}")))
+    }
+}
+
+fn positive(name: &str, v: usize) -> Result<usize, ConfigError> {
+    if v == 0 {
+        Err(ConfigError::Invalid(format!("{name} must be at least 1")))
+    } else {
+        Ok(v)
+    }
+}
+
+/// Parses and checks an upstream URL.
+pub fn parse_upstream(s: &str) -> Result<Uri, ConfigError> {
+    let uri: Uri = s
+        .parse()
+        .map_err(|e| ConfigError::Invalid(format!("--upstream {s:?} is not a URL: {e}")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(ConfigError::Invalid(format!("--upstream {s:?} must start with http:// or https://"))),
+    }
+    if uri.authority().is_none() {
+        return Err(ConfigError::Invalid(format!("--upstream {s:?} has no host")));
+    }
+    Ok(uri)
+}
+
+/// Merges flags over the file over the defaults.
+pub fn resolve(listen: Option<SocketAddr>, upstream: Option<&str>, flags: &ProxyFlags) -> Result<ProxyConfig, ConfigError> {
+    let file = match &flags.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    let listen = listen
+        .or(file.listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+    let upstream = upstream
+        .map(str::to_string)
+        .or(file.upstream.clone())
+        .ok_or_else(|| ConfigError::Invalid("--upstream is required (or `upstream` in the config file)".into()))?;
+    let upstream = parse_upstream(&upstream)?;
+    let d = InspectConfig::default();
+    let inspect = InspectConfig {
+        max_frame_bytes: positive(
+            "--max-frame-bytes",
+            flags.max_frame_bytes.or(file.inspect.max_frame_bytes).unwrap_or(d.max_frame_bytes),
+        )?,
+        call_timeout: secs(
+            "--call-timeout",
+            flags.call_timeout.or(file.inspect.call_timeout_secs).unwrap_or(d.call_timeout.as_secs_f64()),
+        )?,
+        limits: Limits {
+            max_pending: positive(
+                "--max-pending",
+                flags.max_pending.or(file.inspect.max_pending).unwrap_or(d.limits.max_pending),
+            )?,
+            max_sessions: positive(
+                "--max-sessions",
+                flags.max_sessions.or(file.inspect.max_sessions).unwrap_or(d.limits.max_sessions),
+            )?,
+            ..d.limits
+        },
+    };
+    Ok(ProxyConfig {
+        listen,
+        proxy: ProxyOptions {
+            upstream,
+            preserve_host: flags.preserve_host || file.preserve_host.unwrap_or(false),
+            upstream_insecure: flags.upstream_insecure || file.upstream_insecure.unwrap_or(false),
+            connect_timeout: secs("--connect-timeout", flags.connect_timeout.or(file.connect_timeout_secs).unwrap_or(5.0))?,
+            upstream_timeout: secs("--upstream-timeout", flags.upstream_timeout.or(file.upstream_timeout_secs).unwrap_or(120.0))?,
+        },
+        inspect,
+        log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
+        no_tui: flags.no_tui || file.no_tui.unwrap_or(false),
+        grace: secs("--grace", flags.grace.or(file.grace_secs).unwrap_or(10.0))?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_config_parses() {
+        let text = include_str!("../config/rpctap.toml");
+        let f = FileConfig::parse(text).unwrap();
+        assert!(f.upstream.is_some());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_clear_errors() {
+        assert!(FileConfig::parse("bogus = 1").unwrap_err().contains("bogus"));
+        let flags = ProxyFlags {
+            max_pending: Some(0),
+            ..Default::default()
+        };
+        let e = resolve(None, Some("http://127.0.0.1:1"), &flags).unwrap_err();
+        assert!(e.to_string().contains("--max-pending"));
+        let e = resolve(None, Some("ftp://x"), &ProxyFlags::default()).unwrap_err();
+        assert!(e.to_string().contains("http://"));
+        assert!(resolve(None, None, &ProxyFlags::default()).unwrap_err().to_string().contains("--upstream"));
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let dir = std::env::temp_dir().join(format!("rpctap-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(&p, "upstream = \"http://127.0.0.1:1\"\ngrace_secs = 3\n[inspect]\nmax_pending = 7\n").unwrap();
+        let flags = ProxyFlags {
+            config: Some(p),
+            grace: Some(1.0),
+            ..Default::default()
+        };
+        let c = resolve(None, None, &flags).unwrap();
+        assert_eq!(c.grace, Duration::from_secs(1));
+        assert_eq!(c.inspect.limits.max_pending, 7);
+        assert_eq!(c.proxy.upstream.port_u16(), Some(1));
+    }
+}

@@ -1,0 +1,316 @@
+//! Events and the in-process event bus.
+//!
+//! The inspector turns traffic into [`Event`]s; observers (recorder, dashboard, log printer,
+//! metrics) subscribe before the proxy starts. Publishing never blocks and never awaits: each
+//! subscriber has its own bounded queue, and an event that does not fit is counted as dropped
+//! for that subscriber (a lossless subscriber such as the recorder turns the count into an
+//! explicit gap record). The subscriber list is fixed once the bus is built, so publishing takes
+//! no lock at all.
+
+use crate::rpc::{Id, Kind};
+use bytes::Bytes;
+use serde::{Serialize, Serializer};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+
+/// Nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Which way a message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Direction {
+    #[serde(rename = "c2s")]
+    ClientToServer,
+    #[serde(rename = "s2c")]
+    ServerToClient,
+}
+
+impl Direction {
+    pub fn reverse(self) -> Direction {
+        match self {
+            Direction::ClientToServer => Direction::ServerToClient,
+            Direction::ServerToClient => Direction::ClientToServer,
+        }
+    }
+    pub fn arrow(self) -> &'static str {
+        match self {
+            Direction::ClientToServer => "c→s",
+            Direction::ServerToClient => "s→c",
+        }
+    }
+}
+
+/// How a message was carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// A plain `application/json` body.
+    Json,
+    /// An event of a `text/event-stream` body (MCP Streamable HTTP).
+    Sse,
+    /// The 2024-11-05 HTTP+SSE transport (`GET /sse`, `POST /messages?sessionId=…`).
+    LegacySse,
+}
+
+/// Where ids are unique: an MCP session, or one HTTP exchange.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Session(Arc<str>),
+    Exchange(u64),
+}
+
+impl Scope {
+    pub fn short(&self) -> String {
+        match self {
+            Scope::Session(s) => s.chars().take(8).collect(),
+            Scope::Exchange(n) => format!("#{n}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Session(s) => write!(f, "session:{s}"),
+            Scope::Exchange(n) => write!(f, "exchange:{n}"),
+        }
+    }
+}
+
+impl Serialize for Scope {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Severity of an anomaly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// How a call ended. Every call ends in exactly one of these.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum Outcome {
+    /// A `result` arrived.
+    Result,
+    /// An `error` arrived.
+    Error { code: i64, message: String },
+    /// rpctap refused it (rate limit).
+    Refused { rule: String },
+    /// The HTTP layer refused it: a non-2xx status without a JSON-RPC reply.
+    Rejected { status: u16 },
+    /// No reply, and why.
+    Missing { reason: String },
+}
+
+impl Outcome {
+    pub fn label(&self) -> String {
+        match self {
+            Outcome::Result => "result".into(),
+            Outcome::Error { code, .. } => format!("error {code}"),
+            Outcome::Refused { rule } => format!("refused ({rule})"),
+            Outcome::Rejected { status } => format!("rejected (HTTP {status})"),
+            Outcome::Missing { reason } => format!("missing ({reason})"),
+        }
+    }
+}
+
+/// One JSON-RPC message seen on the wire.
+#[derive(Clone, Debug, Serialize)]
+pub struct MessageEvent {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: Scope,
+    pub direction: Direction,
+    pub transport: Transport,
+    pub kind: Kind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<Id>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<Arc<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_index: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sse_id: Option<String>,
+    #[serde(serialize_with = "ser_raw")]
+    pub message: Bytes,
+}
+
+/// The message verbatim: as JSON when it is JSON, else as a string (lossy UTF-8).
+fn ser_raw<S: Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+    match serde_json::from_slice::<&serde_json::value::RawValue>(b) {
+        Ok(raw) => raw.serialize(s),
+        Err(_) => s.serialize_str(&String::from_utf8_lossy(b)),
+    }
+}
+
+/// A call (a request with an id) that ended.
+#[derive(Clone, Debug, Serialize)]
+pub struct CallEvent {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: Scope,
+    /// The direction of the request.
+    pub direction: Direction,
+    pub method: Arc<str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<Arc<str>>,
+    pub id: Id,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<u64>,
+    pub anomalies: Vec<&'static str>,
+}
+
+/// Something wrong, flagged the moment it was visible.
+#[derive(Clone, Debug, Serialize)]
+pub struct AnomalyEvent {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: Scope,
+    pub code: &'static str,
+    pub severity: Severity,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<Id>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<Arc<str>>,
+    pub message: String,
+}
+
+/// The HTTP side of an exchange.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "phase", rename_all = "lowercase")]
+pub enum HttpEvent {
+    Request {
+        ts: u64,
+        exchange: u64,
+        method: String,
+        path: String,
+        peer: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+    },
+    Response {
+        ts: u64,
+        exchange: u64,
+        status: u16,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content_type: Option<String>,
+    },
+    End {
+        ts: u64,
+        exchange: u64,
+        reason: String,
+        bytes: u64,
+    },
+}
+
+/// A bounded structure that had to let something go.
+#[derive(Clone, Debug, Serialize)]
+pub struct NoticeEvent {
+    pub ts: u64,
+    pub what: &'static str,
+    pub message: String,
+}
+
+/// Everything an observer can see.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum Event {
+    Http(HttpEvent),
+    Message(MessageEvent),
+    Call(CallEvent),
+    Anomaly(AnomalyEvent),
+    Notice(NoticeEvent),
+}
+
+/// One subscriber's queue.
+#[derive(Debug)]
+struct Subscriber {
+    name: &'static str,
+    tx: mpsc::Sender<Arc<Event>>,
+    /// Events that did not fit in the queue; read by the subscriber to report the loss.
+    dropped: Arc<AtomicU64>,
+}
+
+/// The receiving end of a subscription.
+#[derive(Debug)]
+pub struct Subscription {
+    pub rx: mpsc::Receiver<Arc<Event>>,
+    /// How many events this subscriber lost because its queue was full.
+    pub dropped: Arc<AtomicU64>,
+}
+
+/// Builds a [`Bus`]: subscribe everything first, then `build`.
+#[derive(Debug, Default)]
+pub struct BusBuilder {
+    subs: Vec<Subscriber>,
+}
+
+impl BusBuilder {
+    pub fn subscribe(&mut self, name: &'static str, capacity: usize) -> Subscription {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let dropped = Arc::new(AtomicU64::new(0));
+        self.subs.push(Subscriber {
+            name,
+            tx,
+            dropped: dropped.clone(),
+        });
+        Subscription { rx, dropped }
+    }
+    pub fn build(self) -> Bus {
+        Bus {
+            subs: Arc::from(self.subs),
+        }
+    }
+}
+
+/// The event bus: cheap to clone, never blocks.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    subs: Arc<[Subscriber]>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        BusBuilder::default().build()
+    }
+}
+
+impl Bus {
+    /// Whether anyone listens (lets the inspector skip building events nobody reads).
+    pub fn is_active(&self) -> bool {
+        !self.subs.is_empty()
+    }
+
+    pub fn publish(&self, ev: Event) {
+        if self.subs.is_empty() {
+            return;
+        }
+        let ev = Arc::new(ev);
+        for s in self.subs.iter() {
+            if let Err(e) = s.tx.try_send(ev.clone()) {
+                if matches!(e, mpsc::error::TrySendError::Full(_)) {
+                    let n = s.dropped.fetch_add(1, Ordering::Relaxed);
+                    if n == 0 {
+                        tracing::warn!(subscriber = s.name, "event queue full; dropping events");
+                    }
+                }
+            }
+        }
+    }
+}

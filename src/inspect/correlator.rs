@@ -1,0 +1,325 @@
+//! The correlator: a concurrent map of pending calls keyed by (scope, direction, id), and the
+//! MCP sessions seen, each bounded by configuration.
+//!
+//! Both maps are `DashMap`s (sharded locks, no global lock); every method here is synchronous
+//! and releases its guards before returning, so nothing holds a guard across an `.await`.
+
+use crate::events::{Direction, Scope};
+use crate::rpc::Id;
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The key of a pending call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PendingKey {
+    pub scope: Scope,
+    /// The direction the request travelled.
+    pub direction: Direction,
+    pub id: Id,
+}
+
+/// A call waiting for its reply.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub exchange: u64,
+    pub method: Arc<str>,
+    pub target: Option<Arc<str>>,
+    pub started: Instant,
+    /// Anomalies already flagged on the request (reported again with the outcome).
+    pub anomalies: Vec<&'static str>,
+    /// More requests with the same key (duplicates) that also wait for a reply.
+    pub extra: u32,
+}
+
+/// What `insert` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inserted {
+    New,
+    /// The id was already pending: counted as one more call on the same key.
+    Duplicate,
+    /// The map is full and the oldest calls were evicted to make room; they are returned so
+    /// each ends as missing.
+    Evicted(usize),
+}
+
+#[derive(Debug, Default)]
+pub struct Session {
+    used_c2s: HashSet<Id>,
+    used_s2c: HashSet<Id>,
+    /// rpctap saw the `initialize` reply that created it.
+    pub seen_start: bool,
+    pub initialized: bool,
+    pub last_seen: Option<Instant>,
+    /// Ids stopped being remembered because the per-session cap was reached.
+    pub ids_capped: bool,
+}
+
+/// Limits of the correlator's memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_pending: usize,
+    pub max_sessions: usize,
+    pub max_ids_per_session: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_pending: 100_000,
+            max_sessions: 10_000,
+            max_ids_per_session: 100_000,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Correlator {
+    pending: DashMap<PendingKey, Pending>,
+    sessions: DashMap<Arc<str>, Session>,
+    limits: Limits,
+    pub evicted_calls: AtomicU64,
+    pub evicted_sessions: AtomicU64,
+}
+
+impl Correlator {
+    pub fn new(limits: Limits) -> Self {
+        Correlator {
+            pending: DashMap::new(),
+            sessions: DashMap::new(),
+            limits,
+            evicted_calls: AtomicU64::new(0),
+            evicted_sessions: AtomicU64::new(0),
+        }
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn sessions_len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Registers a call; evicted calls (when full) are pushed to `evicted`.
+    pub fn insert(
+        &self,
+        key: PendingKey,
+        p: Pending,
+        evicted: &mut Vec<(PendingKey, Pending)>,
+    ) -> Inserted {
+        let mut result = Inserted::New;
+        if self.pending.len() >= self.limits.max_pending {
+            let n = self.evict_oldest(evicted);
+            result = Inserted::Evicted(n);
+        }
+        match self.pending.entry(key) {
+            Entry::Occupied(mut o) => {
+                o.get_mut().extra += 1;
+                Inserted::Duplicate
+            }
+            Entry::Vacant(v) => {
+                v.insert(p);
+                result
+            }
+        }
+    }
+
+    /// Evicts the oldest sixteenth of the pending calls (at least one): amortised O(16) per
+    /// insert at the cap, instead of a scan for every insert.
+    fn evict_oldest(&self, out: &mut Vec<(PendingKey, Pending)>) -> usize {
+        let mut ages: Vec<Instant> = self.pending.iter().map(|e| e.started).collect();
+        if ages.is_empty() {
+            return 0;
+        }
+        let k = (ages.len() / 16).max(1) - 1;
+        let (_, cutoff, _) = ages.select_nth_unstable(k);
+        let cutoff = *cutoff;
+        let keys: Vec<PendingKey> = self
+            .pending
+            .iter()
+            .filter(|e| e.started <= cutoff)
+            .map(|e| e.key().clone())
+            .collect();
+        let before = out.len();
+        for k in keys {
+            if let Some(kv) = self.pending.remove(&k) {
+                out.push(kv);
+            }
+        }
+        let n = out.len() - before;
+        self.evicted_calls.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Takes one call off a key: the entry goes when its last duplicate is answered.
+    pub fn take(&self, key: &PendingKey) -> Option<Pending> {
+        match self.pending.entry(key.clone()) {
+            Entry::Occupied(mut o) => {
+                if o.get().extra > 0 {
+                    o.get_mut().extra -= 1;
+                    let mut p = o.get().clone();
+                    p.extra = 0;
+                    Some(p)
+                } else {
+                    Some(o.remove())
+                }
+            }
+            Entry::Vacant(_) => None,
+        }
+    }
+
+    /// Removes a key with all its duplicates.
+    pub fn remove_all(&self, key: &PendingKey) -> Option<Pending> {
+        self.pending.remove(key).map(|(_, p)| p)
+    }
+
+    pub fn contains(&self, key: &PendingKey) -> bool {
+        self.pending.contains_key(key)
+    }
+
+    /// Removes the calls whose `started` is before `deadline`.
+    pub fn expired(&self, deadline: Instant) -> Vec<(PendingKey, Pending)> {
+        let keys: Vec<PendingKey> = self
+            .pending
+            .iter()
+            .filter(|e| e.started < deadline)
+            .map(|e| e.key().clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.pending.remove(&k))
+            .collect()
+    }
+
+    /// Removes every call of a scope (its session ended).
+    pub fn drain_scope(&self, scope: &Scope) -> Vec<(PendingKey, Pending)> {
+        let keys: Vec<PendingKey> = self
+            .pending
+            .iter()
+            .filter(|e| &e.key().scope == scope)
+            .map(|e| e.key().clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.pending.remove(&k))
+            .collect()
+    }
+
+    /// Records that `id` was used by a request in a session; true when it had been used before.
+    /// Returns the evicted session's id when the session map was full.
+    pub fn use_session_id(&self, sid: &Arc<str>, dir: Direction, id: &Id) -> (bool, Option<Arc<str>>) {
+        let evicted = self.ensure_session(sid);
+        let max = self.limits.max_ids_per_session;
+        let mut s = self.sessions.entry(sid.clone()).or_default();
+        s.last_seen = Some(Instant::now());
+        let capped = s.ids_capped;
+        let set = match dir {
+            Direction::ClientToServer => &mut s.used_c2s,
+            Direction::ServerToClient => &mut s.used_s2c,
+        };
+        if set.contains(id) {
+            return (true, evicted);
+        }
+        if set.len() < max {
+            set.insert(id.clone());
+        } else if !capped {
+            s.ids_capped = true;
+        }
+        (false, evicted)
+    }
+
+    /// Makes room for a new session if the map is full; returns the evicted one.
+    fn ensure_session(&self, sid: &Arc<str>) -> Option<Arc<str>> {
+        if self.sessions.contains_key(sid) || self.sessions.len() < self.limits.max_sessions {
+            return None;
+        }
+        let oldest = self
+            .sessions
+            .iter()
+            .min_by_key(|e| e.last_seen)
+            .map(|e| e.key().clone())?;
+        self.sessions.remove(&oldest);
+        self.evicted_sessions.fetch_add(1, Ordering::Relaxed);
+        Some(oldest)
+    }
+
+    /// Runs `f` on a session's state (created if absent); returns the evicted session if any.
+    pub fn with_session<R>(&self, sid: &Arc<str>, f: impl FnOnce(&mut Session) -> R) -> (R, Option<Arc<str>>) {
+        let evicted = self.ensure_session(sid);
+        let mut s = self.sessions.entry(sid.clone()).or_default();
+        s.last_seen = Some(Instant::now());
+        (f(&mut s), evicted)
+    }
+
+    pub fn end_session(&self, sid: &Arc<str>) {
+        self.sessions.remove(sid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u64) -> PendingKey {
+        PendingKey {
+            scope: Scope::Exchange(1),
+            direction: Direction::ClientToServer,
+            id: Id::Num(n.to_string().into()),
+        }
+    }
+    fn pend() -> Pending {
+        Pending {
+            exchange: 1,
+            method: "m".into(),
+            target: None,
+            started: Instant::now(),
+            anomalies: vec![],
+            extra: 0,
+        }
+    }
+
+    #[test]
+    fn duplicates_each_get_taken() {
+        let c = Correlator::new(Limits::default());
+        let mut ev = vec![];
+        assert_eq!(c.insert(key(1), pend(), &mut ev), Inserted::New);
+        assert_eq!(c.insert(key(1), pend(), &mut ev), Inserted::Duplicate);
+        assert!(c.take(&key(1)).is_some());
+        assert!(c.take(&key(1)).is_some());
+        assert!(c.take(&key(1)).is_none());
+    }
+
+    #[test]
+    fn pending_is_bounded() {
+        let c = Correlator::new(Limits {
+            max_pending: 100,
+            ..Limits::default()
+        });
+        let mut ev = vec![];
+        for i in 0..1000 {
+            c.insert(key(i), pend(), &mut ev);
+        }
+        assert!(c.pending_len() <= 100);
+        assert_eq!(ev.len() + c.pending_len(), 1000);
+        assert_eq!(c.evicted_calls.load(Ordering::Relaxed) as usize, ev.len());
+    }
+
+    #[test]
+    fn sessions_are_bounded() {
+        let c = Correlator::new(Limits {
+            max_sessions: 10,
+            ..Limits::default()
+        });
+        let mut evicted = 0;
+        for i in 0..100 {
+            let sid: Arc<str> = format!("s{i}").into();
+            if c.use_session_id(&sid, Direction::ClientToServer, &Id::Null).1.is_some() {
+                evicted += 1;
+            }
+        }
+        assert_eq!(c.sessions_len(), 10);
+        assert_eq!(evicted, 90);
+    }
+}

@@ -1,0 +1,1078 @@
+//! Inspection: turns copies of the traffic into JSON-RPC frames, correlates calls with replies
+//! and flags anomalies, publishing everything as [`Event`]s on the bus.
+//!
+//! One implementation serves the live proxy and the offline checker: both drive an
+//! [`ExchangeCtx`] with a request body, a response head, response chunks and an end. The
+//! inspector never touches the bytes that are forwarded; it only reads copies, synchronously,
+//! and never awaits.
+
+pub mod anomaly;
+pub mod correlator;
+pub mod sse;
+
+use crate::events::{
+    now_ns, AnomalyEvent, Bus, CallEvent, Direction, Event, HttpEvent, MessageEvent, NoticeEvent,
+    Outcome, Scope, Transport,
+};
+use crate::rpc::{self, Body, Envelope, Id, Kind};
+use anomaly::Code;
+use bytes::{Bytes, BytesMut};
+use correlator::{Correlator, Inserted, Limits, Pending, PendingKey};
+use sse::SseDecoder;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Inspection settings (validated by `config`).
+#[derive(Clone, Copy, Debug)]
+pub struct InspectConfig {
+    /// The largest body or SSE event that is inspected; larger ones are forwarded uninspected.
+    pub max_frame_bytes: usize,
+    /// A call with no reply after this long ends as missing.
+    pub call_timeout: Duration,
+    pub limits: Limits,
+}
+
+impl Default for InspectConfig {
+    fn default() -> Self {
+        InspectConfig {
+            max_frame_bytes: 16 << 20,
+            call_timeout: Duration::from_secs(300),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Counters any test or metrics endpoint can read.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub exchanges: AtomicU64,
+    pub messages: AtomicU64,
+    pub calls: AtomicU64,
+    pub calls_ended: AtomicU64,
+    anomalies: [AtomicU64; Code::ALL.len()],
+}
+
+impl Stats {
+    pub fn anomaly_count(&self, code: Code) -> u64 {
+        self.anomalies[code as usize].load(Ordering::Relaxed)
+    }
+    pub fn anomalies_total(&self) -> u64 {
+        self.anomalies.iter().map(|a| a.load(Ordering::Relaxed)).sum()
+    }
+    /// Non-zero anomaly counts by code.
+    pub fn anomaly_summary(&self) -> Vec<(&'static str, u64)> {
+        Code::ALL
+            .iter()
+            .map(|c| (c.as_str(), self.anomaly_count(*c)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+struct Inner {
+    cfg: InspectConfig,
+    correlator: Correlator,
+    bus: Bus,
+    stats: Stats,
+    next_exchange: AtomicU64,
+}
+
+/// The shared inspector: cheap to clone.
+#[derive(Clone)]
+pub struct Inspector {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector").finish_non_exhaustive()
+    }
+}
+
+/// The HTTP request line and the headers the inspector needs.
+#[derive(Debug, Default, Clone)]
+pub struct RequestMeta<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+    /// `Mcp-Session-Id`.
+    pub session: Option<&'a str>,
+    pub peer: String,
+}
+
+/// Why a reply ended.
+#[derive(Debug, Clone)]
+pub enum EndReason {
+    /// The body ended normally.
+    Complete,
+    /// The client went away before the end.
+    ClientGone,
+    /// The upstream failed mid-reply.
+    UpstreamError(String),
+}
+
+impl EndReason {
+    fn describe(&self) -> String {
+        match self {
+            EndReason::Complete => "complete".into(),
+            EndReason::ClientGone => "client disconnected".into(),
+            EndReason::UpstreamError(e) => format!("upstream error: {e}"),
+        }
+    }
+}
+
+enum ReplyMode {
+    /// Not inspected (not JSON-RPC, or no body expected).
+    Ignore,
+    Json { buf: BytesMut, overflow: bool },
+    Sse { dec: Box<SseDecoder> },
+}
+
+/// What the request of an exchange held.
+#[derive(Debug, Default)]
+struct RequestSummary {
+    is_rpc: bool,
+    batch: bool,
+    parse_error: bool,
+    calls: Vec<PendingKey>,
+    notifications: u32,
+    /// Replies (to server→client requests) the client posted.
+    responses: u32,
+    call_ids: Vec<Id>,
+    delete_session: bool,
+}
+
+/// One HTTP exchange being inspected. Dropping it before `end` ends it as `ClientGone`.
+pub struct ExchangeCtx {
+    insp: Arc<Inner>,
+    pub id: u64,
+    scope: Scope,
+    transport: Transport,
+    session_header: Option<Arc<str>>,
+    req: RequestSummary,
+    status: u16,
+    mode: ReplyMode,
+    reply_frames: u32,
+    ended: bool,
+    bytes: u64,
+    is_get_stream: bool,
+}
+
+impl Inspector {
+    pub fn new(cfg: InspectConfig, bus: Bus) -> Self {
+        Inspector {
+            inner: Arc::new(Inner {
+                correlator: Correlator::new(cfg.limits),
+                cfg,
+                bus,
+                stats: Stats::default(),
+                next_exchange: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    pub fn pending_calls(&self) -> usize {
+        self.inner.correlator.pending_len()
+    }
+
+    pub fn config(&self) -> &InspectConfig {
+        &self.inner.cfg
+    }
+
+    /// Starts an exchange.
+    pub fn begin(&self, meta: &RequestMeta<'_>) -> ExchangeCtx {
+        let inner = &self.inner;
+        let id = inner.next_exchange.fetch_add(1, Ordering::Relaxed);
+        inner.stats.exchanges.fetch_add(1, Ordering::Relaxed);
+        let legacy_sid = meta
+            .query
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("sessionId=")))
+            .filter(|s| !s.is_empty());
+        let (scope, transport, session_header) = match (meta.session, legacy_sid) {
+            (Some(s), _) => {
+                let s: Arc<str> = s.into();
+                (Scope::Session(s.clone()), Transport::Json, Some(s))
+            }
+            (None, Some(s)) => (Scope::Session(s.into()), Transport::LegacySse, None),
+            (None, None) => (Scope::Exchange(id), Transport::Json, None),
+        };
+        if inner.bus.is_active() {
+            inner.bus.publish(Event::Http(HttpEvent::Request {
+                ts: now_ns(),
+                exchange: id,
+                method: meta.method.to_string(),
+                path: match meta.query {
+                    Some(q) => format!("{}?{}", meta.path, q),
+                    None => meta.path.to_string(),
+                },
+                peer: meta.peer.clone(),
+                session: meta.session.map(str::to_string),
+            }));
+        }
+        ExchangeCtx {
+            insp: inner.clone(),
+            id,
+            scope,
+            transport,
+            session_header,
+            req: RequestSummary {
+                delete_session: meta.method == "DELETE",
+                ..Default::default()
+            },
+            status: 0,
+            mode: ReplyMode::Ignore,
+            reply_frames: 0,
+            ended: false,
+            bytes: 0,
+            is_get_stream: meta.method == "GET",
+        }
+    }
+
+    /// Ends the calls that waited longer than the call timeout; returns how many.
+    pub fn sweep(&self) -> usize {
+        let inner = &self.inner;
+        let Some(deadline) = Instant::now().checked_sub(inner.cfg.call_timeout) else {
+            return 0;
+        };
+        let expired = inner.correlator.expired(deadline);
+        let n = expired.len();
+        let secs = inner.cfg.call_timeout.as_secs_f64();
+        for (key, p) in expired {
+            let reason = format!("no reply within {secs} s");
+            end_missing(inner, &key, p, &reason, true);
+        }
+        n
+    }
+
+    /// Runs `sweep` every second (at most) until the returned task is aborted.
+    pub fn spawn_sweeper(&self) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        let every = (self.inner.cfg.call_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.sweep();
+            }
+        })
+    }
+}
+
+fn flag(
+    inner: &Inner,
+    exchange: u64,
+    scope: &Scope,
+    code: Code,
+    id: Option<&Id>,
+    method: Option<&Arc<str>>,
+    message: String,
+) {
+    inner.stats.anomalies[code as usize].fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(code = code.as_str(), exchange, %scope, %message, "anomaly");
+    if inner.bus.is_active() {
+        inner.bus.publish(Event::Anomaly(AnomalyEvent {
+            ts: now_ns(),
+            exchange,
+            scope: scope.clone(),
+            code: code.as_str(),
+            severity: code.severity(),
+            id: id.cloned(),
+            method: method.cloned(),
+            message,
+        }));
+    }
+}
+
+fn end_call(inner: &Inner, key: &PendingKey, p: Pending, outcome: Outcome, extra: &[&'static str]) {
+    inner.stats.calls_ended.fetch_add(1, Ordering::Relaxed);
+    if inner.bus.is_active() {
+        let mut anomalies = p.anomalies;
+        anomalies.extend_from_slice(extra);
+        inner.bus.publish(Event::Call(CallEvent {
+            ts: now_ns(),
+            exchange: p.exchange,
+            scope: key.scope.clone(),
+            direction: key.direction,
+            method: p.method,
+            target: p.target,
+            id: key.id.clone(),
+            outcome,
+            latency_us: Some(p.started.elapsed().as_micros() as u64),
+            anomalies,
+        }));
+    }
+}
+
+/// Ends a call (and each of its duplicates) as missing.
+fn end_missing(inner: &Inner, key: &PendingKey, p: Pending, reason: &str, anomaly: bool) {
+    let copies = 1 + p.extra;
+    for _ in 0..copies {
+        let mut p = p.clone();
+        p.extra = 0;
+        let extra: &[&'static str] = if anomaly {
+            flag(
+                inner,
+                p.exchange,
+                &key.scope,
+                Code::MissingResponse,
+                Some(&key.id),
+                Some(&p.method),
+                format!("call {} `{}` got no reply: {reason}", key.id, p.method),
+            );
+            &[Code::MissingResponse.as_str()]
+        } else {
+            &[]
+        };
+        end_call(
+            inner,
+            key,
+            p,
+            Outcome::Missing {
+                reason: reason.to_string(),
+            },
+            extra,
+        );
+    }
+}
+
+impl ExchangeCtx {
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The ids of the calls in the request, in order (for error replies the proxy makes).
+    pub fn call_ids(&self) -> &[Id] {
+        &self.req.call_ids
+    }
+
+    /// Whether the request was a batch.
+    pub fn was_batch(&self) -> bool {
+        self.req.batch
+    }
+
+    /// Whether the request body was JSON-RPC (or meant to be: JSON on a POST).
+    pub fn is_rpc(&self) -> bool {
+        self.req.is_rpc
+    }
+
+    /// Feeds the whole request body. `complete` is false when the body was larger than the
+    /// inspection cap (then only a warning is recorded).
+    pub fn request_body(&mut self, body: &Bytes, complete: bool) {
+        self.req.is_rpc = true;
+        if !complete {
+            flag(
+                &self.insp,
+                self.id,
+                &self.scope,
+                Code::NotInspected,
+                None,
+                None,
+                format!(
+                    "request body larger than the inspection cap ({} bytes): forwarded, not inspected",
+                    self.insp.cfg.max_frame_bytes
+                ),
+            );
+            return;
+        }
+        match rpc::parse_body(body) {
+            Body::ParseError(why) => {
+                self.req.parse_error = true;
+                self.publish_unparsed(Direction::ClientToServer, body.clone(), None);
+                flag(
+                    &self.insp,
+                    self.id,
+                    &self.scope,
+                    Code::ParseError,
+                    None,
+                    None,
+                    format!("request body is not valid JSON: {why}"),
+                );
+            }
+            Body::Single(env) => self.on_envelope(Direction::ClientToServer, env, None, None),
+            Body::Batch(members) => {
+                self.req.batch = true;
+                for (i, env) in members.into_iter().enumerate() {
+                    self.on_envelope(Direction::ClientToServer, env, Some(i as u32), None);
+                }
+            }
+        }
+    }
+
+    /// The response's status line and headers arrived.
+    pub fn response_head(&mut self, status: u16, content_type: Option<&str>, session: Option<&str>) {
+        self.status = status;
+        let inner = self.insp.clone();
+        if inner.bus.is_active() {
+            inner.bus.publish(Event::Http(HttpEvent::Response {
+                ts: now_ns(),
+                exchange: self.id,
+                status,
+                content_type: content_type.map(str::to_string),
+            }));
+        }
+        if let Some(new_sid) = session {
+            let new_sid: Arc<str> = new_sid.into();
+            match &self.session_header {
+                Some(old) if **old != *new_sid => flag(
+                    &inner,
+                    self.id,
+                    &self.scope,
+                    Code::McpSessionChanged,
+                    None,
+                    None,
+                    format!("the server answered session {old} with Mcp-Session-Id {new_sid}"),
+                ),
+                Some(_) => {}
+                None => {
+                    // A session starts here (the reply to `initialize`).
+                    let initialize = self.req.call_ids.len() == 1;
+                    let ((), evicted) = inner.correlator.with_session(&new_sid, |s| {
+                        s.seen_start = true;
+                    });
+                    self.notice_evicted(evicted);
+                    if initialize {
+                        let id = self.req.call_ids[0].clone();
+                        let _ = inner.correlator.use_session_id(&new_sid, Direction::ClientToServer, &id);
+                    }
+                }
+            }
+        }
+        let ct = content_type.unwrap_or("").to_ascii_lowercase();
+        let is_sse = ct.starts_with("text/event-stream");
+        self.mode = if is_sse && (self.req.is_rpc || self.is_get_stream) {
+            if self.is_get_stream && self.transport == Transport::Json && self.session_header.is_none() {
+                // A GET stream without an MCP session: the legacy transport until proven otherwise.
+                self.transport = Transport::LegacySse;
+            }
+            ReplyMode::Sse {
+                dec: Box::new(SseDecoder::new(inner.cfg.max_frame_bytes)),
+            }
+        } else if self.req.is_rpc && (ct.is_empty() || ct.contains("json")) {
+            ReplyMode::Json {
+                buf: BytesMut::new(),
+                overflow: false,
+            }
+        } else {
+            ReplyMode::Ignore
+        };
+        if self.is_get_stream || !self.req.is_rpc {
+            return;
+        }
+        let notification_only = self.req.calls.is_empty() && !self.req.parse_error
+            && (self.req.notifications > 0 || self.req.responses > 0);
+        if notification_only && !matches!(status, 202 | 204) && !(200..300).contains(&status) {
+            // a non-2xx answer to notifications is reported below with the body, or here
+        }
+        if notification_only && !matches!(status, 202 | 204) {
+            flag(
+                &inner,
+                self.id,
+                &self.scope,
+                Code::HttpStatus,
+                None,
+                None,
+                format!("a POST of only notifications/responses was answered HTTP {status}, not 202/204"),
+            );
+        }
+    }
+
+    /// A chunk of the response body (a copy of what is forwarded).
+    pub fn response_data(&mut self, chunk: &[u8]) {
+        self.bytes += chunk.len() as u64;
+        let max = self.insp.cfg.max_frame_bytes;
+        match &mut self.mode {
+            ReplyMode::Ignore => {}
+            ReplyMode::Json { buf, overflow } => {
+                if *overflow {
+                    return;
+                }
+                if buf.len() + chunk.len() > max {
+                    *overflow = true;
+                    buf.clear();
+                    *buf = BytesMut::new();
+                } else {
+                    buf.extend_from_slice(chunk);
+                }
+            }
+            ReplyMode::Sse { dec } => {
+                let mut events = Vec::new();
+                dec.feed(chunk, |e| events.push(e));
+                for ev in events {
+                    self.on_sse_event(ev);
+                }
+            }
+        }
+    }
+
+    fn on_sse_event(&mut self, ev: sse::SseEvent) {
+        if ev.oversized {
+            flag(
+                &self.insp,
+                self.id,
+                &self.scope,
+                Code::NotInspected,
+                None,
+                None,
+                format!(
+                    "an SSE event larger than the inspection cap ({} bytes): forwarded, not inspected",
+                    self.insp.cfg.max_frame_bytes
+                ),
+            );
+            self.reply_frames += 1;
+            return;
+        }
+        match ev.kind() {
+            "message" => {}
+            "endpoint" => {
+                // Legacy HTTP+SSE: the data is the URI to POST to, carrying the session id.
+                let data = String::from_utf8_lossy(&ev.data);
+                if let Some(sid) = data
+                    .split(['?', '&'])
+                    .find_map(|kv| kv.strip_prefix("sessionId="))
+                    .filter(|s| !s.is_empty())
+                {
+                    self.scope = Scope::Session(sid.into());
+                    self.transport = Transport::LegacySse;
+                }
+                return;
+            }
+            _ => return,
+        }
+        if ev.data.is_empty() {
+            return; // priming event (id/retry only) or an empty keep-alive
+        }
+        let transport = if self.transport == Transport::LegacySse {
+            Transport::LegacySse
+        } else {
+            Transport::Sse
+        };
+        self.reply_body(ev.data, transport, ev.id);
+    }
+
+    /// One complete reply body (a JSON body, or one SSE event's data).
+    fn reply_body(&mut self, body: Bytes, transport: Transport, sse_id: Option<String>) {
+        self.reply_frames += 1;
+        let inner = self.insp.clone();
+        match rpc::parse_body(&body) {
+            Body::ParseError(why) => {
+                self.publish_unparsed_with(Direction::ServerToClient, body, sse_id, transport);
+                flag(
+                    &inner,
+                    self.id,
+                    &self.scope,
+                    Code::ParseError,
+                    None,
+                    None,
+                    format!("reply is not valid JSON: {why}"),
+                );
+            }
+            Body::Single(env) => {
+                if self.req.batch && !self.is_get_stream && env.kind.is_response() {
+                    let whole_request_error = env.kind == Kind::Error
+                        && env.id == Some(Id::Null)
+                        && matches!(env.error_code, Some(-32700 | -32600));
+                    if !whole_request_error {
+                        flag(
+                            &inner,
+                            self.id,
+                            &self.scope,
+                            Code::InvalidBatchReply,
+                            env.id.as_ref(),
+                            None,
+                            "a batch request was answered by a single object, not an array".into(),
+                        );
+                    }
+                }
+                self.on_envelope_t(Direction::ServerToClient, env, None, sse_id, transport);
+            }
+            Body::Batch(members) => {
+                if members.is_empty() {
+                    flag(
+                        &inner,
+                        self.id,
+                        &self.scope,
+                        Code::InvalidEnvelope,
+                        None,
+                        None,
+                        "an empty array is not a valid reply".into(),
+                    );
+                }
+                for (i, env) in members.into_iter().enumerate() {
+                    self.on_envelope_t(Direction::ServerToClient, env, Some(i as u32), sse_id.clone(), transport);
+                }
+            }
+        }
+    }
+
+    fn publish_unparsed(&self, dir: Direction, raw: Bytes, sse_id: Option<String>) {
+        self.publish_unparsed_with(dir, raw, sse_id, self.transport);
+    }
+
+    fn publish_unparsed_with(&self, dir: Direction, raw: Bytes, sse_id: Option<String>, transport: Transport) {
+        self.insp.stats.messages.fetch_add(1, Ordering::Relaxed);
+        if self.insp.bus.is_active() {
+            self.insp.bus.publish(Event::Message(MessageEvent {
+                ts: now_ns(),
+                exchange: self.id,
+                scope: self.scope.clone(),
+                direction: dir,
+                transport,
+                kind: Kind::Invalid,
+                id: None,
+                method: None,
+                target: None,
+                batch_index: None,
+                sse_id,
+                message: raw,
+            }));
+        }
+    }
+
+    fn on_envelope(&mut self, dir: Direction, env: Envelope, batch_index: Option<u32>, sse_id: Option<String>) {
+        let t = self.transport;
+        self.on_envelope_t(dir, env, batch_index, sse_id, t)
+    }
+
+    fn on_envelope_t(
+        &mut self,
+        dir: Direction,
+        env: Envelope,
+        batch_index: Option<u32>,
+        sse_id: Option<String>,
+        transport: Transport,
+    ) {
+        let inner = self.insp.clone();
+        inner.stats.messages.fetch_add(1, Ordering::Relaxed);
+        let method: Option<Arc<str>> = env.method.as_deref().map(Arc::from);
+        let target: Option<Arc<str>> = env.target.as_deref().map(Arc::from);
+        // For a response, the method of the call it answers (filled in below).
+        let mut reply_method: Option<Arc<str>> = None;
+        let mut reply_target: Option<Arc<str>> = None;
+        let mut anomalies: Vec<&'static str> = Vec::new();
+
+        if let Some(id) = env.id.as_ref().filter(|id| id.is_unsafe_number()) {
+            flag(
+                &inner,
+                self.id,
+                &self.scope,
+                Code::UnsafeId,
+                Some(id),
+                method.as_ref(),
+                format!("id {id} is not a safe integer (fraction, exponent, or beyond ±(2^53−1)); many clients cannot keep it exactly"),
+            );
+            anomalies.push(Code::UnsafeId.as_str());
+        }
+
+        match env.kind {
+            Kind::Request => {
+                let id = env.id.clone().unwrap_or(Id::Null);
+                self.register_call(dir, id, method.clone().unwrap_or_else(|| "".into()), target.clone(), anomalies);
+            }
+            Kind::Notification => {
+                if dir == Direction::ClientToServer {
+                    self.req.notifications += 1;
+                    if &*env.method.as_deref().unwrap_or("") == "notifications/initialized" {
+                        if let Scope::Session(sid) = &self.scope {
+                            let (_, ev) = inner.correlator.with_session(sid, |s| s.initialized = true);
+                            self.notice_evicted(ev);
+                        }
+                    }
+                }
+            }
+            Kind::Result | Kind::Error => {
+                if dir == Direction::ClientToServer {
+                    self.req.responses += 1;
+                }
+                let (m, t) = self.on_response(dir, &env);
+                reply_method = m;
+                reply_target = t;
+            }
+            Kind::Invalid => {
+                // An invalid request that carries an id still expects a (-32600) reply.
+                if dir == Direction::ClientToServer {
+                    if let (Some(id), Some(m)) = (env.id.clone(), method.clone()) {
+                        self.register_call(dir, id, m, target.clone(), vec![Code::InvalidEnvelope.as_str()]);
+                    }
+                }
+                flag(
+                    &inner,
+                    self.id,
+                    &self.scope,
+                    Code::InvalidEnvelope,
+                    env.id.as_ref(),
+                    method.as_ref(),
+                    format!(
+                        "invalid JSON-RPC message{}: {}",
+                        batch_index.map(|i| format!(" (batch member {i})")).unwrap_or_default(),
+                        env.problem.as_deref().unwrap_or("not a request or response")
+                    ),
+                );
+            }
+        }
+
+        if inner.bus.is_active() {
+            inner.bus.publish(Event::Message(MessageEvent {
+                ts: now_ns(),
+                exchange: self.id,
+                scope: self.scope.clone(),
+                direction: dir,
+                transport,
+                kind: env.kind,
+                id: env.id,
+                method: method.or(reply_method),
+                target: target.or(reply_target),
+                batch_index,
+                sse_id,
+                message: env.raw,
+            }));
+        }
+    }
+
+    fn register_call(
+        &mut self,
+        dir: Direction,
+        id: Id,
+        method: Arc<str>,
+        target: Option<Arc<str>>,
+        mut anomalies: Vec<&'static str>,
+    ) {
+        let inner = self.insp.clone();
+        inner.stats.calls.fetch_add(1, Ordering::Relaxed);
+        if let Scope::Session(sid) = &self.scope {
+            let (used, ev) = inner.correlator.use_session_id(sid, dir, &id);
+            self.notice_evicted(ev);
+            let key = PendingKey {
+                scope: self.scope.clone(),
+                direction: dir,
+                id: id.clone(),
+            };
+            if used && !inner.correlator.contains(&key) {
+                flag(
+                    &inner,
+                    self.id,
+                    &self.scope,
+                    Code::DuplicateId,
+                    Some(&id),
+                    Some(&method),
+                    format!("request id {id} (`{method}`) was already used in MCP session {sid}; ids must not be reused within a session"),
+                );
+                anomalies.push(Code::DuplicateId.as_str());
+            }
+            if dir == Direction::ClientToServer && !matches!(&*method, "initialize" | "ping") {
+                let (early, ev) = inner
+                    .correlator
+                    .with_session(sid, |s| s.seen_start && !s.initialized);
+                self.notice_evicted(ev);
+                if early {
+                    flag(
+                        &inner,
+                        self.id,
+                        &self.scope,
+                        Code::McpEarlyRequest,
+                        Some(&id),
+                        Some(&method),
+                        format!("`{method}` was sent before the client sent notifications/initialized"),
+                    );
+                    anomalies.push(Code::McpEarlyRequest.as_str());
+                }
+            }
+        }
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: dir,
+            id: id.clone(),
+        };
+        let p = Pending {
+            exchange: self.id,
+            method: method.clone(),
+            target,
+            started: Instant::now(),
+            anomalies,
+            extra: 0,
+        };
+        let mut evicted = Vec::new();
+        let res = inner.correlator.insert(key.clone(), p, &mut evicted);
+        if res == Inserted::Duplicate {
+            flag(
+                &inner,
+                self.id,
+                &self.scope,
+                Code::DuplicateId,
+                Some(&id),
+                Some(&method),
+                format!("request id {id} (`{method}`) reuses the id of a call still waiting for its reply"),
+            );
+        }
+        if !evicted.is_empty() {
+            let n = evicted.len();
+            for (k, p) in evicted {
+                end_missing(&inner, &k, p, "evicted: too many pending calls", false);
+            }
+            inner.bus.publish(Event::Notice(NoticeEvent {
+                ts: now_ns(),
+                what: "pending_evicted",
+                message: format!(
+                    "{n} oldest pending calls were ended as missing: the pending-call cap ({}) was reached",
+                    inner.cfg.limits.max_pending
+                ),
+            }));
+        }
+        if dir == Direction::ClientToServer {
+            self.req.calls.push(key);
+            self.req.call_ids.push(id);
+        }
+    }
+
+    /// Matches a response; returns the method and target of the call it answered.
+    fn on_response(&mut self, dir: Direction, env: &Envelope) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        let inner = self.insp.clone();
+        let id = env.id.clone().unwrap_or(Id::Null);
+        let outcome = match env.kind {
+            Kind::Error => Outcome::Error {
+                code: env.error_code.unwrap_or(0),
+                message: env.error_message.as_deref().unwrap_or("").to_string(),
+            },
+            _ => Outcome::Result,
+        };
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: dir.reverse(),
+            id: id.clone(),
+        };
+        let mut extra: Vec<&'static str> = Vec::new();
+        let whole_request_error = id == Id::Null
+            && env.kind == Kind::Error
+            && matches!(env.error_code, Some(-32700 | -32600));
+        if id == Id::Null && !whole_request_error {
+            flag(
+                &inner,
+                self.id,
+                &self.scope,
+                Code::NullIdResponse,
+                None,
+                None,
+                format!(
+                    "a response with id null ({}); null is only for -32700/-32600 errors when the request id could not be read",
+                    outcome.label()
+                ),
+            );
+            extra.push(Code::NullIdResponse.as_str());
+        }
+        if let Some(p) = inner.correlator.take(&key) {
+            self.finish_reply(&key, p, outcome, env, extra);
+            return (None, None);
+        }
+        if whole_request_error {
+            // The server rejected the whole request: every call of it ends with this error.
+            if dir == Direction::ServerToClient && !self.is_get_stream {
+                for k in self.req.calls.clone() {
+                    if let Some(p) = inner.correlator.remove_all(&k) {
+                        for _ in 0..=p.extra {
+                            let mut p1 = p.clone();
+                            p1.extra = 0;
+                            end_call(&inner, &k, p1, outcome.clone(), &[]);
+                        }
+                    }
+                }
+            }
+            return (None, None);
+        }
+        if let Some(twin) = id.type_twin() {
+            let twin_key = PendingKey {
+                id: twin.clone(),
+                ..key.clone()
+            };
+            if let Some(p) = inner.correlator.take(&twin_key) {
+                flag(
+                    &inner,
+                    self.id,
+                    &self.scope,
+                    Code::IdTypeMismatch,
+                    Some(&id),
+                    Some(&p.method),
+                    format!("reply id {id} matches call {twin} (`{}`) only if the JSON type is ignored", p.method),
+                );
+                extra.push(Code::IdTypeMismatch.as_str());
+                let m = (Some(p.method.clone()), p.target.clone());
+                self.finish_reply(&twin_key, p, outcome, env, extra);
+                return m;
+            }
+        }
+        if id == Id::Null {
+            return (None, None); // already flagged as NULL_ID_RESPONSE
+        }
+        if dir == Direction::ServerToClient && !self.is_get_stream && self.req.notifications > 0 && self.req.calls.iter().all(|k| k.id != id) {
+            flag(
+                &inner,
+                self.id,
+                &self.scope,
+                Code::NotificationReply,
+                Some(&id),
+                None,
+                format!("a response (id {id}) to a request that held only notifications; notifications get no reply"),
+            );
+            return (None, None);
+        }
+        flag(
+            &inner,
+            self.id,
+            &self.scope,
+            Code::UnmatchedResponse,
+            Some(&id),
+            None,
+            format!("response id {id} matches no pending call"),
+        );
+        (None, None)
+    }
+
+    fn finish_reply(&mut self, key: &PendingKey, p: Pending, outcome: Outcome, env: &Envelope, mut extra: Vec<&'static str>) {
+        let inner = self.insp.clone();
+        if env.tool_error && &*p.method == "tools/call" {
+            flag(
+                &inner,
+                self.id,
+                &self.scope,
+                Code::ToolError,
+                Some(&key.id),
+                Some(&p.method),
+                format!(
+                    "tool `{}` reported a failure (isError: true) inside a successful reply",
+                    p.target.as_deref().unwrap_or("?")
+                ),
+            );
+            extra.push(Code::ToolError.as_str());
+        }
+        if self.status != 200 && self.status != 0 && !self.is_get_stream && key.direction == Direction::ClientToServer {
+            flag(
+                &inner,
+                self.id,
+                &self.scope,
+                Code::HttpStatus,
+                Some(&key.id),
+                Some(&p.method),
+                format!("a JSON-RPC reply carried by HTTP {}, not 200", self.status),
+            );
+            extra.push(Code::HttpStatus.as_str());
+        }
+        end_call(&inner, key, p, outcome, &extra);
+    }
+
+    fn notice_evicted(&self, evicted: Option<Arc<str>>) {
+        if let Some(sid) = evicted {
+            self.insp.bus.publish(Event::Notice(NoticeEvent {
+                ts: now_ns(),
+                what: "session_evicted",
+                message: format!(
+                    "session {sid} was forgotten: the session cap ({}) was reached",
+                    self.insp.cfg.limits.max_sessions
+                ),
+            }));
+        }
+    }
+
+    /// The reply ended (normally or not). Calls of this exchange still waiting end as missing.
+    pub fn end(&mut self, reason: EndReason) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let inner = self.insp.clone();
+        let mode = std::mem::replace(&mut self.mode, ReplyMode::Ignore);
+        match mode {
+            ReplyMode::Json { buf, overflow } => {
+                if overflow {
+                    self.reply_frames += 1;
+                    flag(
+                        &inner,
+                        self.id,
+                        &self.scope,
+                        Code::NotInspected,
+                        None,
+                        None,
+                        format!(
+                            "reply body larger than the inspection cap ({} bytes): forwarded, not inspected",
+                            inner.cfg.max_frame_bytes
+                        ),
+                    );
+                } else if !buf.is_empty() && matches!(reason, EndReason::Complete) {
+                    if self.req.calls.is_empty() && !self.req.parse_error && self.req.notifications > 0 {
+                        flag(
+                            &inner,
+                            self.id,
+                            &self.scope,
+                            Code::NotificationReply,
+                            None,
+                            None,
+                            "a POST of only notifications was answered with a body; notifications get no reply".into(),
+                        );
+                        self.reply_frames += 1;
+                        self.publish_unparsed(Direction::ServerToClient, buf.freeze(), None);
+                    } else {
+                        self.reply_body(buf.freeze(), Transport::Json, None);
+                    }
+                } else if !buf.is_empty() {
+                    self.reply_frames += 1; // torn; not parsed
+                }
+            }
+            ReplyMode::Sse { mut dec } => {
+                if dec.finish() {
+                    tracing::debug!(exchange = self.id, "SSE stream ended inside an event");
+                }
+            }
+            ReplyMode::Ignore => {}
+        }
+        // A DELETE that succeeded ends its session.
+        if self.req.delete_session && (200..300).contains(&self.status) {
+            if let Scope::Session(sid) = &self.scope {
+                for (k, p) in inner.correlator.drain_scope(&self.scope) {
+                    end_missing(&inner, &k, p, "session ended (DELETE)", true);
+                }
+                inner.correlator.end_session(sid);
+            }
+        }
+        let parked = self.status == 202 && matches!(self.scope, Scope::Session(_)) && self.reply_frames == 0;
+        if !parked {
+            let why = match (&reason, self.status) {
+                (EndReason::Complete, s) if self.reply_frames == 0 => format!("HTTP {s} with no JSON-RPC reply"),
+                (EndReason::Complete, _) => "the reply ended without it".to_string(),
+                (r, _) => r.describe(),
+            };
+            for k in std::mem::take(&mut self.req.calls) {
+                if let Some(p) = inner.correlator.remove_all(&k) {
+                    if self.reply_frames == 0 && !(200..300).contains(&self.status) && self.status != 0 {
+                        for _ in 0..=p.extra {
+                            let mut p1 = p.clone();
+                            p1.extra = 0;
+                            end_call(&inner, &k, p1, Outcome::Rejected { status: self.status }, &[]);
+                        }
+                    } else {
+                        end_missing(&inner, &k, p, &why, true);
+                    }
+                }
+            }
+        }
+        if inner.bus.is_active() {
+            inner.bus.publish(Event::Http(HttpEvent::End {
+                ts: now_ns(),
+                exchange: self.id,
+                reason: reason.describe(),
+                bytes: self.bytes,
+            }));
+        }
+    }
+}
+
+impl Drop for ExchangeCtx {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(EndReason::ClientGone);
+        }
+    }
+}

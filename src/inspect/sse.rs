@@ -1,0 +1,283 @@
+//! An incremental `text/event-stream` decoder (the WHATWG "event stream interpretation").
+//!
+//! It is fed the copied chunks of a reply as they pass and returns each event once its blank line
+//! has arrived. Chunks may split anywhere: inside a line, inside a UTF-8 sequence, between `\r`
+//! and `\n`. It works on bytes, so it never waits for more than the current event, and it holds
+//! at most `max_event_bytes` of an event: a larger one is reported as oversized, not kept.
+
+use bytes::{Bytes, BytesMut};
+
+/// One dispatched event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field; `None` means the default type, `message`.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: Bytes,
+    /// The `id:` field set in this event, if any.
+    pub id: Option<String>,
+    /// The `retry:` field set in this event, if any.
+    pub retry: Option<u64>,
+    /// The data was larger than the cap and was dropped (the event is still reported).
+    pub oversized: bool,
+}
+
+impl SseEvent {
+    /// The event type, `message` by default.
+    pub fn kind(&self) -> &str {
+        self.event.as_deref().unwrap_or("message")
+    }
+}
+
+/// The decoder's state between chunks.
+#[derive(Debug)]
+pub struct SseDecoder {
+    line: BytesMut,
+    line_oversized: bool,
+    data: BytesMut,
+    has_data: bool,
+    event: Option<String>,
+    id: Option<String>,
+    retry: Option<u64>,
+    oversized: bool,
+    last_was_cr: bool,
+    at_start: bool,
+    max_event_bytes: usize,
+}
+
+impl SseDecoder {
+    pub fn new(max_event_bytes: usize) -> Self {
+        SseDecoder {
+            line: BytesMut::new(),
+            line_oversized: false,
+            data: BytesMut::new(),
+            has_data: false,
+            event: None,
+            id: None,
+            retry: None,
+            oversized: false,
+            last_was_cr: false,
+            at_start: true,
+            max_event_bytes,
+        }
+    }
+
+    /// Feeds one chunk; calls `emit` for every event completed by it.
+    pub fn feed(&mut self, mut chunk: &[u8], mut emit: impl FnMut(SseEvent)) {
+        if chunk.is_empty() {
+            return;
+        }
+        if self.at_start && !chunk.is_empty() {
+            // A leading UTF-8 BOM is skipped (it may itself be split: handled by the line buffer).
+            if self.line.is_empty() && chunk.starts_with(b"\xEF\xBB\xBF") {
+                chunk = &chunk[3..];
+            }
+            if !chunk.is_empty() {
+                self.at_start = false;
+            }
+        }
+        if self.last_was_cr && chunk.first() == Some(&b'\n') {
+            chunk = &chunk[1..];
+        }
+        self.last_was_cr = false;
+        while !chunk.is_empty() {
+            match memchr::memchr2(b'\n', b'\r', chunk) {
+                Some(pos) => {
+                    let line_end = chunk[pos];
+                    self.append_line(&chunk[..pos]);
+                    let mut next = pos + 1;
+                    if line_end == b'\r' {
+                        if next < chunk.len() {
+                            if chunk[next] == b'\n' {
+                                next += 1;
+                            }
+                        } else {
+                            self.last_was_cr = true;
+                        }
+                    }
+                    self.end_line(&mut emit);
+                    chunk = &chunk[next..];
+                }
+                None => {
+                    self.append_line(chunk);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The stream ended: an event without its blank line is discarded, as the spec says.
+    /// Returns true when such an incomplete event was pending.
+    pub fn finish(&mut self) -> bool {
+        let incomplete = !self.line.is_empty() || self.has_data;
+        self.reset_event();
+        self.line.clear();
+        incomplete
+    }
+
+    fn append_line(&mut self, part: &[u8]) {
+        if self.line_oversized {
+            return;
+        }
+        if self.line.len() + part.len() > self.max_event_bytes {
+            self.line_oversized = true;
+            self.line.clear();
+            return;
+        }
+        self.line.extend_from_slice(part);
+    }
+
+    fn end_line(&mut self, emit: &mut impl FnMut(SseEvent)) {
+        let oversized_line = std::mem::take(&mut self.line_oversized);
+        if oversized_line {
+            // Keep the field name only if we can tell it was data: an oversized line is
+            // almost always data; mark the event oversized either way.
+            self.oversized = true;
+            self.has_data = true;
+            return;
+        }
+        let line = self.line.split().freeze();
+        if line.is_empty() {
+            self.dispatch(emit);
+            return;
+        }
+        if line[0] == b':' {
+            return; // comment / keep-alive
+        }
+        let (field, value) = match memchr::memchr(b':', &line) {
+            Some(i) => {
+                let v = &line[i + 1..];
+                let v = v.strip_prefix(b" ").unwrap_or(v);
+                (&line[..i], line.slice_ref(v))
+            }
+            None => (&line[..], Bytes::new()),
+        };
+        match field {
+            b"data" => {
+                if self.oversized {
+                    return;
+                }
+                if self.data.len() + value.len() + 1 > self.max_event_bytes {
+                    self.oversized = true;
+                    self.data.clear();
+                } else {
+                    if self.has_data {
+                        self.data.extend_from_slice(b"\n");
+                    }
+                    self.data.extend_from_slice(&value);
+                }
+                self.has_data = true;
+            }
+            b"event" => self.event = Some(String::from_utf8_lossy(&value).into_owned()),
+            b"id" => {
+                if !value.contains(&0) {
+                    self.id = Some(String::from_utf8_lossy(&value).into_owned());
+                }
+            }
+            b"retry" => {
+                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
+                    self.retry = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, emit: &mut impl FnMut(SseEvent)) {
+        if !self.has_data {
+            // No data: the spec resets the buffers without dispatching; `id`/`retry` still
+            // matter to a watcher, so an event with only those is reported with empty data.
+            if self.id.is_some() || self.retry.is_some() {
+                emit(SseEvent {
+                    event: self.event.take(),
+                    data: Bytes::new(),
+                    id: self.id.take(),
+                    retry: self.retry.take(),
+                    oversized: false,
+                });
+            }
+            self.reset_event();
+            return;
+        }
+        let ev = SseEvent {
+            event: self.event.take(),
+            data: self.data.split().freeze(),
+            id: self.id.take(),
+            retry: self.retry.take(),
+            oversized: self.oversized,
+        };
+        self.reset_event();
+        emit(ev);
+    }
+
+    fn reset_event(&mut self) {
+        self.data.clear();
+        self.has_data = false;
+        self.event = None;
+        self.id = None;
+        self.retry = None;
+        self.oversized = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::new(1 << 20);
+        let mut out = Vec::new();
+        for c in chunks {
+            d.feed(c, |e| out.push(e));
+        }
+        out
+    }
+
+    const STREAM: &[u8] = b"\xEF\xBB\xBF: keep-alive\r\nevent: message\r\nid: 7\r\ndata: {\"jsonrpc\":\"2.0\",\r\ndata: \"id\":1,\"result\":\"\xC3\xA9\"}\r\n\r\nretry: 3000\n\ndata:plain\rdata: two\r\rdata: x\n\n:done\n";
+
+    #[test]
+    fn fields_and_line_endings() {
+        let evs = decode_all(&[STREAM]);
+        assert_eq!(evs.len(), 4, "{evs:?}");
+        assert_eq!(evs[0].event.as_deref(), Some("message"));
+        assert_eq!(evs[0].id.as_deref(), Some("7"));
+        assert_eq!(&evs[0].data[..], "{\"jsonrpc\":\"2.0\",\n\"id\":1,\"result\":\"é\"}".as_bytes());
+        assert_eq!(evs[1].retry, Some(3000));
+        assert!(evs[1].data.is_empty());
+        assert_eq!(&evs[2].data[..], b"plain\ntwo");
+        assert_eq!(&evs[3].data[..], b"x");
+    }
+
+    #[test]
+    fn every_split_point_gives_the_same_events() {
+        let whole = decode_all(&[STREAM]);
+        for i in 0..=STREAM.len() {
+            for j in i..=STREAM.len() {
+                let got = decode_all(&[&STREAM[..i], &STREAM[i..j], &STREAM[j..]]);
+                assert_eq!(got, whole, "split at {i},{j}");
+            }
+        }
+        // and byte by byte
+        let bytes: Vec<&[u8]> = STREAM.chunks(1).collect();
+        assert_eq!(decode_all(&bytes), whole);
+    }
+
+    #[test]
+    fn oversized_events_are_flagged_not_kept() {
+        let mut d = SseDecoder::new(16);
+        let mut out = Vec::new();
+        d.feed(b"data: 0123456789abcdefghijkl\n\ndata: ok\n\n", |e| out.push(e));
+        assert_eq!(out.len(), 2);
+        assert!(out[0].oversized && out[0].data.is_empty());
+        assert_eq!(&out[1].data[..], b"ok");
+    }
+
+    #[test]
+    fn unfinished_event_is_reported_at_finish() {
+        let mut d = SseDecoder::new(1024);
+        let mut n = 0;
+        d.feed(b"data: {\"a\"", |_| n += 1);
+        assert_eq!(n, 0);
+        assert!(d.finish());
+    }
+}

@@ -1,0 +1,37 @@
+//! The `rpctap` binary: parse the command line, set up tracing, run the subcommand on a tokio
+//! runtime, map the outcome to an exit code (0 ok, 1 failure, 2 usage).
+
+use clap::Parser;
+use rpctap::cli::{Cli, Command};
+use rpctap::{app, server};
+
+fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RPCTAP_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rpctap: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = rt.block_on(async move {
+        let shutdown = server::shutdown_signal();
+        match cli.command {
+            Command::Proxy(a) => app::proxy(a, shutdown).await,
+            Command::Demo(a) => app::demo(a, shutdown).await,
+            Command::DemoServer(a) => app::demo_server(a, shutdown).await,
+        }
+    });
+    // Connections still open after the grace period must not hold the exit.
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    if let Err(e) = result {
+        eprintln!("rpctap: {e}");
+        std::process::exit(e.exit_code());
+    }
+}

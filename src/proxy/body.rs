@@ -1,0 +1,168 @@
+//! Body wrappers of the exchange pipeline.
+//!
+//! - [`ForwardBody`]: what goes upstream — a request body read ahead (up to the inspection cap)
+//!   followed by whatever of it is still streaming from the client.
+//! - [`TeeBody`]: what goes back to the client — the upstream's reply, frame by frame, unchanged,
+//!   with a copy of every data chunk handed to the inspector before the chunk is returned.
+
+use crate::inspect::{EndReason, ExchangeCtx};
+use crate::server::BoxError;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A request body: `prefix` (already read) then `rest` (still streaming).
+#[derive(Debug)]
+pub struct ForwardBody {
+    prefix: Option<Bytes>,
+    rest: Option<Incoming>,
+}
+
+impl ForwardBody {
+    pub fn full(b: Bytes) -> Self {
+        ForwardBody {
+            prefix: (!b.is_empty()).then_some(b),
+            rest: None,
+        }
+    }
+    pub fn streaming(prefix: Option<Bytes>, rest: Incoming) -> Self {
+        ForwardBody {
+            prefix: prefix.filter(|b| !b.is_empty()),
+            rest: Some(rest),
+        }
+    }
+    pub fn empty() -> Self {
+        ForwardBody {
+            prefix: None,
+            rest: None,
+        }
+    }
+}
+
+impl Body for ForwardBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(p) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(p))));
+        }
+        match self.rest.as_mut() {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let p = self.prefix.as_ref().map_or(0, |b| b.len() as u64);
+        match &self.rest {
+            None => SizeHint::with_exact(p),
+            Some(r) => {
+                let h = r.size_hint();
+                let mut out = SizeHint::new();
+                out.set_lower(h.lower() + p);
+                if let Some(u) = h.upper() {
+                    out.set_upper(u + p);
+                }
+                out
+            }
+        }
+    }
+}
+
+/// The source of a reply body: the upstream's stream, or a body rpctap made (an error reply).
+#[derive(Debug)]
+pub enum ReplySource {
+    Upstream(Incoming),
+    Made(Option<Bytes>),
+}
+
+/// A reply body forwarded unchanged while the inspector reads a copy of each chunk.
+pub struct TeeBody {
+    src: ReplySource,
+    ctx: Option<ExchangeCtx>,
+}
+
+impl TeeBody {
+    pub fn new(src: ReplySource, ctx: Option<ExchangeCtx>) -> Self {
+        TeeBody { src, ctx }
+    }
+
+    fn end(&mut self, reason: EndReason) {
+        if let Some(mut ctx) = self.ctx.take() {
+            ctx.end(reason);
+        }
+    }
+}
+
+impl Body for TeeBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let polled = match &mut this.src {
+            ReplySource::Upstream(inc) => match Pin::new(inc).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r.map(|r| r.map_err(BoxError::from)),
+            },
+            ReplySource::Made(b) => b.take().map(|b| Ok(Frame::data(b))),
+        };
+        match polled {
+            Some(Ok(frame)) => {
+                if let (Some(data), Some(ctx)) = (frame.data_ref(), this.ctx.as_mut()) {
+                    ctx.response_data(data);
+                }
+                if this.is_src_end() {
+                    this.end(EndReason::Complete);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => {
+                this.end(EndReason::UpstreamError(e.to_string()));
+                Poll::Ready(Some(Err(e)))
+            }
+            None => {
+                this.end(EndReason::Complete);
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.is_src_end()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.src {
+            ReplySource::Upstream(i) => i.size_hint(),
+            ReplySource::Made(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+        }
+    }
+}
+
+impl TeeBody {
+    fn is_src_end(&self) -> bool {
+        match &self.src {
+            ReplySource::Upstream(i) => i.is_end_stream(),
+            ReplySource::Made(b) => b.is_none(),
+        }
+    }
+}
+
+impl Drop for TeeBody {
+    fn drop(&mut self) {
+        let reason = if self.is_src_end() {
+            EndReason::Complete
+        } else {
+            EndReason::ClientGone
+        };
+        self.end(reason);
+    }
+}

@@ -1,0 +1,93 @@
+//! Header rules of a reverse proxy: hop-by-hop headers (RFC 9110 §7.6.1) are removed, `Host` is
+//! rewritten to the upstream's unless asked not to, and `X-Forwarded-For`/`-Proto` are added.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::net::IpAddr;
+
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Whether a request asks for a protocol upgrade (WebSocket…): then `Connection: upgrade` and
+/// `Upgrade` are kept so the upstream can answer 101.
+pub fn is_upgrade(h: &HeaderMap) -> bool {
+    h.contains_key(header::UPGRADE)
+        && h.get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
+/// Removes the hop-by-hop headers, including those the `Connection` header names.
+/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay.
+pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP.iter() {
+        h.remove(n);
+    }
+    if keep_upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        h.remove(header::UPGRADE);
+    }
+}
+
+/// Appends the client's address to `X-Forwarded-For` and sets `X-Forwarded-Proto`.
+pub fn add_forwarded(h: &mut HeaderMap, peer: IpAddr, proto: &'static str) {
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let value = match h.get(&xff).and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {peer}"),
+        None => peer.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        h.insert(xff, v);
+    }
+    h.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static(proto),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_hop_by_hop_and_named() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret-hop"));
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert("mcp-session-id", HeaderValue::from_static("abc"));
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("mcp-session-id"));
+    }
+
+    #[test]
+    fn forwarded_for_appends() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        add_forwarded(&mut h, "127.0.0.1".parse().unwrap(), "http");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+    }
+}

@@ -1,0 +1,339 @@
+//! The exchange pipeline: one client request in, one reply out.
+//!
+//! Phases, in order:
+//! 1. **request** — the head is read; a JSON-RPC POST body (JSON or no content type) is read
+//!    ahead up to the inspection cap so the inspector sees whole frames and the proxy knows the
+//!    call ids (for error replies, and per-call rate limits). A larger body streams through
+//!    uninspected after what was read. Any other body streams through untouched.
+//! 2. **upstream request** — hop-by-hop headers removed, `Host` rewritten (unless
+//!    `preserve_host`), `X-Forwarded-For`/`-Proto` added; sent on the pooled client.
+//! 3. **response headers** — hop-by-hop headers removed; the inspector learns status, content
+//!    type and `Mcp-Session-Id`. An unreachable upstream gives 502, a slow one 504, with a
+//!    JSON-RPC error per call when the request held calls.
+//! 4. **response body chunk** — each chunk is handed to the client as it arrives; the inspector
+//!    reads a copy first (SSE events one by one, JSON bodies whole at the end).
+//! 5. **done** — the body ended, failed, or the client left: the inspector ends the exchange
+//!    (calls still waiting end as missing, with why).
+
+pub mod body;
+pub mod headers;
+pub mod upstream;
+
+use crate::inspect::{ExchangeCtx, Inspector, RequestMeta};
+use crate::rpc::Id;
+use body::{ForwardBody, ReplySource, TeeBody};
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// JSON-RPC error code rpctap answers with when the upstream cannot be reached.
+pub const CODE_UPSTREAM_UNREACHABLE: i64 = -32003;
+/// JSON-RPC error code rpctap answers with when the upstream does not answer in time.
+pub const CODE_UPSTREAM_TIMEOUT: i64 = -32004;
+/// JSON-RPC error code for a request rpctap could not read from the client.
+pub const CODE_BAD_REQUEST: i64 = -32005;
+
+/// Validated proxy settings.
+#[derive(Clone, Debug)]
+pub struct ProxyOptions {
+    pub upstream: Uri,
+    pub preserve_host: bool,
+    pub upstream_insecure: bool,
+    pub connect_timeout: Duration,
+    /// How long to wait for the upstream's response headers.
+    pub upstream_timeout: Duration,
+}
+
+struct Inner {
+    opts: ProxyOptions,
+    client: upstream::UpstreamClient,
+    inspector: Inspector,
+    upstream_host: Option<HeaderValue>,
+    base_path: String,
+}
+
+/// The proxy: cheap to clone, one per listener.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+/// Errors of one exchange, by where they came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    #[error("upstream unreachable: {0}")]
+    UpstreamUnreachable(String),
+    #[error("upstream did not answer within {0:?}")]
+    UpstreamTimeout(Duration),
+    #[error("could not read the request from the client: {0}")]
+    Downstream(String),
+    #[error("could not build the upstream request: {0}")]
+    Internal(String),
+}
+
+impl ExchangeError {
+    /// One exhaustive mapping from error to HTTP status and JSON-RPC code.
+    fn status_and_code(&self) -> (StatusCode, i64) {
+        match self {
+            ExchangeError::UpstreamUnreachable(_) => (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE),
+            ExchangeError::UpstreamTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, CODE_UPSTREAM_TIMEOUT),
+            ExchangeError::Downstream(_) => (StatusCode::BAD_REQUEST, CODE_BAD_REQUEST),
+            ExchangeError::Internal(_) => (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE),
+        }
+    }
+}
+
+pub type ProxyBody = TeeBody;
+
+impl Proxy {
+    pub fn new(opts: ProxyOptions, inspector: Inspector) -> Self {
+        let client = upstream::build_client(opts.connect_timeout, opts.upstream_insecure);
+        let upstream_host = opts
+            .upstream
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+        let base_path = opts.upstream.path().trim_end_matches('/').to_string();
+        Proxy {
+            inner: Arc::new(Inner {
+                opts,
+                client,
+                inspector,
+                upstream_host,
+                base_path,
+            }),
+        }
+    }
+
+    pub fn inspector(&self) -> &Inspector {
+        &self.inner.inspector
+    }
+
+    /// Handles one exchange. Never fails: errors become 4xx/5xx replies.
+    pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let inner = &self.inner;
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase);
+        let session = req
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut ctx = inner.inspector.begin(&RequestMeta {
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            query: req.uri().query(),
+            content_type: content_type.as_deref(),
+            session: session.as_deref(),
+            peer: peer.to_string(),
+        });
+        let upgrade = headers::is_upgrade(req.headers());
+        let is_rpc = req.method() == Method::POST
+            && !upgrade
+            && content_type.as_deref().is_none_or(|c| c.contains("json"));
+
+        // Phase 1: request.
+        let (parts, incoming) = {
+            let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+            let (parts, body) = req.into_parts();
+            ((parts, client_upgrade), body)
+        };
+        let (mut parts, client_upgrade) = parts;
+        let fwd_body = if is_rpc {
+            match read_ahead(incoming, inner.inspector.config().max_frame_bytes).await {
+                Ok(ReadAhead::Whole(b)) => {
+                    ctx.request_body(&b, true);
+                    ForwardBody::full(b)
+                }
+                Ok(ReadAhead::Partial(prefix, rest)) => {
+                    ctx.request_body(&prefix, false);
+                    ForwardBody::streaming(Some(prefix), rest)
+                }
+                Err(e) => return self.error_reply(ctx, ExchangeError::Downstream(e.to_string())),
+            }
+        } else if http_body::Body::is_end_stream(&incoming) {
+            ForwardBody::empty()
+        } else {
+            ForwardBody::streaming(None, incoming)
+        };
+
+        // Phase 2: upstream request.
+        let uri = match self.upstream_uri(&parts.uri) {
+            Ok(u) => u,
+            Err(e) => return self.error_reply(ctx, ExchangeError::Internal(e)),
+        };
+        parts.uri = uri;
+        parts.version = http::Version::HTTP_11;
+        headers::strip_hop_by_hop(&mut parts.headers, upgrade);
+        if !inner.opts.preserve_host {
+            match &inner.upstream_host {
+                Some(h) => {
+                    parts.headers.insert(header::HOST, h.clone());
+                }
+                None => {
+                    parts.headers.remove(header::HOST);
+                }
+            }
+        } else if !parts.headers.contains_key(header::HOST) {
+            // An h2 client sends `:authority`, not Host: keep it as the Host header.
+            if let Some(a) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+                parts.headers.insert(header::HOST, a);
+            }
+        }
+        headers::add_forwarded(&mut parts.headers, peer.ip(), "http");
+        let is_head = parts.method == Method::HEAD;
+        let up_req = Request::from_parts(parts, fwd_body);
+
+        let sent = tokio::time::timeout(inner.opts.upstream_timeout, inner.client.request(up_req)).await;
+        let mut resp = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                let why = describe_client_error(&e);
+                tracing::warn!(exchange = ctx.id, error = %why, "upstream request failed");
+                return self.error_reply(ctx, ExchangeError::UpstreamUnreachable(why));
+            }
+            Err(_) => {
+                tracing::warn!(exchange = ctx.id, "upstream timed out");
+                return self.error_reply(ctx, ExchangeError::UpstreamTimeout(inner.opts.upstream_timeout));
+            }
+        };
+
+        // Phase 3: response headers.
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(client_up) = client_upgrade {
+                let upstream_up = hyper::upgrade::on(&mut resp);
+                tokio::spawn(async move {
+                    match (client_up.await, upstream_up.await) {
+                        (Ok(c), Ok(u)) => {
+                            let mut c = hyper_util::rt::TokioIo::new(c);
+                            let mut u = hyper_util::rt::TokioIo::new(u);
+                            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                        }
+                        (c, u) => tracing::debug!(client_ok = c.is_ok(), upstream_ok = u.is_ok(), "upgrade failed"),
+                    }
+                });
+            }
+        }
+        let (mut rparts, rbody) = resp.into_parts();
+        let keep_upgrade = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
+        headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade);
+        let rct = rparts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let rsession = rparts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+        ctx.response_head(rparts.status.as_u16(), rct, rsession);
+        if is_head {
+            ctx.end(crate::inspect::EndReason::Complete);
+        }
+        // Phases 4 and 5 happen in the body as the client reads it.
+        Response::from_parts(rparts, TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)))
+    }
+
+    fn upstream_uri(&self, orig: &Uri) -> Result<Uri, String> {
+        let up = &self.inner.opts.upstream;
+        let pq = orig.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let path = format!("{}{}", self.inner.base_path, pq);
+        Uri::builder()
+            .scheme(up.scheme_str().unwrap_or("http"))
+            .authority(up.authority().map(|a| a.as_str()).unwrap_or(""))
+            .path_and_query(path)
+            .build()
+            .map_err(|e| e.to_string())
+    }
+
+    /// A reply rpctap makes itself: a JSON-RPC error per call when the request held calls,
+    /// fed through the inspector like any reply.
+    fn error_reply(&self, mut ctx: ExchangeCtx, err: ExchangeError) -> Response<ProxyBody> {
+        let (status, code) = err.status_and_code();
+        let message = err.to_string();
+        let body = if ctx.is_rpc() {
+            let ids: Vec<Id> = ctx.call_ids().to_vec();
+            if ctx.was_batch() {
+                if ids.is_empty() {
+                    None
+                } else {
+                    let items: Vec<String> = ids
+                        .iter()
+                        .map(|id| crate::rpc::error_reply(id, code, &message, None))
+                        .collect();
+                    Some(format!("[{}]", items.join(",")))
+                }
+            } else {
+                match ids.first() {
+                    Some(id) => Some(crate::rpc::error_reply(id, code, &message, None)),
+                    None if ctx.call_ids().is_empty() && !ctx.was_batch() => {
+                        // A notification or an unreadable request: id null if anything.
+                        None
+                    }
+                    None => None,
+                }
+            }
+        } else {
+            Some(format!("rpctap: {message}\n"))
+        };
+        let ct = if ctx.is_rpc() { "application/json" } else { "text/plain; charset=utf-8" };
+        ctx.response_head(status.as_u16(), body.as_ref().map(|_| ct), None);
+        let bytes = body.map(Bytes::from);
+        let mut resp = Response::new(TeeBody::new(ReplySource::Made(bytes.clone()), Some(ctx)));
+        *resp.status_mut() = status;
+        if bytes.is_some() {
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+        }
+        resp
+    }
+}
+
+fn describe_client_error(e: &hyper_util::client::legacy::Error) -> String {
+    use std::error::Error;
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+enum ReadAhead {
+    Whole(Bytes),
+    Partial(Bytes, Incoming),
+}
+
+/// Reads a request body up to `cap` bytes. A body that ends within the cap is returned whole;
+/// a larger one as what was read plus the rest still streaming.
+async fn read_ahead(mut body: Incoming, cap: usize) -> Result<ReadAhead, hyper::Error> {
+    let declared = http_body::Body::size_hint(&body).exact();
+    if declared.is_some_and(|n| n > cap as u64) {
+        return Ok(ReadAhead::Partial(Bytes::new(), body));
+    }
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else { continue };
+        let have = first.as_ref().map_or(0, |b| b.len()) + buf.len();
+        if have + data.len() > cap {
+            let mut all = BytesMut::with_capacity(have + data.len());
+            if let Some(f) = first.take() {
+                all.extend_from_slice(&f);
+            }
+            all.extend_from_slice(&buf);
+            all.extend_from_slice(&data);
+            return Ok(ReadAhead::Partial(all.freeze(), body));
+        }
+        match first.take() {
+            None if buf.is_empty() => first = Some(data),
+            Some(f) => {
+                buf.extend_from_slice(&f);
+                buf.extend_from_slice(&data);
+            }
+            None => buf.extend_from_slice(&data),
+        }
+    }
+    Ok(ReadAhead::Whole(first.unwrap_or_else(|| buf.freeze())))
+}
