@@ -46,8 +46,12 @@ pub struct RunningProxy {
 
 impl RunningProxy {
     pub async fn bind(cfg: ProxyConfig) -> Result<Self, AppError> {
+        Self::bind_with(cfg, BusBuilder::default()).await
+    }
+
+    /// Like `bind`, with extra subscribers already on the bus (tests, the dashboard).
+    pub async fn bind_with(cfg: ProxyConfig, mut bus: BusBuilder) -> Result<Self, AppError> {
         let listener = bind(cfg.listen).await?;
-        let mut bus = BusBuilder::default();
         let log = (cfg.log != LogFormat::Off).then(|| bus.subscribe("log", 65_536));
         let inspector = Inspector::new(cfg.inspect, bus.build());
         let proxy = Proxy::new(cfg.proxy.clone(), inspector);

@@ -406,7 +406,7 @@ impl ExchangeCtx {
     }
 
     /// The response's status line and headers arrived.
-    pub fn response_head(&mut self, status: u16, content_type: Option<&str>, session: Option<&str>) {
+    pub fn response_head(&mut self, status: u16, content_type: Option<&str>, session: Option<&str>, content_length: Option<u64>) {
         self.status = status;
         let inner = self.insp.clone();
         if inner.bus.is_active() {
@@ -455,10 +455,13 @@ impl ExchangeCtx {
                 dec: Box::new(SseDecoder::new(inner.cfg.max_frame_bytes)),
             }
         } else if self.req.is_rpc && (ct.is_empty() || ct.contains("json")) {
-            ReplyMode::Json {
-                buf: BytesMut::new(),
-                overflow: false,
-            }
+            // A body declared larger than the cap is never buffered at all.
+            let overflow = content_length.is_some_and(|n| n > inner.cfg.max_frame_bytes as u64);
+            let buf = match content_length {
+                Some(n) if !overflow => BytesMut::with_capacity(n as usize),
+                _ => BytesMut::new(),
+            };
+            ReplyMode::Json { buf, overflow }
         } else {
             ReplyMode::Ignore
         };
@@ -493,7 +496,7 @@ impl ExchangeCtx {
                 if *overflow {
                     return;
                 }
-                if buf.len() + chunk.len() > max {
+                if buf.len() + chunk.len() > max || buf.capacity() > 2 * max {
                     *overflow = true;
                     buf.clear();
                     *buf = BytesMut::new();

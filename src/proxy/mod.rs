@@ -226,7 +226,12 @@ impl Proxy {
         headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade);
         let rct = rparts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
         let rsession = rparts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
-        ctx.response_head(rparts.status.as_u16(), rct, rsession);
+        let rlen = rparts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        ctx.response_head(rparts.status.as_u16(), rct, rsession, rlen);
         if is_head {
             ctx.end(crate::inspect::EndReason::Complete);
         }
@@ -277,7 +282,7 @@ impl Proxy {
             Some(format!("rpctap: {message}\n"))
         };
         let ct = if ctx.is_rpc() { "application/json" } else { "text/plain; charset=utf-8" };
-        ctx.response_head(status.as_u16(), body.as_ref().map(|_| ct), None);
+        ctx.response_head(status.as_u16(), body.as_ref().map(|_| ct), None, body.as_ref().map(|b| b.len() as u64));
         let bytes = body.map(Bytes::from);
         let mut resp = Response::new(TeeBody::new(ReplySource::Made(bytes.clone()), Some(ctx)));
         *resp.status_mut() = status;

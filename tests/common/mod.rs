@@ -1,0 +1,215 @@
+//! Test harness: in-process servers on 127.0.0.1:0 (demo, proxy, scripted upstreams) and a
+//! small HTTP client. Everything speaks over real sockets.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use rpctap::app::RunningProxy;
+use rpctap::cli::ProxyFlags;
+use rpctap::demo::{self, DemoOptions};
+use rpctap::events::{BusBuilder, Event, Subscription};
+use rpctap::inspect::Inspector;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// Stops a server when dropped.
+pub struct Stop(Option<oneshot::Sender<()>>);
+impl Drop for Stop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            let _ = t.send(());
+        }
+    }
+}
+
+fn stop_pair() -> (Stop, impl Future<Output = ()>) {
+    let (tx, rx) = oneshot::channel();
+    (Stop(Some(tx)), async move {
+        let _ = rx.await;
+    })
+}
+
+pub async fn start_demo_with(opts: DemoOptions) -> (SocketAddr, Stop) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (stop, sd) = stop_pair();
+    tokio::spawn(demo::run(l, opts, sd, Duration::from_secs(1)));
+    (addr, stop)
+}
+
+pub async fn start_demo() -> (SocketAddr, Stop) {
+    start_demo_with(DemoOptions::default()).await
+}
+
+pub struct TestProxy {
+    pub addr: SocketAddr,
+    pub inspector: Inspector,
+    pub events: Subscription,
+    pub stop: Stop,
+}
+
+impl TestProxy {
+    /// Every event published so far (waits briefly for stragglers).
+    pub async fn drain(&mut self) -> Vec<Arc<Event>> {
+        let mut out = Vec::new();
+        loop {
+            match tokio::time::timeout(Duration::from_millis(150), self.events.rx.recv()).await {
+                Ok(Some(e)) => out.push(e),
+                _ => break,
+            }
+        }
+        out
+    }
+}
+
+pub async fn start_proxy_flags(upstream: &str, flags: ProxyFlags) -> TestProxy {
+    let mut flags = flags;
+    flags.log.get_or_insert(rpctap::cli::LogFormat::Off);
+    let cfg = rpctap::config::resolve(Some("127.0.0.1:0".parse().unwrap()), Some(upstream), &flags).unwrap();
+    let mut bus = BusBuilder::default();
+    let events = bus.subscribe("test", 1 << 20);
+    let running = RunningProxy::bind_with(cfg, bus).await.unwrap();
+    let addr = running.local_addr().unwrap();
+    let inspector = running.proxy.inspector().clone();
+    let (stop, sd) = stop_pair();
+    tokio::spawn(running.serve(sd));
+    TestProxy {
+        addr,
+        inspector,
+        events,
+        stop,
+    }
+}
+
+pub async fn start_proxy(upstream: &str) -> TestProxy {
+    start_proxy_flags(upstream, ProxyFlags::default()).await
+}
+
+pub type BoxFut = Pin<Box<dyn Future<Output = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>>> + Send>>;
+
+/// A scripted upstream: `f` gets the request head and the whole body and returns the reply.
+pub async fn start_upstream<F>(f: F) -> (SocketAddr, Stop)
+where
+    F: Fn(http::request::Parts, Bytes) -> BoxFut + Send + Sync + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (stop, sd) = stop_pair();
+    let f = Arc::new(f);
+    tokio::spawn(rpctap::server::serve(
+        l,
+        move |req: Request<Incoming>, _peer| {
+            let f = f.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                f(parts, body).await
+            }
+        },
+        sd,
+        Duration::from_millis(200),
+    ));
+    (addr, stop)
+}
+
+pub fn boxed(b: impl Into<Bytes>) -> http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible> {
+    http_body_util::combinators::UnsyncBoxBody::new(Full::new(b.into()))
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
+    let mut b = Request::builder().method(method).uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = client().request(b.body(Full::new(body.into())).unwrap()).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    send(addr, "POST", path, &[("content-type", "application/json")], body.to_string()).await
+}
+
+pub const MCP_ACCEPT: (&str, &str) = ("accept", "application/json, text/event-stream");
+
+/// The `data:` payloads of an SSE body.
+pub fn sse_data(body: &str) -> Vec<serde_json::Value> {
+    body.split("\n\n")
+        .filter_map(|ev| {
+            let data: Vec<&str> = ev.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            (!data.is_empty()).then(|| serde_json::from_str(&data.join("\n")).unwrap())
+        })
+        .collect()
+}
+
+/// Opens an MCP session on `addr` (initialize + initialized); returns the session id.
+pub async fn mcp_session(addr: SocketAddr) -> String {
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#;
+    let r = send(addr, "POST", "/mcp", &[("content-type", "application/json"), MCP_ACCEPT], init).await;
+    assert_eq!(r.status, 200);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let r = send(
+        addr,
+        "POST",
+        "/mcp",
+        &[("content-type", "application/json"), MCP_ACCEPT, ("mcp-session-id", &sid)],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 202);
+    sid
+}
+
+pub fn anomalies(events: &[Arc<Event>]) -> Vec<(String, Option<String>)> {
+    events
+        .iter()
+        .filter_map(|e| match &**e {
+            Event::Anomaly(a) => Some((a.code.to_string(), a.id.as_ref().map(|i| i.to_string()))),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn calls(events: &[Arc<Event>]) -> Vec<rpctap::events::CallEvent> {
+    events
+        .iter()
+        .filter_map(|e| match &**e {
+            Event::Call(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,414 @@
+//! The proxy core over real sockets: seed 000 through the proxy byte for byte, SSE streaming,
+//! upstream failures, pass-through of non-JSON-RPC traffic, headers, h2c, bad input, shutdown.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Seed 000's Hurl cases: (body, expected status).
+const SEED_CASES: [(&str, u16); 6] = [
+    (r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 1}"#, 200),
+    (
+        r#"[
+  {"jsonrpc": "2.0", "method": "add", "params": [1, 2, 4], "id": "1"},
+  {"jsonrpc": "2.0", "method": "echo", "params": {"hello": "world"}},
+  {"jsonrpc": "2.0", "method": "echo", "params": ["x"], "id": "2"},
+  {"jsonrpc": "2.0", "method": "nope", "id": "3"}
+]"#,
+        200,
+    ),
+    (r#"{"jsonrpc": "2.0", "method": "echo", "params": ["fire and forget"]}"#, 204),
+    (
+        r#"{"jsonrpc": "2.0", "method": "error", "params": {"code": -32001, "message": "Rate limited", "data": {"retry_after": 1}}, "id": 7}"#,
+        200,
+    ),
+    (r#"{"jsonrpc": "2.0", "method": "sleep", "params": {"ms": 200}, "id": "slow"}"#, 200),
+    ("{\"jsonrpc\": \"2.0\", \"method\":\n", 200),
+];
+
+#[tokio::test]
+async fn seed_000_cases_pass_through_byte_identical() {
+    let (demo, _d) = start_demo().await;
+    let mut proxy = start_proxy(&format!("http://{demo}")).await;
+    for (body, status) in SEED_CASES {
+        let direct = post_json(demo, "/jsonrpc", body).await;
+        let t0 = Instant::now();
+        let via = post_json(proxy.addr, "/jsonrpc", body).await;
+        let took = t0.elapsed();
+        assert_eq!(direct.status, status, "{body}");
+        assert_eq!(via.status, direct.status, "{body}");
+        assert_eq!(via.body, direct.body, "{body}");
+        assert_eq!(via.headers.get("content-type"), direct.headers.get("content-type"));
+        if body.contains("sleep") {
+            assert!(took >= Duration::from_millis(200));
+        }
+    }
+    // The seed's assertions, on what came through the proxy.
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[0].0).await.json();
+    assert_eq!((r["result"].clone(), r["id"].clone()), (19.into(), 1.into()));
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[1].0).await.json();
+    assert_eq!(r.as_array().unwrap().len(), 3);
+    assert_eq!(r[0]["result"], 7);
+    assert_eq!(r[1]["result"][0], "x");
+    assert_eq!(r[2]["error"]["code"], -32601);
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[3].0).await.json();
+    assert_eq!(r["error"]["code"], -32001);
+    assert_eq!(r["error"]["message"], "Rate limited");
+    assert_eq!(r["error"]["data"]["retry_after"], 1);
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[5].0).await.json();
+    assert_eq!(r["error"]["code"], -32700);
+    assert!(r["id"].is_null());
+    // Only the deliberately broken request was flagged.
+    let ev = proxy.drain().await;
+    let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
+    assert_eq!(codes, vec!["PARSE_ERROR", "PARSE_ERROR"], "{codes:?}");
+}
+
+#[tokio::test]
+async fn sse_events_arrive_one_by_one() {
+    // The upstream sends event 1, then waits until the test has seen event 1 through the
+    // proxy before it sends event 2.
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel::<()>();
+    let seen_rx = std::sync::Mutex::new(Some(seen_rx));
+    let (up, _u) = start_upstream(move |_parts, _body| {
+        let rx = seen_rx.lock().unwrap().take();
+        Box::pin(async move {
+            let (tx, chan) = tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, std::convert::Infallible>>(4);
+            tokio::spawn(async move {
+                let _ = tx.send(Ok(http_body::Frame::data(Bytes::from_static(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n")))).await;
+                if let Some(rx) = rx {
+                    let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+                }
+                let _ = tx.send(Ok(http_body::Frame::data(Bytes::from_static(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n")))).await;
+            });
+            let body = http_body_util::StreamBody::new(tokio_stream_from(chan));
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(http_body_util::combinators::UnsyncBoxBody::new(body))
+                .unwrap()
+        })
+    })
+    .await;
+    let mut proxy = start_proxy(&format!("http://{up}")).await;
+    let req = Request::post(format!("http://{}/mcp", proxy.addr))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(Full::new(Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"slow\"}}")))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    let mut body = resp.into_body();
+    let t0 = Instant::now();
+    let first = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("first event must arrive while the upstream still holds the second")
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap();
+    let first_latency = t0.elapsed();
+    assert!(first.starts_with(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\""));
+    seen_tx.send(()).unwrap();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert!(rest.ends_with(b"\"result\":{}}\n\n"));
+    eprintln!("first SSE event through the proxy after {first_latency:?}");
+    let ev = proxy.drain().await;
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    let c = calls(&ev);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].outcome, rpctap::events::Outcome::Result);
+}
+
+/// A channel receiver as a Stream (tokio-stream is not a dependency for one adapter).
+fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn upstream_down_gives_502_with_the_call_id() {
+    // A port with nothing listening.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = l.local_addr().unwrap();
+    drop(l);
+    let mut proxy = start_proxy(&format!("http://{dead}")).await;
+    let r = post_json(proxy.addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":"abc"}"#).await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    let v = r.json();
+    assert_eq!(v["id"], "abc");
+    assert_eq!(v["jsonrpc"], "2.0");
+    let code = v["error"]["code"].as_i64().unwrap();
+    assert!((-32099..=-32000).contains(&code), "{code}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("upstream unreachable"));
+    // A batch gets one error per call, ids in order; notifications get none.
+    let r = post_json(
+        proxy.addr,
+        "/jsonrpc",
+        r#"[{"jsonrpc":"2.0","method":"a","id":1},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","method":"b","id":"2"}]"#,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    let v = r.json();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!((v[0]["id"].clone(), v[1]["id"].clone()), (1.into(), "2".into()));
+    // Plain HTTP gets a plain 502.
+    let r = send(proxy.addr, "GET", "/", &[], "").await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    // The proxy's own error replies are correct JSON-RPC: no anomaly, each call ends as an error.
+    let ev = proxy.drain().await;
+    let c = calls(&ev);
+    assert_eq!(c.len(), 3);
+    assert!(c.iter().all(|c| matches!(c.outcome, rpctap::events::Outcome::Error { .. })));
+    let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
+    assert_eq!(codes, vec!["HTTP_STATUS"; 3], "a 502 carrying replies is flagged as such");
+}
+
+#[tokio::test]
+async fn upstream_timeout_gives_504() {
+    let (up, _u) = start_upstream(|_p, _b| {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Response::new(boxed("late"))
+        })
+    })
+    .await;
+    let flags = rpctap::cli::ProxyFlags {
+        upstream_timeout: Some(0.3),
+        ..Default::default()
+    };
+    let proxy = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let r = post_json(proxy.addr, "/rpc", r#"{"jsonrpc":"2.0","method":"x","id":5}"#).await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(r.json()["id"], 5);
+    assert_eq!(r.json()["error"]["code"], rpctap::proxy::CODE_UPSTREAM_TIMEOUT);
+}
+
+#[tokio::test]
+async fn non_json_rpc_passes_untouched_and_headers_are_rewritten() {
+    // The upstream answers with what it received, so the test can see what the proxy sent.
+    let (up, _u) = start_upstream(|parts, body| {
+        Box::pin(async move {
+            let headers: serde_json::Map<String, serde_json::Value> = parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").into()))
+                .collect();
+            let echo = serde_json::json!({ "method": parts.method.as_str(), "uri": parts.uri.to_string(), "headers": headers, "body_len": body.len() });
+            if parts.uri.path() == "/.well-known/oauth-authorization-server" {
+                return Response::builder()
+                    .header("content-type", "application/json")
+                    .header("x-custom", "kept")
+                    .header("set-cookie", "a=b")
+                    .body(boxed("{\"issuer\":\"http://auth\",  \"odd spacing\": [1,2 ]}"))
+                    .unwrap();
+            }
+            Response::builder()
+                .header("content-type", "text/plain")
+                .header("keep-alive", "timeout=5")
+                .body(boxed(echo.to_string()))
+                .unwrap()
+        })
+    })
+    .await;
+    let mut proxy = start_proxy(&format!("http://{up}")).await;
+    let direct = send(up, "GET", "/.well-known/oauth-authorization-server", &[], "").await;
+    let via = send(proxy.addr, "GET", "/.well-known/oauth-authorization-server", &[], "").await;
+    assert_eq!(via.status, 200);
+    assert_eq!(via.body, direct.body);
+    assert_eq!(via.headers["x-custom"], "kept");
+    assert_eq!(via.headers["set-cookie"], "a=b");
+
+    let via = send(
+        proxy.addr,
+        "PUT",
+        "/files/a.txt?x=1&y=%20",
+        &[("connection", "x-hop"), ("x-hop", "secret"), ("te", "trailers"), ("x-forwarded-for", "10.1.2.3"), ("authorization", "Bearer t")],
+        "some bytes",
+    )
+    .await;
+    assert!(via.headers.get("keep-alive").is_none(), "hop-by-hop reply headers are removed");
+    let v: serde_json::Value = serde_json::from_slice(&via.body).unwrap();
+    assert_eq!(v["method"], "PUT");
+    assert_eq!(v["uri"], "/files/a.txt?x=1&y=%20");
+    assert_eq!(v["body_len"], 10);
+    let h = &v["headers"];
+    assert_eq!(h["host"], up.to_string(), "Host is the upstream's");
+    assert_eq!(h["x-forwarded-for"], "10.1.2.3, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert_eq!(h["authorization"], "Bearer t", "end-to-end headers pass");
+    assert!(h.get("x-hop").is_none() && h.get("te").is_none());
+    // Non-JSON-RPC traffic raises nothing.
+    let ev = proxy.drain().await;
+    assert!(anomalies(&ev).is_empty());
+    assert!(calls(&ev).is_empty());
+
+    // --preserve-host keeps the client's Host.
+    let flags = rpctap::cli::ProxyFlags {
+        preserve_host: true,
+        ..Default::default()
+    };
+    let proxy2 = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let via = send(proxy2.addr, "GET", "/x", &[("host", "example.test")], "").await;
+    let v: serde_json::Value = serde_json::from_slice(&via.body).unwrap();
+    assert_eq!(v["headers"]["host"], "example.test");
+}
+
+#[tokio::test]
+async fn h2c_clients_are_accepted() {
+    let (demo, _d) = start_demo().await;
+    let proxy = start_proxy(&format!("http://{demo}")).await;
+    let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let req = Request::post(format!("http://{}/jsonrpc", proxy.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(br#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":1}"#)))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], br#"{"jsonrpc":"2.0","id":1,"result":5}"#);
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_answers_and_no_panic() {
+    let (demo, _d) = start_demo().await;
+    let mut proxy = start_proxy(&format!("http://{demo}")).await;
+    // Invalid JSON: the server's -32700 passes through; rpctap flags PARSE_ERROR.
+    let r = post_json(proxy.addr, "/jsonrpc", "{not json").await;
+    assert_eq!(r.json()["error"]["code"], -32700);
+    // Invalid UTF-8.
+    let r = send(proxy.addr, "POST", "/jsonrpc", &[("content-type", "application/json")], Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\xfe\",\"id\":1}")).await;
+    assert_eq!(r.json()["error"]["code"], -32700);
+    // 10,000-deep nesting: forwarded, answered, no crash.
+    let deep = format!(r#"{{"jsonrpc":"2.0","method":"echo","id":1,"params":{}{}}}"#, "[".repeat(10_000), "]".repeat(10_000));
+    let r = post_json(proxy.addr, "/jsonrpc", &deep).await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["error"]["code"].as_i64().is_some());
+    // A 100 MiB body: streamed past the inspection cap; the demo refuses it with 413.
+    let big = Bytes::from(vec![b' '; 100 << 20]);
+    let r = send(proxy.addr, "POST", "/jsonrpc", &[("content-type", "application/json")], big).await;
+    assert!(r.status == StatusCode::PAYLOAD_TOO_LARGE || r.status == StatusCode::BAD_GATEWAY, "{}", r.status);
+    // A client that disconnects mid-stream: the proxy carries on.
+    let sid = mcp_session(proxy.addr).await;
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"slow","arguments":{"steps":5,"delay_ms":100},"_meta":{"progressToken":1}}}"#;
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-session-id: {sid}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Still serving.
+    let r = post_json(proxy.addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"add","params":[1,1],"id":1}"#).await;
+    assert_eq!(r.json()["result"], 2);
+    let ev = proxy.drain().await;
+    let cut = calls(&ev).into_iter().find(|c| c.id.to_string() == "9").expect("the cut call has an outcome");
+    assert!(matches!(&cut.outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("client disconnected")), "{:?}", cut.outcome);
+}
+
+#[tokio::test]
+async fn upstream_reset_mid_reply_ends_the_call_as_missing() {
+    // A raw upstream that sends half a chunked reply, then closes the socket.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n10\r\ndata: {\"jsonrpc\"\r\n")
+                    .await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                drop(s);
+            });
+        }
+    });
+    let mut proxy = start_proxy(&format!("http://{up}")).await;
+    let req = Request::post(format!("http://{}/mcp", proxy.addr))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(br#"{"jsonrpc":"2.0","method":"x","id":3}"#)))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.into_body().collect().await.is_err(), "the client sees the reply cut short");
+    let ev = proxy.drain().await;
+    let c = calls(&ev);
+    assert_eq!(c.len(), 1);
+    assert!(matches!(&c[0].outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("upstream")), "{:?}", c[0].outcome);
+    assert_eq!(anomalies(&ev), vec![("MISSING_RESPONSE".to_string(), Some("3".to_string()))]);
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_in_flight_calls_finish() {
+    let (demo, _d) = start_demo().await;
+    let proxy = start_proxy(&format!("http://{demo}")).await;
+    let addr = proxy.addr;
+    let inflight = tokio::spawn(async move { post_json(addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"sleep","params":[400],"id":1}"#).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(proxy.stop);
+    let r = inflight.await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["slept_ms"], 400);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(TcpStream::connect(addr).await.is_err(), "no longer accepting");
+}
+
+#[test]
+fn cli_usage_errors_name_the_flag_and_exit_2() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--upstream"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+        .args(["proxy", "--upstream", "ftp://x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn binary_runs_and_exits_0_on_sigterm() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+        .args(["demo", "--no-tui", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let ok = rt.block_on(async {
+        for _ in 0..100 {
+            if TcpStream::connect(addr).await.is_ok() {
+                let r = post_json(addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"add","params":[40,2],"id":1}"#).await;
+                return r.json()["result"] == 42;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    });
+    assert!(ok);
+    unsafe_kill_term(child.id());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mut out = String::new();
+    use std::io::Read;
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(out.contains("add id=1 result"), "the headless log shows the call: {out}");
+}
+
+fn unsafe_kill_term(pid: u32) {
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+}
