@@ -2,6 +2,7 @@
 //! `subtract`, `sleep`, `error`; concurrent batches of at most 100; notifications answered 204;
 //! the standard error codes; HTTP 200 for every reply.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
@@ -26,56 +27,71 @@ impl Default for DemoOptions {
     }
 }
 
-fn err(id: Value, code: i64, message: &str, data: Option<Value>) -> Value {
+/// An error reply with the id as raw JSON text (kept exactly as the request wrote it).
+fn err(id: &str, code: i64, message: &str, data: Option<Value>) -> String {
     let mut e = json!({ "code": code, "message": message });
     if let Some(d) = data {
         e["data"] = d;
     }
-    json!({ "jsonrpc": "2.0", "id": id, "error": e })
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#)
 }
 
-/// Answers one body; `None` means no reply (204).
-pub async fn handle_body(body: &[u8], opts: &DemoOptions) -> Option<Value> {
-    let v: Value = match serde_json::from_slice(body) {
+#[derive(serde::Deserialize)]
+struct IdOnly<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// Answers one body; `None` means no reply (204). Ids are echoed exactly as written.
+pub async fn handle_body(body: &[u8], opts: &DemoOptions) -> Option<String> {
+    let raw: &RawValue = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(_) => return Some(err(Value::Null, -32700, "Parse error", None)),
+        Err(_) => return Some(err("null", -32700, "Parse error", None)),
     };
-    match v {
-        Value::Array(items) => {
-            if items.is_empty() {
-                return Some(err(Value::Null, -32600, "Invalid Request", Some(json!("empty batch"))));
-            }
-            if items.len() > MAX_BATCH {
-                return Some(err(
-                    Value::Null,
-                    -32600,
-                    "Invalid Request",
-                    Some(json!(format!("batch of {} entries; at most {MAX_BATCH}", items.len()))),
-                ));
-            }
-            let replies = futures_util::future::join_all(items.into_iter().map(|m| handle_one(m, opts))).await;
-            let replies: Vec<Value> = replies.into_iter().flatten().collect();
-            if replies.is_empty() {
-                None
-            } else {
-                Some(Value::Array(replies))
-            }
+    if raw.get().starts_with('[') {
+        let items: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
+            Ok(i) => i,
+            Err(_) => return Some(err("null", -32700, "Parse error", None)),
+        };
+        if items.is_empty() {
+            return Some(err("null", -32600, "Invalid Request", Some(json!("empty batch"))));
         }
-        other => handle_one(other, opts).await,
+        if items.len() > MAX_BATCH {
+            return Some(err(
+                "null",
+                -32600,
+                "Invalid Request",
+                Some(json!(format!("batch of {} entries; at most {MAX_BATCH}", items.len()))),
+            ));
+        }
+        let replies = futures_util::future::join_all(items.into_iter().map(|m| handle_one(m, opts))).await;
+        let replies: Vec<String> = replies.into_iter().flatten().collect();
+        if replies.is_empty() {
+            None
+        } else {
+            Some(format!("[{}]", replies.join(",")))
+        }
+    } else {
+        handle_one(raw, opts).await
     }
 }
 
 /// Answers one message; `None` for a notification.
-pub async fn handle_one(msg: Value, opts: &DemoOptions) -> Option<Value> {
-    let Value::Object(obj) = msg else {
-        return Some(err(Value::Null, -32600, "Invalid Request", None));
+pub async fn handle_one(raw: &RawValue, opts: &DemoOptions) -> Option<String> {
+    let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(raw.get()) else {
+        return Some(err("null", -32600, "Invalid Request", None));
     };
+    let id_raw = serde_json::from_str::<IdOnly>(raw.get()).ok().and_then(|i| i.id).map(RawValue::get);
     let id = match obj.get("id") {
         None => None,
-        Some(v @ (Value::String(_) | Value::Number(_) | Value::Null)) => Some(v.clone()),
-        Some(_) => return Some(err(Value::Null, -32600, "Invalid Request", Some(json!("id must be a string, a number or null")))),
+        Some(Value::String(_) | Value::Number(_) | Value::Null) => Some(id_raw.unwrap_or("null")),
+        Some(_) => return Some(err("null", -32600, "Invalid Request", Some(json!("id must be a string, a number or null")))),
     };
-    let reply_id = id.clone().unwrap_or(Value::Null);
+    let reply_id = id.unwrap_or("null");
     if obj.get("jsonrpc") != Some(&json!("2.0")) {
         return Some(err(reply_id, -32600, "Invalid Request", Some(json!("jsonrpc must be \"2.0\""))));
     }
@@ -89,8 +105,8 @@ pub async fn handle_one(msg: Value, opts: &DemoOptions) -> Option<Value> {
     let out = call(method, params, opts).await;
     let id = id?; // a notification: executed, never answered
     Some(match out {
-        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-        Err(e) => json!({ "jsonrpc": "2.0", "id": id, "error": e }),
+        Ok(result) => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#),
+        Err(e) => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#),
     })
 }
 
@@ -209,7 +225,7 @@ mod tests {
     use super::*;
 
     async fn ask(s: &str) -> Option<Value> {
-        handle_body(s.as_bytes(), &DemoOptions::default()).await
+        handle_body(s.as_bytes(), &DemoOptions::default()).await.map(|t| serde_json::from_str(&t).unwrap())
     }
 
     #[tokio::test]
@@ -234,5 +250,7 @@ mod tests {
         assert_eq!(r["error"]["code"], -32602);
         let r = ask(r#"{"jsonrpc":"2.0","method":"add","params":[1e308, 1e308],"id":2}"#).await.unwrap();
         assert_eq!(r["error"]["code"], -32603);
+        let t = handle_body(br#"{"jsonrpc":"2.0","method":"echo","id":9.5e0}"#, &DemoOptions::default()).await.unwrap();
+        assert!(t.contains(r#""id":9.5e0"#), "ids are echoed exactly: {t}");
     }
 }

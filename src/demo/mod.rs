@@ -84,7 +84,11 @@ impl Demo {
         };
         match (path.as_str(), &parts.method) {
             ("/jsonrpc", &Method::POST) => match jsonrpc::handle_body(&body, &self.opts).await {
-                Some(v) => json_response(&v),
+                Some(text) => {
+                    let mut r = Response::new(full(text));
+                    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    r
+                }
                 None => plain(StatusCode::NO_CONTENT, ""),
             },
             ("/jsonrpc", _) => plain(StatusCode::METHOD_NOT_ALLOWED, "POST only\n"),

@@ -454,7 +454,12 @@ impl ExchangeCtx {
             ReplyMode::Sse {
                 dec: Box::new(SseDecoder::new(inner.cfg.max_frame_bytes)),
             }
-        } else if self.req.is_rpc && (ct.is_empty() || ct.contains("json")) {
+        } else if self.req.is_rpc
+            && status != 202
+            && (ct.contains("json") || (ct.is_empty() && (200..300).contains(&status)))
+        {
+            // 202 Accepted carries no reply (whatever text it has); a non-2xx body without a
+            // content type is an HTTP error page, not JSON-RPC.
             // A body declared larger than the cap is never buffered at all.
             let overflow = content_length.is_some_and(|n| n > inner.cfg.max_frame_bytes as u64);
             let buf = match content_length {
@@ -660,7 +665,9 @@ impl ExchangeCtx {
         let mut reply_target: Option<Arc<str>> = None;
         let mut anomalies: Vec<&'static str> = Vec::new();
 
-        if let Some(id) = env.id.as_ref().filter(|id| id.is_unsafe_number()) {
+        // Flagged on the request that chose the id, not again on the reply that echoes it.
+        let is_request = matches!(env.kind, Kind::Request | Kind::Invalid) && env.method.is_some();
+        if let Some(id) = env.id.as_ref().filter(|id| is_request && id.is_unsafe_number()) {
             flag(
                 &inner,
                 self.id,
