@@ -19,7 +19,10 @@ pub enum AppError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 impl AppError {
@@ -33,7 +36,9 @@ impl AppError {
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
-    TcpListener::bind(addr).await.map_err(|source| AppError::Bind { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind { addr, source })
 }
 
 /// A proxy ready to serve: its listener bound, its inspector and observers built.
@@ -55,7 +60,12 @@ impl RunningProxy {
         let log = (cfg.log != LogFormat::Off).then(|| bus.subscribe("log", 65_536));
         let inspector = Inspector::new(cfg.inspect, bus.build());
         let proxy = Proxy::new(cfg.proxy.clone(), inspector);
-        Ok(RunningProxy { listener, proxy, cfg, log })
+        Ok(RunningProxy {
+            listener,
+            proxy,
+            cfg,
+            log,
+        })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -64,7 +74,12 @@ impl RunningProxy {
 
     /// Serves until `shutdown`, then drains.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let RunningProxy { listener, proxy, cfg, log } = self;
+        let RunningProxy {
+            listener,
+            proxy,
+            cfg,
+            log,
+        } = self;
         let log_task = log.map(|sub| {
             let format = cfg.log;
             tokio::spawn(logsink::run(sub, format, std::io::stdout()))
@@ -101,7 +116,10 @@ pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Resul
 }
 
 /// `rpctap demo-server`.
-pub async fn demo_server(args: DemoServerArgs, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
+pub async fn demo_server(
+    args: DemoServerArgs,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AppError> {
     let listener = bind(args.listen).await?;
     let addr = listener.local_addr().unwrap_or(args.listen);
     eprintln!("rpctap demo server on http://{addr} (POST /jsonrpc, /mcp)");
@@ -118,7 +136,10 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
     let demo_listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let demo_addr = demo_listener
         .local_addr()
-        .map_err(|source| AppError::Bind { addr: args.listen, source })?;
+        .map_err(|source| AppError::Bind {
+            addr: args.listen,
+            source,
+        })?;
     let upstream = format!("http://{demo_addr}");
     let cfg = config::resolve(Some(args.listen), Some(&upstream), &args.flags)?;
     let running = RunningProxy::bind(cfg).await?;

@@ -6,7 +6,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "rpctap", version, about = "A transparent, inspecting reverse proxy for JSON-RPC 2.0 and MCP")]
+#[command(
+    name = "rpctap",
+    version,
+    about = "A transparent, inspecting reverse proxy for JSON-RPC 2.0 and MCP"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -15,7 +15,10 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{0}")]
@@ -76,10 +79,12 @@ pub struct ProxyConfig {
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
-    if v.is_finite() && v >= 0.0 && v < 1.0e9 {
+    if (0.0..1.0e9).contains(&v) {
         Ok(Duration::from_secs_f64(v))
     } else {
-        Err(ConfigError::Invalid(format!("{name} must be a number of seconds ≥ 0, not {v}")))
+        Err(ConfigError::Invalid(format!(
+            "{name} must be a number of seconds ≥ 0, not {v}"
+        )))
     }
 }
 
@@ -98,16 +103,26 @@ pub fn parse_upstream(s: &str) -> Result<Uri, ConfigError> {
         .map_err(|e| ConfigError::Invalid(format!("--upstream {s:?} is not a URL: {e}")))?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        _ => return Err(ConfigError::Invalid(format!("--upstream {s:?} must start with http:// or https://"))),
+        _ => {
+            return Err(ConfigError::Invalid(format!(
+                "--upstream {s:?} must start with http:// or https://"
+            )))
+        }
     }
     if uri.authority().is_none() {
-        return Err(ConfigError::Invalid(format!("--upstream {s:?} has no host")));
+        return Err(ConfigError::Invalid(format!(
+            "--upstream {s:?} has no host"
+        )));
     }
     Ok(uri)
 }
 
 /// Merges flags over the file over the defaults.
-pub fn resolve(listen: Option<SocketAddr>, upstream: Option<&str>, flags: &ProxyFlags) -> Result<ProxyConfig, ConfigError> {
+pub fn resolve(
+    listen: Option<SocketAddr>,
+    upstream: Option<&str>,
+    flags: &ProxyFlags,
+) -> Result<ProxyConfig, ConfigError> {
     let file = match &flags.config {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
@@ -118,26 +133,40 @@ pub fn resolve(listen: Option<SocketAddr>, upstream: Option<&str>, flags: &Proxy
     let upstream = upstream
         .map(str::to_string)
         .or(file.upstream.clone())
-        .ok_or_else(|| ConfigError::Invalid("--upstream is required (or `upstream` in the config file)".into()))?;
+        .ok_or_else(|| {
+            ConfigError::Invalid("--upstream is required (or `upstream` in the config file)".into())
+        })?;
     let upstream = parse_upstream(&upstream)?;
     let d = InspectConfig::default();
     let inspect = InspectConfig {
         max_frame_bytes: positive(
             "--max-frame-bytes",
-            flags.max_frame_bytes.or(file.inspect.max_frame_bytes).unwrap_or(d.max_frame_bytes),
+            flags
+                .max_frame_bytes
+                .or(file.inspect.max_frame_bytes)
+                .unwrap_or(d.max_frame_bytes),
         )?,
         call_timeout: secs(
             "--call-timeout",
-            flags.call_timeout.or(file.inspect.call_timeout_secs).unwrap_or(d.call_timeout.as_secs_f64()),
+            flags
+                .call_timeout
+                .or(file.inspect.call_timeout_secs)
+                .unwrap_or(d.call_timeout.as_secs_f64()),
         )?,
         limits: Limits {
             max_pending: positive(
                 "--max-pending",
-                flags.max_pending.or(file.inspect.max_pending).unwrap_or(d.limits.max_pending),
+                flags
+                    .max_pending
+                    .or(file.inspect.max_pending)
+                    .unwrap_or(d.limits.max_pending),
             )?,
             max_sessions: positive(
                 "--max-sessions",
-                flags.max_sessions.or(file.inspect.max_sessions).unwrap_or(d.limits.max_sessions),
+                flags
+                    .max_sessions
+                    .or(file.inspect.max_sessions)
+                    .unwrap_or(d.limits.max_sessions),
             )?,
             ..d.limits
         },
@@ -148,8 +177,20 @@ pub fn resolve(listen: Option<SocketAddr>, upstream: Option<&str>, flags: &Proxy
             upstream,
             preserve_host: flags.preserve_host || file.preserve_host.unwrap_or(false),
             upstream_insecure: flags.upstream_insecure || file.upstream_insecure.unwrap_or(false),
-            connect_timeout: secs("--connect-timeout", flags.connect_timeout.or(file.connect_timeout_secs).unwrap_or(5.0))?,
-            upstream_timeout: secs("--upstream-timeout", flags.upstream_timeout.or(file.upstream_timeout_secs).unwrap_or(120.0))?,
+            connect_timeout: secs(
+                "--connect-timeout",
+                flags
+                    .connect_timeout
+                    .or(file.connect_timeout_secs)
+                    .unwrap_or(5.0),
+            )?,
+            upstream_timeout: secs(
+                "--upstream-timeout",
+                flags
+                    .upstream_timeout
+                    .or(file.upstream_timeout_secs)
+                    .unwrap_or(120.0),
+            )?,
         },
         inspect,
         log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
@@ -171,7 +212,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_values_are_clear_errors() {
-        assert!(FileConfig::parse("bogus = 1").unwrap_err().contains("bogus"));
+        assert!(FileConfig::parse("bogus = 1")
+            .unwrap_err()
+            .contains("bogus"));
         let flags = ProxyFlags {
             max_pending: Some(0),
             ..Default::default()
@@ -180,7 +223,10 @@ mod tests {
         assert!(e.to_string().contains("--max-pending"));
         let e = resolve(None, Some("ftp://x"), &ProxyFlags::default()).unwrap_err();
         assert!(e.to_string().contains("http://"));
-        assert!(resolve(None, None, &ProxyFlags::default()).unwrap_err().to_string().contains("--upstream"));
+        assert!(resolve(None, None, &ProxyFlags::default())
+            .unwrap_err()
+            .to_string()
+            .contains("--upstream"));
     }
 
     #[test]
@@ -188,7 +234,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rpctap-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("c.toml");
-        std::fs::write(&p, "upstream = \"http://127.0.0.1:1\"\ngrace_secs = 3\n[inspect]\nmax_pending = 7\n").unwrap();
+        std::fs::write(
+            &p,
+            "upstream = \"http://127.0.0.1:1\"\ngrace_secs = 3\n[inspect]\nmax_pending = 7\n",
+        )
+        .unwrap();
         let flags = ProxyFlags {
             config: Some(p),
             grace: Some(1.0),

@@ -58,7 +58,9 @@ pub fn text_line(ev: &Event) -> Option<String> {
             a.scope.short(),
             a.code,
             a.severity,
-            a.id.as_ref().map(|i| format!(" id={i}")).unwrap_or_default(),
+            a.id.as_ref()
+                .map(|i| format!(" id={i}"))
+                .unwrap_or_default(),
             a.message
         )),
         Event::Notice(n) => Some(format!("{} NOTICE {}: {}", ts(n.ts), n.what, n.message)),
@@ -83,7 +85,11 @@ pub async fn run(mut sub: Subscription, format: LogFormat, mut out: impl Write +
         }
         let dropped = sub.dropped.load(Ordering::Relaxed);
         if dropped > reported_drops {
-            let _ = writeln!(out, "rpctap: the log fell behind and skipped {} events", dropped - reported_drops);
+            let _ = writeln!(
+                out,
+                "rpctap: the log fell behind and skipped {} events",
+                dropped - reported_drops
+            );
             reported_drops = dropped;
         }
         let _ = out.flush();

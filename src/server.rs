@@ -17,8 +17,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves `handler` on `listener` until `shutdown` resolves, then drains for at most `grace`.
 /// `handler` is called once per request with the peer's address.
-pub async fn serve<H, F, B>(listener: TcpListener, handler: H, shutdown: impl Future<Output = ()>, grace: Duration)
-where
+pub async fn serve<H, F, B>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body + Send + 'static,
@@ -59,8 +63,14 @@ where
         });
     }
     drop(listener);
-    tracing::info!(grace_secs = grace.as_secs_f64(), "shutting down: draining connections");
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    tracing::info!(
+        grace_secs = grace.as_secs_f64(),
+        "shutting down: draining connections"
+    );
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("grace period over; closing the remaining connections");
     }
 }

@@ -41,17 +41,25 @@ async fn fifty_mib_reply_streams_with_bounded_memory() {
                 if !chunked {
                     r = r.header("content-length", total.to_string());
                 }
-                r.body(http_body_util::combinators::UnsyncBoxBody::new(body)).unwrap()
+                r.body(http_body_util::combinators::UnsyncBoxBody::new(body))
+                    .unwrap()
             })
         })
         .await;
         let mut proxy = start_proxy(&format!("http://{up}")).await;
         // Warm up allocator and pools.
-        let _ = post_json(proxy.addr, "/", r#"{"jsonrpc":"2.0","method":"warm","id":0}"#).await;
+        let _ = post_json(
+            proxy.addr,
+            "/",
+            r#"{"jsonrpc":"2.0","method":"warm","id":0}"#,
+        )
+        .await;
         let before = rss_bytes();
         let req = Request::post(format!("http://{}/", proxy.addr))
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from_static(br#"{"jsonrpc":"2.0","method":"big","id":1}"#)))
+            .body(Full::new(Bytes::from_static(
+                br#"{"jsonrpc":"2.0","method":"big","id":1}"#,
+            )))
             .unwrap();
         let resp = client().request(req).await.unwrap();
         let mut body = resp.into_body();
@@ -65,7 +73,10 @@ async fn fifty_mib_reply_streams_with_bounded_memory() {
         }
         assert!(got >= SIZE - CHUNK, "{got}");
         let growth = peak.saturating_sub(before);
-        eprintln!("chunked={chunked}: 50 MiB through the proxy, peak RSS growth {:.1} MiB", growth as f64 / 1048576.0);
+        eprintln!(
+            "chunked={chunked}: 50 MiB through the proxy, peak RSS growth {:.1} MiB",
+            growth as f64 / 1048576.0
+        );
         // The inspection cap is 16 MiB: a body beyond it is not held (a chunked one is held up to
         // the cap, then dropped); either way far less than the body.
         let limit = if chunked { 24 << 20 } else { 8 << 20 };

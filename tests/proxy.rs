@@ -13,7 +13,10 @@ use tokio::net::TcpStream;
 
 /// Seed 000's Hurl cases: (body, expected status).
 const SEED_CASES: [(&str, u16); 6] = [
-    (r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 1}"#, 200),
+    (
+        r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 1}"#,
+        200,
+    ),
     (
         r#"[
   {"jsonrpc": "2.0", "method": "add", "params": [1, 2, 4], "id": "1"},
@@ -23,12 +26,18 @@ const SEED_CASES: [(&str, u16); 6] = [
 ]"#,
         200,
     ),
-    (r#"{"jsonrpc": "2.0", "method": "echo", "params": ["fire and forget"]}"#, 204),
+    (
+        r#"{"jsonrpc": "2.0", "method": "echo", "params": ["fire and forget"]}"#,
+        204,
+    ),
     (
         r#"{"jsonrpc": "2.0", "method": "error", "params": {"code": -32001, "message": "Rate limited", "data": {"retry_after": 1}}, "id": 7}"#,
         200,
     ),
-    (r#"{"jsonrpc": "2.0", "method": "sleep", "params": {"ms": 200}, "id": "slow"}"#, 200),
+    (
+        r#"{"jsonrpc": "2.0", "method": "sleep", "params": {"ms": 200}, "id": "slow"}"#,
+        200,
+    ),
     ("{\"jsonrpc\": \"2.0\", \"method\":\n", 200),
 ];
 
@@ -44,24 +53,38 @@ async fn seed_000_cases_pass_through_byte_identical() {
         assert_eq!(direct.status, status, "{body}");
         assert_eq!(via.status, direct.status, "{body}");
         assert_eq!(via.body, direct.body, "{body}");
-        assert_eq!(via.headers.get("content-type"), direct.headers.get("content-type"));
+        assert_eq!(
+            via.headers.get("content-type"),
+            direct.headers.get("content-type")
+        );
         if body.contains("sleep") {
             assert!(took >= Duration::from_millis(200));
         }
     }
     // The seed's assertions, on what came through the proxy.
-    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[0].0).await.json();
-    assert_eq!((r["result"].clone(), r["id"].clone()), (19.into(), 1.into()));
-    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[1].0).await.json();
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[0].0)
+        .await
+        .json();
+    assert_eq!(
+        (r["result"].clone(), r["id"].clone()),
+        (19.into(), 1.into())
+    );
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[1].0)
+        .await
+        .json();
     assert_eq!(r.as_array().unwrap().len(), 3);
     assert_eq!(r[0]["result"], 7);
     assert_eq!(r[1]["result"][0], "x");
     assert_eq!(r[2]["error"]["code"], -32601);
-    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[3].0).await.json();
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[3].0)
+        .await
+        .json();
     assert_eq!(r["error"]["code"], -32001);
     assert_eq!(r["error"]["message"], "Rate limited");
     assert_eq!(r["error"]["data"]["retry_after"], 1);
-    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[5].0).await.json();
+    let r = post_json(proxy.addr, "/jsonrpc", SEED_CASES[5].0)
+        .await
+        .json();
     assert_eq!(r["error"]["code"], -32700);
     assert!(r["id"].is_null());
     // Only the deliberately broken request was flagged.
@@ -112,7 +135,9 @@ async fn sse_events_arrive_one_by_one() {
         .into_data()
         .unwrap();
     let first_latency = t0.elapsed();
-    assert!(first.starts_with(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\""));
+    assert!(first.starts_with(
+        b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\""
+    ));
     seen_tx.send(()).unwrap();
     let rest = body.collect().await.unwrap().to_bytes();
     assert!(rest.ends_with(b"\"result\":{}}\n\n"));
@@ -125,7 +150,9 @@ async fn sse_events_arrive_one_by_one() {
 }
 
 /// A channel receiver as a Stream (tokio-stream is not a dependency for one adapter).
-fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> + Send {
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -136,14 +163,22 @@ async fn upstream_down_gives_502_with_the_call_id() {
     let dead = l.local_addr().unwrap();
     drop(l);
     let mut proxy = start_proxy(&format!("http://{dead}")).await;
-    let r = post_json(proxy.addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":"abc"}"#).await;
+    let r = post_json(
+        proxy.addr,
+        "/jsonrpc",
+        r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":"abc"}"#,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_GATEWAY);
     let v = r.json();
     assert_eq!(v["id"], "abc");
     assert_eq!(v["jsonrpc"], "2.0");
     let code = v["error"]["code"].as_i64().unwrap();
     assert!((-32099..=-32000).contains(&code), "{code}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("upstream unreachable"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("upstream unreachable"));
     // A batch gets one error per call, ids in order; notifications get none.
     let r = post_json(
         proxy.addr,
@@ -154,7 +189,10 @@ async fn upstream_down_gives_502_with_the_call_id() {
     assert_eq!(r.status, StatusCode::BAD_GATEWAY);
     let v = r.json();
     assert_eq!(v.as_array().unwrap().len(), 2);
-    assert_eq!((v[0]["id"].clone(), v[1]["id"].clone()), (1.into(), "2".into()));
+    assert_eq!(
+        (v[0]["id"].clone(), v[1]["id"].clone()),
+        (1.into(), "2".into())
+    );
     // Plain HTTP gets a plain 502.
     let r = send(proxy.addr, "GET", "/", &[], "").await;
     assert_eq!(r.status, StatusCode::BAD_GATEWAY);
@@ -162,9 +200,15 @@ async fn upstream_down_gives_502_with_the_call_id() {
     let ev = proxy.drain().await;
     let c = calls(&ev);
     assert_eq!(c.len(), 3);
-    assert!(c.iter().all(|c| matches!(c.outcome, rpctap::events::Outcome::Error { .. })));
+    assert!(c
+        .iter()
+        .all(|c| matches!(c.outcome, rpctap::events::Outcome::Error { .. })));
     let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
-    assert_eq!(codes, vec!["HTTP_STATUS"; 3], "a 502 carrying replies is flagged as such");
+    assert_eq!(
+        codes,
+        vec!["HTTP_STATUS"; 3],
+        "a 502 carrying replies is flagged as such"
+    );
 }
 
 #[tokio::test]
@@ -181,10 +225,18 @@ async fn upstream_timeout_gives_504() {
         ..Default::default()
     };
     let proxy = start_proxy_flags(&format!("http://{up}"), flags).await;
-    let r = post_json(proxy.addr, "/rpc", r#"{"jsonrpc":"2.0","method":"x","id":5}"#).await;
+    let r = post_json(
+        proxy.addr,
+        "/rpc",
+        r#"{"jsonrpc":"2.0","method":"x","id":5}"#,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(r.json()["id"], 5);
-    assert_eq!(r.json()["error"]["code"], rpctap::proxy::CODE_UPSTREAM_TIMEOUT);
+    assert_eq!(
+        r.json()["error"]["code"],
+        rpctap::proxy::CODE_UPSTREAM_TIMEOUT
+    );
 }
 
 #[tokio::test]
@@ -215,8 +267,22 @@ async fn non_json_rpc_passes_untouched_and_headers_are_rewritten() {
     })
     .await;
     let mut proxy = start_proxy(&format!("http://{up}")).await;
-    let direct = send(up, "GET", "/.well-known/oauth-authorization-server", &[], "").await;
-    let via = send(proxy.addr, "GET", "/.well-known/oauth-authorization-server", &[], "").await;
+    let direct = send(
+        up,
+        "GET",
+        "/.well-known/oauth-authorization-server",
+        &[],
+        "",
+    )
+    .await;
+    let via = send(
+        proxy.addr,
+        "GET",
+        "/.well-known/oauth-authorization-server",
+        &[],
+        "",
+    )
+    .await;
     assert_eq!(via.status, 200);
     assert_eq!(via.body, direct.body);
     assert_eq!(via.headers["x-custom"], "kept");
@@ -226,11 +292,20 @@ async fn non_json_rpc_passes_untouched_and_headers_are_rewritten() {
         proxy.addr,
         "PUT",
         "/files/a.txt?x=1&y=%20",
-        &[("connection", "x-hop"), ("x-hop", "secret"), ("te", "trailers"), ("x-forwarded-for", "10.1.2.3"), ("authorization", "Bearer t")],
+        &[
+            ("connection", "x-hop"),
+            ("x-hop", "secret"),
+            ("te", "trailers"),
+            ("x-forwarded-for", "10.1.2.3"),
+            ("authorization", "Bearer t"),
+        ],
         "some bytes",
     )
     .await;
-    assert!(via.headers.get("keep-alive").is_none(), "hop-by-hop reply headers are removed");
+    assert!(
+        via.headers.get("keep-alive").is_none(),
+        "hop-by-hop reply headers are removed"
+    );
     let v: serde_json::Value = serde_json::from_slice(&via.body).unwrap();
     assert_eq!(v["method"], "PUT");
     assert_eq!(v["uri"], "/files/a.txt?x=1&y=%20");
@@ -266,7 +341,9 @@ async fn h2c_clients_are_accepted() {
         .build_http::<Full<Bytes>>();
     let req = Request::post(format!("http://{}/jsonrpc", proxy.addr))
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(br#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":1}"#)))
+        .body(Full::new(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":1}"#,
+        )))
         .unwrap();
     let resp = c.request(req).await.unwrap();
     assert_eq!(resp.version(), http::Version::HTTP_2);
@@ -282,17 +359,39 @@ async fn bad_input_gets_clear_answers_and_no_panic() {
     let r = post_json(proxy.addr, "/jsonrpc", "{not json").await;
     assert_eq!(r.json()["error"]["code"], -32700);
     // Invalid UTF-8.
-    let r = send(proxy.addr, "POST", "/jsonrpc", &[("content-type", "application/json")], Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\xfe\",\"id\":1}")).await;
+    let r = send(
+        proxy.addr,
+        "POST",
+        "/jsonrpc",
+        &[("content-type", "application/json")],
+        Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\xfe\",\"id\":1}"),
+    )
+    .await;
     assert_eq!(r.json()["error"]["code"], -32700);
     // 10,000-deep nesting: forwarded, answered, no crash.
-    let deep = format!(r#"{{"jsonrpc":"2.0","method":"echo","id":1,"params":{}{}}}"#, "[".repeat(10_000), "]".repeat(10_000));
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","id":1,"params":{}{}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
     let r = post_json(proxy.addr, "/jsonrpc", &deep).await;
     assert_eq!(r.status, 200);
     assert!(r.json()["error"]["code"].as_i64().is_some());
     // A 100 MiB body: streamed past the inspection cap; the demo refuses it with 413.
     let big = Bytes::from(vec![b' '; 100 << 20]);
-    let r = send(proxy.addr, "POST", "/jsonrpc", &[("content-type", "application/json")], big).await;
-    assert!(r.status == StatusCode::PAYLOAD_TOO_LARGE || r.status == StatusCode::BAD_GATEWAY, "{}", r.status);
+    let r = send(
+        proxy.addr,
+        "POST",
+        "/jsonrpc",
+        &[("content-type", "application/json")],
+        big,
+    )
+    .await;
+    assert!(
+        r.status == StatusCode::PAYLOAD_TOO_LARGE || r.status == StatusCode::BAD_GATEWAY,
+        "{}",
+        r.status
+    );
     // A client that disconnects mid-stream: the proxy carries on.
     let sid = mcp_session(proxy.addr).await;
     let mut s = TcpStream::connect(proxy.addr).await.unwrap();
@@ -308,11 +407,23 @@ async fn bad_input_gets_clear_answers_and_no_panic() {
     drop(s);
     tokio::time::sleep(Duration::from_millis(700)).await;
     // Still serving.
-    let r = post_json(proxy.addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"add","params":[1,1],"id":1}"#).await;
+    let r = post_json(
+        proxy.addr,
+        "/jsonrpc",
+        r#"{"jsonrpc":"2.0","method":"add","params":[1,1],"id":1}"#,
+    )
+    .await;
     assert_eq!(r.json()["result"], 2);
     let ev = proxy.drain().await;
-    let cut = calls(&ev).into_iter().find(|c| c.id.to_string() == "9").expect("the cut call has an outcome");
-    assert!(matches!(&cut.outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("client disconnected")), "{:?}", cut.outcome);
+    let cut = calls(&ev)
+        .into_iter()
+        .find(|c| c.id.to_string() == "9")
+        .expect("the cut call has an outcome");
+    assert!(
+        matches!(&cut.outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("client disconnected")),
+        "{:?}",
+        cut.outcome
+    );
 }
 
 #[tokio::test]
@@ -336,16 +447,28 @@ async fn upstream_reset_mid_reply_ends_the_call_as_missing() {
     let mut proxy = start_proxy(&format!("http://{up}")).await;
     let req = Request::post(format!("http://{}/mcp", proxy.addr))
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(br#"{"jsonrpc":"2.0","method":"x","id":3}"#)))
+        .body(Full::new(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","method":"x","id":3}"#,
+        )))
         .unwrap();
     let resp = client().request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(resp.into_body().collect().await.is_err(), "the client sees the reply cut short");
+    assert!(
+        resp.into_body().collect().await.is_err(),
+        "the client sees the reply cut short"
+    );
     let ev = proxy.drain().await;
     let c = calls(&ev);
     assert_eq!(c.len(), 1);
-    assert!(matches!(&c[0].outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("upstream")), "{:?}", c[0].outcome);
-    assert_eq!(anomalies(&ev), vec![("MISSING_RESPONSE".to_string(), Some("3".to_string()))]);
+    assert!(
+        matches!(&c[0].outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("upstream")),
+        "{:?}",
+        c[0].outcome
+    );
+    assert_eq!(
+        anomalies(&ev),
+        vec![("MISSING_RESPONSE".to_string(), Some("3".to_string()))]
+    );
 }
 
 #[tokio::test]
@@ -353,14 +476,24 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
     let (demo, _d) = start_demo().await;
     let proxy = start_proxy(&format!("http://{demo}")).await;
     let addr = proxy.addr;
-    let inflight = tokio::spawn(async move { post_json(addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"sleep","params":[400],"id":1}"#).await });
+    let inflight = tokio::spawn(async move {
+        post_json(
+            addr,
+            "/jsonrpc",
+            r#"{"jsonrpc":"2.0","method":"sleep","params":[400],"id":1}"#,
+        )
+        .await
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(proxy.stop);
     let r = inflight.await.unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["result"]["slept_ms"], 400);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(TcpStream::connect(addr).await.is_err(), "no longer accepting");
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
 }
 
 #[test]
@@ -380,7 +513,11 @@ fn cli_usage_errors_name_the_flag_and_exit_2() {
 
 #[test]
 fn binary_runs_and_exits_0_on_sigterm() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
         .args(["demo", "--no-tui", "--listen", &format!("127.0.0.1:{port}")])
         .stdout(std::process::Stdio::piped())
@@ -392,7 +529,12 @@ fn binary_runs_and_exits_0_on_sigterm() {
     let ok = rt.block_on(async {
         for _ in 0..100 {
             if TcpStream::connect(addr).await.is_ok() {
-                let r = post_json(addr, "/jsonrpc", r#"{"jsonrpc":"2.0","method":"add","params":[40,2],"id":1}"#).await;
+                let r = post_json(
+                    addr,
+                    "/jsonrpc",
+                    r#"{"jsonrpc":"2.0","method":"add","params":[40,2],"id":1}"#,
+                )
+                .await;
                 return r.json()["result"] == 42;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -405,10 +547,20 @@ fn binary_runs_and_exits_0_on_sigterm() {
     assert_eq!(status.code(), Some(0));
     let mut out = String::new();
     use std::io::Read;
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    assert!(out.contains("add id=1 result"), "the headless log shows the call: {out}");
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(
+        out.contains("add id=1 result"),
+        "the headless log shows the call: {out}"
+    );
 }
 
 fn unsafe_kill_term(pid: u32) {
-    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
 }

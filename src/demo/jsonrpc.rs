@@ -58,17 +58,26 @@ pub async fn handle_body(body: &[u8], opts: &DemoOptions) -> Option<String> {
             Err(_) => return Some(err("null", -32700, "Parse error", None)),
         };
         if items.is_empty() {
-            return Some(err("null", -32600, "Invalid Request", Some(json!("empty batch"))));
+            return Some(err(
+                "null",
+                -32600,
+                "Invalid Request",
+                Some(json!("empty batch")),
+            ));
         }
         if items.len() > MAX_BATCH {
             return Some(err(
                 "null",
                 -32600,
                 "Invalid Request",
-                Some(json!(format!("batch of {} entries; at most {MAX_BATCH}", items.len()))),
+                Some(json!(format!(
+                    "batch of {} entries; at most {MAX_BATCH}",
+                    items.len()
+                ))),
             ));
         }
-        let replies = futures_util::future::join_all(items.into_iter().map(|m| handle_one(m, opts))).await;
+        let replies =
+            futures_util::future::join_all(items.into_iter().map(|m| handle_one(m, opts))).await;
         let replies: Vec<String> = replies.into_iter().flatten().collect();
         if replies.is_empty() {
             None
@@ -85,22 +94,50 @@ pub async fn handle_one(raw: &RawValue, opts: &DemoOptions) -> Option<String> {
     let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(raw.get()) else {
         return Some(err("null", -32600, "Invalid Request", None));
     };
-    let id_raw = serde_json::from_str::<IdOnly>(raw.get()).ok().and_then(|i| i.id).map(RawValue::get);
+    let id_raw = serde_json::from_str::<IdOnly>(raw.get())
+        .ok()
+        .and_then(|i| i.id)
+        .map(RawValue::get);
     let id = match obj.get("id") {
         None => None,
         Some(Value::String(_) | Value::Number(_) | Value::Null) => Some(id_raw.unwrap_or("null")),
-        Some(_) => return Some(err("null", -32600, "Invalid Request", Some(json!("id must be a string, a number or null")))),
+        Some(_) => {
+            return Some(err(
+                "null",
+                -32600,
+                "Invalid Request",
+                Some(json!("id must be a string, a number or null")),
+            ))
+        }
     };
     let reply_id = id.unwrap_or("null");
     if obj.get("jsonrpc") != Some(&json!("2.0")) {
-        return Some(err(reply_id, -32600, "Invalid Request", Some(json!("jsonrpc must be \"2.0\""))));
+        return Some(err(
+            reply_id,
+            -32600,
+            "Invalid Request",
+            Some(json!("jsonrpc must be \"2.0\"")),
+        ));
     }
     let Some(Value::String(method)) = obj.get("method") else {
-        return Some(err(reply_id, -32600, "Invalid Request", Some(json!("method must be a string"))));
+        return Some(err(
+            reply_id,
+            -32600,
+            "Invalid Request",
+            Some(json!("method must be a string")),
+        ));
     };
     let params = obj.get("params").cloned();
-    if params.as_ref().is_some_and(|p| !p.is_array() && !p.is_object()) {
-        return Some(err(reply_id, -32600, "Invalid Request", Some(json!("params must be an array or an object"))));
+    if params
+        .as_ref()
+        .is_some_and(|p| !p.is_array() && !p.is_object())
+    {
+        return Some(err(
+            reply_id,
+            -32600,
+            "Invalid Request",
+            Some(json!("params must be an array or an object")),
+        ));
     }
     let out = call(method, params, opts).await;
     let id = id?; // a notification: executed, never answered
@@ -136,13 +173,18 @@ fn num_value(n: Num) -> Result<Value, Value> {
     match n {
         Num::I(i) => Ok(json!(i)),
         Num::F(f) if f.is_finite() => Ok(json!(f)),
-        Num::F(_) => Err(json!({ "code": -32603, "message": "Internal error", "data": "the result is not a finite number" })),
+        Num::F(_) => Err(
+            json!({ "code": -32603, "message": "Internal error", "data": "the result is not a finite number" }),
+        ),
     }
 }
 
 fn add2(a: Num, b: Num) -> Num {
     match (a, b) {
-        (Num::I(x), Num::I(y)) => x.checked_add(y).map(Num::I).unwrap_or(Num::F(x as f64 + y as f64)),
+        (Num::I(x), Num::I(y)) => x
+            .checked_add(y)
+            .map(Num::I)
+            .unwrap_or(Num::F(x as f64 + y as f64)),
         (x, y) => Num::F(as_f(x) + as_f(y)),
     }
 }
@@ -177,7 +219,11 @@ async fn call(method: &str, params: Option<Value>, opts: &DemoOptions) -> Result
         "subtract" => {
             let p = positional_or_named(&params, &["minuend", "subtrahend"])
                 .filter(|p| p.len() == 2)
-                .ok_or_else(|| invalid_params("subtract takes [minuend, subtrahend] or {\"minuend\", \"subtrahend\"}"))?;
+                .ok_or_else(|| {
+                    invalid_params(
+                        "subtract takes [minuend, subtrahend] or {\"minuend\", \"subtrahend\"}",
+                    )
+                })?;
             let (Some(a), Some(b)) = (num(p[0]), num(p[1])) else {
                 return Err(invalid_params("subtract takes numbers"));
             };
@@ -191,7 +237,9 @@ async fn call(method: &str, params: Option<Value>, opts: &DemoOptions) -> Result
             let p = positional_or_named(&params, &["ms"])
                 .filter(|p| p.len() == 1)
                 .ok_or_else(|| invalid_params("sleep takes [ms] or {\"ms\"}"))?;
-            let ms = p[0].as_u64().ok_or_else(|| invalid_params("ms must be a non-negative integer"))?;
+            let ms = p[0]
+                .as_u64()
+                .ok_or_else(|| invalid_params("ms must be a non-negative integer"))?;
             let d = Duration::from_millis(ms).min(opts.max_delay);
             tokio::time::sleep(d).await;
             Ok(json!({ "slept_ms": d.as_millis() as u64 }))
@@ -202,14 +250,17 @@ async fn call(method: &str, params: Option<Value>, opts: &DemoOptions) -> Result
                 Some(Value::Object(o)) => (o.get("code"), o.get("message"), o.get("data")),
                 _ => (None, None, None),
             };
-            let code = code
-                .and_then(Value::as_i64)
-                .ok_or_else(|| invalid_params("error takes [code, message?, data?] with an integer code"))?;
+            let code = code.and_then(Value::as_i64).ok_or_else(|| {
+                invalid_params("error takes [code, message?, data?] with an integer code")
+            })?;
             let mut e = Map::new();
             e.insert("code".into(), json!(code));
             e.insert(
                 "message".into(),
-                message.cloned().filter(Value::is_string).unwrap_or_else(|| json!("Error")),
+                message
+                    .cloned()
+                    .filter(Value::is_string)
+                    .unwrap_or_else(|| json!("Error")),
             );
             if let Some(d) = data {
                 e.insert("data".into(), d.clone());
@@ -225,7 +276,9 @@ mod tests {
     use super::*;
 
     async fn ask(s: &str) -> Option<Value> {
-        handle_body(s.as_bytes(), &DemoOptions::default()).await.map(|t| serde_json::from_str(&t).unwrap())
+        handle_body(s.as_bytes(), &DemoOptions::default())
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap())
     }
 
     #[tokio::test]
@@ -237,20 +290,41 @@ mod tests {
         assert_eq!(r[1]["result"][0], "x");
         assert_eq!(r[2]["error"]["code"], -32601);
         assert_eq!(r.as_array().unwrap().len(), 3);
-        assert!(ask(r#"{"jsonrpc": "2.0", "method": "echo", "params": ["fire and forget"]}"#).await.is_none());
+        assert!(
+            ask(r#"{"jsonrpc": "2.0", "method": "echo", "params": ["fire and forget"]}"#)
+                .await
+                .is_none()
+        );
         let r = ask(r#"{"jsonrpc": "2.0", "method": "error", "params": {"code": -32001, "message": "Rate limited", "data": {"retry_after": 1}}, "id": 7}"#).await.unwrap();
-        assert_eq!(r["error"], json!({"code":-32001,"message":"Rate limited","data":{"retry_after":1}}));
+        assert_eq!(
+            r["error"],
+            json!({"code":-32001,"message":"Rate limited","data":{"retry_after":1}})
+        );
         let r = ask(r#"{"jsonrpc": "2.0", "method":"#).await.unwrap();
-        assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32700), Value::Null));
+        assert_eq!(
+            (r["error"]["code"].clone(), r["id"].clone()),
+            (json!(-32700), Value::Null)
+        );
         let r = ask("[]").await.unwrap();
         assert_eq!(r["error"]["code"], -32600);
-        let r = ask(r#"{"jsonrpc":"2.0","method":"add","params":"x","id":2}"#).await.unwrap();
+        let r = ask(r#"{"jsonrpc":"2.0","method":"add","params":"x","id":2}"#)
+            .await
+            .unwrap();
         assert_eq!(r["error"]["code"], -32600);
-        let r = ask(r#"{"jsonrpc":"2.0","method":"add","params":["x"],"id":2}"#).await.unwrap();
+        let r = ask(r#"{"jsonrpc":"2.0","method":"add","params":["x"],"id":2}"#)
+            .await
+            .unwrap();
         assert_eq!(r["error"]["code"], -32602);
-        let r = ask(r#"{"jsonrpc":"2.0","method":"add","params":[1e308, 1e308],"id":2}"#).await.unwrap();
+        let r = ask(r#"{"jsonrpc":"2.0","method":"add","params":[1e308, 1e308],"id":2}"#)
+            .await
+            .unwrap();
         assert_eq!(r["error"]["code"], -32603);
-        let t = handle_body(br#"{"jsonrpc":"2.0","method":"echo","id":9.5e0}"#, &DemoOptions::default()).await.unwrap();
+        let t = handle_body(
+            br#"{"jsonrpc":"2.0","method":"echo","id":9.5e0}"#,
+            &DemoOptions::default(),
+        )
+        .await
+        .unwrap();
         assert!(t.contains(r#""id":9.5e0"#), "ids are echoed exactly: {t}");
     }
 }

@@ -38,7 +38,12 @@ fn new_session_id() -> String {
     let mut out = String::new();
     for _ in 0..2 {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
         out.push_str(&format!("{:016x}", h.finish()));
     }
     out
@@ -67,7 +72,12 @@ impl McpState {
         Bytes::from(format!("event: message\nid: {n}\ndata: {msg}\n\n"))
     }
 
-    pub async fn handle(self: &Arc<Self>, method: &Method, headers: &HeaderMap, body: Bytes) -> Response<DemoBody> {
+    pub async fn handle(
+        self: &Arc<Self>,
+        method: &Method,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Response<DemoBody> {
         let session = headers
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
@@ -83,11 +93,18 @@ impl McpState {
                     }
                     None => error_response(StatusCode::NOT_FOUND, -32001, "Session not found"),
                 },
-                None => error_response(StatusCode::BAD_REQUEST, -32000, "Bad Request: Mcp-Session-Id header is required"),
+                None => error_response(
+                    StatusCode::BAD_REQUEST,
+                    -32000,
+                    "Bad Request: Mcp-Session-Id header is required",
+                ),
             },
             _ => {
                 let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-                r.headers_mut().insert(header::ALLOW, http::HeaderValue::from_static("GET, POST, DELETE"));
+                r.headers_mut().insert(
+                    header::ALLOW,
+                    http::HeaderValue::from_static("GET, POST, DELETE"),
+                );
                 r
             }
         }
@@ -95,10 +112,17 @@ impl McpState {
 
     fn get(self: &Arc<Self>, headers: &HeaderMap, session: Option<String>) -> Response<DemoBody> {
         if !accepts_sse(headers) {
-            return plain(StatusCode::NOT_ACCEPTABLE, "GET /mcp needs Accept: text/event-stream\n");
+            return plain(
+                StatusCode::NOT_ACCEPTABLE,
+                "GET /mcp needs Accept: text/event-stream\n",
+            );
         }
         let Some(sid) = session else {
-            return error_response(StatusCode::BAD_REQUEST, -32000, "Bad Request: Mcp-Session-Id header is required");
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                -32000,
+                "Bad Request: Mcp-Session-Id header is required",
+            );
         };
         let Some(mut closed) = self.sessions.get(&sid).map(|s| s.closed.subscribe()) else {
             return error_response(StatusCode::NOT_FOUND, -32001, "Session not found");
@@ -120,7 +144,12 @@ impl McpState {
         sse_response(rx, None)
     }
 
-    async fn post(self: &Arc<Self>, headers: &HeaderMap, session: Option<String>, body: Bytes) -> Response<DemoBody> {
+    async fn post(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        session: Option<String>,
+        body: Bytes,
+    ) -> Response<DemoBody> {
         let parsed: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(_) => {
@@ -132,13 +161,19 @@ impl McpState {
         let (messages, batch) = match parsed {
             Value::Array(a) if !a.is_empty() => (a, true),
             Value::Array(_) => {
-                let mut r = json_response(&rpc_error(Value::Null, -32600, "Invalid Request: empty batch"));
+                let mut r = json_response(&rpc_error(
+                    Value::Null,
+                    -32600,
+                    "Invalid Request: empty batch",
+                ));
                 *r.status_mut() = StatusCode::BAD_REQUEST;
                 return r;
             }
             v => (vec![v], false),
         };
-        let is_init = messages.iter().any(|m| m.get("method") == Some(&json!("initialize")));
+        let is_init = messages
+            .iter()
+            .any(|m| m.get("method") == Some(&json!("initialize")));
         let mut new_session = None;
         match (&session, is_init) {
             (_, true) => {
@@ -153,10 +188,16 @@ impl McpState {
                 }
             }
             (None, false) => {
-                return error_response(StatusCode::BAD_REQUEST, -32000, "Bad Request: Mcp-Session-Id header is required");
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    -32000,
+                    "Bad Request: Mcp-Session-Id header is required",
+                );
             }
         }
-        let has_requests = messages.iter().any(|m| m.get("method").is_some() && m.get("id").is_some());
+        let has_requests = messages
+            .iter()
+            .any(|m| m.get("method").is_some() && m.get("id").is_some());
         if !has_requests {
             // Notifications and responses only.
             return plain(StatusCode::ACCEPTED, "");
@@ -188,7 +229,11 @@ impl McpState {
                     replies.push(r);
                 }
             }
-            let v = if batch { Value::Array(replies) } else { replies.pop().unwrap_or(Value::Null) };
+            let v = if batch {
+                Value::Array(replies)
+            } else {
+                replies.pop().unwrap_or(Value::Null)
+            };
             json_response(&v)
         };
         if let Some(sid) = new_session {
@@ -208,8 +253,15 @@ impl McpState {
         let params = m.get("params").cloned().unwrap_or(json!({}));
         let out: Result<Value, (i64, String)> = match method {
             "initialize" => {
-                let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or(DEFAULT_VERSION);
-                let version = if PROTOCOL_VERSIONS.contains(&asked) { asked } else { DEFAULT_VERSION };
+                let asked = params
+                    .get("protocolVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or(DEFAULT_VERSION);
+                let version = if PROTOCOL_VERSIONS.contains(&asked) {
+                    asked
+                } else {
+                    DEFAULT_VERSION
+                };
                 Ok(json!({
                     "protocolVersion": version,
                     "capabilities": { "tools": { "listChanged": false }, "resources": {}, "prompts": {}, "logging": {} },
@@ -239,7 +291,10 @@ impl McpState {
             ]})),
             "prompts/get" => match params.get("name").and_then(Value::as_str) {
                 Some("greet") => {
-                    let who = params.pointer("/arguments/name").and_then(Value::as_str).unwrap_or("world");
+                    let who = params
+                        .pointer("/arguments/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("world");
                     Ok(json!({ "description": "A greeting", "messages": [
                         { "role": "user", "content": { "type": "text", "text": format!("Say hello to {who}.") } }
                     ]}))
@@ -254,25 +309,49 @@ impl McpState {
         })
     }
 
-    async fn call_tool(&self, params: &Value, sink: Option<&mpsc::Sender<Bytes>>) -> Result<Value, (i64, String)> {
+    async fn call_tool(
+        &self,
+        params: &Value,
+        sink: Option<&mpsc::Sender<Bytes>>,
+    ) -> Result<Value, (i64, String)> {
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
-        let text = |t: String| json!({ "content": [ { "type": "text", "text": t } ], "isError": false });
+        let text =
+            |t: String| json!({ "content": [ { "type": "text", "text": t } ], "isError": false });
         match params.get("name").and_then(Value::as_str) {
             Some("echo") => {
-                let t = args.get("text").and_then(Value::as_str).ok_or((-32602, "echo needs a string `text`".to_string()))?;
+                let t = args
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or((-32602, "echo needs a string `text`".to_string()))?;
                 Ok(text(t.to_string()))
             }
             Some("add") => {
-                let (Some(a), Some(b)) = (args.get("a").and_then(Value::as_f64), args.get("b").and_then(Value::as_f64)) else {
+                let (Some(a), Some(b)) = (
+                    args.get("a").and_then(Value::as_f64),
+                    args.get("b").and_then(Value::as_f64),
+                ) else {
                     return Err((-32602, "add needs numbers `a` and `b`".into()));
                 };
                 let sum = a + b;
-                let s = if sum.fract() == 0.0 && sum.abs() < 9.0e15 { format!("{}", sum as i64) } else { sum.to_string() };
+                let s = if sum.fract() == 0.0 && sum.abs() < 9.0e15 {
+                    format!("{}", sum as i64)
+                } else {
+                    sum.to_string()
+                };
                 Ok(text(s))
             }
             Some("slow") => {
-                let steps = args.get("steps").and_then(Value::as_u64).unwrap_or(3).min(100);
-                let delay = Duration::from_millis(args.get("delay_ms").and_then(Value::as_u64).unwrap_or(100).min(5_000));
+                let steps = args
+                    .get("steps")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(3)
+                    .min(100);
+                let delay = Duration::from_millis(
+                    args.get("delay_ms")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(100)
+                        .min(5_000),
+                );
                 let token = params.pointer("/_meta/progressToken").cloned();
                 for i in 1..=steps {
                     tokio::time::sleep(delay).await;
@@ -284,7 +363,9 @@ impl McpState {
                 }
                 Ok(text(format!("done after {steps} steps")))
             }
-            Some("fail") => Ok(json!({ "content": [ { "type": "text", "text": "this tool always fails" } ], "isError": true })),
+            Some("fail") => Ok(
+                json!({ "content": [ { "type": "text", "text": "this tool always fails" } ], "isError": true }),
+            ),
             Some(other) => Err((-32602, format!("Unknown tool: {other}"))),
             None => Err((-32602, "tools/call needs `name`".into())),
         }
@@ -293,7 +374,13 @@ impl McpState {
 
 fn sse_response(rx: mpsc::Receiver<Bytes>, _last_event: Option<u64>) -> Response<DemoBody> {
     let mut r = Response::new(DemoBody::new(ChannelBody { rx }));
-    r.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));
-    r.headers_mut().insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
     r
 }

@@ -34,7 +34,10 @@ pub struct ChannelBody {
 impl Body for ChannelBody {
     type Data = Bytes;
     type Error = BoxError;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
     }
 }
@@ -47,14 +50,20 @@ pub(crate) fn plain(status: StatusCode, text: &'static str) -> Response<DemoBody
     let mut r = Response::new(full(text));
     *r.status_mut() = status;
     if !text.is_empty() {
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
     }
     r
 }
 
 pub(crate) fn json_response(v: &serde_json::Value) -> Response<DemoBody> {
     let mut r = Response::new(full(v.to_string()));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -86,7 +95,10 @@ impl Demo {
             ("/jsonrpc", &Method::POST) => match jsonrpc::handle_body(&body, &self.opts).await {
                 Some(text) => {
                     let mut r = Response::new(full(text));
-                    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
                     r
                 }
                 None => plain(StatusCode::NO_CONTENT, ""),
@@ -103,7 +115,9 @@ async fn read_body(body: Incoming) -> Result<Bytes, Response<DemoBody>> {
     match Limited::new(body, MAX_BODY).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 let mut r = json_response(&serde_json::json!({
                     "jsonrpc": "2.0", "id": null,
                     "error": { "code": -32600, "message": "Invalid Request: body larger than 10 MiB" }
@@ -111,14 +125,22 @@ async fn read_body(body: Incoming) -> Result<Bytes, Response<DemoBody>> {
                 *r.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
                 Err(r)
             } else {
-                Err(plain(StatusCode::BAD_REQUEST, "could not read the request body\n"))
+                Err(plain(
+                    StatusCode::BAD_REQUEST,
+                    "could not read the request body\n",
+                ))
             }
         }
     }
 }
 
 /// Runs the demo server on `listener` until `shutdown`.
-pub async fn run(listener: TcpListener, opts: DemoOptions, shutdown: impl Future<Output = ()>, grace: Duration) {
+pub async fn run(
+    listener: TcpListener,
+    opts: DemoOptions,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) {
     let demo = Demo::new(opts);
     server::serve(
         listener,

@@ -209,7 +209,12 @@ impl Correlator {
 
     /// Records that `id` was used by a request in a session; true when it had been used before.
     /// Returns the evicted session's id when the session map was full.
-    pub fn use_session_id(&self, sid: &Arc<str>, dir: Direction, id: &Id) -> (bool, Option<Arc<str>>) {
+    pub fn use_session_id(
+        &self,
+        sid: &Arc<str>,
+        dir: Direction,
+        id: &Id,
+    ) -> (bool, Option<Arc<str>>) {
         let evicted = self.ensure_session(sid);
         let max = self.limits.max_ids_per_session;
         let mut s = self.sessions.entry(sid.clone()).or_default();
@@ -246,7 +251,11 @@ impl Correlator {
     }
 
     /// Runs `f` on a session's state (created if absent); returns the evicted session if any.
-    pub fn with_session<R>(&self, sid: &Arc<str>, f: impl FnOnce(&mut Session) -> R) -> (R, Option<Arc<str>>) {
+    pub fn with_session<R>(
+        &self,
+        sid: &Arc<str>,
+        f: impl FnOnce(&mut Session) -> R,
+    ) -> (R, Option<Arc<str>>) {
         let evicted = self.ensure_session(sid);
         let mut s = self.sessions.entry(sid.clone()).or_default();
         s.last_seen = Some(Instant::now());
@@ -315,7 +324,10 @@ mod tests {
         let mut evicted = 0;
         for i in 0..100 {
             let sid: Arc<str> = format!("s{i}").into();
-            if c.use_session_id(&sid, Direction::ClientToServer, &Id::Null).1.is_some() {
+            if c.use_session_id(&sid, Direction::ClientToServer, &Id::Null)
+                .1
+                .is_some()
+            {
                 evicted += 1;
             }
         }

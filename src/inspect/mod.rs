@@ -58,7 +58,10 @@ impl Stats {
         self.anomalies[code as usize].load(Ordering::Relaxed)
     }
     pub fn anomalies_total(&self) -> u64 {
-        self.anomalies.iter().map(|a| a.load(Ordering::Relaxed)).sum()
+        self.anomalies
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .sum()
     }
     /// Non-zero anomaly counts by code.
     pub fn anomaly_summary(&self) -> Vec<(&'static str, u64)> {
@@ -126,8 +129,13 @@ impl EndReason {
 enum ReplyMode {
     /// Not inspected (not JSON-RPC, or no body expected).
     Ignore,
-    Json { buf: BytesMut, overflow: bool },
-    Sse { dec: Box<SseDecoder> },
+    Json {
+        buf: BytesMut,
+        overflow: bool,
+    },
+    Sse {
+        dec: Box<SseDecoder>,
+    },
 }
 
 /// What the request of an exchange held.
@@ -253,7 +261,8 @@ impl Inspector {
     /// Runs `sweep` every second (at most) until the returned task is aborted.
     pub fn spawn_sweeper(&self) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
-        let every = (self.inner.cfg.call_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let every = (self.inner.cfg.call_timeout / 4)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -406,7 +415,13 @@ impl ExchangeCtx {
     }
 
     /// The response's status line and headers arrived.
-    pub fn response_head(&mut self, status: u16, content_type: Option<&str>, session: Option<&str>, content_length: Option<u64>) {
+    pub fn response_head(
+        &mut self,
+        status: u16,
+        content_type: Option<&str>,
+        session: Option<&str>,
+        content_length: Option<u64>,
+    ) {
         self.status = status;
         let inner = self.insp.clone();
         if inner.bus.is_active() {
@@ -439,7 +454,11 @@ impl ExchangeCtx {
                     self.notice_evicted(evicted);
                     if initialize {
                         let id = self.req.call_ids[0].clone();
-                        let _ = inner.correlator.use_session_id(&new_sid, Direction::ClientToServer, &id);
+                        let _ = inner.correlator.use_session_id(
+                            &new_sid,
+                            Direction::ClientToServer,
+                            &id,
+                        );
                     }
                 }
             }
@@ -447,7 +466,10 @@ impl ExchangeCtx {
         let ct = content_type.unwrap_or("").to_ascii_lowercase();
         let is_sse = ct.starts_with("text/event-stream");
         self.mode = if is_sse && (self.req.is_rpc || self.is_get_stream) {
-            if self.is_get_stream && self.transport == Transport::Json && self.session_header.is_none() {
+            if self.is_get_stream
+                && self.transport == Transport::Json
+                && self.session_header.is_none()
+            {
                 // A GET stream without an MCP session: the legacy transport until proven otherwise.
                 self.transport = Transport::LegacySse;
             }
@@ -473,7 +495,8 @@ impl ExchangeCtx {
         if self.is_get_stream || !self.req.is_rpc {
             return;
         }
-        let notification_only = self.req.calls.is_empty() && !self.req.parse_error
+        let notification_only = self.req.calls.is_empty()
+            && !self.req.parse_error
             && (self.req.notifications > 0 || self.req.responses > 0);
         if notification_only && !matches!(status, 202 | 204) && !(200..300).contains(&status) {
             // a non-2xx answer to notifications is reported below with the body, or here
@@ -613,7 +636,13 @@ impl ExchangeCtx {
                     );
                 }
                 for (i, env) in members.into_iter().enumerate() {
-                    self.on_envelope_t(Direction::ServerToClient, env, Some(i as u32), sse_id.clone(), transport);
+                    self.on_envelope_t(
+                        Direction::ServerToClient,
+                        env,
+                        Some(i as u32),
+                        sse_id.clone(),
+                        transport,
+                    );
                 }
             }
         }
@@ -623,7 +652,13 @@ impl ExchangeCtx {
         self.publish_unparsed_with(dir, raw, sse_id, self.transport);
     }
 
-    fn publish_unparsed_with(&self, dir: Direction, raw: Bytes, sse_id: Option<String>, transport: Transport) {
+    fn publish_unparsed_with(
+        &self,
+        dir: Direction,
+        raw: Bytes,
+        sse_id: Option<String>,
+        transport: Transport,
+    ) {
         self.insp.stats.messages.fetch_add(1, Ordering::Relaxed);
         if self.insp.bus.is_active() {
             self.insp.bus.publish(Event::Message(MessageEvent {
@@ -643,7 +678,13 @@ impl ExchangeCtx {
         }
     }
 
-    fn on_envelope(&mut self, dir: Direction, env: Envelope, batch_index: Option<u32>, sse_id: Option<String>) {
+    fn on_envelope(
+        &mut self,
+        dir: Direction,
+        env: Envelope,
+        batch_index: Option<u32>,
+        sse_id: Option<String>,
+    ) {
         let t = self.transport;
         self.on_envelope_t(dir, env, batch_index, sse_id, t)
     }
@@ -667,7 +708,11 @@ impl ExchangeCtx {
 
         // Flagged on the request that chose the id, not again on the reply that echoes it.
         let is_request = matches!(env.kind, Kind::Request | Kind::Invalid) && env.method.is_some();
-        if let Some(id) = env.id.as_ref().filter(|id| is_request && id.is_unsafe_number()) {
+        if let Some(id) = env
+            .id
+            .as_ref()
+            .filter(|id| is_request && id.is_unsafe_number())
+        {
             flag(
                 &inner,
                 self.id,
@@ -683,14 +728,21 @@ impl ExchangeCtx {
         match env.kind {
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
-                self.register_call(dir, id, method.clone().unwrap_or_else(|| "".into()), target.clone(), anomalies);
+                self.register_call(
+                    dir,
+                    id,
+                    method.clone().unwrap_or_else(|| "".into()),
+                    target.clone(),
+                    anomalies,
+                );
             }
             Kind::Notification => {
                 if dir == Direction::ClientToServer {
                     self.req.notifications += 1;
-                    if &*env.method.as_deref().unwrap_or("") == "notifications/initialized" {
+                    if env.method.as_deref() == Some("notifications/initialized") {
                         if let Scope::Session(sid) = &self.scope {
-                            let (_, ev) = inner.correlator.with_session(sid, |s| s.initialized = true);
+                            let (_, ev) =
+                                inner.correlator.with_session(sid, |s| s.initialized = true);
                             self.notice_evicted(ev);
                         }
                     }
@@ -708,7 +760,13 @@ impl ExchangeCtx {
                 // An invalid request that carries an id still expects a (-32600) reply.
                 if dir == Direction::ClientToServer {
                     if let (Some(id), Some(m)) = (env.id.clone(), method.clone()) {
-                        self.register_call(dir, id, m, target.clone(), vec![Code::InvalidEnvelope.as_str()]);
+                        self.register_call(
+                            dir,
+                            id,
+                            m,
+                            target.clone(),
+                            vec![Code::InvalidEnvelope.as_str()],
+                        );
                     }
                 }
                 flag(
@@ -720,8 +778,12 @@ impl ExchangeCtx {
                     method.as_ref(),
                     format!(
                         "invalid JSON-RPC message{}: {}",
-                        batch_index.map(|i| format!(" (batch member {i})")).unwrap_or_default(),
-                        env.problem.as_deref().unwrap_or("not a request or response")
+                        batch_index
+                            .map(|i| format!(" (batch member {i})"))
+                            .unwrap_or_default(),
+                        env.problem
+                            .as_deref()
+                            .unwrap_or("not a request or response")
                     ),
                 );
             }
@@ -788,7 +850,9 @@ impl ExchangeCtx {
                         Code::McpEarlyRequest,
                         Some(&id),
                         Some(&method),
-                        format!("`{method}` was sent before the client sent notifications/initialized"),
+                        format!(
+                            "`{method}` was sent before the client sent notifications/initialized"
+                        ),
                     );
                     anomalies.push(Code::McpEarlyRequest.as_str());
                 }
@@ -841,7 +905,11 @@ impl ExchangeCtx {
     }
 
     /// Matches a response; returns the method and target of the call it answered.
-    fn on_response(&mut self, dir: Direction, env: &Envelope) -> (Option<Arc<str>>, Option<Arc<str>>) {
+    fn on_response(
+        &mut self,
+        dir: Direction,
+        env: &Envelope,
+    ) -> (Option<Arc<str>>, Option<Arc<str>>) {
         let inner = self.insp.clone();
         let id = env.id.clone().unwrap_or(Id::Null);
         let outcome = match env.kind {
@@ -907,7 +975,10 @@ impl ExchangeCtx {
                     Code::IdTypeMismatch,
                     Some(&id),
                     Some(&p.method),
-                    format!("reply id {id} matches call {twin} (`{}`) only if the JSON type is ignored", p.method),
+                    format!(
+                        "reply id {id} matches call {twin} (`{}`) only if the JSON type is ignored",
+                        p.method
+                    ),
                 );
                 extra.push(Code::IdTypeMismatch.as_str());
                 let m = (Some(p.method.clone()), p.target.clone());
@@ -918,7 +989,11 @@ impl ExchangeCtx {
         if id == Id::Null {
             return (None, None); // already flagged as NULL_ID_RESPONSE
         }
-        if dir == Direction::ServerToClient && !self.is_get_stream && self.req.notifications > 0 && self.req.calls.iter().all(|k| k.id != id) {
+        if dir == Direction::ServerToClient
+            && !self.is_get_stream
+            && self.req.notifications > 0
+            && self.req.calls.iter().all(|k| k.id != id)
+        {
             flag(
                 &inner,
                 self.id,
@@ -942,7 +1017,14 @@ impl ExchangeCtx {
         (None, None)
     }
 
-    fn finish_reply(&mut self, key: &PendingKey, p: Pending, outcome: Outcome, env: &Envelope, mut extra: Vec<&'static str>) {
+    fn finish_reply(
+        &mut self,
+        key: &PendingKey,
+        p: Pending,
+        outcome: Outcome,
+        env: &Envelope,
+        mut extra: Vec<&'static str>,
+    ) {
         let inner = self.insp.clone();
         if env.tool_error && &*p.method == "tools/call" {
             flag(
@@ -959,7 +1041,11 @@ impl ExchangeCtx {
             );
             extra.push(Code::ToolError.as_str());
         }
-        if self.status != 200 && self.status != 0 && !self.is_get_stream && key.direction == Direction::ClientToServer {
+        if self.status != 200
+            && self.status != 0
+            && !self.is_get_stream
+            && key.direction == Direction::ClientToServer
+        {
             flag(
                 &inner,
                 self.id,
@@ -1012,7 +1098,10 @@ impl ExchangeCtx {
                         ),
                     );
                 } else if !buf.is_empty() && matches!(reason, EndReason::Complete) {
-                    if self.req.calls.is_empty() && !self.req.parse_error && self.req.notifications > 0 {
+                    if self.req.calls.is_empty()
+                        && !self.req.parse_error
+                        && self.req.notifications > 0
+                    {
                         flag(
                             &inner,
                             self.id,
@@ -1047,20 +1136,34 @@ impl ExchangeCtx {
                 inner.correlator.end_session(sid);
             }
         }
-        let parked = self.status == 202 && matches!(self.scope, Scope::Session(_)) && self.reply_frames == 0;
+        let parked =
+            self.status == 202 && matches!(self.scope, Scope::Session(_)) && self.reply_frames == 0;
         if !parked {
             let why = match (&reason, self.status) {
-                (EndReason::Complete, s) if self.reply_frames == 0 => format!("HTTP {s} with no JSON-RPC reply"),
+                (EndReason::Complete, s) if self.reply_frames == 0 => {
+                    format!("HTTP {s} with no JSON-RPC reply")
+                }
                 (EndReason::Complete, _) => "the reply ended without it".to_string(),
                 (r, _) => r.describe(),
             };
             for k in std::mem::take(&mut self.req.calls) {
                 if let Some(p) = inner.correlator.remove_all(&k) {
-                    if self.reply_frames == 0 && !(200..300).contains(&self.status) && self.status != 0 {
+                    if self.reply_frames == 0
+                        && !(200..300).contains(&self.status)
+                        && self.status != 0
+                    {
                         for _ in 0..=p.extra {
                             let mut p1 = p.clone();
                             p1.extra = 0;
-                            end_call(&inner, &k, p1, Outcome::Rejected { status: self.status }, &[]);
+                            end_call(
+                                &inner,
+                                &k,
+                                p1,
+                                Outcome::Rejected {
+                                    status: self.status,
+                                },
+                                &[],
+                            );
                         }
                     } else {
                         end_missing(&inner, &k, p, &why, true);

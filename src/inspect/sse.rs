@@ -169,15 +169,13 @@ impl SseDecoder {
                 self.has_data = true;
             }
             b"event" => self.event = Some(String::from_utf8_lossy(&value).into_owned()),
-            b"id" => {
-                if !value.contains(&0) {
-                    self.id = Some(String::from_utf8_lossy(&value).into_owned());
-                }
+            b"id" if !value.contains(&0) => {
+                self.id = Some(String::from_utf8_lossy(&value).into_owned());
             }
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    self.retry = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok());
-                }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                self.retry = std::str::from_utf8(&value)
+                    .ok()
+                    .and_then(|s| s.parse().ok());
             }
             _ => {}
         }
@@ -241,7 +239,10 @@ mod tests {
         assert_eq!(evs.len(), 4, "{evs:?}");
         assert_eq!(evs[0].event.as_deref(), Some("message"));
         assert_eq!(evs[0].id.as_deref(), Some("7"));
-        assert_eq!(&evs[0].data[..], "{\"jsonrpc\":\"2.0\",\n\"id\":1,\"result\":\"é\"}".as_bytes());
+        assert_eq!(
+            &evs[0].data[..],
+            "{\"jsonrpc\":\"2.0\",\n\"id\":1,\"result\":\"é\"}".as_bytes()
+        );
         assert_eq!(evs[1].retry, Some(3000));
         assert!(evs[1].data.is_empty());
         assert_eq!(&evs[2].data[..], b"plain\ntwo");
@@ -266,7 +267,9 @@ mod tests {
     fn oversized_events_are_flagged_not_kept() {
         let mut d = SseDecoder::new(16);
         let mut out = Vec::new();
-        d.feed(b"data: 0123456789abcdefghijkl\n\ndata: ok\n\n", |e| out.push(e));
+        d.feed(b"data: 0123456789abcdefghijkl\n\ndata: ok\n\n", |e| {
+            out.push(e)
+        });
         assert_eq!(out.len(), 2);
         assert!(out[0].oversized && out[0].data.is_empty());
         assert_eq!(&out[1].data[..], b"ok");

@@ -22,7 +22,10 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
         && h.get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
 }
 
 /// Removes the hop-by-hop headers, including those the `Connection` header names.
@@ -72,7 +75,10 @@ mod tests {
     #[test]
     fn strips_hop_by_hop_and_named() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret-hop"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
         h.insert("x-secret-hop", HeaderValue::from_static("1"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert(header::TE, HeaderValue::from_static("trailers"));

@@ -80,8 +80,12 @@ impl ExchangeError {
     /// One exhaustive mapping from error to HTTP status and JSON-RPC code.
     fn status_and_code(&self) -> (StatusCode, i64) {
         match self {
-            ExchangeError::UpstreamUnreachable(_) => (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE),
-            ExchangeError::UpstreamTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, CODE_UPSTREAM_TIMEOUT),
+            ExchangeError::UpstreamUnreachable(_) => {
+                (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE)
+            }
+            ExchangeError::UpstreamTimeout(_) => {
+                (StatusCode::GATEWAY_TIMEOUT, CODE_UPSTREAM_TIMEOUT)
+            }
             ExchangeError::Downstream(_) => (StatusCode::BAD_REQUEST, CODE_BAD_REQUEST),
             ExchangeError::Internal(_) => (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE),
         }
@@ -114,7 +118,11 @@ impl Proxy {
     }
 
     /// Handles one exchange. Never fails: errors become 4xx/5xx replies.
-    pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    pub async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<ProxyBody> {
         let inner = &self.inner;
         let content_type = req
             .headers()
@@ -183,7 +191,11 @@ impl Proxy {
             }
         } else if !parts.headers.contains_key(header::HOST) {
             // An h2 client sends `:authority`, not Host: keep it as the Host header.
-            if let Some(a) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+            if let Some(a) = parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            {
                 parts.headers.insert(header::HOST, a);
             }
         }
@@ -191,7 +203,8 @@ impl Proxy {
         let is_head = parts.method == Method::HEAD;
         let up_req = Request::from_parts(parts, fwd_body);
 
-        let sent = tokio::time::timeout(inner.opts.upstream_timeout, inner.client.request(up_req)).await;
+        let sent =
+            tokio::time::timeout(inner.opts.upstream_timeout, inner.client.request(up_req)).await;
         let mut resp = match sent {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
@@ -201,7 +214,10 @@ impl Proxy {
             }
             Err(_) => {
                 tracing::warn!(exchange = ctx.id, "upstream timed out");
-                return self.error_reply(ctx, ExchangeError::UpstreamTimeout(inner.opts.upstream_timeout));
+                return self.error_reply(
+                    ctx,
+                    ExchangeError::UpstreamTimeout(inner.opts.upstream_timeout),
+                );
             }
         };
 
@@ -216,7 +232,11 @@ impl Proxy {
                             let mut u = hyper_util::rt::TokioIo::new(u);
                             let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
                         }
-                        (c, u) => tracing::debug!(client_ok = c.is_ok(), upstream_ok = u.is_ok(), "upgrade failed"),
+                        (c, u) => tracing::debug!(
+                            client_ok = c.is_ok(),
+                            upstream_ok = u.is_ok(),
+                            "upgrade failed"
+                        ),
                     }
                 });
             }
@@ -224,8 +244,14 @@ impl Proxy {
         let (mut rparts, rbody) = resp.into_parts();
         let keep_upgrade = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
         headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade);
-        let rct = rparts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        let rsession = rparts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+        let rct = rparts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        let rsession = rparts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
         let rlen = rparts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -236,7 +262,10 @@ impl Proxy {
             ctx.end(crate::inspect::EndReason::Complete);
         }
         // Phases 4 and 5 happen in the body as the client reads it.
-        Response::from_parts(rparts, TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)))
+        Response::from_parts(
+            rparts,
+            TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)),
+        )
     }
 
     fn upstream_uri(&self, orig: &Uri) -> Result<Uri, String> {
@@ -281,13 +310,23 @@ impl Proxy {
         } else {
             Some(format!("rpctap: {message}\n"))
         };
-        let ct = if ctx.is_rpc() { "application/json" } else { "text/plain; charset=utf-8" };
-        ctx.response_head(status.as_u16(), body.as_ref().map(|_| ct), None, body.as_ref().map(|b| b.len() as u64));
+        let ct = if ctx.is_rpc() {
+            "application/json"
+        } else {
+            "text/plain; charset=utf-8"
+        };
+        ctx.response_head(
+            status.as_u16(),
+            body.as_ref().map(|_| ct),
+            None,
+            body.as_ref().map(|b| b.len() as u64),
+        );
         let bytes = body.map(Bytes::from);
         let mut resp = Response::new(TeeBody::new(ReplySource::Made(bytes.clone()), Some(ctx)));
         *resp.status_mut() = status;
         if bytes.is_some() {
-            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
         }
         resp
     }
@@ -320,7 +359,9 @@ async fn read_ahead(mut body: Incoming, cap: usize) -> Result<ReadAhead, hyper::
     let mut first: Option<Bytes> = None;
     let mut buf = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else { continue };
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
         let have = first.as_ref().map_or(0, |b| b.len()) + buf.len();
         if have + data.len() > cap {
             let mut all = BytesMut::with_capacity(have + data.len());

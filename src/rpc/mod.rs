@@ -96,9 +96,9 @@ impl serde::Serialize for Id {
 }
 
 fn is_number_literal(s: &str) -> bool {
-    !s.is_empty() && serde_json::from_str::<&RawValue>(s).is_ok_and(|_| {
-        matches!(s.as_bytes()[0], b'-' | b'0'..=b'9')
-    })
+    !s.is_empty()
+        && serde_json::from_str::<&RawValue>(s)
+            .is_ok_and(|_| matches!(s.as_bytes()[0], b'-' | b'0'..=b'9'))
 }
 
 /// What one JSON-RPC message is.
@@ -322,7 +322,8 @@ pub fn envelope_from_raw(body: &Bytes, raw: &RawValue) -> Envelope {
         }
         (Some(result), None) => {
             if env.id.is_none() {
-                env.problem.get_or_insert_with(|| "a response must carry an `id`".into());
+                env.problem
+                    .get_or_insert_with(|| "a response must carry an `id`".into());
             }
             if first_byte(result) == b'{' {
                 if let Ok(tr) = serde_json::from_str::<ToolResult>(result.get()) {
@@ -335,7 +336,8 @@ pub fn envelope_from_raw(body: &Bytes, raw: &RawValue) -> Envelope {
         }
         (None, Some(error)) => {
             if env.id.is_none() {
-                env.problem.get_or_insert_with(|| "a response must carry an `id`".into());
+                env.problem
+                    .get_or_insert_with(|| "a response must carry an `id`".into());
             }
             match serde_json::from_str::<RawError>(error.get()) {
                 Ok(e) => {
@@ -380,7 +382,11 @@ pub fn envelope_from_raw(body: &Bytes, raw: &RawValue) -> Envelope {
 fn wants_target(method: &str) -> bool {
     matches!(
         method,
-        "tools/call" | "prompts/get" | "resources/read" | "resources/subscribe" | "resources/unsubscribe"
+        "tools/call"
+            | "prompts/get"
+            | "resources/read"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
     )
 }
 
@@ -426,22 +432,40 @@ mod tests {
 
     #[test]
     fn ids_keep_type_and_digits() {
-        assert_eq!(one(r#"{"jsonrpc":"2.0","id":1,"method":"a"}"#).id, Some(Id::Num("1".into())));
-        assert_eq!(one(r#"{"jsonrpc":"2.0","id":"1","method":"a"}"#).id, Some(Id::Str("1".into())));
-        assert_eq!(one(r#"{"jsonrpc":"2.0","id":1.0,"method":"a"}"#).id, Some(Id::Num("1.0".into())));
+        assert_eq!(
+            one(r#"{"jsonrpc":"2.0","id":1,"method":"a"}"#).id,
+            Some(Id::Num("1".into()))
+        );
+        assert_eq!(
+            one(r#"{"jsonrpc":"2.0","id":"1","method":"a"}"#).id,
+            Some(Id::Str("1".into()))
+        );
+        assert_eq!(
+            one(r#"{"jsonrpc":"2.0","id":1.0,"method":"a"}"#).id,
+            Some(Id::Num("1.0".into()))
+        );
         let big = one(r#"{"jsonrpc":"2.0","id":12345678901234567890,"method":"a"}"#);
         assert_eq!(big.id, Some(Id::Num("12345678901234567890".into())));
         assert!(big.id.as_ref().is_some_and(Id::is_unsafe_number));
         assert!(!Id::Num("9007199254740991".into()).is_unsafe_number());
         assert!(Id::Num("9007199254740992".into()).is_unsafe_number());
         assert!(Id::Num("1.5".into()).is_unsafe_number());
-        assert_eq!(one(r#"{"jsonrpc":"2.0","id":null,"result":1}"#).id, Some(Id::Null));
+        assert_eq!(
+            one(r#"{"jsonrpc":"2.0","id":null,"result":1}"#).id,
+            Some(Id::Null)
+        );
     }
 
     #[test]
     fn kinds() {
-        assert_eq!(one(r#"{"jsonrpc":"2.0","method":"a"}"#).kind, Kind::Notification);
-        assert_eq!(one(r#"{"jsonrpc":"2.0","id":1,"result":null}"#).kind, Kind::Result);
+        assert_eq!(
+            one(r#"{"jsonrpc":"2.0","method":"a"}"#).kind,
+            Kind::Notification
+        );
+        assert_eq!(
+            one(r#"{"jsonrpc":"2.0","id":1,"result":null}"#).kind,
+            Kind::Result
+        );
         let e = one(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}"#);
         assert_eq!((e.kind, e.error_code), (Kind::Error, Some(-32601)));
         for bad in [
@@ -465,7 +489,9 @@ mod tests {
 
     #[test]
     fn tool_call_target_and_tool_error() {
-        let e = one(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#);
+        let e = one(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#,
+        );
         assert_eq!(e.target.as_deref(), Some("echo"));
         let r = one(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#);
         assert!(r.tool_error);
@@ -474,12 +500,23 @@ mod tests {
     #[test]
     fn batches_and_raw_slices() {
         let body = Bytes::from_static(b" [ {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"} , 3 ]");
-        let Body::Batch(m) = parse_body(&body) else { panic!() };
+        let Body::Batch(m) = parse_body(&body) else {
+            panic!()
+        };
         assert_eq!(m.len(), 2);
-        assert_eq!(&m[0].raw[..], b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}");
+        assert_eq!(
+            &m[0].raw[..],
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}"
+        );
         assert_eq!(m[1].kind, Kind::Invalid);
-        assert!(matches!(parse_body(&Bytes::from_static(b"{\"a\":")), Body::ParseError(_)));
-        assert!(matches!(parse_body(&Bytes::from_static(b"\xff\xfe")), Body::ParseError(_)));
+        assert!(matches!(
+            parse_body(&Bytes::from_static(b"{\"a\":")),
+            Body::ParseError(_)
+        ));
+        assert!(matches!(
+            parse_body(&Bytes::from_static(b"\xff\xfe")),
+            Body::ParseError(_)
+        ));
         assert!(matches!(parse_body(&Bytes::from_static(b"[]")), Body::Batch(v) if v.is_empty()));
     }
 

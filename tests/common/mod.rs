@@ -62,11 +62,10 @@ impl TestProxy {
     /// Every event published so far (waits briefly for stragglers).
     pub async fn drain(&mut self) -> Vec<Arc<Event>> {
         let mut out = Vec::new();
-        loop {
-            match tokio::time::timeout(Duration::from_millis(150), self.events.rx.recv()).await {
-                Ok(Some(e)) => out.push(e),
-                _ => break,
-            }
+        while let Ok(Some(e)) =
+            tokio::time::timeout(Duration::from_millis(150), self.events.rx.recv()).await
+        {
+            out.push(e);
         }
         out
     }
@@ -75,7 +74,8 @@ impl TestProxy {
 pub async fn start_proxy_flags(upstream: &str, flags: ProxyFlags) -> TestProxy {
     let mut flags = flags;
     flags.log.get_or_insert(rpctap::cli::LogFormat::Off);
-    let cfg = rpctap::config::resolve(Some("127.0.0.1:0".parse().unwrap()), Some(upstream), &flags).unwrap();
+    let cfg = rpctap::config::resolve(Some("127.0.0.1:0".parse().unwrap()), Some(upstream), &flags)
+        .unwrap();
     let mut bus = BusBuilder::default();
     let events = bus.subscribe("test", 1 << 20);
     let running = RunningProxy::bind_with(cfg, bus).await.unwrap();
@@ -95,7 +95,12 @@ pub async fn start_proxy(upstream: &str) -> TestProxy {
     start_proxy_flags(upstream, ProxyFlags::default()).await
 }
 
-pub type BoxFut = Pin<Box<dyn Future<Output = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>>> + Send>>;
+pub type BoxFut = Pin<
+    Box<
+        dyn Future<Output = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>>>
+            + Send,
+    >,
+>;
 
 /// A scripted upstream: `f` gets the request head and the whole body and returns the reply.
 pub async fn start_upstream<F>(f: F) -> (SocketAddr, Stop)
@@ -112,7 +117,11 @@ where
             let f = f.clone();
             async move {
                 let (parts, body) = req.into_parts();
-                let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                let body = body
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
                 f(parts, body).await
             }
         },
@@ -138,19 +147,31 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 }
 
-pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
-    let mut b = Request::builder().method(method).uri(format!("http://{addr}{path}"));
+pub async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Reply {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
-    let resp = client().request(b.body(Full::new(body.into())).unwrap()).await.unwrap();
+    let resp = client()
+        .request(b.body(Full::new(body.into())).unwrap())
+        .await
+        .unwrap();
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     Reply {
@@ -161,7 +182,14 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
 }
 
 pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Reply {
-    send(addr, "POST", path, &[("content-type", "application/json")], body.to_string()).await
+    send(
+        addr,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        body.to_string(),
+    )
+    .await
 }
 
 pub const MCP_ACCEPT: (&str, &str) = ("accept", "application/json, text/event-stream");
@@ -170,7 +198,10 @@ pub const MCP_ACCEPT: (&str, &str) = ("accept", "application/json, text/event-st
 pub fn sse_data(body: &str) -> Vec<serde_json::Value> {
     body.split("\n\n")
         .filter_map(|ev| {
-            let data: Vec<&str> = ev.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            let data: Vec<&str> = ev
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .collect();
             (!data.is_empty()).then(|| serde_json::from_str(&data.join("\n")).unwrap())
         })
         .collect()
@@ -179,14 +210,25 @@ pub fn sse_data(body: &str) -> Vec<serde_json::Value> {
 /// Opens an MCP session on `addr` (initialize + initialized); returns the session id.
 pub async fn mcp_session(addr: SocketAddr) -> String {
     let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#;
-    let r = send(addr, "POST", "/mcp", &[("content-type", "application/json"), MCP_ACCEPT], init).await;
+    let r = send(
+        addr,
+        "POST",
+        "/mcp",
+        &[("content-type", "application/json"), MCP_ACCEPT],
+        init,
+    )
+    .await;
     assert_eq!(r.status, 200);
     let sid = r.headers["mcp-session-id"].to_str().unwrap().to_string();
     let r = send(
         addr,
         "POST",
         "/mcp",
-        &[("content-type", "application/json"), MCP_ACCEPT, ("mcp-session-id", &sid)],
+        &[
+            ("content-type", "application/json"),
+            MCP_ACCEPT,
+            ("mcp-session-id", &sid),
+        ],
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
     )
     .await;
