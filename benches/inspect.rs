@@ -35,22 +35,30 @@ fn benches(c: &mut Criterion) {
     assert!(call.len() <= 200, "{}", call.len());
     let mut g = c.benchmark_group("parse");
     g.throughput(Throughput::Bytes(call.len() as u64));
-    g.bench_function("call_200B", |b| b.iter(|| black_box(rpctap::rpc::parse_body(black_box(&call)))));
+    g.bench_function("call_200B", |b| {
+        b.iter(|| black_box(rpctap::rpc::parse_body(black_box(&call))))
+    });
     for size in [4 << 10, 1 << 20] {
         let r = reply_of(size);
         g.throughput(Throughput::Bytes(r.len() as u64));
-        g.bench_with_input(BenchmarkId::new("reply", size), &r, |b, r| b.iter(|| black_box(rpctap::rpc::parse_body(black_box(r)))));
+        g.bench_with_input(BenchmarkId::new("reply", size), &r, |b, r| {
+            b.iter(|| black_box(rpctap::rpc::parse_body(black_box(r))))
+        });
     }
     g.finish();
 
     let insp = Inspector::new(InspectConfig::default(), Bus::default());
     let mut g = c.benchmark_group("exchange");
     let small = reply_of(200);
-    g.bench_function("call_200B_reply_200B", |b| b.iter(|| exchange(&insp, &call, &small, "application/json")));
+    g.bench_function("call_200B_reply_200B", |b| {
+        b.iter(|| exchange(&insp, &call, &small, "application/json"))
+    });
     for size in [4 << 10, 1 << 20] {
         let r = reply_of(size);
         g.throughput(Throughput::Bytes(r.len() as u64));
-        g.bench_with_input(BenchmarkId::new("json_reply", size), &r, |b, r| b.iter(|| exchange(&insp, &call, r, "application/json")));
+        g.bench_with_input(BenchmarkId::new("json_reply", size), &r, |b, r| {
+            b.iter(|| exchange(&insp, &call, r, "application/json"))
+        });
     }
     g.finish();
 
@@ -72,7 +80,9 @@ fn benches(c: &mut Criterion) {
         })
     });
     let sse_bytes = Bytes::from(stream.clone());
-    g.bench_function("inspect_1000_events", |b| b.iter(|| exchange(&insp, &call, &sse_bytes, "text/event-stream")));
+    g.bench_function("inspect_1000_events", |b| {
+        b.iter(|| exchange(&insp, &call, &sse_bytes, "text/event-stream"))
+    });
     g.finish();
 }
 

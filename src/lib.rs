@@ -20,5 +20,6 @@ pub mod events;
 pub mod inspect;
 pub mod logsink;
 pub mod proxy;
+pub mod redact;
 pub mod rpc;
 pub mod server;

@@ -699,8 +699,8 @@ impl ExchangeCtx {
     ) {
         let inner = self.insp.clone();
         inner.stats.messages.fetch_add(1, Ordering::Relaxed);
-        let method: Option<Arc<str>> = env.method.as_deref().map(Arc::from);
-        let target: Option<Arc<str>> = env.target.as_deref().map(Arc::from);
+        let method: Option<Arc<str>> = env.method.clone();
+        let target: Option<Arc<str>> = env.target.clone();
         // For a response, the method of the call it answers (filled in below).
         let mut reply_method: Option<Arc<str>> = None;
         let mut reply_target: Option<Arc<str>> = None;

@@ -84,7 +84,13 @@ impl SseDecoder {
             match memchr::memchr2(b'\n', b'\r', chunk) {
                 Some(pos) => {
                     let line_end = chunk[pos];
-                    self.append_line(&chunk[..pos]);
+                    if self.line.is_empty() && !self.line_oversized {
+                        // The whole line is in this chunk: read it in place, no copy.
+                        self.process_line(&chunk[..pos], &mut emit);
+                    } else {
+                        self.append_line(&chunk[..pos]);
+                        self.end_buffered_line(&mut emit);
+                    }
                     let mut next = pos + 1;
                     if line_end == b'\r' {
                         if next < chunk.len() {
@@ -95,7 +101,6 @@ impl SseDecoder {
                             self.last_was_cr = true;
                         }
                     }
-                    self.end_line(&mut emit);
                     chunk = &chunk[next..];
                 }
                 None => {
@@ -127,16 +132,21 @@ impl SseDecoder {
         self.line.extend_from_slice(part);
     }
 
-    fn end_line(&mut self, emit: &mut impl FnMut(SseEvent)) {
-        let oversized_line = std::mem::take(&mut self.line_oversized);
-        if oversized_line {
-            // Keep the field name only if we can tell it was data: an oversized line is
-            // almost always data; mark the event oversized either way.
+    fn end_buffered_line(&mut self, emit: &mut impl FnMut(SseEvent)) {
+        if std::mem::take(&mut self.line_oversized) {
+            // An oversized line is almost always data: mark the event oversized.
             self.oversized = true;
             self.has_data = true;
+            self.line.clear();
             return;
         }
-        let line = self.line.split().freeze();
+        let line = std::mem::take(&mut self.line);
+        self.process_line(&line, emit);
+        self.line = line;
+        self.line.clear();
+    }
+
+    fn process_line(&mut self, line: &[u8], emit: &mut impl FnMut(SseEvent)) {
         if line.is_empty() {
             self.dispatch(emit);
             return;
@@ -144,13 +154,12 @@ impl SseDecoder {
         if line[0] == b':' {
             return; // comment / keep-alive
         }
-        let (field, value) = match memchr::memchr(b':', &line) {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let v = &line[i + 1..];
-                let v = v.strip_prefix(b" ").unwrap_or(v);
-                (&line[..i], line.slice_ref(v))
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
             }
-            None => (&line[..], Bytes::new()),
+            None => (line, &[][..]),
         };
         match field {
             b"data" => {
@@ -164,18 +173,18 @@ impl SseDecoder {
                     if self.has_data {
                         self.data.extend_from_slice(b"\n");
                     }
-                    self.data.extend_from_slice(&value);
+                    self.data.extend_from_slice(value);
                 }
                 self.has_data = true;
             }
-            b"event" => self.event = Some(String::from_utf8_lossy(&value).into_owned()),
+            // `message` is the default type: no allocation for it.
+            b"event" if value == b"message" => self.event = None,
+            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
             b"id" if !value.contains(&0) => {
-                self.id = Some(String::from_utf8_lossy(&value).into_owned());
+                self.id = Some(String::from_utf8_lossy(value).into_owned());
             }
             b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
-                self.retry = std::str::from_utf8(&value)
-                    .ok()
-                    .and_then(|s| s.parse().ok());
+                self.retry = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
             }
             _ => {}
         }
@@ -199,7 +208,7 @@ impl SseDecoder {
         }
         let ev = SseEvent {
             event: self.event.take(),
-            data: self.data.split().freeze(),
+            data: Bytes::copy_from_slice(&self.data),
             id: self.id.take(),
             retry: self.retry.take(),
             oversized: self.oversized,
@@ -237,7 +246,7 @@ mod tests {
     fn fields_and_line_endings() {
         let evs = decode_all(&[STREAM]);
         assert_eq!(evs.len(), 4, "{evs:?}");
-        assert_eq!(evs[0].event.as_deref(), Some("message"));
+        assert_eq!(evs[0].kind(), "message");
         assert_eq!(evs[0].id.as_deref(), Some("7"));
         assert_eq!(
             &evs[0].data[..],

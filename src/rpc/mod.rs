@@ -62,9 +62,9 @@ impl Id {
     fn from_raw(raw: &RawValue) -> Result<Id, &'static str> {
         let text = raw.get();
         match text.as_bytes().first() {
-            Some(b'"') => serde_json::from_str::<String>(text)
-                .map(|s| Id::Str(s.into_boxed_str()))
-                .map_err(|_| "id is not a valid string"),
+            Some(b'"') => raw_str(raw)
+                .map(|s| Id::Str(s.into()))
+                .ok_or("id is not a valid string"),
             Some(b'-' | b'0'..=b'9') => Ok(Id::Num(text.into())),
             Some(b'n') => Ok(Id::Null),
             _ => Err("id must be a string, a number or null"),
@@ -128,9 +128,9 @@ impl Kind {
 pub struct Envelope {
     pub kind: Kind,
     pub id: Option<Id>,
-    pub method: Option<Box<str>>,
+    pub method: Option<std::sync::Arc<str>>,
     /// For `tools/call`, `prompts/get`, `resources/read`…: the tool, prompt or resource name.
-    pub target: Option<Box<str>>,
+    pub target: Option<std::sync::Arc<str>>,
     pub error_code: Option<i64>,
     pub error_message: Option<Box<str>>,
     /// `result.isError` of an MCP `tools/call` result.
@@ -195,12 +195,26 @@ fn first_byte(raw: &RawValue) -> u8 {
     raw.get().as_bytes().first().copied().unwrap_or(b' ')
 }
 
-fn raw_str(raw: &RawValue) -> Option<String> {
-    if first_byte(raw) == b'"' {
-        serde_json::from_str::<String>(raw.get()).ok()
-    } else {
-        None
+/// A JSON string's value; borrowed when it has no escapes (the common case).
+fn raw_str(raw: &RawValue) -> Option<std::borrow::Cow<'_, str>> {
+    let t = raw.get();
+    if first_byte(raw) != b'"' {
+        return None;
     }
+    if !t.contains('\\') && t.len() >= 2 {
+        return Some(std::borrow::Cow::Borrowed(&t[1..t.len() - 1]));
+    }
+    serde_json::from_str::<String>(t)
+        .ok()
+        .map(std::borrow::Cow::Owned)
+}
+
+fn trim_end(b: &[u8]) -> &[u8] {
+    let n = b
+        .iter()
+        .rposition(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+        .map_or(0, |i| i + 1);
+    &b[..n]
 }
 
 fn skip_ws(b: &[u8]) -> &[u8] {
@@ -224,6 +238,15 @@ pub fn parse_body(body: &Bytes) -> Body {
             ),
             Err(e) => Body::ParseError(e.to_string()),
         },
+        // One pass: the envelope is read straight from the body.
+        Some(b'{') => match serde_json::from_slice::<RawEnvelope>(body) {
+            Ok(p) => Body::Single(validate(slice_of(body, trim_end(trimmed)), Ok(p))),
+            Err(e) if e.classify() == serde_json::error::Category::Data => Body::Single(validate(
+                slice_of(body, trim_end(trimmed)),
+                Err(e.to_string()),
+            )),
+            Err(e) => Body::ParseError(describe_parse_error(body, e)),
+        },
         _ => match serde_json::from_slice::<&RawValue>(body) {
             Ok(raw) => Body::Single(envelope_from_raw(body, raw)),
             Err(e) => Body::ParseError(describe_parse_error(body, e)),
@@ -243,23 +266,36 @@ fn describe_parse_error(body: &[u8], e: serde_json::Error) -> String {
 
 /// Parses one message (an element of a batch, or a whole body).
 pub fn envelope_from_raw(body: &Bytes, raw: &RawValue) -> Envelope {
-    let raw_bytes = slice_of(body, raw.get().as_bytes());
-    let mut env = Envelope {
-        kind: Kind::Invalid,
-        id: None,
-        method: None,
-        target: None,
-        error_code: None,
-        error_message: None,
-        tool_error: false,
-        problem: None,
-        raw: raw_bytes,
-    };
+    let text = raw.get();
     if first_byte(raw) != b'{' {
+        let mut env = Envelope::invalid(slice_of(body, text.as_bytes()));
         env.problem = Some("a JSON-RPC message must be an object".into());
         return env;
     }
-    let parsed: RawEnvelope = match serde_json::from_str(raw.get()) {
+    let parsed = serde_json::from_str::<RawEnvelope>(text).map_err(|e| e.to_string());
+    validate(slice_of(body, text.as_bytes()), parsed)
+}
+
+impl Envelope {
+    fn invalid(raw: Bytes) -> Self {
+        Envelope {
+            kind: Kind::Invalid,
+            id: None,
+            method: None,
+            target: None,
+            error_code: None,
+            error_message: None,
+            tool_error: false,
+            problem: None,
+            raw,
+        }
+    }
+}
+
+/// Checks a parsed envelope against JSON-RPC 2.0 and reads what the inspector needs.
+fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
+    let mut env = Envelope::invalid(raw);
+    let parsed = match parsed {
         Ok(p) => p,
         Err(e) => {
             env.problem = Some(format!("malformed envelope: {e}"));
@@ -298,11 +334,15 @@ pub fn envelope_from_raw(body: &Bytes, raw: &RawValue) -> Envelope {
                     .get_or_insert_with(|| "`params` must be an array or an object".into());
             } else if first_byte(params) == b'{' && wants_target(&name) {
                 if let Ok(np) = serde_json::from_str::<NamedParams>(params.get()) {
-                    env.target = np.name.or(np.uri).and_then(raw_str).map(Into::into);
+                    env.target = np
+                        .name
+                        .or(np.uri)
+                        .and_then(raw_str)
+                        .map(|c| std::sync::Arc::from(&*c));
                 }
             }
         }
-        env.method = Some(name.into());
+        env.method = Some(std::sync::Arc::from(&*name));
         if env.problem.is_none() {
             env.kind = if env.id.is_some() {
                 Kind::Request
