@@ -6,7 +6,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rpctap::events::Bus;
 use rpctap::inspect::sse::SseDecoder;
-use rpctap::inspect::{EndReason, InspectConfig, Inspector, RequestMeta};
+use rpctap::inspect::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
 use std::hint::black_box;
 
 const CALL: &str = r#"{"jsonrpc":"2.0","id":12345,"method":"tools/call","params":{"name":"search","arguments":{"query":"rust reverse proxy","limit":10,"filters":{"lang":"en"}}}}"#;
@@ -25,7 +25,12 @@ fn exchange(insp: &Inspector, req: &Bytes, reply: &Bytes, ct: &str) {
         ..Default::default()
     });
     ex.request_body(req, true);
-    ex.response_head(200, Some(ct), None, Some(reply.len() as u64));
+    ex.response_head(&ResponseMeta {
+        status: 200,
+        content_type: Some(ct),
+        content_length: Some(reply.len() as u64),
+        ..Default::default()
+    });
     ex.response_data(reply);
     ex.end(EndReason::Complete);
 }

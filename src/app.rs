@@ -23,6 +23,8 @@ pub enum AppError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
 }
 
 impl AppError {
@@ -30,7 +32,7 @@ impl AppError {
     pub fn exit_code(&self) -> i32 {
         match self {
             AppError::Config(_) => 2,
-            AppError::Bind { .. } => 1,
+            AppError::Bind { .. } | AppError::Record(_) => 1,
         }
     }
 }
@@ -47,6 +49,8 @@ pub struct RunningProxy {
     pub proxy: Proxy,
     pub cfg: ProxyConfig,
     log: Option<crate::events::Subscription>,
+    recorder: Option<tokio::task::JoinHandle<Result<crate::record::RecordStats, crate::record::RecordError>>>,
+    record_stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl RunningProxy {
@@ -58,13 +62,27 @@ impl RunningProxy {
     pub async fn bind_with(cfg: ProxyConfig, mut bus: BusBuilder) -> Result<Self, AppError> {
         let listener = bind(cfg.listen).await?;
         let log = (cfg.log != LogFormat::Off).then(|| bus.subscribe("log", 65_536));
-        let inspector = Inspector::new(cfg.inspect, bus.build());
+        let (record_stop, stop_rx) = tokio::sync::watch::channel(false);
+        let recorder = match &cfg.record {
+            Some(opts) => {
+                let sub = bus.subscribe("recorder", crate::record::QUEUE);
+                let meta = serde_json::json!({
+                    "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                    "upstream": cfg.proxy.upstream.to_string(),
+                });
+                Some(crate::record::start(opts.clone(), meta, sub, stop_rx)?)
+            }
+            None => None,
+        };
+        let inspector = Inspector::new(cfg.inspect.clone(), bus.build());
         let proxy = Proxy::new(cfg.proxy.clone(), inspector);
         Ok(RunningProxy {
             listener,
             proxy,
             cfg,
             log,
+            recorder,
+            record_stop,
         })
     }
 
@@ -79,6 +97,8 @@ impl RunningProxy {
             proxy,
             cfg,
             log,
+            recorder,
+            record_stop,
         } = self;
         let log_task = log.map(|sub| {
             let format = cfg.log;
@@ -99,6 +119,15 @@ impl RunningProxy {
         .await;
         sweeper.abort();
         drop(proxy);
+        // The recording is flushed whole before exit, even if a connection outlived the grace.
+        let _ = record_stop.send(true);
+        if let Some(r) = recorder {
+            match r.await {
+                Ok(Ok(stats)) => tracing::info!(events = stats.events, gaps = stats.gaps, files = stats.files, "recording closed"),
+                Ok(Err(e)) => tracing::error!(error = %e, "recording failed"),
+                Err(e) => tracing::error!(error = %e, "recorder task failed"),
+            }
+        }
         if let Some(t) = log_task {
             // The log ends when every sender (held by the inspector) is gone; don't wait forever
             // on connections that outlived the grace period.
@@ -174,4 +203,155 @@ fn demo_banner(addr: SocketAddr, demo_addr: SocketAddr) -> String {
          \x20 curl -si http://{addr}/mcp -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' -d '{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"curl\",\"version\":\"1\"}}}}}}'\n\
          Press Ctrl-C to stop."
     )
+}
+
+/// Errors of the offline commands (exit 2: usage or I/O).
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Replay(#[from] crate::replay::ReplayError),
+    #[error(transparent)]
+    Check(#[from] crate::inspect::offline::CheckError),
+    #[error("{0}")]
+    Io(String),
+}
+
+fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), OfflineError> {
+    match path {
+        Some(p) => std::fs::write(p, text).map_err(|e| OfflineError::Io(format!("cannot write {}: {e}", p.display()))),
+        None => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .and_then(|_| out.flush())
+                .map_err(|e| OfflineError::Io(format!("cannot write to stdout: {e}")))
+        }
+    }
+}
+
+/// `rpctap replay`: 0 when every call matches, 1 on any regression.
+pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
+    let rec = crate::record::reader::read(&args.file)?;
+    let target = config::parse_upstream(&args.target)?;
+    let mut ignore = args.ignore.clone();
+    if let Some(p) = &args.config {
+        ignore.extend(config::FileConfig::load(p)?.replay.ignore);
+    }
+    let mut headers = Vec::new();
+    for h in &args.headers {
+        let (k, v) = h
+            .split_once(':')
+            .ok_or_else(|| OfflineError::Io(format!("--header {h:?} must look like `Name: value`")))?;
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        return Err(OfflineError::Io(format!("--timeout must be a positive number of seconds, not {}", args.timeout)));
+    }
+    let opts = crate::replay::ReplayOptions {
+        target,
+        ignore,
+        timeout: Duration::from_secs_f64(args.timeout),
+        headers,
+        insecure: args.insecure,
+    };
+    let report = crate::replay::replay(&rec, &opts).await?;
+    if let Some(j) = &args.junit {
+        write_out(Some(j), &crate::replay::junit(&report))?;
+    }
+    if args.json {
+        write_out(None, &format!("{}\n", serde_json::to_string_pretty(&report).unwrap_or_default()))?;
+    } else {
+        write_out(None, &crate::replay::text(&report))?;
+    }
+    Ok(if report.failed == 0 { 0 } else { 1 })
+}
+
+/// `rpctap mock`.
+pub async fn mock(args: crate::cli::MockArgs, shutdown: impl Future<Output = ()>) -> Result<i32, OfflineError> {
+    let rec = crate::record::reader::read(&args.file)?;
+    let mock = crate::replay::mock::Mock::from_recording(&rec);
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| OfflineError::Io(format!("cannot listen on {}: {e}", args.listen)))?;
+    eprintln!(
+        "rpctap mock: serving {} recorded calls from {} on http://{}",
+        mock.calls_known(),
+        args.file.display(),
+        listener.local_addr().unwrap_or(args.listen)
+    );
+    crate::replay::mock::run(listener, std::sync::Arc::new(mock), shutdown).await;
+    Ok(0)
+}
+
+/// `rpctap check`: 0 when everything passes, 1 when any finding is an error.
+pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
+    use crate::inspect::offline::{check_document, CheckLimits};
+    let bytes = if args.file == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).map_err(|e| OfflineError::Io(format!("cannot read stdin: {e}")))?;
+        b
+    } else {
+        std::fs::read(&args.file).map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?
+    };
+    let limits = CheckLimits {
+        max_bytes: args.max_bytes,
+        max_depth: args.max_depth,
+        max_nodes: args.max_nodes,
+        max_envelopes: args.max_envelopes,
+        ..Default::default()
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let first = text.lines().next().unwrap_or("");
+    let mut out = String::new();
+    let mut failed = false;
+    if first.contains("\"rpctap_recording\"") {
+        let mut rec = crate::record::reader::Recording::default();
+        crate::record::reader::parse_part(&text, &args.file, &mut rec, true)
+            .map_err(|why| OfflineError::Io(format!("{}: {why}", args.file)))?;
+        for scope in rec.scopes() {
+            let doc = crate::record::export::scope_document(&rec, &scope);
+            let r = check_document(doc.as_bytes(), &CheckLimits::unlimited())?;
+            failed |= !r.passes_checks;
+            out.push_str(&serde_json::json!({ "scope": scope, "result": r }).to_string());
+            out.push('\n');
+        }
+    } else {
+        // One document, or JSON Lines of documents.
+        let docs: Vec<&str> = if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok() {
+            vec![text.as_ref()]
+        } else {
+            text.lines().filter(|l| !l.trim().is_empty()).collect()
+        };
+        for d in docs {
+            let r = check_document(d.as_bytes(), &limits)?;
+            failed |= !r.passes_checks;
+            out.push_str(&serde_json::to_string(&r).unwrap_or_default());
+            out.push('\n');
+        }
+    }
+    write_out(None, &out)?;
+    Ok(if failed { 1 } else { 0 })
+}
+
+/// `rpctap export`.
+pub fn export(args: crate::cli::ExportArgs) -> Result<i32, OfflineError> {
+    let rec = crate::record::reader::read(&args.file)?;
+    let text = match args.format {
+        crate::cli::ExportFormat::Exchange => {
+            let (docs, warnings) = crate::record::export::exchange_documents(&rec, args.max_envelopes, args.max_bytes);
+            for w in warnings {
+                eprintln!("rpctap export: {w}");
+            }
+            docs.iter().map(|d| format!("{d}\n")).collect::<String>()
+        }
+        crate::cli::ExportFormat::Har => {
+            format!("{}\n", serde_json::to_string_pretty(&crate::record::export::har(&rec)).unwrap_or_default())
+        }
+    };
+    write_out(args.output.as_deref(), &text)?;
+    Ok(0)
 }

@@ -24,6 +24,100 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run the embedded demo upstream (JSON-RPC test methods on /jsonrpc, MCP on /mcp).
     DemoServer(DemoServerArgs),
+    /// Re-send a recording's client traffic to a server and compare the replies (exit 1 on any
+    /// regression).
+    Replay(ReplayArgs),
+    /// Serve a recording as the server.
+    Mock(MockArgs),
+    /// Check an exchange document (or a recording, scope by scope) offline.
+    Check(CheckArgs),
+    /// Export a recording as exchange documents or HAR.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The recording (rotated parts FILE.1, FILE.2… are read too).
+    pub file: PathBuf,
+    /// The server to replay against.
+    #[arg(long, value_name = "URL")]
+    pub target: String,
+    /// A path not to compare, e.g. `result.serverInfo.version` or `result.content[*].text`
+    /// (repeatable; also `[replay] ignore` in the config file).
+    #[arg(long, value_name = "PATH")]
+    pub ignore: Vec<String>,
+    /// Config file with a `[replay] ignore = [...]` list of volatile paths.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Seconds to wait for each reply.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub timeout: f64,
+    /// An extra request header, `Name: value` (repeatable; e.g. the Authorization the recording
+    /// redacted).
+    #[arg(long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
+    /// Write JUnit XML (one test case per call) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Print a machine-readable JSON report instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not verify the target's TLS certificate.
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MockArgs {
+    /// The recording to serve.
+    pub file: PathBuf,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// An exchange document (JSON, or JSON Lines of documents), a recording, or `-` for stdin.
+    pub file: String,
+    /// Largest document, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 100_000)]
+    pub max_bytes: usize,
+    /// Deepest nesting.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub max_depth: usize,
+    /// Most JSON nodes.
+    #[arg(long, value_name = "N", default_value_t = 8_000)]
+    pub max_nodes: usize,
+    /// Most envelopes on each side.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub max_envelopes: usize,
+}
+
+/// Export formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// Exchange documents `{"request": …, "response": …}`, one per line.
+    Exchange,
+    /// HAR 1.2.
+    Har,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The recording.
+    pub file: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// Most envelopes on each side of one exchange document.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub max_envelopes: usize,
+    /// Largest exchange document, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 100_000)]
+    pub max_bytes: usize,
+    /// Write here instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// How the headless log prints.
@@ -77,6 +171,20 @@ pub struct ProxyFlags {
     /// Most MCP sessions remembered at once (the least recently seen is forgotten beyond it).
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
+    /// Record the traffic to this JSON Lines file (created mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Rotate the recording to FILE.1, FILE.2, … when it reaches this size.
+    #[arg(long, value_name = "BYTES")]
+    pub record_max_bytes: Option<u64>,
+    /// Also redact this header everywhere (repeatable; Authorization, Proxy-Authorization,
+    /// Cookie and Set-Cookie always are).
+    #[arg(long = "redact-header", value_name = "NAME")]
+    pub redact_headers: Vec<String>,
+    /// Redact this JSON path inside messages, e.g. `params.arguments.password` (repeatable;
+    /// `*` matches any key or index).
+    #[arg(long = "redact-path", value_name = "PATH")]
+    pub redact_paths: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,9 @@ use crate::cli::{LogFormat, ProxyFlags};
 use crate::inspect::correlator::Limits;
 use crate::inspect::InspectConfig;
 use crate::proxy::ProxyOptions;
+use crate::record::RecordOptions;
+use crate::redact::Redactor;
+use std::sync::Arc;
 use http::Uri;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -38,8 +41,25 @@ pub struct FileConfig {
     pub grace_secs: Option<f64>,
     pub upstream_timeout_secs: Option<f64>,
     pub connect_timeout_secs: Option<f64>,
+    pub record: Option<PathBuf>,
+    pub record_max_bytes: Option<u64>,
+    #[serde(default)]
+    pub redact_headers: Vec<String>,
+    #[serde(default)]
+    pub redact_paths: Vec<String>,
     #[serde(default)]
     pub inspect: InspectFile,
+    #[serde(default)]
+    pub replay: ReplayFile,
+}
+
+/// `[replay]`: settings of `rpctap replay`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayFile {
+    /// Volatile paths not compared.
+    #[serde(default)]
+    pub ignore: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -76,6 +96,7 @@ pub struct ProxyConfig {
     pub log: LogFormat,
     pub no_tui: bool,
     pub grace: Duration,
+    pub record: Option<RecordOptions>,
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
@@ -170,7 +191,18 @@ pub fn resolve(
             )?,
             ..d.limits
         },
+        redact: Arc::new(Redactor::new(
+            &[flags.redact_headers.clone(), file.redact_headers.clone()].concat(),
+            &[flags.redact_paths.clone(), file.redact_paths.clone()].concat(),
+        )),
     };
+    let record = flags.record.clone().or(file.record.clone()).map(|path| RecordOptions {
+        path,
+        max_bytes: flags.record_max_bytes.or(file.record_max_bytes),
+    });
+    if record.as_ref().is_some_and(|r| r.max_bytes == Some(0)) {
+        return Err(ConfigError::Invalid("--record-max-bytes must be at least 1".into()));
+    }
     Ok(ProxyConfig {
         listen,
         proxy: ProxyOptions {
@@ -196,6 +228,7 @@ pub fn resolve(
         log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
         no_tui: flags.no_tui || file.no_tui.unwrap_or(false),
         grace: secs("--grace", flags.grace.or(file.grace_secs).unwrap_or(10.0))?,
+        record,
     })
 }
 

@@ -174,6 +174,11 @@ pub struct CallEvent {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_us: Option<u64>,
     pub anomalies: Vec<&'static str>,
+    /// The request's index in its batch, and the reply's in its batch (when batched).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_index: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_index: Option<u32>,
 }
 
 /// Something wrong, flagged the moment it was visible.
@@ -188,6 +193,11 @@ pub struct AnomalyEvent {
     pub id: Option<Id>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<Arc<str>>,
+    /// The frame it concerns: its direction and batch index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_index: Option<u32>,
     pub message: String,
 }
 
@@ -203,6 +213,8 @@ pub enum HttpEvent {
         peer: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// Headers as (name, value) pairs, secrets redacted.
+        headers: Vec<(String, String)>,
     },
     Response {
         ts: u64,
@@ -210,6 +222,7 @@ pub enum HttpEvent {
         status: u16,
         #[serde(skip_serializing_if = "Option::is_none")]
         content_type: Option<String>,
+        headers: Vec<(String, String)>,
     },
     End {
         ts: u64,

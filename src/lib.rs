@@ -20,6 +20,8 @@ pub mod events;
 pub mod inspect;
 pub mod logsink;
 pub mod proxy;
+pub mod record;
 pub mod redact;
+pub mod replay;
 pub mod rpc;
 pub mod server;

@@ -24,18 +24,33 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let result = rt.block_on(async move {
+    let code = rt.block_on(async move {
         let shutdown = server::shutdown_signal();
+        let served = |r: Result<(), app::AppError>| match r {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("rpctap: {e}");
+                e.exit_code()
+            }
+        };
+        let offline = |r: Result<i32, app::OfflineError>| match r {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("rpctap: {e}");
+                2
+            }
+        };
         match cli.command {
-            Command::Proxy(a) => app::proxy(a, shutdown).await,
-            Command::Demo(a) => app::demo(a, shutdown).await,
-            Command::DemoServer(a) => app::demo_server(a, shutdown).await,
+            Command::Proxy(a) => served(app::proxy(a, shutdown).await),
+            Command::Demo(a) => served(app::demo(a, shutdown).await),
+            Command::DemoServer(a) => served(app::demo_server(a, shutdown).await),
+            Command::Replay(a) => offline(app::replay(a).await),
+            Command::Mock(a) => offline(app::mock(a, shutdown).await),
+            Command::Check(a) => offline(app::check(a)),
+            Command::Export(a) => offline(app::export(a)),
         }
     });
     // Connections still open after the grace period must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
-    if let Err(e) = result {
-        eprintln!("rpctap: {e}");
-        std::process::exit(e.exit_code());
-    }
+    std::process::exit(code);
 }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use rpctap::events::Bus;
 use rpctap::inspect::sse::SseDecoder;
-use rpctap::inspect::{EndReason, InspectConfig, Inspector, RequestMeta};
+use rpctap::inspect::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
 
 fn decode(chunks: &[&[u8]]) -> Vec<rpctap::inspect::sse::SseEvent> {
     let mut d = SseDecoder::new(1 << 16);
@@ -77,7 +77,7 @@ proptest! {
             let insp = Inspector::new(InspectConfig::default(), Bus::default());
             let mut ex = insp.begin(&RequestMeta { method: "POST", path: "/", session: Some("s"), ..Default::default() });
             ex.request_body(&Bytes::from(req), true);
-            ex.response_head(status, Some(if sse { "text/event-stream" } else { "application/json" }), None, None);
+            ex.response_head(&ResponseMeta { status, content_type: Some(if sse { "text/event-stream" } else { "application/json" }), ..Default::default() });
             for c in reply.chunks(7) {
                 ex.response_data(c);
             }

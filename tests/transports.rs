@@ -192,7 +192,7 @@ fn json_log_is_one_json_object_per_line() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
         .args([
             "demo",
             "--log",

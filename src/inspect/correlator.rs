@@ -33,6 +33,8 @@ pub struct Pending {
     pub anomalies: Vec<&'static str>,
     /// More requests with the same key (duplicates) that also wait for a reply.
     pub extra: u32,
+    /// The request's index in its batch.
+    pub index: Option<u32>,
 }
 
 /// What `insert` did.
@@ -286,6 +288,7 @@ mod tests {
             started: Instant::now(),
             anomalies: vec![],
             extra: 0,
+            index: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! and never awaits.
 
 pub mod anomaly;
+pub mod offline;
 pub mod correlator;
 pub mod sse;
 
@@ -14,6 +15,7 @@ use crate::events::{
     now_ns, AnomalyEvent, Bus, CallEvent, Direction, Event, HttpEvent, MessageEvent, NoticeEvent,
     Outcome, Scope, Transport,
 };
+use crate::redact::Redactor;
 use crate::rpc::{self, Body, Envelope, Id, Kind};
 use anomaly::Code;
 use bytes::{Bytes, BytesMut};
@@ -24,13 +26,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Inspection settings (validated by `config`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct InspectConfig {
     /// The largest body or SSE event that is inspected; larger ones are forwarded uninspected.
     pub max_frame_bytes: usize,
     /// A call with no reply after this long ends as missing.
     pub call_timeout: Duration,
     pub limits: Limits,
+    /// Secrets to redact from every event.
+    pub redact: Arc<Redactor>,
 }
 
 impl Default for InspectConfig {
@@ -39,6 +43,7 @@ impl Default for InspectConfig {
             max_frame_bytes: 16 << 20,
             call_timeout: Duration::from_secs(300),
             limits: Limits::default(),
+            redact: Arc::new(Redactor::default()),
         }
     }
 }
@@ -103,6 +108,18 @@ pub struct RequestMeta<'a> {
     /// `Mcp-Session-Id`.
     pub session: Option<&'a str>,
     pub peer: String,
+    pub headers: Option<&'a http::HeaderMap>,
+}
+
+/// The response's status line and the headers the inspector needs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ResponseMeta<'a> {
+    pub status: u16,
+    pub content_type: Option<&'a str>,
+    /// `Mcp-Session-Id`.
+    pub session: Option<&'a str>,
+    pub content_length: Option<u64>,
+    pub headers: Option<&'a http::HeaderMap>,
 }
 
 /// Why a reply ended.
@@ -166,6 +183,10 @@ pub struct ExchangeCtx {
     ended: bool,
     bytes: u64,
     is_get_stream: bool,
+    /// The frame being processed (direction, batch index), for anomaly sites and call indices.
+    cur: Option<(Direction, Option<u32>)>,
+    /// Call events waiting for the message event that caused them.
+    deferred: Vec<Event>,
 }
 
 impl Inspector {
@@ -212,6 +233,7 @@ impl Inspector {
         };
         if inner.bus.is_active() {
             inner.bus.publish(Event::Http(HttpEvent::Request {
+                headers: meta.headers.map(|h| inner.cfg.redact.headers(h)).unwrap_or_default(),
                 ts: now_ns(),
                 exchange: id,
                 method: meta.method.to_string(),
@@ -239,6 +261,8 @@ impl Inspector {
             ended: false,
             bytes: 0,
             is_get_stream: meta.method == "GET",
+            cur: None,
+            deferred: Vec::new(),
         }
     }
 
@@ -274,37 +298,49 @@ impl Inspector {
     }
 }
 
-fn flag(
-    inner: &Inner,
+/// Where an anomaly was seen: the exchange, the scope, and the frame (direction and batch index).
+#[derive(Clone, Copy)]
+struct Site<'a> {
     exchange: u64,
-    scope: &Scope,
-    code: Code,
-    id: Option<&Id>,
-    method: Option<&Arc<str>>,
-    message: String,
-) {
+    scope: &'a Scope,
+    at: Option<(Direction, Option<u32>)>,
+}
+
+fn flag(inner: &Inner, site: Site<'_>, code: Code, id: Option<&Id>, method: Option<&Arc<str>>, message: String) {
     inner.stats.anomalies[code as usize].fetch_add(1, Ordering::Relaxed);
-    tracing::debug!(code = code.as_str(), exchange, %scope, %message, "anomaly");
+    tracing::debug!(code = code.as_str(), exchange = site.exchange, scope = %site.scope, %message, "anomaly");
     if inner.bus.is_active() {
         inner.bus.publish(Event::Anomaly(AnomalyEvent {
             ts: now_ns(),
-            exchange,
-            scope: scope.clone(),
+            exchange: site.exchange,
+            scope: site.scope.clone(),
             code: code.as_str(),
             severity: code.severity(),
             id: id.cloned(),
             method: method.cloned(),
+            direction: site.at.map(|a| a.0),
+            batch_index: site.at.and_then(|a| a.1),
             message,
         }));
     }
 }
 
-fn end_call(inner: &Inner, key: &PendingKey, p: Pending, outcome: Outcome, extra: &[&'static str]) {
+/// Ends a call. With `defer`, the event waits there (so a reply's message event is published
+/// before the outcome it causes).
+fn end_call(
+    inner: &Inner,
+    key: &PendingKey,
+    p: Pending,
+    outcome: Outcome,
+    extra: &[&'static str],
+    response_index: Option<u32>,
+    defer: Option<&mut Vec<Event>>,
+) {
     inner.stats.calls_ended.fetch_add(1, Ordering::Relaxed);
     if inner.bus.is_active() {
         let mut anomalies = p.anomalies;
         anomalies.extend_from_slice(extra);
-        inner.bus.publish(Event::Call(CallEvent {
+        let ev = Event::Call(CallEvent {
             ts: now_ns(),
             exchange: p.exchange,
             scope: key.scope.clone(),
@@ -315,7 +351,13 @@ fn end_call(inner: &Inner, key: &PendingKey, p: Pending, outcome: Outcome, extra
             outcome,
             latency_us: Some(p.started.elapsed().as_micros() as u64),
             anomalies,
-        }));
+            request_index: p.index,
+            response_index,
+        });
+        match defer {
+            Some(d) => d.push(ev),
+            None => inner.bus.publish(ev),
+        }
     }
 }
 
@@ -328,8 +370,11 @@ fn end_missing(inner: &Inner, key: &PendingKey, p: Pending, reason: &str, anomal
         let extra: &[&'static str] = if anomaly {
             flag(
                 inner,
-                p.exchange,
-                &key.scope,
+                Site {
+                    exchange: p.exchange,
+                    scope: &key.scope,
+                    at: Some((key.direction, p.index)),
+                },
                 Code::MissingResponse,
                 Some(&key.id),
                 Some(&p.method),
@@ -339,19 +384,19 @@ fn end_missing(inner: &Inner, key: &PendingKey, p: Pending, reason: &str, anomal
         } else {
             &[]
         };
-        end_call(
-            inner,
-            key,
-            p,
-            Outcome::Missing {
-                reason: reason.to_string(),
-            },
-            extra,
-        );
+        end_call(inner, key, p, Outcome::Missing { reason: reason.to_string() }, extra, None, None);
     }
 }
 
 impl ExchangeCtx {
+    fn site(&self) -> Site<'_> {
+        Site {
+            exchange: self.id,
+            scope: &self.scope,
+            at: self.cur,
+        }
+    }
+
     pub fn scope(&self) -> &Scope {
         &self.scope
     }
@@ -376,10 +421,7 @@ impl ExchangeCtx {
     pub fn request_body(&mut self, body: &Bytes, complete: bool) {
         self.req.is_rpc = true;
         if !complete {
-            flag(
-                &self.insp,
-                self.id,
-                &self.scope,
+            flag(&self.insp, self.site(),
                 Code::NotInspected,
                 None,
                 None,
@@ -394,10 +436,7 @@ impl ExchangeCtx {
             Body::ParseError(why) => {
                 self.req.parse_error = true;
                 self.publish_unparsed(Direction::ClientToServer, body.clone(), None);
-                flag(
-                    &self.insp,
-                    self.id,
-                    &self.scope,
+                flag(&self.insp, self.site(),
                     Code::ParseError,
                     None,
                     None,
@@ -415,17 +454,19 @@ impl ExchangeCtx {
     }
 
     /// The response's status line and headers arrived.
-    pub fn response_head(
-        &mut self,
-        status: u16,
-        content_type: Option<&str>,
-        session: Option<&str>,
-        content_length: Option<u64>,
-    ) {
+    pub fn response_head(&mut self, meta: &ResponseMeta<'_>) {
+        let ResponseMeta {
+            status,
+            content_type,
+            session,
+            content_length,
+            headers,
+        } = *meta;
         self.status = status;
         let inner = self.insp.clone();
         if inner.bus.is_active() {
             inner.bus.publish(Event::Http(HttpEvent::Response {
+                headers: headers.map(|h| inner.cfg.redact.headers(h)).unwrap_or_default(),
                 ts: now_ns(),
                 exchange: self.id,
                 status,
@@ -435,10 +476,7 @@ impl ExchangeCtx {
         if let Some(new_sid) = session {
             let new_sid: Arc<str> = new_sid.into();
             match &self.session_header {
-                Some(old) if **old != *new_sid => flag(
-                    &inner,
-                    self.id,
-                    &self.scope,
+                Some(old) if **old != *new_sid => flag(&inner, self.site(),
                     Code::McpSessionChanged,
                     None,
                     None,
@@ -502,10 +540,7 @@ impl ExchangeCtx {
             // a non-2xx answer to notifications is reported below with the body, or here
         }
         if notification_only && !matches!(status, 202 | 204) {
-            flag(
-                &inner,
-                self.id,
-                &self.scope,
+            flag(&inner, self.site(),
                 Code::HttpStatus,
                 None,
                 None,
@@ -544,10 +579,7 @@ impl ExchangeCtx {
 
     fn on_sse_event(&mut self, ev: sse::SseEvent) {
         if ev.oversized {
-            flag(
-                &self.insp,
-                self.id,
-                &self.scope,
+            flag(&self.insp, self.site(),
                 Code::NotInspected,
                 None,
                 None,
@@ -594,10 +626,7 @@ impl ExchangeCtx {
         match rpc::parse_body(&body) {
             Body::ParseError(why) => {
                 self.publish_unparsed_with(Direction::ServerToClient, body, sse_id, transport);
-                flag(
-                    &inner,
-                    self.id,
-                    &self.scope,
+                flag(&inner, self.site(),
                     Code::ParseError,
                     None,
                     None,
@@ -610,10 +639,7 @@ impl ExchangeCtx {
                         && env.id == Some(Id::Null)
                         && matches!(env.error_code, Some(-32700 | -32600));
                     if !whole_request_error {
-                        flag(
-                            &inner,
-                            self.id,
-                            &self.scope,
+                        flag(&inner, self.site(),
                             Code::InvalidBatchReply,
                             env.id.as_ref(),
                             None,
@@ -625,10 +651,7 @@ impl ExchangeCtx {
             }
             Body::Batch(members) => {
                 if members.is_empty() {
-                    flag(
-                        &inner,
-                        self.id,
-                        &self.scope,
+                    flag(&inner, self.site(),
                         Code::InvalidEnvelope,
                         None,
                         None,
@@ -673,7 +696,12 @@ impl ExchangeCtx {
                 target: None,
                 batch_index: None,
                 sse_id,
-                message: raw,
+                // Not JSON: redaction by path cannot apply, so with paths set it is withheld.
+                message: if self.insp.cfg.redact.has_paths() {
+                    Bytes::from_static(b"[REDACTED: unparsable message]")
+                } else {
+                    raw
+                },
             }));
         }
     }
@@ -697,6 +725,22 @@ impl ExchangeCtx {
         sse_id: Option<String>,
         transport: Transport,
     ) {
+        self.cur = Some((dir, batch_index));
+        self.on_envelope_inner(dir, env, batch_index, sse_id, transport);
+        self.cur = None;
+        for ev in self.deferred.drain(..) {
+            self.insp.bus.publish(ev);
+        }
+    }
+
+    fn on_envelope_inner(
+        &mut self,
+        dir: Direction,
+        env: Envelope,
+        batch_index: Option<u32>,
+        sse_id: Option<String>,
+        transport: Transport,
+    ) {
         let inner = self.insp.clone();
         inner.stats.messages.fetch_add(1, Ordering::Relaxed);
         let method: Option<Arc<str>> = env.method.clone();
@@ -713,10 +757,7 @@ impl ExchangeCtx {
             .as_ref()
             .filter(|id| is_request && id.is_unsafe_number())
         {
-            flag(
-                &inner,
-                self.id,
-                &self.scope,
+            flag(&inner, self.site(),
                 Code::UnsafeId,
                 Some(id),
                 method.as_ref(),
@@ -769,10 +810,7 @@ impl ExchangeCtx {
                         );
                     }
                 }
-                flag(
-                    &inner,
-                    self.id,
-                    &self.scope,
+                flag(&inner, self.site(),
                     Code::InvalidEnvelope,
                     env.id.as_ref(),
                     method.as_ref(),
@@ -802,7 +840,10 @@ impl ExchangeCtx {
                 target: target.or(reply_target),
                 batch_index,
                 sse_id,
-                message: env.raw,
+                message: match inner.cfg.redact.message(&env.raw) {
+                    Some(red) => Bytes::from(red),
+                    None => env.raw,
+                },
             }));
         }
     }
@@ -826,10 +867,7 @@ impl ExchangeCtx {
                 id: id.clone(),
             };
             if used && !inner.correlator.contains(&key) {
-                flag(
-                    &inner,
-                    self.id,
-                    &self.scope,
+                flag(&inner, self.site(),
                     Code::DuplicateId,
                     Some(&id),
                     Some(&method),
@@ -843,10 +881,7 @@ impl ExchangeCtx {
                     .with_session(sid, |s| s.seen_start && !s.initialized);
                 self.notice_evicted(ev);
                 if early {
-                    flag(
-                        &inner,
-                        self.id,
-                        &self.scope,
+                    flag(&inner, self.site(),
                         Code::McpEarlyRequest,
                         Some(&id),
                         Some(&method),
@@ -870,14 +905,12 @@ impl ExchangeCtx {
             started: Instant::now(),
             anomalies,
             extra: 0,
+            index: self.cur.and_then(|c| c.1),
         };
         let mut evicted = Vec::new();
         let res = inner.correlator.insert(key.clone(), p, &mut evicted);
         if res == Inserted::Duplicate {
-            flag(
-                &inner,
-                self.id,
-                &self.scope,
+            flag(&inner, self.site(),
                 Code::DuplicateId,
                 Some(&id),
                 Some(&method),
@@ -929,10 +962,7 @@ impl ExchangeCtx {
             && env.kind == Kind::Error
             && matches!(env.error_code, Some(-32700 | -32600));
         if id == Id::Null && !whole_request_error {
-            flag(
-                &inner,
-                self.id,
-                &self.scope,
+            flag(&inner, self.site(),
                 Code::NullIdResponse,
                 None,
                 None,
@@ -955,7 +985,7 @@ impl ExchangeCtx {
                         for _ in 0..=p.extra {
                             let mut p1 = p.clone();
                             p1.extra = 0;
-                            end_call(&inner, &k, p1, outcome.clone(), &[]);
+                            end_call(&inner, &k, p1, outcome.clone(), &[], self.cur.and_then(|c| c.1), Some(&mut self.deferred));
                         }
                     }
                 }
@@ -968,10 +998,7 @@ impl ExchangeCtx {
                 ..key.clone()
             };
             if let Some(p) = inner.correlator.take(&twin_key) {
-                flag(
-                    &inner,
-                    self.id,
-                    &self.scope,
+                flag(&inner, self.site(),
                     Code::IdTypeMismatch,
                     Some(&id),
                     Some(&p.method),
@@ -994,10 +1021,7 @@ impl ExchangeCtx {
             && self.req.notifications > 0
             && self.req.calls.iter().all(|k| k.id != id)
         {
-            flag(
-                &inner,
-                self.id,
-                &self.scope,
+            flag(&inner, self.site(),
                 Code::NotificationReply,
                 Some(&id),
                 None,
@@ -1005,10 +1029,7 @@ impl ExchangeCtx {
             );
             return (None, None);
         }
-        flag(
-            &inner,
-            self.id,
-            &self.scope,
+        flag(&inner, self.site(),
             Code::UnmatchedResponse,
             Some(&id),
             None,
@@ -1027,10 +1048,7 @@ impl ExchangeCtx {
     ) {
         let inner = self.insp.clone();
         if env.tool_error && &*p.method == "tools/call" {
-            flag(
-                &inner,
-                self.id,
-                &self.scope,
+            flag(&inner, self.site(),
                 Code::ToolError,
                 Some(&key.id),
                 Some(&p.method),
@@ -1046,10 +1064,7 @@ impl ExchangeCtx {
             && !self.is_get_stream
             && key.direction == Direction::ClientToServer
         {
-            flag(
-                &inner,
-                self.id,
-                &self.scope,
+            flag(&inner, self.site(),
                 Code::HttpStatus,
                 Some(&key.id),
                 Some(&p.method),
@@ -1057,7 +1072,7 @@ impl ExchangeCtx {
             );
             extra.push(Code::HttpStatus.as_str());
         }
-        end_call(&inner, key, p, outcome, &extra);
+        end_call(&inner, key, p, outcome, &extra, self.cur.and_then(|c| c.1), Some(&mut self.deferred));
     }
 
     fn notice_evicted(&self, evicted: Option<Arc<str>>) {
@@ -1085,10 +1100,7 @@ impl ExchangeCtx {
             ReplyMode::Json { buf, overflow } => {
                 if overflow {
                     self.reply_frames += 1;
-                    flag(
-                        &inner,
-                        self.id,
-                        &self.scope,
+                    flag(&inner, self.site(),
                         Code::NotInspected,
                         None,
                         None,
@@ -1102,10 +1114,7 @@ impl ExchangeCtx {
                         && !self.req.parse_error
                         && self.req.notifications > 0
                     {
-                        flag(
-                            &inner,
-                            self.id,
-                            &self.scope,
+                        flag(&inner, self.site(),
                             Code::NotificationReply,
                             None,
                             None,
@@ -1163,6 +1172,8 @@ impl ExchangeCtx {
                                     status: self.status,
                                 },
                                 &[],
+                                None,
+                                None,
                             );
                         }
                     } else {

@@ -19,7 +19,7 @@ pub mod body;
 pub mod headers;
 pub mod upstream;
 
-use crate::inspect::{ExchangeCtx, Inspector, RequestMeta};
+use crate::inspect::{ExchangeCtx, Inspector, RequestMeta, ResponseMeta};
 use crate::rpc::Id;
 use body::{ForwardBody, ReplySource, TeeBody};
 use bytes::{Bytes, BytesMut};
@@ -141,6 +141,7 @@ impl Proxy {
             content_type: content_type.as_deref(),
             session: session.as_deref(),
             peer: peer.to_string(),
+            headers: Some(req.headers()),
         });
         let upgrade = headers::is_upgrade(req.headers());
         let is_rpc = req.method() == Method::POST
@@ -257,7 +258,13 @@ impl Proxy {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        ctx.response_head(rparts.status.as_u16(), rct, rsession, rlen);
+        ctx.response_head(&ResponseMeta {
+            status: rparts.status.as_u16(),
+            content_type: rct,
+            session: rsession,
+            content_length: rlen,
+            headers: Some(&rparts.headers),
+        });
         if is_head {
             ctx.end(crate::inspect::EndReason::Complete);
         }
@@ -315,12 +322,12 @@ impl Proxy {
         } else {
             "text/plain; charset=utf-8"
         };
-        ctx.response_head(
-            status.as_u16(),
-            body.as_ref().map(|_| ct),
-            None,
-            body.as_ref().map(|b| b.len() as u64),
-        );
+        ctx.response_head(&ResponseMeta {
+            status: status.as_u16(),
+            content_type: body.as_ref().map(|_| ct),
+            content_length: body.as_ref().map(|b| b.len() as u64),
+            ..Default::default()
+        });
         let bytes = body.map(Bytes::from);
         let mut resp = Response::new(TeeBody::new(ReplySource::Made(bytes.clone()), Some(ctx)));
         *resp.status_mut() = status;

@@ -1,0 +1,211 @@
+//! Exports of a recording: exchange documents (seed 004's input format, chunked to its limits)
+//! and HAR 1.2 for browsers' developer tools and mitmproxy.
+
+use super::reader::{RecHttp, RecMessage, Recording};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// A call and its replies (or a lone notification, or a lone reply): never split.
+#[derive(Debug, Default, Clone)]
+struct Unit<'a> {
+    requests: Vec<&'a RecMessage>,
+    responses: Vec<&'a RecMessage>,
+}
+
+impl Unit<'_> {
+    fn bytes(&self) -> usize {
+        self.requests.iter().chain(&self.responses).map(|m| m.message.get().len() + 1).sum()
+    }
+}
+
+/// The client→server requests and notifications of one scope, with the server's replies to
+/// them, grouped in units. Server→client requests and the client's replies are left out: an
+/// exchange document has one direction of calls.
+fn units<'a>(rec: &'a Recording, scope: &str) -> Vec<Unit<'a>> {
+    let mut units: Vec<Unit<'a>> = Vec::new();
+    // id text → unit index of calls still waiting
+    let mut open: HashMap<&'a str, Vec<usize>> = HashMap::new();
+    for m in rec.messages().filter(|m| m.scope == scope) {
+        match (m.is_c2s(), m.kind.as_str()) {
+            (true, "request") | (true, "notification") | (true, "invalid") => {
+                units.push(Unit {
+                    requests: vec![m],
+                    responses: vec![],
+                });
+                if let (Some(id), "request" | "invalid") = (m.id_text(), m.kind.as_str()) {
+                    open.entry(id).or_default().push(units.len() - 1);
+                }
+            }
+            (false, "result") | (false, "error") | (false, "invalid") => {
+                let slot = m.id_text().and_then(|id| open.get_mut(id)).and_then(|v| (!v.is_empty()).then(|| v.remove(0)));
+                match slot {
+                    Some(i) => units[i].responses.push(m),
+                    None => units.push(Unit {
+                        requests: vec![],
+                        responses: vec![m],
+                    }),
+                }
+            }
+            _ => {}
+        }
+    }
+    units
+}
+
+fn doc(units: &[Unit<'_>]) -> String {
+    let req: Vec<&str> = units.iter().flat_map(|u| u.requests.iter().map(|m| m.message.get())).collect();
+    let resp: Vec<&str> = units.iter().flat_map(|u| u.responses.iter().map(|m| m.message.get())).collect();
+    format!("{{\"request\":[{}],\"response\":[{}]}}", req.join(","), resp.join(","))
+}
+
+/// One scope's exchange document, whole.
+pub fn scope_document(rec: &Recording, scope: &str) -> String {
+    doc(&units(rec, scope))
+}
+
+/// Exchange documents for every scope, each within `max_envelopes` per side and `max_bytes`.
+/// Returns the documents and warnings (a single call larger than the limits goes alone).
+pub fn exchange_documents(rec: &Recording, max_envelopes: usize, max_bytes: usize) -> (Vec<String>, Vec<String>) {
+    const WRAPPER: usize = r#"{"request":[],"response":[]}"#.len();
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    for scope in rec.scopes() {
+        let mut chunk: Vec<Unit<'_>> = Vec::new();
+        let (mut nreq, mut nresp, mut bytes) = (0, 0, WRAPPER);
+        for u in units(rec, &scope) {
+            let fits = nreq + u.requests.len() <= max_envelopes
+                && nresp + u.responses.len() <= max_envelopes
+                && bytes + u.bytes() <= max_bytes;
+            if !fits && !chunk.is_empty() {
+                out.push(doc(&chunk));
+                chunk.clear();
+                (nreq, nresp, bytes) = (0, 0, WRAPPER);
+            }
+            if u.requests.len() > max_envelopes || u.responses.len() > max_envelopes || WRAPPER + u.bytes() > max_bytes {
+                warnings.push(format!(
+                    "{scope}: a call of {} bytes does not fit the limits; exported alone",
+                    u.bytes()
+                ));
+            }
+            nreq += u.requests.len();
+            nresp += u.responses.len();
+            bytes += u.bytes();
+            chunk.push(u);
+        }
+        if !chunk.is_empty() {
+            out.push(doc(&chunk));
+        }
+    }
+    (out, warnings)
+}
+
+fn rfc3339(ns: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
+}
+
+fn header_list(h: &[(String, String)]) -> Vec<Value> {
+    h.iter().map(|(k, v)| json!({ "name": k, "value": v })).collect()
+}
+
+fn body_text(msgs: &[&RecMessage], sse: bool) -> String {
+    if sse {
+        msgs.iter()
+            .map(|m| {
+                let id = m.sse_id.as_ref().map(|i| format!("id: {i}\n")).unwrap_or_default();
+                format!("event: message\n{id}data: {}\n\n", m.message.get())
+            })
+            .collect()
+    } else if msgs.len() == 1 && msgs[0].batch_index.is_none() {
+        msgs[0].message.get().to_string()
+    } else if msgs.is_empty() {
+        String::new()
+    } else {
+        format!("[{}]", msgs.iter().map(|m| m.message.get()).collect::<Vec<_>>().join(","))
+    }
+}
+
+/// HAR 1.2: one entry per HTTP exchange, annotated with `_rpctap` (methods, ids, anomalies).
+pub fn har(rec: &Recording) -> Value {
+    let listen = rec.header.get("listen").and_then(Value::as_str).unwrap_or("localhost");
+    let mut entries = Vec::new();
+    let mut anomalies: HashMap<u64, Vec<String>> = HashMap::new();
+    for e in &rec.events {
+        if let super::reader::RecEvent::Anomaly(a) = e {
+            anomalies.entry(a.exchange).or_default().push(a.code.clone());
+        }
+    }
+    let mut by_exchange: HashMap<u64, Vec<&RecMessage>> = HashMap::new();
+    for m in rec.messages() {
+        by_exchange.entry(m.exchange).or_default().push(m);
+    }
+    let mut responses: HashMap<u64, (u16, Option<String>, Vec<(String, String)>, u64)> = HashMap::new();
+    let mut ends: HashMap<u64, u64> = HashMap::new();
+    for h in rec.http() {
+        match h {
+            RecHttp::Response { ts, exchange, status, content_type, headers } => {
+                responses.insert(*exchange, (*status, content_type.clone(), headers.clone(), *ts));
+            }
+            RecHttp::End { ts, exchange, .. } => {
+                ends.insert(*exchange, *ts);
+            }
+            RecHttp::Request { .. } => {}
+        }
+    }
+    for h in rec.http() {
+        let RecHttp::Request { ts, exchange, method, path, headers, .. } = h else { continue };
+        let msgs = by_exchange.get(exchange).cloned().unwrap_or_default();
+        let (req_msgs, resp_msgs): (Vec<&RecMessage>, Vec<&RecMessage>) = msgs.iter().partition(|m| m.is_c2s());
+        let (status, ct, rheaders, rts) = responses.get(exchange).cloned().unwrap_or((0, None, vec![], *ts));
+        let sse = ct.as_deref().is_some_and(|c| c.starts_with("text/event-stream"));
+        let req_ct = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-type")).map(|(_, v)| v.clone());
+        let req_text = body_text(&req_msgs, false);
+        let resp_text = body_text(&resp_msgs, sse);
+        let end = ends.get(exchange).copied().unwrap_or(rts);
+        let mut methods: Vec<String> = msgs.iter().filter_map(|m| m.method.clone()).collect();
+        methods.dedup();
+        let ids: Vec<Value> = req_msgs
+            .iter()
+            .filter_map(|m| m.id.as_ref().and_then(|i| serde_json::from_str(i.get()).ok()))
+            .collect();
+        let mut request = json!({
+            "method": method,
+            "url": format!("http://{listen}{path}"),
+            "httpVersion": "HTTP/1.1",
+            "cookies": [],
+            "headers": header_list(headers),
+            "queryString": [],
+            "headersSize": -1,
+            "bodySize": req_text.len(),
+        });
+        if !req_text.is_empty() {
+            request["postData"] = json!({ "mimeType": req_ct.unwrap_or_else(|| "application/json".into()), "text": req_text });
+        }
+        entries.push(json!({
+            "startedDateTime": rfc3339(*ts),
+            "time": (end.saturating_sub(*ts)) as f64 / 1e6,
+            "request": request,
+            "response": {
+                "status": status,
+                "statusText": http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or(""),
+                "httpVersion": "HTTP/1.1",
+                "cookies": [],
+                "headers": header_list(&rheaders),
+                "content": { "size": resp_text.len(), "mimeType": ct.unwrap_or_default(), "text": resp_text },
+                "redirectURL": "",
+                "headersSize": -1,
+                "bodySize": resp_text.len(),
+            },
+            "cache": {},
+            "timings": { "send": 0, "wait": (rts.saturating_sub(*ts)) as f64 / 1e6, "receive": (end.saturating_sub(rts)) as f64 / 1e6 },
+            "_rpctap": { "exchange": exchange, "methods": methods, "ids": ids, "anomalies": anomalies.get(exchange).cloned().unwrap_or_default() },
+        }));
+    }
+    json!({
+        "log": {
+            "version": "1.2",
+            "creator": { "name": "rpctap", "version": env!("CARGO_PKG_VERSION") },
+            "entries": entries,
+        }
+    })
+}

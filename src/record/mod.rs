@@ -1,0 +1,229 @@
+//! Recordings: the JSON Lines format (schema in `docs/recording.md`), the lossless writer, and
+//! the reader that the offline commands (`replay`, `mock`, `export`, `check`) share.
+//!
+//! The writer is a bus subscriber with its own task and a bounded queue. It writes whole lines
+//! through a buffer, flushes at least every 100 ms and at shutdown, rotates to numbered files at
+//! `max_bytes`, and turns any events the bus had to drop for it into an explicit `gap` record.
+
+pub mod export;
+pub mod reader;
+
+use crate::events::{now_ns, Subscription};
+use serde_json::json;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The format version written in every header line.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// How often the writer flushes at the least.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// The queue between the bus and the writer, in events.
+pub const QUEUE: usize = 1 << 18;
+
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub path: PathBuf,
+    /// Rotate when a file reaches this size.
+    pub max_bytes: Option<u64>,
+}
+
+/// Recording errors, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("cannot write recording {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot read recording {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not an rpctap recording: {why}")]
+    Format { path: PathBuf, why: String },
+}
+
+/// What the writer wrote.
+#[derive(Debug, Default, Clone)]
+pub struct RecordStats {
+    pub events: u64,
+    pub gaps: u64,
+    pub lost: u64,
+    pub files: u32,
+}
+
+/// The path of part `n` of a recording (`FILE`, `FILE.1`, `FILE.2`…).
+pub fn part_path(base: &Path, n: u32) -> PathBuf {
+    if n == 0 {
+        base.to_path_buf()
+    } else {
+        let mut s = base.as_os_str().to_owned();
+        s.push(format!(".{n}"));
+        PathBuf::from(s)
+    }
+}
+
+fn create_private(path: &Path) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    let f = o.open(path)?;
+    // An existing file keeps its mode through open(): make sure it is private too.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(f)
+}
+
+struct Writer {
+    opts: RecordOptions,
+    meta: serde_json::Value,
+    out: BufWriter<File>,
+    part: u32,
+    bytes: u64,
+    stats: RecordStats,
+}
+
+impl Writer {
+    fn open(opts: RecordOptions, meta: serde_json::Value) -> Result<Self, RecordError> {
+        let path = part_path(&opts.path, 0);
+        let f = create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+        let mut w = Writer {
+            opts,
+            meta,
+            out: BufWriter::with_capacity(256 << 10, f),
+            part: 0,
+            bytes: 0,
+            stats: RecordStats {
+                files: 1,
+                ..Default::default()
+            },
+        };
+        w.header()?;
+        Ok(w)
+    }
+
+    fn err(&self, source: std::io::Error) -> RecordError {
+        RecordError::Write {
+            path: part_path(&self.opts.path, self.part),
+            source,
+        }
+    }
+
+    fn header(&mut self) -> Result<(), RecordError> {
+        let mut h = json!({
+            "rpctap_recording": FORMAT_VERSION,
+            "rpctap_version": env!("CARGO_PKG_VERSION"),
+            "created_ns": now_ns(),
+            "part": self.part,
+        });
+        if let (Some(h), Some(m)) = (h.as_object_mut(), self.meta.as_object()) {
+            for (k, v) in m {
+                h.insert(k.clone(), v.clone());
+            }
+        }
+        let line = h.to_string();
+        self.raw_line(line.as_bytes())
+    }
+
+    fn raw_line(&mut self, line: &[u8]) -> Result<(), RecordError> {
+        self.out.write_all(line).map_err(|e| self.err(e))?;
+        self.out.write_all(b"\n").map_err(|e| self.err(e))?;
+        self.bytes += line.len() as u64 + 1;
+        Ok(())
+    }
+
+    fn line(&mut self, line: &[u8]) -> Result<(), RecordError> {
+        if let Some(max) = self.opts.max_bytes {
+            if self.bytes + line.len() as u64 + 1 > max && self.bytes > 0 {
+                self.rotate()?;
+            }
+        }
+        self.raw_line(line)
+    }
+
+    fn rotate(&mut self) -> Result<(), RecordError> {
+        self.out.flush().map_err(|e| self.err(e))?;
+        self.part += 1;
+        let path = part_path(&self.opts.path, self.part);
+        let f = create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+        self.out = BufWriter::with_capacity(256 << 10, f);
+        self.bytes = 0;
+        self.stats.files += 1;
+        self.header()
+    }
+
+    fn flush(&mut self) -> Result<(), RecordError> {
+        self.out.flush().map_err(|e| self.err(e))
+    }
+}
+
+/// Opens the recording (so a bad path fails before the proxy starts) and returns the task that
+/// writes it until the bus closes or `stop` fires.
+pub fn start(
+    opts: RecordOptions,
+    meta: serde_json::Value,
+    sub: Subscription,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<Result<RecordStats, RecordError>>, RecordError> {
+    let w = Writer::open(opts, meta)?;
+    Ok(tokio::spawn(run(w, sub, stop)))
+}
+
+async fn run(mut w: Writer, mut sub: Subscription, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<RecordStats, RecordError> {
+    let mut batch = Vec::with_capacity(1024);
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lost_reported = 0u64;
+    let mut last_flush = Instant::now();
+    let mut dirty = false;
+    let mut line = Vec::with_capacity(4096);
+    loop {
+        let mut closing = false;
+        tokio::select! {
+            n = sub.rx.recv_many(&mut batch, 1024) => { if n == 0 { closing = true; } }
+            _ = tick.tick() => {}
+            r = stop.changed() => { if r.is_err() || *stop.borrow() { closing = true; } }
+        }
+        if closing {
+            // Take what is still queued, then finish.
+            while let Ok(ev) = sub.rx.try_recv() {
+                batch.push(ev);
+            }
+        }
+        for ev in batch.drain(..) {
+            line.clear();
+            if serde_json::to_writer(&mut line, &*ev).is_ok() {
+                w.line(&line)?;
+                w.stats.events += 1;
+                dirty = true;
+            }
+        }
+        let lost = sub.dropped.load(Ordering::Relaxed);
+        if lost > lost_reported {
+            let gap = json!({ "event": "gap", "ts": now_ns(), "lost": lost - lost_reported,
+                "message": "the recorder fell behind; these events were not recorded" });
+            w.line(gap.to_string().as_bytes())?;
+            w.stats.gaps += 1;
+            w.stats.lost += lost - lost_reported;
+            tracing::warn!(lost = lost - lost_reported, "recording gap");
+            lost_reported = lost;
+            dirty = true;
+        }
+        if dirty && (last_flush.elapsed() >= FLUSH_EVERY || sub.rx.is_empty() || closing) {
+            w.flush()?;
+            last_flush = Instant::now();
+            dirty = false;
+        }
+        if closing {
+            w.flush()?;
+            return Ok(w.stats);
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Reading recordings back: every part of a rotated recording, line by line. A torn line (the
+//! last one after a `kill -9`) is skipped with a warning; ids and messages are kept as their
+//! exact JSON text.
+
+use super::{part_path, RecordError};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::path::Path;
+
+/// An HTTP event of a recording.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "phase", rename_all = "lowercase")]
+pub enum RecHttp {
+    Request {
+        ts: u64,
+        exchange: u64,
+        method: String,
+        path: String,
+        #[serde(default)]
+        session: Option<String>,
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+    },
+    Response {
+        ts: u64,
+        exchange: u64,
+        status: u16,
+        #[serde(default)]
+        content_type: Option<String>,
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+    },
+    End {
+        ts: u64,
+        exchange: u64,
+        reason: String,
+    },
+}
+
+/// A JSON-RPC message of a recording.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecMessage {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: String,
+    pub direction: String,
+    pub transport: String,
+    pub kind: String,
+    #[serde(default)]
+    pub id: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub target: Option<String>,
+    #[serde(default)]
+    pub batch_index: Option<u32>,
+    #[serde(default)]
+    pub sse_id: Option<String>,
+    pub message: Box<RawValue>,
+}
+
+impl RecMessage {
+    pub fn is_c2s(&self) -> bool {
+        self.direction == "c2s"
+    }
+    pub fn is_response(&self) -> bool {
+        self.kind == "result" || self.kind == "error"
+    }
+    /// The id as exact JSON text.
+    pub fn id_text(&self) -> Option<&str> {
+        self.id.as_deref().map(RawValue::get)
+    }
+}
+
+/// A finished call of a recording.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecCall {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: String,
+    pub direction: String,
+    pub method: String,
+    #[serde(default)]
+    pub target: Option<String>,
+    pub id: Box<RawValue>,
+    pub outcome: String,
+    #[serde(default)]
+    pub code: Option<i64>,
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub rule: Option<String>,
+    #[serde(default)]
+    pub latency_us: Option<u64>,
+    #[serde(default)]
+    pub anomalies: Vec<String>,
+}
+
+/// An anomaly of a recording.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecAnomaly {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: String,
+    pub code: String,
+    pub severity: String,
+    #[serde(default)]
+    pub id: Option<Box<RawValue>>,
+    pub message: String,
+}
+
+/// One line of a recording.
+#[derive(Debug, Clone)]
+pub enum RecEvent {
+    Http(RecHttp),
+    Message(RecMessage),
+    Call(RecCall),
+    Anomaly(RecAnomaly),
+    /// `notice` and `gap` lines, kept as they are.
+    Other(serde_json::Value),
+}
+
+#[derive(Deserialize)]
+struct Tag<'a> {
+    #[serde(borrow)]
+    event: std::borrow::Cow<'a, str>,
+}
+
+/// A whole recording, all parts.
+#[derive(Debug, Default)]
+pub struct Recording {
+    pub header: serde_json::Value,
+    pub events: Vec<RecEvent>,
+    /// Lines skipped, and why.
+    pub warnings: Vec<String>,
+}
+
+impl Recording {
+    pub fn messages(&self) -> impl Iterator<Item = &RecMessage> {
+        self.events.iter().filter_map(|e| match e {
+            RecEvent::Message(m) => Some(m),
+            _ => None,
+        })
+    }
+    pub fn calls(&self) -> impl Iterator<Item = &RecCall> {
+        self.events.iter().filter_map(|e| match e {
+            RecEvent::Call(c) => Some(c),
+            _ => None,
+        })
+    }
+    pub fn http(&self) -> impl Iterator<Item = &RecHttp> {
+        self.events.iter().filter_map(|e| match e {
+            RecEvent::Http(h) => Some(h),
+            _ => None,
+        })
+    }
+    /// Scopes in order of first appearance.
+    pub fn scopes(&self) -> Vec<String> {
+        let mut seen = Vec::new();
+        for m in self.messages() {
+            if !seen.contains(&m.scope) {
+                seen.push(m.scope.clone());
+            }
+        }
+        seen
+    }
+}
+
+fn parse_line(line: &str) -> Result<RecEvent, String> {
+    let tag: Tag = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let ev = match &*tag.event {
+        "http" => RecEvent::Http(serde_json::from_str(line).map_err(|e| e.to_string())?),
+        "message" => RecEvent::Message(serde_json::from_str(line).map_err(|e| e.to_string())?),
+        "call" => RecEvent::Call(serde_json::from_str(line).map_err(|e| e.to_string())?),
+        "anomaly" => RecEvent::Anomaly(serde_json::from_str(line).map_err(|e| e.to_string())?),
+        _ => RecEvent::Other(serde_json::from_str(line).map_err(|e| e.to_string())?),
+    };
+    Ok(ev)
+}
+
+/// Parses the text of one part into `rec`.
+pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> Result<(), String> {
+    let mut lines = text.split('\n').peekable();
+    let header = lines.next().unwrap_or("");
+    let h: serde_json::Value = serde_json::from_str(header).map_err(|_| "its first line is not a recording header".to_string())?;
+    if h.get("rpctap_recording").and_then(|v| v.as_u64()).is_none() {
+        return Err("its first line has no `rpctap_recording` version".into());
+    }
+    if h["rpctap_recording"].as_u64() != Some(super::FORMAT_VERSION) {
+        return Err(format!("format version {} is not supported (this rpctap reads {})", h["rpctap_recording"], super::FORMAT_VERSION));
+    }
+    if first {
+        rec.header = h;
+    }
+    let mut n = 1;
+    while let Some(line) = lines.next() {
+        n += 1;
+        let last = lines.peek().is_none_or(|l| l.is_empty() && {
+            // the text ends with "\n": the empty remainder is not a line
+            true
+        });
+        if line.is_empty() {
+            continue;
+        }
+        match parse_line(line) {
+            Ok(ev) => rec.events.push(ev),
+            Err(e) => {
+                let w = if last {
+                    format!("{name}: line {n} is torn (the recorder was stopped mid-write); skipped")
+                } else {
+                    format!("{name}: line {n} is not a valid event ({e}); skipped")
+                };
+                tracing::warn!("{w}");
+                rec.warnings.push(w);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a recording and its rotated parts (`FILE`, `FILE.1`, …).
+pub fn read(path: &Path) -> Result<Recording, RecordError> {
+    let mut rec = Recording::default();
+    let mut n = 0;
+    loop {
+        let p = part_path(path, n);
+        let text = match std::fs::read(&p) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) if n > 0 && e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(source) => return Err(RecordError::Read { path: p, source }),
+        };
+        parse_part(&text, &p.display().to_string(), &mut rec, n == 0).map_err(|why| RecordError::Format { path: p.clone(), why })?;
+        n += 1;
+    }
+    Ok(rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torn_last_line_is_skipped() {
+        let text = "{\"rpctap_recording\":1}\n{\"event\":\"message\",\"ts\":1,\"exchange\":1,\"scope\":\"exchange:1\",\"direction\":\"c2s\",\"transport\":\"json\",\"kind\":\"request\",\"id\":1.0,\"method\":\"m\",\"message\":{\"jsonrpc\":\"2.0\",\"id\":1.0,\"method\":\"m\"}}\n{\"event\":\"call\",\"ts\":";
+        let mut rec = Recording::default();
+        parse_part(text, "t", &mut rec, true).unwrap();
+        assert_eq!(rec.events.len(), 1);
+        assert_eq!(rec.warnings.len(), 1);
+        assert!(rec.warnings[0].contains("torn"));
+        let m = rec.messages().next().unwrap();
+        assert_eq!(m.id_text(), Some("1.0"), "ids keep their exact text");
+    }
+
+    #[test]
+    fn not_a_recording_is_a_clear_error() {
+        let mut rec = Recording::default();
+        assert!(parse_part("{\"request\":[]}\n", "t", &mut rec, true).unwrap_err().contains("rpctap_recording"));
+    }
+}

@@ -1,0 +1,236 @@
+//! Serving a recording as the server (`rpctap mock`): each request gets the recorded reply of
+//! the matching recorded request (same method and params, `_meta` ignored; on a tie, recording
+//! order), with the live request's id. JSON or SSE as the client accepts; notifications get
+//! 202/204; an unmatched request gets a JSON-RPC error naming the closest recorded method.
+
+use crate::demo::DemoBody;
+use crate::record::reader::{RecMessage, Recording};
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A recorded reply: its `result` or `error` member as raw JSON, and how it was carried.
+#[derive(Debug, Clone)]
+struct Reply {
+    member: &'static str,
+    value: String,
+    sse: bool,
+}
+
+/// The mock's index of the recording.
+#[derive(Debug, Default)]
+pub struct Mock {
+    replies: HashMap<(String, String), Vec<Reply>>,
+    /// Which recorded reply comes next, per key (the last one repeats).
+    cursors: Mutex<HashMap<(String, String), usize>>,
+    methods: Vec<String>,
+    sessions: AtomicU64,
+}
+
+/// Params in a canonical form: keys sorted, `_meta` removed.
+fn canonical(params: Option<&Value>) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().filter(|k| k.as_str() != "_meta").collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|k| (k.clone(), sort(&m[k]))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    match params {
+        None => String::new(),
+        Some(Value::Object(m)) => {
+            // `_meta` is dropped at the top of params only (progress tokens and the like).
+            let mut m = m.clone();
+            m.remove("_meta");
+            sort(&Value::Object(m)).to_string()
+        }
+        Some(v) => sort(v).to_string(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Parts<'a> {
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+fn key_of(m: &Value) -> Option<(String, String)> {
+    Some((m.get("method")?.as_str()?.to_string(), canonical(m.get("params"))))
+}
+
+impl Mock {
+    pub fn from_recording(rec: &Recording) -> Self {
+        let mut mock = Mock::default();
+        let msgs: Vec<&RecMessage> = rec.messages().collect();
+        for (i, m) in msgs.iter().enumerate() {
+            if !(m.is_c2s() && m.kind == "request") {
+                continue;
+            }
+            let Ok(v) = serde_json::from_str::<Value>(m.message.get()) else { continue };
+            let Some(key) = key_of(&v) else { continue };
+            if !mock.methods.contains(&key.0) {
+                mock.methods.push(key.0.clone());
+            }
+            let reply = msgs[i + 1..]
+                .iter()
+                .find(|r| !r.is_c2s() && r.is_response() && r.scope == m.scope && r.id_text() == m.id_text());
+            let Some(reply) = reply else { continue };
+            let Ok(parts) = serde_json::from_str::<Parts>(reply.message.get()) else { continue };
+            let (member, value) = match (parts.result, parts.error) {
+                (Some(r), None) => ("result", r.get().to_string()),
+                (None, Some(e)) => ("error", e.get().to_string()),
+                _ => continue,
+            };
+            mock.replies.entry(key).or_default().push(Reply {
+                member,
+                value,
+                sse: reply.transport == "sse",
+            });
+        }
+        mock
+    }
+
+    pub fn calls_known(&self) -> usize {
+        self.replies.values().map(Vec::len).sum()
+    }
+
+    fn lookup(&self, key: &(String, String)) -> Option<Reply> {
+        let list = self.replies.get(key)?;
+        let mut cur = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        let i = cur.entry(key.clone()).or_insert(0);
+        let r = list.get((*i).min(list.len() - 1)).cloned();
+        *i += 1;
+        r
+    }
+
+    fn closest(&self, method: &str) -> Option<&str> {
+        self.methods
+            .iter()
+            .min_by_key(|m| strsim::levenshtein(m, method))
+            .map(String::as_str)
+    }
+
+    /// The reply text to one message, or `None` for notifications and responses.
+    fn answer(&self, raw: &RawValue) -> Option<(String, bool)> {
+        let v: Value = serde_json::from_str(raw.get()).ok()?;
+        let id = serde_json::from_str::<IdOnly>(raw.get()).ok()?.id?.get().to_string();
+        let method = v.get("method")?.as_str()?.to_string();
+        let key = key_of(&v)?;
+        if let Some(r) = self.lookup(&key) {
+            return Some((format!(r#"{{"jsonrpc":"2.0","id":{id},"{}":{}}}"#, r.member, r.value), r.sse));
+        }
+        let (code, message) = if self.methods.contains(&method) {
+            (-32602, format!("rpctap mock: no recorded `{method}` call with these params"))
+        } else {
+            match self.closest(&method) {
+                Some(c) => (-32601, format!("rpctap mock: no recorded call of `{method}`; the closest recorded method is `{c}`")),
+                None => (-32601, format!("rpctap mock: no recorded call of `{method}`; the recording has no calls")),
+            }
+        };
+        let e = serde_json::json!({ "code": code, "message": message, "data": { "recorded_methods": self.methods } });
+        Some((format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#), false))
+    }
+
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<DemoBody> {
+        let accepts_sse = req
+            .headers()
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("text/event-stream"));
+        match *req.method() {
+            Method::POST => {}
+            Method::DELETE => return respond(StatusCode::OK, None, Bytes::new()),
+            _ => {
+                let mut r = respond(StatusCode::METHOD_NOT_ALLOWED, None, Bytes::new());
+                r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+                return r;
+            }
+        }
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return respond(StatusCode::BAD_REQUEST, None, Bytes::new()),
+        };
+        let Ok(top) = serde_json::from_slice::<&RawValue>(&body) else {
+            let e = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+            return respond(StatusCode::OK, Some("application/json"), Bytes::from_static(e.as_bytes()));
+        };
+        let (members, batch) = if top.get().starts_with('[') {
+            (serde_json::from_str::<Vec<&RawValue>>(top.get()).unwrap_or_default(), true)
+        } else {
+            (vec![top], false)
+        };
+        let mut is_init = false;
+        let mut replies = Vec::new();
+        for m in &members {
+            is_init |= m.get().contains("\"initialize\"");
+            if let Some(r) = self.answer(m) {
+                replies.push(r);
+            }
+        }
+        if replies.is_empty() {
+            let status = if accepts_sse { StatusCode::ACCEPTED } else { StatusCode::NO_CONTENT };
+            return respond(status, None, Bytes::new());
+        }
+        let sse = accepts_sse && replies.iter().all(|r| r.1);
+        let texts: Vec<String> = replies.into_iter().map(|r| r.0).collect();
+        let payload = if batch { format!("[{}]", texts.join(",")) } else { texts.join("") };
+        let mut resp = if sse {
+            respond(StatusCode::OK, Some("text/event-stream"), Bytes::from(format!("event: message\ndata: {payload}\n\n")))
+        } else {
+            respond(StatusCode::OK, Some("application/json"), Bytes::from(payload))
+        };
+        if is_init {
+            let n = self.sessions.fetch_add(1, Ordering::Relaxed);
+            if let Ok(v) = HeaderValue::from_str(&format!("rpctap-mock-{n}")) {
+                resp.headers_mut().insert("mcp-session-id", v);
+            }
+        }
+        resp
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct IdOnly<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+fn respond(status: StatusCode, ct: Option<&'static str>, body: Bytes) -> Response<DemoBody> {
+    let mut r = Response::new(http_body_util::combinators::UnsyncBoxBody::new(Full::new(body).map_err(|e| match e {})));
+    *r.status_mut() = status;
+    if let Some(ct) = ct {
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    }
+    r
+}
+
+/// Serves `mock` on `listener` until `shutdown`.
+pub async fn run(listener: tokio::net::TcpListener, mock: Arc<Mock>, shutdown: impl std::future::Future<Output = ()>) {
+    crate::server::serve(
+        listener,
+        move |req, _peer| {
+            let m = mock.clone();
+            async move { m.handle(req).await }
+        },
+        shutdown,
+        std::time::Duration::from_secs(1),
+    )
+    .await;
+}

@@ -1,0 +1,438 @@
+//! Replaying a recording against a server (`rpctap replay`), as regression tests.
+//!
+//! The recorded client→server exchanges are re-sent in order, with the same shapes (single,
+//! batch, notification) and ids; MCP sessions are re-established (the new `Mcp-Session-Id` of
+//! each recorded `initialize` is substituted for the old one). Each call gets a verdict in the
+//! vocabulary testers know: Succeeded, Error reported, Rejected (HTTP N), No reply, or Mismatch
+//! with a path-by-path diff.
+
+pub mod diff;
+pub mod mock;
+
+use crate::inspect::sse::SseDecoder;
+use crate::proxy::body::ForwardBody;
+use crate::record::reader::{RecHttp, RecMessage, Recording};
+use crate::rpc::{self, Body, Kind};
+use bytes::Bytes;
+use diff::{Diff, Pattern};
+use http::{HeaderName, HeaderValue, Request, Uri};
+use http_body_util::BodyExt;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub target: Uri,
+    /// Paths not compared (`result.serverInfo.version`, `result.content[*].text`).
+    pub ignore: Vec<String>,
+    pub timeout: Duration,
+    /// Extra headers (e.g. an `Authorization` the recording redacted).
+    pub headers: Vec<(String, String)>,
+    pub insecure: bool,
+}
+
+/// A call's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict")]
+pub enum Verdict {
+    /// A result, equal to the recorded one.
+    Succeeded,
+    /// A JSON-RPC error (equal to the recorded one when `pass`).
+    #[serde(rename = "Error reported")]
+    ErrorReported,
+    /// Refused at the HTTP layer without a JSON-RPC reply.
+    #[serde(rename = "Rejected")]
+    Rejected { status: u16 },
+    /// Nothing usable came back.
+    #[serde(rename = "No reply")]
+    NoReply,
+    /// A reply that differs from the recorded one.
+    Mismatch,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Succeeded => f.write_str("Succeeded"),
+            Verdict::ErrorReported => f.write_str("Error reported"),
+            Verdict::Rejected { status } => write!(f, "Rejected (HTTP {status})"),
+            Verdict::NoReply => f.write_str("No reply"),
+            Verdict::Mismatch => f.write_str("Mismatch"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CallReport {
+    pub exchange: u64,
+    pub scope: String,
+    pub method: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    pub id: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// What was recorded, in the same words.
+    pub recorded: String,
+    pub pass: bool,
+    pub diffs: Vec<Diff>,
+    pub latency_ms: f64,
+}
+
+impl CallReport {
+    pub fn name(&self) -> String {
+        match &self.target {
+            Some(t) => format!("{}:{} id={}", self.method, t, self.id),
+            None => format!("{} id={}", self.method, self.id),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Report {
+    pub target: String,
+    pub exchanges: usize,
+    pub calls: Vec<CallReport>,
+    pub passed: usize,
+    pub failed: usize,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("bad --header {0:?}: {1}")]
+    Header(String, String),
+    #[error("cannot build a request to {0}: {1}")]
+    Request(String, String),
+}
+
+/// One recorded HTTP exchange, with what it carried.
+struct Exchange<'a> {
+    id: u64,
+    method: String,
+    path: String,
+    session: Option<String>,
+    headers: Vec<(String, String)>,
+    status: Option<u16>,
+    resp_session: Option<String>,
+    c2s: Vec<&'a RecMessage>,
+}
+
+fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
+    let mut list: Vec<Exchange<'_>> = Vec::new();
+    let mut index: HashMap<u64, usize> = HashMap::new();
+    for h in rec.http() {
+        match h {
+            RecHttp::Request { exchange, method, path, session, headers, .. } => {
+                index.insert(*exchange, list.len());
+                list.push(Exchange {
+                    id: *exchange,
+                    method: method.clone(),
+                    path: path.clone(),
+                    session: session.clone(),
+                    headers: headers.clone(),
+                    status: None,
+                    resp_session: None,
+                    c2s: vec![],
+                });
+            }
+            RecHttp::Response { exchange, status, headers, .. } => {
+                if let Some(&i) = index.get(exchange) {
+                    list[i].status = Some(*status);
+                    list[i].resp_session = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).map(|(_, v)| v.clone());
+                }
+            }
+            RecHttp::End { .. } => {}
+        }
+    }
+    for m in rec.messages().filter(|m| m.is_c2s()) {
+        if let Some(&i) = index.get(&m.exchange) {
+            list[i].c2s.push(m);
+        }
+    }
+    list
+}
+
+/// The request body as the client sent it (batch members joined in order).
+fn body_of(ex: &Exchange<'_>) -> String {
+    if ex.c2s.len() == 1 && ex.c2s[0].batch_index.is_none() {
+        return ex.c2s[0].message.get().to_string();
+    }
+    format!("[{}]", ex.c2s.iter().map(|m| m.message.get()).collect::<Vec<_>>().join(","))
+}
+
+const SKIP_HEADERS: [&str; 10] = [
+    "host",
+    "content-length",
+    "connection",
+    "transfer-encoding",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "mcp-session-id",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+];
+
+/// The recorded reply (s2c response) to a c2s call, found in its scope after it.
+fn recorded_reply<'a>(rec: &'a Recording, call: &RecMessage) -> Option<&'a RecMessage> {
+    let id = call.id_text()?;
+    rec.messages()
+        .filter(|m| !m.is_c2s() && m.is_response() && m.scope == call.scope && m.ts >= call.ts && m.id_text() == Some(id))
+        .find(|m| m.exchange == call.exchange)
+        .or_else(|| {
+            rec.messages()
+                .find(|m| !m.is_c2s() && m.is_response() && m.scope == call.scope && m.ts >= call.ts && m.id_text() == Some(id))
+        })
+}
+
+fn recorded_outcome(rec: &Recording, call: &RecMessage) -> (String, Option<u16>) {
+    rec.calls()
+        .find(|c| c.exchange == call.exchange && c.direction == "c2s" && Some(c.id.get()) == call.id_text())
+        .map(|c| (c.outcome.clone(), c.status))
+        .unwrap_or_else(|| ("missing".into(), None))
+}
+
+fn member(raw: &str, key: &str) -> Option<Value> {
+    serde_json::from_str::<Value>(raw).ok().and_then(|v| v.get(key).cloned())
+}
+
+/// The replies found in a replayed body, keyed by exact id text.
+fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
+    let mut bodies = Vec::new();
+    if ct.starts_with("text/event-stream") {
+        let mut d = SseDecoder::new(64 << 20);
+        d.feed(body, |e| {
+            if e.kind() == "message" && !e.data.is_empty() {
+                bodies.push(e.data);
+            }
+        });
+    } else if !body.is_empty() {
+        bodies.push(body.clone());
+    }
+    let mut out = HashMap::new();
+    for b in bodies {
+        let envs = match rpc::parse_body(&b) {
+            Body::Single(e) => vec![e],
+            Body::Batch(v) => v,
+            Body::ParseError(_) => vec![],
+        };
+        for e in envs.into_iter().filter(|e| e.kind.is_response()) {
+            if let Some(id) = &e.id {
+                out.entry(id.to_json_text()).or_insert(e);
+            }
+        }
+    }
+    out
+}
+
+/// Replays `rec` against `opts.target`.
+pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, ReplayError> {
+    let client = crate::proxy::upstream::build_client(Duration::from_secs(5), opts.insecure);
+    let ignore: Vec<Pattern> = opts.ignore.iter().map(|p| Pattern::parse(p)).collect();
+    let mut extra = Vec::new();
+    for (k, v) in &opts.headers {
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
+        let value = HeaderValue::from_str(v).map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
+        extra.push((name, value));
+    }
+    let base = opts.target.path().trim_end_matches('/').to_string();
+    let mut sessions: HashMap<String, String> = HashMap::new();
+    let mut report = Report {
+        target: opts.target.to_string(),
+        ..Default::default()
+    };
+    for ex in exchanges(rec) {
+        let replayable = (ex.method == "POST" && !ex.c2s.is_empty()) || (ex.method == "DELETE" && ex.session.is_some());
+        if !replayable {
+            if ex.method == "GET" && ex.path.contains("/sse") {
+                report.warnings.push(format!("exchange {}: the legacy HTTP+SSE stream is not replayed", ex.id));
+            }
+            continue;
+        }
+        if ex.path.contains("sessionId=") {
+            report.warnings.push(format!("exchange {}: legacy HTTP+SSE POST skipped (its replies come on a stream)", ex.id));
+            continue;
+        }
+        report.exchanges += 1;
+        let uri = format!(
+            "{}://{}{}{}",
+            opts.target.scheme_str().unwrap_or("http"),
+            opts.target.authority().map(|a| a.as_str()).unwrap_or(""),
+            base,
+            ex.path
+        );
+        let body = if ex.method == "POST" { body_of(&ex) } else { String::new() };
+        let mut b = Request::builder().method(ex.method.as_str()).uri(&uri);
+        for (k, v) in &ex.headers {
+            let lk = k.to_ascii_lowercase();
+            if SKIP_HEADERS.contains(&lk.as_str()) || v == crate::redact::REDACTED {
+                continue;
+            }
+            b = b.header(k.as_str(), v.as_str());
+        }
+        if let Some(old) = &ex.session {
+            b = b.header("mcp-session-id", sessions.get(old).unwrap_or(old).as_str());
+        }
+        for (k, v) in &extra {
+            b = b.header(k, v);
+        }
+        let req = b
+            .body(ForwardBody::full(Bytes::from(body)))
+            .map_err(|e| ReplayError::Request(uri.clone(), e.to_string()))?;
+        let t0 = Instant::now();
+        let sent = tokio::time::timeout(opts.timeout, async {
+            let resp = client.request(req).await.map_err(|e| e.to_string())?;
+            let (parts, body) = resp.into_parts();
+            let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+            Ok::<_, String>((parts, bytes))
+        })
+        .await;
+        let latency_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let (status, ct, replies) = match sent {
+            Ok(Ok((parts, bytes))) => {
+                let ct = parts.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+                if let (Some(old), Some(new)) = (&ex.resp_session, parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok())) {
+                    sessions.insert(old.clone(), new.to_string());
+                }
+                (Some(parts.status.as_u16()), ct.clone(), replies_in(&ct, &bytes))
+            }
+            Ok(Err(e)) => {
+                report.warnings.push(format!("exchange {}: {e}", ex.id));
+                (None, String::new(), HashMap::new())
+            }
+            Err(_) => {
+                report.warnings.push(format!("exchange {}: no answer within {:?}", ex.id, opts.timeout));
+                (None, String::new(), HashMap::new())
+            }
+        };
+        let _ = ct;
+        for call in ex.c2s.iter().filter(|m| m.kind == "request" || (m.kind == "invalid" && m.id.is_some() && m.method.is_some())) {
+            let id = call.id_text().unwrap_or("null").to_string();
+            let (rec_outcome, rec_status) = recorded_outcome(rec, call);
+            let rec_reply = recorded_reply(rec, call);
+            let recorded = match (rec_outcome.as_str(), rec_reply) {
+                ("result", _) => "Succeeded".to_string(),
+                ("error", Some(r)) => format!("Error reported ({})", member(r.message.get(), "error").and_then(|e| e.get("code").cloned()).unwrap_or_default()),
+                ("rejected", _) => format!("Rejected (HTTP {})", rec_status.unwrap_or(0)),
+                ("refused", _) => "Refused".to_string(),
+                _ => "No reply".to_string(),
+            };
+            let got = replies.get(&id);
+            let (verdict, pass, diffs) = match got {
+                None => {
+                    let v = match status {
+                        Some(s) if !(200..300).contains(&s) => Verdict::Rejected { status: s },
+                        _ => Verdict::NoReply,
+                    };
+                    let pass = match (&v, rec_outcome.as_str()) {
+                        (Verdict::Rejected { status }, "rejected") => Some(*status) == rec_status,
+                        (Verdict::NoReply, "missing") => true,
+                        _ => false,
+                    };
+                    (v, pass, vec![])
+                }
+                Some(env) => {
+                    let actual_raw = std::str::from_utf8(&env.raw).unwrap_or("");
+                    let (key, v) = if env.kind == Kind::Error { ("error", Verdict::ErrorReported) } else { ("result", Verdict::Succeeded) };
+                    let expected = rec_reply.and_then(|r| member(r.message.get(), key));
+                    let actual = member(actual_raw, key);
+                    let mut diffs = if expected.is_none() {
+                        // The recorded reply was the other kind (or none).
+                        let other = if key == "error" { "result" } else { "error" };
+                        diff::diff(other, rec_reply.and_then(|r| member(r.message.get(), other)).as_ref(), None, &ignore)
+                            .into_iter()
+                            .chain(diff::diff(key, None, actual.as_ref(), &ignore))
+                            .collect()
+                    } else {
+                        diff::diff(key, expected.as_ref(), actual.as_ref(), &ignore)
+                    };
+                    if expected.is_none() && rec_reply.is_none() && diffs.is_empty() {
+                        diffs.push(Diff {
+                            path: "$".into(),
+                            expected: recorded.clone(),
+                            actual: v.to_string(),
+                        });
+                    }
+                    if diffs.is_empty() {
+                        (v, true, diffs)
+                    } else {
+                        (Verdict::Mismatch, false, diffs)
+                    }
+                }
+            };
+            if pass {
+                report.passed += 1;
+            } else {
+                report.failed += 1;
+            }
+            report.calls.push(CallReport {
+                exchange: ex.id,
+                scope: call.scope.clone(),
+                method: call.method.clone().unwrap_or_default(),
+                target: call.target.clone(),
+                id,
+                verdict,
+                recorded,
+                pass,
+                diffs,
+                latency_ms,
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// JUnit XML: one test case per call.
+pub fn junit(report: &Report) -> String {
+    use quick_junit::{NonSuccessKind, Report as JReport, TestCase, TestCaseStatus, TestSuite};
+    let mut suite = TestSuite::new(format!("rpctap replay against {}", report.target));
+    for c in &report.calls {
+        let status = if c.pass {
+            TestCaseStatus::success()
+        } else {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(format!("{} (recorded: {})", c.verdict, c.recorded));
+            s.set_type(c.verdict.to_string());
+            s.set_description(c.diffs.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"));
+            s
+        };
+        let mut tc = TestCase::new(c.name(), status);
+        tc.set_classname(c.scope.clone());
+        tc.set_time(Duration::from_secs_f64(c.latency_ms / 1e3));
+        suite.add_test_case(tc);
+    }
+    let mut r = JReport::new("rpctap");
+    r.add_test_suite(suite);
+    r.to_string().unwrap_or_default()
+}
+
+/// The human-readable report.
+pub fn text(report: &Report) -> String {
+    let mut s = String::new();
+    for c in &report.calls {
+        let mark = if c.pass { "ok  " } else { "FAIL" };
+        s.push_str(&format!("{mark} {:<40} {} ({:.1} ms)", c.name(), c.verdict, c.latency_ms));
+        if !c.pass {
+            s.push_str(&format!("  recorded: {}", c.recorded));
+        }
+        s.push('\n');
+        for d in &c.diffs {
+            s.push_str(&format!("       {d}\n"));
+        }
+    }
+    for w in &report.warnings {
+        s.push_str(&format!("warning: {w}\n"));
+    }
+    s.push_str(&format!(
+        "{} passed, {} failed ({} calls in {} exchanges against {})\n",
+        report.passed,
+        report.failed,
+        report.calls.len(),
+        report.exchanges,
+        report.target
+    ));
+    s
+}
