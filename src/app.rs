@@ -49,7 +49,9 @@ pub struct RunningProxy {
     pub proxy: Proxy,
     pub cfg: ProxyConfig,
     log: Option<crate::events::Subscription>,
-    recorder: Option<tokio::task::JoinHandle<Result<crate::record::RecordStats, crate::record::RecordError>>>,
+    recorder: Option<
+        tokio::task::JoinHandle<Result<crate::record::RecordStats, crate::record::RecordError>>,
+    >,
     record_stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -123,7 +125,12 @@ impl RunningProxy {
         let _ = record_stop.send(true);
         if let Some(r) = recorder {
             match r.await {
-                Ok(Ok(stats)) => tracing::info!(events = stats.events, gaps = stats.gaps, files = stats.files, "recording closed"),
+                Ok(Ok(stats)) => tracing::info!(
+                    events = stats.events,
+                    gaps = stats.gaps,
+                    files = stats.files,
+                    "recording closed"
+                ),
                 Ok(Err(e)) => tracing::error!(error = %e, "recording failed"),
                 Err(e) => tracing::error!(error = %e, "recorder task failed"),
             }
@@ -222,7 +229,8 @@ pub enum OfflineError {
 
 fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), OfflineError> {
     match path {
-        Some(p) => std::fs::write(p, text).map_err(|e| OfflineError::Io(format!("cannot write {}: {e}", p.display()))),
+        Some(p) => std::fs::write(p, text)
+            .map_err(|e| OfflineError::Io(format!("cannot write {}: {e}", p.display()))),
         None => {
             use std::io::Write;
             let mut out = std::io::stdout().lock();
@@ -243,13 +251,16 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
     }
     let mut headers = Vec::new();
     for h in &args.headers {
-        let (k, v) = h
-            .split_once(':')
-            .ok_or_else(|| OfflineError::Io(format!("--header {h:?} must look like `Name: value`")))?;
+        let (k, v) = h.split_once(':').ok_or_else(|| {
+            OfflineError::Io(format!("--header {h:?} must look like `Name: value`"))
+        })?;
         headers.push((k.trim().to_string(), v.trim().to_string()));
     }
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        return Err(OfflineError::Io(format!("--timeout must be a positive number of seconds, not {}", args.timeout)));
+        return Err(OfflineError::Io(format!(
+            "--timeout must be a positive number of seconds, not {}",
+            args.timeout
+        )));
     }
     let opts = crate::replay::ReplayOptions {
         target,
@@ -263,7 +274,13 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
         write_out(Some(j), &crate::replay::junit(&report))?;
     }
     if args.json {
-        write_out(None, &format!("{}\n", serde_json::to_string_pretty(&report).unwrap_or_default()))?;
+        write_out(
+            None,
+            &format!(
+                "{}\n",
+                serde_json::to_string_pretty(&report).unwrap_or_default()
+            ),
+        )?;
     } else {
         write_out(None, &crate::replay::text(&report))?;
     }
@@ -271,7 +288,10 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
 }
 
 /// `rpctap mock`.
-pub async fn mock(args: crate::cli::MockArgs, shutdown: impl Future<Output = ()>) -> Result<i32, OfflineError> {
+pub async fn mock(
+    args: crate::cli::MockArgs,
+    shutdown: impl Future<Output = ()>,
+) -> Result<i32, OfflineError> {
     let rec = crate::record::reader::read(&args.file)?;
     let mock = crate::replay::mock::Mock::from_recording(&rec);
     let listener = TcpListener::bind(args.listen)
@@ -292,10 +312,12 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     use crate::inspect::offline::{check_document, CheckLimits};
     let bytes = if args.file == "-" {
         let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).map_err(|e| OfflineError::Io(format!("cannot read stdin: {e}")))?;
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| OfflineError::Io(format!("cannot read stdin: {e}")))?;
         b
     } else {
-        std::fs::read(&args.file).map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?
+        std::fs::read(&args.file)
+            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?
     };
     let limits = CheckLimits {
         max_bytes: args.max_bytes,
@@ -309,9 +331,15 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     let mut out = String::new();
     let mut failed = false;
     if first.contains("\"rpctap_recording\"") {
-        let mut rec = crate::record::reader::Recording::default();
-        crate::record::reader::parse_part(&text, &args.file, &mut rec, true)
-            .map_err(|why| OfflineError::Io(format!("{}: {why}", args.file)))?;
+        let rec = if args.file == "-" {
+            let mut rec = crate::record::reader::Recording::default();
+            crate::record::reader::parse_part(&text, "stdin", &mut rec, true)
+                .map_err(|why| OfflineError::Io(format!("stdin: {why}")))?;
+            rec
+        } else {
+            // A file: its rotated parts too.
+            crate::record::reader::read(std::path::Path::new(&args.file))?
+        };
         for scope in rec.scopes() {
             let doc = crate::record::export::scope_document(&rec, &scope);
             let r = check_document(doc.as_bytes(), &CheckLimits::unlimited())?;
@@ -342,14 +370,18 @@ pub fn export(args: crate::cli::ExportArgs) -> Result<i32, OfflineError> {
     let rec = crate::record::reader::read(&args.file)?;
     let text = match args.format {
         crate::cli::ExportFormat::Exchange => {
-            let (docs, warnings) = crate::record::export::exchange_documents(&rec, args.max_envelopes, args.max_bytes);
+            let (docs, warnings) =
+                crate::record::export::exchange_documents(&rec, args.max_envelopes, args.max_bytes);
             for w in warnings {
                 eprintln!("rpctap export: {w}");
             }
             docs.iter().map(|d| format!("{d}\n")).collect::<String>()
         }
         crate::cli::ExportFormat::Har => {
-            format!("{}\n", serde_json::to_string_pretty(&crate::record::export::har(&rec)).unwrap_or_default())
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(&crate::record::export::har(&rec)).unwrap_or_default()
+            )
         }
     };
     write_out(args.output.as_deref(), &text)?;

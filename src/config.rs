@@ -7,11 +7,11 @@ use crate::inspect::InspectConfig;
 use crate::proxy::ProxyOptions;
 use crate::record::RecordOptions;
 use crate::redact::Redactor;
-use std::sync::Arc;
 use http::Uri;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Configuration errors; each names the setting (and the file) at fault.
@@ -196,12 +196,18 @@ pub fn resolve(
             &[flags.redact_paths.clone(), file.redact_paths.clone()].concat(),
         )),
     };
-    let record = flags.record.clone().or(file.record.clone()).map(|path| RecordOptions {
-        path,
-        max_bytes: flags.record_max_bytes.or(file.record_max_bytes),
-    });
+    let record = flags
+        .record
+        .clone()
+        .or(file.record.clone())
+        .map(|path| RecordOptions {
+            path,
+            max_bytes: flags.record_max_bytes.or(file.record_max_bytes),
+        });
     if record.as_ref().is_some_and(|r| r.max_bytes == Some(0)) {
-        return Err(ConfigError::Invalid("--record-max-bytes must be at least 1".into()));
+        return Err(ConfigError::Invalid(
+            "--record-max-bytes must be at least 1".into(),
+        ));
     }
     Ok(ProxyConfig {
         listen,

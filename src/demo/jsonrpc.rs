@@ -14,7 +14,8 @@ pub const MAX_BATCH: usize = 100;
 pub struct DemoOptions {
     /// The cap of `sleep`.
     pub max_delay: Duration,
-    /// Makes `add` answer one more than the sum: a "changed server" for regression tests.
+    /// Makes `add` (and the MCP `add` tool) answer one more than the sum: a "changed server"
+    /// for regression tests.
     pub alter_add: bool,
 }
 

@@ -28,6 +28,8 @@ struct Session {
 /// The MCP demo's state: its sessions.
 #[derive(Default)]
 pub struct McpState {
+    /// The `add` tool answers one more than the sum (the demo's "changed server").
+    pub alter_add: bool,
     sessions: DashMap<String, Session>,
     next_event: AtomicU64,
 }
@@ -67,6 +69,13 @@ fn accepts_sse(h: &HeaderMap) -> bool {
 }
 
 impl McpState {
+    pub fn new(alter_add: bool) -> Self {
+        McpState {
+            alter_add,
+            ..Default::default()
+        }
+    }
+
     fn sse_event(&self, msg: &Value) -> Bytes {
         let n = self.next_event.fetch_add(1, Ordering::Relaxed);
         Bytes::from(format!("event: message\nid: {n}\ndata: {msg}\n\n"))
@@ -332,7 +341,7 @@ impl McpState {
                 ) else {
                     return Err((-32602, "add needs numbers `a` and `b`".into()));
                 };
-                let sum = a + b;
+                let sum = a + b + if self.alter_add { 1.0 } else { 0.0 };
                 let s = if sum.fract() == 0.0 && sum.abs() < 9.0e15 {
                     format!("{}", sum as i64)
                 } else {

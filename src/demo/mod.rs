@@ -79,8 +79,8 @@ const INDEX: &str = "rpctap demo server\n\nPOST /jsonrpc  JSON-RPC 2.0: echo, ad
 impl Demo {
     pub fn new(opts: DemoOptions) -> Self {
         Demo {
+            mcp: Arc::new(mcp::McpState::new(opts.alter_add)),
             opts: Arc::new(opts),
-            mcp: Arc::new(mcp::McpState::default()),
         }
     }
 

@@ -7,8 +7,8 @@
 //! and never awaits.
 
 pub mod anomaly;
-pub mod offline;
 pub mod correlator;
+pub mod offline;
 pub mod sse;
 
 use crate::events::{
@@ -233,7 +233,10 @@ impl Inspector {
         };
         if inner.bus.is_active() {
             inner.bus.publish(Event::Http(HttpEvent::Request {
-                headers: meta.headers.map(|h| inner.cfg.redact.headers(h)).unwrap_or_default(),
+                headers: meta
+                    .headers
+                    .map(|h| inner.cfg.redact.headers(h))
+                    .unwrap_or_default(),
                 ts: now_ns(),
                 exchange: id,
                 method: meta.method.to_string(),
@@ -306,7 +309,14 @@ struct Site<'a> {
     at: Option<(Direction, Option<u32>)>,
 }
 
-fn flag(inner: &Inner, site: Site<'_>, code: Code, id: Option<&Id>, method: Option<&Arc<str>>, message: String) {
+fn flag(
+    inner: &Inner,
+    site: Site<'_>,
+    code: Code,
+    id: Option<&Id>,
+    method: Option<&Arc<str>>,
+    message: String,
+) {
     inner.stats.anomalies[code as usize].fetch_add(1, Ordering::Relaxed);
     tracing::debug!(code = code.as_str(), exchange = site.exchange, scope = %site.scope, %message, "anomaly");
     if inner.bus.is_active() {
@@ -384,7 +394,17 @@ fn end_missing(inner: &Inner, key: &PendingKey, p: Pending, reason: &str, anomal
         } else {
             &[]
         };
-        end_call(inner, key, p, Outcome::Missing { reason: reason.to_string() }, extra, None, None);
+        end_call(
+            inner,
+            key,
+            p,
+            Outcome::Missing {
+                reason: reason.to_string(),
+            },
+            extra,
+            None,
+            None,
+        );
     }
 }
 
@@ -436,7 +456,9 @@ impl ExchangeCtx {
             Body::ParseError(why) => {
                 self.req.parse_error = true;
                 self.publish_unparsed(Direction::ClientToServer, body.clone(), None);
-                flag(&self.insp, self.site(),
+                flag(
+                    &self.insp,
+                    self.site(),
                     Code::ParseError,
                     None,
                     None,
@@ -466,7 +488,9 @@ impl ExchangeCtx {
         let inner = self.insp.clone();
         if inner.bus.is_active() {
             inner.bus.publish(Event::Http(HttpEvent::Response {
-                headers: headers.map(|h| inner.cfg.redact.headers(h)).unwrap_or_default(),
+                headers: headers
+                    .map(|h| inner.cfg.redact.headers(h))
+                    .unwrap_or_default(),
                 ts: now_ns(),
                 exchange: self.id,
                 status,
@@ -476,7 +500,9 @@ impl ExchangeCtx {
         if let Some(new_sid) = session {
             let new_sid: Arc<str> = new_sid.into();
             match &self.session_header {
-                Some(old) if **old != *new_sid => flag(&inner, self.site(),
+                Some(old) if **old != *new_sid => flag(
+                    &inner,
+                    self.site(),
                     Code::McpSessionChanged,
                     None,
                     None,
@@ -626,7 +652,9 @@ impl ExchangeCtx {
         match rpc::parse_body(&body) {
             Body::ParseError(why) => {
                 self.publish_unparsed_with(Direction::ServerToClient, body, sse_id, transport);
-                flag(&inner, self.site(),
+                flag(
+                    &inner,
+                    self.site(),
                     Code::ParseError,
                     None,
                     None,
@@ -639,19 +667,25 @@ impl ExchangeCtx {
                         && env.id == Some(Id::Null)
                         && matches!(env.error_code, Some(-32700 | -32600));
                     if !whole_request_error {
-                        flag(&inner, self.site(),
+                        self.cur = Some((Direction::ServerToClient, None));
+                        flag(
+                            &inner,
+                            self.site(),
                             Code::InvalidBatchReply,
                             env.id.as_ref(),
                             None,
                             "a batch request was answered by a single object, not an array".into(),
                         );
+                        self.cur = None;
                     }
                 }
                 self.on_envelope_t(Direction::ServerToClient, env, None, sse_id, transport);
             }
             Body::Batch(members) => {
                 if members.is_empty() {
-                    flag(&inner, self.site(),
+                    flag(
+                        &inner,
+                        self.site(),
                         Code::InvalidEnvelope,
                         None,
                         None,
@@ -810,7 +844,9 @@ impl ExchangeCtx {
                         );
                     }
                 }
-                flag(&inner, self.site(),
+                flag(
+                    &inner,
+                    self.site(),
                     Code::InvalidEnvelope,
                     env.id.as_ref(),
                     method.as_ref(),
@@ -881,7 +917,9 @@ impl ExchangeCtx {
                     .with_session(sid, |s| s.seen_start && !s.initialized);
                 self.notice_evicted(ev);
                 if early {
-                    flag(&inner, self.site(),
+                    flag(
+                        &inner,
+                        self.site(),
                         Code::McpEarlyRequest,
                         Some(&id),
                         Some(&method),
@@ -985,7 +1023,15 @@ impl ExchangeCtx {
                         for _ in 0..=p.extra {
                             let mut p1 = p.clone();
                             p1.extra = 0;
-                            end_call(&inner, &k, p1, outcome.clone(), &[], self.cur.and_then(|c| c.1), Some(&mut self.deferred));
+                            end_call(
+                                &inner,
+                                &k,
+                                p1,
+                                outcome.clone(),
+                                &[],
+                                self.cur.and_then(|c| c.1),
+                                Some(&mut self.deferred),
+                            );
                         }
                     }
                 }
@@ -998,7 +1044,9 @@ impl ExchangeCtx {
                 ..key.clone()
             };
             if let Some(p) = inner.correlator.take(&twin_key) {
-                flag(&inner, self.site(),
+                flag(
+                    &inner,
+                    self.site(),
                     Code::IdTypeMismatch,
                     Some(&id),
                     Some(&p.method),
@@ -1029,7 +1077,9 @@ impl ExchangeCtx {
             );
             return (None, None);
         }
-        flag(&inner, self.site(),
+        flag(
+            &inner,
+            self.site(),
             Code::UnmatchedResponse,
             Some(&id),
             None,
@@ -1048,7 +1098,9 @@ impl ExchangeCtx {
     ) {
         let inner = self.insp.clone();
         if env.tool_error && &*p.method == "tools/call" {
-            flag(&inner, self.site(),
+            flag(
+                &inner,
+                self.site(),
                 Code::ToolError,
                 Some(&key.id),
                 Some(&p.method),
@@ -1064,7 +1116,9 @@ impl ExchangeCtx {
             && !self.is_get_stream
             && key.direction == Direction::ClientToServer
         {
-            flag(&inner, self.site(),
+            flag(
+                &inner,
+                self.site(),
                 Code::HttpStatus,
                 Some(&key.id),
                 Some(&p.method),
@@ -1072,7 +1126,15 @@ impl ExchangeCtx {
             );
             extra.push(Code::HttpStatus.as_str());
         }
-        end_call(&inner, key, p, outcome, &extra, self.cur.and_then(|c| c.1), Some(&mut self.deferred));
+        end_call(
+            &inner,
+            key,
+            p,
+            outcome,
+            &extra,
+            self.cur.and_then(|c| c.1),
+            Some(&mut self.deferred),
+        );
     }
 
     fn notice_evicted(&self, evicted: Option<Arc<str>>) {

@@ -106,15 +106,21 @@ fn measure(v: &serde_json::Value, depth: usize, nodes: &mut usize, max_depth: &m
     *nodes += 1;
     *max_depth = (*max_depth).max(depth);
     match v {
-        serde_json::Value::Array(a) => a.iter().for_each(|c| measure(c, depth + 1, nodes, max_depth)),
-        serde_json::Value::Object(o) => o.values().for_each(|c| measure(c, depth + 1, nodes, max_depth)),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .for_each(|c| measure(c, depth + 1, nodes, max_depth)),
+        serde_json::Value::Object(o) => o
+            .values()
+            .for_each(|c| measure(c, depth + 1, nodes, max_depth)),
         _ => {}
     }
 }
 
 fn envelopes(raw: &RawValue) -> usize {
     if raw.get().starts_with('[') {
-        serde_json::from_str::<Vec<&RawValue>>(raw.get()).map(|v| v.len()).unwrap_or(1)
+        serde_json::from_str::<Vec<&RawValue>>(raw.get())
+            .map(|v| v.len())
+            .unwrap_or(1)
     } else {
         1
     }
@@ -131,35 +137,55 @@ pub fn check_document(text: &[u8], limits: &CheckLimits) -> Result<CheckResult, 
     }
     if limits.max_depth != usize::MAX || limits.max_nodes != usize::MAX {
         // serde_json refuses nesting beyond 128 on its own; deeper input is a complexity error.
-        let v: serde_json::Value = serde_json::from_slice(text)
-            .map_err(|e| if e.to_string().contains("recursion limit") {
-                CheckError::ComplexityLimit(format!("nesting deeper than {} (--max-depth)", limits.max_depth))
+        let v: serde_json::Value = serde_json::from_slice(text).map_err(|e| {
+            if e.to_string().contains("recursion limit") {
+                CheckError::ComplexityLimit(format!(
+                    "nesting deeper than {} (--max-depth)",
+                    limits.max_depth
+                ))
             } else {
                 CheckError::Invalid(format!("not JSON: {e}"))
-            })?;
+            }
+        })?;
         let (mut nodes, mut depth) = (0, 0);
         measure(&v, 1, &mut nodes, &mut depth);
         if depth > limits.max_depth {
-            return Err(CheckError::ComplexityLimit(format!("nesting depth {depth}; at most {} (--max-depth)", limits.max_depth)));
+            return Err(CheckError::ComplexityLimit(format!(
+                "nesting depth {depth}; at most {} (--max-depth)",
+                limits.max_depth
+            )));
         }
         if nodes > limits.max_nodes {
-            return Err(CheckError::ComplexityLimit(format!("{nodes} JSON nodes; at most {} (--max-nodes)", limits.max_nodes)));
+            return Err(CheckError::ComplexityLimit(format!(
+                "{nodes} JSON nodes; at most {} (--max-nodes)",
+                limits.max_nodes
+            )));
         }
     }
     let doc: Doc = serde_json::from_slice(text).map_err(|e| {
-        CheckError::Invalid(format!("expected {{\"request\": …, \"response\": …}} and nothing else: {e}"))
+        CheckError::Invalid(format!(
+            "expected {{\"request\": …, \"response\": …}} and nothing else: {e}"
+        ))
     })?;
     let n_req = envelopes(doc.request);
     let n_resp = doc.response.map(envelopes).unwrap_or(0);
     for (what, n) in [("request", n_req), ("response", n_resp)] {
         if n > limits.max_envelopes {
-            return Err(CheckError::InputLimit(format!("{n} {what} envelopes; at most {} (--max-envelopes)", limits.max_envelopes)));
+            return Err(CheckError::InputLimit(format!(
+                "{n} {what} envelopes; at most {} (--max-envelopes)",
+                limits.max_envelopes
+            )));
         }
     }
     Ok(run(doc.request, doc.response, n_req, limits))
 }
 
-fn run(request: &RawValue, response: Option<&RawValue>, n_req: usize, limits: &CheckLimits) -> CheckResult {
+fn run(
+    request: &RawValue,
+    response: Option<&RawValue>,
+    n_req: usize,
+    limits: &CheckLimits,
+) -> CheckResult {
     let mut bus = BusBuilder::default();
     let mut sub = bus.subscribe("check", 1 << 20);
     let insp = Inspector::new(InspectConfig::default(), bus.build());
@@ -172,8 +198,10 @@ fn run(request: &RawValue, response: Option<&RawValue>, n_req: usize, limits: &C
             ..Default::default()
         });
         ex.request_body(&Bytes::copy_from_slice(request.get().as_bytes()), true);
+        // No response, or an empty list of them: the exchange got no body (as a 202 would).
+        let response = response.filter(|r| envelopes(r) > 0 && r.get().trim() != "[]");
         ex.response_head(&ResponseMeta {
-            status: 200,
+            status: if response.is_some() { 200 } else { 202 },
             content_type: Some("application/json"),
             ..Default::default()
         });
@@ -198,9 +226,13 @@ fn run(request: &RawValue, response: Option<&RawValue>, n_req: usize, limits: &C
     };
     let path = |dir: Option<Direction>, idx: Option<u32>| -> String {
         match dir {
-            Some(Direction::ClientToServer) if req_is_array => format!("$.request[{}]", idx.unwrap_or(0)),
+            Some(Direction::ClientToServer) if req_is_array => {
+                format!("$.request[{}]", idx.unwrap_or(0))
+            }
             Some(Direction::ClientToServer) => "$.request".into(),
-            Some(Direction::ServerToClient) if resp_is_array => format!("$.response[{}]", idx.unwrap_or(0)),
+            Some(Direction::ServerToClient) if resp_is_array => {
+                format!("$.response[{}]", idx.unwrap_or(0))
+            }
             Some(Direction::ServerToClient) => "$.response".into(),
             None => "$".into(),
         }
@@ -225,6 +257,8 @@ fn run(request: &RawValue, response: Option<&RawValue>, n_req: usize, limits: &C
                     outcome,
                 });
             }
+            // HTTP status checks have no meaning for a document.
+            Event::Anomaly(a) if a.code == "HTTP_STATUS" => {}
             Event::Anomaly(a) => {
                 res.finding_count += 1;
                 if a.severity == Severity::Error {
@@ -244,7 +278,8 @@ fn run(request: &RawValue, response: Option<&RawValue>, n_req: usize, limits: &C
             _ => {}
         }
     }
-    res.matches.sort_by_key(|m| (m.request_index, m.response_index));
+    res.matches
+        .sort_by_key(|m| (m.request_index, m.response_index));
     res.matched_count = res.matches.len() as u64;
     res.passes_checks = res.error_count == 0;
     res
@@ -270,10 +305,22 @@ mod tests {
 
     #[test]
     fn limits_are_clear_errors() {
-        let l = CheckLimits { max_bytes: 10, ..Default::default() };
-        assert!(matches!(check_document(br#"{"request":[1,2,3,4,5]}"#, &l), Err(CheckError::InputLimit(_))));
+        let l = CheckLimits {
+            max_bytes: 10,
+            ..Default::default()
+        };
+        assert!(matches!(
+            check_document(br#"{"request":[1,2,3,4,5]}"#, &l),
+            Err(CheckError::InputLimit(_))
+        ));
         let deep = format!(r#"{{"request":{}1{}}}"#, "[".repeat(30), "]".repeat(30));
-        assert!(matches!(check_document(deep.as_bytes(), &CheckLimits::default()), Err(CheckError::ComplexityLimit(_))));
-        assert!(matches!(check_document(br#"{"request":[],"extra":1}"#, &CheckLimits::default()), Err(CheckError::Invalid(_))));
+        assert!(matches!(
+            check_document(deep.as_bytes(), &CheckLimits::default()),
+            Err(CheckError::ComplexityLimit(_))
+        ));
+        assert!(matches!(
+            check_document(br#"{"request":[],"extra":1}"#, &CheckLimits::default()),
+            Err(CheckError::Invalid(_))
+        ));
     }
 }

@@ -15,7 +15,11 @@ struct Unit<'a> {
 
 impl Unit<'_> {
     fn bytes(&self) -> usize {
-        self.requests.iter().chain(&self.responses).map(|m| m.message.get().len() + 1).sum()
+        self.requests
+            .iter()
+            .chain(&self.responses)
+            .map(|m| m.message.get().len() + 1)
+            .sum()
     }
 }
 
@@ -38,7 +42,10 @@ fn units<'a>(rec: &'a Recording, scope: &str) -> Vec<Unit<'a>> {
                 }
             }
             (false, "result") | (false, "error") | (false, "invalid") => {
-                let slot = m.id_text().and_then(|id| open.get_mut(id)).and_then(|v| (!v.is_empty()).then(|| v.remove(0)));
+                let slot = m
+                    .id_text()
+                    .and_then(|id| open.get_mut(id))
+                    .and_then(|v| (!v.is_empty()).then(|| v.remove(0)));
                 match slot {
                     Some(i) => units[i].responses.push(m),
                     None => units.push(Unit {
@@ -54,9 +61,19 @@ fn units<'a>(rec: &'a Recording, scope: &str) -> Vec<Unit<'a>> {
 }
 
 fn doc(units: &[Unit<'_>]) -> String {
-    let req: Vec<&str> = units.iter().flat_map(|u| u.requests.iter().map(|m| m.message.get())).collect();
-    let resp: Vec<&str> = units.iter().flat_map(|u| u.responses.iter().map(|m| m.message.get())).collect();
-    format!("{{\"request\":[{}],\"response\":[{}]}}", req.join(","), resp.join(","))
+    let req: Vec<&str> = units
+        .iter()
+        .flat_map(|u| u.requests.iter().map(|m| m.message.get()))
+        .collect();
+    let resp: Vec<&str> = units
+        .iter()
+        .flat_map(|u| u.responses.iter().map(|m| m.message.get()))
+        .collect();
+    format!(
+        "{{\"request\":[{}],\"response\":[{}]}}",
+        req.join(","),
+        resp.join(",")
+    )
 }
 
 /// One scope's exchange document, whole.
@@ -66,7 +83,11 @@ pub fn scope_document(rec: &Recording, scope: &str) -> String {
 
 /// Exchange documents for every scope, each within `max_envelopes` per side and `max_bytes`.
 /// Returns the documents and warnings (a single call larger than the limits goes alone).
-pub fn exchange_documents(rec: &Recording, max_envelopes: usize, max_bytes: usize) -> (Vec<String>, Vec<String>) {
+pub fn exchange_documents(
+    rec: &Recording,
+    max_envelopes: usize,
+    max_bytes: usize,
+) -> (Vec<String>, Vec<String>) {
     const WRAPPER: usize = r#"{"request":[],"response":[]}"#.len();
     let mut out = Vec::new();
     let mut warnings = Vec::new();
@@ -82,7 +103,10 @@ pub fn exchange_documents(rec: &Recording, max_envelopes: usize, max_bytes: usiz
                 chunk.clear();
                 (nreq, nresp, bytes) = (0, 0, WRAPPER);
             }
-            if u.requests.len() > max_envelopes || u.responses.len() > max_envelopes || WRAPPER + u.bytes() > max_bytes {
+            if u.requests.len() > max_envelopes
+                || u.responses.len() > max_envelopes
+                || WRAPPER + u.bytes() > max_bytes
+            {
                 warnings.push(format!(
                     "{scope}: a call of {} bytes does not fit the limits; exported alone",
                     u.bytes()
@@ -100,19 +124,28 @@ pub fn exchange_documents(rec: &Recording, max_envelopes: usize, max_bytes: usiz
     (out, warnings)
 }
 
+/// A recorded response head: status, content type, headers, time.
+type Head = (u16, Option<String>, Vec<(String, String)>, u64);
+
 fn rfc3339(ns: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
 }
 
 fn header_list(h: &[(String, String)]) -> Vec<Value> {
-    h.iter().map(|(k, v)| json!({ "name": k, "value": v })).collect()
+    h.iter()
+        .map(|(k, v)| json!({ "name": k, "value": v }))
+        .collect()
 }
 
 fn body_text(msgs: &[&RecMessage], sse: bool) -> String {
     if sse {
         msgs.iter()
             .map(|m| {
-                let id = m.sse_id.as_ref().map(|i| format!("id: {i}\n")).unwrap_or_default();
+                let id = m
+                    .sse_id
+                    .as_ref()
+                    .map(|i| format!("id: {i}\n"))
+                    .unwrap_or_default();
                 format!("event: message\n{id}data: {}\n\n", m.message.get())
             })
             .collect()
@@ -121,30 +154,52 @@ fn body_text(msgs: &[&RecMessage], sse: bool) -> String {
     } else if msgs.is_empty() {
         String::new()
     } else {
-        format!("[{}]", msgs.iter().map(|m| m.message.get()).collect::<Vec<_>>().join(","))
+        format!(
+            "[{}]",
+            msgs.iter()
+                .map(|m| m.message.get())
+                .collect::<Vec<_>>()
+                .join(",")
+        )
     }
 }
 
 /// HAR 1.2: one entry per HTTP exchange, annotated with `_rpctap` (methods, ids, anomalies).
 pub fn har(rec: &Recording) -> Value {
-    let listen = rec.header.get("listen").and_then(Value::as_str).unwrap_or("localhost");
+    let listen = rec
+        .header
+        .get("listen")
+        .and_then(Value::as_str)
+        .unwrap_or("localhost");
     let mut entries = Vec::new();
     let mut anomalies: HashMap<u64, Vec<String>> = HashMap::new();
     for e in &rec.events {
         if let super::reader::RecEvent::Anomaly(a) = e {
-            anomalies.entry(a.exchange).or_default().push(a.code.clone());
+            anomalies
+                .entry(a.exchange)
+                .or_default()
+                .push(a.code.clone());
         }
     }
     let mut by_exchange: HashMap<u64, Vec<&RecMessage>> = HashMap::new();
     for m in rec.messages() {
         by_exchange.entry(m.exchange).or_default().push(m);
     }
-    let mut responses: HashMap<u64, (u16, Option<String>, Vec<(String, String)>, u64)> = HashMap::new();
+    let mut responses: HashMap<u64, Head> = HashMap::new();
     let mut ends: HashMap<u64, u64> = HashMap::new();
     for h in rec.http() {
         match h {
-            RecHttp::Response { ts, exchange, status, content_type, headers } => {
-                responses.insert(*exchange, (*status, content_type.clone(), headers.clone(), *ts));
+            RecHttp::Response {
+                ts,
+                exchange,
+                status,
+                content_type,
+                headers,
+            } => {
+                responses.insert(
+                    *exchange,
+                    (*status, content_type.clone(), headers.clone(), *ts),
+                );
             }
             RecHttp::End { ts, exchange, .. } => {
                 ends.insert(*exchange, *ts);
@@ -153,12 +208,32 @@ pub fn har(rec: &Recording) -> Value {
         }
     }
     for h in rec.http() {
-        let RecHttp::Request { ts, exchange, method, path, headers, .. } = h else { continue };
+        let RecHttp::Request {
+            ts,
+            exchange,
+            method,
+            path,
+            headers,
+            ..
+        } = h
+        else {
+            continue;
+        };
         let msgs = by_exchange.get(exchange).cloned().unwrap_or_default();
-        let (req_msgs, resp_msgs): (Vec<&RecMessage>, Vec<&RecMessage>) = msgs.iter().partition(|m| m.is_c2s());
-        let (status, ct, rheaders, rts) = responses.get(exchange).cloned().unwrap_or((0, None, vec![], *ts));
-        let sse = ct.as_deref().is_some_and(|c| c.starts_with("text/event-stream"));
-        let req_ct = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-type")).map(|(_, v)| v.clone());
+        let (req_msgs, resp_msgs): (Vec<&RecMessage>, Vec<&RecMessage>) =
+            msgs.iter().partition(|m| m.is_c2s());
+        let (status, ct, rheaders, rts) =
+            responses
+                .get(exchange)
+                .cloned()
+                .unwrap_or((0, None, vec![], *ts));
+        let sse = ct
+            .as_deref()
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let req_ct = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.clone());
         let req_text = body_text(&req_msgs, false);
         let resp_text = body_text(&resp_msgs, sse);
         let end = ends.get(exchange).copied().unwrap_or(rts);
@@ -166,7 +241,10 @@ pub fn har(rec: &Recording) -> Value {
         methods.dedup();
         let ids: Vec<Value> = req_msgs
             .iter()
-            .filter_map(|m| m.id.as_ref().and_then(|i| serde_json::from_str(i.get()).ok()))
+            .filter_map(|m| {
+                m.id.as_ref()
+                    .and_then(|i| serde_json::from_str(i.get()).ok())
+            })
             .collect();
         let mut request = json!({
             "method": method,

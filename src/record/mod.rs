@@ -36,9 +36,15 @@ pub struct RecordOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error("cannot write recording {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot read recording {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not an rpctap recording: {why}")]
     Format { path: PathBuf, why: String },
 }
@@ -176,7 +182,11 @@ pub fn start(
     Ok(tokio::spawn(run(w, sub, stop)))
 }
 
-async fn run(mut w: Writer, mut sub: Subscription, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<RecordStats, RecordError> {
+async fn run(
+    mut w: Writer,
+    mut sub: Subscription,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<RecordStats, RecordError> {
     let mut batch = Vec::with_capacity(1024);
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -225,5 +235,49 @@ async fn run(mut w: Writer, mut sub: Subscription, mut stop: tokio::sync::watch:
             w.flush()?;
             return Ok(w.stats);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{BusBuilder, Event, NoticeEvent};
+
+    #[tokio::test]
+    async fn events_the_queue_could_not_hold_become_a_gap_record() {
+        let dir = std::env::temp_dir().join(format!("rpctap-gap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("gap.jsonl");
+        let mut b = BusBuilder::default();
+        let sub = b.subscribe("recorder", 2);
+        let bus = b.build();
+        for i in 0..10 {
+            bus.publish(Event::Notice(NoticeEvent {
+                ts: i,
+                what: "test",
+                message: format!("n{i}"),
+            }));
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let task = start(
+            RecordOptions {
+                path: path.clone(),
+                max_bytes: None,
+            },
+            serde_json::json!({}),
+            sub,
+            stop_rx,
+        )
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop_tx.send(true).unwrap();
+        let stats = task.await.unwrap().unwrap();
+        assert_eq!((stats.events, stats.lost, stats.gaps), (2, 8, 1));
+        let rec = reader::read(&path).unwrap();
+        let gap = rec.events.iter().find_map(|e| match e {
+            reader::RecEvent::Other(v) if v["event"] == "gap" => Some(v.clone()),
+            _ => None,
+        });
+        assert_eq!(gap.unwrap()["lost"], 8);
     }
 }

@@ -184,12 +184,17 @@ fn parse_line(line: &str) -> Result<RecEvent, String> {
 pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> Result<(), String> {
     let mut lines = text.split('\n').peekable();
     let header = lines.next().unwrap_or("");
-    let h: serde_json::Value = serde_json::from_str(header).map_err(|_| "its first line is not a recording header".to_string())?;
+    let h: serde_json::Value = serde_json::from_str(header)
+        .map_err(|_| "its first line is not a recording header".to_string())?;
     if h.get("rpctap_recording").and_then(|v| v.as_u64()).is_none() {
         return Err("its first line has no `rpctap_recording` version".into());
     }
     if h["rpctap_recording"].as_u64() != Some(super::FORMAT_VERSION) {
-        return Err(format!("format version {} is not supported (this rpctap reads {})", h["rpctap_recording"], super::FORMAT_VERSION));
+        return Err(format!(
+            "format version {} is not supported (this rpctap reads {})",
+            h["rpctap_recording"],
+            super::FORMAT_VERSION
+        ));
     }
     if first {
         rec.header = h;
@@ -197,9 +202,11 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> R
     let mut n = 1;
     while let Some(line) = lines.next() {
         n += 1;
-        let last = lines.peek().is_none_or(|l| l.is_empty() && {
-            // the text ends with "\n": the empty remainder is not a line
-            true
+        let last = lines.peek().is_none_or(|l| {
+            l.is_empty() && {
+                // the text ends with "\n": the empty remainder is not a line
+                true
+            }
         });
         if line.is_empty() {
             continue;
@@ -208,7 +215,9 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> R
             Ok(ev) => rec.events.push(ev),
             Err(e) => {
                 let w = if last {
-                    format!("{name}: line {n} is torn (the recorder was stopped mid-write); skipped")
+                    format!(
+                        "{name}: line {n} is torn (the recorder was stopped mid-write); skipped"
+                    )
                 } else {
                     format!("{name}: line {n} is not a valid event ({e}); skipped")
                 };
@@ -231,7 +240,12 @@ pub fn read(path: &Path) -> Result<Recording, RecordError> {
             Err(e) if n > 0 && e.kind() == std::io::ErrorKind::NotFound => break,
             Err(source) => return Err(RecordError::Read { path: p, source }),
         };
-        parse_part(&text, &p.display().to_string(), &mut rec, n == 0).map_err(|why| RecordError::Format { path: p.clone(), why })?;
+        parse_part(&text, &p.display().to_string(), &mut rec, n == 0).map_err(|why| {
+            RecordError::Format {
+                path: p.clone(),
+                why,
+            }
+        })?;
         n += 1;
     }
     Ok(rec)
@@ -256,6 +270,8 @@ mod tests {
     #[test]
     fn not_a_recording_is_a_clear_error() {
         let mut rec = Recording::default();
-        assert!(parse_part("{\"request\":[]}\n", "t", &mut rec, true).unwrap_err().contains("rpctap_recording"));
+        assert!(parse_part("{\"request\":[]}\n", "t", &mut rec, true)
+            .unwrap_err()
+            .contains("rpctap_recording"));
     }
 }

@@ -15,7 +15,11 @@ pub struct Diff {
 
 impl std::fmt::Display for Diff {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: expected {}, got {}", self.path, self.expected, self.actual)
+        write!(
+            f,
+            "{}: expected {}, got {}",
+            self.path, self.expected, self.actual
+        )
     }
 }
 
@@ -40,7 +44,11 @@ impl Pattern {
                 None => (part, ""),
             };
             if !name.is_empty() {
-                segs.push(if name == "*" { Seg::AnyKey } else { Seg::Key(name.to_string()) });
+                segs.push(if name == "*" {
+                    Seg::AnyKey
+                } else {
+                    Seg::Key(name.to_string())
+                });
             }
             while let Some(end) = rest.find(']') {
                 let inner = &rest[1..end];
@@ -100,14 +108,25 @@ fn short(v: Option<&Value>) -> String {
 }
 
 /// The differences between `expected` and `actual` below `root` (e.g. `result`).
-pub fn diff(root: &str, expected: Option<&Value>, actual: Option<&Value>, ignore: &[Pattern]) -> Vec<Diff> {
+pub fn diff(
+    root: &str,
+    expected: Option<&Value>,
+    actual: Option<&Value>,
+    ignore: &[Pattern],
+) -> Vec<Diff> {
     let mut out = Vec::new();
     let mut path = vec![Seg::Key(root.to_string())];
     walk(&mut path, expected, actual, ignore, &mut out);
     out
 }
 
-fn walk(path: &mut Vec<Seg>, e: Option<&Value>, a: Option<&Value>, ignore: &[Pattern], out: &mut Vec<Diff>) {
+fn walk(
+    path: &mut Vec<Seg>,
+    e: Option<&Value>,
+    a: Option<&Value>,
+    ignore: &[Pattern],
+    out: &mut Vec<Diff>,
+) {
     if ignore.iter().any(|p| p.matches_prefix_of(path)) {
         return;
     }
@@ -152,10 +171,22 @@ mod tests {
         let a = json!({"content":[{"type":"text","text":"4"}],"isError":false,"meta":{"v":"2"},"extra":1});
         let d = diff("result", Some(&e), Some(&a), &[]);
         let paths: Vec<&str> = d.iter().map(|d| d.path.as_str()).collect();
-        assert_eq!(paths, vec!["result.content[0].text", "result.meta.v", "result.extra"]);
-        assert_eq!(d[0].to_string(), "result.content[0].text: expected \"3\", got \"4\"");
-        let ign = [Pattern::parse("result.content[*].text"), Pattern::parse("result.meta"), Pattern::parse("result.*")];
-        assert!(diff("result", Some(&e), Some(&a), &ign[..2]).iter().all(|d| d.path == "result.extra"));
+        assert_eq!(
+            paths,
+            vec!["result.content[0].text", "result.meta.v", "result.extra"]
+        );
+        assert_eq!(
+            d[0].to_string(),
+            "result.content[0].text: expected \"3\", got \"4\""
+        );
+        let ign = [
+            Pattern::parse("result.content[*].text"),
+            Pattern::parse("result.meta"),
+            Pattern::parse("result.*"),
+        ];
+        assert!(diff("result", Some(&e), Some(&a), &ign[..2])
+            .iter()
+            .all(|d| d.path == "result.extra"));
         assert!(diff("result", Some(&e), Some(&a), &ign).is_empty());
     }
 }

@@ -67,7 +67,10 @@ struct Parts<'a> {
 }
 
 fn key_of(m: &Value) -> Option<(String, String)> {
-    Some((m.get("method")?.as_str()?.to_string(), canonical(m.get("params"))))
+    Some((
+        m.get("method")?.as_str()?.to_string(),
+        canonical(m.get("params")),
+    ))
 }
 
 impl Mock {
@@ -78,16 +81,20 @@ impl Mock {
             if !(m.is_c2s() && m.kind == "request") {
                 continue;
             }
-            let Ok(v) = serde_json::from_str::<Value>(m.message.get()) else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(m.message.get()) else {
+                continue;
+            };
             let Some(key) = key_of(&v) else { continue };
             if !mock.methods.contains(&key.0) {
                 mock.methods.push(key.0.clone());
             }
-            let reply = msgs[i + 1..]
-                .iter()
-                .find(|r| !r.is_c2s() && r.is_response() && r.scope == m.scope && r.id_text() == m.id_text());
+            let reply = msgs[i + 1..].iter().find(|r| {
+                !r.is_c2s() && r.is_response() && r.scope == m.scope && r.id_text() == m.id_text()
+            });
             let Some(reply) = reply else { continue };
-            let Ok(parts) = serde_json::from_str::<Parts>(reply.message.get()) else { continue };
+            let Ok(parts) = serde_json::from_str::<Parts>(reply.message.get()) else {
+                continue;
+            };
             let (member, value) = match (parts.result, parts.error) {
                 (Some(r), None) => ("result", r.get().to_string()),
                 (None, Some(e)) => ("error", e.get().to_string()),
@@ -125,14 +132,27 @@ impl Mock {
     /// The reply text to one message, or `None` for notifications and responses.
     fn answer(&self, raw: &RawValue) -> Option<(String, bool)> {
         let v: Value = serde_json::from_str(raw.get()).ok()?;
-        let id = serde_json::from_str::<IdOnly>(raw.get()).ok()?.id?.get().to_string();
+        let id = serde_json::from_str::<IdOnly>(raw.get())
+            .ok()?
+            .id?
+            .get()
+            .to_string();
         let method = v.get("method")?.as_str()?.to_string();
         let key = key_of(&v)?;
         if let Some(r) = self.lookup(&key) {
-            return Some((format!(r#"{{"jsonrpc":"2.0","id":{id},"{}":{}}}"#, r.member, r.value), r.sse));
+            return Some((
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"{}":{}}}"#,
+                    r.member, r.value
+                ),
+                r.sse,
+            ));
         }
         let (code, message) = if self.methods.contains(&method) {
-            (-32602, format!("rpctap mock: no recorded `{method}` call with these params"))
+            (
+                -32602,
+                format!("rpctap mock: no recorded `{method}` call with these params"),
+            )
         } else {
             match self.closest(&method) {
                 Some(c) => (-32601, format!("rpctap mock: no recorded call of `{method}`; the closest recorded method is `{c}`")),
@@ -140,7 +160,10 @@ impl Mock {
             }
         };
         let e = serde_json::json!({ "code": code, "message": message, "data": { "recorded_methods": self.methods } });
-        Some((format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#), false))
+        Some((
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#),
+            false,
+        ))
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<DemoBody> {
@@ -155,7 +178,8 @@ impl Mock {
             Method::DELETE => return respond(StatusCode::OK, None, Bytes::new()),
             _ => {
                 let mut r = respond(StatusCode::METHOD_NOT_ALLOWED, None, Bytes::new());
-                r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+                r.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
                 return r;
             }
         }
@@ -164,11 +188,19 @@ impl Mock {
             Err(_) => return respond(StatusCode::BAD_REQUEST, None, Bytes::new()),
         };
         let Ok(top) = serde_json::from_slice::<&RawValue>(&body) else {
-            let e = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
-            return respond(StatusCode::OK, Some("application/json"), Bytes::from_static(e.as_bytes()));
+            let e =
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+            return respond(
+                StatusCode::OK,
+                Some("application/json"),
+                Bytes::from_static(e.as_bytes()),
+            );
         };
         let (members, batch) = if top.get().starts_with('[') {
-            (serde_json::from_str::<Vec<&RawValue>>(top.get()).unwrap_or_default(), true)
+            (
+                serde_json::from_str::<Vec<&RawValue>>(top.get()).unwrap_or_default(),
+                true,
+            )
         } else {
             (vec![top], false)
         };
@@ -181,16 +213,32 @@ impl Mock {
             }
         }
         if replies.is_empty() {
-            let status = if accepts_sse { StatusCode::ACCEPTED } else { StatusCode::NO_CONTENT };
+            let status = if accepts_sse {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::NO_CONTENT
+            };
             return respond(status, None, Bytes::new());
         }
         let sse = accepts_sse && replies.iter().all(|r| r.1);
         let texts: Vec<String> = replies.into_iter().map(|r| r.0).collect();
-        let payload = if batch { format!("[{}]", texts.join(",")) } else { texts.join("") };
-        let mut resp = if sse {
-            respond(StatusCode::OK, Some("text/event-stream"), Bytes::from(format!("event: message\ndata: {payload}\n\n")))
+        let payload = if batch {
+            format!("[{}]", texts.join(","))
         } else {
-            respond(StatusCode::OK, Some("application/json"), Bytes::from(payload))
+            texts.join("")
+        };
+        let mut resp = if sse {
+            respond(
+                StatusCode::OK,
+                Some("text/event-stream"),
+                Bytes::from(format!("event: message\ndata: {payload}\n\n")),
+            )
+        } else {
+            respond(
+                StatusCode::OK,
+                Some("application/json"),
+                Bytes::from(payload),
+            )
         };
         if is_init {
             let n = self.sessions.fetch_add(1, Ordering::Relaxed);
@@ -213,16 +261,23 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
 }
 
 fn respond(status: StatusCode, ct: Option<&'static str>, body: Bytes) -> Response<DemoBody> {
-    let mut r = Response::new(http_body_util::combinators::UnsyncBoxBody::new(Full::new(body).map_err(|e| match e {})));
+    let mut r = Response::new(http_body_util::combinators::UnsyncBoxBody::new(
+        Full::new(body).map_err(|e| match e {}),
+    ));
     *r.status_mut() = status;
     if let Some(ct) = ct {
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
     }
     r
 }
 
 /// Serves `mock` on `listener` until `shutdown`.
-pub async fn run(listener: tokio::net::TcpListener, mock: Arc<Mock>, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    mock: Arc<Mock>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     crate::server::serve(
         listener,
         move |req, _peer| {

@@ -125,7 +125,14 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
     let mut index: HashMap<u64, usize> = HashMap::new();
     for h in rec.http() {
         match h {
-            RecHttp::Request { exchange, method, path, session, headers, .. } => {
+            RecHttp::Request {
+                exchange,
+                method,
+                path,
+                session,
+                headers,
+                ..
+            } => {
                 index.insert(*exchange, list.len());
                 list.push(Exchange {
                     id: *exchange,
@@ -138,10 +145,18 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
                     c2s: vec![],
                 });
             }
-            RecHttp::Response { exchange, status, headers, .. } => {
+            RecHttp::Response {
+                exchange,
+                status,
+                headers,
+                ..
+            } => {
                 if let Some(&i) = index.get(exchange) {
                     list[i].status = Some(*status);
-                    list[i].resp_session = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).map(|(_, v)| v.clone());
+                    list[i].resp_session = headers
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id"))
+                        .map(|(_, v)| v.clone());
                 }
             }
             RecHttp::End { .. } => {}
@@ -160,7 +175,14 @@ fn body_of(ex: &Exchange<'_>) -> String {
     if ex.c2s.len() == 1 && ex.c2s[0].batch_index.is_none() {
         return ex.c2s[0].message.get().to_string();
     }
-    format!("[{}]", ex.c2s.iter().map(|m| m.message.get()).collect::<Vec<_>>().join(","))
+    format!(
+        "[{}]",
+        ex.c2s
+            .iter()
+            .map(|m| m.message.get())
+            .collect::<Vec<_>>()
+            .join(",")
+    )
 }
 
 const SKIP_HEADERS: [&str; 10] = [
@@ -180,23 +202,40 @@ const SKIP_HEADERS: [&str; 10] = [
 fn recorded_reply<'a>(rec: &'a Recording, call: &RecMessage) -> Option<&'a RecMessage> {
     let id = call.id_text()?;
     rec.messages()
-        .filter(|m| !m.is_c2s() && m.is_response() && m.scope == call.scope && m.ts >= call.ts && m.id_text() == Some(id))
+        .filter(|m| {
+            !m.is_c2s()
+                && m.is_response()
+                && m.scope == call.scope
+                && m.ts >= call.ts
+                && m.id_text() == Some(id)
+        })
         .find(|m| m.exchange == call.exchange)
         .or_else(|| {
-            rec.messages()
-                .find(|m| !m.is_c2s() && m.is_response() && m.scope == call.scope && m.ts >= call.ts && m.id_text() == Some(id))
+            rec.messages().find(|m| {
+                !m.is_c2s()
+                    && m.is_response()
+                    && m.scope == call.scope
+                    && m.ts >= call.ts
+                    && m.id_text() == Some(id)
+            })
         })
 }
 
 fn recorded_outcome(rec: &Recording, call: &RecMessage) -> (String, Option<u16>) {
     rec.calls()
-        .find(|c| c.exchange == call.exchange && c.direction == "c2s" && Some(c.id.get()) == call.id_text())
+        .find(|c| {
+            c.exchange == call.exchange
+                && c.direction == "c2s"
+                && Some(c.id.get()) == call.id_text()
+        })
         .map(|c| (c.outcome.clone(), c.status))
         .unwrap_or_else(|| ("missing".into(), None))
 }
 
 fn member(raw: &str, key: &str) -> Option<Value> {
-    serde_json::from_str::<Value>(raw).ok().and_then(|v| v.get(key).cloned())
+    serde_json::from_str::<Value>(raw)
+        .ok()
+        .and_then(|v| v.get(key).cloned())
 }
 
 /// The replies found in a replayed body, keyed by exact id text.
@@ -234,8 +273,10 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
     let ignore: Vec<Pattern> = opts.ignore.iter().map(|p| Pattern::parse(p)).collect();
     let mut extra = Vec::new();
     for (k, v) in &opts.headers {
-        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
-        let value = HeaderValue::from_str(v).map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
+        let value =
+            HeaderValue::from_str(v).map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
         extra.push((name, value));
     }
     let base = opts.target.path().trim_end_matches('/').to_string();
@@ -245,15 +286,22 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
         ..Default::default()
     };
     for ex in exchanges(rec) {
-        let replayable = (ex.method == "POST" && !ex.c2s.is_empty()) || (ex.method == "DELETE" && ex.session.is_some());
+        let replayable = (ex.method == "POST" && !ex.c2s.is_empty())
+            || (ex.method == "DELETE" && ex.session.is_some());
         if !replayable {
             if ex.method == "GET" && ex.path.contains("/sse") {
-                report.warnings.push(format!("exchange {}: the legacy HTTP+SSE stream is not replayed", ex.id));
+                report.warnings.push(format!(
+                    "exchange {}: the legacy HTTP+SSE stream is not replayed",
+                    ex.id
+                ));
             }
             continue;
         }
         if ex.path.contains("sessionId=") {
-            report.warnings.push(format!("exchange {}: legacy HTTP+SSE POST skipped (its replies come on a stream)", ex.id));
+            report.warnings.push(format!(
+                "exchange {}: legacy HTTP+SSE POST skipped (its replies come on a stream)",
+                ex.id
+            ));
             continue;
         }
         report.exchanges += 1;
@@ -264,7 +312,11 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             base,
             ex.path
         );
-        let body = if ex.method == "POST" { body_of(&ex) } else { String::new() };
+        let body = if ex.method == "POST" {
+            body_of(&ex)
+        } else {
+            String::new()
+        };
         let mut b = Request::builder().method(ex.method.as_str()).uri(&uri);
         for (k, v) in &ex.headers {
             let lk = k.to_ascii_lowercase();
@@ -293,29 +345,54 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
         let latency_ms = t0.elapsed().as_secs_f64() * 1e3;
         let (status, ct, replies) = match sent {
             Ok(Ok((parts, bytes))) => {
-                let ct = parts.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
-                if let (Some(old), Some(new)) = (&ex.resp_session, parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok())) {
+                let ct = parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
+                if let (Some(old), Some(new)) = (
+                    &ex.resp_session,
+                    parts
+                        .headers
+                        .get("mcp-session-id")
+                        .and_then(|v| v.to_str().ok()),
+                ) {
                     sessions.insert(old.clone(), new.to_string());
                 }
-                (Some(parts.status.as_u16()), ct.clone(), replies_in(&ct, &bytes))
+                (
+                    Some(parts.status.as_u16()),
+                    ct.clone(),
+                    replies_in(&ct, &bytes),
+                )
             }
             Ok(Err(e)) => {
                 report.warnings.push(format!("exchange {}: {e}", ex.id));
                 (None, String::new(), HashMap::new())
             }
             Err(_) => {
-                report.warnings.push(format!("exchange {}: no answer within {:?}", ex.id, opts.timeout));
+                report.warnings.push(format!(
+                    "exchange {}: no answer within {:?}",
+                    ex.id, opts.timeout
+                ));
                 (None, String::new(), HashMap::new())
             }
         };
         let _ = ct;
-        for call in ex.c2s.iter().filter(|m| m.kind == "request" || (m.kind == "invalid" && m.id.is_some() && m.method.is_some())) {
+        for call in ex.c2s.iter().filter(|m| {
+            m.kind == "request" || (m.kind == "invalid" && m.id.is_some() && m.method.is_some())
+        }) {
             let id = call.id_text().unwrap_or("null").to_string();
             let (rec_outcome, rec_status) = recorded_outcome(rec, call);
             let rec_reply = recorded_reply(rec, call);
             let recorded = match (rec_outcome.as_str(), rec_reply) {
                 ("result", _) => "Succeeded".to_string(),
-                ("error", Some(r)) => format!("Error reported ({})", member(r.message.get(), "error").and_then(|e| e.get("code").cloned()).unwrap_or_default()),
+                ("error", Some(r)) => format!(
+                    "Error reported ({})",
+                    member(r.message.get(), "error")
+                        .and_then(|e| e.get("code").cloned())
+                        .unwrap_or_default()
+                ),
                 ("rejected", _) => format!("Rejected (HTTP {})", rec_status.unwrap_or(0)),
                 ("refused", _) => "Refused".to_string(),
                 _ => "No reply".to_string(),
@@ -336,16 +413,27 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
                 }
                 Some(env) => {
                     let actual_raw = std::str::from_utf8(&env.raw).unwrap_or("");
-                    let (key, v) = if env.kind == Kind::Error { ("error", Verdict::ErrorReported) } else { ("result", Verdict::Succeeded) };
+                    let (key, v) = if env.kind == Kind::Error {
+                        ("error", Verdict::ErrorReported)
+                    } else {
+                        ("result", Verdict::Succeeded)
+                    };
                     let expected = rec_reply.and_then(|r| member(r.message.get(), key));
                     let actual = member(actual_raw, key);
                     let mut diffs = if expected.is_none() {
                         // The recorded reply was the other kind (or none).
                         let other = if key == "error" { "result" } else { "error" };
-                        diff::diff(other, rec_reply.and_then(|r| member(r.message.get(), other)).as_ref(), None, &ignore)
-                            .into_iter()
-                            .chain(diff::diff(key, None, actual.as_ref(), &ignore))
-                            .collect()
+                        diff::diff(
+                            other,
+                            rec_reply
+                                .and_then(|r| member(r.message.get(), other))
+                                .as_ref(),
+                            None,
+                            &ignore,
+                        )
+                        .into_iter()
+                        .chain(diff::diff(key, None, actual.as_ref(), &ignore))
+                        .collect()
                     } else {
                         diff::diff(key, expected.as_ref(), actual.as_ref(), &ignore)
                     };
@@ -396,7 +484,13 @@ pub fn junit(report: &Report) -> String {
             let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
             s.set_message(format!("{} (recorded: {})", c.verdict, c.recorded));
             s.set_type(c.verdict.to_string());
-            s.set_description(c.diffs.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"));
+            s.set_description(
+                c.diffs
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
             s
         };
         let mut tc = TestCase::new(c.name(), status);
@@ -414,7 +508,12 @@ pub fn text(report: &Report) -> String {
     let mut s = String::new();
     for c in &report.calls {
         let mark = if c.pass { "ok  " } else { "FAIL" };
-        s.push_str(&format!("{mark} {:<40} {} ({:.1} ms)", c.name(), c.verdict, c.latency_ms));
+        s.push_str(&format!(
+            "{mark} {:<40} {} ({:.1} ms)",
+            c.name(),
+            c.verdict,
+            c.latency_ms
+        ));
         if !c.pass {
             s.push_str(&format!("  recorded: {}", c.recorded));
         }
