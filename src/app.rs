@@ -77,7 +77,9 @@ impl RunningProxy {
             None => None,
         };
         let inspector = Inspector::new(cfg.inspect.clone(), bus.build());
-        let proxy = Proxy::new(cfg.proxy.clone(), inspector);
+        let limiter = crate::limit::Limiter::new(&cfg.limits, cfg.limit_code)
+            .map_err(|e| config::ConfigError::Invalid(e.to_string()))?;
+        let proxy = Proxy::new(cfg.proxy.clone(), inspector, limiter);
         Ok(RunningProxy {
             listener,
             proxy,
@@ -107,6 +109,17 @@ impl RunningProxy {
             tokio::spawn(logsink::run(sub, format, std::io::stdout()))
         });
         let sweeper = proxy.inspector().spawn_sweeper();
+        let limit_sweeper = {
+            let p = proxy.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    p.limiter().retain();
+                }
+            })
+        };
+        let reloader = spawn_reloader(proxy.clone(), cfg.clone());
         tracing::info!(listen = %cfg.listen, upstream = %cfg.proxy.upstream, "rpctap proxy listening");
         let p = proxy.clone();
         server::serve(
@@ -120,6 +133,8 @@ impl RunningProxy {
         )
         .await;
         sweeper.abort();
+        limit_sweeper.abort();
+        reloader.abort();
         drop(proxy);
         // The recording is flushed whole before exit, even if a connection outlived the grace.
         let _ = record_stop.send(true);
@@ -141,6 +156,38 @@ impl RunningProxy {
             let _ = tokio::time::timeout(Duration::from_millis(500), t).await;
         }
     }
+}
+
+/// On SIGHUP, reloads the rate-limit rules from the config file; a bad file is refused with a
+/// clear log line and the rules in force stay.
+fn spawn_reloader(proxy: Proxy, cfg: ProxyConfig) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let Ok(mut hup) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            else {
+                return;
+            };
+            while hup.recv().await.is_some() {
+                match config::reload_limits(&cfg) {
+                    Ok(l) => {
+                        tracing::warn!(rules = cfg.flag_limits.len(), "rate-limit rules reloaded");
+                        eprintln!("rpctap: rate-limit rules reloaded");
+                        proxy.set_limiter(l);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "reload refused; the previous rules stay");
+                        eprintln!("rpctap: reload refused, the previous rules stay: {e}");
+                    }
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (proxy, cfg);
+        }
+    })
 }
 
 /// `rpctap proxy`.

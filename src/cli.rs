@@ -185,6 +185,10 @@ pub struct ProxyFlags {
     /// `*` matches any key or index).
     #[arg(long = "redact-path", value_name = "PATH")]
     pub redact_paths: Vec<String>,
+    /// A quick rate limit keyed globally, `METHOD_GLOB=N/UNIT` (repeatable), e.g.
+    /// `--limit 'tools/call=10/s'`. Full rules go in the config file's `[[limit]]` tables.
+    #[arg(long = "limit", value_name = "RULE")]
+    pub limits: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@
 use crate::cli::{LogFormat, ProxyFlags};
 use crate::inspect::correlator::Limits;
 use crate::inspect::InspectConfig;
+use crate::limit::RuleSpec;
 use crate::proxy::ProxyOptions;
 use crate::record::RecordOptions;
 use crate::redact::Redactor;
@@ -51,6 +52,11 @@ pub struct FileConfig {
     pub inspect: InspectFile,
     #[serde(default)]
     pub replay: ReplayFile,
+    /// Rate-limit rules, `[[limit]]` tables.
+    #[serde(default)]
+    pub limit: Vec<RuleSpec>,
+    /// The JSON-RPC error code of refusals (default -32001); a rule's `code` wins.
+    pub limit_code: Option<i64>,
 }
 
 /// `[replay]`: settings of `rpctap replay`.
@@ -97,6 +103,27 @@ pub struct ProxyConfig {
     pub no_tui: bool,
     pub grace: Duration,
     pub record: Option<RecordOptions>,
+    /// The rate-limit rules: the `--limit` flags' first, then the file's.
+    pub limits: Vec<RuleSpec>,
+    pub limit_code: i64,
+    /// Where the rules came from, for SIGHUP reloads.
+    pub config_path: Option<PathBuf>,
+    /// The `--limit` flags' rules, kept across reloads.
+    pub flag_limits: Vec<RuleSpec>,
+}
+
+/// Rebuilds the rules from the config file (a SIGHUP reload): the flags' rules, then the file's.
+pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigError> {
+    let Some(path) = &cfg.config_path else {
+        return Err(ConfigError::Invalid("no --config file to reload".into()));
+    };
+    let file = FileConfig::load(path)?;
+    let specs = [cfg.flag_limits.clone(), file.limit].concat();
+    let code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
+    crate::limit::Limiter::new(&specs, code).map_err(|e| ConfigError::Parse {
+        path: path.clone(),
+        message: e.to_string(),
+    })
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
@@ -204,6 +231,17 @@ pub fn resolve(
             path,
             max_bytes: flags.record_max_bytes.or(file.record_max_bytes),
         });
+    let flag_limits = flags
+        .limits
+        .iter()
+        .map(|l| RuleSpec::parse_flag(l))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let limits = [flag_limits.clone(), file.limit.clone()].concat();
+    let limit_code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
+    // Built once here so a bad rule is a usage error naming the rule.
+    crate::limit::Limiter::new(&limits, limit_code)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     if record.as_ref().is_some_and(|r| r.max_bytes == Some(0)) {
         return Err(ConfigError::Invalid(
             "--record-max-bytes must be at least 1".into(),
@@ -235,6 +273,10 @@ pub fn resolve(
         no_tui: flags.no_tui || file.no_tui.unwrap_or(false),
         grace: secs("--grace", flags.grace.or(file.grace_secs).unwrap_or(10.0))?,
         record,
+        limits,
+        limit_code,
+        config_path: flags.config.clone(),
+        flag_limits,
     })
 }
 

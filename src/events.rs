@@ -240,6 +240,21 @@ pub struct NoticeEvent {
     pub message: String,
 }
 
+/// A call or notification refused by a rate-limit rule (or, `shadow`, one a shadow rule would
+/// have refused).
+#[derive(Clone, Debug, Serialize)]
+pub struct RefusalEvent {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: Scope,
+    pub method: Arc<str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<Id>,
+    pub rule: Arc<str>,
+    pub shadow: bool,
+    pub retry_after_ms: u64,
+}
+
 /// Everything an observer can see.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
@@ -248,6 +263,7 @@ pub enum Event {
     Message(MessageEvent),
     Call(CallEvent),
     Anomaly(AnomalyEvent),
+    Refusal(RefusalEvent),
     Notice(NoticeEvent),
 }
 

@@ -18,6 +18,7 @@ pub mod config;
 pub mod demo;
 pub mod events;
 pub mod inspect;
+pub mod limit;
 pub mod logsink;
 pub mod proxy;
 pub mod record;

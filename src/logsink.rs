@@ -63,6 +63,18 @@ pub fn text_line(ev: &Event) -> Option<String> {
                 .unwrap_or_default(),
             a.message
         )),
+        Event::Refusal(r) => Some(format!(
+            "{} {} {} {}{} rule={:?} retry_after={:.3}s",
+            ts(r.ts),
+            r.scope.short(),
+            if r.shadow { "WOULD-REFUSE" } else { "REFUSED" },
+            r.method,
+            r.id.as_ref()
+                .map(|i| format!(" id={i}"))
+                .unwrap_or_default(),
+            r.rule,
+            r.retry_after_ms as f64 / 1000.0
+        )),
         Event::Notice(n) => Some(format!("{} NOTICE {}: {}", ts(n.ts), n.what, n.message)),
         _ => None,
     }

@@ -588,9 +588,17 @@ async fn rotation_and_exported_chunks_respect_the_limits() {
 async fn the_shipped_example_recording_checks_clean_and_replays() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/recordings/demo.jsonl");
     let out = Command::new(BIN).args(["check", file]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let (demo, _d) = start_demo().await;
-    let out = Command::new(BIN).args(["replay", file, "--target", &format!("http://{demo}")]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["replay", file, "--target", &format!("http://{demo}")])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains(" 0 failed"), "{text}");

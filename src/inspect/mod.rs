@@ -55,6 +55,7 @@ pub struct Stats {
     pub messages: AtomicU64,
     pub calls: AtomicU64,
     pub calls_ended: AtomicU64,
+    pub refusals: AtomicU64,
     anomalies: [AtomicU64; Code::ALL.len()],
 }
 
@@ -452,7 +453,13 @@ impl ExchangeCtx {
             );
             return;
         }
-        match rpc::parse_body(body) {
+        self.request_parsed(body, rpc::parse_body(body));
+    }
+
+    /// Like `request_body`, for a body the caller already parsed.
+    pub fn request_parsed(&mut self, body: &Bytes, parsed: Body) {
+        self.req.is_rpc = true;
+        match parsed {
             Body::ParseError(why) => {
                 self.req.parse_error = true;
                 self.publish_unparsed(Direction::ClientToServer, body.clone(), None);
@@ -472,6 +479,62 @@ impl ExchangeCtx {
                     self.on_envelope(Direction::ClientToServer, env, Some(i as u32), None);
                 }
             }
+        }
+    }
+
+    /// A rate-limit rule refused a message of the request (or, `shadow`, would have): a call
+    /// ends as refused, a notification is recorded as dropped.
+    pub fn refuse(
+        &mut self,
+        id: Option<&Id>,
+        method: &str,
+        refusal: &crate::limit::Refusal,
+        shadow: bool,
+    ) {
+        let inner = self.insp.clone();
+        if !shadow {
+            inner.stats.refusals.fetch_add(1, Ordering::Relaxed);
+        }
+        if inner.bus.is_active() {
+            inner
+                .bus
+                .publish(Event::Refusal(crate::events::RefusalEvent {
+                    ts: now_ns(),
+                    exchange: self.id,
+                    scope: self.scope.clone(),
+                    method: method.into(),
+                    id: id.cloned(),
+                    rule: refusal.rule.clone(),
+                    shadow,
+                    retry_after_ms: refusal.retry_after.as_millis() as u64,
+                }));
+        }
+        let (Some(id), false) = (id, shadow) else {
+            return;
+        };
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: Direction::ClientToServer,
+            id: id.clone(),
+        };
+        if let Some(p) = inner.correlator.take(&key) {
+            end_call(
+                &inner,
+                &key,
+                p,
+                Outcome::Refused {
+                    rule: refusal.rule.to_string(),
+                },
+                &[],
+                None,
+                None,
+            );
+        }
+        if let Some(pos) = self.req.calls.iter().position(|k| k == &key) {
+            self.req.calls.remove(pos);
+        }
+        if let Some(pos) = self.req.call_ids.iter().position(|i| i == id) {
+            self.req.call_ids.remove(pos);
         }
     }
 

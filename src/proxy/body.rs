@@ -90,11 +90,33 @@ pub enum ReplySource {
 pub struct TeeBody {
     src: ReplySource,
     ctx: Option<ExchangeCtx>,
+    /// Bytes rpctap adds after the upstream's (refusals merged into an SSE batch reply); the
+    /// inspector does not read them.
+    tail: Option<Bytes>,
+    /// Rate-limit permits of the calls in flight, released when the reply is done.
+    hold: Vec<crate::limit::Permit>,
 }
 
 impl TeeBody {
     pub fn new(src: ReplySource, ctx: Option<ExchangeCtx>) -> Self {
-        TeeBody { src, ctx }
+        TeeBody {
+            src,
+            ctx,
+            tail: None,
+            hold: Vec::new(),
+        }
+    }
+
+    /// Appends `tail` after the source ends.
+    pub fn then(mut self, tail: Bytes) -> Self {
+        self.tail = Some(tail);
+        self
+    }
+
+    /// Holds `permits` until the body is done.
+    pub fn holding(mut self, permits: Vec<crate::limit::Permit>) -> Self {
+        self.hold = permits;
+        self
     }
 
     fn end(&mut self, reason: EndReason) {
@@ -127,6 +149,9 @@ impl Body for TeeBody {
                 }
                 if this.is_src_end() {
                     this.end(EndReason::Complete);
+                    if this.tail.is_none() {
+                        this.hold.clear();
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -136,16 +161,20 @@ impl Body for TeeBody {
             }
             None => {
                 this.end(EndReason::Complete);
-                Poll::Ready(None)
+                this.hold.clear();
+                Poll::Ready(this.tail.take().map(|t| Ok(Frame::data(t))))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.is_src_end()
+        self.is_src_end() && self.tail.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.tail.is_some() {
+            return SizeHint::new();
+        }
         match &self.src {
             ReplySource::Upstream(i) => i.size_hint(),
             ReplySource::Made(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),

@@ -17,6 +17,7 @@
 
 pub mod body;
 pub mod headers;
+pub mod limits;
 pub mod upstream;
 
 use crate::inspect::{ExchangeCtx, Inspector, RequestMeta, ResponseMeta};
@@ -53,6 +54,9 @@ struct Inner {
     opts: ProxyOptions,
     client: upstream::UpstreamClient,
     inspector: Inspector,
+    /// The rate-limit rules; swapped whole on reload. A std lock: only ever held to clone the
+    /// `Arc`, never across an `.await`.
+    limiter: std::sync::RwLock<Arc<crate::limit::Limiter>>,
     upstream_host: Option<HeaderValue>,
     base_path: String,
 }
@@ -95,7 +99,7 @@ impl ExchangeError {
 pub type ProxyBody = TeeBody;
 
 impl Proxy {
-    pub fn new(opts: ProxyOptions, inspector: Inspector) -> Self {
+    pub fn new(opts: ProxyOptions, inspector: Inspector, limiter: crate::limit::Limiter) -> Self {
         let client = upstream::build_client(opts.connect_timeout, opts.upstream_insecure);
         let upstream_host = opts
             .upstream
@@ -107,6 +111,7 @@ impl Proxy {
                 opts,
                 client,
                 inspector,
+                limiter: std::sync::RwLock::new(Arc::new(limiter)),
                 upstream_host,
                 base_path,
             }),
@@ -115,6 +120,22 @@ impl Proxy {
 
     pub fn inspector(&self) -> &Inspector {
         &self.inner.inspector
+    }
+
+    /// The rules in force.
+    pub fn limiter(&self) -> Arc<crate::limit::Limiter> {
+        match self.inner.limiter.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Replaces the rules (a reload); connections and in-flight calls are not touched.
+    pub fn set_limiter(&self, l: crate::limit::Limiter) {
+        match self.inner.limiter.write() {
+            Ok(mut g) => *g = Arc::new(l),
+            Err(p) => *p.into_inner() = Arc::new(l),
+        }
     }
 
     /// Handles one exchange. Never fails: errors become 4xx/5xx replies.
@@ -155,11 +176,70 @@ impl Proxy {
             ((parts, client_upgrade), body)
         };
         let (mut parts, client_upgrade) = parts;
+        let accepts_sse = parts
+            .headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("text/event-stream"));
+        let mut plan: Option<limits::Plan> = None;
         let fwd_body = if is_rpc {
             match read_ahead(incoming, inner.inspector.config().max_frame_bytes).await {
                 Ok(ReadAhead::Whole(b)) => {
-                    ctx.request_body(&b, true);
-                    ForwardBody::full(b)
+                    let limiter = self.limiter();
+                    if limiter.is_empty() {
+                        ctx.request_body(&b, true);
+                        ForwardBody::full(b)
+                    } else {
+                        let parsed = crate::rpc::parse_body(&b);
+                        let keys = crate::limit::RequestKeys {
+                            peer: peer.ip(),
+                            session: session.as_deref(),
+                            headers: &parts.headers,
+                        };
+                        let p = limits::plan(&limiter, &parsed, &keys);
+                        ctx.request_parsed(&b, parsed);
+                        for (i, r) in &p.shadow {
+                            let m = &p.members[*i];
+                            ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, true);
+                        }
+                        for m in &p.members {
+                            if let Some(r) = &m.refused {
+                                ctx.refuse(
+                                    m.id.as_ref().filter(|_| m.is_call),
+                                    &m.method,
+                                    r,
+                                    false,
+                                );
+                            }
+                        }
+                        if p.all_refused() {
+                            // Nothing goes upstream: rpctap answers alone.
+                            let (status, ct, body, hdrs) = limits::whole_refusal(&p, accepts_sse);
+                            ctx.end(crate::inspect::EndReason::Complete);
+                            let mut resp =
+                                Response::new(TeeBody::new(ReplySource::Made(Some(body)), None));
+                            *resp.status_mut() = status;
+                            *resp.headers_mut() = hdrs;
+                            if let Some(ct) = ct {
+                                resp.headers_mut()
+                                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+                            }
+                            return resp;
+                        }
+                        let body = if p.any_refused() {
+                            // The one rewrite rpctap does: the smaller batch, with its own length.
+                            let smaller = limits::allowed_body(&p);
+                            parts
+                                .headers
+                                .insert(header::CONTENT_LENGTH, HeaderValue::from(smaller.len()));
+                            smaller
+                        } else {
+                            b
+                        };
+                        plan = Some(p);
+                        ForwardBody::full(body)
+                    }
                 }
                 Ok(ReadAhead::Partial(prefix, rest)) => {
                     ctx.request_body(&prefix, false);
@@ -268,11 +348,94 @@ impl Proxy {
         if is_head {
             ctx.end(crate::inspect::EndReason::Complete);
         }
+        let permits = plan
+            .as_mut()
+            .map(|p| std::mem::take(&mut p.permits))
+            .unwrap_or_default();
+        if let Some(p) = plan.filter(limits::Plan::any_refused) {
+            return self.merge_reply(p, rparts, rbody, ctx, accepts_sse).await;
+        }
         // Phases 4 and 5 happen in the body as the client reads it.
         Response::from_parts(
             rparts,
-            TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)),
+            TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)).holding(permits),
         )
+    }
+
+    /// A batch some of whose members were refused: the upstream answered the smaller batch;
+    /// the client gets one reply with rpctap's refusals merged in request order.
+    async fn merge_reply(
+        &self,
+        plan: limits::Plan,
+        mut rparts: http::response::Parts,
+        rbody: Incoming,
+        mut ctx: ExchangeCtx,
+        accepts_sse: bool,
+    ) -> Response<ProxyBody> {
+        let ct = rparts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        rparts.headers.remove(header::CONTENT_LENGTH);
+        let refusals = limits::refusal_replies(&plan);
+        if ct.starts_with("text/event-stream") {
+            // The upstream's events pass one by one; the refusals follow as one last event.
+            let tail = Bytes::from(format!(
+                "event: message\ndata: [{}]\n\n",
+                refusals.join(",")
+            ));
+            return Response::from_parts(
+                rparts,
+                TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)).then(tail),
+            );
+        }
+        // JSON (or no body, when only notifications went upstream): read the reply whole (it is
+        // a batch reply, bounded by the inspection cap), then merge.
+        let cap = self.inner.inspector.config().max_frame_bytes;
+        let collected = http_body_util::Limited::new(rbody, cap).collect().await;
+        let upstream = match collected {
+            Ok(c) => c.to_bytes(),
+            Err(e) => {
+                ctx.end(crate::inspect::EndReason::UpstreamError(e.to_string()));
+                return self.error_reply_plain(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("upstream reply unreadable: {e}"),
+                );
+            }
+        };
+        ctx.response_data(&upstream);
+        ctx.end(crate::inspect::EndReason::Complete);
+        let merged = limits::merge(&plan, &upstream).unwrap_or(upstream);
+        // Only notifications went upstream (202/204, no body): the refusals are the reply.
+        if rparts.status == StatusCode::NO_CONTENT || rparts.status == StatusCode::ACCEPTED {
+            rparts.status = StatusCode::OK;
+        }
+        let (ct, body) = if accepts_sse && ct.is_empty() {
+            (
+                "text/event-stream",
+                Bytes::from(format!(
+                    "event: message\ndata: {}\n\n",
+                    String::from_utf8_lossy(&merged)
+                )),
+            )
+        } else {
+            ("application/json", merged)
+        };
+        rparts
+            .headers
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+        Response::from_parts(rparts, TeeBody::new(ReplySource::Made(Some(body)), None))
+    }
+
+    fn error_reply_plain(&self, status: StatusCode, message: &str) -> Response<ProxyBody> {
+        let mut resp = Response::new(TeeBody::new(
+            ReplySource::Made(Some(Bytes::from(format!("rpctap: {message}\n")))),
+            None,
+        ));
+        *resp.status_mut() = status;
+        resp
     }
 
     fn upstream_uri(&self, orig: &Uri) -> Result<Uri, String> {
