@@ -25,6 +25,8 @@ pub enum AppError {
     },
     #[error(transparent)]
     Record(#[from] crate::record::RecordError),
+    #[error("terminal: {0}")]
+    Terminal(String),
 }
 
 impl AppError {
@@ -32,7 +34,7 @@ impl AppError {
     pub fn exit_code(&self) -> i32 {
         match self {
             AppError::Config(_) => 2,
-            AppError::Bind { .. } | AppError::Record(_) => 1,
+            AppError::Bind { .. } | AppError::Record(_) | AppError::Terminal(_) => 1,
         }
     }
 }
@@ -193,9 +195,88 @@ fn spawn_reloader(proxy: Proxy, cfg: ProxyConfig) -> tokio::task::JoinHandle<()>
 /// `rpctap proxy`.
 pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
     let cfg = config::resolve(args.listen, args.upstream.as_deref(), &args.flags)?;
-    let running = RunningProxy::bind(cfg).await?;
-    running.serve(shutdown).await;
-    Ok(())
+    serve_maybe_tui(cfg, "rpctap", shutdown, None).await
+}
+
+/// Whether the dashboard runs: not `--no-tui`, and stdout is a terminal.
+fn use_tui(cfg: &ProxyConfig) -> bool {
+    use std::io::IsTerminal;
+    !cfg.no_tui && std::io::stdout().is_terminal()
+}
+
+/// Serves the proxy, with the dashboard in front when stdout is a terminal (then the headless
+/// log is off: it would garble the screen). Quitting the dashboard stops the proxy.
+async fn serve_maybe_tui(
+    mut cfg: ProxyConfig,
+    title: &str,
+    shutdown: impl Future<Output = ()>,
+    hint: Option<String>,
+) -> Result<(), AppError> {
+    if !use_tui(&cfg) {
+        let running = RunningProxy::bind(cfg).await?;
+        running.serve(shutdown).await;
+        return Ok(());
+    }
+    cfg.log = LogFormat::Off;
+    let max_rows = cfg.max_rows;
+    let mut bus = BusBuilder::default();
+    let sub = bus.subscribe("dashboard", 65_536);
+    let running = RunningProxy::bind_with(cfg, bus).await?;
+    let listen = running
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let upstream = running.cfg.proxy.upstream.to_string();
+    let resend = running
+        .local_addr()
+        .map(|proxy| crate::tui::Resend { proxy });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(running.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    let mut app =
+        crate::tui::app::App::new(title, &listen, &upstream, max_rows, crate::events::now_ns());
+    app.can_resend = true;
+    if let Some(h) = hint {
+        app.status = h;
+    }
+    let result = crate::tui::run(app, Some(sub), shutdown, resend, None).await;
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    result.map_err(|e| AppError::Terminal(e.to_string()))
+}
+
+/// `rpctap view FILE`: a recording in the dashboard.
+pub async fn view(
+    args: crate::cli::ViewArgs,
+    shutdown: impl Future<Output = ()>,
+) -> Result<i32, OfflineError> {
+    let rec = crate::record::reader::read(&args.file)?;
+    let listen = rec
+        .header
+        .get("listen")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?")
+        .to_string();
+    let upstream = rec
+        .header
+        .get("upstream")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?")
+        .to_string();
+    let mut app = crate::tui::app::App::new(
+        &format!("rpctap view {}", args.file.display()),
+        &listen,
+        &upstream,
+        args.max_rows,
+        0,
+    );
+    crate::tui::load_recording(&mut app, &rec);
+    app.follow = false;
+    crate::tui::run(app, None, shutdown, None, Some(&rec))
+        .await
+        .map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
+    Ok(0)
 }
 
 /// `rpctap demo-server`.
@@ -225,8 +306,7 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
         })?;
     let upstream = format!("http://{demo_addr}");
     let cfg = config::resolve(Some(args.listen), Some(&upstream), &args.flags)?;
-    let running = RunningProxy::bind(cfg).await?;
-    let addr = running.local_addr().unwrap_or(args.listen);
+    let addr = args.listen;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let demo_task = tokio::spawn(async move {
         let mut rx = stop_rx;
@@ -241,9 +321,11 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
         .await;
     });
     eprintln!("{}", demo_banner(addr, demo_addr));
-    running.serve(shutdown).await;
+    let hint = format!("try: curl -s http://{addr}/jsonrpc -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"method\":\"add\",\"params\":[1,2],\"id\":1}}'");
+    let served = serve_maybe_tui(cfg, "rpctap demo", shutdown, Some(hint)).await;
     let _ = stop_tx.send(true);
     let _ = demo_task.await;
+    served?;
     Ok(())
 }
 

@@ -33,6 +33,17 @@ pub enum Command {
     Check(CheckArgs),
     /// Export a recording as exchange documents or HAR.
     Export(ExportArgs),
+    /// Open a recording in the dashboard.
+    View(ViewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// The recording.
+    pub file: PathBuf,
+    /// Most calls kept in the list.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_rows: usize,
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +152,9 @@ pub struct ProxyFlags {
     /// Run headless (the default when stdout is not a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Most calls the dashboard keeps (the newest).
+    #[arg(long, value_name = "N")]
+    pub max_rows: Option<usize>,
     /// Headless log format.
     #[arg(long, value_enum)]
     pub log: Option<LogFormat>,

@@ -37,6 +37,7 @@ pub struct FileConfig {
     pub upstream: Option<String>,
     pub log: Option<LogFormat>,
     pub no_tui: Option<bool>,
+    pub max_rows: Option<usize>,
     pub preserve_host: Option<bool>,
     pub upstream_insecure: Option<bool>,
     pub grace_secs: Option<f64>,
@@ -101,6 +102,8 @@ pub struct ProxyConfig {
     pub inspect: InspectConfig,
     pub log: LogFormat,
     pub no_tui: bool,
+    /// Most calls the dashboard keeps.
+    pub max_rows: usize,
     pub grace: Duration,
     pub record: Option<RecordOptions>,
     /// The rate-limit rules: the `--limit` flags' first, then the file's.
@@ -271,6 +274,10 @@ pub fn resolve(
         inspect,
         log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
         no_tui: flags.no_tui || file.no_tui.unwrap_or(false),
+        max_rows: positive(
+            "--max-rows",
+            flags.max_rows.or(file.max_rows).unwrap_or(100_000),
+        )?,
         grace: secs("--grace", flags.grace.or(file.grace_secs).unwrap_or(10.0))?,
         record,
         limits,

@@ -26,3 +26,4 @@ pub mod redact;
 pub mod replay;
 pub mod rpc;
 pub mod server;
+pub mod tui;

@@ -48,6 +48,7 @@ fn main() {
             Command::Mock(a) => offline(app::mock(a, shutdown).await),
             Command::Check(a) => offline(app::check(a)),
             Command::Export(a) => offline(app::export(a)),
+            Command::View(a) => offline(app::view(a, shutdown).await),
         }
     });
     // Connections still open after the grace period must not hold the exit.

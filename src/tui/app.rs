@@ -1,0 +1,1078 @@
+//! The dashboard's state: plain data, updated by events and keys, rendered by `ui`.
+//!
+//! It keeps the newest `max_rows` calls (one row per JSON-RPC call or notification, each batch
+//! member and each message of an SSE stream its own row) and at most `max_detail_bytes` of
+//! message text for the detail pane: older rows keep their summary and lose their text first.
+
+use crate::events::{Event, Outcome};
+use std::collections::{HashMap, VecDeque};
+
+/// A row's outcome, for display.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RowOutcome {
+    Pending,
+    Notification,
+    Result,
+    Error(i64),
+    Refused(String),
+    Rejected(u16),
+    Missing(String),
+}
+
+impl RowOutcome {
+    pub fn label(&self) -> String {
+        match self {
+            RowOutcome::Pending => "pending".into(),
+            RowOutcome::Notification => "notif".into(),
+            RowOutcome::Result => "result".into(),
+            RowOutcome::Error(c) => format!("error {c}"),
+            RowOutcome::Refused(_) => "refused".into(),
+            RowOutcome::Rejected(s) => format!("HTTP {s}"),
+            RowOutcome::Missing(_) => "missing".into(),
+        }
+    }
+    pub fn is_error(&self) -> bool {
+        matches!(
+            self,
+            RowOutcome::Error(_)
+                | RowOutcome::Refused(_)
+                | RowOutcome::Rejected(_)
+                | RowOutcome::Missing(_)
+        )
+    }
+}
+
+/// One row of the call list.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub seq: u64,
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: String,
+    pub scope_short: String,
+    /// `c→s` or `s→c`.
+    pub direction: &'static str,
+    pub method: String,
+    pub target: Option<String>,
+    /// Exact id text, or empty for notifications.
+    pub id: String,
+    pub outcome: RowOutcome,
+    pub latency_us: Option<u64>,
+    pub size: usize,
+    pub anomalies: Vec<String>,
+    pub anomaly_text: Vec<String>,
+    pub request: Option<String>,
+    pub reply: Option<String>,
+    /// Other messages of the same SSE stream (progress notifications…), in order.
+    pub stream: Vec<String>,
+    pub transport: &'static str,
+}
+
+impl Row {
+    pub fn display_method(&self) -> String {
+        match &self.target {
+            Some(t) => format!("{} {}", self.method, t),
+            None => self.method.clone(),
+        }
+    }
+    fn detail_bytes(&self) -> usize {
+        self.request.as_ref().map_or(0, String::len)
+            + self.reply.as_ref().map_or(0, String::len)
+            + self.stream.iter().map(String::len).sum::<usize>()
+    }
+}
+
+/// The tabs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    Calls,
+    Anomalies,
+    Methods,
+    Sessions,
+}
+
+impl View {
+    pub const ALL: [View; 4] = [View::Calls, View::Anomalies, View::Methods, View::Sessions];
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Calls => "Calls",
+            View::Anomalies => "Anomalies",
+            View::Methods => "Methods",
+            View::Sessions => "Sessions",
+        }
+    }
+    fn next(self) -> View {
+        match self {
+            View::Calls => View::Anomalies,
+            View::Anomalies => View::Methods,
+            View::Methods => View::Sessions,
+            View::Sessions => View::Calls,
+        }
+    }
+}
+
+/// What a key asks the event loop to do (I/O stays out of the state).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    None,
+    Quit,
+    /// Copy this text to the clipboard (OSC 52) and save it to a file.
+    CopyCurl(String),
+    /// Write this exchange document to a file.
+    Export(String),
+    /// Re-send this request body to the upstream (proxy mode).
+    Resend {
+        path: String,
+        body: String,
+    },
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct MethodStats {
+    pub count: u64,
+    pub errors: u64,
+    pub latencies: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SessionStats {
+    pub calls: u64,
+    pub errors: u64,
+    pub anomalies: u64,
+    pub last_ns: u64,
+}
+
+/// The dashboard's state.
+#[derive(Debug)]
+pub struct App {
+    pub title: String,
+    pub listen: String,
+    pub upstream: String,
+    /// `r` works only when rpctap proxies (not when viewing a recording).
+    pub can_resend: bool,
+    pub started_ns: u64,
+    pub now_ns: u64,
+    pub rows: VecDeque<Row>,
+    pub max_rows: usize,
+    pub max_detail_bytes: usize,
+    detail_bytes: usize,
+    next_seq: u64,
+    /// (scope, direction of the request, id) → seq of the pending row.
+    /// Duplicated ids queue up in order.
+    open: HashMap<(String, &'static str, String), VecDeque<u64>>,
+    /// exchange → seqs of its call rows (to attach stream messages).
+    by_exchange: HashMap<u64, Vec<u64>>,
+    pub calls_total: u64,
+    pub errors_total: u64,
+    pub anomalies_total: u64,
+    /// Calls ended per second, newest last (60 s).
+    pub per_second: VecDeque<u64>,
+    current_second: u64,
+    /// Recent latencies (µs) for the percentiles.
+    pub recent_latencies: VecDeque<u64>,
+    pub methods: HashMap<String, MethodStats>,
+    pub sessions: HashMap<String, SessionStats>,
+    pub anomaly_rows: VecDeque<(u64, String, String, String)>,
+    pub dropped: u64,
+    pub view: View,
+    /// Index into the filtered list of the current view.
+    pub selected: usize,
+    pub follow: bool,
+    pub detail: bool,
+    pub detail_scroll: u16,
+    pub help: bool,
+    pub filter: String,
+    pub editing_filter: bool,
+    pub filter_input: String,
+    pub status: String,
+    pub no_color: bool,
+    pub page: usize,
+}
+
+const SSE_STREAM_KEEP: usize = 64;
+const LATENCY_WINDOW: usize = 10_000;
+
+impl App {
+    pub fn new(title: &str, listen: &str, upstream: &str, max_rows: usize, now_ns: u64) -> Self {
+        App {
+            title: title.to_string(),
+            listen: listen.to_string(),
+            upstream: upstream.to_string(),
+            can_resend: false,
+            started_ns: now_ns,
+            now_ns,
+            rows: VecDeque::new(),
+            max_rows: max_rows.max(1),
+            max_detail_bytes: 64 << 20,
+            detail_bytes: 0,
+            next_seq: 0,
+            open: HashMap::new(),
+            by_exchange: HashMap::new(),
+            calls_total: 0,
+            errors_total: 0,
+            anomalies_total: 0,
+            per_second: VecDeque::from(vec![0; 60]),
+            current_second: now_ns / 1_000_000_000,
+            recent_latencies: VecDeque::new(),
+            methods: HashMap::new(),
+            sessions: HashMap::new(),
+            anomaly_rows: VecDeque::new(),
+            dropped: 0,
+            view: View::Calls,
+            selected: 0,
+            follow: true,
+            detail: false,
+            detail_scroll: 0,
+            help: false,
+            filter: String::new(),
+            editing_filter: false,
+            filter_input: String::new(),
+            status: String::new(),
+            no_color: false,
+            page: 10,
+        }
+    }
+
+    fn row_mut(&mut self, seq: u64) -> Option<&mut Row> {
+        let first = self.rows.front()?.seq;
+        let i = seq.checked_sub(first)? as usize;
+        self.rows.get_mut(i)
+    }
+
+    pub fn row(&self, seq: u64) -> Option<&Row> {
+        let first = self.rows.front()?.seq;
+        let i = seq.checked_sub(first)? as usize;
+        self.rows.get(i)
+    }
+
+    /// Advances the clock (the per-second buckets roll).
+    pub fn tick(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+        let sec = now_ns / 1_000_000_000;
+        while self.current_second < sec {
+            self.current_second += 1;
+            self.per_second.push_back(0);
+            if self.per_second.len() > 60 {
+                self.per_second.pop_front();
+            }
+            if sec - self.current_second > 60 {
+                self.current_second = sec;
+            }
+        }
+    }
+
+    fn push_row(&mut self, row: Row) -> u64 {
+        let seq = row.seq;
+        self.detail_bytes += row.detail_bytes();
+        self.rows.push_back(row);
+        while self.rows.len() > self.max_rows {
+            if let Some(old) = self.rows.pop_front() {
+                self.detail_bytes -= old.detail_bytes();
+                self.by_exchange.remove(&old.exchange);
+            }
+            if !self.follow && self.selected > 0 {
+                self.selected -= 1;
+            }
+        }
+        self.enforce_detail_budget();
+        seq
+    }
+
+    fn enforce_detail_budget(&mut self) {
+        let mut i = 0;
+        while self.detail_bytes > self.max_detail_bytes && i < self.rows.len() {
+            let r = &mut self.rows[i];
+            let b = r.detail_bytes();
+            if b > 0 {
+                r.request = None;
+                r.reply = None;
+                r.stream.clear();
+                self.detail_bytes -= b;
+            }
+            i += 1;
+        }
+    }
+
+    fn add_detail(&mut self, seq: u64, f: impl FnOnce(&mut Row)) {
+        let mut delta = 0isize;
+        if let Some(r) = self.row_mut(seq) {
+            let before = r.detail_bytes() as isize;
+            f(r);
+            delta = r.detail_bytes() as isize - before;
+        }
+        self.detail_bytes = (self.detail_bytes as isize + delta).max(0) as usize;
+        self.enforce_detail_budget();
+    }
+
+    /// Applies one bus event.
+    pub fn apply(&mut self, ev: &Event) {
+        match ev {
+            Event::Message(m) => {
+                let raw = String::from_utf8_lossy(&m.message).into_owned();
+                self.apply_message(&MessageIn {
+                    ts_ns: m.ts,
+                    exchange: m.exchange,
+                    scope: m.scope.to_string(),
+                    scope_short: m.scope.short(),
+                    c2s: m.direction == crate::events::Direction::ClientToServer,
+                    kind: match m.kind {
+                        crate::rpc::Kind::Request => "request",
+                        crate::rpc::Kind::Notification => "notification",
+                        crate::rpc::Kind::Result => "result",
+                        crate::rpc::Kind::Error => "error",
+                        crate::rpc::Kind::Invalid => "invalid",
+                    },
+                    id: m.id.as_ref().map(|i| i.to_json_text()),
+                    method: m.method.as_deref().map(str::to_string),
+                    target: m.target.as_deref().map(str::to_string),
+                    raw,
+                    sse: m.transport != crate::events::Transport::Json,
+                });
+            }
+            Event::Call(c) => {
+                let outcome = match &c.outcome {
+                    Outcome::Result => RowOutcome::Result,
+                    Outcome::Error { code, .. } => RowOutcome::Error(*code),
+                    Outcome::Refused { rule } => RowOutcome::Refused(rule.clone()),
+                    Outcome::Rejected { status } => RowOutcome::Rejected(*status),
+                    Outcome::Missing { reason } => RowOutcome::Missing(reason.clone()),
+                };
+                let dir = if c.direction == crate::events::Direction::ClientToServer {
+                    "c→s"
+                } else {
+                    "s→c"
+                };
+                self.apply_call(
+                    &c.scope.to_string(),
+                    dir,
+                    &c.id.to_json_text(),
+                    &c.method,
+                    outcome,
+                    c.latency_us,
+                    c.ts,
+                );
+            }
+            Event::Anomaly(a) => {
+                self.apply_anomaly(
+                    a.exchange,
+                    &a.scope.to_string(),
+                    a.id.as_ref().map(|i| i.to_json_text()),
+                    a.code,
+                    &a.message,
+                    a.ts,
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Applies one message (live or from a recording).
+    pub fn apply_message(&mut self, m: &MessageIn) {
+        let dir: &'static str = if m.c2s { "c→s" } else { "s→c" };
+        match m.kind {
+            "request" | "notification" | "invalid" if m.method.is_some() || m.kind != "invalid" => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let is_call = m.kind != "notification" && m.id.is_some();
+                let row = Row {
+                    seq,
+                    ts_ns: m.ts_ns,
+                    exchange: m.exchange,
+                    scope: m.scope.clone(),
+                    scope_short: m.scope_short.clone(),
+                    direction: dir,
+                    method: m.method.clone().unwrap_or_default(),
+                    target: m.target.clone(),
+                    id: m.id.clone().unwrap_or_default(),
+                    outcome: if is_call {
+                        RowOutcome::Pending
+                    } else {
+                        RowOutcome::Notification
+                    },
+                    latency_us: None,
+                    size: m.raw.len(),
+                    anomalies: vec![],
+                    anomaly_text: vec![],
+                    request: Some(m.raw.clone()),
+                    reply: None,
+                    stream: vec![],
+                    transport: if m.sse { "sse" } else { "json" },
+                };
+                self.push_row(row);
+                if is_call {
+                    self.open
+                        .entry((m.scope.clone(), dir, m.id.clone().unwrap_or_default()))
+                        .or_default()
+                        .push_back(seq);
+                    self.by_exchange.entry(m.exchange).or_default().push(seq);
+                } else if !m.c2s && m.sse {
+                    // A server notification inside a stream: also shown with the calls it serves.
+                    let raw = m.raw.clone();
+                    for s in self
+                        .by_exchange
+                        .get(&m.exchange)
+                        .cloned()
+                        .unwrap_or_default()
+                    {
+                        self.add_detail(s, |r| {
+                            if r.stream.len() < SSE_STREAM_KEEP {
+                                r.stream.push(raw.clone());
+                            }
+                        });
+                    }
+                }
+                self.session_touch(&m.scope, m.ts_ns);
+            }
+            _ => {
+                // A response: attach to its call.
+                let req_dir: &'static str = if m.c2s { "s→c" } else { "c→s" };
+                let key = (m.scope.clone(), req_dir, m.id.clone().unwrap_or_default());
+                let seq = self.open.get(&key).and_then(|q| {
+                    q.iter()
+                        .copied()
+                        .find(|s| self.row(*s).is_some_and(|r| r.reply.is_none()))
+                });
+                if let Some(seq) = seq {
+                    let raw = m.raw.clone();
+                    self.add_detail(seq, |r| {
+                        r.size += raw.len();
+                        r.reply = Some(raw);
+                    });
+                }
+            }
+        }
+    }
+
+    fn session_touch(&mut self, scope: &str, ts: u64) {
+        let s = self.sessions.entry(scope.to_string()).or_default();
+        s.last_ns = s.last_ns.max(ts);
+    }
+
+    /// Applies a call's outcome.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_call(
+        &mut self,
+        scope: &str,
+        dir: &'static str,
+        id: &str,
+        method: &str,
+        outcome: RowOutcome,
+        latency_us: Option<u64>,
+        ts: u64,
+    ) {
+        self.calls_total += 1;
+        let err = outcome.is_error();
+        if err {
+            self.errors_total += 1;
+        }
+        if let Some(b) = self.per_second.back_mut() {
+            *b += 1;
+        }
+        if let Some(l) = latency_us {
+            self.recent_latencies.push_back(l);
+            if self.recent_latencies.len() > LATENCY_WINDOW {
+                self.recent_latencies.pop_front();
+            }
+        }
+        let ms = self.methods.entry(method.to_string()).or_default();
+        ms.count += 1;
+        if err {
+            ms.errors += 1;
+        }
+        if let Some(l) = latency_us {
+            if ms.latencies.len() >= 2048 {
+                ms.latencies.remove(0);
+            }
+            ms.latencies.push(l);
+        }
+        let s = self.sessions.entry(scope.to_string()).or_default();
+        s.calls += 1;
+        if err {
+            s.errors += 1;
+        }
+        s.last_ns = s.last_ns.max(ts);
+        let key = (scope.to_string(), dir, id.to_string());
+        let seq = self.open.get_mut(&key).and_then(VecDeque::pop_front);
+        if self.open.get(&key).is_some_and(VecDeque::is_empty) {
+            self.open.remove(&key);
+        }
+        if let Some(seq) = seq {
+            if let Some(r) = self.row_mut(seq) {
+                r.outcome = outcome;
+                r.latency_us = latency_us;
+            }
+        }
+    }
+
+    /// Applies an anomaly.
+    pub fn apply_anomaly(
+        &mut self,
+        exchange: u64,
+        scope: &str,
+        id: Option<String>,
+        code: &str,
+        message: &str,
+        ts: u64,
+    ) {
+        self.anomalies_total += 1;
+        self.sessions
+            .entry(scope.to_string())
+            .or_default()
+            .anomalies += 1;
+        self.anomaly_rows
+            .push_back((ts, code.to_string(), scope.to_string(), message.to_string()));
+        if self.anomaly_rows.len() > self.max_rows {
+            self.anomaly_rows.pop_front();
+        }
+        // Mark the newest row of that exchange with that id.
+        let target = self
+            .rows
+            .iter()
+            .rev()
+            .take(10_000)
+            .find(|r| {
+                r.exchange == exchange && (id.is_none() || Some(&r.id) == id.as_ref())
+                    || (r.scope == scope && id.is_some() && Some(&r.id) == id.as_ref())
+            })
+            .map(|r| r.seq);
+        if let Some(seq) = target {
+            if let Some(r) = self.row_mut(seq) {
+                r.anomalies.push(code.to_string());
+                r.anomaly_text.push(format!("{code}: {message}"));
+            }
+        }
+    }
+
+    /// Rows shown in the Calls view (the Anomalies view shows anomalies).
+    pub fn visible(&self) -> Vec<&Row> {
+        let f = Filter::parse(&self.filter);
+        self.rows.iter().filter(|r| f.matches(r)).collect()
+    }
+
+    fn list_len(&self) -> usize {
+        match self.view {
+            View::Calls => self.visible().len(),
+            View::Anomalies => self.anomaly_rows.len(),
+            View::Methods => self.methods.len(),
+            View::Sessions => self.sessions.len(),
+        }
+    }
+
+    /// The selected row of the Calls view, following the newest when `follow`.
+    pub fn selected_row(&self) -> Option<&Row> {
+        let v = self.visible();
+        if v.is_empty() {
+            return None;
+        }
+        let i = if self.follow {
+            v.len() - 1
+        } else {
+            self.selected.min(v.len() - 1)
+        };
+        Some(v[i])
+    }
+
+    pub fn selected_index(&self) -> usize {
+        let n = self.list_len();
+        if n == 0 {
+            0
+        } else if self.follow && self.view == View::Calls {
+            n - 1
+        } else {
+            self.selected.min(n - 1)
+        }
+    }
+
+    fn move_by(&mut self, delta: isize) {
+        let n = self.list_len();
+        if n == 0 {
+            return;
+        }
+        let cur = self.selected_index() as isize;
+        let next = (cur + delta).clamp(0, n as isize - 1) as usize;
+        self.selected = next;
+        self.follow = false;
+        self.detail_scroll = 0;
+    }
+
+    /// Handles a key; returns what the event loop should do.
+    pub fn handle_key(&mut self, key: Key) -> Action {
+        if self.editing_filter {
+            match key {
+                Key::Esc => {
+                    self.editing_filter = false;
+                    self.filter_input.clear();
+                }
+                Key::Enter => {
+                    self.editing_filter = false;
+                    self.filter = std::mem::take(&mut self.filter_input);
+                    self.selected = 0;
+                }
+                Key::Backspace => {
+                    self.filter_input.pop();
+                }
+                Key::Char(c) => self.filter_input.push(c),
+                _ => {}
+            }
+            return Action::None;
+        }
+        if self.help {
+            self.help = false;
+            if key == Key::Char('q') {
+                return Action::Quit;
+            }
+            return Action::None;
+        }
+        match key {
+            Key::Char('q') => return Action::Quit,
+            Key::Char('?') => self.help = true,
+            Key::Up | Key::Char('k') => {
+                if self.detail {
+                    self.detail_scroll = self.detail_scroll.saturating_sub(1);
+                } else {
+                    self.move_by(-1)
+                }
+            }
+            Key::Down | Key::Char('j') => {
+                if self.detail {
+                    self.detail_scroll = self.detail_scroll.saturating_add(1);
+                } else {
+                    self.move_by(1)
+                }
+            }
+            Key::PageUp => self.move_by(-(self.page as isize)),
+            Key::PageDown => self.move_by(self.page as isize),
+            Key::Char('g') | Key::Home => {
+                self.selected = 0;
+                self.follow = false;
+            }
+            Key::Char('G') | Key::End => {
+                self.follow = true;
+            }
+            Key::Enter => {
+                self.detail = !self.detail;
+                self.detail_scroll = 0;
+            }
+            Key::Tab => {
+                self.view = self.view.next();
+                self.selected = 0;
+            }
+            Key::Char('/') => {
+                self.editing_filter = true;
+                self.filter_input = self.filter.clone();
+            }
+            Key::Esc => {
+                if self.detail {
+                    self.detail = false;
+                } else {
+                    self.filter.clear();
+                }
+            }
+            Key::Char('f') => {
+                if !self.follow {
+                    self.follow = true;
+                } else {
+                    self.selected = self.selected_index();
+                    self.follow = false;
+                }
+            }
+            Key::Char('c') => self.clear(),
+            Key::Char('y') => {
+                if let Some(r) = self.selected_row() {
+                    if let Some(req) = &r.request {
+                        let curl = format!(
+                            "curl -s http://{}/ -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' --data-raw '{}'",
+                            self.listen,
+                            req.replace('\'', "'\\''")
+                        );
+                        return Action::CopyCurl(curl);
+                    }
+                }
+            }
+            Key::Char('e') => return Action::Export(self.export_document()),
+            Key::Char('r') => {
+                if !self.can_resend {
+                    self.status = "re-send works in proxy mode only".into();
+                } else if let Some(req) = self.selected_row().and_then(|r| r.request.clone()) {
+                    return Action::Resend {
+                        path: "/".into(),
+                        body: req,
+                    };
+                }
+            }
+            Key::ScrollUp => self.move_by(-3),
+            Key::ScrollDown => self.move_by(3),
+            _ => {}
+        }
+        Action::None
+    }
+
+    /// The selected call (detail open) or the filtered list, as an exchange document.
+    pub fn export_document(&self) -> String {
+        let rows: Vec<&Row> = if self.detail {
+            self.selected_row().into_iter().collect()
+        } else {
+            self.visible()
+                .into_iter()
+                .filter(|r| r.direction == "c→s")
+                .collect()
+        };
+        let req: Vec<&str> = rows.iter().filter_map(|r| r.request.as_deref()).collect();
+        let resp: Vec<&str> = rows.iter().filter_map(|r| r.reply.as_deref()).collect();
+        format!(
+            "{{\"request\":[{}],\"response\":[{}]}}",
+            req.join(","),
+            resp.join(",")
+        )
+    }
+
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.open.clear();
+        self.by_exchange.clear();
+        self.anomaly_rows.clear();
+        self.detail_bytes = 0;
+        self.selected = 0;
+        self.follow = true;
+    }
+
+    /// p50, p95, p99 of recent latencies, in µs.
+    pub fn percentiles(&self) -> Option<(u64, u64, u64)> {
+        percentiles(self.recent_latencies.iter().copied().collect())
+    }
+
+    pub fn pending(&self) -> usize {
+        self.open.values().map(VecDeque::len).sum()
+    }
+
+    pub fn calls_per_second(&self) -> u64 {
+        // the last complete second
+        let n = self.per_second.len();
+        if n >= 2 {
+            self.per_second[n - 2]
+        } else {
+            0
+        }
+    }
+}
+
+/// p50, p95, p99 of a sample.
+pub fn percentiles(mut v: Vec<u64>) -> Option<(u64, u64, u64)> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    Some((at(0.50), at(0.95), at(0.99)))
+}
+
+/// A message as the dashboard takes it (from a live event or a recording line).
+#[derive(Clone, Debug)]
+pub struct MessageIn {
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: String,
+    pub scope_short: String,
+    pub c2s: bool,
+    pub kind: &'static str,
+    pub id: Option<String>,
+    pub method: Option<String>,
+    pub target: Option<String>,
+    pub raw: String,
+    pub sse: bool,
+}
+
+/// Keys the dashboard understands (independent of the terminal library).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    Char(char),
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Home,
+    End,
+    Enter,
+    Esc,
+    Tab,
+    Backspace,
+    ScrollUp,
+    ScrollDown,
+}
+
+/// The filter: `error`, `anomaly`, `pending`, `session:…`, `id:…`, `method:GLOB` or a token
+/// with `/` or `*` (a method glob), anything else is free text searched in the messages.
+#[derive(Debug, Default)]
+pub struct Filter {
+    error: bool,
+    anomaly: bool,
+    pending: bool,
+    session: Option<String>,
+    id: Option<String>,
+    method: Option<globset::GlobMatcher>,
+    text: Vec<String>,
+}
+
+impl Filter {
+    pub fn parse(s: &str) -> Filter {
+        let mut f = Filter::default();
+        for tok in s.split_whitespace() {
+            match tok {
+                "error" | "errors" => f.error = true,
+                "anomaly" | "anomalies" => f.anomaly = true,
+                "pending" => f.pending = true,
+                t if t.starts_with("session:") => {
+                    f.session = Some(t["session:".len()..].to_string())
+                }
+                t if t.starts_with("id:") => f.id = Some(t["id:".len()..].to_string()),
+                t if t.starts_with("method:") || t.contains('/') || t.contains('*') => {
+                    let g = t.strip_prefix("method:").unwrap_or(t);
+                    f.method = globset::Glob::new(g).ok().map(|g| g.compile_matcher());
+                }
+                t => f.text.push(t.to_lowercase()),
+            }
+        }
+        f
+    }
+
+    pub fn matches(&self, r: &Row) -> bool {
+        (!self.error || r.outcome.is_error())
+            && (!self.anomaly || !r.anomalies.is_empty())
+            && (!self.pending || r.outcome == RowOutcome::Pending)
+            && self
+                .session
+                .as_ref()
+                .is_none_or(|s| r.scope.contains(s.as_str()))
+            && self
+                .id
+                .as_ref()
+                .is_none_or(|i| r.id.trim_matches('"') == i.trim_matches('"'))
+            && self.method.as_ref().is_none_or(|g| {
+                g.is_match(&r.method) || r.target.as_ref().is_some_and(|t| g.is_match(t))
+            })
+            && self.text.iter().all(|t| {
+                r.request
+                    .as_ref()
+                    .is_some_and(|q| q.to_lowercase().contains(t))
+                    || r.reply
+                        .as_ref()
+                        .is_some_and(|q| q.to_lowercase().contains(t))
+                    || r.method.to_lowercase().contains(t)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(
+        ex: u64,
+        c2s: bool,
+        kind: &'static str,
+        id: Option<&str>,
+        method: Option<&str>,
+        raw: &str,
+    ) -> MessageIn {
+        MessageIn {
+            ts_ns: 1_000_000_000 * ex,
+            exchange: ex,
+            scope: format!("exchange:{ex}"),
+            scope_short: format!("#{ex}"),
+            c2s,
+            kind,
+            id: id.map(str::to_string),
+            method: method.map(str::to_string),
+            target: None,
+            raw: raw.to_string(),
+            sse: false,
+        }
+    }
+
+    fn app_with_calls() -> App {
+        let mut a = App::new("t", "l", "u", 100, 0);
+        a.apply_message(&msg(
+            1,
+            true,
+            "request",
+            Some("1"),
+            Some("add"),
+            r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#,
+        ));
+        a.apply_message(&msg(
+            1,
+            false,
+            "result",
+            Some("1"),
+            None,
+            r#"{"jsonrpc":"2.0","id":1,"result":3}"#,
+        ));
+        a.apply_call(
+            "exchange:1",
+            "c→s",
+            "1",
+            "add",
+            RowOutcome::Result,
+            Some(1500),
+            1,
+        );
+        a.apply_message(&msg(
+            2,
+            true,
+            "request",
+            Some("2"),
+            Some("nope"),
+            r#"{"jsonrpc":"2.0","method":"nope","id":2}"#,
+        ));
+        a.apply_message(&msg(
+            3,
+            true,
+            "notification",
+            None,
+            Some("log"),
+            r#"{"jsonrpc":"2.0","method":"log"}"#,
+        ));
+        a
+    }
+
+    #[test]
+    fn pending_rows_update_in_place() {
+        let mut a = app_with_calls();
+        assert_eq!(a.rows.len(), 3);
+        assert_eq!(a.rows[1].outcome, RowOutcome::Pending);
+        assert_eq!(a.pending(), 1);
+        a.apply_message(&msg(
+            2,
+            false,
+            "error",
+            Some("2"),
+            None,
+            r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"x"}}"#,
+        ));
+        a.apply_call(
+            "exchange:2",
+            "c→s",
+            "2",
+            "nope",
+            RowOutcome::Error(-32601),
+            Some(900),
+            2,
+        );
+        assert_eq!(a.rows[1].outcome, RowOutcome::Error(-32601));
+        assert!(a.rows[1].reply.is_some());
+        assert_eq!((a.pending(), a.calls_total, a.errors_total), (0, 2, 1));
+    }
+
+    #[test]
+    fn keys_move_filter_and_views() {
+        let mut a = app_with_calls();
+        assert!(a.follow);
+        assert_eq!(a.selected_row().unwrap().method, "log");
+        a.handle_key(Key::Up);
+        assert!(!a.follow);
+        assert_eq!(a.selected_row().unwrap().method, "nope");
+        a.handle_key(Key::Char('g'));
+        assert_eq!(a.selected_row().unwrap().method, "add");
+        a.handle_key(Key::Char('G'));
+        assert!(a.follow);
+        // filter: pending
+        a.handle_key(Key::Char('/'));
+        for c in "pending".chars() {
+            a.handle_key(Key::Char(c));
+        }
+        assert!(a.editing_filter);
+        a.handle_key(Key::Enter);
+        assert_eq!(a.visible().len(), 1);
+        assert_eq!(a.visible()[0].method, "nope");
+        a.handle_key(Key::Esc);
+        assert_eq!(a.visible().len(), 3);
+        a.filter = "add*".into();
+        assert_eq!(a.visible().len(), 1);
+        a.filter = "id:2".into();
+        assert_eq!(a.visible()[0].method, "nope");
+        a.filter = "params".into(); // free text in the messages
+        assert_eq!(a.visible().len(), 1);
+        a.filter.clear();
+        assert_eq!(a.handle_key(Key::Tab), Action::None);
+        assert_eq!(a.view, View::Anomalies);
+        a.handle_key(Key::Tab);
+        a.handle_key(Key::Tab);
+        a.handle_key(Key::Tab);
+        assert_eq!(a.view, View::Calls);
+        assert_eq!(a.handle_key(Key::Char('?')), Action::None);
+        assert!(a.help);
+        a.handle_key(Key::Char('x'));
+        assert!(!a.help);
+        assert_eq!(a.handle_key(Key::Char('q')), Action::Quit);
+    }
+
+    #[test]
+    fn actions_carry_what_the_loop_needs() {
+        let mut a = app_with_calls();
+        a.handle_key(Key::Char('g'));
+        match a.handle_key(Key::Char('y')) {
+            Action::CopyCurl(c) => {
+                assert!(c.starts_with("curl ") && c.contains(r#""method":"add""#))
+            }
+            other => panic!("{other:?}"),
+        }
+        a.handle_key(Key::Enter);
+        match a.handle_key(Key::Char('e')) {
+            Action::Export(d) => {
+                let v: serde_json::Value = serde_json::from_str(&d).unwrap();
+                assert_eq!(v["request"][0]["method"], "add");
+                assert_eq!(v["response"][0]["result"], 3);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            a.handle_key(Key::Char('r')),
+            Action::None,
+            "no re-send when viewing"
+        );
+        a.can_resend = true;
+        assert!(matches!(
+            a.handle_key(Key::Char('r')),
+            Action::Resend { .. }
+        ));
+        a.handle_key(Key::Char('c'));
+        assert!(a.rows.is_empty());
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut a = App::new("t", "l", "u", 1000, 0);
+        a.max_detail_bytes = 100_000;
+        let big = "x".repeat(1000);
+        for i in 0..10_000u64 {
+            a.apply_message(&msg(
+                i,
+                true,
+                "request",
+                Some(&i.to_string()),
+                Some("m"),
+                &big,
+            ));
+            a.apply_call(
+                &format!("exchange:{i}"),
+                "c→s",
+                &i.to_string(),
+                "m",
+                RowOutcome::Result,
+                Some(i),
+                i,
+            );
+        }
+        assert_eq!(a.rows.len(), 1000);
+        let kept: usize = a.rows.iter().filter(|r| r.request.is_some()).count();
+        assert!((90..=100).contains(&kept), "{kept}");
+        assert_eq!(a.pending(), 0);
+        assert!(a.recent_latencies.len() <= LATENCY_WINDOW);
+    }
+
+    #[test]
+    fn percentiles_are_right() {
+        assert_eq!(percentiles((1..=100).collect()), Some((51, 95, 99)));
+        assert_eq!(percentiles(vec![]), None);
+    }
+}

@@ -1,0 +1,582 @@
+//! Rendering: a pure function of [`App`] into a ratatui frame. No I/O here.
+
+use super::app::{percentiles, App, Row, RowOutcome, View};
+use ratatui::layout::{Constraint, Direction, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Block, Borders, Cell, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState, Tabs, Wrap,
+};
+use ratatui::Frame;
+
+struct Theme {
+    color: bool,
+}
+
+impl Theme {
+    fn fg(&self, c: Color) -> Style {
+        if self.color {
+            Style::default().fg(c)
+        } else {
+            Style::default()
+        }
+    }
+    fn bold(&self) -> Style {
+        Style::default().add_modifier(Modifier::BOLD)
+    }
+    fn selected(&self) -> Style {
+        Style::default().add_modifier(Modifier::REVERSED)
+    }
+}
+
+fn clock(ns: u64) -> String {
+    let ms = ns / 1_000_000;
+    let s = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        (s / 3600) % 24,
+        (s / 60) % 60,
+        s % 60,
+        ms % 1000
+    )
+}
+
+fn dur(us: u64) -> String {
+    if us < 1_000 {
+        format!("{us}µs")
+    } else if us < 1_000_000 {
+        format!("{:.1}ms", us as f64 / 1e3)
+    } else {
+        format!("{:.2}s", us as f64 / 1e6)
+    }
+}
+
+fn size(b: usize) -> String {
+    if b < 1024 {
+        format!("{b}B")
+    } else if b < 1 << 20 {
+        format!("{:.1}K", b as f64 / 1024.0)
+    } else {
+        format!("{:.1}M", b as f64 / 1048576.0)
+    }
+}
+
+fn uptime(ns: u64) -> String {
+    let s = ns / 1_000_000_000;
+    format!("{:02}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+}
+
+/// Draws the whole dashboard.
+pub fn draw(f: &mut Frame, app: &App) {
+    let t = Theme {
+        color: !app.no_color,
+    };
+    let area = f.area();
+    let chunks = Layout::default()
+        .direction(Direction::Vertical)
+        .constraints([
+            Constraint::Length(5),
+            Constraint::Length(1),
+            Constraint::Min(3),
+            Constraint::Length(1),
+        ])
+        .split(area);
+    header(f, app, &t, chunks[0]);
+    let titles: Vec<Line> = View::ALL.iter().map(|v| Line::from(v.title())).collect();
+    let sel = View::ALL.iter().position(|v| *v == app.view).unwrap_or(0);
+    f.render_widget(
+        Tabs::new(titles)
+            .select(sel)
+            .highlight_style(t.bold().patch(t.fg(Color::Yellow)))
+            .divider("|"),
+        chunks[1],
+    );
+    match app.view {
+        View::Calls => {
+            if app.detail {
+                let parts = Layout::default()
+                    .direction(Direction::Vertical)
+                    .constraints([Constraint::Percentage(40), Constraint::Percentage(60)])
+                    .split(chunks[2]);
+                calls(f, app, &t, parts[0]);
+                detail(f, app, &t, parts[1]);
+            } else {
+                calls(f, app, &t, chunks[2]);
+            }
+        }
+        View::Anomalies => anomalies(f, app, &t, chunks[2]),
+        View::Methods => methods(f, app, &t, chunks[2]),
+        View::Sessions => sessions(f, app, &t, chunks[2]),
+    }
+    status(f, app, &t, chunks[3]);
+    if app.help {
+        help(f, &t, area);
+    }
+}
+
+fn header(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(Span::styled(format!(" {} ", app.title), t.bold()));
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let cols = Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([
+            Constraint::Min(40),
+            Constraint::Length(if inner.width >= 120 { 30 } else { 8 }),
+        ])
+        .split(inner);
+    let err_rate = if app.calls_total > 0 {
+        app.errors_total as f64 * 100.0 / app.calls_total as f64
+    } else {
+        0.0
+    };
+    let pct = match app.percentiles() {
+        Some((a, b, c)) => format!("p50 {} p95 {} p99 {}", dur(a), dur(b), dur(c)),
+        None => "p50 -  p95 -  p99 -".into(),
+    };
+    let mut l1 = vec![
+        Span::raw(format!("{} → {}", app.listen, app.upstream)),
+        Span::raw(format!(
+            "  up {}",
+            uptime(app.now_ns.saturating_sub(app.started_ns))
+        )),
+    ];
+    if app.dropped > 0 {
+        l1.push(Span::styled(
+            format!("  dropped {} display events", app.dropped),
+            t.fg(Color::Red).patch(t.bold()),
+        ));
+    }
+    let l2 = vec![
+        Span::raw(format!(
+            "calls {} {}/s ",
+            app.calls_total,
+            app.calls_per_second()
+        )),
+        Span::styled(
+            format!("err {err_rate:.1}%"),
+            if app.errors_total > 0 {
+                t.fg(Color::Red)
+            } else {
+                Style::default()
+            },
+        ),
+        Span::raw(format!(" open {} ", app.pending())),
+        Span::styled(
+            format!("anom {}", app.anomalies_total),
+            if app.anomalies_total > 0 {
+                t.fg(Color::Yellow)
+            } else {
+                Style::default()
+            },
+        ),
+    ];
+    let l3 = vec![Span::raw(pct)];
+    f.render_widget(
+        Paragraph::new(vec![Line::from(l1), Line::from(l2), Line::from(l3)]),
+        cols[0],
+    );
+    let data: Vec<u64> = app.per_second.iter().copied().collect();
+    f.render_widget(
+        Sparkline::default().data(&data).style(t.fg(Color::Green)),
+        cols[1],
+    );
+}
+
+fn outcome_style(t: &Theme, r: &Row) -> Style {
+    match r.outcome {
+        RowOutcome::Pending => t.fg(Color::Cyan),
+        RowOutcome::Notification => t.fg(Color::DarkGray),
+        RowOutcome::Result => t.fg(Color::Green),
+        _ => t.fg(Color::Red),
+    }
+}
+
+fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let rows = app.visible();
+    let sel = app.selected_index();
+    let height = area.height.saturating_sub(3) as usize;
+    let start = if sel >= height { sel + 1 - height } else { 0 };
+    let body: Vec<TRow> = rows
+        .iter()
+        .enumerate()
+        .skip(start)
+        .take(height.max(1))
+        .map(|(_, r)| {
+            let mark = if r.anomalies.is_empty() { " " } else { "!" };
+            TRow::new(vec![
+                Cell::from(clock(r.ts_ns)),
+                Cell::from(r.scope_short.clone()),
+                Cell::from(r.direction),
+                Cell::from(r.display_method()),
+                Cell::from(r.id.clone()),
+                Cell::from(Span::styled(r.outcome.label(), outcome_style(t, r))),
+                Cell::from(r.latency_us.map(dur).unwrap_or_default()),
+                Cell::from(size(r.size)),
+                Cell::from(Span::styled(mark, t.fg(Color::Yellow).patch(t.bold()))),
+            ])
+            .style(if !r.anomalies.is_empty() {
+                t.fg(Color::Yellow)
+            } else {
+                Style::default()
+            })
+        })
+        .collect();
+    let widths = [
+        Constraint::Length(12),
+        Constraint::Length(8),
+        Constraint::Length(3),
+        Constraint::Min(12),
+        Constraint::Length(8),
+        Constraint::Length(12),
+        Constraint::Length(8),
+        Constraint::Length(6),
+        Constraint::Length(1),
+    ];
+    let title = format!(
+        " {} of {} calls {}",
+        rows.len(),
+        app.rows.len(),
+        if app.follow { "(following) " } else { "" }
+    );
+    let table = Table::new(body, widths)
+        .header(
+            TRow::new(vec![
+                "time", "scope", "dir", "method", "id", "outcome", "latency", "size", "!",
+            ])
+            .style(t.bold()),
+        )
+        .block(Block::default().borders(Borders::ALL).title(title))
+        .row_highlight_style(t.selected());
+    let mut state = TableState::default();
+    if !rows.is_empty() {
+        state.select(Some(sel - start));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+/// JSON pretty-printed with simple syntax colours.
+fn json_lines(text: &str, t: &Theme) -> Vec<Line<'static>> {
+    let pretty = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| text.to_string());
+    pretty
+        .lines()
+        .take(2000)
+        .map(|l| {
+            let mut spans = Vec::new();
+            let trimmed = l.trim_start();
+            let indent = &l[..l.len() - trimmed.len()];
+            spans.push(Span::raw(indent.to_string()));
+            if let Some((k, v)) = trimmed.split_once("\": ") {
+                spans.push(Span::styled(format!("{k}\": "), t.fg(Color::Blue)));
+                spans.push(value_span(v, t));
+            } else {
+                spans.push(value_span(trimmed, t));
+            }
+            Line::from(spans)
+        })
+        .collect()
+}
+
+fn value_span(v: &str, t: &Theme) -> Span<'static> {
+    let s = v.trim_end_matches(',');
+    let style = if s.starts_with('"') {
+        t.fg(Color::Green)
+    } else if s.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+        t.fg(Color::Cyan)
+    } else if s == "true" || s == "false" || s == "null" {
+        t.fg(Color::Magenta)
+    } else {
+        Style::default()
+    };
+    Span::styled(v.to_string(), style)
+}
+
+fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let mut lines: Vec<Line> = Vec::new();
+    match app.selected_row() {
+        None => lines.push(Line::from("no call selected")),
+        Some(r) => {
+            lines.push(Line::from(vec![
+                Span::styled(r.display_method(), t.bold()),
+                Span::raw(format!(
+                    "  id {}  {}  {}",
+                    if r.id.is_empty() { "-" } else { &r.id },
+                    r.outcome.label(),
+                    r.latency_us.map(dur).unwrap_or_default()
+                )),
+            ]));
+            lines.push(Line::from(format!(
+                "exchange #{} · {} · {} · {}",
+                r.exchange, r.transport, r.direction, r.scope
+            )));
+            if let RowOutcome::Missing(why) | RowOutcome::Refused(why) = &r.outcome {
+                lines.push(Line::from(Span::styled(
+                    format!("why: {why}"),
+                    t.fg(Color::Red),
+                )));
+            }
+            for a in &r.anomaly_text {
+                lines.push(Line::from(Span::styled(
+                    format!("⚠ {a}"),
+                    t.fg(Color::Yellow),
+                )));
+            }
+            lines.push(Line::from(Span::styled("request", t.bold())));
+            match &r.request {
+                Some(q) => lines.extend(json_lines(q, t)),
+                None => lines.push(Line::from(
+                    "(text dropped: the detail budget keeps the newest calls)",
+                )),
+            }
+            if !r.stream.is_empty() {
+                lines.push(Line::from(Span::styled(
+                    format!("stream ({} events)", r.stream.len()),
+                    t.bold(),
+                )));
+                for e in &r.stream {
+                    lines.push(Line::from(Span::styled(e.clone(), t.fg(Color::DarkGray))));
+                }
+            }
+            lines.push(Line::from(Span::styled("reply", t.bold())));
+            match &r.reply {
+                Some(q) => lines.extend(json_lines(q, t)),
+                None => lines.push(Line::from("(none yet)")),
+            }
+        }
+    }
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(" detail (↑/↓ scroll, Esc close) "),
+            )
+            .wrap(Wrap { trim: false })
+            .scroll((app.detail_scroll, 0)),
+        area,
+    );
+}
+
+fn anomalies(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let sel = app.selected_index();
+    let height = area.height.saturating_sub(3) as usize;
+    let start = if sel >= height { sel + 1 - height } else { 0 };
+    let rows: Vec<TRow> = app
+        .anomaly_rows
+        .iter()
+        .skip(start)
+        .take(height.max(1))
+        .map(|(ts, code, scope, msg)| {
+            TRow::new(vec![
+                Cell::from(clock(*ts)),
+                Cell::from(Span::styled(code.clone(), t.fg(Color::Yellow))),
+                Cell::from(scope.chars().take(16).collect::<String>()),
+                Cell::from(msg.clone()),
+            ])
+        })
+        .collect();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(12),
+            Constraint::Length(20),
+            Constraint::Length(16),
+            Constraint::Min(20),
+        ],
+    )
+    .header(TRow::new(vec!["time", "code", "scope", "message"]).style(t.bold()))
+    .block(
+        Block::default()
+            .borders(Borders::ALL)
+            .title(format!(" {} anomalies ", app.anomalies_total)),
+    )
+    .row_highlight_style(t.selected());
+    let mut state = TableState::default();
+    if !app.anomaly_rows.is_empty() {
+        state.select(Some(sel - start));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let mut list: Vec<(&String, &super::app::MethodStats)> = app.methods.iter().collect();
+    list.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+    let rows: Vec<TRow> = list
+        .iter()
+        .map(|(m, s)| {
+            let (p50, _, p99) = percentiles(s.latencies.clone()).unwrap_or((0, 0, 0));
+            TRow::new(vec![
+                Cell::from((*m).clone()),
+                Cell::from(s.count.to_string()),
+                Cell::from(Span::styled(
+                    s.errors.to_string(),
+                    if s.errors > 0 {
+                        t.fg(Color::Red)
+                    } else {
+                        Style::default()
+                    },
+                )),
+                Cell::from(dur(p50)),
+                Cell::from(dur(p99)),
+            ])
+        })
+        .collect();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Min(20),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(9),
+            Constraint::Length(9),
+        ],
+    )
+    .header(TRow::new(vec!["method", "calls", "errors", "p50", "p99"]).style(t.bold()))
+    .block(Block::default().borders(Borders::ALL).title(" per method "))
+    .row_highlight_style(t.selected());
+    let mut state = TableState::default();
+    if !list.is_empty() {
+        state.select(Some(app.selected_index()));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let mut list: Vec<(&String, &super::app::SessionStats)> = app.sessions.iter().collect();
+    list.sort_by(|a, b| b.1.last_ns.cmp(&a.1.last_ns).then(a.0.cmp(b.0)));
+    let rows: Vec<TRow> = list
+        .iter()
+        .map(|(s, st)| {
+            TRow::new(vec![
+                Cell::from((*s).clone()),
+                Cell::from(st.calls.to_string()),
+                Cell::from(Span::styled(
+                    st.errors.to_string(),
+                    if st.errors > 0 {
+                        t.fg(Color::Red)
+                    } else {
+                        Style::default()
+                    },
+                )),
+                Cell::from(st.anomalies.to_string()),
+                Cell::from(clock(st.last_ns)),
+            ])
+        })
+        .collect();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Min(20),
+            Constraint::Length(7),
+            Constraint::Length(7),
+            Constraint::Length(9),
+            Constraint::Length(12),
+        ],
+    )
+    .header(TRow::new(vec!["scope", "calls", "errors", "anomalies", "last seen"]).style(t.bold()))
+    .block(
+        Block::default()
+            .borders(Borders::ALL)
+            .title(" sessions and exchanges "),
+    )
+    .row_highlight_style(t.selected());
+    let mut state = TableState::default();
+    if !list.is_empty() {
+        state.select(Some(app.selected_index()));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn status(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let line = if app.editing_filter {
+        Line::from(vec![
+            Span::styled("filter: ", t.bold()),
+            Span::raw(app.filter_input.clone()),
+            Span::raw("▏ (Enter apply, Esc cancel)"),
+        ])
+    } else {
+        let mut spans = vec![];
+        if !app.filter.is_empty() {
+            spans.push(Span::styled(
+                format!("filter: {}  ", app.filter),
+                t.fg(Color::Yellow),
+            ));
+        }
+        spans.push(Span::raw(if app.follow {
+            "following  "
+        } else {
+            "paused  "
+        }));
+        if !app.status.is_empty() {
+            spans.push(Span::styled(format!("{}  ", app.status), t.fg(Color::Cyan)));
+        }
+        spans.push(Span::styled(
+            "? help  / filter  Enter detail  Tab view  q quit",
+            t.fg(Color::DarkGray),
+        ));
+        Line::from(spans)
+    };
+    f.render_widget(Paragraph::new(line), area);
+}
+
+pub const HELP: [(&str, &str); 17] = [
+    ("↑/↓ j/k", "move (scroll in the detail pane)"),
+    ("PgUp/PgDn", "move a page"),
+    ("g / G", "first / newest (follow)"),
+    ("Enter", "open / close the detail pane"),
+    ("Tab", "next view: calls, anomalies, methods, sessions"),
+    (
+        "/",
+        "filter: method glob, error, anomaly, pending, session:…, id:…, text",
+    ),
+    ("Esc", "close the detail pane, else clear the filter"),
+    ("f", "follow the newest / pause"),
+    ("c", "clear the list"),
+    (
+        "y",
+        "copy the selected call as curl (OSC 52; also saved to a file)",
+    ),
+    (
+        "e",
+        "export the selected call (detail open) or the list as an exchange document",
+    ),
+    (
+        "r",
+        "re-send the selected request to the upstream (proxy mode)",
+    ),
+    ("mouse wheel", "scroll"),
+    ("?", "this help"),
+    ("q", "quit"),
+    ("", ""),
+    ("", "NO_COLOR=1 turns colours off"),
+];
+
+fn help(f: &mut Frame, t: &Theme, area: Rect) {
+    let w = area.width.min(78);
+    let h = (HELP.len() as u16 + 2).min(area.height);
+    let r = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    let lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, d)| {
+            Line::from(vec![
+                Span::styled(format!("{k:<12}"), t.bold()),
+                Span::raw(*d),
+            ])
+        })
+        .collect();
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" keys ")),
+        r,
+    );
+}
