@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Load benchmark, run by hand (not in CI): rpctap side by side with nginx and mitmproxy.
+#
+#   bash benches/load.sh            # 3 alternating rounds of 5 s each
+#   ROUNDS=5 SECS=10 bash benches/load.sh
+#
+# Installs what it needs (apt: nginx wrk; pip: mitmproxy into target/bench-venv), builds rpctap
+# in release mode, and prints a Markdown table. Everything runs on loopback; every loop is
+# bounded by ROUNDS × SECS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+SECS=${SECS:-5}
+CONNS=${CONNS:-50}
+WORK=$(mktemp -d /tmp/rpctap-bench.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx || ! need wrk; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
+fi
+VENV=target/bench-venv
+if [ ! -x "$VENV/bin/mitmdump" ]; then
+  python3 -m venv "$VENV" && "$VENV/bin/pip" install -q mitmproxy >/dev/null
+fi
+cargo build --release -q
+BIN=target/release/rpctap
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
+
+# The upstream: rpctap's demo server (answers every call with its own id, so nothing is flagged).
+UP=$(free_port); $BIN demo-server --listen 127.0.0.1:$UP 2>/dev/null & PIDS+=($!); UP_PID=$!
+wait_port $UP
+
+# nginx: proxy_pass with an upstream keep-alive pool, one worker.
+NG=$(free_port)
+cat > $WORK/nginx.conf <<NGX
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream up { server 127.0.0.1:$UP; keepalive 256; }
+  server {
+    listen 127.0.0.1:$NG;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+}
+NGX
+$NGINX -c $WORK/nginx.conf -g 'daemon off;' & PIDS+=($!)
+wait_port $NG
+NG_PID=$(cat $WORK/nginx.pid 2>/dev/null || true)
+sleep 0.3; NG_PID=$(pgrep -f "nginx: worker process" | head -1)
+
+RT=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RT --upstream http://127.0.0.1:$UP & PIDS+=($!); RT_PID=$!
+RR=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RR --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl & PIDS+=($!); RR_PID=$!
+RL=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RL --upstream http://127.0.0.1:$UP --limit 'tools/call=1000000/s' & PIDS+=($!); RL_PID=$!
+MP=$(free_port); $VENV/bin/mitmdump -q --mode reverse:http://127.0.0.1:$UP -p $MP --listen-host 127.0.0.1 & PIDS+=($!); MP_PID=$!
+for p in $RT $RR $RL $MP; do wait_port $p; done
+
+cat > $WORK/call.lua <<'LUA'
+local n = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  n = n + 1
+  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"tools/call","params":{"name":"search","arguments":{"query":"rust reverse proxy","limit":10}}}'
+  return wrk.format(nil, "/jsonrpc", nil, body)
+end
+LUA
+
+cpu_ticks() { awk '{print $14+$15}' /proc/$1/stat; }
+hwm_kib() { awk '/VmHWM/{print $2}' /proc/$1/status; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+declare -A RPS P50 P99 CPU
+run_one() { # name port pid
+  local name=$1 port=$2 pid=$3 c0 c1 out rps reqs
+  c0=$(cpu_ticks $pid)
+  out=$(wrk -t1 -c$CONNS -d${SECS}s --latency -s $WORK/call.lua http://127.0.0.1:$port 2>&1)
+  c1=$(cpu_ticks $pid)
+  rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
+  reqs=$(echo "$out" | awk '/requests in/{print $1}')
+  local p50 p99
+  p50=$(echo "$out" | awk '$1=="50%"{print $2}')
+  p99=$(echo "$out" | awk '$1=="99%"{print $2}')
+  local cpu_us
+  cpu_us=$(python3 -c "print(round(($c1-$c0)*$TICK_US/max($reqs,1),1))")
+  RPS[$name]+="$rps "; P50[$name]+="$p50 "; P99[$name]+="$p99 "; CPU[$name]+="$cpu_us "
+  echo "  $name: $rps req/s, p50 $p50, p99 $p99, $cpu_us µs CPU/request" >&2
+}
+
+NAMES=(direct nginx rpctap rpctap+record rpctap+limit mitmproxy)
+declare -A PORT=([direct]=$UP [nginx]=$NG [rpctap]=$RT [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
+declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [rpctap]=$RT_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
+for r in $(seq 1 $ROUNDS); do
+  echo "round $r" >&2
+  for n in "${NAMES[@]}"; do run_one "$n" "${PORT[$n]}" "${PID[$n]}"; done
+done
+
+median() { python3 -c "
+import sys,re
+def us(v):
+    m=re.match(r'([0-9.]+)(us|ms|s)?$',v)
+    x=float(m.group(1)); u=m.group(2) or ''
+    return x*{'us':1,'ms':1000,'s':1e6,'':1}[u]
+vals=sorted(us(v) for v in sys.argv[1:])
+print(vals[len(vals)//2])" $@; }
+
+echo
+echo "| setup | req/s | p50 µs | p99 µs | CPU µs/req | peak RSS MiB |"
+echo "|---|---|---|---|---|---|"
+declare -A MRPS MP50 MCPU
+for n in "${NAMES[@]}"; do
+  MRPS[$n]=$(median ${RPS[$n]}); MP50[$n]=$(median ${P50[$n]}); MCPU[$n]=$(median ${CPU[$n]})
+  rss=$(python3 -c "print(round($(hwm_kib ${PID[$n]})/1024,1))")
+  echo "| $n | ${MRPS[$n]} | ${MP50[$n]} | $(median ${P99[$n]}) | ${MCPU[$n]} | $rss |"
+done
+r() { python3 -c "print(round($1/$2,2))"; }
+echo
+echo "rpctap/nginx req/s: $(r ${MRPS[rpctap]} ${MRPS[nginx]}); with --record: $(r ${MRPS[rpctap+record]} ${MRPS[nginx]}); with a limit rule: $(r ${MRPS[rpctap+limit]} ${MRPS[nginx]})"
+echo "rpctap/nginx CPU per request: $(r ${MCPU[rpctap]} ${MCPU[nginx]}); p50 rpctap/nginx: $(r ${MP50[rpctap]} ${MP50[nginx]})"
+echo "rpctap/mitmproxy req/s: $(r ${MRPS[rpctap]} ${MRPS[mitmproxy]})"
+echo "recording: $(wc -l < $WORK/rec.jsonl) lines, $(grep -c '"event":"gap"' $WORK/rec.jsonl || true) gap records"
+
+# SSE: time to first event and events/s, direct vs through rpctap (the demo's slow tool).
+python3 - "$UP" "$RT" <<'PY'
+import http.client, json, sys, time, statistics
+up, rt = int(sys.argv[1]), int(sys.argv[2])
+def session(port):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    c.request("POST", "/mcp", json.dumps({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}),
+              {"content-type":"application/json","accept":"application/json, text/event-stream"})
+    r = c.getresponse(); sid = r.getheader("mcp-session-id"); r.read(); return c, sid
+def stream(c, sid, steps, delay):
+    body = json.dumps({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"steps":steps,"delay_ms":delay},"_meta":{"progressToken":1}}})
+    t0 = time.perf_counter()
+    c.request("POST", "/mcp", body, {"content-type":"application/json","accept":"application/json, text/event-stream","mcp-session-id":sid})
+    r = c.getresponse(); times = []; buf = b""
+    while True:
+        chunk = r.read1(65536)
+        if not chunk: break
+        buf += chunk
+        while b"\n\n" in buf:
+            _, buf = buf.split(b"\n\n", 1); times.append(time.perf_counter() - t0)
+    return times
+res = {}
+for name, port in (("direct", up), ("rpctap", rt)):
+    c, sid = session(port)
+    gaps = []
+    for _ in range(30):
+        t = stream(c, sid, 5, 20)
+        gaps += [t[i] - (i + 1) * 0.020 for i in range(min(5, len(t)))]
+    t = stream(c, sid, 20000, 0)
+    res[name] = (statistics.median(gaps) * 1e6, len(t) / t[-1])
+print()
+print("| SSE | event lateness vs schedule, median µs | events/s (20,000-event reply) |")
+print("|---|---|---|")
+for k, (lat, eps) in res.items():
+    print(f"| {k} | {lat:.0f} | {eps:.0f} |")
+print(f"\nadded latency per event through rpctap: {res['rpctap'][0] - res['direct'][0]:.0f} µs (median)")
+PY
+
+# Big body: a 100 MiB JSON-RPC reply, throughput and RSS growth of the proxy.
+python3 -c "
+import sys
+with open('$WORK/big.json','w') as f:
+    f.write('{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"'); f.write('x'*(100*1024*1024)); f.write('\"}')"
+BG=$(free_port)
+cat > $WORK/nginx-big.conf <<NGX
+worker_processes 1;
+pid $WORK/nginx-big.pid;
+error_log $WORK/nginx-big.err warn;
+events { worker_connections 64; }
+http { access_log off; server { listen 127.0.0.1:$BG; root $WORK; location / { default_type application/json; error_page 405 =200 \$uri; } } }
+NGX
+$NGINX -c $WORK/nginx-big.conf -g 'daemon off;' & PIDS+=($!)
+RB=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RB --upstream http://127.0.0.1:$BG & PIDS+=($!); RB_PID=$!
+wait_port $BG; wait_port $RB
+before=$(hwm_kib $RB_PID)
+direct=$(curl -s -o /dev/null -w '%{speed_download}' -X POST -H 'content-type: application/json' -d '{"jsonrpc":"2.0","method":"big","id":1}' http://127.0.0.1:$BG/big.json)
+via=$(curl -s -o /dev/null -w '%{speed_download}' -X POST -H 'content-type: application/json' -d '{"jsonrpc":"2.0","method":"big","id":1}' http://127.0.0.1:$RB/big.json)
+after=$(hwm_kib $RB_PID)
+echo
+echo "| 100 MiB reply | MB/s |"
+echo "|---|---|"
+echo "| direct | $(python3 -c "print(round($direct/1e6))") |"
+echo "| rpctap | $(python3 -c "print(round($via/1e6))") |"
+echo
+echo "rpctap peak RSS growth during the 100 MiB reply: $(python3 -c "print(round(($after-$before)/1024,1))") MiB"
