@@ -13,6 +13,9 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 CONNS=${CONNS:-50}
 WORK=$(mktemp -d /tmp/rpctap-bench.XXXXXX)
+chmod 755 "$WORK" # nginx's workers read the big-body file from here
+# nginx runs one worker; rpctap gets one worker thread too, for a like-for-like comparison.
+export RPCTAP_THREADS=${RPCTAP_THREADS:-1}
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -171,6 +174,7 @@ python3 -c "
 import sys
 with open('$WORK/big.json','w') as f:
     f.write('{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"'); f.write('x'*(100*1024*1024)); f.write('\"}')"
+chmod 644 $WORK/big.json
 BG=$(free_port)
 cat > $WORK/nginx-big.conf <<NGX
 worker_processes 1;

@@ -363,7 +363,9 @@ impl McpState {
                 );
                 let token = params.pointer("/_meta/progressToken").cloned();
                 for i in 1..=steps {
-                    tokio::time::sleep(delay).await;
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     if let (Some(tx), Some(tok)) = (sink, token.as_ref()) {
                         let note = json!({ "jsonrpc": "2.0", "method": "notifications/progress",
                             "params": { "progressToken": tok, "progress": i, "total": steps, "message": format!("step {i} of {steps}") } });

@@ -108,7 +108,8 @@ pub struct RequestMeta<'a> {
     pub content_type: Option<&'a str>,
     /// `Mcp-Session-Id`.
     pub session: Option<&'a str>,
-    pub peer: String,
+    /// Formatted only when someone listens.
+    pub peer: Option<std::net::SocketAddr>,
     pub headers: Option<&'a http::HeaderMap>,
 }
 
@@ -245,7 +246,7 @@ impl Inspector {
                     Some(q) => format!("{}?{}", meta.path, q),
                     None => meta.path.to_string(),
                 },
-                peer: meta.peer.clone(),
+                peer: meta.peer.map(|p| p.to_string()).unwrap_or_default(),
                 session: meta.session.map(str::to_string),
             }));
         }

@@ -161,7 +161,7 @@ impl Proxy {
             query: req.uri().query(),
             content_type: content_type.as_deref(),
             session: session.as_deref(),
-            peer: peer.to_string(),
+            peer: Some(peer),
             headers: Some(req.headers()),
         });
         let upgrade = headers::is_upgrade(req.headers());
