@@ -86,16 +86,22 @@ fn python(venv: &Path, script: &str, args: &[&str]) -> Command {
 }
 
 async fn run_client(venv: &Path, url: &str) -> serde_json::Value {
+    run_script(venv, "mcp1_client.py", &[url]).await
+}
+
+async fn run_script(venv: &Path, script: &str, args: &[&str]) -> serde_json::Value {
     let venv = venv.to_path_buf();
-    let url = url.to_string();
+    let script = script.to_string();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let out = tokio::task::spawn_blocking(move || {
-        python(&venv, "mcp1_client.py", &[&url]).output().unwrap()
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        python(&venv, &script, &a).output().unwrap()
     })
     .await
     .unwrap();
     assert!(
         out.status.success(),
-        "client failed against {}: {}",
+        "client failed: {}: {}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -187,6 +193,77 @@ async fn python_sdk_v1_in_every_server_mode() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
+    let env = venv("mcp2", &["mcp>=2,<3"]);
+    let dir = std::env::temp_dir().join(format!("rpctap-interop2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for mode in ["sse", "json", "stateless", "stateless-json"] {
+        let port = free_port();
+        let _server = Proc(
+            python(&env, "mcp2_server.py", &[mode, &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_port(port).await;
+        let upstream = format!("http://127.0.0.1:{port}");
+        for client_mode in ["auto", "legacy"] {
+            let file = dir.join(format!("{mode}-{client_mode}.jsonl"));
+            let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+            let direct = run_script(
+                &env,
+                "mcp2_client.py",
+                &[&format!("{upstream}/mcp"), client_mode],
+            )
+            .await;
+            let via = run_script(
+                &env,
+                "mcp2_client.py",
+                &[&format!("http://{}/mcp", proxy.addr), client_mode],
+            )
+            .await;
+            assert_eq!(
+                direct, via,
+                "{mode}/{client_mode}: the client saw the same through rpctap"
+            );
+            assert_eq!(
+                via["add"]["content"][0]["text"], "5",
+                "{mode}/{client_mode}"
+            );
+            assert_eq!(via["fail"]["isError"], true);
+            let ev = proxy.drain().await;
+            let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
+            assert_eq!(codes, vec!["TOOL_ERROR"], "{mode}/{client_mode}: {codes:?}");
+            assert!(
+                calls(&ev)
+                    .iter()
+                    .all(|c| !matches!(c.outcome, rpctap::events::Outcome::Missing { .. })),
+                "{mode}/{client_mode}"
+            );
+            drop(proxy.stop);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let out = Command::new(BIN)
+                .args(["check", file.to_str().unwrap()])
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{mode}/{client_mode}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            let out = Command::new(BIN)
+                .args(["replay", file.to_str().unwrap(), "--target", &upstream])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "{mode}/{client_mode}: {text}");
+        }
+    }
+}
+
 /// The JSON-RPC 2.0 specification's examples (section 7).
 const SPEC_EXAMPLES: [&str; 11] = [
     r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#,
@@ -264,4 +341,39 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
         vec![], // all notifications: no reply
     ];
     assert_eq!(per_example, expected);
+}
+
+#[test]
+fn har_export_opens_in_mitmproxy() {
+    let env = venv("mitmproxy", &["mitmproxy"]);
+    let har = std::env::temp_dir().join(format!("rpctap-{}.har", std::process::id()));
+    let rec = root().join("recordings/demo.jsonl");
+    let out = Command::new(BIN)
+        .args([
+            "export",
+            rec.to_str().unwrap(),
+            "--format",
+            "har",
+            "-o",
+            har.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = Command::new(env.join("bin/mitmdump"))
+        .args(["-n", "-r", har.to_str().unwrap(), "--flow-detail", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every recorded exchange is read back as a flow, with its status.
+    assert_eq!(text.matches("POST http://").count(), 10, "{text}");
+    assert!(
+        text.contains("<< 204 No Content") && text.contains("<< 202 Accepted"),
+        "{text}"
+    );
 }

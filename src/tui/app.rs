@@ -82,6 +82,15 @@ impl Row {
     }
 }
 
+/// The HTTP side of an exchange, for the detail pane.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpMeta {
+    pub method: String,
+    pub path: String,
+    pub status: Option<u16>,
+    pub content_type: Option<String>,
+}
+
 /// The tabs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
@@ -173,6 +182,8 @@ pub struct App {
     pub methods: HashMap<String, MethodStats>,
     pub sessions: HashMap<String, SessionStats>,
     pub anomaly_rows: VecDeque<(u64, String, String, String)>,
+    /// exchange → its HTTP request line and status (dropped with the exchange's rows).
+    pub http: HashMap<u64, HttpMeta>,
     pub dropped: u64,
     pub view: View,
     /// Index into the filtered list of the current view.
@@ -217,6 +228,7 @@ impl App {
             methods: HashMap::new(),
             sessions: HashMap::new(),
             anomaly_rows: VecDeque::new(),
+            http: HashMap::new(),
             dropped: 0,
             view: View::Calls,
             selected: 0,
@@ -269,6 +281,9 @@ impl App {
             if let Some(old) = self.rows.pop_front() {
                 self.detail_bytes -= old.detail_bytes();
                 self.by_exchange.remove(&old.exchange);
+                if self.rows.front().is_none_or(|r| r.exchange != old.exchange) {
+                    self.http.remove(&old.exchange);
+                }
             }
             if !self.follow && self.selected > 0 {
                 self.selected -= 1;
@@ -352,6 +367,22 @@ impl App {
                     c.ts,
                 );
             }
+            Event::Http(crate::events::HttpEvent::Request {
+                exchange,
+                method,
+                path,
+                ..
+            }) => {
+                self.apply_http_request(*exchange, method, path);
+            }
+            Event::Http(crate::events::HttpEvent::Response {
+                exchange,
+                status,
+                content_type,
+                ..
+            }) => {
+                self.apply_http_response(*exchange, *status, content_type.clone());
+            }
             Event::Anomaly(a) => {
                 self.apply_anomaly(
                     a.exchange,
@@ -363,6 +394,34 @@ impl App {
                 );
             }
             _ => {}
+        }
+    }
+
+    pub fn apply_http_request(&mut self, exchange: u64, method: &str, path: &str) {
+        if self.http.len() >= self.max_rows * 2 {
+            // Exchanges without rows (GET pages…) must not accumulate.
+            let min = exchange.saturating_sub(self.max_rows as u64);
+            self.http.retain(|k, _| *k > min);
+        }
+        self.http.insert(
+            exchange,
+            HttpMeta {
+                method: method.to_string(),
+                path: path.to_string(),
+                ..Default::default()
+            },
+        );
+    }
+
+    pub fn apply_http_response(
+        &mut self,
+        exchange: u64,
+        status: u16,
+        content_type: Option<String>,
+    ) {
+        if let Some(h) = self.http.get_mut(&exchange) {
+            h.status = Some(status);
+            h.content_type = content_type;
         }
     }
 

@@ -171,6 +171,18 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
                     c.ts,
                 );
             }
+            RecEvent::Http(RecHttp::Request {
+                exchange,
+                method,
+                path,
+                ..
+            }) => app.apply_http_request(*exchange, method, path),
+            RecEvent::Http(RecHttp::Response {
+                exchange,
+                status,
+                content_type,
+                ..
+            }) => app.apply_http_response(*exchange, *status, content_type.clone()),
             RecEvent::Anomaly(a) => app.apply_anomaly(
                 a.exchange,
                 &a.scope,

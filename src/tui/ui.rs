@@ -310,6 +310,17 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                     r.latency_us.map(dur).unwrap_or_default()
                 )),
             ]));
+            if let Some(h) = app.http.get(&r.exchange) {
+                lines.push(Line::from(format!(
+                    "{} {} → {} {}",
+                    h.method,
+                    h.path,
+                    h.status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "…".into()),
+                    h.content_type.as_deref().unwrap_or("")
+                )));
+            }
             lines.push(Line::from(format!(
                 "exchange #{} · {} · {} · {}",
                 r.exchange, r.transport, r.direction, r.scope

@@ -1,0 +1,50 @@
+"""An MCP server built with the official Python SDK 2.x (MCPServer), for rpctap's interop tests.
+
+usage: mcp2_server.py MODE PORT   (MODE: sse | json | stateless | stateless-json)
+"""
+import sys
+
+from mcp.server.mcpserver import Context, MCPServer
+
+mode, port = sys.argv[1], int(sys.argv[2])
+server = MCPServer("interop-py2")
+
+
+@server.tool()
+def add(a: int, b: int) -> str:
+    """Adds two numbers."""
+    return str(a + b)
+
+
+@server.tool()
+async def slow(steps: int, ctx: Context) -> str:
+    """Reports progress and logs before answering."""
+    for i in range(steps):
+        await ctx.report_progress(i + 1, steps)
+        await ctx.info(f"step {i + 1}")
+    return f"done after {steps} steps"
+
+
+@server.tool()
+def fail() -> str:
+    """Always raises: the SDK answers with isError: true."""
+    raise ValueError("this tool always fails")
+
+
+@server.resource("demo://readme")
+def readme() -> str:
+    return "interop readme"
+
+
+@server.prompt()
+def greet(name: str) -> str:
+    return f"Say hello to {name}."
+
+
+server.run(
+    transport="streamable-http",
+    host="127.0.0.1",
+    port=port,
+    json_response=mode in ("json", "stateless-json"),
+    stateless_http=mode.startswith("stateless"),
+)
