@@ -264,6 +264,15 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
     }
 }
 
+/// The Node peers; `node@22` brings the Node 22 the conformance suite needs, without a system
+/// install.
+const NODE_PACKAGES: &[&str] = &[
+    "@modelcontextprotocol/server-everything@2026.8.31",
+    "@modelcontextprotocol/sdk@1.32.2",
+    "@modelcontextprotocol/conformance@0.1.16",
+    "node@22",
+];
+
 /// npm packages under target/interop/node (installed once).
 fn node_modules(packages: &[&str]) -> PathBuf {
     let _g = SETUP.lock().unwrap_or_else(|p| p.into_inner());
@@ -425,6 +434,67 @@ async fn typescript_sdk_client_and_server_everything() {
             assert_eq!(out.status.code(), Some(0), "{text}");
         }
     }
+}
+
+/// Per-scenario verdict lines of the conformance suite (`✓ name: N passed, M failed`).
+fn verdicts(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with('✓') || l.starts_with('✗'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
+    let dir = node_modules(NODE_PACKAGES);
+    let node22 = dir.join("node_modules/node/bin/node");
+    let suite = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let server_js = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let port = free_port();
+    let _server = Proc(
+        Command::new("node")
+            .arg(&server_js)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(port).await;
+    let upstream = format!("http://127.0.0.1:{port}");
+    let mut proxy = start_proxy(&upstream).await;
+    let work = std::env::temp_dir().join(format!("rpctap-conformance-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let run = |url: String| {
+        let (node22, suite, work) = (node22.clone(), suite.clone(), work.clone());
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new(&node22)
+                .arg(&suite)
+                .args(["server", "--url", &url])
+                .current_dir(&work)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr)
+        })
+    };
+    let direct = run(format!("{upstream}/mcp")).await.unwrap();
+    let via = run(format!("http://{}/mcp", proxy.addr)).await.unwrap();
+    let (d, v) = (verdicts(&direct), verdicts(&via));
+    assert!(d.len() >= 20, "the suite ran its scenarios: {direct}");
+    assert_eq!(d, v, "every scenario's verdict is the same through rpctap");
+    // server-everything is not the suite's reference server, so some scenarios fail — identically.
+    // What rpctap flags on this traffic is what the suite sends wrong on purpose.
+    let ev = proxy.drain().await;
+    let codes: std::collections::BTreeSet<String> =
+        anomalies(&ev).into_iter().map(|a| a.0).collect();
+    eprintln!("conformance traffic through rpctap flagged: {codes:?}");
+    // Only the tool errors the suite provokes on purpose (tools-call-error) — warnings.
+    assert_eq!(
+        codes.into_iter().collect::<Vec<_>>(),
+        vec!["TOOL_ERROR".to_string()]
+    );
 }
 
 /// The JSON-RPC 2.0 specification's examples (section 7).
