@@ -436,6 +436,99 @@ async fn typescript_sdk_client_and_server_everything() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion_order() {
+    let dir = node_modules(NODE_PACKAGES);
+    let server_js = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let port = free_port();
+    let _server = Proc(
+        Command::new("node")
+            .arg(&server_js)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(port).await;
+    let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut proxy = start_proxy(&format!("http://{upstream}")).await;
+    let mut seen = Vec::new();
+    for addr in [upstream, proxy.addr] {
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"batch","version":"1"}}}"#;
+        let r = send(
+            addr,
+            "POST",
+            "/mcp",
+            &[("content-type", "application/json"), MCP_ACCEPT],
+            init,
+        )
+        .await;
+        assert_eq!(
+            sse_data(&r.text())[0]["result"]["protocolVersion"],
+            "2025-03-26"
+        );
+        let sid = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+        let h = [
+            ("content-type", "application/json"),
+            MCP_ACCEPT,
+            ("mcp-session-id", sid.as_str()),
+            ("mcp-protocol-version", "2025-03-26"),
+        ];
+        send(
+            addr,
+            "POST",
+            "/mcp",
+            &h,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        )
+        .await;
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":0.3,"steps":2}}},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"message":"fast"}}}]"#;
+        let r = send(addr, "POST", "/mcp", &h, batch).await;
+        assert_eq!(r.status, 200);
+        // The replies, in the order they came: the fast call first.
+        let ids: Vec<serde_json::Value> = sse_data(&r.text())
+            .into_iter()
+            .flat_map(|v| {
+                if v.is_array() {
+                    v.as_array().unwrap().clone()
+                } else {
+                    vec![v]
+                }
+            })
+            .filter(|m| m.get("id").is_some())
+            .map(|m| m["id"].clone())
+            .collect();
+        seen.push(ids);
+        send(
+            addr,
+            "DELETE",
+            "/mcp",
+            &[("mcp-session-id", sid.as_str())],
+            "",
+        )
+        .await;
+    }
+    assert_eq!(
+        seen[0],
+        vec![serde_json::json!(2), serde_json::json!(1)],
+        "completion order, direct"
+    );
+    assert_eq!(seen[0], seen[1], "the same through rpctap");
+    let ev = proxy.drain().await;
+    assert!(
+        anomalies(&ev).is_empty(),
+        "batch replies one per SSE event are legitimate: {:?}",
+        anomalies(&ev)
+    );
+    let c = calls(&ev);
+    assert!(c
+        .iter()
+        .filter(|c| &*c.method == "tools/call")
+        .all(|c| c.outcome == rpctap::events::Outcome::Result));
+}
+
 /// Per-scenario verdict lines of the conformance suite (`✓ name: N passed, M failed`).
 fn verdicts(out: &str) -> Vec<String> {
     out.lines()

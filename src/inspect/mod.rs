@@ -726,7 +726,13 @@ impl ExchangeCtx {
                 );
             }
             Body::Single(env) => {
-                if self.req.batch && !self.is_get_stream && env.kind.is_response() {
+                // Over SSE a batch's replies may come one per event (MCP 2025-03-26: "these
+                // responses MAY be batched"); only a JSON body must be an array.
+                if self.req.batch
+                    && !self.is_get_stream
+                    && transport == Transport::Json
+                    && env.kind.is_response()
+                {
                     let whole_request_error = env.kind == Kind::Error
                         && env.id == Some(Id::Null)
                         && matches!(env.error_code, Some(-32700 | -32600));
