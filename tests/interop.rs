@@ -190,6 +190,46 @@ async fn python_sdk_v1_in_every_server_mode() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{mode}: {text}");
         assert!(text.contains(" 0 failed"), "{text}");
+
+        if !mode.starts_with("stateless") {
+            // Session handling: an unknown session is 404, a missing one 400 — identical through
+            // rpctap. Real-world quirk: the SDK's error body carries the made-up id
+            // "server-error" instead of the request's id (or null), so rpctap rightly reports an
+            // UNMATCHED_RESPONSE for it and a MISSING_RESPONSE for the call, each time.
+            let mut quirk = start_proxy(&upstream).await;
+            let h_bad = [
+                ("content-type", "application/json"),
+                MCP_ACCEPT,
+                ("mcp-session-id", "no-such-session"),
+            ];
+            let h_none = [("content-type", "application/json"), MCP_ACCEPT];
+            let call = r#"{"jsonrpc":"2.0","id":99,"method":"tools/list"}"#;
+            let up: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            for h in [&h_bad[..], &h_none[..]] {
+                let d = send(up, "POST", "/mcp", h, call).await;
+                let v = send(quirk.addr, "POST", "/mcp", h, call).await;
+                assert_eq!(
+                    (d.status, d.body.clone()),
+                    (v.status, v.body.clone()),
+                    "{mode}"
+                );
+                assert!(d.status == 404 || d.status == 400, "{mode}: {}", d.status);
+                assert_eq!(
+                    v.json()["id"],
+                    "server-error",
+                    "{mode}: the quirk is still there"
+                );
+            }
+            let got = anomalies(&quirk.drain().await);
+            let one = vec![
+                (
+                    "UNMATCHED_RESPONSE".to_string(),
+                    Some("\"server-error\"".to_string()),
+                ),
+                ("MISSING_RESPONSE".to_string(), Some("99".to_string())),
+            ];
+            assert_eq!(got, [one.clone(), one].concat(), "{mode}");
+        }
     }
 }
 
@@ -631,7 +671,9 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
     );
     wait_port(port).await;
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut proxy = start_proxy(&format!("http://{upstream}")).await;
+    let file = std::env::temp_dir().join(format!("rpctap-jsonrpc-{}.jsonl", std::process::id()));
+    let mut proxy =
+        start_proxy_flags(&format!("http://{upstream}"), recording_proxy_flags(&file)).await;
     let mut per_example = Vec::new();
     for body in SPEC_EXAMPLES {
         let direct = post_json(upstream, "/", body).await;
@@ -663,10 +705,48 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
         vec!["INVALID_ENVELOPE"], // method 1
         vec!["PARSE_ERROR"],      // invalid batch JSON
         vec![], // empty batch: the library answers the single -32600, as the spec says
-        vec!["INVALID_ENVELOPE"], // {"foo": "boo"}
+        // {"foo": "boo"} — and a real quirk of the library: it answers this valid, non-empty batch
+        // with one -32600 object instead of an array with a reply per call (the spec allows a
+        // single object only for unreadable or empty batches), so the batch reply is flagged.
+        vec!["INVALID_ENVELOPE", "INVALID_BATCH_REPLY"],
         vec![], // all notifications: no reply
     ];
     assert_eq!(per_example, expected);
+    drop(proxy.stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The recording checks with exactly the deliberate findings, and replays with 0 failures.
+    let out = Command::new(BIN)
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut found: Vec<String> = text
+        .lines()
+        .flat_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["result"]["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["code"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    found.sort();
+    // Unparsable frames are kept in the recording as JSON strings, so offline they read as
+    // "not an object" (INVALID_ENVELOPE) rather than PARSE_ERROR: four deliberate findings.
+    assert_eq!(found, vec!["INVALID_ENVELOPE"; 4], "{text}");
+    let out = Command::new(BIN)
+        .args([
+            "replay",
+            file.to_str().unwrap(),
+            "--target",
+            &format!("http://{upstream}"),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
 }
 
 #[test]

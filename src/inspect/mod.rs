@@ -733,9 +733,15 @@ impl ExchangeCtx {
                     && transport == Transport::Json
                     && env.kind.is_response()
                 {
+                    // The spec allows a single reply only when the batch itself could not be
+                    // read: not JSON (then it was no batch here) or an empty array.
+                    let empty_batch = self.req.calls.is_empty()
+                        && self.req.notifications == 0
+                        && self.req.responses == 0;
                     let whole_request_error = env.kind == Kind::Error
                         && env.id == Some(Id::Null)
-                        && matches!(env.error_code, Some(-32700 | -32600));
+                        && matches!(env.error_code, Some(-32700 | -32600))
+                        && empty_batch;
                     if !whole_request_error {
                         self.cur = Some((Direction::ServerToClient, None));
                         flag(

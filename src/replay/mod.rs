@@ -219,6 +219,15 @@ fn recorded_reply<'a>(rec: &'a Recording, call: &RecMessage) -> Option<&'a RecMe
                     && m.id_text() == Some(id)
             })
         })
+        // A null-id error that answered the whole request (`"id": null` reads back as no id).
+        .or_else(|| {
+            rec.messages().find(|m| {
+                !m.is_c2s()
+                    && m.kind == "error"
+                    && m.exchange == call.exchange
+                    && matches!(m.id_text(), None | Some("null"))
+            })
+        })
 }
 
 fn recorded_outcome(rec: &Recording, call: &RecMessage) -> (String, Option<u16>) {
@@ -397,7 +406,8 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
                 ("refused", _) => "Refused".to_string(),
                 _ => "No reply".to_string(),
             };
-            let got = replies.get(&id);
+            // A null-id error answers the whole request when there is no reply of its own.
+            let got = replies.get(&id).or_else(|| replies.get("null"));
             let (verdict, pass, diffs) = match got {
                 None => {
                     let v = match status {
