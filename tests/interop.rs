@@ -58,14 +58,6 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn wait_port(port: u16) {
     for _ in 0..400 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port))

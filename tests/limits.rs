@@ -313,11 +313,7 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
         "reload",
         "[[limit]]\nname = \"v1\"\nmethod = \"add\"\nrate = \"1/h\"\n",
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_rpctap"))
         .args([

@@ -159,9 +159,7 @@ fn tokio_stream_from<T: Send + 'static>(
 #[tokio::test]
 async fn upstream_down_gives_502_with_the_call_id() {
     // A port with nothing listening.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = l.local_addr().unwrap();
-    drop(l);
+    let dead: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut proxy = start_proxy(&format!("http://{dead}")).await;
     let r = post_json(
         proxy.addr,
@@ -513,11 +511,7 @@ fn cli_usage_errors_name_the_flag_and_exit_2() {
 
 #[test]
 fn binary_runs_and_exits_0_on_sigterm() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
         .args(["demo", "--no-tui", "--listen", &format!("127.0.0.1:{port}")])
         .stdout(std::process::Stdio::piped())

@@ -17,14 +17,6 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn wait_listening(addr: std::net::SocketAddr) {
     for _ in 0..200 {
         if TcpStream::connect(addr).await.is_ok() {

@@ -187,11 +187,7 @@ async fn server_to_client_requests_are_answered_by_a_client_post() {
 
 #[test]
 fn json_log_is_one_json_object_per_line() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
         .args([
             "demo",

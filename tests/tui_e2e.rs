@@ -65,11 +65,7 @@ fn demo_dashboard_shows_calls_and_restores_the_terminal() {
         tmux_available(),
         "tmux is needed and could not be installed"
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let t = Tmux(format!("rpctap-test-{}", std::process::id()));
     t.cmd(&[
         "new-session",

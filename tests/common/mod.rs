@@ -22,6 +22,24 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+/// A free port outside the kernel's ephemeral range (32768–60999 on Linux by default), for a
+/// server the test starts as a child process. Ports from `bind(127.0.0.1:0)` are ephemeral: after
+/// such a probe is dropped, another test of this process binding port 0 can be handed the same
+/// port before the child listens on it (seen in CI). Here a per-process counter makes every port
+/// distinct within the process, and the range keeps them away from port-0 binds.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = (std::process::id() % 480) * 25;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + ((offset + n) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// Stops a server when dropped.
 pub struct Stop(Option<oneshot::Sender<()>>);
 impl Drop for Stop {
