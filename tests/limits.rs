@@ -276,7 +276,7 @@ async fn concurrency_limit_releases_when_the_reply_ends() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_pending(&p.inspector, 1).await; // the first sleep holds the permit
     let second = post_json(
         addr,
         "/jsonrpc",

@@ -482,7 +482,7 @@ async fn graceful_shutdown_lets_in_flight_calls_finish() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_pending(&proxy.inspector, 1).await; // in flight before the shutdown starts
     drop(proxy.stop);
     let r = inflight.await.unwrap();
     assert_eq!(r.status, 200);

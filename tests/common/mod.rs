@@ -89,6 +89,17 @@ impl TestProxy {
     }
 }
 
+/// Waits (up to 10 s) until the inspector holds `n` pending calls: the calls reached the proxy.
+pub async fn wait_pending(inspector: &Inspector, n: usize) {
+    for _ in 0..1000 {
+        if inspector.pending_calls() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never saw {n} pending calls");
+}
+
 pub async fn start_proxy_flags(upstream: &str, flags: ProxyFlags) -> TestProxy {
     let mut flags = flags;
     flags.log.get_or_insert(rpctap::cli::LogFormat::Off);
