@@ -373,6 +373,30 @@ fn end_call(
     }
 }
 
+/// Ends a call and each of its duplicates (same id, still pending) with the same outcome.
+fn end_with_copies(
+    inner: &Inner,
+    key: &PendingKey,
+    p: Pending,
+    outcome: &Outcome,
+    response_index: Option<u32>,
+    mut defer: Option<&mut Vec<Event>>,
+) {
+    for _ in 0..=p.extra {
+        let mut one = p.clone();
+        one.extra = 0;
+        end_call(
+            inner,
+            key,
+            one,
+            outcome.clone(),
+            &[],
+            response_index,
+            defer.as_deref_mut(),
+        );
+    }
+}
+
 /// Ends a call (and each of its duplicates) as missing.
 fn end_missing(inner: &Inner, key: &PendingKey, p: Pending, reason: &str, anomaly: bool) {
     let copies = 1 + p.extra;
@@ -1096,19 +1120,8 @@ impl ExchangeCtx {
             if dir == Direction::ServerToClient && !self.is_get_stream {
                 for k in self.req.calls.clone() {
                     if let Some(p) = inner.correlator.remove_all(&k) {
-                        for _ in 0..=p.extra {
-                            let mut p1 = p.clone();
-                            p1.extra = 0;
-                            end_call(
-                                &inner,
-                                &k,
-                                p1,
-                                outcome.clone(),
-                                &[],
-                                self.cur.and_then(|c| c.1),
-                                Some(&mut self.deferred),
-                            );
-                        }
+                        let at = self.cur.and_then(|c| c.1);
+                        end_with_copies(&inner, &k, p, &outcome, at, Some(&mut self.deferred));
                     }
                 }
             }
@@ -1299,21 +1312,10 @@ impl ExchangeCtx {
                         && !(200..300).contains(&self.status)
                         && self.status != 0
                     {
-                        for _ in 0..=p.extra {
-                            let mut p1 = p.clone();
-                            p1.extra = 0;
-                            end_call(
-                                &inner,
-                                &k,
-                                p1,
-                                Outcome::Rejected {
-                                    status: self.status,
-                                },
-                                &[],
-                                None,
-                                None,
-                            );
-                        }
+                        let rejected = Outcome::Rejected {
+                            status: self.status,
+                        };
+                        end_with_copies(&inner, &k, p, &rejected, None, None);
                     } else {
                         end_missing(&inner, &k, p, &why, true);
                     }
