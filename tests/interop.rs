@@ -59,16 +59,7 @@ impl Drop for Proc {
 }
 
 async fn wait_port(port: u16) {
-    for _ in 0..400 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("port {port} never opened");
+    wait_listening(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
 }
 
 fn python(venv: &Path, script: &str, args: &[&str]) -> Command {

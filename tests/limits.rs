@@ -331,12 +331,7 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_listening(addr).await;
     let add = |id: u32| format!(r#"{{"jsonrpc":"2.0","method":"add","params":[1],"id":{id}}}"#);
     assert_eq!(
         post_json(addr, "/jsonrpc", &add(1)).await.json()["result"],

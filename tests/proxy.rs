@@ -521,19 +521,14 @@ fn binary_runs_and_exits_0_on_sigterm() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let ok = rt.block_on(async {
-        for _ in 0..100 {
-            if TcpStream::connect(addr).await.is_ok() {
-                let r = post_json(
-                    addr,
-                    "/jsonrpc",
-                    r#"{"jsonrpc":"2.0","method":"add","params":[40,2],"id":1}"#,
-                )
-                .await;
-                return r.json()["result"] == 42;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
+        wait_listening(addr).await;
+        let r = post_json(
+            addr,
+            "/jsonrpc",
+            r#"{"jsonrpc":"2.0","method":"add","params":[40,2],"id":1}"#,
+        )
+        .await;
+        r.json()["result"] == 42
     });
     assert!(ok);
     unsafe_kill_term(child.id());

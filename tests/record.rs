@@ -6,7 +6,6 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
 
@@ -15,16 +14,6 @@ fn tmp(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-async fn wait_listening(addr: std::net::SocketAddr) {
-    for _ in 0..200 {
-        if TcpStream::connect(addr).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{addr} never listened");
 }
 
 struct Child(std::process::Child);

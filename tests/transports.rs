@@ -203,12 +203,7 @@ fn json_log_is_one_json_object_per_line() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     rt.block_on(async {
-        for _ in 0..100 {
-            if TcpStream::connect(addr).await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_listening(addr).await;
         post_json(addr, "/jsonrpc", r#"[{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1},{"jsonrpc":"2.0","method":"echo","id":1}]"#).await;
     });
     let _ = std::process::Command::new("kill")

@@ -40,6 +40,17 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Waits (up to 10 s) until something listens on `addr`, e.g. a child process the test started.
+pub async fn wait_listening(addr: SocketAddr) {
+    for _ in 0..400 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{addr} never listened");
+}
+
 /// Stops a server when dropped.
 pub struct Stop(Option<oneshot::Sender<()>>);
 impl Drop for Stop {
