@@ -131,42 +131,62 @@ echo "rpctap/nginx CPU per request: $(r ${MCPU[rpctap]} ${MCPU[nginx]}); p50 rpc
 echo "rpctap/mitmproxy req/s: $(r ${MRPS[rpctap]} ${MRPS[mitmproxy]})"
 echo "recording: $(wc -l < $WORK/rec.jsonl) lines, $(grep -c '"event":"gap"' $WORK/rec.jsonl || true) gap records"
 
-# SSE: time to first event and events/s, direct vs through rpctap (the demo's slow tool).
+# SSE, per-event latency: a Python upstream writes 20 events 5 ms apart, each stamped with its
+# monotonic write time; the client reads them directly, through nginx (proxy_buffering off) and
+# through rpctap, alternating, and reports read time - write time.
+SU=$(free_port); python3 benches/sse_latency.py serve $SU 20 0.005 & PIDS+=($!)
+SN=$(free_port)
+cat > $WORK/nginx-sse.conf <<NGX
+worker_processes 1;
+pid $WORK/nginx-sse.pid;
+error_log $WORK/nginx-sse.err warn;
+events { worker_connections 64; }
+http { access_log off; upstream up { server 127.0.0.1:$SU; keepalive 16; }
+  server { listen 127.0.0.1:$SN; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
+NGX
+$NGINX -c $WORK/nginx-sse.conf -g 'daemon off;' & PIDS+=($!)
+SR=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$SR --upstream http://127.0.0.1:$SU & PIDS+=($!)
+for p in $SU $SN $SR; do wait_port $p; done
+declare -A SSE=()
+for r in $(seq 1 $((ROUNDS * 2))); do
+  for n in direct nginx rpctap; do
+    port=$([ $n = direct ] && echo $SU || ([ $n = nginx ] && echo $SN || echo $SR))
+    SSE[$n]+="$(python3 benches/sse_latency.py measure $port 10) "
+  done
+done
+echo
+echo "| SSE event latency (20 events × 10 calls × $((ROUNDS * 2)) rounds) | median µs, upstream write → client read |"
+echo "|---|---|"
+for n in direct nginx rpctap; do echo "| $n | $(median ${SSE[$n]}) |"; done
+echo
+echo "added per event: rpctap $(python3 -c "print(round($(median ${SSE[rpctap]}) - $(median ${SSE[direct]})))") µs, nginx $(python3 -c "print(round($(median ${SSE[nginx]}) - $(median ${SSE[direct]})))") µs"
+
+# SSE throughput: one 20,000-event reply from the demo's slow tool, direct vs through rpctap.
 python3 - "$UP" "$RT" <<'PY'
-import http.client, json, sys, time, statistics
+import http.client, json, sys, time
 up, rt = int(sys.argv[1]), int(sys.argv[2])
 def session(port):
     c = http.client.HTTPConnection("127.0.0.1", port)
     c.request("POST", "/mcp", json.dumps({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}),
               {"content-type":"application/json","accept":"application/json, text/event-stream"})
     r = c.getresponse(); sid = r.getheader("mcp-session-id"); r.read(); return c, sid
-def stream(c, sid, steps, delay):
-    body = json.dumps({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"steps":steps,"delay_ms":delay},"_meta":{"progressToken":1}}})
+def stream(c, sid, steps):
+    body = json.dumps({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"steps":steps,"delay_ms":0},"_meta":{"progressToken":1}}})
     t0 = time.perf_counter()
     c.request("POST", "/mcp", body, {"content-type":"application/json","accept":"application/json, text/event-stream","mcp-session-id":sid})
-    r = c.getresponse(); times = []; buf = b""
+    r = c.getresponse(); n = 0; buf = b""
     while True:
         chunk = r.read1(65536)
         if not chunk: break
         buf += chunk
-        while b"\n\n" in buf:
-            _, buf = buf.split(b"\n\n", 1); times.append(time.perf_counter() - t0)
-    return times
-res = {}
+        n += buf.count(b"\n\n"); buf = buf[buf.rfind(b"\n\n") + 2:] if b"\n\n" in buf else buf
+    return n / (time.perf_counter() - t0)
+print()
+print("| SSE throughput | events/s (one 20,000-event reply) |")
+print("|---|---|")
 for name, port in (("direct", up), ("rpctap", rt)):
     c, sid = session(port)
-    gaps = []
-    for _ in range(30):
-        t = stream(c, sid, 5, 20)
-        gaps += [t[i] - (i + 1) * 0.020 for i in range(min(5, len(t)))]
-    t = stream(c, sid, 20000, 0)
-    res[name] = (statistics.median(gaps) * 1e6, len(t) / t[-1])
-print()
-print("| SSE | event lateness vs schedule, median µs | events/s (20,000-event reply) |")
-print("|---|---|---|")
-for k, (lat, eps) in res.items():
-    print(f"| {k} | {lat:.0f} | {eps:.0f} |")
-print(f"\nadded latency per event through rpctap: {res['rpctap'][0] - res['direct'][0]:.0f} µs (median)")
+    print(f"| {name} | {stream(c, sid, 20000):.0f} |")
 PY
 
 # Big body: a 100 MiB JSON-RPC reply, throughput and RSS growth of the proxy.

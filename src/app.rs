@@ -10,6 +10,7 @@ use crate::proxy::Proxy;
 use crate::{logsink, server};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -126,9 +127,14 @@ impl RunningProxy {
         let p = proxy.clone();
         server::serve(
             listener,
-            move |req, peer| {
+            move |peer| {
                 let p = p.clone();
-                async move { p.handle(req, peer).await }
+                let conn = Arc::new(crate::proxy::ClientConn::new(peer));
+                move |req| {
+                    let p = p.clone();
+                    let conn = conn.clone();
+                    async move { p.handle(req, &conn).await }
+                }
             },
             shutdown,
             cfg.grace,

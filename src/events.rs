@@ -151,9 +151,18 @@ pub struct MessageEvent {
 
 /// The message verbatim: as JSON when it is JSON, else as a string (lossy UTF-8).
 fn ser_raw<S: Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
-    match serde_json::from_slice::<&serde_json::value::RawValue>(b) {
-        Ok(raw) => raw.serialize(s),
-        Err(_) => s.serialize_str(&String::from_utf8_lossy(b)),
+    RawMessage(b).serialize(s)
+}
+
+/// A message's bytes, serialized verbatim when they are JSON, else as a string (lossy UTF-8).
+pub struct RawMessage<'a>(pub &'a [u8]);
+
+impl Serialize for RawMessage<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match serde_json::from_slice::<&serde_json::value::RawValue>(self.0) {
+            Ok(raw) => raw.serialize(s),
+            Err(_) => s.serialize_str(&String::from_utf8_lossy(self.0)),
+        }
     }
 }
 
@@ -213,8 +222,8 @@ pub enum HttpEvent {
         peer: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         session: Option<String>,
-        /// Headers as (name, value) pairs, secrets redacted.
-        headers: Vec<(String, String)>,
+        /// Headers, secrets redacted; written as (name, value) pairs.
+        headers: Headers,
     },
     Response {
         ts: u64,
@@ -222,7 +231,7 @@ pub enum HttpEvent {
         status: u16,
         #[serde(skip_serializing_if = "Option::is_none")]
         content_type: Option<String>,
-        headers: Vec<(String, String)>,
+        headers: Headers,
     },
     End {
         ts: u64,
@@ -230,6 +239,22 @@ pub enum HttpEvent {
         reason: String,
         bytes: u64,
     },
+}
+
+/// An HTTP message's headers with secrets already redacted (made by
+/// [`crate::redact::Redactor::headers`]). A `HeaderMap` clone shares the values' bytes, so an
+/// event costs no string copies; it is written as `[[name, value], …]` (values as lossy UTF-8).
+#[derive(Clone, Debug, Default)]
+pub struct Headers(pub http::HeaderMap);
+
+impl Serialize for Headers {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v.as_bytes()))),
+        )
+    }
 }
 
 /// A bounded structure that had to let something go.

@@ -50,18 +50,15 @@ impl Redactor {
             || self.headers.iter().any(|h| name.eq_ignore_ascii_case(h))
     }
 
-    /// The headers as (name, value) pairs, secrets replaced.
-    pub fn headers(&self, h: &HeaderMap) -> Vec<(String, String)> {
-        h.iter()
-            .map(|(k, v)| {
-                let value = if self.is_secret_header(k.as_str()) {
-                    REDACTED.to_string()
-                } else {
-                    String::from_utf8_lossy(v.as_bytes()).into_owned()
-                };
-                (k.as_str().to_string(), value)
-            })
-            .collect()
+    /// The headers with every secret value replaced.
+    pub fn headers(&self, h: &HeaderMap) -> crate::events::Headers {
+        let mut out = h.clone();
+        for (k, v) in out.iter_mut() {
+            if self.is_secret_header(k.as_str()) {
+                *v = http::HeaderValue::from_static(REDACTED);
+            }
+        }
+        crate::events::Headers(out)
     }
 
     pub fn has_paths(&self) -> bool {

@@ -15,15 +15,18 @@ use tokio::net::TcpListener;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Serves `handler` on `listener` until `shutdown` resolves, then drains for at most `grace`.
-/// `handler` is called once per request with the peer's address.
-pub async fn serve<H, F, B>(
+/// Serves on `listener` until `shutdown` resolves, then drains for at most `grace`.
+/// `per_connection` is called once per accepted connection with the peer's address and returns
+/// that connection's request handler (so a handler can keep per-connection state, such as the
+/// proxy's upstream connection for an HTTP/1 client).
+pub async fn serve<M, H, F, B>(
     listener: TcpListener,
-    handler: H,
+    per_connection: M,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) where
-    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    M: Fn(SocketAddr) -> H,
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body + Send + 'static,
     B::Data: Send,
@@ -47,9 +50,9 @@ pub async fn serve<H, F, B>(
             }
         };
         let _ = stream.set_nodelay(true);
-        let h = handler.clone();
+        let h = per_connection(peer);
         let service = hyper::service::service_fn(move |req| {
-            let fut = h(req, peer);
+            let fut = h(req);
             async move { Ok::<_, Infallible>(fut.await) }
         });
         let conn = builder

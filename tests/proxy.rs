@@ -553,3 +553,119 @@ fn unsafe_kill_term(pid: u32) {
         .args(["-TERM", &pid.to_string()])
         .status();
 }
+
+/// A raw keep-alive upstream that counts its connections. It answers each request with the
+/// JSON-RPC id it was given; the second reply on a connection says `Connection: close` and the
+/// connection ends; a connection idle for 100 ms is closed without a word.
+async fn counting_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    let conns = std::sync::Arc::new(AtomicUsize::new(0));
+    let n = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            n.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for served in 1.. {
+                    // Read one request: head, then Content-Length bytes of body.
+                    let body = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                            let len: usize = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map(|v| v.trim().parse().unwrap())
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                let body = buf[end + 4..end + 4 + len].to_vec();
+                                buf.drain(..end + 4 + len);
+                                break body;
+                            }
+                        }
+                        let mut chunk = [0u8; 4096];
+                        let read =
+                            tokio::time::timeout(Duration::from_millis(100), s.read(&mut chunk));
+                        match read.await {
+                            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return, // gone, or idle: close
+                            Ok(Ok(k)) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    };
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":"ok"}}"#, v["id"]);
+                    let close = served == 2;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n",
+                        reply.len(),
+                        if close { "connection: close\r\n" } else { "" }
+                    );
+                    if s.write_all(format!("{head}{reply}").as_bytes())
+                        .await
+                        .is_err()
+                        || close
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (up, conns)
+}
+
+#[tokio::test]
+async fn an_http1_client_keeps_one_upstream_connection_and_reopens_it_when_closed() {
+    use std::sync::atomic::Ordering;
+    let (up, conns) = counting_upstream().await;
+    let mut proxy = start_proxy(&format!("http://{up}")).await;
+    // One client connection, requests one after another.
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let mut call = |id: u32| {
+        let req = Request::post("/jsonrpc")
+            .header("host", "rpctap.test")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(format!(
+                r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#
+            ))))
+            .unwrap();
+        let f = tx.send_request(req);
+        async move {
+            let r = f.await.unwrap();
+            assert_eq!(r.status(), 200);
+            let b = r.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(b, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"ok"}}"#));
+        }
+    };
+    // Two calls share one upstream connection; the second reply closes it ("connection:
+    // close"), so the third opens another.
+    for id in 1..=3 {
+        call(id).await;
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        2,
+        "1 and 2 shared a connection"
+    );
+    // The upstream drops the idle connection silently; the next call opens a new one.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    call(4).await;
+    call(5).await;
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        3,
+        "4 and 5 shared a new connection"
+    );
+    let ev = proxy.drain().await;
+    assert_eq!(calls(&ev).len(), 5);
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+}

@@ -144,9 +144,12 @@ pub async fn run(
     let demo = Demo::new(opts);
     server::serve(
         listener,
-        move |req, _peer| {
+        move |_peer| {
             let d = demo.clone();
-            async move { d.handle(req).await }
+            move |req| {
+                let d = d.clone();
+                async move { d.handle(req).await }
+            }
         },
         shutdown,
         grace,

@@ -53,19 +53,31 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
 }
 
 /// Appends the client's address to `X-Forwarded-For` and sets `X-Forwarded-Proto`.
-pub fn add_forwarded(h: &mut HeaderMap, peer: IpAddr, proto: &'static str) {
+pub fn add_forwarded(h: &mut HeaderMap, peer: &HeaderValue, proto: &'static str) {
     let xff = HeaderName::from_static("x-forwarded-for");
-    let value = match h.get(&xff).and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {peer}"),
-        None => peer.to_string(),
+    let value = match h.get(&xff) {
+        Some(prev) => {
+            let mut v = Vec::with_capacity(prev.len() + 2 + peer.len());
+            v.extend_from_slice(prev.as_bytes());
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(peer.as_bytes());
+            HeaderValue::from_bytes(&v).ok()
+        }
+        None => Some(peer.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&value) {
+    if let Some(v) = value {
         h.insert(xff, v);
     }
     h.insert(
         HeaderName::from_static("x-forwarded-proto"),
         HeaderValue::from_static(proto),
     );
+}
+
+/// An IP address as a header value (made once per client connection).
+pub fn ip_header(ip: IpAddr) -> HeaderValue {
+    // An address's text is always a valid header value; the fallback is unreachable.
+    HeaderValue::from_str(&ip.to_string()).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 #[cfg(test)]
@@ -92,7 +104,7 @@ mod tests {
     fn forwarded_for_appends() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        add_forwarded(&mut h, "127.0.0.1".parse().unwrap(), "http");
+        add_forwarded(&mut h, &ip_header("127.0.0.1".parse().unwrap()), "http");
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
     }

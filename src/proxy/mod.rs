@@ -52,7 +52,7 @@ pub struct ProxyOptions {
 
 struct Inner {
     opts: ProxyOptions,
-    client: upstream::UpstreamClient,
+    upstream: upstream::Upstream,
     inspector: Inspector,
     /// The rate-limit rules; swapped whole on reload. A std lock: only ever held to clone the
     /// `Arc`, never across an `.await`.
@@ -98,9 +98,32 @@ impl ExchangeError {
 
 pub type ProxyBody = TeeBody;
 
+/// What the proxy keeps per client connection.
+pub struct ClientConn {
+    peer: SocketAddr,
+    /// The peer's address as a header value, for `X-Forwarded-For`.
+    peer_ip: HeaderValue,
+    /// The upstream connection of this client connection's HTTP/1 requests.
+    lane: upstream::Lane,
+}
+
+impl ClientConn {
+    pub fn new(peer: SocketAddr) -> Self {
+        ClientConn {
+            peer,
+            peer_ip: headers::ip_header(peer.ip()),
+            lane: upstream::Lane::default(),
+        }
+    }
+}
+
 impl Proxy {
     pub fn new(opts: ProxyOptions, inspector: Inspector, limiter: crate::limit::Limiter) -> Self {
-        let client = upstream::build_client(opts.connect_timeout, opts.upstream_insecure);
+        let upstream = upstream::Upstream::new(
+            opts.upstream.clone(),
+            opts.connect_timeout,
+            opts.upstream_insecure,
+        );
         let upstream_host = opts
             .upstream
             .authority()
@@ -109,7 +132,7 @@ impl Proxy {
         Proxy {
             inner: Arc::new(Inner {
                 opts,
-                client,
+                upstream,
                 inspector,
                 limiter: std::sync::RwLock::new(Arc::new(limiter)),
                 upstream_host,
@@ -138,13 +161,15 @@ impl Proxy {
         }
     }
 
-    /// Handles one exchange. Never fails: errors become 4xx/5xx replies.
+    /// Handles one exchange of the client connection `conn`. Never fails: errors become
+    /// 4xx/5xx replies.
     pub async fn handle(
         &self,
         mut req: Request<Incoming>,
-        peer: SocketAddr,
+        conn: &ClientConn,
     ) -> Response<ProxyBody> {
         let inner = &self.inner;
+        let peer = conn.peer;
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -165,6 +190,7 @@ impl Proxy {
             headers: Some(req.headers()),
         });
         let upgrade = headers::is_upgrade(req.headers());
+        let lane = (req.version() <= http::Version::HTTP_11).then_some(&conn.lane);
         let is_rpc = req.method() == Method::POST
             && !upgrade
             && content_type.as_deref().is_none_or(|c| c.contains("json"));
@@ -280,16 +306,18 @@ impl Proxy {
                 parts.headers.insert(header::HOST, a);
             }
         }
-        headers::add_forwarded(&mut parts.headers, peer.ip(), "http");
+        headers::add_forwarded(&mut parts.headers, &conn.peer_ip, "http");
         let is_head = parts.method == Method::HEAD;
         let up_req = Request::from_parts(parts, fwd_body);
 
-        let sent =
-            tokio::time::timeout(inner.opts.upstream_timeout, inner.client.request(up_req)).await;
+        let sent = tokio::time::timeout(
+            inner.opts.upstream_timeout,
+            inner.upstream.send(up_req, lane),
+        )
+        .await;
         let mut resp = match sent {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                let why = describe_client_error(&e);
+            Ok(Err(why)) => {
                 tracing::warn!(exchange = ctx.id, error = %why, "upstream request failed");
                 return self.error_reply(ctx, ExchangeError::UpstreamUnreachable(why));
             }
@@ -500,18 +528,6 @@ impl Proxy {
         }
         resp
     }
-}
-
-fn describe_client_error(e: &hyper_util::client::legacy::Error) -> String {
-    use std::error::Error;
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
 }
 
 enum ReadAhead {

@@ -1,8 +1,18 @@
-//! The upstream client: hyper-util's pooled keep-alive client over plain TCP or rustls
-//! (system roots, falling back to the bundled webpki roots; `--upstream-insecure` skips
-//! certificate verification, off by default).
+//! The upstream side of the proxy.
+//!
+//! An HTTP/1 client connection gets its own upstream connection (a [`Lane`]): its requests are
+//! sequential, so they go one after another on one kept-alive upstream connection, like a TCP
+//! proxy's, without a shared pool's checkout and bookkeeping on every request. The lane is
+//! opened on the first request and re-opened when the upstream closed it. HTTP/2 clients
+//! multiplex many requests on one connection, so their requests share hyper-util's pooled
+//! keep-alive client instead. Both go over plain TCP or rustls (system roots, falling back to
+//! the bundled webpki roots; `--upstream-insecure` skips certificate verification, off by
+//! default).
 
 use super::body::ForwardBody;
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -10,25 +20,33 @@ use hyper_util::rt::TokioExecutor;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_service::Service;
 
 pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, ForwardBody>;
+type Connector = HttpsConnector<HttpConnector>;
 
-/// Builds the pooled client.
+/// Builds the pooled client (HTTP/1 or HTTP/2, by ALPN on TLS).
 pub fn build_client(connect_timeout: Duration, insecure: bool) -> UpstreamClient {
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .build(connector(connect_timeout, insecure, true))
+}
+
+fn connector(connect_timeout: Duration, insecure: bool, allow_h2: bool) -> Connector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
     http.set_keepalive(Some(Duration::from_secs(60)));
-    let builder = HttpsConnectorBuilder::new();
     let with_roots = if insecure {
         let cfg = rustls::ClientConfig::builder()
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoVerify))
             .with_no_client_auth();
-        builder.with_tls_config(cfg)
+        HttpsConnectorBuilder::new().with_tls_config(cfg)
     } else {
         match HttpsConnectorBuilder::new().with_native_roots() {
             Ok(b) => b,
@@ -38,14 +56,131 @@ pub fn build_client(connect_timeout: Duration, insecure: bool) -> UpstreamClient
             }
         }
     };
-    let https = with_roots
-        .https_or_http()
-        .enable_all_versions()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        .build(https)
+    let b = with_roots.https_or_http();
+    if allow_h2 {
+        b.enable_all_versions().wrap_connector(http)
+    } else {
+        b.enable_http1().wrap_connector(http)
+    }
+}
+
+/// The upstream connection of one HTTP/1 client connection; empty until its first request,
+/// and while a request is on it.
+#[derive(Default)]
+pub struct Lane {
+    /// A std lock: held only to take or put the sender, never across an `.await`.
+    sender: Mutex<Option<http1::SendRequest<ForwardBody>>>,
+}
+
+impl Lane {
+    fn take(&self) -> Option<http1::SendRequest<ForwardBody>> {
+        match self.sender.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        }
+    }
+    fn put(&self, s: http1::SendRequest<ForwardBody>) {
+        match self.sender.lock() {
+            Ok(mut g) => *g = Some(s),
+            Err(p) => *p.into_inner() = Some(s),
+        }
+    }
+}
+
+/// Sends requests upstream: on a client connection's lane, or on the shared pool.
+pub struct Upstream {
+    pool: UpstreamClient,
+    h1: Connector,
+    /// Where lanes connect to (scheme and authority of `--upstream`).
+    target: Uri,
+}
+
+impl Upstream {
+    pub fn new(target: Uri, connect_timeout: Duration, insecure: bool) -> Self {
+        Upstream {
+            pool: build_client(connect_timeout, insecure),
+            h1: connector(connect_timeout, insecure, false),
+            target,
+        }
+    }
+
+    /// Sends `req` (its URI in absolute form). With a lane the request goes on that lane's
+    /// connection (an upgrade request takes the connection with it); without one, on the pool.
+    pub async fn send(
+        &self,
+        mut req: Request<ForwardBody>,
+        lane: Option<&Lane>,
+    ) -> Result<Response<Incoming>, String> {
+        let Some(lane) = lane else {
+            return self.pool.request(req).await.map_err(|e| describe(&e));
+        };
+        // HTTP/1 on a connection of our own: the request target in origin form.
+        if let Some(pq) = req.uri().path_and_query().cloned() {
+            *req.uri_mut() = Uri::from(pq);
+        }
+        let upgrade = super::headers::is_upgrade(req.headers());
+        let reused = match lane.take() {
+            Some(mut s) => match s.ready().await {
+                Ok(()) => Some(s),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let was_reused = reused.is_some();
+        let mut sender = match reused {
+            Some(s) => s,
+            None => self.connect().await?,
+        };
+        let resp = match sender.try_send_request(req).await {
+            Ok(r) => r,
+            Err(mut e) => match e.take_message() {
+                // The kept-alive connection closed before the request was written: the
+                // request was not sent, so it goes once more on a new connection.
+                Some(req) if was_reused => {
+                    sender = self.connect().await?;
+                    sender.send_request(req).await.map_err(|e| describe(&e))?
+                }
+                _ => return Err(describe(e.error())),
+            },
+        };
+        if !upgrade {
+            lane.put(sender);
+        }
+        Ok(resp)
+    }
+
+    async fn connect(&self) -> Result<http1::SendRequest<ForwardBody>, String> {
+        let mut c = self.h1.clone();
+        std::future::poll_fn(|cx| c.poll_ready(cx))
+            .await
+            .map_err(|e| format!("client error (Connect): {e}"))?;
+        let io = c
+            .call(self.target.clone())
+            .await
+            .map_err(|e| format!("client error (Connect): {}", describe(&*e)))?;
+        let (sender, conn) = http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|e| describe(&e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+/// An error with its chain of causes, for the log and the JSON-RPC error message.
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
 }
 
 /// Accepts any certificate: only with `--upstream-insecure`, for self-signed test upstreams.

@@ -8,7 +8,7 @@
 pub mod export;
 pub mod reader;
 
-use crate::events::{now_ns, Subscription};
+use crate::events::{now_ns, Event, MessageEvent, Subscription};
 use serde_json::json;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -209,7 +209,7 @@ async fn run(
         }
         for ev in batch.drain(..) {
             line.clear();
-            if serde_json::to_writer(&mut line, &*ev).is_ok() {
+            if write_line(&mut line, &ev).is_ok() {
                 w.line(&line)?;
                 w.stats.events += 1;
                 dirty = true;
@@ -238,10 +238,123 @@ async fn run(
     }
 }
 
+/// Writes one event as its recording line.
+fn write_line(out: &mut Vec<u8>, ev: &Event) -> serde_json::Result<()> {
+    match ev {
+        Event::Message(m) => message_line(out, m),
+        other => serde_json::to_writer(out, other),
+    }
+}
+
+/// A message event's line, byte for byte what serde's derive writes (a test holds it to
+/// that), written field by field: a call is two message lines, and this skips serde's
+/// buffering of internally tagged enums and the re-validation of a message the parser already
+/// accepted. A message of any kind but `invalid` is a slice the JSON parser accepted (or the
+/// redactor's re-serialization of one), so it goes out as is; an invalid one may not be JSON
+/// and takes the checked path.
+fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
+    fn field<T: serde::Serialize + ?Sized>(
+        out: &mut Vec<u8>,
+        name: &str,
+        v: &T,
+    ) -> serde_json::Result<()> {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        serde_json::to_writer(out, v)
+    }
+    out.extend_from_slice(b"{\"event\":\"message\",\"ts\":");
+    serde_json::to_writer(&mut *out, &m.ts)?;
+    field(out, "exchange", &m.exchange)?;
+    field(out, "scope", &m.scope)?;
+    field(out, "direction", &m.direction)?;
+    field(out, "transport", &m.transport)?;
+    field(out, "kind", &m.kind)?;
+    if let Some(id) = &m.id {
+        field(out, "id", id)?;
+    }
+    if let Some(v) = &m.method {
+        field(out, "method", v)?;
+    }
+    if let Some(v) = &m.target {
+        field(out, "target", v)?;
+    }
+    if let Some(v) = &m.batch_index {
+        field(out, "batch_index", v)?;
+    }
+    if let Some(v) = &m.sse_id {
+        field(out, "sse_id", v)?;
+    }
+    if m.kind == crate::rpc::Kind::Invalid {
+        field(out, "message", &crate::events::RawMessage(&m.message))?;
+    } else {
+        out.extend_from_slice(b",\"message\":");
+        out.extend_from_slice(&m.message);
+    }
+    out.push(b'}');
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::events::{BusBuilder, Event, NoticeEvent};
+
+    #[test]
+    fn message_lines_are_what_serde_writes() {
+        use crate::events::{Direction, Scope, Transport};
+        use crate::rpc::Kind;
+        let base = MessageEvent {
+            ts: 1_796_015_737_927_874_787,
+            exchange: 7,
+            scope: Scope::Session("ab\"c".into()),
+            direction: Direction::ServerToClient,
+            transport: Transport::Sse,
+            kind: Kind::Request,
+            id: Some(crate::rpc::Id::Str("x\u{e9}\"".into())),
+            method: Some("tools/call".into()),
+            target: Some("se\u{e9}arch \"q\"".into()),
+            batch_index: Some(3),
+            sse_id: Some("ev-1\n".into()),
+            message: bytes::Bytes::from_static(
+                br#"{"jsonrpc":"2.0","id":"x\u00e9","method":"m", "params" : [1, 2.50]}"#,
+            ),
+        };
+        let numeric = MessageEvent {
+            id: Some(crate::rpc::Id::Num("12345678901234567890".into())),
+            kind: Kind::Result,
+            ..base.clone()
+        };
+        let minimal = MessageEvent {
+            scope: Scope::Exchange(9),
+            id: None,
+            method: None,
+            target: None,
+            batch_index: None,
+            sse_id: None,
+            kind: Kind::Notification,
+            ..base.clone()
+        };
+        let not_json = MessageEvent {
+            kind: Kind::Invalid,
+            message: bytes::Bytes::from_static(b"{\"jsonrpc\": \xff"),
+            ..minimal.clone()
+        };
+        let invalid_json = MessageEvent {
+            kind: Kind::Invalid,
+            message: bytes::Bytes::from_static(b"[1, 2]"),
+            ..minimal.clone()
+        };
+        for m in [base, numeric, minimal, not_json, invalid_json] {
+            let mut fast = Vec::new();
+            message_line(&mut fast, &m).unwrap();
+            let slow = serde_json::to_vec(&Event::Message(m)).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&slow)
+            );
+        }
+    }
 
     #[tokio::test]
     async fn events_the_queue_could_not_hold_become_a_gap_record() {

@@ -280,9 +280,12 @@ pub async fn run(
 ) {
     crate::server::serve(
         listener,
-        move |req, _peer| {
+        move |_peer| {
             let m = mock.clone();
-            async move { m.handle(req).await }
+            move |req| {
+                let m = m.clone();
+                async move { m.handle(req).await }
+            }
         },
         shutdown,
         std::time::Duration::from_secs(1),

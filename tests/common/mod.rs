@@ -153,16 +153,19 @@ where
     let f = Arc::new(f);
     tokio::spawn(rpctap::server::serve(
         l,
-        move |req: Request<Incoming>, _peer| {
+        move |_peer| {
             let f = f.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let body = body
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
-                f(parts, body).await
+            move |req: Request<Incoming>| {
+                let f = f.clone();
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = body
+                        .collect()
+                        .await
+                        .map(|c| c.to_bytes())
+                        .unwrap_or_default();
+                    f(parts, body).await
+                }
             }
         },
         sd,
