@@ -66,7 +66,13 @@ impl RunningProxy {
     /// Like `bind`, with extra subscribers already on the bus (tests, the dashboard).
     pub async fn bind_with(cfg: ProxyConfig, mut bus: BusBuilder) -> Result<Self, AppError> {
         let listener = bind(cfg.listen).await?;
-        let log = (cfg.log != LogFormat::Off).then(|| bus.subscribe("log", 65_536));
+        let log = match cfg.log {
+            LogFormat::Off => None,
+            // Every event as JSON.
+            LogFormat::Json => Some(bus.subscribe("log", 65_536)),
+            // Finished calls, notifications, anomalies, refusals, notices.
+            LogFormat::Text => Some(bus.subscribe_to("log", 65_536, crate::logsink::TEXT_INTEREST)),
+        };
         let (record_stop, stop_rx) = tokio::sync::watch::channel(false);
         let recorder = match &cfg.record {
             Some(opts) => {
@@ -226,7 +232,7 @@ async fn serve_maybe_tui(
     cfg.log = LogFormat::Off;
     let max_rows = cfg.max_rows;
     let mut bus = BusBuilder::default();
-    let sub = bus.subscribe("dashboard", 65_536);
+    let sub = bus.subscribe_to("dashboard", 65_536, crate::tui::INTEREST);
     let running = RunningProxy::bind_with(cfg, bus).await?;
     let listen = running
         .local_addr()

@@ -292,10 +292,54 @@ pub enum Event {
     Notice(NoticeEvent),
 }
 
+/// Which events a subscriber reads. The bus sends a subscriber only those, and the inspector
+/// does not build an event (or copy an HTTP message's headers) that no subscriber reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interest(u8);
+
+impl Interest {
+    /// HTTP request and response heads (method, path, status, content type).
+    pub const HTTP: Interest = Interest(1);
+    /// The headers of those heads (otherwise they come empty).
+    pub const HTTP_HEADERS: Interest = Interest(1 << 1);
+    /// The end of each exchange.
+    pub const HTTP_END: Interest = Interest(1 << 2);
+    pub const MESSAGE: Interest = Interest(1 << 3);
+    pub const CALL: Interest = Interest(1 << 4);
+    pub const ANOMALY: Interest = Interest(1 << 5);
+    pub const REFUSAL: Interest = Interest(1 << 6);
+    pub const NOTICE: Interest = Interest(1 << 7);
+    pub const NONE: Interest = Interest(0);
+    pub const ALL: Interest = Interest(u8::MAX);
+
+    pub const fn and(self, other: Interest) -> Interest {
+        Interest(self.0 | other.0)
+    }
+    pub const fn contains(self, other: Interest) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl Event {
+    /// The interest an event answers to.
+    pub fn interest(&self) -> Interest {
+        match self {
+            Event::Http(HttpEvent::End { .. }) => Interest::HTTP_END,
+            Event::Http(_) => Interest::HTTP,
+            Event::Message(_) => Interest::MESSAGE,
+            Event::Call(_) => Interest::CALL,
+            Event::Anomaly(_) => Interest::ANOMALY,
+            Event::Refusal(_) => Interest::REFUSAL,
+            Event::Notice(_) => Interest::NOTICE,
+        }
+    }
+}
+
 /// One subscriber's queue.
 #[derive(Debug)]
 struct Subscriber {
     name: &'static str,
+    interest: Interest,
     tx: mpsc::Sender<Arc<Event>>,
     /// Events that did not fit in the queue; read by the subscriber to report the loss.
     dropped: Arc<AtomicU64>,
@@ -316,19 +360,35 @@ pub struct BusBuilder {
 }
 
 impl BusBuilder {
+    /// Subscribes to every event.
     pub fn subscribe(&mut self, name: &'static str, capacity: usize) -> Subscription {
+        self.subscribe_to(name, capacity, Interest::ALL)
+    }
+    /// Subscribes to the events `interest` names.
+    pub fn subscribe_to(
+        &mut self,
+        name: &'static str,
+        capacity: usize,
+        interest: Interest,
+    ) -> Subscription {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let dropped = Arc::new(AtomicU64::new(0));
         self.subs.push(Subscriber {
             name,
+            interest,
             tx,
             dropped: dropped.clone(),
         });
         Subscription { rx, dropped }
     }
     pub fn build(self) -> Bus {
+        let wants = self
+            .subs
+            .iter()
+            .fold(Interest::NONE, |w, s| w.and(s.interest));
         Bus {
             subs: Arc::from(self.subs),
+            wants,
         }
     }
 }
@@ -337,6 +397,8 @@ impl BusBuilder {
 #[derive(Clone, Debug)]
 pub struct Bus {
     subs: Arc<[Subscriber]>,
+    /// What any subscriber reads.
+    wants: Interest,
 }
 
 impl Default for Bus {
@@ -351,13 +413,31 @@ impl Bus {
         !self.subs.is_empty()
     }
 
+    /// Whether any subscriber reads events of `interest` (lets the inspector skip building
+    /// what nobody reads).
+    pub fn wants(&self, interest: Interest) -> bool {
+        self.wants.contains(interest)
+    }
+
     pub fn publish(&self, ev: Event) {
-        if self.subs.is_empty() {
+        let kind = ev.interest();
+        if !self.wants.contains(kind) {
             return;
         }
-        let ev = Arc::new(ev);
-        for s in self.subs.iter() {
-            if let Err(e) = s.tx.try_send(ev.clone()) {
+        let mut readers = self.subs.iter().filter(|s| s.interest.contains(kind));
+        let mut next = readers.next();
+        let mut ev = Some(Arc::new(ev));
+        while let Some(s) = next {
+            next = readers.next();
+            // The last reader takes the event itself; the others a reference each.
+            let e = match (next.is_some(), &ev) {
+                (true, Some(e)) => e.clone(),
+                _ => match ev.take() {
+                    Some(e) => e,
+                    None => return,
+                },
+            };
+            if let Err(e) = s.tx.try_send(e) {
                 if matches!(e, mpsc::error::TrySendError::Full(_)) {
                     let n = s.dropped.fetch_add(1, Ordering::Relaxed);
                     if n == 0 {
@@ -366,5 +446,59 @@ impl Bus {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice(i: u64) -> Event {
+        Event::Notice(NoticeEvent {
+            ts: i,
+            what: "test",
+            message: String::new(),
+        })
+    }
+    fn end(i: u64) -> Event {
+        Event::Http(HttpEvent::End {
+            ts: i,
+            exchange: i,
+            reason: "complete".into(),
+            bytes: 0,
+        })
+    }
+
+    #[test]
+    fn subscribers_get_only_what_they_read() {
+        let mut b = BusBuilder::default();
+        let mut all = b.subscribe("all", 16);
+        let mut notices = b.subscribe_to("notices", 16, Interest::NOTICE);
+        let bus = b.build();
+        assert!(bus.wants(Interest::HTTP_END) && bus.wants(Interest::NOTICE));
+        bus.publish(notice(1));
+        bus.publish(end(2));
+        bus.publish(notice(3));
+        let ts = |s: &mut Subscription| {
+            let mut v = Vec::new();
+            while let Ok(e) = s.rx.try_recv() {
+                v.push(match &*e {
+                    Event::Notice(n) => n.ts,
+                    Event::Http(HttpEvent::End { ts, .. }) => *ts,
+                    _ => 0,
+                });
+            }
+            v
+        };
+        assert_eq!(ts(&mut all), vec![1, 2, 3]);
+        assert_eq!(ts(&mut notices), vec![1, 3]);
+
+        // Nobody reads HTTP heads or their headers: the inspector is told not to build them.
+        let mut b = BusBuilder::default();
+        let _d = b.subscribe_to("d", 4, Interest::HTTP.and(Interest::CALL));
+        let bus = b.build();
+        assert!(bus.wants(Interest::HTTP) && bus.wants(Interest::CALL));
+        assert!(!bus.wants(Interest::HTTP_HEADERS) && !bus.wants(Interest::HTTP_END));
+        assert!(!BusBuilder::default().build().wants(Interest::CALL));
     }
 }

@@ -6,7 +6,7 @@
 //! then the bus drops events for it and it says how many it missed.
 
 use crate::cli::LogFormat;
-use crate::events::{Event, Subscription};
+use crate::events::{Event, Interest, Subscription};
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
@@ -15,6 +15,13 @@ fn ts(ns: u64) -> String {
     let t = UNIX_EPOCH + Duration::from_nanos(ns);
     humantime::format_rfc3339_millis(t).to_string()
 }
+
+/// The events the text log shows.
+pub const TEXT_INTEREST: Interest = Interest::CALL
+    .and(Interest::MESSAGE)
+    .and(Interest::ANOMALY)
+    .and(Interest::REFUSAL)
+    .and(Interest::NOTICE);
 
 /// Formats one event as a text line, or `None` for events the text log does not show.
 pub fn text_line(ev: &Event) -> Option<String> {

@@ -19,10 +19,20 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `RPCTAP_THREADS=N` sets the number of runtime threads (default: one per core).
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(v) = std::env::var_os("RPCTAP_THREADS") {
+        match v.to_str().and_then(|v| v.parse::<usize>().ok()) {
+            Some(n) if n >= 1 => {
+                builder.worker_threads(n);
+            }
+            _ => {
+                eprintln!("rpctap: RPCTAP_THREADS must be a whole number ≥ 1, not {v:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("rpctap: cannot start the runtime: {e}");

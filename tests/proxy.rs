@@ -669,3 +669,33 @@ async fn an_http1_client_keeps_one_upstream_connection_and_reopens_it_when_close
     assert_eq!(calls(&ev).len(), 5);
     assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
 }
+
+#[test]
+fn rpctap_threads_sets_the_runtime_threads() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+        .args(["demo-server", "--listen", "127.0.0.1:0"])
+        .env("RPCTAP_THREADS", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RPCTAP_THREADS"));
+    for n in [1usize, 3] {
+        let port = free_port();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+            .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
+            .env("RPCTAP_THREADS", n.to_string())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(wait_listening(format!("127.0.0.1:{port}").parse().unwrap()));
+        let workers = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+            .filter(|c| c.trim() == "tokio-rt-worker")
+            .count();
+        unsafe_kill_term(child.id());
+        let _ = child.wait();
+        assert_eq!(workers, n);
+    }
+}

@@ -21,10 +21,6 @@ fn m(
         ts_ns: 1_796_000_000_000_000_000 + ts_s * 1_000_000_000 + 123_000_000,
         exchange: ex,
         scope: scope.into(),
-        scope_short: scope
-            .strip_prefix("session:")
-            .map(|s| s[..8].to_string())
-            .unwrap_or(format!("#{ex}")),
         c2s,
         kind,
         id: id.map(Into::into),
@@ -45,7 +41,7 @@ fn app() -> App {
         t0,
     );
     let s = "session:3f2a9c0d11aa4b7e";
-    a.apply_message(&m(
+    a.apply_message(m(
         1,
         1,
         "exchange:1",
@@ -56,7 +52,7 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":42,"subtrahend":23},"id":1}"#,
     ));
-    a.apply_message(&m(
+    a.apply_message(m(
         1,
         1,
         "exchange:1",
@@ -68,15 +64,15 @@ fn app() -> App {
         r#"{"jsonrpc":"2.0","id":1,"result":19}"#,
     ));
     a.apply_call(
-        "exchange:1",
+        "exchange:1".into(),
         "c→s",
-        "1",
-        "subtract",
+        "1".into(),
+        &"subtract".into(),
         RowOutcome::Result,
         Some(1_250),
         t0,
     );
-    a.apply_message(&m(
+    a.apply_message(m(
         2,
         2,
         "exchange:2",
@@ -87,7 +83,7 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","method":"nope","id":"3"}"#,
     ));
-    a.apply_message(&m(
+    a.apply_message(m(
         2,
         2,
         "exchange:2",
@@ -99,29 +95,29 @@ fn app() -> App {
         r#"{"jsonrpc":"2.0","id":"3","error":{"code":-32601,"message":"Method not found"}}"#,
     ));
     a.apply_call(
-        "exchange:2",
+        "exchange:2".into(),
         "c→s",
-        "\"3\"",
-        "nope",
+        "\"3\"".into(),
+        &"nope".into(),
         RowOutcome::Error(-32601),
         Some(980),
         t0,
     );
-    a.apply_http_request(3, "POST", "/mcp");
+    a.apply_http_request(3, "POST", "/mcp", None);
     a.apply_http_response(3, 200, Some("text/event-stream".into()));
-    a.apply_message(&m(3, 3, s, true, "request", Some("5"), Some("tools/call"), Some("slow"), r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2},"_meta":{"progressToken":"p"}}}"#));
-    a.apply_message(&m(3, 3, s, false, "notification", None, Some("notifications/progress"), None, r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":2}}"#));
-    a.apply_message(&m(3, 3, s, false, "result", Some("5"), None, None, r#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"done after 2 steps"}],"isError":false}}"#));
+    a.apply_message(m(3, 3, s, true, "request", Some("5"), Some("tools/call"), Some("slow"), r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2},"_meta":{"progressToken":"p"}}}"#));
+    a.apply_message(m(3, 3, s, false, "notification", None, Some("notifications/progress"), None, r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":2}}"#));
+    a.apply_message(m(3, 3, s, false, "result", Some("5"), None, None, r#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"done after 2 steps"}],"isError":false}}"#));
     a.apply_call(
-        s,
+        s.into(),
         "c→s",
-        "5",
-        "tools/call",
+        "5".into(),
+        &"tools/call".into(),
         RowOutcome::Result,
         Some(204_000),
         t0,
     );
-    a.apply_message(&m(
+    a.apply_message(m(
         4,
         4,
         s,
@@ -134,22 +130,22 @@ fn app() -> App {
     ));
     a.apply_anomaly(
         4,
-        s,
+        s.into(),
         Some("6".into()),
         "TOOL_ERROR",
         "tool `fail` reported a failure (isError: true) inside a successful reply",
         t0 + 4_000_000_000,
     );
     a.apply_call(
-        s,
+        s.into(),
         "c→s",
-        "6",
-        "tools/call",
+        "6".into(),
+        &"tools/call".into(),
         RowOutcome::Result,
         Some(700),
         t0,
     );
-    a.apply_message(&m(
+    a.apply_message(m(
         5,
         5,
         "exchange:5",
@@ -160,7 +156,7 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","method":"sleep","params":[30000],"id":7}"#,
     ));
-    a.apply_message(&m(
+    a.apply_message(m(
         6,
         6,
         "exchange:6",
@@ -172,10 +168,10 @@ fn app() -> App {
         r#"{"jsonrpc":"2.0","method":"add","params":[1],"id":8}"#,
     ));
     a.apply_call(
-        "exchange:6",
+        "exchange:6".into(),
         "c→s",
-        "8",
-        "add",
+        "8".into(),
+        &"add".into(),
         RowOutcome::Refused("add=2/min".into()),
         Some(20),
         t0,

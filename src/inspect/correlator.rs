@@ -8,6 +8,10 @@ use crate::events::{Direction, Scope};
 use crate::rpc::Id;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+
+/// foldhash's randomly seeded hasher: faster than SipHash on these short keys and still
+/// seeded per process, so a peer cannot aim ids at one shard's bucket.
+type Hasher = foldhash::fast::RandomState;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -80,8 +84,8 @@ impl Default for Limits {
 
 #[derive(Debug, Default)]
 pub struct Correlator {
-    pending: DashMap<PendingKey, Pending>,
-    sessions: DashMap<Arc<str>, Session>,
+    pending: DashMap<PendingKey, Pending, Hasher>,
+    sessions: DashMap<Arc<str>, Session, Hasher>,
     limits: Limits,
     pub evicted_calls: AtomicU64,
     pub evicted_sessions: AtomicU64,
@@ -90,8 +94,8 @@ pub struct Correlator {
 impl Correlator {
     pub fn new(limits: Limits) -> Self {
         Correlator {
-            pending: DashMap::new(),
-            sessions: DashMap::new(),
+            pending: DashMap::default(),
+            sessions: DashMap::default(),
             limits,
             evicted_calls: AtomicU64::new(0),
             evicted_sessions: AtomicU64::new(0),

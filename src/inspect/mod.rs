@@ -12,8 +12,8 @@ pub mod offline;
 pub mod sse;
 
 use crate::events::{
-    now_ns, AnomalyEvent, Bus, CallEvent, Direction, Event, HttpEvent, MessageEvent, NoticeEvent,
-    Outcome, Scope, Transport,
+    now_ns, AnomalyEvent, Bus, CallEvent, Direction, Event, HttpEvent, Interest, MessageEvent,
+    NoticeEvent, Outcome, Scope, Transport,
 };
 use crate::redact::Redactor;
 use crate::rpc::{self, Body, Envelope, Id, Kind};
@@ -233,10 +233,11 @@ impl Inspector {
             (None, Some(s)) => (Scope::Session(s.into()), Transport::LegacySse, None),
             (None, None) => (Scope::Exchange(id), Transport::Json, None),
         };
-        if inner.bus.is_active() {
+        if inner.bus.wants(Interest::HTTP) {
             inner.bus.publish(Event::Http(HttpEvent::Request {
                 headers: meta
                     .headers
+                    .filter(|_| inner.bus.wants(Interest::HTTP_HEADERS))
                     .map(|h| inner.cfg.redact.headers(h))
                     .unwrap_or_default(),
                 ts: now_ns(),
@@ -321,7 +322,7 @@ fn flag(
 ) {
     inner.stats.anomalies[code as usize].fetch_add(1, Ordering::Relaxed);
     tracing::debug!(code = code.as_str(), exchange = site.exchange, scope = %site.scope, %message, "anomaly");
-    if inner.bus.is_active() {
+    if inner.bus.wants(Interest::ANOMALY) {
         inner.bus.publish(Event::Anomaly(AnomalyEvent {
             ts: now_ns(),
             exchange: site.exchange,
@@ -349,7 +350,7 @@ fn end_call(
     defer: Option<&mut Vec<Event>>,
 ) {
     inner.stats.calls_ended.fetch_add(1, Ordering::Relaxed);
-    if inner.bus.is_active() {
+    if inner.bus.wants(Interest::CALL) {
         let mut anomalies = p.anomalies;
         anomalies.extend_from_slice(extra);
         let ev = Event::Call(CallEvent {
@@ -520,7 +521,7 @@ impl ExchangeCtx {
         if !shadow {
             inner.stats.refusals.fetch_add(1, Ordering::Relaxed);
         }
-        if inner.bus.is_active() {
+        if inner.bus.wants(Interest::REFUSAL) {
             inner
                 .bus
                 .publish(Event::Refusal(crate::events::RefusalEvent {
@@ -574,9 +575,10 @@ impl ExchangeCtx {
         } = *meta;
         self.status = status;
         let inner = self.insp.clone();
-        if inner.bus.is_active() {
+        if inner.bus.wants(Interest::HTTP) {
             inner.bus.publish(Event::Http(HttpEvent::Response {
                 headers: headers
+                    .filter(|_| inner.bus.wants(Interest::HTTP_HEADERS))
                     .map(|h| inner.cfg.redact.headers(h))
                     .unwrap_or_default(),
                 ts: now_ns(),
@@ -817,7 +819,7 @@ impl ExchangeCtx {
         transport: Transport,
     ) {
         self.insp.stats.messages.fetch_add(1, Ordering::Relaxed);
-        if self.insp.bus.is_active() {
+        if self.insp.bus.wants(Interest::MESSAGE) {
             self.insp.bus.publish(Event::Message(MessageEvent {
                 ts: now_ns(),
                 exchange: self.id,
@@ -963,7 +965,7 @@ impl ExchangeCtx {
             }
         }
 
-        if inner.bus.is_active() {
+        if inner.bus.wants(Interest::MESSAGE) {
             inner.bus.publish(Event::Message(MessageEvent {
                 ts: now_ns(),
                 exchange: self.id,
@@ -1322,7 +1324,7 @@ impl ExchangeCtx {
                 }
             }
         }
-        if inner.bus.is_active() {
+        if inner.bus.wants(Interest::HTTP_END) {
             inner.bus.publish(Event::Http(HttpEvent::End {
                 ts: now_ns(),
                 exchange: self.id,

@@ -5,7 +5,17 @@
 //! message text for the detail pane: older rows keep their summary and lose their text first.
 
 use crate::events::{Event, Outcome};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// The state's maps hash with foldhash: they are keyed by short strings and exchange numbers
+/// and touched several times per call, where SipHash's DoS resistance buys nothing (every map
+/// here is bounded).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Text the state shares between rows, maps and the detail pane: cloning it is a reference
+/// count, not a copy (a call's scope, id and method appear in several places).
+pub type Text = Arc<str>;
 
 /// A row's outcome, for display.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,23 +58,22 @@ pub struct Row {
     pub seq: u64,
     pub ts_ns: u64,
     pub exchange: u64,
-    pub scope: String,
-    pub scope_short: String,
+    pub scope: Text,
     /// `c→s` or `s→c`.
     pub direction: &'static str,
-    pub method: String,
-    pub target: Option<String>,
+    pub method: Text,
+    pub target: Option<Text>,
     /// Exact id text, or empty for notifications.
-    pub id: String,
+    pub id: Text,
     pub outcome: RowOutcome,
     pub latency_us: Option<u64>,
     pub size: usize,
     pub anomalies: Vec<String>,
     pub anomaly_text: Vec<String>,
-    pub request: Option<String>,
-    pub reply: Option<String>,
+    pub request: Option<Text>,
+    pub reply: Option<Text>,
     /// Other messages of the same SSE stream (progress notifications…), in order.
-    pub stream: Vec<String>,
+    pub stream: Vec<Text>,
     pub transport: &'static str,
 }
 
@@ -72,13 +81,20 @@ impl Row {
     pub fn display_method(&self) -> String {
         match &self.target {
             Some(t) => format!("{} {}", self.method, t),
-            None => self.method.clone(),
+            None => self.method.to_string(),
+        }
+    }
+    /// The scope as the list shows it: a session's first 8 characters, or `#exchange`.
+    pub fn scope_short(&self) -> String {
+        match self.scope.strip_prefix("session:") {
+            Some(s) => s.chars().take(8).collect(),
+            None => format!("#{}", self.exchange),
         }
     }
     fn detail_bytes(&self) -> usize {
-        self.request.as_ref().map_or(0, String::len)
-            + self.reply.as_ref().map_or(0, String::len)
-            + self.stream.iter().map(String::len).sum::<usize>()
+        self.request.as_ref().map_or(0, |t| t.len())
+            + self.reply.as_ref().map_or(0, |t| t.len())
+            + self.stream.iter().map(|t| t.len()).sum::<usize>()
     }
 }
 
@@ -87,6 +103,8 @@ impl Row {
 pub struct HttpMeta {
     pub method: String,
     pub path: String,
+    /// The request's `Mcp-Session-Id` (re-sending a call sends it again).
+    pub session: Option<String>,
     pub status: Option<u16>,
     pub content_type: Option<String>,
 }
@@ -168,7 +186,7 @@ pub struct App {
     next_seq: u64,
     /// (scope, direction of the request, id) → seq of the pending row.
     /// Duplicated ids queue up in order.
-    open: HashMap<(String, &'static str, String), VecDeque<u64>>,
+    open: HashMap<(Text, &'static str, Text), VecDeque<u64>>,
     /// exchange → seqs of its call rows (to attach stream messages).
     by_exchange: HashMap<u64, Vec<u64>>,
     pub calls_total: u64,
@@ -179,8 +197,12 @@ pub struct App {
     current_second: u64,
     /// Recent latencies (µs) for the percentiles.
     pub recent_latencies: VecDeque<u64>,
-    pub methods: HashMap<String, MethodStats>,
-    pub sessions: HashMap<String, SessionStats>,
+    /// Per method; at most `max_rows` methods (the least used go first).
+    pub methods: HashMap<Text, MethodStats>,
+    /// Per MCP session; at most `max_rows` (the least recently seen go first).
+    pub sessions: HashMap<Text, SessionStats>,
+    /// All traffic without a session, together.
+    pub no_session: SessionStats,
     pub anomaly_rows: VecDeque<(u64, String, String, String)>,
     /// exchange → its HTTP request line and status (dropped with the exchange's rows).
     pub http: HashMap<u64, HttpMeta>,
@@ -217,18 +239,19 @@ impl App {
             max_detail_bytes: 64 << 20,
             detail_bytes: 0,
             next_seq: 0,
-            open: HashMap::new(),
-            by_exchange: HashMap::new(),
+            open: HashMap::default(),
+            by_exchange: HashMap::default(),
             calls_total: 0,
             errors_total: 0,
             anomalies_total: 0,
             per_second: VecDeque::from(vec![0; 60]),
             current_second: now_ns / 1_000_000_000,
             recent_latencies: VecDeque::new(),
-            methods: HashMap::new(),
-            sessions: HashMap::new(),
+            methods: HashMap::default(),
+            sessions: HashMap::default(),
+            no_session: SessionStats::default(),
             anomaly_rows: VecDeque::new(),
-            http: HashMap::new(),
+            http: HashMap::default(),
             dropped: 0,
             view: View::Calls,
             selected: 0,
@@ -280,6 +303,17 @@ impl App {
         while self.rows.len() > self.max_rows {
             if let Some(old) = self.rows.pop_front() {
                 self.detail_bytes -= old.detail_bytes();
+                if old.outcome == RowOutcome::Pending {
+                    // Its outcome never came (or was among the dropped display events): the
+                    // row goes, and so does its place in the open calls.
+                    let key = (old.scope.clone(), old.direction, old.id.clone());
+                    if let Some(q) = self.open.get_mut(&key) {
+                        q.retain(|s| *s != old.seq);
+                        if q.is_empty() {
+                            self.open.remove(&key);
+                        }
+                    }
+                }
                 self.by_exchange.remove(&old.exchange);
                 if self.rows.front().is_none_or(|r| r.exchange != old.exchange) {
                     self.http.remove(&old.exchange);
@@ -323,12 +357,10 @@ impl App {
     pub fn apply(&mut self, ev: &Event) {
         match ev {
             Event::Message(m) => {
-                let raw = String::from_utf8_lossy(&m.message).into_owned();
-                self.apply_message(&MessageIn {
+                self.apply_message(MessageIn {
                     ts_ns: m.ts,
                     exchange: m.exchange,
-                    scope: m.scope.to_string(),
-                    scope_short: m.scope.short(),
+                    scope: m.scope.to_string().into(),
                     c2s: m.direction == crate::events::Direction::ClientToServer,
                     kind: match m.kind {
                         crate::rpc::Kind::Request => "request",
@@ -337,10 +369,10 @@ impl App {
                         crate::rpc::Kind::Error => "error",
                         crate::rpc::Kind::Invalid => "invalid",
                     },
-                    id: m.id.as_ref().map(|i| i.to_json_text()),
-                    method: m.method.as_deref().map(str::to_string),
-                    target: m.target.as_deref().map(str::to_string),
-                    raw,
+                    id: m.id.as_ref().map(|i| i.to_json_text().into()),
+                    method: m.method.clone(),
+                    target: m.target.clone(),
+                    raw: String::from_utf8_lossy(&m.message).into(),
                     sse: m.transport != crate::events::Transport::Json,
                 });
             }
@@ -358,9 +390,9 @@ impl App {
                     "s→c"
                 };
                 self.apply_call(
-                    &c.scope.to_string(),
+                    c.scope.to_string().into(),
                     dir,
-                    &c.id.to_json_text(),
+                    c.id.to_json_text().into(),
                     &c.method,
                     outcome,
                     c.latency_us,
@@ -371,9 +403,10 @@ impl App {
                 exchange,
                 method,
                 path,
+                session,
                 ..
             }) => {
-                self.apply_http_request(*exchange, method, path);
+                self.apply_http_request(*exchange, method, path, session.as_deref());
             }
             Event::Http(crate::events::HttpEvent::Response {
                 exchange,
@@ -386,8 +419,8 @@ impl App {
             Event::Anomaly(a) => {
                 self.apply_anomaly(
                     a.exchange,
-                    &a.scope.to_string(),
-                    a.id.as_ref().map(|i| i.to_json_text()),
+                    a.scope.to_string().into(),
+                    a.id.as_ref().map(|i| i.to_json_text().into()),
                     a.code,
                     &a.message,
                     a.ts,
@@ -397,7 +430,13 @@ impl App {
         }
     }
 
-    pub fn apply_http_request(&mut self, exchange: u64, method: &str, path: &str) {
+    pub fn apply_http_request(
+        &mut self,
+        exchange: u64,
+        method: &str,
+        path: &str,
+        session: Option<&str>,
+    ) {
         if self.http.len() >= self.max_rows * 2 {
             // Exchanges without rows (GET pages…) must not accumulate.
             let min = exchange.saturating_sub(self.max_rows as u64);
@@ -408,6 +447,7 @@ impl App {
             HttpMeta {
                 method: method.to_string(),
                 path: path.to_string(),
+                session: session.map(str::to_string),
                 ..Default::default()
             },
         );
@@ -426,23 +466,23 @@ impl App {
     }
 
     /// Applies one message (live or from a recording).
-    pub fn apply_message(&mut self, m: &MessageIn) {
+    pub fn apply_message(&mut self, m: MessageIn) {
         let dir: &'static str = if m.c2s { "c→s" } else { "s→c" };
         match m.kind {
             "request" | "notification" | "invalid" if m.method.is_some() || m.kind != "invalid" => {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 let is_call = m.kind != "notification" && m.id.is_some();
+                let id = m.id.unwrap_or_else(|| Text::from(""));
                 let row = Row {
                     seq,
                     ts_ns: m.ts_ns,
                     exchange: m.exchange,
                     scope: m.scope.clone(),
-                    scope_short: m.scope_short.clone(),
                     direction: dir,
-                    method: m.method.clone().unwrap_or_default(),
-                    target: m.target.clone(),
-                    id: m.id.clone().unwrap_or_default(),
+                    method: m.method.unwrap_or_else(|| Text::from("")),
+                    target: m.target,
+                    id: id.clone(),
                     outcome: if is_call {
                         RowOutcome::Pending
                     } else {
@@ -460,7 +500,7 @@ impl App {
                 self.push_row(row);
                 if is_call {
                     self.open
-                        .entry((m.scope.clone(), dir, m.id.clone().unwrap_or_default()))
+                        .entry((m.scope.clone(), dir, id))
                         .or_default()
                         .push_back(seq);
                     self.by_exchange.entry(m.exchange).or_default().push(seq);
@@ -485,7 +525,11 @@ impl App {
             _ => {
                 // A response: attach to its call.
                 let req_dir: &'static str = if m.c2s { "s→c" } else { "c→s" };
-                let key = (m.scope.clone(), req_dir, m.id.clone().unwrap_or_default());
+                let key = (
+                    m.scope.clone(),
+                    req_dir,
+                    m.id.unwrap_or_else(|| Text::from("")),
+                );
                 let seq = self.open.get(&key).and_then(|q| {
                     q.iter()
                         .copied()
@@ -502,19 +546,58 @@ impl App {
         }
     }
 
-    fn session_touch(&mut self, scope: &str, ts: u64) {
-        let s = self.sessions.entry(scope.to_string()).or_default();
+    fn session_touch(&mut self, scope: &Text, ts: u64) {
+        let s = self.session_mut(scope);
         s.last_ns = s.last_ns.max(ts);
+    }
+
+    /// A scope's statistics: an MCP session's own, made on first sight, or — for traffic
+    /// without a session, scoped per exchange — the one "(no session)" line. The session map is
+    /// held to `max_rows` sessions: past that, the least recently seen eighth goes (amortized:
+    /// the sort runs once per `max_rows / 8` new sessions).
+    fn session_mut(&mut self, scope: &Text) -> &mut SessionStats {
+        if !scope.starts_with("session:") {
+            return &mut self.no_session;
+        }
+        if !self.sessions.contains_key(scope) && self.sessions.len() >= self.max_rows {
+            let mut by_age: Vec<(u64, Text)> = self
+                .sessions
+                .iter()
+                .map(|(k, v)| (v.last_ns, k.clone()))
+                .collect();
+            by_age.sort_unstable();
+            for (_, k) in by_age.iter().take((self.max_rows / 8).max(1)) {
+                self.sessions.remove(k);
+            }
+        }
+        self.sessions.entry(scope.clone()).or_default()
+    }
+
+    /// A method's statistics, made on first sight; at most `max_rows` methods (a peer can send
+    /// any number of names): past that, the least used eighth goes.
+    fn method_mut(&mut self, method: &Text) -> &mut MethodStats {
+        if !self.methods.contains_key(method) && self.methods.len() >= self.max_rows {
+            let mut by_use: Vec<(u64, Text)> = self
+                .methods
+                .iter()
+                .map(|(k, v)| (v.count, k.clone()))
+                .collect();
+            by_use.sort_unstable();
+            for (_, k) in by_use.iter().take((self.max_rows / 8).max(1)) {
+                self.methods.remove(k);
+            }
+        }
+        self.methods.entry(method.clone()).or_default()
     }
 
     /// Applies a call's outcome.
     #[allow(clippy::too_many_arguments)]
     pub fn apply_call(
         &mut self,
-        scope: &str,
+        scope: Text,
         dir: &'static str,
-        id: &str,
-        method: &str,
+        id: Text,
+        method: &Text,
         outcome: RowOutcome,
         latency_us: Option<u64>,
         ts: u64,
@@ -533,7 +616,7 @@ impl App {
                 self.recent_latencies.pop_front();
             }
         }
-        let ms = self.methods.entry(method.to_string()).or_default();
+        let ms = self.method_mut(method);
         ms.count += 1;
         if err {
             ms.errors += 1;
@@ -544,13 +627,13 @@ impl App {
             }
             ms.latencies.push(l);
         }
-        let s = self.sessions.entry(scope.to_string()).or_default();
+        let s = self.session_mut(&scope);
         s.calls += 1;
         if err {
             s.errors += 1;
         }
         s.last_ns = s.last_ns.max(ts);
-        let key = (scope.to_string(), dir, id.to_string());
+        let key = (scope, dir, id);
         let seq = self.open.get_mut(&key).and_then(VecDeque::pop_front);
         if self.open.get(&key).is_some_and(VecDeque::is_empty) {
             self.open.remove(&key);
@@ -567,17 +650,14 @@ impl App {
     pub fn apply_anomaly(
         &mut self,
         exchange: u64,
-        scope: &str,
-        id: Option<String>,
+        scope: Text,
+        id: Option<Text>,
         code: &str,
         message: &str,
         ts: u64,
     ) {
         self.anomalies_total += 1;
-        self.sessions
-            .entry(scope.to_string())
-            .or_default()
-            .anomalies += 1;
+        self.session_mut(&scope).anomalies += 1;
         self.anomaly_rows
             .push_back((ts, code.to_string(), scope.to_string(), message.to_string()));
         if self.anomaly_rows.len() > self.max_rows {
@@ -613,7 +693,7 @@ impl App {
             View::Calls => self.visible().len(),
             View::Anomalies => self.anomaly_rows.len(),
             View::Methods => self.methods.len(),
-            View::Sessions => self.sessions.len(),
+            View::Sessions => self.sessions.len() + usize::from(self.no_session.last_ns > 0),
         }
     }
 
@@ -755,7 +835,7 @@ impl App {
                 } else if let Some(req) = self.selected_row().and_then(|r| r.request.clone()) {
                     return Action::Resend {
                         path: "/".into(),
-                        body: req,
+                        body: req.to_string(),
                     };
                 }
             }
@@ -830,14 +910,13 @@ pub fn percentiles(mut v: Vec<u64>) -> Option<(u64, u64, u64)> {
 pub struct MessageIn {
     pub ts_ns: u64,
     pub exchange: u64,
-    pub scope: String,
-    pub scope_short: String,
+    pub scope: Text,
     pub c2s: bool,
     pub kind: &'static str,
-    pub id: Option<String>,
-    pub method: Option<String>,
-    pub target: Option<String>,
-    pub raw: String,
+    pub id: Option<Text>,
+    pub method: Option<Text>,
+    pub target: Option<Text>,
+    pub raw: Text,
     pub sse: bool,
 }
 
@@ -907,7 +986,7 @@ impl Filter {
                 .as_ref()
                 .is_none_or(|i| r.id.trim_matches('"') == i.trim_matches('"'))
             && self.method.as_ref().is_none_or(|g| {
-                g.is_match(&r.method) || r.target.as_ref().is_some_and(|t| g.is_match(t))
+                g.is_match(&*r.method) || r.target.as_ref().is_some_and(|t| g.is_match(&**t))
             })
             && self.text.iter().all(|t| {
                 r.request
@@ -936,21 +1015,20 @@ mod tests {
         MessageIn {
             ts_ns: 1_000_000_000 * ex,
             exchange: ex,
-            scope: format!("exchange:{ex}"),
-            scope_short: format!("#{ex}"),
+            scope: format!("exchange:{ex}").into(),
             c2s,
             kind,
-            id: id.map(str::to_string),
-            method: method.map(str::to_string),
+            id: id.map(Text::from),
+            method: method.map(Text::from),
             target: None,
-            raw: raw.to_string(),
+            raw: raw.into(),
             sse: false,
         }
     }
 
     fn app_with_calls() -> App {
         let mut a = App::new("t", "l", "u", 100, 0);
-        a.apply_message(&msg(
+        a.apply_message(msg(
             1,
             true,
             "request",
@@ -958,7 +1036,7 @@ mod tests {
             Some("add"),
             r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#,
         ));
-        a.apply_message(&msg(
+        a.apply_message(msg(
             1,
             false,
             "result",
@@ -967,15 +1045,15 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"result":3}"#,
         ));
         a.apply_call(
-            "exchange:1",
+            "exchange:1".into(),
             "c→s",
-            "1",
-            "add",
+            "1".into(),
+            &"add".into(),
             RowOutcome::Result,
             Some(1500),
             1,
         );
-        a.apply_message(&msg(
+        a.apply_message(msg(
             2,
             true,
             "request",
@@ -983,7 +1061,7 @@ mod tests {
             Some("nope"),
             r#"{"jsonrpc":"2.0","method":"nope","id":2}"#,
         ));
-        a.apply_message(&msg(
+        a.apply_message(msg(
             3,
             true,
             "notification",
@@ -1000,7 +1078,7 @@ mod tests {
         assert_eq!(a.rows.len(), 3);
         assert_eq!(a.rows[1].outcome, RowOutcome::Pending);
         assert_eq!(a.pending(), 1);
-        a.apply_message(&msg(
+        a.apply_message(msg(
             2,
             false,
             "error",
@@ -1009,10 +1087,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"x"}}"#,
         ));
         a.apply_call(
-            "exchange:2",
+            "exchange:2".into(),
             "c→s",
-            "2",
-            "nope",
+            "2".into(),
+            &"nope".into(),
             RowOutcome::Error(-32601),
             Some(900),
             2,
@@ -1026,12 +1104,12 @@ mod tests {
     fn keys_move_filter_and_views() {
         let mut a = app_with_calls();
         assert!(a.follow);
-        assert_eq!(a.selected_row().unwrap().method, "log");
+        assert_eq!(&*a.selected_row().unwrap().method, "log");
         a.handle_key(Key::Up);
         assert!(!a.follow);
-        assert_eq!(a.selected_row().unwrap().method, "nope");
+        assert_eq!(&*a.selected_row().unwrap().method, "nope");
         a.handle_key(Key::Char('g'));
-        assert_eq!(a.selected_row().unwrap().method, "add");
+        assert_eq!(&*a.selected_row().unwrap().method, "add");
         a.handle_key(Key::Char('G'));
         assert!(a.follow);
         // filter: pending
@@ -1042,13 +1120,13 @@ mod tests {
         assert!(a.editing_filter);
         a.handle_key(Key::Enter);
         assert_eq!(a.visible().len(), 1);
-        assert_eq!(a.visible()[0].method, "nope");
+        assert_eq!(&*a.visible()[0].method, "nope");
         a.handle_key(Key::Esc);
         assert_eq!(a.visible().len(), 3);
         a.filter = "add*".into();
         assert_eq!(a.visible().len(), 1);
         a.filter = "id:2".into();
-        assert_eq!(a.visible()[0].method, "nope");
+        assert_eq!(&*a.visible()[0].method, "nope");
         a.filter = "params".into(); // free text in the messages
         assert_eq!(a.visible().len(), 1);
         a.filter.clear();
@@ -1104,7 +1182,7 @@ mod tests {
         a.max_detail_bytes = 100_000;
         let big = "x".repeat(1000);
         for i in 0..10_000u64 {
-            a.apply_message(&msg(
+            a.apply_message(msg(
                 i,
                 true,
                 "request",
@@ -1113,10 +1191,10 @@ mod tests {
                 &big,
             ));
             a.apply_call(
-                &format!("exchange:{i}"),
+                format!("exchange:{i}").into(),
                 "c→s",
-                &i.to_string(),
-                "m",
+                i.to_string().into(),
+                &"m".into(),
                 RowOutcome::Result,
                 Some(i),
                 i,
@@ -1133,5 +1211,43 @@ mod tests {
     fn percentiles_are_right() {
         assert_eq!(percentiles((1..=100).collect()), Some((51, 95, 99)));
         assert_eq!(percentiles(vec![]), None);
+    }
+
+    #[test]
+    fn scope_and_method_tables_stay_bounded_under_any_traffic() {
+        // Clients can open any number of sessions, and a peer can invent method names.
+        let mut a = App::new("t", "l", "u", 100, 0);
+        for i in 0..5_000u64 {
+            let method = format!("m{i}");
+            a.apply_message(msg(
+                i,
+                true,
+                "request",
+                Some("1"),
+                Some(&method),
+                r#"{"jsonrpc":"2.0","method":"m","id":1}"#,
+            ));
+            a.apply_call(
+                format!("session:{i}").into(),
+                "c→s",
+                "1".into(),
+                &method.as_str().into(),
+                RowOutcome::Result,
+                Some(10),
+                i * 1_000_000_000,
+            );
+        }
+        assert!(a.sessions.len() <= 100, "{}", a.sessions.len());
+        assert!(a.methods.len() <= 100, "{}", a.methods.len());
+        // The newest survive; traffic without a session is one line.
+        assert!(a.sessions.contains_key("session:4999"));
+        assert_eq!(a.no_session.calls, 0);
+        assert!(a.no_session.last_ns > 0, "the requests had exchange scopes");
+        assert!(a.methods.contains_key("m4999"));
+        assert_eq!(a.calls_total, 5_000);
+        assert!(a.rows.len() <= 100);
+        // The calls' outcomes named other scopes, so their rows stayed pending; evicted rows
+        // leave the open calls too.
+        assert_eq!(a.pending(), a.rows.len());
     }
 }

@@ -1,8 +1,8 @@
 //! The terminal dashboard (ratatui + crossterm): `app` is the state (plain data), `ui` renders
 //! it, and this module owns the terminal and the event loop.
 //!
-//! The loop applies bus events to the state as they come, but redraws at a fixed rate (10 per
-//! second), so any traffic costs one redraw per tick; it never blocks the proxy (its bus queue
+//! The loop takes bus events off its queue every 20 ms and applies them to the state, and
+//! redraws at a fixed rate (10 per second), so any traffic costs one redraw per tick; it never blocks the proxy (its bus queue
 //! drops when full, and the header shows how many display events were dropped). A guard
 //! restores the terminal on quit, on panic (ratatui's hook) and on SIGINT/SIGTERM.
 
@@ -22,6 +22,16 @@ use std::time::Duration;
 
 /// How often the screen is redrawn.
 pub const FRAME: Duration = Duration::from_millis(100);
+
+/// The events the dashboard reads: HTTP heads without their headers, messages, calls,
+/// anomalies.
+pub const INTEREST: crate::events::Interest = crate::events::Interest::HTTP
+    .and(crate::events::Interest::MESSAGE)
+    .and(crate::events::Interest::CALL)
+    .and(crate::events::Interest::ANOMALY);
+
+/// How often live events are taken off the bus.
+pub const DRAIN: Duration = Duration::from_millis(20);
 
 /// Where `r` re-sends a request: the proxy itself, so the re-sent call is inspected too.
 #[derive(Clone, Debug)]
@@ -63,12 +73,7 @@ fn write_file(prefix: &str, ext: &str, text: &str) -> std::io::Result<String> {
 }
 
 /// Performs an action's I/O; returns the status line to show.
-fn perform(
-    action: Action,
-    resend: Option<&Resend>,
-    paths: &std::collections::HashMap<u64, (String, Option<String>)>,
-    app: &App,
-) -> Option<String> {
+fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String> {
     match action {
         Action::None | Action::Quit => None,
         Action::CopyCurl(curl) => {
@@ -95,7 +100,8 @@ fn perform(
             };
             let (path, session) = app
                 .selected_row()
-                .and_then(|r| paths.get(&r.exchange).cloned())
+                .and_then(|r| app.http.get(&r.exchange))
+                .map(|h| (h.path.clone(), h.session.clone()))
                 .unwrap_or(("/".into(), None));
             let addr = rs.proxy;
             tokio::spawn(async move {
@@ -125,15 +131,10 @@ fn perform(
 pub fn load_recording(app: &mut App, rec: &Recording) {
     for e in &rec.events {
         match e {
-            RecEvent::Message(m) => app.apply_message(&MessageIn {
+            RecEvent::Message(m) => app.apply_message(MessageIn {
                 ts_ns: m.ts,
                 exchange: m.exchange,
-                scope: m.scope.clone(),
-                scope_short: m
-                    .scope
-                    .strip_prefix("session:")
-                    .map(|s| s.chars().take(8).collect())
-                    .unwrap_or_else(|| format!("#{}", m.exchange)),
+                scope: m.scope.as_str().into(),
                 c2s: m.is_c2s(),
                 kind: match m.kind.as_str() {
                     "request" => "request",
@@ -142,10 +143,10 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
                     "error" => "error",
                     _ => "invalid",
                 },
-                id: m.id_text().map(str::to_string),
-                method: m.method.clone(),
-                target: m.target.clone(),
-                raw: m.message.get().to_string(),
+                id: m.id_text().map(Into::into),
+                method: m.method.as_deref().map(Into::into),
+                target: m.target.as_deref().map(Into::into),
+                raw: m.message.get().into(),
                 sse: m.transport != "json",
             }),
             RecEvent::Call(c) => {
@@ -162,10 +163,10 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
                     "s→c"
                 };
                 app.apply_call(
-                    &c.scope,
+                    c.scope.as_str().into(),
                     dir,
-                    c.id.get(),
-                    &c.method,
+                    c.id.get().into(),
+                    &c.method.as_str().into(),
                     outcome,
                     c.latency_us,
                     c.ts,
@@ -175,8 +176,9 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
                 exchange,
                 method,
                 path,
+                session,
                 ..
-            }) => app.apply_http_request(*exchange, method, path),
+            }) => app.apply_http_request(*exchange, method, path, session.as_deref()),
             RecEvent::Http(RecHttp::Response {
                 exchange,
                 status,
@@ -185,8 +187,8 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
             }) => app.apply_http_response(*exchange, *status, content_type.clone()),
             RecEvent::Anomaly(a) => app.apply_anomaly(
                 a.exchange,
-                &a.scope,
-                a.id.as_ref().map(|i| i.get().to_string()),
+                a.scope.as_str().into(),
+                a.id.as_ref().map(|i| i.get().into()),
                 &a.code,
                 &a.message,
                 a.ts,
@@ -207,6 +209,20 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
     }
 }
 
+/// The dashboard's scheduling priority (nice value) while it watches live traffic.
+pub const NICE: i32 = 10;
+
+/// The dashboard yields the CPU to the traffic it shows: its thread (the one running [`run`])
+/// runs at nice [`NICE`], so when the proxy's threads need every core they win it, and the
+/// dashboard falls behind — its queue drops events and the header counts them — instead of
+/// slowing the proxy. With CPU to spare nothing changes.
+fn yield_cpu_to_the_proxy() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
+        tracing::debug!(error = %e, "could not lower the dashboard's priority");
+    }
+}
+
 /// Runs the dashboard until `q` or `shutdown`. `sub` feeds live events (none for a recording).
 pub async fn run(
     mut app: App,
@@ -216,21 +232,6 @@ pub async fn run(
     recording: Option<&Recording>,
 ) -> std::io::Result<()> {
     app.no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let mut paths: std::collections::HashMap<u64, (String, Option<String>)> =
-        std::collections::HashMap::new();
-    if let Some(rec) = recording {
-        for h in rec.http() {
-            if let RecHttp::Request {
-                exchange,
-                path,
-                session,
-                ..
-            } = h
-            {
-                paths.insert(*exchange, (path.clone(), session.clone()));
-            }
-        }
-    }
     let mut terminal = ratatui::try_init()?;
     let _guard = Guard;
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
@@ -238,23 +239,29 @@ pub async fn run(
     let mut tick = tokio::time::interval(FRAME);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tokio::pin!(shutdown);
-    let mut batch = Vec::with_capacity(4096);
+    // Events are taken off the bus on a short timer, not as they come: the proxy's threads
+    // then never wake this one (a wake-up per event costs more than the event), and a burst is
+    // applied in one go. The bus queue holds well over one period of traffic.
+    let mut drain = tokio::time::interval(DRAIN);
+    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let live = recording.is_none();
+    if live {
+        yield_cpu_to_the_proxy();
+    }
     loop {
         tokio::select! {
-            n = async { match sub.as_mut() { Some(s) => s.rx.recv_many(&mut batch, 4096).await, None => std::future::pending().await } } => {
-                if n == 0 {
-                    sub = None;
-                }
-                for ev in batch.drain(..) {
-                    if let crate::events::Event::Http(crate::events::HttpEvent::Request { exchange, path, session, .. }) = &*ev {
-                        paths.insert(*exchange, (path.clone(), session.clone()));
-                        if paths.len() > app.max_rows * 2 {
-                            let min = *exchange - app.max_rows as u64;
-                            paths.retain(|k, _| *k > min);
+            _ = drain.tick(), if sub.is_some() => {
+                if let Some(s) = sub.as_mut() {
+                    loop {
+                        match s.rx.try_recv() {
+                            Ok(ev) => app.apply(&ev),
+                            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                                sub = None;
+                                break;
+                            }
                         }
                     }
-                    app.apply(&ev);
                 }
             }
             ev = input.next() => {
@@ -269,7 +276,7 @@ pub async fn run(
                             if action == Action::Quit {
                                 break;
                             }
-                            if let Some(s) = perform(action, resend.as_ref(), &paths, &app) {
+                            if let Some(s) = perform(action, resend.as_ref(), &app) {
                                 app.status = s;
                             }
                         }

@@ -208,10 +208,10 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             let mark = if r.anomalies.is_empty() { " " } else { "!" };
             TRow::new(vec![
                 Cell::from(clock(r.ts_ns)),
-                Cell::from(r.scope_short.clone()),
+                Cell::from(r.scope_short()),
                 Cell::from(r.direction),
                 Cell::from(r.display_method()),
-                Cell::from(r.id.clone()),
+                Cell::from(r.id.to_string()),
                 Cell::from(Span::styled(r.outcome.label(), outcome_style(t, r))),
                 Cell::from(r.latency_us.map(dur).unwrap_or_default()),
                 Cell::from(size(r.size)),
@@ -350,7 +350,10 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                     t.bold(),
                 )));
                 for e in &r.stream {
-                    lines.push(Line::from(Span::styled(e.clone(), t.fg(Color::DarkGray))));
+                    lines.push(Line::from(Span::styled(
+                        e.to_string(),
+                        t.fg(Color::DarkGray),
+                    )));
                 }
             }
             lines.push(Line::from(Span::styled("reply", t.bold())));
@@ -415,14 +418,14 @@ fn anomalies(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
 }
 
 fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
-    let mut list: Vec<(&String, &super::app::MethodStats)> = app.methods.iter().collect();
+    let mut list: Vec<(&super::app::Text, &super::app::MethodStats)> = app.methods.iter().collect();
     list.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
     let rows: Vec<TRow> = list
         .iter()
         .map(|(m, s)| {
             let (p50, _, p99) = percentiles(s.latencies.clone()).unwrap_or((0, 0, 0));
             TRow::new(vec![
-                Cell::from((*m).clone()),
+                Cell::from(m.to_string()),
                 Cell::from(s.count.to_string()),
                 Cell::from(Span::styled(
                     s.errors.to_string(),
@@ -458,13 +461,17 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
 }
 
 fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
-    let mut list: Vec<(&String, &super::app::SessionStats)> = app.sessions.iter().collect();
+    let mut list: Vec<(&str, &super::app::SessionStats)> =
+        app.sessions.iter().map(|(k, v)| (&**k, v)).collect();
     list.sort_by(|a, b| b.1.last_ns.cmp(&a.1.last_ns).then(a.0.cmp(b.0)));
+    if app.no_session.last_ns > 0 {
+        list.push(("(no session)", &app.no_session));
+    }
     let rows: Vec<TRow> = list
         .iter()
         .map(|(s, st)| {
             TRow::new(vec![
-                Cell::from((*s).clone()),
+                Cell::from(s.to_string()),
                 Cell::from(st.calls.to_string()),
                 Cell::from(Span::styled(
                     st.errors.to_string(),
@@ -490,11 +497,7 @@ fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         ],
     )
     .header(TRow::new(vec!["scope", "calls", "errors", "anomalies", "last seen"]).style(t.bold()))
-    .block(
-        Block::default()
-            .borders(Borders::ALL)
-            .title(" sessions and exchanges "),
-    )
+    .block(Block::default().borders(Borders::ALL).title(" sessions "))
     .row_highlight_style(t.selected());
     let mut state = TableState::default();
     if !list.is_empty() {
