@@ -91,6 +91,15 @@ async fn run_script(venv: &Path, script: &str, args: &[&str]) -> serde_json::Val
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The passed count of `rpctap replay`'s closing line ("N passed, M failed (…)").
+fn replay_passed(text: &str) -> usize {
+    text.lines()
+        .last()
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 fn recording_proxy_flags(file: &Path) -> rpctap::cli::ProxyFlags {
     rpctap::cli::ProxyFlags {
         record: Some(file.to_path_buf()),
@@ -433,10 +442,12 @@ async fn typescript_sdk_client_and_server_everything() {
             "{server_mode}: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        if server_mode == "streamableHttp" {
+        {
             // Replay: a run without the sampling round trip (a replay cannot answer the server's
-            // request in the middle of a call), recorded, then replayed against the same server.
-            let file = tmp.join("replayable.jsonl");
+            // request in the middle of a call), recorded, then replayed against the same server
+            // — over the legacy transport too: the stream is opened again and the POSTs go to
+            // its new endpoint.
+            let file = tmp.join(format!("replayable-{server_mode}.jsonl"));
             let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
             run_node(
                 &dir,
@@ -454,7 +465,13 @@ async fn typescript_sdk_client_and_server_everything() {
                 .output()
                 .unwrap();
             let text = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(out.status.code(), Some(0), "{text}");
+            assert_eq!(out.status.code(), Some(0), "{server_mode}: {text}");
+            let passed = replay_passed(&text);
+            assert!(
+                passed >= 5,
+                "{server_mode}: the calls were replayed and passed: {text}"
+            );
+            assert!(!text.contains("warning"), "{server_mode}: {text}");
         }
     }
 }
@@ -579,9 +596,10 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
     );
     wait_port(port).await;
     let upstream = format!("http://127.0.0.1:{port}");
-    let mut proxy = start_proxy(&upstream).await;
     let work = std::env::temp_dir().join(format!("rpctap-conformance-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
+    let file = work.join("conformance.jsonl");
+    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
     let run = |url: String| {
         let (node22, suite, work) = (node22.clone(), suite.clone(), work.clone());
         tokio::task::spawn_blocking(move || {
@@ -611,6 +629,28 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
         codes.into_iter().collect::<Vec<_>>(),
         vec!["TOOL_ERROR".to_string()]
     );
+    // The recording of the whole suite checks clean (tool errors are warnings, not findings)
+    // and replays against the same server with every call's verdict as recorded.
+    drop(proxy.stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = Command::new(BIN)
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = Command::new(BIN)
+        .args(["replay", file.to_str().unwrap(), "--target", &upstream])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let passed = replay_passed(&text);
+    assert!(passed >= 40, "the suite's calls replayed: {text}");
 }
 
 /// The JSON-RPC 2.0 specification's examples (section 7).

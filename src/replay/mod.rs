@@ -5,6 +5,11 @@
 //! each recorded `initialize` is substituted for the old one). Each call gets a verdict in the
 //! vocabulary testers know: Succeeded, Error reported, Rejected (HTTP N), No reply, or Mismatch
 //! with a path-by-path diff.
+//!
+//! The legacy HTTP+SSE transport (MCP 2024-11-05) is replayed too: a recorded `GET` stream is
+//! opened again on the target, its `endpoint` event gives the new session's POST URL, each
+//! recorded `POST …?sessionId=old` goes to that URL instead, and its replies are awaited on the
+//! stream.
 
 pub mod diff;
 pub mod mock;
@@ -276,6 +281,136 @@ fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
     out
 }
 
+/// A legacy HTTP+SSE stream opened again on the target: where to POST, and the replies that
+/// arrive on it.
+struct LegacyStream {
+    /// The path and query of the new session's POST endpoint.
+    endpoint: String,
+    replies: tokio::sync::mpsc::UnboundedReceiver<rpc::Envelope>,
+    /// Replies that came before they were waited for, by id text.
+    early: HashMap<String, rpc::Envelope>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LegacyStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl LegacyStream {
+    /// Opens the stream (`GET uri`) and waits for its `endpoint` event.
+    async fn open(
+        client: &crate::proxy::upstream::UpstreamClient,
+        uri: &str,
+        extra: &[(HeaderName, HeaderValue)],
+        timeout: Duration,
+    ) -> Result<LegacyStream, String> {
+        let mut b = Request::get(uri).header(http::header::ACCEPT, "text/event-stream");
+        for (k, v) in extra {
+            b = b.header(k, v);
+        }
+        let req = b
+            .body(ForwardBody::empty())
+            .map_err(|e| format!("cannot build the stream request: {e}"))?;
+        let resp = tokio::time::timeout(timeout, client.request(req))
+            .await
+            .map_err(|_| format!("the stream did not open within {timeout:?}"))?
+            .map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("the stream was refused: HTTP {}", resp.status()));
+        }
+        let (endpoint_tx, endpoint_rx) = tokio::sync::oneshot::channel::<String>();
+        let (tx, replies) = tokio::sync::mpsc::unbounded_channel();
+        let mut body = resp.into_body();
+        let task = tokio::spawn(async move {
+            let mut endpoint_tx = Some(endpoint_tx);
+            let mut d = SseDecoder::new(64 << 20);
+            while let Some(Ok(frame)) = body.frame().await {
+                let Some(chunk) = frame.data_ref() else {
+                    continue;
+                };
+                let mut events = Vec::new();
+                d.feed(chunk, |e| events.push(e));
+                for e in events {
+                    match e.kind() {
+                        "endpoint" => {
+                            if let Some(t) = endpoint_tx.take() {
+                                let _ = t.send(String::from_utf8_lossy(&e.data).trim().to_string());
+                            }
+                        }
+                        "message" => {
+                            let envs = match rpc::parse_body(&e.data) {
+                                Body::Single(e) => vec![e],
+                                Body::Batch(v) => v,
+                                Body::ParseError(_) => vec![],
+                            };
+                            for env in envs.into_iter().filter(|e| e.kind.is_response()) {
+                                let _ = tx.send(env);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        });
+        let endpoint = match tokio::time::timeout(timeout, endpoint_rx).await {
+            Ok(Ok(e)) => e,
+            _ => {
+                task.abort();
+                return Err("the stream sent no `endpoint` event".into());
+            }
+        };
+        // The endpoint may be a full URL or a path.
+        let endpoint = match endpoint.parse::<Uri>() {
+            Ok(u) if u.scheme().is_some() => u
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or(endpoint),
+            _ => endpoint,
+        };
+        Ok(LegacyStream {
+            endpoint,
+            replies,
+            early: HashMap::new(),
+            task,
+        })
+    }
+
+    /// Waits until a reply for each of `ids` came on the stream, or `deadline`.
+    async fn wait_for(
+        &mut self,
+        ids: &[String],
+        deadline: tokio::time::Instant,
+    ) -> HashMap<String, rpc::Envelope> {
+        let mut out = HashMap::new();
+        loop {
+            for id in ids {
+                if let Some(e) = self.early.remove(id) {
+                    out.insert(id.clone(), e);
+                }
+            }
+            if ids.iter().all(|id| out.contains_key(id)) {
+                return out;
+            }
+            match tokio::time::timeout_at(deadline, self.replies.recv()).await {
+                Ok(Some(env)) => {
+                    if let Some(id) = &env.id {
+                        self.early.entry(id.to_json_text()).or_insert(env);
+                    }
+                }
+                _ => return out,
+            }
+        }
+    }
+}
+
+/// The `sessionId` query parameter of a legacy POST path.
+fn legacy_session(path: &str) -> Option<&str> {
+    let q = path.split_once('?')?.1;
+    q.split('&').find_map(|kv| kv.strip_prefix("sessionId="))
+}
+
 /// Replays `rec` against `opts.target`.
 pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, ReplayError> {
     let client = crate::proxy::upstream::build_client(Duration::from_secs(5), opts.insecure);
@@ -294,33 +429,68 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
         target: opts.target.to_string(),
         ..Default::default()
     };
+    let origin = format!(
+        "{}://{}",
+        opts.target.scheme_str().unwrap_or("http"),
+        opts.target.authority().map(|a| a.as_str()).unwrap_or("")
+    );
+    // Legacy HTTP+SSE: streams opened again and not yet claimed by a POST, and the recorded
+    // session id → its stream.
+    let mut unclaimed: Vec<LegacyStream> = Vec::new();
+    let mut legacy: HashMap<String, LegacyStream> = HashMap::new();
     for ex in exchanges(rec) {
-        let replayable = (ex.method == "POST" && !ex.c2s.is_empty())
-            || (ex.method == "DELETE" && ex.session.is_some());
-        if !replayable {
-            if ex.method == "GET" && ex.path.contains("/sse") {
-                report.warnings.push(format!(
-                    "exchange {}: the legacy HTTP+SSE stream is not replayed",
-                    ex.id
-                ));
+        // A GET stream without an MCP session: the legacy transport's stream.
+        let legacy_stream_open = ex.method == "GET"
+            && ex.session.is_none()
+            && ex.status == Some(200)
+            && legacy_session(&ex.path).is_none()
+            && rec.http().any(|h| {
+                matches!(h, RecHttp::Response { exchange, content_type: Some(ct), .. }
+                    if *exchange == ex.id && ct.starts_with("text/event-stream"))
+            });
+        if legacy_stream_open {
+            let uri = format!("{origin}{base}{}", ex.path);
+            match LegacyStream::open(&client, &uri, &extra, opts.timeout).await {
+                Ok(s) => unclaimed.push(s),
+                Err(e) => report
+                    .warnings
+                    .push(format!("exchange {}: legacy HTTP+SSE stream: {e}", ex.id)),
             }
             continue;
         }
-        if ex.path.contains("sessionId=") {
-            report.warnings.push(format!(
-                "exchange {}: legacy HTTP+SSE POST skipped (its replies come on a stream)",
-                ex.id
-            ));
+        let replayable = (ex.method == "POST" && !ex.c2s.is_empty())
+            || (ex.method == "DELETE" && ex.session.is_some());
+        if !replayable {
             continue;
         }
+        // A legacy POST goes to its session's new endpoint; its replies come on the stream.
+        let mut on_stream = None;
+        let mut path = ex.path.clone();
+        if let Some(old) = legacy_session(&ex.path) {
+            if !legacy.contains_key(old) && !unclaimed.is_empty() {
+                legacy.insert(old.to_string(), unclaimed.remove(0));
+            }
+            match legacy.get(old) {
+                Some(s) => {
+                    path = s.endpoint.clone();
+                    on_stream = Some(old.to_string());
+                }
+                None => {
+                    report.warnings.push(format!(
+                        "exchange {}: legacy HTTP+SSE POST without a stream to answer on",
+                        ex.id
+                    ));
+                    continue;
+                }
+            }
+        }
         report.exchanges += 1;
-        let uri = format!(
-            "{}://{}{}{}",
-            opts.target.scheme_str().unwrap_or("http"),
-            opts.target.authority().map(|a| a.as_str()).unwrap_or(""),
-            base,
-            ex.path
-        );
+        // A legacy endpoint is the server's own path (the base is already in it).
+        let uri = if on_stream.is_some() {
+            format!("{origin}{path}")
+        } else {
+            format!("{origin}{base}{path}")
+        };
         let body = if ex.method == "POST" {
             body_of(&ex)
         } else {
@@ -351,8 +521,8 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             Ok::<_, String>((parts, bytes))
         })
         .await;
-        let latency_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let (status, ct, replies) = match sent {
+        let mut latency_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let (status, ct, mut replies) = match sent {
             Ok(Ok((parts, bytes))) => {
                 let ct = parts
                     .headers
@@ -388,6 +558,19 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             }
         };
         let _ = ct;
+        if let Some(stream) = on_stream.as_ref().and_then(|k| legacy.get_mut(k)) {
+            if status.is_some_and(|s| (200..300).contains(&s)) {
+                let ids: Vec<String> = ex
+                    .c2s
+                    .iter()
+                    .filter(|m| m.kind == "request")
+                    .filter_map(|m| m.id_text().map(str::to_string))
+                    .collect();
+                let deadline = tokio::time::Instant::from_std(t0 + opts.timeout);
+                replies.extend(stream.wait_for(&ids, deadline).await);
+                latency_ms = t0.elapsed().as_secs_f64() * 1e3;
+            }
+        }
         for call in ex.c2s.iter().filter(|m| {
             m.kind == "request" || (m.kind == "invalid" && m.id.is_some() && m.method.is_some())
         }) {
