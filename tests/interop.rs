@@ -91,6 +91,45 @@ async fn run_script(venv: &Path, script: &str, args: &[&str]) -> serde_json::Val
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Stops the recording proxy, then: the recording checks clean (`rpctap check` exits 0) and
+/// replays against `upstream` with every call as recorded and at least `min_passed` calls.
+async fn assert_checks_and_replays(stop: Stop, file: &Path, upstream: &str, min_passed: usize) {
+    drop(stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = Command::new(BIN)
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "check {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = Command::new(BIN)
+        .args(["replay", file.to_str().unwrap(), "--target", upstream])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "replay {}: {text}",
+        file.display()
+    );
+    assert!(
+        replay_passed(&text) >= min_passed,
+        "replay {}: the calls were replayed: {text}",
+        file.display()
+    );
+    assert!(
+        !text.contains("warning"),
+        "replay {}: {text}",
+        file.display()
+    );
+}
+
 /// The passed count of `rpctap replay`'s closing line ("N passed, M failed (…)").
 fn replay_passed(text: &str) -> usize {
     text.lines()
@@ -458,20 +497,7 @@ async fn typescript_sdk_client_and_server_everything() {
                 ],
             )
             .await;
-            drop(proxy.stop);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let out = Command::new(BIN)
-                .args(["replay", file.to_str().unwrap(), "--target", &upstream])
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(out.status.code(), Some(0), "{server_mode}: {text}");
-            let passed = replay_passed(&text);
-            assert!(
-                passed >= 5,
-                "{server_mode}: the calls were replayed and passed: {text}"
-            );
-            assert!(!text.contains("warning"), "{server_mode}: {text}");
+            assert_checks_and_replays(proxy.stop, &file, &upstream, 5).await;
         }
     }
 }
@@ -493,7 +519,10 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
     );
     wait_port(port).await;
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut proxy = start_proxy(&format!("http://{upstream}")).await;
+    let file =
+        std::env::temp_dir().join(format!("rpctap-interop-batch-{}.jsonl", std::process::id()));
+    let mut proxy =
+        start_proxy_flags(&format!("http://{upstream}"), recording_proxy_flags(&file)).await;
     let mut seen = Vec::new();
     for addr in [upstream, proxy.addr] {
         let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"batch","version":"1"}}}"#;
@@ -567,6 +596,8 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
         .iter()
         .filter(|c| &*c.method == "tools/call")
         .all(|c| c.outcome == rpctap::events::Outcome::Result));
+    // initialize + the batch's two calls, replayed as a batch again.
+    assert_checks_and_replays(proxy.stop, &file, &format!("http://{upstream}"), 3).await;
 }
 
 /// Per-scenario verdict lines of the conformance suite (`✓ name: N passed, M failed`).
@@ -631,26 +662,7 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
     );
     // The recording of the whole suite checks clean (tool errors are warnings, not findings)
     // and replays against the same server with every call's verdict as recorded.
-    drop(proxy.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let out = Command::new(BIN)
-        .args(["check", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let out = Command::new(BIN)
-        .args(["replay", file.to_str().unwrap(), "--target", &upstream])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}");
-    let passed = replay_passed(&text);
-    assert!(passed >= 40, "the suite's calls replayed: {text}");
+    assert_checks_and_replays(proxy.stop, &file, &upstream, 40).await;
 }
 
 /// The JSON-RPC 2.0 specification's examples (section 7).
