@@ -52,9 +52,7 @@ pub struct RunningProxy {
     pub proxy: Proxy,
     pub cfg: ProxyConfig,
     log: Option<crate::events::Subscription>,
-    recorder: Option<
-        tokio::task::JoinHandle<Result<crate::record::RecordStats, crate::record::RecordError>>,
-    >,
+    recorder: Option<crate::record::Finished>,
     record_stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -161,7 +159,7 @@ impl RunningProxy {
                     "recording closed"
                 ),
                 Ok(Err(e)) => tracing::error!(error = %e, "recording failed"),
-                Err(e) => tracing::error!(error = %e, "recorder task failed"),
+                Err(e) => tracing::error!(error = %e, "recorder thread failed"),
             }
         }
         if let Some(t) = log_task {
