@@ -1,7 +1,7 @@
 //! Recordings: the JSON Lines format (schema in `docs/recording.md`), the lossless writer, and
 //! the reader that the offline commands (`replay`, `mock`, `export`, `check`) share.
 //!
-//! The writer is a bus subscriber with its own task and a bounded queue. It writes whole lines
+//! The writer is a bus subscriber with its own thread and a bounded queue. It writes whole lines
 //! through a buffer, flushes at least every 100 ms and at shutdown, rotates to numbered files at
 //! `max_bytes`, and turns any events the bus had to drop for it into an explicit `gap` record.
 
