@@ -39,23 +39,27 @@ wait_port() { for _ in $(seq 1 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev
 UP=$(free_port); $BIN demo-server --listen 127.0.0.1:$UP 2>/dev/null & PIDS+=($!); UP_PID=$!
 wait_port $UP
 
-# nginx: proxy_pass with an upstream keep-alive pool, one worker.
-NG=$(free_port)
-cat > $WORK/nginx.conf <<NGX
+# nginx as a reverse proxy: proxy_pass with an upstream keep-alive pool, one worker, no
+# buffering. Usage: nginx_proxy NAME LISTEN_PORT UPSTREAM_PORT (config and pid under $WORK/NAME.*).
+nginx_proxy() {
+  cat > $WORK/$1.conf <<NGX
 worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err warn;
+pid $WORK/$1.pid;
+error_log $WORK/$1.err warn;
 events { worker_connections 4096; }
 http {
   access_log off;
-  upstream up { server 127.0.0.1:$UP; keepalive 256; }
+  upstream up { server 127.0.0.1:$3; keepalive 256; }
   server {
-    listen 127.0.0.1:$NG;
+    listen 127.0.0.1:$2;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
   }
 }
 NGX
-$NGINX -c $WORK/nginx.conf -g 'daemon off;' & PIDS+=($!)
+  $NGINX -c $WORK/$1.conf -g 'daemon off;' & PIDS+=($!)
+}
+NG=$(free_port)
+nginx_proxy nginx $NG $UP
 wait_port $NG
 NG_PID=$(cat $WORK/nginx.pid 2>/dev/null || true)
 sleep 0.3; NG_PID=$(pgrep -f "nginx: worker process" | head -1)
@@ -136,15 +140,7 @@ echo "recording: $(wc -l < $WORK/rec.jsonl) lines, $(grep -c '"event":"gap"' $WO
 # through rpctap, alternating, and reports read time - write time.
 SU=$(free_port); python3 benches/sse_latency.py serve $SU 20 0.005 & PIDS+=($!)
 SN=$(free_port)
-cat > $WORK/nginx-sse.conf <<NGX
-worker_processes 1;
-pid $WORK/nginx-sse.pid;
-error_log $WORK/nginx-sse.err warn;
-events { worker_connections 64; }
-http { access_log off; upstream up { server 127.0.0.1:$SU; keepalive 16; }
-  server { listen 127.0.0.1:$SN; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
-NGX
-$NGINX -c $WORK/nginx-sse.conf -g 'daemon off;' & PIDS+=($!)
+nginx_proxy nginx-sse $SN $SU
 SR=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$SR --upstream http://127.0.0.1:$SU & PIDS+=($!)
 for p in $SU $SN $SR; do wait_port $p; done
 declare -A SSE=()

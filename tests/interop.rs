@@ -200,27 +200,8 @@ async fn python_sdk_v1_in_every_server_mode() {
                 .all(|c| !matches!(c.outcome, rpctap::events::Outcome::Missing { .. })),
             "{mode}: every call answered"
         );
-        drop(proxy.stop);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-
         // The recording checks clean (warnings only) and replays against the same server.
-        let out = Command::new(BIN)
-            .args(["check", file.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{mode}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let out = Command::new(BIN)
-            .args(["replay", file.to_str().unwrap(), "--target", &upstream])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "{mode}: {text}");
-        assert!(text.contains(" 0 failed"), "{text}");
+        assert_checks_and_replays(proxy.stop, &file, &upstream, 5).await;
 
         if !mode.starts_with("stateless") {
             // Session handling: an unknown session is 404, a missing one 400 — identical through
@@ -313,24 +294,7 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
                     .all(|c| !matches!(c.outcome, rpctap::events::Outcome::Missing { .. })),
                 "{mode}/{client_mode}"
             );
-            drop(proxy.stop);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let out = Command::new(BIN)
-                .args(["check", file.to_str().unwrap()])
-                .output()
-                .unwrap();
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "{mode}/{client_mode}: {}",
-                String::from_utf8_lossy(&out.stdout)
-            );
-            let out = Command::new(BIN)
-                .args(["replay", file.to_str().unwrap(), "--target", &upstream])
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(out.status.code(), Some(0), "{mode}/{client_mode}: {text}");
+            assert_checks_and_replays(proxy.stop, &file, &upstream, 5).await;
         }
     }
 }

@@ -559,16 +559,8 @@ impl App {
         if !scope.starts_with("session:") {
             return &mut self.no_session;
         }
-        if !self.sessions.contains_key(scope) && self.sessions.len() >= self.max_rows {
-            let mut by_age: Vec<(u64, Text)> = self
-                .sessions
-                .iter()
-                .map(|(k, v)| (v.last_ns, k.clone()))
-                .collect();
-            by_age.sort_unstable();
-            for (_, k) in by_age.iter().take((self.max_rows / 8).max(1)) {
-                self.sessions.remove(k);
-            }
+        if !self.sessions.contains_key(scope) {
+            make_room(&mut self.sessions, self.max_rows, |s| s.last_ns);
         }
         self.sessions.entry(scope.clone()).or_default()
     }
@@ -576,16 +568,8 @@ impl App {
     /// A method's statistics, made on first sight; at most `max_rows` methods (a peer can send
     /// any number of names): past that, the least used eighth goes.
     fn method_mut(&mut self, method: &Text) -> &mut MethodStats {
-        if !self.methods.contains_key(method) && self.methods.len() >= self.max_rows {
-            let mut by_use: Vec<(u64, Text)> = self
-                .methods
-                .iter()
-                .map(|(k, v)| (v.count, k.clone()))
-                .collect();
-            by_use.sort_unstable();
-            for (_, k) in by_use.iter().take((self.max_rows / 8).max(1)) {
-                self.methods.remove(k);
-            }
+        if !self.methods.contains_key(method) {
+            make_room(&mut self.methods, self.max_rows, |m| m.count);
         }
         self.methods.entry(method.clone()).or_default()
     }
@@ -892,6 +876,19 @@ impl App {
         } else {
             0
         }
+    }
+}
+
+/// Makes room for one more entry in a map held to `cap` entries: when full, the eighth with the
+/// lowest `rank` goes (one sort per `cap / 8` insertions).
+fn make_room<V>(map: &mut HashMap<Text, V>, cap: usize, rank: impl Fn(&V) -> u64) {
+    if map.len() < cap {
+        return;
+    }
+    let mut ranked: Vec<(u64, Text)> = map.iter().map(|(k, v)| (rank(v), k.clone())).collect();
+    ranked.sort_unstable();
+    for (_, k) in ranked.iter().take((cap / 8).max(1)) {
+        map.remove(k);
     }
 }
 
