@@ -333,6 +333,51 @@ impl Event {
             Event::Notice(_) => Interest::NOTICE,
         }
     }
+
+    /// The HTTP exchange an event belongs to (a notice belongs to none).
+    pub fn exchange(&self) -> Option<u64> {
+        match self {
+            Event::Http(
+                HttpEvent::Request { exchange, .. }
+                | HttpEvent::Response { exchange, .. }
+                | HttpEvent::End { exchange, .. },
+            ) => Some(*exchange),
+            Event::Message(m) => Some(m.exchange),
+            Event::Call(c) => Some(c.exchange),
+            Event::Anomaly(a) => Some(a.exchange),
+            Event::Refusal(r) => Some(r.exchange),
+            Event::Notice(_) => None,
+        }
+    }
+}
+
+/// A subscriber's share of the exchanges: it reads the events of exchange `n` when
+/// `n % stride == 0` (and every event that belongs to no exchange). A stride of 1 — the default,
+/// and all a lossless subscriber ever has — is every exchange. A subscriber that may sample
+/// (the dashboard) raises it under load, so that a whole exchange is shown or not, and the
+/// events it does not show are never built.
+#[derive(Clone, Debug)]
+pub struct Stride(Arc<AtomicU64>);
+
+impl Default for Stride {
+    fn default() -> Self {
+        Stride(Arc::new(AtomicU64::new(1)))
+    }
+}
+
+impl Stride {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed).max(1)
+    }
+    pub fn set(&self, n: u64) {
+        self.0.store(n.max(1), Ordering::Relaxed);
+    }
+    fn admits(&self, exchange: Option<u64>) -> bool {
+        match exchange {
+            Some(x) => x % self.get() == 0,
+            None => true,
+        }
+    }
 }
 
 /// One subscriber's queue.
@@ -340,6 +385,7 @@ impl Event {
 struct Subscriber {
     name: &'static str,
     interest: Interest,
+    stride: Stride,
     tx: mpsc::Sender<Arc<Event>>,
     /// Events that did not fit in the queue; read by the subscriber to report the loss.
     dropped: Arc<AtomicU64>,
@@ -351,6 +397,8 @@ pub struct Subscription {
     pub rx: mpsc::Receiver<Arc<Event>>,
     /// How many events this subscriber lost because its queue was full.
     pub dropped: Arc<AtomicU64>,
+    /// Its share of the exchanges (1: all); only a sampling subscriber changes it.
+    pub stride: Stride,
 }
 
 /// Builds a [`Bus`]: subscribe everything first, then `build`.
@@ -373,13 +421,19 @@ impl BusBuilder {
     ) -> Subscription {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let dropped = Arc::new(AtomicU64::new(0));
+        let stride = Stride::default();
         self.subs.push(Subscriber {
             name,
             interest,
+            stride: stride.clone(),
             tx,
             dropped: dropped.clone(),
         });
-        Subscription { rx, dropped }
+        Subscription {
+            rx,
+            dropped,
+            stride,
+        }
     }
     pub fn build(self) -> Bus {
         let wants = self
@@ -419,12 +473,26 @@ impl Bus {
         self.wants.contains(interest)
     }
 
+    /// Whether any subscriber reads events of `interest` from `exchange` (its interest, and its
+    /// share of the exchanges).
+    pub fn wants_in(&self, interest: Interest, exchange: u64) -> bool {
+        self.wants.contains(interest)
+            && self
+                .subs
+                .iter()
+                .any(|s| s.interest.contains(interest) && s.stride.admits(Some(exchange)))
+    }
+
     pub fn publish(&self, ev: Event) {
         let kind = ev.interest();
         if !self.wants.contains(kind) {
             return;
         }
-        let mut readers = self.subs.iter().filter(|s| s.interest.contains(kind));
+        let exchange = ev.exchange();
+        let mut readers = self
+            .subs
+            .iter()
+            .filter(|s| s.interest.contains(kind) && s.stride.admits(exchange));
         let mut next = readers.next();
         let mut ev = Some(Arc::new(ev));
         while let Some(s) = next {
@@ -500,5 +568,47 @@ mod tests {
         assert!(bus.wants(Interest::HTTP) && bus.wants(Interest::CALL));
         assert!(!bus.wants(Interest::HTTP_HEADERS) && !bus.wants(Interest::HTTP_END));
         assert!(!BusBuilder::default().build().wants(Interest::CALL));
+    }
+
+    #[test]
+    fn a_sampling_subscriber_reads_whole_exchanges_one_in_k() {
+        let mut b = BusBuilder::default();
+        let mut all = b.subscribe("recorder", 64);
+        let mut some = b.subscribe_to("dashboard", 64, Interest::HTTP_END.and(Interest::NOTICE));
+        some.stride.set(3);
+        let bus = b.build();
+        for x in 0..9 {
+            bus.publish(end(x));
+        }
+        bus.publish(notice(100));
+        let count = |s: &mut Subscription| {
+            let mut v = Vec::new();
+            while let Ok(e) = s.rx.try_recv() {
+                v.push(e.exchange());
+            }
+            v
+        };
+        assert_eq!(
+            count(&mut all).len(),
+            10,
+            "the lossless subscriber reads everything"
+        );
+        assert_eq!(
+            count(&mut some),
+            vec![Some(0), Some(3), Some(6), None],
+            "one exchange in three, and what belongs to no exchange"
+        );
+        // The inspector builds an exchange's events only for someone who reads them.
+        assert!(
+            bus.wants_in(Interest::HTTP_END, 4),
+            "the recorder reads exchange 4"
+        );
+        let mut b = BusBuilder::default();
+        let d = b.subscribe_to("dashboard", 4, Interest::HTTP_END);
+        d.stride.set(2);
+        let bus = b.build();
+        assert!(bus.wants_in(Interest::HTTP_END, 4));
+        assert!(!bus.wants_in(Interest::HTTP_END, 5));
+        assert!(!bus.wants_in(Interest::CALL, 4));
     }
 }

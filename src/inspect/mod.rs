@@ -233,7 +233,7 @@ impl Inspector {
             (None, Some(s)) => (Scope::Session(s.into()), Transport::LegacySse, None),
             (None, None) => (Scope::Exchange(id), Transport::Json, None),
         };
-        if inner.bus.wants(Interest::HTTP) {
+        if inner.bus.wants_in(Interest::HTTP, id) {
             inner.bus.publish(Event::Http(HttpEvent::Request {
                 headers: meta
                     .headers
@@ -322,7 +322,7 @@ fn flag(
 ) {
     inner.stats.anomalies[code as usize].fetch_add(1, Ordering::Relaxed);
     tracing::debug!(code = code.as_str(), exchange = site.exchange, scope = %site.scope, %message, "anomaly");
-    if inner.bus.wants(Interest::ANOMALY) {
+    if inner.bus.wants_in(Interest::ANOMALY, site.exchange) {
         inner.bus.publish(Event::Anomaly(AnomalyEvent {
             ts: now_ns(),
             exchange: site.exchange,
@@ -350,7 +350,7 @@ fn end_call(
     defer: Option<&mut Vec<Event>>,
 ) {
     inner.stats.calls_ended.fetch_add(1, Ordering::Relaxed);
-    if inner.bus.wants(Interest::CALL) {
+    if inner.bus.wants_in(Interest::CALL, p.exchange) {
         let mut anomalies = p.anomalies;
         anomalies.extend_from_slice(extra);
         let ev = Event::Call(CallEvent {
@@ -521,7 +521,7 @@ impl ExchangeCtx {
         if !shadow {
             inner.stats.refusals.fetch_add(1, Ordering::Relaxed);
         }
-        if inner.bus.wants(Interest::REFUSAL) {
+        if inner.bus.wants_in(Interest::REFUSAL, self.id) {
             inner
                 .bus
                 .publish(Event::Refusal(crate::events::RefusalEvent {
@@ -575,7 +575,7 @@ impl ExchangeCtx {
         } = *meta;
         self.status = status;
         let inner = self.insp.clone();
-        if inner.bus.wants(Interest::HTTP) {
+        if inner.bus.wants_in(Interest::HTTP, self.id) {
             inner.bus.publish(Event::Http(HttpEvent::Response {
                 headers: headers
                     .filter(|_| inner.bus.wants(Interest::HTTP_HEADERS))
@@ -819,7 +819,7 @@ impl ExchangeCtx {
         transport: Transport,
     ) {
         self.insp.stats.messages.fetch_add(1, Ordering::Relaxed);
-        if self.insp.bus.wants(Interest::MESSAGE) {
+        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
             self.insp.bus.publish(Event::Message(MessageEvent {
                 ts: now_ns(),
                 exchange: self.id,
@@ -965,7 +965,7 @@ impl ExchangeCtx {
             }
         }
 
-        if inner.bus.wants(Interest::MESSAGE) {
+        if inner.bus.wants_in(Interest::MESSAGE, self.id) {
             inner.bus.publish(Event::Message(MessageEvent {
                 ts: now_ns(),
                 exchange: self.id,
@@ -1324,7 +1324,7 @@ impl ExchangeCtx {
                 }
             }
         }
-        if inner.bus.wants(Interest::HTTP_END) {
+        if inner.bus.wants_in(Interest::HTTP_END, self.id) {
             inner.bus.publish(Event::Http(HttpEvent::End {
                 ts: now_ns(),
                 exchange: self.id,

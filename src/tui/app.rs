@@ -207,6 +207,9 @@ pub struct App {
     /// exchange → its HTTP request line and status (dropped with the exchange's rows).
     pub http: HashMap<u64, HttpMeta>,
     pub dropped: u64,
+    /// 1 when every exchange is shown; k when the dashboard shows one exchange in k (the
+    /// counters then count each call shown k times).
+    pub sample: u64,
     pub view: View,
     /// Index into the filtered list of the current view.
     pub selected: usize,
@@ -253,6 +256,7 @@ impl App {
             anomaly_rows: VecDeque::new(),
             http: HashMap::default(),
             dropped: 0,
+            sample: 1,
             view: View::Calls,
             selected: 0,
             follow: true,
@@ -586,13 +590,15 @@ impl App {
         latency_us: Option<u64>,
         ts: u64,
     ) {
-        self.calls_total += 1;
+        // Under sampling each call shown stands for `sample` calls in the counters.
+        let w = self.sample.max(1);
+        self.calls_total += w;
         let err = outcome.is_error();
         if err {
-            self.errors_total += 1;
+            self.errors_total += w;
         }
         if let Some(b) = self.per_second.back_mut() {
-            *b += 1;
+            *b += w;
         }
         if let Some(l) = latency_us {
             self.recent_latencies.push_back(l);
@@ -601,9 +607,9 @@ impl App {
             }
         }
         let ms = self.method_mut(method);
-        ms.count += 1;
+        ms.count += w;
         if err {
-            ms.errors += 1;
+            ms.errors += w;
         }
         if let Some(l) = latency_us {
             if ms.latencies.len() >= 2048 {
@@ -612,9 +618,9 @@ impl App {
             ms.latencies.push(l);
         }
         let s = self.session_mut(&scope);
-        s.calls += 1;
+        s.calls += w;
         if err {
-            s.errors += 1;
+            s.errors += w;
         }
         s.last_ns = s.last_ns.max(ts);
         let key = (scope, dir, id);
@@ -668,13 +674,37 @@ impl App {
 
     /// Rows shown in the Calls view (the Anomalies view shows anomalies).
     pub fn visible(&self) -> Vec<&Row> {
+        self.visible_range(0, usize::MAX)
+    }
+
+    /// How many rows the Calls view shows. Without a filter that is every row, counted without
+    /// a scan: the screen is drawn ten times a second over up to `max_rows` rows.
+    pub fn visible_len(&self) -> usize {
+        if self.filter.trim().is_empty() {
+            return self.rows.len();
+        }
         let f = Filter::parse(&self.filter);
-        self.rows.iter().filter(|r| f.matches(r)).collect()
+        self.rows.iter().filter(|r| f.matches(r)).count()
+    }
+
+    /// `n` rows of the Calls view from position `start`.
+    pub fn visible_range(&self, start: usize, n: usize) -> Vec<&Row> {
+        if self.filter.trim().is_empty() {
+            let end = start.saturating_add(n).min(self.rows.len());
+            return self.rows.range(start.min(end)..end).collect();
+        }
+        let f = Filter::parse(&self.filter);
+        self.rows
+            .iter()
+            .filter(|r| f.matches(r))
+            .skip(start)
+            .take(n)
+            .collect()
     }
 
     fn list_len(&self) -> usize {
         match self.view {
-            View::Calls => self.visible().len(),
+            View::Calls => self.visible_len(),
             View::Anomalies => self.anomaly_rows.len(),
             View::Methods => self.methods.len(),
             View::Sessions => self.sessions.len() + usize::from(self.no_session.last_ns > 0),
@@ -683,16 +713,16 @@ impl App {
 
     /// The selected row of the Calls view, following the newest when `follow`.
     pub fn selected_row(&self) -> Option<&Row> {
-        let v = self.visible();
-        if v.is_empty() {
+        let n = self.visible_len();
+        if n == 0 {
             return None;
         }
         let i = if self.follow {
-            v.len() - 1
+            n - 1
         } else {
-            self.selected.min(v.len() - 1)
+            self.selected.min(n - 1)
         };
-        Some(v[i])
+        self.visible_range(i, 1).into_iter().next()
     }
 
     pub fn selected_index(&self) -> usize {
@@ -1246,5 +1276,26 @@ mod tests {
         // The calls' outcomes named other scopes, so their rows stayed pending; evicted rows
         // leave the open calls too.
         assert_eq!(a.pending(), a.rows.len());
+    }
+
+    #[test]
+    fn under_sampling_each_call_shown_counts_for_the_stride() {
+        let mut a = app_with_calls();
+        let before = (a.calls_total, a.errors_total);
+        a.sample = 4;
+        a.apply_call(
+            "exchange:2".into(),
+            "c→s",
+            "2".into(),
+            &"nope".into(),
+            RowOutcome::Error(-32601),
+            Some(900),
+            2,
+        );
+        assert_eq!(
+            (a.calls_total, a.errors_total),
+            (before.0 + 4, before.1 + 4)
+        );
+        assert_eq!(a.methods["nope"].count, 4);
     }
 }

@@ -2,9 +2,11 @@
 //! it, and this module owns the terminal and the event loop.
 //!
 //! The loop takes bus events off its queue every 20 ms and applies them to the state, and
-//! redraws at a fixed rate (10 per second), so any traffic costs one redraw per tick; it never blocks the proxy (its bus queue
-//! drops when full, and the header shows how many display events were dropped). A guard
-//! restores the terminal on quit, on panic (ratatui's hook) and on SIGINT/SIGTERM.
+//! redraws at a fixed rate (10 per second), so any traffic costs one redraw per tick. It never
+//! slows the proxy: its thread runs at a lower priority, its bus queue drops when full (the
+//! header counts what was dropped), and past [`EVENT_BUDGET`] it samples whole exchanges (the
+//! header says so). A guard restores the terminal on quit, on panic (ratatui's hook) and on
+//! SIGINT/SIGTERM.
 
 pub mod app;
 pub mod ui;
@@ -32,6 +34,26 @@ pub const INTEREST: crate::events::Interest = crate::events::Interest::HTTP
 
 /// How often live events are taken off the bus.
 pub const DRAIN: Duration = Duration::from_millis(20);
+
+/// The events per second the dashboard takes in before it samples: about 2,000 calls/s of
+/// plain JSON-RPC (five events per call) — more rows than anyone reads. Past that it shows one
+/// exchange in k, k chosen every half second from the traffic, so that its cost to the proxy
+/// stays flat however high the load; the header says so.
+pub const EVENT_BUDGET: f64 = 10_000.0;
+
+/// The stride that keeps `seen_per_sec` events per second — taken in at stride `current` —
+/// within [`EVENT_BUDGET`]. It rises at once, and falls only when the traffic would fit in half
+/// the stride (no flapping at the edge).
+pub fn next_stride(current: u64, seen_per_sec: f64) -> u64 {
+    let current = current.max(1);
+    let offered = seen_per_sec * current as f64;
+    let want = (offered / EVENT_BUDGET).ceil().clamp(1.0, 1024.0) as u64;
+    if want > current || want * 2 <= current {
+        want
+    } else {
+        current
+    }
+}
 
 /// Where `r` re-sends a request: the proxy itself, so the re-sent call is inspected too.
 #[derive(Clone, Debug)]
@@ -248,13 +270,18 @@ pub async fn run(
     if live {
         yield_cpu_to_the_proxy();
     }
+    let mut window_start = std::time::Instant::now();
+    let mut window_events = 0u64;
     loop {
         tokio::select! {
             _ = drain.tick(), if sub.is_some() => {
                 if let Some(s) = sub.as_mut() {
                     loop {
                         match s.rx.try_recv() {
-                            Ok(ev) => app.apply(&ev),
+                            Ok(ev) => {
+                                window_events += 1;
+                                app.apply(&ev);
+                            }
                             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
                             Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
                                 sub = None;
@@ -262,6 +289,16 @@ pub async fn run(
                             }
                         }
                     }
+                }
+                let elapsed = window_start.elapsed();
+                if elapsed >= Duration::from_millis(500) {
+                    if let Some(s) = &sub {
+                        let next = next_stride(s.stride.get(), window_events as f64 / elapsed.as_secs_f64());
+                        s.stride.set(next);
+                        app.sample = next;
+                    }
+                    window_start = std::time::Instant::now();
+                    window_events = 0;
                 }
             }
             ev = input.next() => {
@@ -313,4 +350,26 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stride_keeps_the_dashboard_within_its_budget_without_flapping() {
+        // Within budget: everything shown.
+        assert_eq!(next_stride(1, 8_000.0), 1);
+        // 40,000 events/s offered: one exchange in four.
+        assert_eq!(next_stride(1, 40_000.0), 4);
+        // At stride 4 it now sees a quarter: steady.
+        assert_eq!(next_stride(4, 10_000.0), 4);
+        // The traffic drops a little (it would fit in 3): steady, no flapping.
+        assert_eq!(next_stride(4, 6_000.0), 4);
+        // It falls well below: back down.
+        assert_eq!(next_stride(4, 800.0), 1);
+        // It grows: up at once.
+        assert_eq!(next_stride(4, 24_000.0), 10);
+        assert_eq!(next_stride(1, 1e12), 1024, "capped");
+    }
 }

@@ -143,6 +143,12 @@ fn header(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             uptime(app.now_ns.saturating_sub(app.started_ns))
         )),
     ];
+    if app.sample > 1 {
+        l1.push(Span::styled(
+            format!("  sampling 1/{} exchanges", app.sample),
+            t.fg(Color::Yellow).patch(t.bold()),
+        ));
+    }
     if app.dropped > 0 {
         l1.push(Span::styled(
             format!("  dropped {} display events", app.dropped),
@@ -195,16 +201,14 @@ fn outcome_style(t: &Theme, r: &Row) -> Style {
 }
 
 fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
-    let rows = app.visible();
+    let shown = app.visible_len();
     let sel = app.selected_index();
     let height = area.height.saturating_sub(3) as usize;
     let start = if sel >= height { sel + 1 - height } else { 0 };
-    let body: Vec<TRow> = rows
-        .iter()
-        .enumerate()
-        .skip(start)
-        .take(height.max(1))
-        .map(|(_, r)| {
+    let body: Vec<TRow> = app
+        .visible_range(start, height.max(1))
+        .into_iter()
+        .map(|r| {
             let mark = if r.anomalies.is_empty() { " " } else { "!" };
             TRow::new(vec![
                 Cell::from(clock(r.ts_ns)),
@@ -237,7 +241,7 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     ];
     let title = format!(
         " {} of {} calls {}",
-        rows.len(),
+        shown,
         app.rows.len(),
         if app.follow { "(following) " } else { "" }
     );
@@ -251,7 +255,7 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         .block(Block::default().borders(Borders::ALL).title(title))
         .row_highlight_style(t.selected());
     let mut state = TableState::default();
-    if !rows.is_empty() {
+    if shown > 0 {
         state.select(Some(sel - start));
     }
     f.render_stateful_widget(table, area, &mut state);
