@@ -41,6 +41,16 @@ impl Tmux {
     fn screen(&self) -> String {
         self.cmd(&["capture-pane", "-p", "-t", "t"])
     }
+    fn wait_for_gone(&self, what: &str, timeout: Duration) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if !s.contains(what) || t0.elapsed() > timeout {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     fn wait_for(&self, what: &str, timeout: Duration) -> String {
         let t0 = Instant::now();
         loop {
@@ -129,6 +139,54 @@ fn demo_dashboard_shows_calls_and_restores_the_terminal() {
     assert!(row.contains("77") && row.contains("result"), "{row}");
     assert!(screen.contains("calls 2"), "{screen}");
     println!("{screen}");
+
+    // Under load the dashboard samples whole exchanges and says so: 32 keep-alive clients call
+    // as fast as they can (bounded: until the header shows it, at most 20 s).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async {
+                let c = client();
+                let tasks: Vec<_> = (0..32)
+                    .map(|w| {
+                        let (c, stop) = (c.clone(), stop.clone());
+                        tokio::spawn(async move {
+                            let mut n = 0u64;
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                n += 1;
+                                let req = http::Request::post(format!("http://{addr}/jsonrpc"))
+                                    .header("content-type", "application/json")
+                                    .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+                                        r#"{{"jsonrpc":"2.0","method":"add","params":[1,2],"id":"{w}-{n}"}}"#
+                                    ))))
+                                    .unwrap();
+                                if let Ok(r) = c.request(req).await {
+                                    use http_body_util::BodyExt;
+                                    let _ = r.into_body().collect().await;
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    let _ = t.await;
+                }
+            });
+        })
+    };
+    let screen = t.wait_for("sampling 1/", Duration::from_secs(20));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = load.join();
+    assert!(
+        screen.contains("sampling 1/"),
+        "the header says the dashboard samples:\n{screen}"
+    );
+    println!("{screen}");
+    // The load is over: it shows every exchange again.
+    let screen = t.wait_for_gone("sampling 1/", Duration::from_secs(10));
+    assert!(!screen.contains("sampling 1/"), "{screen}");
 
     t.cmd(&["send-keys", "-t", "t", "q"]);
     let screen = t.wait_for("READY$", Duration::from_secs(10));
