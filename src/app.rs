@@ -74,12 +74,13 @@ impl RunningProxy {
         let (record_stop, stop_rx) = tokio::sync::watch::channel(false);
         let recorder = match &cfg.record {
             Some(opts) => {
-                let sub = bus.subscribe("recorder", crate::record::QUEUE);
+                let lines = crate::record::LineBuffer::new(crate::record::BUFFER_BYTES);
+                bus.sink(crate::events::Interest::ALL, lines.clone());
                 let meta = serde_json::json!({
                     "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
                     "upstream": cfg.proxy.upstream.to_string(),
                 });
-                Some(crate::record::start(opts.clone(), meta, sub, stop_rx)?)
+                Some(crate::record::start(opts.clone(), meta, lines, stop_rx)?)
             }
             None => None,
         };

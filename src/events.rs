@@ -401,10 +401,18 @@ pub struct Subscription {
     pub stride: Stride,
 }
 
+/// An observer that takes each event as it is published, on the publishing thread, without a
+/// queue: for work cheaper than handing the event to another thread (the recorder serializes a
+/// line into a bounded buffer). It must not block and must bound what it keeps.
+pub trait Sink: Send + Sync + std::fmt::Debug {
+    fn accept(&self, ev: &Event);
+}
+
 /// Builds a [`Bus`]: subscribe everything first, then `build`.
 #[derive(Debug, Default)]
 pub struct BusBuilder {
     subs: Vec<Subscriber>,
+    sinks: Vec<(Interest, Arc<dyn Sink>)>,
 }
 
 impl BusBuilder {
@@ -435,13 +443,21 @@ impl BusBuilder {
             stride,
         }
     }
+    /// Adds a sink for the events `interest` names. A sink reads every exchange.
+    pub fn sink(&mut self, interest: Interest, sink: Arc<dyn Sink>) {
+        self.sinks.push((interest, sink));
+    }
+
     pub fn build(self) -> Bus {
         let wants = self
             .subs
             .iter()
-            .fold(Interest::NONE, |w, s| w.and(s.interest));
+            .map(|s| s.interest)
+            .chain(self.sinks.iter().map(|s| s.0))
+            .fold(Interest::NONE, |w, i| w.and(i));
         Bus {
             subs: Arc::from(self.subs),
+            sinks: Arc::from(self.sinks),
             wants,
         }
     }
@@ -451,7 +467,8 @@ impl BusBuilder {
 #[derive(Clone, Debug)]
 pub struct Bus {
     subs: Arc<[Subscriber]>,
-    /// What any subscriber reads.
+    sinks: Arc<[(Interest, Arc<dyn Sink>)]>,
+    /// What any subscriber or sink reads.
     wants: Interest,
 }
 
@@ -464,7 +481,7 @@ impl Default for Bus {
 impl Bus {
     /// Whether anyone listens (lets the inspector skip building events nobody reads).
     pub fn is_active(&self) -> bool {
-        !self.subs.is_empty()
+        !self.subs.is_empty() || !self.sinks.is_empty()
     }
 
     /// Whether any subscriber reads events of `interest` (lets the inspector skip building
@@ -477,10 +494,11 @@ impl Bus {
     /// share of the exchanges).
     pub fn wants_in(&self, interest: Interest, exchange: u64) -> bool {
         self.wants.contains(interest)
-            && self
-                .subs
-                .iter()
-                .any(|s| s.interest.contains(interest) && s.stride.admits(Some(exchange)))
+            && (self.sinks.iter().any(|s| s.0.contains(interest))
+                || self
+                    .subs
+                    .iter()
+                    .any(|s| s.interest.contains(interest) && s.stride.admits(Some(exchange))))
     }
 
     pub fn publish(&self, ev: Event) {
@@ -488,12 +506,20 @@ impl Bus {
         if !self.wants.contains(kind) {
             return;
         }
+        for (interest, sink) in self.sinks.iter() {
+            if interest.contains(kind) {
+                sink.accept(&ev);
+            }
+        }
         let exchange = ev.exchange();
         let mut readers = self
             .subs
             .iter()
             .filter(|s| s.interest.contains(kind) && s.stride.admits(exchange));
         let mut next = readers.next();
+        if next.is_none() {
+            return;
+        }
         let mut ev = Some(Arc::new(ev));
         while let Some(s) = next {
             next = readers.next();

@@ -1,19 +1,23 @@
 //! Recordings: the JSON Lines format (schema in `docs/recording.md`), the lossless writer, and
 //! the reader that the offline commands (`replay`, `mock`, `export`, `check`) share.
 //!
-//! The writer is a bus subscriber with its own thread and a bounded queue. It writes whole lines
-//! through a buffer, flushes at least every 100 ms and at shutdown, rotates to numbered files at
-//! `max_bytes`, and turns any events the bus had to drop for it into an explicit `gap` record.
+//! The recorder is a bus sink: each event is serialized into its line on the thread that
+//! publishes it (so no event crosses threads) and appended to a bounded buffer; a writer thread
+//! of its own takes the buffer every 10 ms, writes whole lines, flushes at least every 100 ms and
+//! at shutdown, rotates to numbered files at `max_bytes`, and turns any lines the full buffer
+//! could not take into an explicit `gap` record.
 
 pub mod export;
 pub mod reader;
 
-use crate::events::{now_ns, Event, MessageEvent, Subscription};
+use crate::events::{now_ns, Event, MessageEvent, Sink};
 use serde_json::json;
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The format version written in every header line.
@@ -22,8 +26,67 @@ pub const FORMAT_VERSION: u64 = 1;
 /// How often the writer flushes at the least.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-/// The queue between the bus and the writer, in events.
-pub const QUEUE: usize = 1 << 18;
+/// The buffer between the proxy's threads and the writer, in bytes (over a second of full load).
+pub const BUFFER_BYTES: usize = 64 << 20;
+
+/// Lines serialized on the publishing threads, waiting for the writer.
+#[derive(Debug)]
+pub struct LineBuffer {
+    /// A std lock: held only to append one line or to swap the buffer, never across an `.await`.
+    lines: Mutex<Vec<u8>>,
+    cap: usize,
+    /// Lines the full buffer could not take.
+    lost: AtomicU64,
+}
+
+thread_local! {
+    /// Each publishing thread's scratch space for one line.
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(4096));
+}
+
+impl LineBuffer {
+    pub fn new(cap: usize) -> Arc<LineBuffer> {
+        Arc::new(LineBuffer {
+            lines: Mutex::new(Vec::new()),
+            cap,
+            lost: AtomicU64::new(0),
+        })
+    }
+
+    /// Swaps the waiting lines into `out` (which must be empty), leaving `out`'s old allocation
+    /// for the next lines.
+    fn take(&self, out: &mut Vec<u8>) {
+        match self.lines.lock() {
+            Ok(mut g) => std::mem::swap(&mut *g, out),
+            Err(p) => std::mem::swap(&mut *p.into_inner(), out),
+        }
+    }
+}
+
+impl Sink for LineBuffer {
+    fn accept(&self, ev: &Event) {
+        SCRATCH.with(|s| {
+            let Ok(mut line) = s.try_borrow_mut() else {
+                return;
+            };
+            line.clear();
+            if write_line(&mut line, ev).is_err() {
+                return;
+            }
+            line.push(b'\n');
+            let mut g = match self.lines.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if g.len() + line.len() > self.cap {
+                drop(g);
+                self.lost.fetch_add(1, Ordering::Relaxed);
+            } else {
+                g.extend_from_slice(&line);
+            }
+        });
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -173,20 +236,16 @@ impl Writer {
 /// The writer's outcome, delivered when it is done.
 pub type Finished = tokio::sync::oneshot::Receiver<Result<RecordStats, RecordError>>;
 
-/// How often the writer takes events off its queue.
+/// How often the writer takes the waiting lines.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
-/// Opens the recording (so a bad path fails before the proxy starts) and starts the writer,
-/// which writes until the bus closes or `stop` fires; its outcome comes on the returned channel.
-///
-/// The writer has a thread of its own: file writes block, so they stay off the runtime's
-/// threads, and serializing the lines costs the proxy's threads nothing. It takes events off
-/// its queue every 10 ms rather than being woken for each (a cross-thread wake-up per event
-/// costs more than writing the event); the queue holds over a second of full load.
+/// Opens the recording (so a bad path fails before the proxy starts) and starts the writer
+/// thread, which writes what `lines` collects until `stop` fires or the bus is gone; its outcome
+/// comes on the returned channel. The file writes block, so they stay off the runtime's threads.
 pub fn start(
     opts: RecordOptions,
     meta: serde_json::Value,
-    sub: Subscription,
+    lines: Arc<LineBuffer>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Finished, RecordError> {
     let path = opts.path.clone();
@@ -195,7 +254,7 @@ pub fn start(
     std::thread::Builder::new()
         .name("rpctap-recorder".into())
         .spawn(move || {
-            let _ = done.send(run(w, sub, stop));
+            let _ = done.send(run(w, lines, stop));
         })
         .map_err(|source| RecordError::Write { path, source })?;
     Ok(finished)
@@ -203,36 +262,26 @@ pub fn start(
 
 fn run(
     mut w: Writer,
-    mut sub: Subscription,
+    lines: Arc<LineBuffer>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<RecordStats, RecordError> {
     let mut lost_reported = 0u64;
     let mut last_flush = Instant::now();
     let mut dirty = false;
-    let mut line = Vec::with_capacity(4096);
+    let mut batch: Vec<u8> = Vec::new();
     loop {
-        // Stop asked (or the proxy is gone): write what is queued, then finish.
-        let mut closing = *stop.borrow() || stop.has_changed().is_err();
-        let mut read = 0usize;
-        loop {
-            match sub.rx.try_recv() {
-                Ok(ev) => {
-                    line.clear();
-                    if write_line(&mut line, &ev).is_ok() {
-                        w.line(&line)?;
-                        w.stats.events += 1;
-                        dirty = true;
-                    }
-                    read += 1;
-                }
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
-                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
-                    closing = true;
-                    break;
-                }
-            }
+        // Stop asked, or nobody can publish any more (the bus is gone): write what is
+        // waiting, then finish.
+        let closing =
+            *stop.borrow() || stop.has_changed().is_err() || Arc::strong_count(&lines) == 1;
+        batch.clear();
+        lines.take(&mut batch);
+        for line in batch.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            w.line(line)?;
+            w.stats.events += 1;
+            dirty = true;
         }
-        let lost = sub.dropped.load(Ordering::Relaxed);
+        let lost = lines.lost.load(Ordering::Relaxed);
         if lost > lost_reported {
             let gap = json!({ "event": "gap", "ts": now_ns(), "lost": lost - lost_reported,
                 "message": "the recorder fell behind; these events were not recorded" });
@@ -243,8 +292,9 @@ fn run(
             lost_reported = lost;
             dirty = true;
         }
-        // Flush when the queue ran dry, at least every FLUSH_EVERY under load, and at the end.
-        if dirty && (last_flush.elapsed() >= FLUSH_EVERY || read == 0 || sub.rx.is_empty()) {
+        // Flush when a round brought nothing new, at least every FLUSH_EVERY under load, and
+        // at the end.
+        if dirty && (last_flush.elapsed() >= FLUSH_EVERY || batch.is_empty() || closing) {
             w.flush()?;
             last_flush = Instant::now();
             dirty = false;
@@ -320,6 +370,46 @@ mod tests {
     use crate::events::{BusBuilder, Event, NoticeEvent};
 
     #[test]
+    fn lines_from_many_threads_arrive_whole() {
+        let lines = LineBuffer::new(BUFFER_BYTES);
+        let mut b = BusBuilder::default();
+        b.sink(crate::events::Interest::ALL, lines.clone());
+        let bus = b.build();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let bus = bus.clone();
+                s.spawn(move || {
+                    for i in 0..1000 {
+                        bus.publish(Event::Notice(NoticeEvent {
+                            ts: t * 10_000 + i,
+                            what: "test",
+                            message: "x".repeat((i % 97) as usize),
+                        }));
+                    }
+                });
+            }
+        });
+        let mut out = Vec::new();
+        lines.take(&mut out);
+        let parsed: Vec<serde_json::Value> = out
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("a whole line"))
+            .collect();
+        assert_eq!(parsed.len(), 4000);
+        // Each thread's lines keep their order.
+        for t in 0..4u64 {
+            let ts: Vec<u64> = parsed
+                .iter()
+                .map(|v| v["ts"].as_u64().unwrap())
+                .filter(|ts| ts / 10_000 == t)
+                .collect();
+            assert!(ts.windows(2).all(|w| w[0] < w[1]));
+        }
+        assert_eq!(lines.lost.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
     fn message_lines_are_what_serde_writes() {
         use crate::events::{Direction, Scope, Transport};
         use crate::rpc::Kind;
@@ -380,15 +470,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rpctap-gap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("gap.jsonl");
-        let mut b = BusBuilder::default();
-        let sub = b.subscribe("recorder", 2);
-        let bus = b.build();
-        for i in 0..10 {
-            bus.publish(Event::Notice(NoticeEvent {
+        let notice = |i| {
+            Event::Notice(NoticeEvent {
                 ts: i,
                 what: "test",
                 message: format!("n{i}"),
-            }));
+            })
+        };
+        // Room for exactly two lines.
+        let one = serde_json::to_vec(&notice(0)).unwrap().len() + 1;
+        let lines = LineBuffer::new(2 * one);
+        let mut b = BusBuilder::default();
+        b.sink(crate::events::Interest::ALL, lines.clone());
+        let bus = b.build();
+        for i in 0..10 {
+            bus.publish(notice(i));
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let task = start(
@@ -397,7 +493,7 @@ mod tests {
                 max_bytes: None,
             },
             serde_json::json!({}),
-            sub,
+            lines,
             stop_rx,
         )
         .unwrap();
