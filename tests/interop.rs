@@ -58,6 +58,27 @@ impl Drop for Proc {
     }
 }
 
+/// Starts a peer server (its output discarded) and waits until it listens on `port`.
+async fn start_peer(mut cmd: Command, port: u16) -> Proc {
+    let p = Proc(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(port).await;
+    p
+}
+
+/// `@modelcontextprotocol/server-everything` in `mode` on `port`.
+fn everything(dir: &Path, mode: &str, port: u16) -> Command {
+    let mut c = Command::new("node");
+    c.arg(dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
+        .arg(mode)
+        .env("PORT", port.to_string());
+    c
+}
+
 async fn wait_port(port: u16) {
     wait_listening(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
 }
@@ -153,14 +174,11 @@ async fn python_sdk_v1_in_every_server_mode() {
     std::fs::create_dir_all(&dir).unwrap();
     for mode in ["sse", "json", "stateless", "stateless-json"] {
         let port = free_port();
-        let _server = Proc(
-            python(&env, "mcp1_server.py", &[mode, &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        wait_port(port).await;
+        let _server = start_peer(
+            python(&env, "mcp1_server.py", &[mode, &port.to_string()]),
+            port,
+        )
+        .await;
         let upstream = format!("http://127.0.0.1:{port}");
         let file = dir.join(format!("{mode}.jsonl"));
         let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
@@ -252,14 +270,11 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
     std::fs::create_dir_all(&dir).unwrap();
     for mode in ["sse", "json", "stateless", "stateless-json"] {
         let port = free_port();
-        let _server = Proc(
-            python(&env, "mcp2_server.py", &[mode, &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        wait_port(port).await;
+        let _server = start_peer(
+            python(&env, "mcp2_server.py", &[mode, &port.to_string()]),
+            port,
+        )
+        .await;
         let upstream = format!("http://127.0.0.1:{port}");
         for client_mode in ["auto", "legacy"] {
             let file = dir.join(format!("{mode}-{client_mode}.jsonl"));
@@ -359,23 +374,12 @@ async fn typescript_sdk_client_and_server_everything() {
     ]);
     let tmp = std::env::temp_dir().join(format!("rpctap-interop-ts-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let server_js = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     for (server_mode, client_kind, path) in [
         ("streamableHttp", "streamable", "/mcp"),
         ("sse", "sse", "/sse"),
     ] {
         let port = free_port();
-        let _server = Proc(
-            Command::new("node")
-                .arg(&server_js)
-                .arg(server_mode)
-                .env("PORT", port.to_string())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        wait_port(port).await;
+        let _server = start_peer(everything(&dir, server_mode, port), port).await;
         let upstream = format!("http://127.0.0.1:{port}");
         let file = tmp.join(format!("{server_mode}.jsonl"));
         let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
@@ -469,19 +473,8 @@ async fn typescript_sdk_client_and_server_everything() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion_order() {
     let dir = node_modules(NODE_PACKAGES);
-    let server_js = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let port = free_port();
-    let _server = Proc(
-        Command::new("node")
-            .arg(&server_js)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(port).await;
+    let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let file =
         std::env::temp_dir().join(format!("rpctap-interop-batch-{}.jsonl", std::process::id()));
@@ -489,34 +482,14 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
         start_proxy_flags(&format!("http://{upstream}"), recording_proxy_flags(&file)).await;
     let mut seen = Vec::new();
     for addr in [upstream, proxy.addr] {
-        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"batch","version":"1"}}}"#;
-        let r = send(
-            addr,
-            "POST",
-            "/mcp",
-            &[("content-type", "application/json"), MCP_ACCEPT],
-            init,
-        )
-        .await;
-        assert_eq!(
-            sse_data(&r.text())[0]["result"]["protocolVersion"],
-            "2025-03-26"
-        );
-        let sid = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+        let (sid, init) = mcp_session_with(addr, "2025-03-26").await;
+        assert_eq!(init["protocolVersion"], "2025-03-26");
         let h = [
             ("content-type", "application/json"),
             MCP_ACCEPT,
             ("mcp-session-id", sid.as_str()),
             ("mcp-protocol-version", "2025-03-26"),
         ];
-        send(
-            addr,
-            "POST",
-            "/mcp",
-            &h,
-            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        )
-        .await;
         let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":0.3,"steps":2}}},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"message":"fast"}}}]"#;
         let r = send(addr, "POST", "/mcp", &h, batch).await;
         assert_eq!(r.status, 200);
@@ -577,19 +550,8 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
     let dir = node_modules(NODE_PACKAGES);
     let node22 = dir.join("node_modules/node/bin/node");
     let suite = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    let server_js = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let port = free_port();
-    let _server = Proc(
-        Command::new("node")
-            .arg(&server_js)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(port).await;
+    let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
     let upstream = format!("http://127.0.0.1:{port}");
     let work = std::env::temp_dir().join(format!("rpctap-conformance-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
@@ -661,14 +623,11 @@ const SPEC_EXAMPLES: [&str; 11] = [
 async fn plain_json_rpc_library_with_the_specification_examples() {
     let env = venv("mcp1", &["mcp<2", "json-rpc", "werkzeug"]);
     let port = free_port();
-    let _server = Proc(
-        python(&env, "jsonrpc_server.py", &[&port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(port).await;
+    let _server = start_peer(
+        python(&env, "jsonrpc_server.py", &[&port.to_string()]),
+        port,
+    )
+    .await;
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let file = std::env::temp_dir().join(format!("rpctap-jsonrpc-{}.jsonl", std::process::id()));
     let mut proxy =

@@ -252,7 +252,15 @@ pub fn sse_data(body: &str) -> Vec<serde_json::Value> {
 
 /// Opens an MCP session on `addr` (initialize + initialized); returns the session id.
 pub async fn mcp_session(addr: SocketAddr) -> String {
-    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#;
+    mcp_session_with(addr, "2025-06-18").await.0
+}
+
+/// Opens an MCP session asking for protocol `version`; returns the session id and the
+/// initialize result.
+pub async fn mcp_session_with(addr: SocketAddr, version: &str) -> (String, serde_json::Value) {
+    let init = format!(
+        r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{{}},"clientInfo":{{"name":"test","version":"1"}}}}}}"#
+    );
     let r = send(
         addr,
         "POST",
@@ -262,6 +270,11 @@ pub async fn mcp_session(addr: SocketAddr) -> String {
     )
     .await;
     assert_eq!(r.status, 200);
+    let reply = if r.text().trim_start().starts_with('{') {
+        r.json()
+    } else {
+        sse_data(&r.text()).remove(0)
+    };
     let sid = r.headers["mcp-session-id"].to_str().unwrap().to_string();
     let r = send(
         addr,
@@ -276,7 +289,7 @@ pub async fn mcp_session(addr: SocketAddr) -> String {
     )
     .await;
     assert_eq!(r.status, 202);
-    sid
+    (sid, reply["result"].clone())
 }
 
 pub fn anomalies(events: &[Arc<Event>]) -> Vec<(String, Option<String>)> {
