@@ -66,11 +66,15 @@ impl LineBuffer {
 impl Sink for LineBuffer {
     fn accept(&self, ev: &Event) {
         SCRATCH.with(|s| {
+            // Neither can fail in practice (a sink does not publish; events serialize); if one
+            // did, the line is counted as lost, never dropped silently.
             let Ok(mut line) = s.try_borrow_mut() else {
+                self.lost.fetch_add(1, Ordering::Relaxed);
                 return;
             };
             line.clear();
             if write_line(&mut line, ev).is_err() {
+                self.lost.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             line.push(b'\n');

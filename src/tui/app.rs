@@ -388,14 +388,9 @@ impl App {
                     Outcome::Rejected { status } => RowOutcome::Rejected(*status),
                     Outcome::Missing { reason } => RowOutcome::Missing(reason.clone()),
                 };
-                let dir = if c.direction == crate::events::Direction::ClientToServer {
-                    "c→s"
-                } else {
-                    "s→c"
-                };
                 self.apply_call(
                     c.scope.to_string().into(),
-                    dir,
+                    c.direction.arrow(),
                     c.id.to_json_text().into(),
                     &c.method,
                     outcome,
