@@ -130,16 +130,18 @@ impl RunningProxy {
         let reloader = spawn_reloader(proxy.clone(), cfg.clone());
         tracing::info!(listen = %cfg.listen, upstream = %cfg.proxy.upstream, "rpctap proxy listening");
         let p = proxy.clone();
-        server::serve(
+        server::serve_with(
             listener,
             move |peer| {
                 let p = p.clone();
                 let conn = Arc::new(crate::proxy::ClientConn::new(peer));
-                move |req| {
+                let driver = conn.clone();
+                let handler = move |req| {
                     let p = p.clone();
                     let conn = conn.clone();
                     async move { p.handle(req, &conn).await }
-                }
+                };
+                (handler, async move { driver.drive_upstream().await })
             },
             shutdown,
             cfg.grace,

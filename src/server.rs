@@ -17,8 +17,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves on `listener` until `shutdown` resolves, then drains for at most `grace`.
 /// `per_connection` is called once per accepted connection with the peer's address and returns
-/// that connection's request handler (so a handler can keep per-connection state, such as the
-/// proxy's upstream connection for an HTTP/1 client).
+/// that connection's request handler (so a handler can keep per-connection state).
 pub async fn serve<M, H, F, B>(
     listener: TcpListener,
     per_connection: M,
@@ -27,6 +26,33 @@ pub async fn serve<M, H, F, B>(
 ) where
     M: Fn(SocketAddr) -> H,
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    serve_with(
+        listener,
+        |peer| (per_connection(peer), std::future::pending::<()>()),
+        shutdown,
+        grace,
+    )
+    .await;
+}
+
+/// Like [`serve`], but `per_connection` also returns a companion future that runs in the
+/// connection's own task, polled right after the connection itself, until the connection ends
+/// (the proxy drives its upstream connection there, so a request and its reply never wake
+/// another task).
+pub async fn serve_with<M, H, S, F, B>(
+    listener: TcpListener,
+    per_connection: M,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) where
+    M: Fn(SocketAddr) -> (H, S),
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    S: Future<Output = ()> + Send + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body + Send + 'static,
     B::Data: Send,
@@ -50,7 +76,7 @@ pub async fn serve<M, H, F, B>(
             }
         };
         let _ = stream.set_nodelay(true);
-        let h = per_connection(peer);
+        let (h, companion) = per_connection(peer);
         let service = hyper::service::service_fn(move |req| {
             let fut = h(req);
             async move { Ok::<_, Infallible>(fut.await) }
@@ -60,8 +86,14 @@ pub async fn serve<M, H, F, B>(
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            tokio::select! {
+                biased;
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                }
+                () = companion => {}
             }
         });
     }

@@ -554,21 +554,27 @@ fn unsafe_kill_term(pid: u32) {
         .status();
 }
 
-/// A raw keep-alive upstream that counts its connections. It answers each request with the
-/// JSON-RPC id it was given; the second reply on a connection says `Connection: close` and the
-/// connection ends; a connection idle for 100 ms is closed without a word.
-async fn counting_upstream() -> (
+/// A raw keep-alive upstream that counts its connections, and the connections the proxy
+/// closed. It answers each request with the JSON-RPC id it was given; the second reply on a
+/// connection says `Connection: close` and the connection ends; a connection idle for `idle` is
+/// closed without a word.
+async fn counting_upstream(
+    idle: Duration,
+) -> (
     std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let up = l.local_addr().unwrap();
     let conns = std::sync::Arc::new(AtomicUsize::new(0));
-    let n = conns.clone();
+    let closed = std::sync::Arc::new(AtomicUsize::new(0));
+    let (n, c) = (conns.clone(), closed.clone());
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             n.fetch_add(1, Ordering::SeqCst);
+            let c = c.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 for served in 1.. {
@@ -588,10 +594,12 @@ async fn counting_upstream() -> (
                             }
                         }
                         let mut chunk = [0u8; 4096];
-                        let read =
-                            tokio::time::timeout(Duration::from_millis(100), s.read(&mut chunk));
-                        match read.await {
-                            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return, // gone, or idle: close
+                        match tokio::time::timeout(idle, s.read(&mut chunk)).await {
+                            Ok(Ok(0)) => {
+                                c.fetch_add(1, Ordering::SeqCst); // the proxy closed it
+                                return;
+                            }
+                            Ok(Err(_)) | Err(_) => return, // gone, or idle: close
                             Ok(Ok(k)) => buf.extend_from_slice(&chunk[..k]),
                         }
                     };
@@ -614,13 +622,13 @@ async fn counting_upstream() -> (
             });
         }
     });
-    (up, conns)
+    (up, conns, closed)
 }
 
 #[tokio::test]
 async fn an_http1_client_keeps_one_upstream_connection_and_reopens_it_when_closed() {
     use std::sync::atomic::Ordering;
-    let (up, conns) = counting_upstream().await;
+    let (up, conns, _) = counting_upstream(Duration::from_millis(100)).await;
     let mut proxy = start_proxy(&format!("http://{up}")).await;
     // One client connection, requests one after another.
     let stream = TcpStream::connect(proxy.addr).await.unwrap();
@@ -668,6 +676,52 @@ async fn an_http1_client_keeps_one_upstream_connection_and_reopens_it_when_close
     let ev = proxy.drain().await;
     assert_eq!(calls(&ev).len(), 5);
     assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+}
+
+#[tokio::test]
+async fn the_upstream_connection_closes_with_its_client_connection() {
+    use std::sync::atomic::Ordering;
+    // The upstream keeps idle connections for a minute: only the proxy can close them here.
+    let (up, conns, closed) = counting_upstream(Duration::from_secs(60)).await;
+    let mut proxy = start_proxy(&format!("http://{up}")).await;
+    for round in 1..=2 {
+        let stream = TcpStream::connect(proxy.addr).await.unwrap();
+        let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        let driver = tokio::spawn(conn);
+        let req = Request::post("/jsonrpc")
+            .header("host", "rpctap.test")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(format!(
+                r#"{{"jsonrpc":"2.0","method":"m","id":{round}}}"#
+            ))))
+            .unwrap();
+        let r = tx.send_request(req).await.unwrap();
+        let b = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            b,
+            format!(r#"{{"jsonrpc":"2.0","id":{round},"result":"ok"}}"#)
+        );
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            round - 1,
+            "still open while the client is"
+        );
+        // The client goes away: its upstream connection is closed too, not left idle.
+        drop(tx);
+        let _ = driver.await;
+        let t0 = std::time::Instant::now();
+        while closed.load(Ordering::SeqCst) < round && t0.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(closed.load(Ordering::SeqCst), round, "round {round}");
+    }
+    assert_eq!(conns.load(Ordering::SeqCst), 2);
+    let ev = proxy.drain().await;
+    assert_eq!(calls(&ev).len(), 2);
 }
 
 #[test]

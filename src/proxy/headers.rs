@@ -4,7 +4,7 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
-const HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -28,50 +28,62 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
             })
 }
 
+/// The MCP session header.
+pub const MCP_SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+fn is_hop_by_hop(n: &HeaderName) -> bool {
+    n == header::UPGRADE || HOP_BY_HOP.iter().any(|h| h == n)
+}
+
 /// Removes the hop-by-hop headers, including those the `Connection` header names.
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay.
 pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .filter(|n| !(keep_upgrade && n == header::UPGRADE))
-        .collect();
-    for n in named {
-        h.remove(n);
-    }
-    for n in HOP_BY_HOP.iter() {
-        h.remove(n);
+    // Most messages carry none: one pass over their few names (standard names compare as
+    // tags) instead of a hashed removal per hop-by-hop name.
+    if h.keys().any(is_hop_by_hop) {
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+            .collect();
+        for n in named {
+            h.remove(n);
+        }
+        for n in HOP_BY_HOP.iter() {
+            h.remove(n);
+        }
+        if !keep_upgrade {
+            h.remove(header::UPGRADE);
+        }
     }
     if keep_upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        h.remove(header::UPGRADE);
     }
 }
 
 /// Appends the client's address to `X-Forwarded-For` and sets `X-Forwarded-Proto`.
 pub fn add_forwarded(h: &mut HeaderMap, peer: &HeaderValue, proto: &'static str) {
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let value = match h.get(&xff) {
-        Some(prev) => {
+    match h.entry(X_FORWARDED_FOR) {
+        header::Entry::Occupied(mut e) => {
+            let prev = e.get();
             let mut v = Vec::with_capacity(prev.len() + 2 + peer.len());
             v.extend_from_slice(prev.as_bytes());
             v.extend_from_slice(b", ");
             v.extend_from_slice(peer.as_bytes());
-            HeaderValue::from_bytes(&v).ok()
+            if let Ok(v) = HeaderValue::from_bytes(&v) {
+                e.insert(v);
+            }
         }
-        None => Some(peer.clone()),
-    };
-    if let Some(v) = value {
-        h.insert(xff, v);
+        header::Entry::Vacant(e) => {
+            e.insert(peer.clone());
+        }
     }
-    h.insert(
-        HeaderName::from_static("x-forwarded-proto"),
-        HeaderValue::from_static(proto),
-    );
+    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
 /// An IP address as a header value (made once per client connection).
@@ -101,11 +113,35 @@ mod tests {
     }
 
     #[test]
+    fn keeps_upgrade_only_when_asked() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        let mut kept = h.clone();
+        strip_hop_by_hop(&mut kept, true);
+        assert_eq!(kept[header::CONNECTION], "upgrade");
+        assert_eq!(kept[header::UPGRADE], "websocket");
+        strip_hop_by_hop(&mut h, false);
+        assert!(h.is_empty());
+        // Nothing hop-by-hop: nothing changes.
+        let mut plain = HeaderMap::new();
+        plain.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        strip_hop_by_hop(&mut plain, false);
+        assert_eq!(plain.len(), 1);
+    }
+
+    #[test]
     fn forwarded_for_appends() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         add_forwarded(&mut h, &ip_header("127.0.0.1".parse().unwrap()), "http");
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
+        let mut fresh = HeaderMap::new();
+        add_forwarded(&mut fresh, &ip_header("::1".parse().unwrap()), "http");
+        assert_eq!(fresh["x-forwarded-for"], "::1");
     }
 }

@@ -115,6 +115,12 @@ impl ClientConn {
             lane: upstream::Lane::default(),
         }
     }
+
+    /// Drives this connection's upstream connection; run it in the client connection's task
+    /// for as long as that connection lives (it never resolves).
+    pub async fn drive_upstream(&self) {
+        self.lane.drive().await
+    }
 }
 
 impl Proxy {
@@ -177,7 +183,7 @@ impl Proxy {
             .map(str::to_ascii_lowercase);
         let session = req
             .headers()
-            .get("mcp-session-id")
+            .get(headers::MCP_SESSION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let mut ctx = inner.inspector.begin(&RequestMeta {
@@ -280,7 +286,7 @@ impl Proxy {
         };
 
         // Phase 2: upstream request.
-        let uri = match self.upstream_uri(&parts.uri) {
+        let uri = match self.upstream_uri(&parts.uri, lane.is_some()) {
             Ok(u) => u,
             Err(e) => return self.error_reply(ctx, ExchangeError::Internal(e)),
         };
@@ -359,7 +365,7 @@ impl Proxy {
             .and_then(|v| v.to_str().ok());
         let rsession = rparts
             .headers
-            .get("mcp-session-id")
+            .get(headers::MCP_SESSION)
             .and_then(|v| v.to_str().ok());
         let rlen = rparts
             .headers
@@ -466,14 +472,25 @@ impl Proxy {
         resp
     }
 
-    fn upstream_uri(&self, orig: &Uri) -> Result<Uri, String> {
+    /// The request target upstream: the upstream's base path + the client's path and query;
+    /// in origin form for a request on a lane (its own HTTP/1 connection), absolute for the pool.
+    fn upstream_uri(&self, orig: &Uri, origin_form: bool) -> Result<Uri, String> {
         let up = &self.inner.opts.upstream;
-        let pq = orig.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let path = format!("{}{}", self.inner.base_path, pq);
+        let pq = match (self.inner.base_path.is_empty(), orig.path_and_query()) {
+            (true, Some(pq)) => pq.clone(),
+            (_, pq) => {
+                let pq = pq.map(|p| p.as_str()).unwrap_or("/");
+                http::uri::PathAndQuery::try_from(format!("{}{}", self.inner.base_path, pq))
+                    .map_err(|e| e.to_string())?
+            }
+        };
+        if origin_form {
+            return Ok(Uri::from(pq));
+        }
         Uri::builder()
             .scheme(up.scheme_str().unwrap_or("http"))
             .authority(up.authority().map(|a| a.as_str()).unwrap_or(""))
-            .path_and_query(path)
+            .path_and_query(pq)
             .build()
             .map_err(|e| e.to_string())
     }

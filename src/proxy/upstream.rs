@@ -20,7 +20,10 @@ use hyper_util::rt::TokioExecutor;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 use tower_service::Service;
 
@@ -66,13 +69,59 @@ fn connector(connect_timeout: Duration, insecure: bool, allow_h2: bool) -> Conne
 
 /// The upstream connection of one HTTP/1 client connection; empty until its first request,
 /// and while a request is on it.
+///
+/// The connection itself (hyper's connection future, which reads and writes the socket) is not
+/// a task of its own: [`Lane::drive`] polls it inside the client connection's task, so handing
+/// a request to it and getting the reply back wake no other task.
 #[derive(Default)]
 pub struct Lane {
     /// A std lock: held only to take or put the sender, never across an `.await`.
     sender: Mutex<Option<http1::SendRequest<ForwardBody>>>,
+    /// The lane's connection futures (normally one; an old one may still be closing) and the
+    /// waker of the task that drives them. Std lock, held only while polling them, never across
+    /// an `.await`.
+    driven: Mutex<Driven>,
+}
+
+type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+#[derive(Default)]
+struct Driven {
+    conns: Vec<ConnFuture>,
+    waker: Option<Waker>,
 }
 
 impl Lane {
+    /// Polls the lane's connections for as long as the client connection lives (it never
+    /// resolves; run it beside the client connection, see `server::serve_with`). Dropping it
+    /// closes them.
+    pub fn drive(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            let mut d = match self.driven.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            d.conns.retain_mut(|c| c.as_mut().poll(cx).is_pending());
+            match &mut d.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                w => *w = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+    }
+
+    /// Hands a new connection to the task that drives the lane.
+    fn adopt(&self, conn: ConnFuture) {
+        let mut d = match self.driven.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        d.conns.push(conn);
+        if let Some(w) = &d.waker {
+            w.wake_by_ref();
+        }
+    }
+
     fn take(&self) -> Option<http1::SendRequest<ForwardBody>> {
         match self.sender.lock() {
             Ok(mut g) => g.take(),
@@ -104,8 +153,9 @@ impl Upstream {
         }
     }
 
-    /// Sends `req` (its URI in absolute form). With a lane the request goes on that lane's
-    /// connection (an upgrade request takes the connection with it); without one, on the pool.
+    /// Sends `req` (its URI in absolute form, or origin form on a lane). With a lane the
+    /// request goes on that lane's connection (an upgrade request takes the connection with
+    /// it); without one, on the pool.
     pub async fn send(
         &self,
         mut req: Request<ForwardBody>,
@@ -115,8 +165,10 @@ impl Upstream {
             return self.pool.request(req).await.map_err(|e| describe(&e));
         };
         // HTTP/1 on a connection of our own: the request target in origin form.
-        if let Some(pq) = req.uri().path_and_query().cloned() {
-            *req.uri_mut() = Uri::from(pq);
+        if req.uri().scheme().is_some() {
+            if let Some(pq) = req.uri().path_and_query().cloned() {
+                *req.uri_mut() = Uri::from(pq);
+            }
         }
         let upgrade = super::headers::is_upgrade(req.headers());
         let reused = match lane.take() {
@@ -129,7 +181,7 @@ impl Upstream {
         let was_reused = reused.is_some();
         let mut sender = match reused {
             Some(s) => s,
-            None => self.connect().await?,
+            None => self.connect(Some(lane)).await?,
         };
         let resp = match sender.try_send_request(req).await {
             Ok(r) => r,
@@ -137,7 +189,7 @@ impl Upstream {
                 // The kept-alive connection closed before the request was written: the
                 // request was not sent, so it goes once more on a new connection.
                 Some(req) if was_reused => {
-                    sender = self.connect().await?;
+                    sender = self.connect(Some(lane)).await?;
                     sender.send_request(req).await.map_err(|e| describe(&e))?
                 }
                 _ => return Err(describe(e.error())),
@@ -149,7 +201,12 @@ impl Upstream {
         Ok(resp)
     }
 
-    async fn connect(&self) -> Result<http1::SendRequest<ForwardBody>, String> {
+    /// Opens a connection to the upstream; it is driven by `lane`'s task, or by a task of its
+    /// own without one.
+    async fn connect(
+        &self,
+        lane: Option<&Lane>,
+    ) -> Result<http1::SendRequest<ForwardBody>, String> {
         let mut c = self.h1.clone();
         std::future::poll_fn(|cx| c.poll_ready(cx))
             .await
@@ -162,11 +219,17 @@ impl Upstream {
             .handshake(io)
             .await
             .map_err(|e| describe(&e))?;
-        tokio::spawn(async move {
+        let conn = async move {
             if let Err(e) = conn.with_upgrades().await {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
             }
-        });
+        };
+        match lane {
+            Some(lane) => lane.adopt(Box::pin(conn)),
+            None => {
+                tokio::spawn(conn);
+            }
+        }
         Ok(sender)
     }
 }

@@ -149,8 +149,9 @@ pub enum Body {
     ParseError(String),
 }
 
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
+/// A member that is present, even as `null` (serde's `Option` would read `null` as absent).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 #[derive(serde::Deserialize)]
@@ -162,33 +163,135 @@ struct RawEnvelope<'a> {
     #[serde(borrow, default, deserialize_with = "present")]
     method: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<&'a RawValue>,
+    params: Option<Member<'a>>,
     #[serde(borrow, default, deserialize_with = "present")]
-    result: Option<&'a RawValue>,
+    result: Option<Member<'a>>,
     #[serde(borrow, default, deserialize_with = "present")]
-    error: Option<&'a RawValue>,
+    error: Option<Member<'a>>,
 }
 
-#[derive(serde::Deserialize)]
-struct RawError<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
-    code: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    message: Option<&'a RawValue>,
-}
-
-#[derive(serde::Deserialize)]
-struct NamedParams<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
+/// What the inspector reads inside `params`, `result` or `error`, taken in the envelope's one
+/// pass (the member is not parsed a second time): its JSON type, and the few fields it looks
+/// at — `name`/`uri` (params of `tools/call`, `prompts/get`, `resources/*`), `isError` (a tool
+/// result), `code`/`message` (an error). Everything else is skipped, never built, so a deep
+/// member costs no stack (serde_json skips iteratively).
+#[derive(Default)]
+struct Member<'a> {
+    shape: Shape,
     name: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     uri: Option<&'a RawValue>,
+    code: Option<&'a RawValue>,
+    message: Option<&'a RawValue>,
+    /// `isError` is `true`.
+    is_error: bool,
 }
 
-#[derive(serde::Deserialize)]
-struct ToolResult {
-    #[serde(rename = "isError", default)]
-    is_error: Option<serde_json::Value>,
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Object,
+    Array,
+    True,
+    #[default]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Member<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(MemberVisitor)
+    }
+}
+
+struct MemberVisitor;
+
+impl<'de> serde::de::Visitor<'de> for MemberVisitor {
+    type Value = Member<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Member<'de>, A::Error> {
+        let mut m = Member {
+            shape: Shape::Object,
+            ..Member::default()
+        };
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Name => m.name = Some(map.next_value()?),
+                Key::Uri => m.uri = Some(map.next_value()?),
+                Key::Code => m.code = Some(map.next_value()?),
+                Key::Message => m.message = Some(map.next_value()?),
+                Key::IsError => m.is_error = map.next_value::<Member>()?.shape == Shape::True,
+                Key::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Member<'de>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Member {
+            shape: Shape::Array,
+            ..Member::default()
+        })
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Member<'de>, E> {
+        Ok(Member {
+            shape: if v { Shape::True } else { Shape::Other },
+            ..Member::default()
+        })
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Member<'de>, E> {
+        Ok(Member::default())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Member<'de>, E> {
+        Ok(Member::default())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Member<'de>, E> {
+        Ok(Member::default())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Member<'de>, E> {
+        Ok(Member::default())
+    }
+    fn visit_unit<E>(self) -> Result<Member<'de>, E> {
+        Ok(Member::default())
+    }
+}
+
+/// The member names [`Member`] looks at; read without allocating.
+enum Key {
+    Name,
+    Uri,
+    Code,
+    Message,
+    IsError,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+                Ok(match v {
+                    "name" => Key::Name,
+                    "uri" => Key::Uri,
+                    "code" => Key::Code,
+                    "message" => Key::Message,
+                    "isError" => Key::IsError,
+                    _ => Key::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
 }
 
 fn first_byte(raw: &RawValue) -> u8 {
@@ -238,15 +341,21 @@ pub fn parse_body(body: &Bytes) -> Body {
             ),
             Err(e) => Body::ParseError(e.to_string()),
         },
-        // One pass: the envelope is read straight from the body.
-        Some(b'{') => match serde_json::from_slice::<RawEnvelope>(body) {
-            Ok(p) => Body::Single(validate(slice_of(body, trim_end(trimmed)), Ok(p))),
-            Err(e) if e.classify() == serde_json::error::Category::Data => Body::Single(validate(
-                slice_of(body, trim_end(trimmed)),
-                Err(e.to_string()),
-            )),
-            Err(e) => Body::ParseError(describe_parse_error(body, e)),
-        },
+        // One pass: the envelope is read straight from the body (checked as UTF-8 once, whole:
+        // the members skipped unread are then valid text too).
+        Some(b'{') => {
+            let text = match std::str::from_utf8(body) {
+                Ok(t) => t,
+                Err(e) => return Body::ParseError(format!("not UTF-8 JSON: {e}")),
+            };
+            match serde_json::from_str::<RawEnvelope>(text) {
+                Ok(p) => Body::Single(validate(slice_of(body, trim_end(trimmed)), Ok(p))),
+                Err(e) if e.classify() == serde_json::error::Category::Data => Body::Single(
+                    validate(slice_of(body, trim_end(trimmed)), Err(e.to_string())),
+                ),
+                Err(e) => Body::ParseError(describe_parse_error(body, e)),
+            }
+        }
         _ => match serde_json::from_slice::<&RawValue>(body) {
             Ok(raw) => Body::Single(envelope_from_raw(body, raw)),
             Err(e) => Body::ParseError(describe_parse_error(body, e)),
@@ -329,17 +438,15 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                 .get_or_insert_with(|| "a request must not carry `result` or `error`".into());
         }
         if let Some(params) = parsed.params {
-            if !matches!(first_byte(params), b'[' | b'{') {
+            if !matches!(params.shape, Shape::Array | Shape::Object) {
                 env.problem
                     .get_or_insert_with(|| "`params` must be an array or an object".into());
-            } else if first_byte(params) == b'{' && wants_target(&name) {
-                if let Ok(np) = serde_json::from_str::<NamedParams>(params.get()) {
-                    env.target = np
-                        .name
-                        .or(np.uri)
-                        .and_then(raw_str)
-                        .map(|c| std::sync::Arc::from(&*c));
-                }
+            } else if params.shape == Shape::Object && wants_target(&name) {
+                env.target = params
+                    .name
+                    .or(params.uri)
+                    .and_then(raw_str)
+                    .map(|c| std::sync::Arc::from(&*c));
             }
         }
         env.method = Some(std::sync::Arc::from(&*name));
@@ -365,11 +472,7 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                 env.problem
                     .get_or_insert_with(|| "a response must carry an `id`".into());
             }
-            if first_byte(result) == b'{' {
-                if let Ok(tr) = serde_json::from_str::<ToolResult>(result.get()) {
-                    env.tool_error = tr.is_error == Some(serde_json::Value::Bool(true));
-                }
-            }
+            env.tool_error = result.shape == Shape::Object && result.is_error;
             if env.problem.is_none() {
                 env.kind = Kind::Result;
             }
@@ -379,37 +482,34 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                 env.problem
                     .get_or_insert_with(|| "a response must carry an `id`".into());
             }
-            match serde_json::from_str::<RawError>(error.get()) {
-                Ok(e) => {
-                    match e.code.map(|c| c.get()) {
-                        Some(c) if is_integer_literal(c) => {
-                            env.error_code = c.parse::<i64>().ok();
-                            if env.error_code.is_none() {
-                                env.problem.get_or_insert_with(|| {
-                                    "`error.code` is beyond a 64-bit integer".into()
-                                });
-                            }
-                        }
-                        Some(_) => {
-                            env.problem
-                                .get_or_insert_with(|| "`error.code` must be an integer".into());
-                        }
-                        None => {
-                            env.problem
-                                .get_or_insert_with(|| "`error.code` is missing".into());
+            if error.shape == Shape::Object {
+                match error.code.map(|c| c.get()) {
+                    Some(c) if is_integer_literal(c) => {
+                        env.error_code = c.parse::<i64>().ok();
+                        if env.error_code.is_none() {
+                            env.problem.get_or_insert_with(|| {
+                                "`error.code` is beyond a 64-bit integer".into()
+                            });
                         }
                     }
-                    match e.message.map(raw_str) {
-                        Some(Some(m)) => env.error_message = Some(m.into()),
-                        _ => {
-                            env.problem
-                                .get_or_insert_with(|| "`error.message` must be a string".into());
-                        }
+                    Some(_) => {
+                        env.problem
+                            .get_or_insert_with(|| "`error.code` must be an integer".into());
+                    }
+                    None => {
+                        env.problem
+                            .get_or_insert_with(|| "`error.code` is missing".into());
                     }
                 }
-                Err(_) => {
-                    env.problem = Some("`error` must be an object".into());
+                match error.message.map(raw_str) {
+                    Some(Some(m)) => env.error_message = Some(m.into()),
+                    _ => {
+                        env.problem
+                            .get_or_insert_with(|| "`error.message` must be a string".into());
+                    }
                 }
+            } else {
+                env.problem = Some("`error` must be an object".into());
             }
             if env.problem.is_none() {
                 env.kind = Kind::Error;
@@ -535,6 +635,46 @@ mod tests {
         assert_eq!(e.target.as_deref(), Some("echo"));
         let r = one(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#);
         assert!(r.tool_error);
+        // The fields are read in the envelope's one pass, wherever the members come.
+        let e = one(
+            r#"{"params":{"arguments":{"name":"inner"},"name":"e\u0063ho"},"id":1,"method":"tools/call","jsonrpc":"2.0"}"#,
+        );
+        assert_eq!((e.kind, e.target.as_deref()), (Kind::Request, Some("echo")));
+        let e = one(
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}"#,
+        );
+        assert_eq!(e.target.as_deref(), Some("file:///a"));
+        let e = one(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"x"}}"#);
+        assert_eq!(e.target, None);
+        for not_error in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"isError":"true"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":{"isError":true}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":[true]}"#,
+        ] {
+            let r = one(not_error);
+            assert_eq!((r.kind, r.tool_error), (Kind::Result, false), "{not_error}");
+        }
+        // An error must be an object (not an array that serde would read by position).
+        let e = one(r#"{"jsonrpc":"2.0","id":1,"error":[1,"x"]}"#);
+        assert_eq!(e.kind, Kind::Invalid);
+        let e =
+            one(r#"{"jsonrpc":"2.0","id":1,"error":{"data":{"code":2},"message":"m","code":-1}}"#);
+        assert_eq!(
+            (e.kind, e.error_code, e.error_message.as_deref()),
+            (Kind::Error, Some(-1), Some("m"))
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_anywhere_is_a_parse_error() {
+        let body = Bytes::from_static(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\",\"params\":[\"\xff\"]}",
+        );
+        match parse_body(&body) {
+            Body::ParseError(why) => assert!(why.contains("UTF-8"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
