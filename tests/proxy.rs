@@ -238,6 +238,79 @@ async fn upstream_timeout_gives_504() {
 }
 
 #[tokio::test]
+async fn the_upstream_timeout_holds_for_each_call_of_a_kept_alive_connection() {
+    // The upstream waits as long as the call's `params.ms` says.
+    let (up, _u) = start_upstream(|_p, b| {
+        Box::pin(async move {
+            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            let ms = v["params"]["ms"].as_u64().unwrap();
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let reply = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{ms}}}"#, v["id"]);
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(boxed(reply))
+                .unwrap()
+        })
+    })
+    .await;
+    let flags = rpctap::cli::ProxyFlags {
+        upstream_timeout: Some(0.4),
+        ..Default::default()
+    };
+    let proxy = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // (wait in ms, answered in time): each call gets the whole limit from its own start, also
+    // when an earlier call's deadline passes while it waits, and after a call that timed out.
+    let plan = [
+        (250, true),
+        (250, true),
+        (1000, false),
+        (50, true),
+        (300, true),
+        (1000, false),
+    ];
+    for (i, (ms, in_time)) in plan.into_iter().enumerate() {
+        let req = Request::post("/rpc")
+            .header("host", "rpctap.test")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(format!(
+                r#"{{"jsonrpc":"2.0","method":"wait","id":{i},"params":{{"ms":{ms}}}}}"#
+            ))))
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        let r = tx.send_request(req).await.unwrap();
+        let status = r.status();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let took = t0.elapsed();
+        if in_time {
+            assert_eq!(
+                (status, &v["result"]),
+                (StatusCode::OK, &serde_json::json!(ms)),
+                "call {i}"
+            );
+        } else {
+            assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "call {i}");
+            assert_eq!(v["error"]["code"], rpctap::proxy::CODE_UPSTREAM_TIMEOUT);
+            assert!(
+                took >= Duration::from_millis(390),
+                "call {i} timed out early: {took:?}"
+            );
+            assert!(
+                took < Duration::from_millis(950),
+                "call {i} timed out late: {took:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn non_json_rpc_passes_untouched_and_headers_are_rewritten() {
     // The upstream answers with what it received, so the test can see what the proxy sent.
     let (up, _u) = start_upstream(|parts, body| {

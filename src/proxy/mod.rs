@@ -316,18 +316,21 @@ impl Proxy {
         let is_head = parts.method == Method::HEAD;
         let up_req = Request::from_parts(parts, fwd_body);
 
-        let sent = tokio::time::timeout(
-            inner.opts.upstream_timeout,
-            inner.upstream.send(up_req, lane),
-        )
-        .await;
+        let limit = inner.opts.upstream_timeout;
+        // Pinned here, once: this future is a large part of the exchange's state, and every
+        // wrapper that took it by value would hold (and copy) it again.
+        let mut send = std::pin::pin!(inner.upstream.send(up_req, lane));
+        let sent = match lane {
+            Some(lane) => lane.within(limit, send.as_mut()).await,
+            None => tokio::time::timeout(limit, send.as_mut()).await.ok(),
+        };
         let mut resp = match sent {
-            Ok(Ok(r)) => r,
-            Ok(Err(why)) => {
+            Some(Ok(r)) => r,
+            Some(Err(why)) => {
                 tracing::warn!(exchange = ctx.id, error = %why, "upstream request failed");
                 return self.error_reply(ctx, ExchangeError::UpstreamUnreachable(why));
             }
-            Err(_) => {
+            None => {
                 tracing::warn!(exchange = ctx.id, "upstream timed out");
                 return self.error_reply(
                     ctx,

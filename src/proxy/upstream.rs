@@ -81,6 +81,11 @@ pub struct Lane {
     /// waker of the task that drives them. Std lock, held only while polling them, never across
     /// an `.await`.
     driven: Mutex<Driven>,
+    /// The upstream timeout's timer, kept from request to request (taken while a request
+    /// waits). Moving a registered timer later is an atomic store in tokio (the wheel entry is
+    /// fixed when it fires early), so a kept-alive lane touches the timer wheel about once per
+    /// timeout period instead of twice per request.
+    timer: Mutex<Option<Pin<Box<tokio::time::Sleep>>>>,
 }
 
 type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -108,6 +113,41 @@ impl Lane {
             }
             Poll::Pending
         })
+    }
+
+    /// Runs `f` for at most `limit`; `None` when the time ran out first.
+    pub async fn within<F: Future>(
+        &self,
+        limit: Duration,
+        mut f: Pin<&mut F>,
+    ) -> Option<F::Output> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let taken = match self.timer.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        let mut timer = match taken {
+            Some(mut t) => {
+                t.as_mut().reset(deadline);
+                t
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        };
+        let out = std::future::poll_fn(|cx| {
+            if let Poll::Ready(v) = f.as_mut().poll(cx) {
+                return Poll::Ready(Some(v));
+            }
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        match self.timer.lock() {
+            Ok(mut g) => *g = Some(timer),
+            Err(p) => *p.into_inner() = Some(timer),
+        }
+        out
     }
 
     /// Hands a new connection to the task that drives the lane.
@@ -181,7 +221,7 @@ impl Upstream {
         let was_reused = reused.is_some();
         let mut sender = match reused {
             Some(s) => s,
-            None => self.connect(Some(lane)).await?,
+            None => Box::pin(self.connect(Some(lane))).await?,
         };
         let resp = match sender.try_send_request(req).await {
             Ok(r) => r,
@@ -189,7 +229,7 @@ impl Upstream {
                 // The kept-alive connection closed before the request was written: the
                 // request was not sent, so it goes once more on a new connection.
                 Some(req) if was_reused => {
-                    sender = self.connect(Some(lane)).await?;
+                    sender = Box::pin(self.connect(Some(lane))).await?;
                     sender.send_request(req).await.map_err(|e| describe(&e))?
                 }
                 _ => return Err(describe(e.error())),
