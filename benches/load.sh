@@ -28,7 +28,7 @@ VENV=target/bench-venv
 if [ ! -x "$VENV/bin/mitmdump" ]; then
   python3 -m venv "$VENV" && "$VENV/bin/pip" install -q mitmproxy >/dev/null
 fi
-cargo build --release -q
+cargo build --release -q --bin rpctap --example hyper_floor
 BIN=target/release/rpctap
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
@@ -67,8 +67,10 @@ sleep 0.3; NG_PID=$(pgrep -f "nginx: worker process" | head -1)
 RT=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RT --upstream http://127.0.0.1:$UP & PIDS+=($!); RT_PID=$!
 RR=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RR --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl & PIDS+=($!); RR_PID=$!
 RL=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RL --upstream http://127.0.0.1:$UP --limit 'tools/call=1000000/s' & PIDS+=($!); RL_PID=$!
+# The floor: the same hyper stack forwarding without inspecting (examples/hyper_floor.rs).
+HF=$(free_port); target/release/examples/hyper_floor 127.0.0.1:$HF 127.0.0.1:$UP & PIDS+=($!); HF_PID=$!
 MP=$(free_port); $VENV/bin/mitmdump -q --mode reverse:http://127.0.0.1:$UP -p $MP --listen-host 127.0.0.1 & PIDS+=($!); MP_PID=$!
-for p in $RT $RR $RL $MP; do wait_port $p; done
+for p in $RT $RR $RL $HF $MP; do wait_port $p; done
 
 cat > $WORK/call.lua <<'LUA'
 local n = 0
@@ -102,9 +104,9 @@ run_one() { # name port pid
   echo "  $name: $rps req/s, p50 $p50, p99 $p99, $cpu_us µs CPU/request" >&2
 }
 
-NAMES=(direct nginx rpctap rpctap+record rpctap+limit mitmproxy)
-declare -A PORT=([direct]=$UP [nginx]=$NG [rpctap]=$RT [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
-declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [rpctap]=$RT_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
+NAMES=(direct nginx hyper-floor rpctap rpctap+record rpctap+limit mitmproxy)
+declare -A PORT=([direct]=$UP [nginx]=$NG [hyper-floor]=$HF [rpctap]=$RT [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
+declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [hyper-floor]=$HF_PID [rpctap]=$RT_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
 for r in $(seq 1 $ROUNDS); do
   echo "round $r" >&2
   for n in "${NAMES[@]}"; do run_one "$n" "${PORT[$n]}" "${PID[$n]}"; done
@@ -133,6 +135,7 @@ echo
 echo "rpctap/nginx req/s: $(r ${MRPS[rpctap]} ${MRPS[nginx]}); with --record: $(r ${MRPS[rpctap+record]} ${MRPS[nginx]}); with a limit rule: $(r ${MRPS[rpctap+limit]} ${MRPS[nginx]})"
 echo "rpctap/nginx CPU per request: $(r ${MCPU[rpctap]} ${MCPU[nginx]}); p50 rpctap/nginx: $(r ${MP50[rpctap]} ${MP50[nginx]})"
 echo "rpctap/mitmproxy req/s: $(r ${MRPS[rpctap]} ${MRPS[mitmproxy]})"
+echo "the hyper floor (same stack, no inspection)/nginx: req/s $(r ${MRPS[hyper-floor]} ${MRPS[nginx]}), CPU per request $(r ${MCPU[hyper-floor]} ${MCPU[nginx]}); rpctap's own work: $(python3 -c "print(round(${MCPU[rpctap]} - ${MCPU[hyper-floor]}, 1))") µs CPU/request"
 echo "recording: $(wc -l < $WORK/rec.jsonl) lines, $(grep -c '"event":"gap"' $WORK/rec.jsonl || true) gap records"
 
 # SSE, per-event latency: a Python upstream writes 20 events 5 ms apart, each stamped with its

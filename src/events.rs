@@ -85,8 +85,27 @@ impl std::fmt::Display for Scope {
 }
 
 impl Serialize for Scope {
+    /// As its `Display` text, made without the formatting machinery (this is on every line).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match self {
+            Scope::Exchange(n) => {
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(*n);
+                let mut buf = [0u8; 29]; // "exchange:" + at most 20 digits
+                buf[..9].copy_from_slice(b"exchange:");
+                buf[9..9 + digits.len()].copy_from_slice(digits.as_bytes());
+                match std::str::from_utf8(&buf[..9 + digits.len()]) {
+                    Ok(t) => s.serialize_str(t),
+                    Err(_) => s.collect_str(self), // unreachable: ASCII digits
+                }
+            }
+            Scope::Session(id) => {
+                let mut t = String::with_capacity(8 + id.len());
+                t.push_str("session:");
+                t.push_str(id);
+                s.serialize_str(&t)
+            }
+        }
     }
 }
 
@@ -545,6 +564,19 @@ impl Bus {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn scopes_serialize_as_their_display_text() {
+        for scope in [
+            Scope::Exchange(0),
+            Scope::Exchange(u64::MAX),
+            Scope::Session("9fc07019fc90d586".into()),
+            Scope::Session("a\"b\\c\u{1}".into()),
+        ] {
+            let json = serde_json::to_string(&scope).unwrap();
+            assert_eq!(json, serde_json::to_string(&scope.to_string()).unwrap());
+        }
+    }
     use super::*;
 
     fn notice(i: u64) -> Event {

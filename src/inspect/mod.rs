@@ -108,8 +108,8 @@ pub struct RequestMeta<'a> {
     pub content_type: Option<&'a str>,
     /// `Mcp-Session-Id`.
     pub session: Option<&'a str>,
-    /// Formatted only when someone listens.
-    pub peer: Option<std::net::SocketAddr>,
+    /// The client's address as text (made once per connection).
+    pub peer: Option<&'a str>,
     pub headers: Option<&'a http::HeaderMap>,
 }
 
@@ -247,7 +247,7 @@ impl Inspector {
                     Some(q) => format!("{}?{}", meta.path, q),
                     None => meta.path.to_string(),
                 },
-                peer: meta.peer.map(|p| p.to_string()).unwrap_or_default(),
+                peer: meta.peer.unwrap_or_default().to_string(),
                 session: meta.session.map(str::to_string),
             }));
         }

@@ -101,6 +101,8 @@ pub type ProxyBody = TeeBody;
 /// What the proxy keeps per client connection.
 pub struct ClientConn {
     peer: SocketAddr,
+    /// The peer's address as text, for the inspector's events.
+    peer_text: Box<str>,
     /// The peer's address as a header value, for `X-Forwarded-For`.
     peer_ip: HeaderValue,
     /// The upstream connection of this client connection's HTTP/1 requests.
@@ -111,6 +113,7 @@ impl ClientConn {
     pub fn new(peer: SocketAddr) -> Self {
         ClientConn {
             peer,
+            peer_text: peer.to_string().into(),
             peer_ip: headers::ip_header(peer.ip()),
             lane: upstream::Lane::default(),
         }
@@ -192,7 +195,7 @@ impl Proxy {
             query: req.uri().query(),
             content_type: content_type.as_deref(),
             session: session.as_deref(),
-            peer: Some(peer),
+            peer: Some(&conn.peer_text),
             headers: Some(req.headers()),
         });
         let upgrade = headers::is_upgrade(req.headers());

@@ -212,6 +212,20 @@ impl Writer {
         Ok(())
     }
 
+    /// Whether `len` more bytes fit in the current file (always, without rotation).
+    fn fits(&self, len: usize) -> bool {
+        self.opts
+            .max_bytes
+            .is_none_or(|max| self.bytes + len as u64 <= max)
+    }
+
+    /// Whole lines, newlines included.
+    fn raw(&mut self, lines: &[u8]) -> Result<(), RecordError> {
+        self.out.write_all(lines).map_err(|e| self.err(e))?;
+        self.bytes += lines.len() as u64;
+        Ok(())
+    }
+
     fn line(&mut self, line: &[u8]) -> Result<(), RecordError> {
         if let Some(max) = self.opts.max_bytes {
             if self.bytes + line.len() as u64 + 1 > max && self.bytes > 0 {
@@ -280,9 +294,18 @@ fn run(
             *stop.borrow() || stop.has_changed().is_err() || Arc::strong_count(&lines) == 1;
         batch.clear();
         lines.take(&mut batch);
-        for line in batch.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            w.line(line)?;
-            w.stats.events += 1;
+        if !batch.is_empty() {
+            // Every line in the batch ends with its newline: the batch is written whole, and
+            // split into lines only when it would cross a rotation.
+            let n = batch.iter().filter(|&&b| b == b'\n').count() as u64;
+            if w.fits(batch.len()) {
+                w.raw(&batch)?;
+            } else {
+                for line in batch.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    w.line(line)?;
+                }
+            }
+            w.stats.events += n;
             dirty = true;
         }
         let lost = lines.lost.load(Ordering::Relaxed);
@@ -315,8 +338,108 @@ fn run(
 fn write_line(out: &mut Vec<u8>, ev: &Event) -> serde_json::Result<()> {
     match ev {
         Event::Message(m) => message_line(out, m),
+        Event::Http(h) => http_line(out, h),
         other => serde_json::to_writer(out, other),
     }
+}
+
+/// A JSON string, byte for byte what serde_json writes: copied as is when nothing in it needs
+/// escaping (no control character, quote or backslash — nearly every header, path and name),
+/// else serde_json's escaping.
+fn json_str(out: &mut Vec<u8>, s: &str) -> serde_json::Result<()> {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        Ok(())
+    } else {
+        serde_json::to_writer(out, s)
+    }
+}
+
+/// An HTTP event's line, byte for byte what serde's derive writes (a test holds it to that),
+/// written field by field: three of an exchange's lines are these, and serde writes nested
+/// internally tagged enums through its generic map path.
+fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Result<()> {
+    use crate::events::HttpEvent;
+    fn head(out: &mut Vec<u8>, phase: &str, ts: u64, exchange: u64) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"event\":\"http\",\"phase\":\"");
+        out.extend_from_slice(phase.as_bytes());
+        out.extend_from_slice(b"\",\"ts\":");
+        serde_json::to_writer(&mut *out, &ts)?;
+        out.extend_from_slice(b",\"exchange\":");
+        serde_json::to_writer(&mut *out, &exchange)
+    }
+    fn str_field(out: &mut Vec<u8>, name: &str, v: &str) -> serde_json::Result<()> {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        json_str(out, v)
+    }
+    fn headers(out: &mut Vec<u8>, h: &crate::events::Headers) -> serde_json::Result<()> {
+        out.extend_from_slice(b",\"headers\":[");
+        for (i, (k, v)) in h.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.push(b'[');
+            json_str(out, k.as_str())?;
+            out.push(b',');
+            json_str(out, &String::from_utf8_lossy(v.as_bytes()))?;
+            out.push(b']');
+        }
+        out.push(b']');
+        Ok(())
+    }
+    match h {
+        HttpEvent::Request {
+            ts,
+            exchange,
+            method,
+            path,
+            peer,
+            session,
+            headers: hs,
+        } => {
+            head(out, "request", *ts, *exchange)?;
+            str_field(out, "method", method)?;
+            str_field(out, "path", path)?;
+            str_field(out, "peer", peer)?;
+            if let Some(s) = session {
+                str_field(out, "session", s)?;
+            }
+            headers(out, hs)?;
+        }
+        HttpEvent::Response {
+            ts,
+            exchange,
+            status,
+            content_type,
+            headers: hs,
+        } => {
+            head(out, "response", *ts, *exchange)?;
+            out.extend_from_slice(b",\"status\":");
+            serde_json::to_writer(&mut *out, status)?;
+            if let Some(ct) = content_type {
+                str_field(out, "content_type", ct)?;
+            }
+            headers(out, hs)?;
+        }
+        HttpEvent::End {
+            ts,
+            exchange,
+            reason,
+            bytes,
+        } => {
+            head(out, "end", *ts, *exchange)?;
+            str_field(out, "reason", reason)?;
+            out.extend_from_slice(b",\"bytes\":");
+            serde_json::to_writer(&mut *out, bytes)?;
+        }
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// A message event's line, byte for byte what serde's derive writes (a test holds it to
@@ -411,6 +534,68 @@ mod tests {
             assert!(ts.windows(2).all(|w| w[0] < w[1]));
         }
         assert_eq!(lines.lost.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn http_lines_are_what_serde_writes() {
+        use crate::events::{Headers, HttpEvent};
+        let mut hm = http::HeaderMap::new();
+        hm.insert("host", http::HeaderValue::from_static("127.0.0.1:9000"));
+        hm.append("x-a", http::HeaderValue::from_static("say \"hi\" \\ there"));
+        hm.append("x-a", http::HeaderValue::from_static("second"));
+        hm.insert(
+            "x-bin",
+            http::HeaderValue::from_bytes(b"caf\xe9\t").unwrap(),
+        );
+        let events = [
+            HttpEvent::Request {
+                ts: 1_796_015_737_927_874_787,
+                exchange: 3,
+                method: "POST".into(),
+                path: "/mcp?sessionId=a\"b".into(),
+                peer: "[::1]:4000".into(),
+                session: Some("s\u{e9}ss\u{1}".into()),
+                headers: Headers(hm.clone()),
+            },
+            HttpEvent::Request {
+                ts: 1,
+                exchange: 0,
+                method: "GET".into(),
+                path: "/".into(),
+                peer: String::new(),
+                session: None,
+                headers: Headers::default(),
+            },
+            HttpEvent::Response {
+                ts: 2,
+                exchange: 3,
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                headers: Headers(hm),
+            },
+            HttpEvent::Response {
+                ts: 2,
+                exchange: 3,
+                status: 502,
+                content_type: None,
+                headers: Headers::default(),
+            },
+            HttpEvent::End {
+                ts: 5,
+                exchange: u64::MAX,
+                reason: "client went away: \"reset\"".into(),
+                bytes: 1 << 40,
+            },
+        ];
+        for h in events {
+            let mut fast = Vec::new();
+            http_line(&mut fast, &h).unwrap();
+            let slow = serde_json::to_vec(&Event::Http(h)).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&slow)
+            );
+        }
     }
 
     #[test]
