@@ -258,13 +258,7 @@ async fn the_upstream_timeout_holds_for_each_call_of_a_kept_alive_connection() {
         ..Default::default()
     };
     let proxy = start_proxy_flags(&format!("http://{up}"), flags).await;
-    let stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let (mut tx, _conn) = one_connection(proxy.addr).await;
     // (wait in ms, answered in time): each call gets the whole limit from its own start, also
     // when an earlier call's deadline passes while it waits, and after a call that timed out.
     let plan = [
@@ -276,13 +270,10 @@ async fn the_upstream_timeout_holds_for_each_call_of_a_kept_alive_connection() {
         (1000, false),
     ];
     for (i, (ms, in_time)) in plan.into_iter().enumerate() {
-        let req = Request::post("/rpc")
-            .header("host", "rpctap.test")
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(format!(
-                r#"{{"jsonrpc":"2.0","method":"wait","id":{i},"params":{{"ms":{ms}}}}}"#
-            ))))
-            .unwrap();
+        let req = json_post(
+            "/rpc",
+            format!(r#"{{"jsonrpc":"2.0","method":"wait","id":{i},"params":{{"ms":{ms}}}}}"#),
+        );
         let t0 = std::time::Instant::now();
         let r = tx.send_request(req).await.unwrap();
         let status = r.status();
@@ -627,6 +618,29 @@ fn unsafe_kill_term(pid: u32) {
         .status();
 }
 
+/// One HTTP/1 client connection to `addr`: its sender, and the task that drives it.
+async fn one_connection(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (tx, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .unwrap();
+    (tx, tokio::spawn(conn))
+}
+
+/// A JSON POST to `path` (Host `rpctap.test`).
+fn json_post(path: &str, body: String) -> Request<Full<Bytes>> {
+    Request::post(path)
+        .header("host", "rpctap.test")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
 /// A raw keep-alive upstream that counts its connections, and the connections the proxy
 /// closed. It answers each request with the JSON-RPC id it was given; the second reply on a
 /// connection says `Connection: close` and the connection ends; a connection idle for `idle` is
@@ -704,21 +718,12 @@ async fn an_http1_client_keeps_one_upstream_connection_and_reopens_it_when_close
     let (up, conns, _) = counting_upstream(Duration::from_millis(100)).await;
     let mut proxy = start_proxy(&format!("http://{up}")).await;
     // One client connection, requests one after another.
-    let stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let (mut tx, _conn) = one_connection(proxy.addr).await;
     let mut call = |id: u32| {
-        let req = Request::post("/jsonrpc")
-            .header("host", "rpctap.test")
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(format!(
-                r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#
-            ))))
-            .unwrap();
+        let req = json_post(
+            "/jsonrpc",
+            format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#),
+        );
         let f = tx.send_request(req);
         async move {
             let r = f.await.unwrap();
@@ -758,20 +763,11 @@ async fn the_upstream_connection_closes_with_its_client_connection() {
     let (up, conns, closed) = counting_upstream(Duration::from_secs(60)).await;
     let mut proxy = start_proxy(&format!("http://{up}")).await;
     for round in 1..=2 {
-        let stream = TcpStream::connect(proxy.addr).await.unwrap();
-        let (mut tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
-            hyper_util::rt::TokioIo::new(stream),
-        )
-        .await
-        .unwrap();
-        let driver = tokio::spawn(conn);
-        let req = Request::post("/jsonrpc")
-            .header("host", "rpctap.test")
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(format!(
-                r#"{{"jsonrpc":"2.0","method":"m","id":{round}}}"#
-            ))))
-            .unwrap();
+        let (mut tx, driver) = one_connection(proxy.addr).await;
+        let req = json_post(
+            "/jsonrpc",
+            format!(r#"{{"jsonrpc":"2.0","method":"m","id":{round}}}"#),
+        );
         let r = tx.send_request(req).await.unwrap();
         let b = r.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(
