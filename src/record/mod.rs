@@ -335,62 +335,144 @@ fn run(
 }
 
 /// Writes one event as its recording line.
+///
+/// The lines of an exchange's usual events — HTTP request/response/end, messages, calls — are
+/// written field by field, byte for byte what serde's derive writes (tests hold them to that):
+/// serde writes these nested, internally tagged and flattened shapes through its generic map
+/// path, and re-validates messages the parser already accepted. Other events take serde.
 fn write_line(out: &mut Vec<u8>, ev: &Event) -> serde_json::Result<()> {
     match ev {
         Event::Message(m) => message_line(out, m),
         Event::Http(h) => http_line(out, h),
+        Event::Call(c) => call_line(out, c),
         other => serde_json::to_writer(out, other),
+    }
+}
+
+/// Appends one JSON object's members to a line.
+struct Line<'a>(&'a mut Vec<u8>);
+
+impl Line<'_> {
+    /// `{"event":"<event>"`.
+    fn open<'a>(out: &'a mut Vec<u8>, event: &str) -> Line<'a> {
+        out.extend_from_slice(b"{\"event\":\"");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'"');
+        Line(out)
+    }
+    fn key(&mut self, name: &str) {
+        self.0.extend_from_slice(b",\"");
+        self.0.extend_from_slice(name.as_bytes());
+        self.0.extend_from_slice(b"\":");
+    }
+    fn str(&mut self, name: &str, v: &str) {
+        self.key(name);
+        json_str(self.0, v);
+    }
+    /// A string known to need no escaping (a fixed name).
+    fn name(&mut self, name: &str, v: &str) {
+        self.key(name);
+        self.0.push(b'"');
+        self.0.extend_from_slice(v.as_bytes());
+        self.0.push(b'"');
+    }
+    fn num(&mut self, name: &str, v: impl itoa::Integer) {
+        self.key(name);
+        self.0
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    fn scope(&mut self, scope: &crate::events::Scope) {
+        use crate::events::Scope;
+        self.key("scope");
+        match scope {
+            Scope::Exchange(n) => {
+                self.0.extend_from_slice(b"\"exchange:");
+                self.0
+                    .extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
+                self.0.push(b'"');
+            }
+            Scope::Session(id) => json_str(self.0, &format!("session:{id}")),
+        }
+    }
+    fn id(&mut self, id: &crate::rpc::Id) -> serde_json::Result<()> {
+        self.key("id");
+        match id {
+            crate::rpc::Id::Str(s) => {
+                json_str(self.0, s);
+                Ok(())
+            }
+            // A number keeps its literal text (serde checks it is one).
+            other => serde_json::to_writer(&mut *self.0, other),
+        }
+    }
+    fn close(self) {
+        self.0.push(b'}');
     }
 }
 
 /// A JSON string, byte for byte what serde_json writes: copied as is when nothing in it needs
 /// escaping (no control character, quote or backslash — nearly every header, path and name),
 /// else serde_json's escaping.
-fn json_str(out: &mut Vec<u8>, s: &str) -> serde_json::Result<()> {
+fn json_str(out: &mut Vec<u8>, s: &str) {
     if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.reserve(s.len() + 2);
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
-        Ok(())
     } else {
-        serde_json::to_writer(out, s)
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(out, s);
     }
 }
 
-/// An HTTP event's line, byte for byte what serde's derive writes (a test holds it to that),
-/// written field by field: three of an exchange's lines are these, and serde writes nested
-/// internally tagged enums through its generic map path.
+fn direction_name(d: crate::events::Direction) -> &'static str {
+    match d {
+        crate::events::Direction::ClientToServer => "c2s",
+        crate::events::Direction::ServerToClient => "s2c",
+    }
+}
+
+fn transport_name(t: crate::events::Transport) -> &'static str {
+    match t {
+        crate::events::Transport::Json => "json",
+        crate::events::Transport::Sse => "sse",
+        crate::events::Transport::LegacySse => "legacy-sse",
+    }
+}
+
+fn kind_name(k: crate::rpc::Kind) -> &'static str {
+    match k {
+        crate::rpc::Kind::Request => "request",
+        crate::rpc::Kind::Notification => "notification",
+        crate::rpc::Kind::Result => "result",
+        crate::rpc::Kind::Error => "error",
+        crate::rpc::Kind::Invalid => "invalid",
+    }
+}
+
+/// An HTTP event's line.
 fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Result<()> {
     use crate::events::HttpEvent;
-    fn head(out: &mut Vec<u8>, phase: &str, ts: u64, exchange: u64) -> serde_json::Result<()> {
-        out.extend_from_slice(b"{\"event\":\"http\",\"phase\":\"");
-        out.extend_from_slice(phase.as_bytes());
-        out.extend_from_slice(b"\",\"ts\":");
-        serde_json::to_writer(&mut *out, &ts)?;
-        out.extend_from_slice(b",\"exchange\":");
-        serde_json::to_writer(&mut *out, &exchange)
+    fn head<'a>(out: &'a mut Vec<u8>, phase: &str, ts: u64, exchange: u64) -> Line<'a> {
+        let mut l = Line::open(out, "http");
+        l.name("phase", phase);
+        l.num("ts", ts);
+        l.num("exchange", exchange);
+        l
     }
-    fn str_field(out: &mut Vec<u8>, name: &str, v: &str) -> serde_json::Result<()> {
-        out.extend_from_slice(b",\"");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\":");
-        json_str(out, v)
-    }
-    fn headers(out: &mut Vec<u8>, h: &crate::events::Headers) -> serde_json::Result<()> {
-        out.extend_from_slice(b",\"headers\":[");
+    fn headers(l: &mut Line<'_>, h: &crate::events::Headers) {
+        l.key("headers");
+        l.0.push(b'[');
         for (i, (k, v)) in h.0.iter().enumerate() {
             if i > 0 {
-                out.push(b',');
+                l.0.push(b',');
             }
-            out.push(b'[');
-            json_str(out, k.as_str())?;
-            out.push(b',');
-            json_str(out, &String::from_utf8_lossy(v.as_bytes()))?;
-            out.push(b']');
+            l.0.push(b'[');
+            json_str(l.0, k.as_str());
+            l.0.push(b',');
+            json_str(l.0, &String::from_utf8_lossy(v.as_bytes()));
+            l.0.push(b']');
         }
-        out.push(b']');
-        Ok(())
+        l.0.push(b']');
     }
     match h {
         HttpEvent::Request {
@@ -402,14 +484,15 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             session,
             headers: hs,
         } => {
-            head(out, "request", *ts, *exchange)?;
-            str_field(out, "method", method)?;
-            str_field(out, "path", path)?;
-            str_field(out, "peer", peer)?;
+            let mut l = head(out, "request", *ts, *exchange);
+            l.str("method", method);
+            l.str("path", path);
+            l.str("peer", peer);
             if let Some(s) = session {
-                str_field(out, "session", s)?;
+                l.str("session", s);
             }
-            headers(out, hs)?;
+            headers(&mut l, hs);
+            l.close();
         }
         HttpEvent::Response {
             ts,
@@ -418,13 +501,13 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             content_type,
             headers: hs,
         } => {
-            head(out, "response", *ts, *exchange)?;
-            out.extend_from_slice(b",\"status\":");
-            serde_json::to_writer(&mut *out, status)?;
+            let mut l = head(out, "response", *ts, *exchange);
+            l.num("status", *status);
             if let Some(ct) = content_type {
-                str_field(out, "content_type", ct)?;
+                l.str("content_type", ct);
             }
-            headers(out, hs)?;
+            headers(&mut l, hs);
+            l.close();
         }
         HttpEvent::End {
             ts,
@@ -432,62 +515,103 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             reason,
             bytes,
         } => {
-            head(out, "end", *ts, *exchange)?;
-            str_field(out, "reason", reason)?;
-            out.extend_from_slice(b",\"bytes\":");
-            serde_json::to_writer(&mut *out, bytes)?;
+            let mut l = head(out, "end", *ts, *exchange);
+            l.str("reason", reason);
+            l.num("bytes", *bytes);
+            l.close();
         }
     }
-    out.push(b'}');
     Ok(())
 }
 
-/// A message event's line, byte for byte what serde's derive writes (a test holds it to
-/// that), written field by field: a call is two message lines, and this skips serde's
-/// buffering of internally tagged enums and the re-validation of a message the parser already
-/// accepted. A message of any kind but `invalid` is a slice the JSON parser accepted (or the
-/// redactor's re-serialization of one), so it goes out as is; an invalid one may not be JSON
-/// and takes the checked path.
-fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
-    fn field<T: serde::Serialize + ?Sized>(
-        out: &mut Vec<u8>,
-        name: &str,
-        v: &T,
-    ) -> serde_json::Result<()> {
-        out.extend_from_slice(b",\"");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\":");
-        serde_json::to_writer(out, v)
+/// A call's line (its outcome's members flattened into it).
+fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Result<()> {
+    use crate::events::Outcome;
+    let mut l = Line::open(out, "call");
+    l.num("ts", c.ts);
+    l.num("exchange", c.exchange);
+    l.scope(&c.scope);
+    l.name("direction", direction_name(c.direction));
+    l.str("method", &c.method);
+    if let Some(t) = &c.target {
+        l.str("target", t);
     }
-    out.extend_from_slice(b"{\"event\":\"message\",\"ts\":");
-    serde_json::to_writer(&mut *out, &m.ts)?;
-    field(out, "exchange", &m.exchange)?;
-    field(out, "scope", &m.scope)?;
-    field(out, "direction", &m.direction)?;
-    field(out, "transport", &m.transport)?;
-    field(out, "kind", &m.kind)?;
+    l.id(&c.id)?;
+    match &c.outcome {
+        Outcome::Result => l.name("outcome", "result"),
+        Outcome::Error { code, message } => {
+            l.name("outcome", "error");
+            l.num("code", *code);
+            l.str("message", message);
+        }
+        Outcome::Refused { rule } => {
+            l.name("outcome", "refused");
+            l.str("rule", rule);
+        }
+        Outcome::Rejected { status } => {
+            l.name("outcome", "rejected");
+            l.num("status", *status);
+        }
+        Outcome::Missing { reason } => {
+            l.name("outcome", "missing");
+            l.str("reason", reason);
+        }
+    }
+    if let Some(v) = c.latency_us {
+        l.num("latency_us", v);
+    }
+    l.key("anomalies");
+    l.0.push(b'[');
+    for (i, a) in c.anomalies.iter().enumerate() {
+        if i > 0 {
+            l.0.push(b',');
+        }
+        json_str(l.0, a);
+    }
+    l.0.push(b']');
+    if let Some(v) = c.request_index {
+        l.num("request_index", v);
+    }
+    if let Some(v) = c.response_index {
+        l.num("response_index", v);
+    }
+    l.close();
+    Ok(())
+}
+
+/// A message event's line. A message of any kind but `invalid` is a slice the JSON parser
+/// accepted (or the redactor's re-serialization of one), so it goes out as is; an invalid one
+/// may not be JSON and takes the checked path.
+fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
+    let mut l = Line::open(out, "message");
+    l.num("ts", m.ts);
+    l.num("exchange", m.exchange);
+    l.scope(&m.scope);
+    l.name("direction", direction_name(m.direction));
+    l.name("transport", transport_name(m.transport));
+    l.name("kind", kind_name(m.kind));
     if let Some(id) = &m.id {
-        field(out, "id", id)?;
+        l.id(id)?;
     }
     if let Some(v) = &m.method {
-        field(out, "method", v)?;
+        l.str("method", v);
     }
     if let Some(v) = &m.target {
-        field(out, "target", v)?;
+        l.str("target", v);
     }
-    if let Some(v) = &m.batch_index {
-        field(out, "batch_index", v)?;
+    if let Some(v) = m.batch_index {
+        l.num("batch_index", v);
     }
     if let Some(v) = &m.sse_id {
-        field(out, "sse_id", v)?;
+        l.str("sse_id", v);
     }
+    l.key("message");
     if m.kind == crate::rpc::Kind::Invalid {
-        field(out, "message", &crate::events::RawMessage(&m.message))?;
+        serde_json::to_writer(&mut *l.0, &crate::events::RawMessage(&m.message))?;
     } else {
-        out.extend_from_slice(b",\"message\":");
-        out.extend_from_slice(&m.message);
+        l.0.extend_from_slice(&m.message);
     }
-    out.push(b'}');
+    l.close();
     Ok(())
 }
 
@@ -534,6 +658,88 @@ mod tests {
             assert!(ts.windows(2).all(|w| w[0] < w[1]));
         }
         assert_eq!(lines.lost.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn fixed_names_are_serdes() {
+        use crate::events::{Direction, Transport};
+        use crate::rpc::Kind;
+        let q = |n: &str| format!("\"{n}\"");
+        for d in [Direction::ClientToServer, Direction::ServerToClient] {
+            assert_eq!(serde_json::to_string(&d).unwrap(), q(direction_name(d)));
+        }
+        for t in [Transport::Json, Transport::Sse, Transport::LegacySse] {
+            assert_eq!(serde_json::to_string(&t).unwrap(), q(transport_name(t)));
+        }
+        for k in [
+            Kind::Request,
+            Kind::Notification,
+            Kind::Result,
+            Kind::Error,
+            Kind::Invalid,
+        ] {
+            assert_eq!(serde_json::to_string(&k).unwrap(), q(kind_name(k)));
+        }
+    }
+
+    #[test]
+    fn call_lines_are_what_serde_writes() {
+        use crate::events::{CallEvent, Direction, Outcome, Scope};
+        use crate::rpc::Id;
+        let base = CallEvent {
+            ts: 1_796_015_737_927_874_787,
+            exchange: 12,
+            scope: Scope::Session("s\"1\u{7}".into()),
+            direction: Direction::ServerToClient,
+            method: "sampling/createMessage".into(),
+            target: Some("t\\x".into()),
+            id: Id::Str("a\u{e9}\n".into()),
+            outcome: Outcome::Result,
+            latency_us: Some(2871),
+            anomalies: vec!["DUPLICATE_ID", "UNSAFE_ID"],
+            request_index: Some(0),
+            response_index: Some(u32::MAX),
+        };
+        let mut calls = vec![base.clone()];
+        for outcome in [
+            Outcome::Error {
+                code: -32601,
+                message: "Method \"x\" not found".into(),
+            },
+            Outcome::Refused {
+                rule: "tools/*=10/s".into(),
+            },
+            Outcome::Rejected { status: 429 },
+            Outcome::Missing {
+                reason: "no reply within 30 s".into(),
+            },
+        ] {
+            calls.push(CallEvent {
+                outcome,
+                scope: Scope::Exchange(u64::MAX),
+                direction: Direction::ClientToServer,
+                target: None,
+                id: Id::Num("12345678901234567890".into()),
+                latency_us: None,
+                anomalies: vec![],
+                request_index: None,
+                response_index: None,
+                ..base.clone()
+            });
+        }
+        calls.push(CallEvent {
+            id: Id::Null,
+            ..base
+        });
+        for c in calls {
+            let mut fast = Vec::new();
+            call_line(&mut fast, &c).unwrap();
+            let slow = serde_json::to_vec(&Event::Call(c)).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&slow)
+            );
+        }
     }
 
     #[test]
