@@ -414,7 +414,11 @@ impl Line<'_> {
 /// escaping (no control character, quote or backslash — nearly every header, path and name),
 /// else serde_json's escaping.
 fn json_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    // No early exit: a loop LLVM can vectorize, and strings here are short.
+    let plain = !s.bytes().fold(false, |esc, b| {
+        esc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if plain {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -467,9 +471,14 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
                 l.0.push(b',');
             }
             l.0.push(b'[');
-            json_str(l.0, k.as_str());
-            l.0.push(b',');
-            json_str(l.0, &String::from_utf8_lossy(v.as_bytes()));
+            // A header name is a lower-case token: nothing in it needs escaping.
+            l.0.push(b'"');
+            l.0.extend_from_slice(k.as_str().as_bytes());
+            l.0.extend_from_slice(b"\",");
+            match v.to_str() {
+                Ok(text) => json_str(l.0, text), // visible ASCII (the usual case)
+                Err(_) => json_str(l.0, &String::from_utf8_lossy(v.as_bytes())),
+            }
             l.0.push(b']');
         }
         l.0.push(b']');
