@@ -99,6 +99,16 @@ impl std::fmt::Debug for Inspector {
     }
 }
 
+/// Whether `hay` contains `needle` (ASCII, lower-case) in any letter case — a media type check
+/// without lower-casing a copy.
+pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    needle.is_empty()
+        || hay
+            .as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 /// The HTTP request line and the headers the inspector needs.
 #[derive(Debug, Default, Clone)]
 pub struct RequestMeta<'a> {
@@ -617,8 +627,10 @@ impl ExchangeCtx {
                 }
             }
         }
-        let ct = content_type.unwrap_or("").to_ascii_lowercase();
-        let is_sse = ct.starts_with("text/event-stream");
+        let ct = content_type.unwrap_or("");
+        let is_sse = ct
+            .get(..17)
+            .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"));
         self.mode = if is_sse && (self.req.is_rpc || self.is_get_stream) {
             if self.is_get_stream
                 && self.transport == Transport::Json
@@ -632,7 +644,7 @@ impl ExchangeCtx {
             }
         } else if self.req.is_rpc
             && status != 202
-            && (ct.contains("json") || (ct.is_empty() && (200..300).contains(&status)))
+            && (contains_ignore_case(ct, "json") || (ct.is_empty() && (200..300).contains(&status)))
         {
             // 202 Accepted carries no reply (whatever text it has); a non-2xx body without a
             // content type is an HTTP error page, not JSON-RPC.
@@ -1339,6 +1351,63 @@ impl Drop for ExchangeCtx {
     fn drop(&mut self) {
         if !self.ended {
             self.end(EndReason::ClientGone);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{BusBuilder, Outcome};
+
+    #[test]
+    fn media_types_match_in_any_letter_case() {
+        assert!(contains_ignore_case(
+            "Application/JSON; charset=UTF-8",
+            "json"
+        ));
+        assert!(contains_ignore_case("application/vnd.api+Json", "json"));
+        assert!(!contains_ignore_case("text/plain", "json"));
+        assert!(!contains_ignore_case("", "json"));
+        assert!(contains_ignore_case("", ""));
+        // A JSON reply and an SSE reply whose types are not lower case are inspected.
+        for (ct, body) in [
+            (
+                "Application/JSON",
+                r#"{"jsonrpc":"2.0","id":1,"result":1}"#.to_string(),
+            ),
+            (
+                "Text/Event-Stream; charset=utf-8",
+                "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1}\n\n".to_string(),
+            ),
+        ] {
+            let mut bus = BusBuilder::default();
+            let mut sub = bus.subscribe("t", 1 << 10);
+            let insp = Inspector::new(InspectConfig::default(), bus.build());
+            let mut ex = insp.begin(&RequestMeta {
+                method: "POST",
+                path: "/",
+                content_type: Some("APPLICATION/JSON"),
+                ..Default::default()
+            });
+            ex.request_body(
+                &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#),
+                true,
+            );
+            ex.response_head(&ResponseMeta {
+                status: 200,
+                content_type: Some(ct),
+                ..Default::default()
+            });
+            ex.response_data(body.as_bytes());
+            ex.end(EndReason::Complete);
+            let mut outcomes = Vec::new();
+            while let Ok(ev) = sub.rx.try_recv() {
+                if let Event::Call(c) = &*ev {
+                    outcomes.push(c.outcome.clone());
+                }
+            }
+            assert_eq!(outcomes, vec![Outcome::Result], "{ct}");
         }
     }
 }

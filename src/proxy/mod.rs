@@ -182,8 +182,7 @@ impl Proxy {
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_ascii_lowercase);
+            .and_then(|v| v.to_str().ok());
         let session = req
             .headers()
             .get(headers::MCP_SESSION)
@@ -193,7 +192,7 @@ impl Proxy {
             method: req.method().as_str(),
             path: req.uri().path(),
             query: req.uri().query(),
-            content_type: content_type.as_deref(),
+            content_type,
             session: session.as_deref(),
             peer: Some(&conn.peer_text),
             headers: Some(req.headers()),
@@ -202,7 +201,7 @@ impl Proxy {
         let lane = (req.version() <= http::Version::HTTP_11).then_some(&conn.lane);
         let is_rpc = req.method() == Method::POST
             && !upgrade
-            && content_type.as_deref().is_none_or(|c| c.contains("json"));
+            && content_type.is_none_or(|c| crate::inspect::contains_ignore_case(c, "json"));
 
         // Phase 1: request.
         let (parts, incoming) = {

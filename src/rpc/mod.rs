@@ -9,13 +9,14 @@ use serde::de::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use std::fmt;
 
-/// A JSON-RPC id, exactly as written on the wire.
+/// A JSON-RPC id, exactly as written on the wire. Its text is shared (`Arc`): an id is copied
+/// into the pending call's key, the exchange's call list and the events, several times a call.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Id {
     /// A number, kept as its literal text (`1`, `1.0`, `12345678901234567890`).
-    Num(Box<str>),
+    Num(std::sync::Arc<str>),
     /// A string, kept as its decoded value.
-    Str(Box<str>),
+    Str(std::sync::Arc<str>),
     /// `null`.
     Null,
 }
