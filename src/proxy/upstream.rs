@@ -96,16 +96,19 @@ struct Driven {
     waker: Option<Waker>,
 }
 
+/// The lane's locks guard plain values that a panic cannot leave half-written: a poisoned lock
+/// is used as it is.
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Lane {
     /// Polls the lane's connections for as long as the client connection lives (it never
     /// resolves; run it beside the client connection, see `server::serve_with`). Dropping it
     /// closes them.
     pub fn drive(&self) -> impl Future<Output = ()> + '_ {
         std::future::poll_fn(move |cx| {
-            let mut d = match self.driven.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut d = locked(&self.driven);
             d.conns.retain_mut(|c| c.as_mut().poll(cx).is_pending());
             match &mut d.waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -122,10 +125,7 @@ impl Lane {
         mut f: Pin<&mut F>,
     ) -> Option<F::Output> {
         let deadline = tokio::time::Instant::now() + limit;
-        let taken = match self.timer.lock() {
-            Ok(mut g) => g.take(),
-            Err(p) => p.into_inner().take(),
-        };
+        let taken = locked(&self.timer).take();
         let mut timer = match taken {
             Some(mut t) => {
                 t.as_mut().reset(deadline);
@@ -143,19 +143,13 @@ impl Lane {
             }
         })
         .await;
-        match self.timer.lock() {
-            Ok(mut g) => *g = Some(timer),
-            Err(p) => *p.into_inner() = Some(timer),
-        }
+        *locked(&self.timer) = Some(timer);
         out
     }
 
     /// Hands a new connection to the task that drives the lane.
     fn adopt(&self, conn: ConnFuture) {
-        let mut d = match self.driven.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut d = locked(&self.driven);
         d.conns.push(conn);
         if let Some(w) = &d.waker {
             w.wake_by_ref();
@@ -163,16 +157,10 @@ impl Lane {
     }
 
     fn take(&self) -> Option<http1::SendRequest<ForwardBody>> {
-        match self.sender.lock() {
-            Ok(mut g) => g.take(),
-            Err(p) => p.into_inner().take(),
-        }
+        locked(&self.sender).take()
     }
     fn put(&self, s: http1::SendRequest<ForwardBody>) {
-        match self.sender.lock() {
-            Ok(mut g) => *g = Some(s),
-            Err(p) => *p.into_inner() = Some(s),
-        }
+        *locked(&self.sender) = Some(s);
     }
 }
 
@@ -221,7 +209,7 @@ impl Upstream {
         let was_reused = reused.is_some();
         let mut sender = match reused {
             Some(s) => s,
-            None => Box::pin(self.connect(Some(lane))).await?,
+            None => Box::pin(self.connect(lane)).await?,
         };
         let resp = match sender.try_send_request(req).await {
             Ok(r) => r,
@@ -229,7 +217,7 @@ impl Upstream {
                 // The kept-alive connection closed before the request was written: the
                 // request was not sent, so it goes once more on a new connection.
                 Some(req) if was_reused => {
-                    sender = Box::pin(self.connect(Some(lane))).await?;
+                    sender = Box::pin(self.connect(lane)).await?;
                     sender.send_request(req).await.map_err(|e| describe(&e))?
                 }
                 _ => return Err(describe(e.error())),
@@ -241,12 +229,8 @@ impl Upstream {
         Ok(resp)
     }
 
-    /// Opens a connection to the upstream; it is driven by `lane`'s task, or by a task of its
-    /// own without one.
-    async fn connect(
-        &self,
-        lane: Option<&Lane>,
-    ) -> Result<http1::SendRequest<ForwardBody>, String> {
+    /// Opens a connection to the upstream for `lane`, whose task drives it.
+    async fn connect(&self, lane: &Lane) -> Result<http1::SendRequest<ForwardBody>, String> {
         let mut c = self.h1.clone();
         std::future::poll_fn(|cx| c.poll_ready(cx))
             .await
@@ -264,12 +248,7 @@ impl Upstream {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
             }
         };
-        match lane {
-            Some(lane) => lane.adopt(Box::pin(conn)),
-            None => {
-                tokio::spawn(conn);
-            }
-        }
+        lane.adopt(Box::pin(conn));
         Ok(sender)
     }
 }

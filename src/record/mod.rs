@@ -381,18 +381,10 @@ impl Line<'_> {
         self.0
             .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
-    fn scope(&mut self, scope: &crate::events::Scope) {
-        use crate::events::Scope;
+    /// Through `Scope`'s own `Serialize` (its text is made without `fmt`).
+    fn scope(&mut self, scope: &crate::events::Scope) -> serde_json::Result<()> {
         self.key("scope");
-        match scope {
-            Scope::Exchange(n) => {
-                self.0.extend_from_slice(b"\"exchange:");
-                self.0
-                    .extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
-                self.0.push(b'"');
-            }
-            Scope::Session(id) => json_str(self.0, &format!("session:{id}")),
-        }
+        serde_json::to_writer(&mut *self.0, scope)
     }
     fn id(&mut self, id: &crate::rpc::Id) -> serde_json::Result<()> {
         self.key("id");
@@ -539,7 +531,7 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
     let mut l = Line::open(out, "call");
     l.num("ts", c.ts);
     l.num("exchange", c.exchange);
-    l.scope(&c.scope);
+    l.scope(&c.scope)?;
     l.name("direction", direction_name(c.direction));
     l.str("method", &c.method);
     if let Some(t) = &c.target {
@@ -595,7 +587,7 @@ fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
     let mut l = Line::open(out, "message");
     l.num("ts", m.ts);
     l.num("exchange", m.exchange);
-    l.scope(&m.scope);
+    l.scope(&m.scope)?;
     l.name("direction", direction_name(m.direction));
     l.name("transport", transport_name(m.transport));
     l.name("kind", kind_name(m.kind));
