@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Instructions per proxied call, run by hand (not in CI): the figure that does not drift on a
+# noisy machine, for judging a change to rpctap's own code (benches/RESULTS.md).
+#
+#   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, rpctap --record
+#   SECS=20 bash benches/instructions.sh
+#
+# Each proxy runs under `valgrind --tool=callgrind` (one worker thread) in front of rpctap's demo
+# server; `wrk -t1 -c50` warms it up for 2 s, the counters are zeroed, then SECS seconds of load
+# are measured and dumped: user-space instructions executed (all threads) ÷ requests served. The
+# kernel's part is not counted (strace shows the same two recvfrom + two writev per request for
+# all of them). Installs what it needs (apt: nginx wrk valgrind). Loopback only; bounded by SECS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${SECS:-10}
+WORK=$(mktemp -d /tmp/rpctap-instr.XXXXXX)
+chmod 755 "$WORK"
+export RPCTAP_THREADS=1
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx || ! need wrk || ! need valgrind; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk valgrind >/dev/null
+fi
+cargo build --release -q --bin rpctap --example hyper_floor
+BIN=target/release/rpctap
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
+
+UP=$(free_port); $BIN demo-server --listen 127.0.0.1:$UP 2>/dev/null & PIDS+=($!)
+wait_port $UP
+cat > $WORK/call.lua <<'LUA'
+local n = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  n = n + 1
+  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"tools/call","params":{"name":"search","arguments":{"query":"rust reverse proxy","limit":10}}}'
+  return wrk.format(nil, "/jsonrpc", nil, body)
+end
+LUA
+
+# measure NAME PORT -- COMMAND...: runs COMMAND under callgrind listening on PORT.
+measure() {
+  local name=$1 port=$2; shift 3
+  valgrind -q --tool=callgrind --callgrind-out-file=$WORK/$name.%p "$@" & local vp=$!
+  wait_port $port
+  wrk -t1 -c50 -d2s -s $WORK/call.lua http://127.0.0.1:$port/ >/dev/null
+  callgrind_control -z $vp >/dev/null 2>&1
+  local out n ir
+  out=$(wrk -t1 -c50 -d${SECS}s -s $WORK/call.lua http://127.0.0.1:$port/)
+  callgrind_control -d $vp >/dev/null 2>&1
+  sleep 1
+  kill $vp 2>/dev/null || true; wait $vp 2>/dev/null || true
+  n=$(echo "$out" | awk '/requests in/{print $1}')
+  ir=$(awk '/^totals:/{print $2}' $(ls -t $WORK/$name.*.1 | head -1))
+  echo "| $name | $n | $((ir / n)) |"
+}
+
+cat > $WORK/nginx.conf <<NGX
+master_process off;
+daemon off;
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream up { server 127.0.0.1:$UP; keepalive 256; }
+  server {
+    listen 127.0.0.1:PORT;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+}
+NGX
+
+echo "| proxy | requests measured | instructions / call |"
+echo "|---|---|---|"
+P=$(free_port); sed -i "s/PORT/$P/" $WORK/nginx.conf
+measure nginx $P -- $NGINX -c $WORK/nginx.conf
+P=$(free_port); measure hyper-floor $P -- target/release/examples/hyper_floor 127.0.0.1:$P 127.0.0.1:$UP
+P=$(free_port); measure rpctap $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP
+P=$(free_port); measure rpctap+record $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl
