@@ -191,7 +191,6 @@ struct Member<'a> {
 enum Shape {
     Object,
     Array,
-    True,
     #[default]
     Other,
 }
@@ -222,7 +221,7 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
                 Key::Uri => m.uri = Some(map.next_value()?),
                 Key::Code => m.code = Some(map.next_value()?),
                 Key::Message => m.message = Some(map.next_value()?),
-                Key::IsError => m.is_error = map.next_value::<Member>()?.shape == Shape::True,
+                Key::IsError => m.is_error = map.next_value::<IsTrue>()?.0,
                 Key::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
@@ -239,11 +238,8 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
         })
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Member<'de>, E> {
-        Ok(Member {
-            shape: if v { Shape::True } else { Shape::Other },
-            ..Member::default()
-        })
+    fn visit_bool<E>(self, _: bool) -> Result<Member<'de>, E> {
+        Ok(Member::default())
     }
     fn visit_i64<E>(self, _: i64) -> Result<Member<'de>, E> {
         Ok(Member::default())
@@ -259,6 +255,58 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
     }
     fn visit_unit<E>(self) -> Result<Member<'de>, E> {
         Ok(Member::default())
+    }
+}
+
+/// Whether a value is `true`; anything else is skipped (iteratively: a deep value costs no
+/// stack and raises no recursion limit).
+struct IsTrue(bool);
+
+impl<'de> Deserialize<'de> for IsTrue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = IsTrue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<IsTrue, E> {
+                Ok(IsTrue(v))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_unit<E>(self) -> Result<IsTrue, E> {
+                Ok(IsTrue(false))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<IsTrue, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(IsTrue(false))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<IsTrue, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(IsTrue(false))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -711,6 +759,17 @@ mod tests {
         // `params` is skipped, not built: deep nesting costs no stack and stays a request.
         match parse_body(&b) {
             Body::Single(e) => assert_eq!(e.kind, Kind::Request),
+            other => panic!("{other:?}"),
+        }
+        // The same inside the one field read from a result.
+        let mut s = String::from(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":"#);
+        for _ in 0..10_000 {
+            s.push_str(r#"{"isError":"#);
+        }
+        s.push_str("true");
+        s.push_str(&"}".repeat(10_002));
+        match parse_body(&Bytes::from(s)) {
+            Body::Single(e) => assert_eq!((e.kind, e.tool_error), (Kind::Result, false)),
             other => panic!("{other:?}"),
         }
         // a deep structure where a message should be is an invalid envelope, not a crash
