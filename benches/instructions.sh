@@ -28,21 +28,11 @@ cargo build --release -q --bin rpctap --example hyper_floor
 BIN=target/release/rpctap
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
+source benches/common.sh
 
 UP=$(free_port); $BIN demo-server --listen 127.0.0.1:$UP 2>/dev/null & PIDS+=($!)
 wait_port $UP
-cat > $WORK/call.lua <<'LUA'
-local n = 0
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-request = function()
-  n = n + 1
-  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"tools/call","params":{"name":"search","arguments":{"query":"rust reverse proxy","limit":10}}}'
-  return wrk.format(nil, "/jsonrpc", nil, body)
-end
-LUA
+write_call_lua $WORK/call.lua
 
 # measure NAME PORT -- COMMAND...: runs COMMAND under callgrind listening on PORT.
 measure() {

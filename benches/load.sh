@@ -32,8 +32,7 @@ cargo build --release -q --bin rpctap --example hyper_floor
 BIN=target/release/rpctap
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
+source benches/common.sh
 
 # The upstream: rpctap's demo server (answers every call with its own id, so nothing is flagged).
 UP=$(free_port); $BIN demo-server --listen 127.0.0.1:$UP 2>/dev/null & PIDS+=($!); UP_PID=$!
@@ -56,13 +55,13 @@ http {
   }
 }
 NGX
-  $NGINX -c $WORK/$1.conf -g 'daemon off;' & PIDS+=($!)
+  $NGINX -c $WORK/$1.conf -g 'daemon off;' & PIDS+=($!); NGINX_MASTER=$!
 }
 NG=$(free_port)
 nginx_proxy nginx $NG $UP
 wait_port $NG
-NG_PID=$(cat $WORK/nginx.pid 2>/dev/null || true)
-sleep 0.3; NG_PID=$(pgrep -f "nginx: worker process" | head -1)
+# The worker of this nginx (not of any other nginx on the machine) is what serves and is measured.
+sleep 0.3; NG_PID=$(pgrep -P $NGINX_MASTER | head -1)
 
 RT=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RT --upstream http://127.0.0.1:$UP & PIDS+=($!); RT_PID=$!
 RR=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RR --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl & PIDS+=($!); RR_PID=$!
@@ -72,16 +71,7 @@ HF=$(free_port); target/release/examples/hyper_floor 127.0.0.1:$HF 127.0.0.1:$UP
 MP=$(free_port); $VENV/bin/mitmdump -q --mode reverse:http://127.0.0.1:$UP -p $MP --listen-host 127.0.0.1 & PIDS+=($!); MP_PID=$!
 for p in $RT $RR $RL $HF $MP; do wait_port $p; done
 
-cat > $WORK/call.lua <<'LUA'
-local n = 0
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-request = function()
-  n = n + 1
-  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"tools/call","params":{"name":"search","arguments":{"query":"rust reverse proxy","limit":10}}}'
-  return wrk.format(nil, "/jsonrpc", nil, body)
-end
-LUA
+write_call_lua $WORK/call.lua
 
 cpu_ticks() { awk '{print $14+$15}' /proc/$1/stat; }
 hwm_kib() { awk '/VmHWM/{print $2}' /proc/$1/status; }
