@@ -564,6 +564,7 @@ impl Bus {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn scopes_serialize_as_their_display_text() {
@@ -577,7 +578,6 @@ mod tests {
             assert_eq!(json, serde_json::to_string(&scope.to_string()).unwrap());
         }
     }
-    use super::*;
 
     fn notice(i: u64) -> Event {
         Event::Notice(NoticeEvent {

@@ -109,6 +109,13 @@ pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
             .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
+/// Whether a `Content-Type` is `text/event-stream` (parameters allowed), in any letter case.
+pub fn is_event_stream(content_type: &str) -> bool {
+    content_type
+        .get(..17)
+        .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
+}
+
 /// The HTTP request line and the headers the inspector needs.
 #[derive(Debug, Default, Clone)]
 pub struct RequestMeta<'a> {
@@ -628,9 +635,7 @@ impl ExchangeCtx {
             }
         }
         let ct = content_type.unwrap_or("");
-        let is_sse = ct
-            .get(..17)
-            .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"));
+        let is_sse = is_event_stream(ct);
         self.mode = if is_sse && (self.req.is_rpc || self.is_get_stream) {
             if self.is_get_stream
                 && self.transport == Transport::Json
@@ -1370,6 +1375,10 @@ mod tests {
         assert!(!contains_ignore_case("text/plain", "json"));
         assert!(!contains_ignore_case("", "json"));
         assert!(contains_ignore_case("", ""));
+        assert!(is_event_stream("Text/Event-Stream; charset=utf-8"));
+        assert!(is_event_stream("text/event-stream"));
+        assert!(!is_event_stream("text/event"));
+        assert!(!is_event_stream("application/json"));
         // A JSON reply and an SSE reply whose types are not lower case are inspected.
         for (ct, body) in [
             (

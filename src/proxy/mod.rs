@@ -415,11 +415,11 @@ impl Proxy {
             .headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
+            .unwrap_or("");
+        let (is_sse, untyped) = (crate::inspect::is_event_stream(ct), ct.is_empty());
         rparts.headers.remove(header::CONTENT_LENGTH);
         let refusals = limits::refusal_replies(&plan);
-        if ct.starts_with("text/event-stream") {
+        if is_sse {
             // The upstream's events pass one by one; the refusals follow as one last event.
             let tail = Bytes::from(format!(
                 "event: message\ndata: [{}]\n\n",
@@ -451,7 +451,7 @@ impl Proxy {
         if rparts.status == StatusCode::NO_CONTENT || rparts.status == StatusCode::ACCEPTED {
             rparts.status = StatusCode::OK;
         }
-        let (ct, body) = if accepts_sse && ct.is_empty() {
+        let (ct, body) = if accepts_sse && untyped {
             (
                 "text/event-stream",
                 Bytes::from(format!(
