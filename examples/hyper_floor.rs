@@ -21,6 +21,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
+/// The same allocator as rpctap's binary, so the floor differs from rpctap only in rpctap's work.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
