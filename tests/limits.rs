@@ -256,6 +256,18 @@ async fn mcp_clients_get_refusals_as_sse_and_shadow_rules_only_count() {
         vec!["shadow-all", "shadow-all"],
         "tools/call 2 and 3 exceeded the shadow rule"
     );
+    // `Accept` is matched in any letter case: the refusal is still an SSE reply.
+    let upper = [
+        ("content-type", "application/json"),
+        ("accept", "Application/JSON, Text/Event-Stream"),
+        ("mcp-session-id", sid.as_str()),
+    ];
+    let r = send(p.addr, "POST", "/mcp", &upper, slow(4)).await;
+    assert_eq!(r.headers["content-type"], "text/event-stream");
+    assert_eq!(
+        sse_data(&r.text())[0]["error"]["data"]["limit"],
+        "slow-tool"
+    );
 }
 
 #[tokio::test]

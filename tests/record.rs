@@ -583,4 +583,39 @@ async fn the_shipped_example_recording_checks_clean_and_replays() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains(" 0 failed"), "{text}");
+
+    // Media types are case-insensitive: the same recording with its SSE replies typed
+    // `Text/Event-Stream` replays the same and exports its SSE bodies as events.
+    let original = std::fs::read_to_string(file).unwrap();
+    let upper = original.replace("text/event-stream", "Text/Event-Stream");
+    assert!(upper.contains(r#""content_type":"Text/Event-Stream""#));
+    let dir = tmp("upper-media-type");
+    let upper_file = dir.join("upper.jsonl");
+    std::fs::write(&upper_file, upper).unwrap();
+    let out = Command::new(BIN)
+        .args(["replay", upper_file.to_str().unwrap()])
+        .args(["--target", &format!("http://{demo}")])
+        .output()
+        .unwrap();
+    let upper_text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{upper_text}");
+    let summary = |t: &str| t.lines().last().unwrap_or("").to_string();
+    assert_eq!(summary(&upper_text), summary(&text));
+    let har = Command::new(BIN)
+        .args(["export", upper_file.to_str().unwrap(), "--format", "har"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&har.stdout).unwrap();
+    let sse: Vec<&str> = v["log"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["response"]["content"]["mimeType"] == "Text/Event-Stream")
+        .filter_map(|e| e["response"]["content"]["text"].as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert!(!sse.is_empty());
+    for t in sse {
+        assert!(t.starts_with("event: message\n"), "{t}");
+    }
 }

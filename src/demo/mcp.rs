@@ -61,13 +61,6 @@ fn error_response(status: StatusCode, code: i64, message: &str) -> Response<Demo
     r
 }
 
-fn accepts_sse(h: &HeaderMap) -> bool {
-    h.get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("text/event-stream"))
-}
-
 impl McpState {
     pub fn new(alter_add: bool) -> Self {
         McpState {
@@ -120,7 +113,7 @@ impl McpState {
     }
 
     fn get(self: &Arc<Self>, headers: &HeaderMap, session: Option<String>) -> Response<DemoBody> {
-        if !accepts_sse(headers) {
+        if !crate::inspect::accepts_event_stream(headers) {
             return plain(
                 StatusCode::NOT_ACCEPTABLE,
                 "GET /mcp needs Accept: text/event-stream\n",
@@ -211,7 +204,7 @@ impl McpState {
             // Notifications and responses only.
             return plain(StatusCode::ACCEPTED, "");
         }
-        let sse = accepts_sse(headers);
+        let sse = crate::inspect::accepts_event_stream(headers);
         let mut resp = if sse {
             let (tx, rx) = mpsc::channel::<Bytes>(16);
             let me = self.clone();

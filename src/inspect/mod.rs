@@ -116,6 +116,15 @@ pub fn is_event_stream(content_type: &str) -> bool {
         .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
 }
 
+/// Whether a request's `Accept` headers take `text/event-stream`, in any letter case.
+pub fn accepts_event_stream(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| contains_ignore_case(v, "text/event-stream"))
+}
+
 /// The HTTP request line and the headers the inspector needs.
 #[derive(Debug, Default, Clone)]
 pub struct RequestMeta<'a> {
@@ -1379,6 +1388,12 @@ mod tests {
         assert!(is_event_stream("text/event-stream"));
         assert!(!is_event_stream("text/event"));
         assert!(!is_event_stream("application/json"));
+        let mut h = http::HeaderMap::new();
+        assert!(!accepts_event_stream(&h));
+        h.append(http::header::ACCEPT, "application/json".parse().unwrap());
+        assert!(!accepts_event_stream(&h));
+        h.append(http::header::ACCEPT, "Text/Event-Stream".parse().unwrap());
+        assert!(accepts_event_stream(&h));
         // A JSON reply and an SSE reply whose types are not lower case are inspected.
         for (ct, body) in [
             (

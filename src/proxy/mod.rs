@@ -210,12 +210,7 @@ impl Proxy {
             ((parts, client_upgrade), body)
         };
         let (mut parts, client_upgrade) = parts;
-        let accepts_sse = parts
-            .headers
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.contains("text/event-stream"));
+        let accepts_sse = crate::inspect::accepts_event_stream(&parts.headers);
         let mut plan: Option<limits::Plan> = None;
         let fwd_body = if is_rpc {
             match read_ahead(incoming, inner.inspector.config().max_frame_bytes).await {

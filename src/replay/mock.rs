@@ -167,12 +167,7 @@ impl Mock {
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<DemoBody> {
-        let accepts_sse = req
-            .headers()
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.contains("text/event-stream"));
+        let accepts_sse = crate::inspect::accepts_event_stream(req.headers());
         match *req.method() {
             Method::POST => {}
             Method::DELETE => return respond(StatusCode::OK, None, Bytes::new()),

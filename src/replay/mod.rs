@@ -255,7 +255,7 @@ fn member(raw: &str, key: &str) -> Option<Value> {
 /// The replies found in a replayed body, keyed by exact id text.
 fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
     let mut bodies = Vec::new();
-    if ct.starts_with("text/event-stream") {
+    if crate::inspect::is_event_stream(ct) {
         let mut d = SseDecoder::new(64 << 20);
         d.feed(body, |e| {
             if e.kind() == "message" && !e.data.is_empty() {
@@ -446,7 +446,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             && legacy_session(&ex.path).is_none()
             && rec.http().any(|h| {
                 matches!(h, RecHttp::Response { exchange, content_type: Some(ct), .. }
-                    if *exchange == ex.id && ct.starts_with("text/event-stream"))
+                    if *exchange == ex.id && crate::inspect::is_event_stream(ct))
             });
         if legacy_stream_open {
             let uri = format!("{origin}{base}{}", ex.path);
@@ -727,4 +727,27 @@ pub fn text(report: &Report) -> String {
         report.target
     ));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_read_from_sse_bodies_typed_in_any_letter_case() {
+        let sse = Bytes::from_static(
+            b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":1}\n\n",
+        );
+        for ct in ["text/event-stream", "Text/Event-Stream; charset=utf-8"] {
+            let got = replies_in(ct, &sse);
+            assert_eq!(got.keys().collect::<Vec<_>>(), vec!["7"], "{ct}");
+        }
+        let json = Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":1}");
+        assert_eq!(
+            replies_in("application/json", &json)
+                .keys()
+                .collect::<Vec<_>>(),
+            vec!["\"a\""]
+        );
+    }
 }
