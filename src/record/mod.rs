@@ -297,7 +297,8 @@ fn run(
         if !batch.is_empty() {
             // Every line in the batch ends with its newline: the batch is written whole, and
             // split into lines only when it would cross a rotation.
-            let n = batch.iter().filter(|&&b| b == b'\n').count() as u64;
+            // memchr: a byte-by-byte count was ≈ 7k instructions per proxied call (callgrind).
+            let n = memchr::memchr_iter(b'\n', &batch).count() as u64;
             if w.fits(batch.len()) {
                 w.raw(&batch)?;
             } else {
@@ -360,31 +361,55 @@ impl Line<'_> {
         out.push(b'"');
         Line(out)
     }
+    // Inlined into each caller, where `name` is a literal: its copy becomes a few moves of
+    // known length instead of a call (callgrind: the keys were ≈ 4k instructions per call).
+    #[inline(always)]
     fn key(&mut self, name: &str) {
+        self.0.reserve(name.len() + 4);
         self.0.extend_from_slice(b",\"");
         self.0.extend_from_slice(name.as_bytes());
         self.0.extend_from_slice(b"\":");
     }
+    #[inline(always)]
     fn str(&mut self, name: &str, v: &str) {
         self.key(name);
         json_str(self.0, v);
     }
     /// A string known to need no escaping (a fixed name).
+    #[inline(always)]
     fn name(&mut self, name: &str, v: &str) {
         self.key(name);
         self.0.push(b'"');
         self.0.extend_from_slice(v.as_bytes());
         self.0.push(b'"');
     }
+    #[inline(always)]
     fn num(&mut self, name: &str, v: impl itoa::Integer) {
         self.key(name);
         self.0
             .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
-    /// Through `Scope`'s own `Serialize` (its text is made without `fmt`).
+    /// `Scope`'s text written in place when nothing in it needs escaping (serde's `Serialize`
+    /// builds the text first: ≈ 1.6k instructions per proxied call with `--record`).
     fn scope(&mut self, scope: &crate::events::Scope) -> serde_json::Result<()> {
+        use crate::events::Scope;
         self.key("scope");
-        serde_json::to_writer(&mut *self.0, scope)
+        match scope {
+            Scope::Exchange(n) => {
+                self.0.extend_from_slice(b"\"exchange:");
+                self.0
+                    .extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
+                self.0.push(b'"');
+                Ok(())
+            }
+            Scope::Session(id) if is_plain(id) => {
+                self.0.extend_from_slice(b"\"session:");
+                self.0.extend_from_slice(id.as_bytes());
+                self.0.push(b'"');
+                Ok(())
+            }
+            other => serde_json::to_writer(&mut *self.0, other),
+        }
     }
     fn id(&mut self, id: &crate::rpc::Id) -> serde_json::Result<()> {
         self.key("id");
@@ -393,7 +418,11 @@ impl Line<'_> {
                 json_str(self.0, s);
                 Ok(())
             }
-            // A number keeps its literal text (serde checks it is one).
+            // An integer literal as is; any other number through serde, which checks it is one.
+            crate::rpc::Id::Num(n) if is_integer_literal(n) => {
+                self.0.extend_from_slice(n.as_bytes());
+                Ok(())
+            }
             other => serde_json::to_writer(&mut *self.0, other),
         }
     }
@@ -406,17 +435,32 @@ impl Line<'_> {
 /// escaping (no control character, quote or backslash — nearly every header, path and name),
 /// else serde_json's escaping.
 fn json_str(out: &mut Vec<u8>, s: &str) {
-    // No early exit: a loop LLVM can vectorize, and strings here are short.
-    let plain = !s.bytes().fold(false, |esc, b| {
-        esc | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
-    if plain {
+    if is_plain(s) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
     } else {
         // Writing a string into a Vec cannot fail.
         let _ = serde_json::to_writer(out, s);
+    }
+}
+
+/// Whether `s` needs no escaping in a JSON string (no control character, quote or backslash).
+fn is_plain(s: &str) -> bool {
+    // No early exit: a loop LLVM can vectorize, and strings here are short.
+    !s.bytes().fold(false, |esc, b| {
+        esc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
+}
+
+/// `-?(0|[1-9][0-9]*)`: a JSON integer, written as is.
+fn is_integer_literal(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s).as_bytes();
+    match digits {
+        [] => false,
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
     }
 }
 
@@ -725,6 +769,14 @@ mod tests {
                 anomalies: vec![],
                 request_index: None,
                 response_index: None,
+                ..base.clone()
+            });
+        }
+        // Ids written in place or through serde, and a session scope that needs no escaping.
+        for n in ["0", "-0", "-7", "42", "1.5", "1e3", "01", "-", "", "x"] {
+            calls.push(CallEvent {
+                id: Id::Num(n.into()),
+                scope: Scope::Session("f3e7159a43955c476660e7949b898fe7".into()),
                 ..base.clone()
             });
         }
