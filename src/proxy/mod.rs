@@ -387,7 +387,9 @@ impl Proxy {
             .map(|p| std::mem::take(&mut p.permits))
             .unwrap_or_default();
         if let Some(p) = plan.filter(limits::Plan::any_refused) {
-            return self.merge_reply(p, rparts, rbody, ctx, accepts_sse).await;
+            // Boxed: a rare path whose state would otherwise widen every exchange's future
+            // (moved whole several times per call).
+            return Box::pin(self.merge_reply(p, rparts, rbody, ctx, accepts_sse)).await;
         }
         // Phases 4 and 5 happen in the body as the client reads it.
         Response::from_parts(
