@@ -85,7 +85,8 @@ impl std::fmt::Display for Scope {
 }
 
 impl Serialize for Scope {
-    /// As its `Display` text, made without the formatting machinery (this is on every line).
+    /// As its `Display` text, made without the formatting machinery (the JSON log writes every
+    /// scope this way; the recorder writes its own in place and comes here only to escape).
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Scope::Exchange(n) => {
