@@ -727,6 +727,17 @@ mod tests {
         }
     }
 
+    /// The recorder's line for `ev` is byte for byte what serde writes for it.
+    fn assert_written_as_serde_writes(ev: Event) {
+        let mut fast = Vec::new();
+        write_line(&mut fast, &ev).unwrap();
+        let slow = serde_json::to_vec(&ev).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&fast),
+            String::from_utf8_lossy(&slow)
+        );
+    }
+
     #[test]
     fn call_lines_are_what_serde_writes() {
         use crate::events::{CallEvent, Direction, Outcome, Scope};
@@ -785,13 +796,7 @@ mod tests {
             ..base
         });
         for c in calls {
-            let mut fast = Vec::new();
-            call_line(&mut fast, &c).unwrap();
-            let slow = serde_json::to_vec(&Event::Call(c)).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&fast),
-                String::from_utf8_lossy(&slow)
-            );
+            assert_written_as_serde_writes(Event::Call(c));
         }
     }
 
@@ -847,13 +852,7 @@ mod tests {
             },
         ];
         for h in events {
-            let mut fast = Vec::new();
-            http_line(&mut fast, &h).unwrap();
-            let slow = serde_json::to_vec(&Event::Http(h)).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&fast),
-                String::from_utf8_lossy(&slow)
-            );
+            assert_written_as_serde_writes(Event::Http(h));
         }
     }
 
@@ -903,13 +902,7 @@ mod tests {
             ..minimal.clone()
         };
         for m in [base, numeric, minimal, not_json, invalid_json] {
-            let mut fast = Vec::new();
-            message_line(&mut fast, &m).unwrap();
-            let slow = serde_json::to_vec(&Event::Message(m)).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&fast),
-                String::from_utf8_lossy(&slow)
-            );
+            assert_written_as_serde_writes(Event::Message(m));
         }
     }
 
