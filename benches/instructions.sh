@@ -4,6 +4,7 @@
 #
 #   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, rpctap --record
 #   SECS=20 bash benches/instructions.sh
+#   BUDGET_ABOVE_FLOOR=22000 BUDGET_RECORD=15000 bash benches/instructions.sh   # fail if over
 #
 # Each proxy runs under `valgrind --tool=callgrind` (one worker thread) in front of rpctap's demo
 # server; `wrk -t1 -c50` warms it up for 2 s, the counters are zeroed, then SECS seconds of load
@@ -48,8 +49,10 @@ measure() {
   kill $vp 2>/dev/null || true; wait $vp 2>/dev/null || true
   n=$(echo "$out" | awk '/requests in/{print $1}')
   ir=$(awk '/^totals:/{print $2}' $(ls -t $WORK/$name.*.1 | head -1))
-  echo "| $name | $n | $((ir / n)) |"
+  IR[$name]=$((ir / n))
+  echo "| $name | $n | ${IR[$name]} |"
 }
+declare -A IR
 
 cat > $WORK/nginx.conf <<NGX
 master_process off;
@@ -75,3 +78,19 @@ measure nginx $P -- $NGINX -c $WORK/nginx.conf
 P=$(free_port); measure hyper-floor $P -- target/release/examples/hyper_floor 127.0.0.1:$P 127.0.0.1:$UP
 P=$(free_port); measure rpctap $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP
 P=$(free_port); measure rpctap+record $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl
+
+# rpctap's own work: what it executes above the floor (the same stack forwarding blindly), and
+# what recording adds. With BUDGET_ABOVE_FLOOR / BUDGET_RECORD set (instructions per call), the
+# script fails when a budget is exceeded — targets a noisy machine can check.
+above=$((IR[rpctap] - IR[hyper-floor])); record=$((IR[rpctap+record] - IR[rpctap]))
+echo
+echo "rpctap above the hyper floor: $above instructions/call; --record adds $record"
+echo "ratios to nginx: floor $(awk "BEGIN{printf \"%.2f\", ${IR[hyper-floor]}/${IR[nginx]}}"), rpctap $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap]}/${IR[nginx]}}"), --record $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap+record]}/${IR[nginx]}}")"
+fail=0
+if [ -n "${BUDGET_ABOVE_FLOOR:-}" ] && [ "$above" -gt "$BUDGET_ABOVE_FLOOR" ]; then
+  echo "over budget: $above > BUDGET_ABOVE_FLOOR=$BUDGET_ABOVE_FLOOR"; fail=1
+fi
+if [ -n "${BUDGET_RECORD:-}" ] && [ "$record" -gt "$BUDGET_RECORD" ]; then
+  echo "over budget: $record > BUDGET_RECORD=$BUDGET_RECORD"; fail=1
+fi
+exit $fail
