@@ -23,7 +23,7 @@ type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The same allocator as rpctap's binary, so the floor differs from rpctap only in rpctap's work.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: rpctap::alloc::Mimalloc = rpctap::alloc::Mimalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -11,7 +11,9 @@
 //! - [`logsink`] — the headless log printer (`--log text|json`).
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
 //! - [`app`] — the subcommands wired together (what `main` calls).
+//! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
+pub mod alloc;
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -6,7 +6,7 @@ use clap::Parser;
 /// mimalloc: the proxy path allocates small, short-lived buffers per request (headers, frames,
 /// events); glibc's malloc showed ~8% of the proxy's CPU under load in `perf`.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: rpctap::alloc::Mimalloc = rpctap::alloc::Mimalloc;
 use rpctap::cli::{Cli, Command};
 use rpctap::{app, server};
 
