@@ -9,6 +9,8 @@ use serde::de::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use std::fmt;
 
+mod scan;
+
 /// A JSON-RPC id, exactly as written on the wire. Its text is shared (`Arc`): an id is copied
 /// into the pending call's key, the exchange's call list and the events, several times a call.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,10 +62,10 @@ impl Id {
         }
     }
 
-    fn from_raw(raw: &RawValue) -> Result<Id, &'static str> {
-        let text = raw.get();
+    /// The id written as `text` (a JSON value's raw text).
+    fn from_raw(text: &str) -> Result<Id, &'static str> {
         match text.as_bytes().first() {
-            Some(b'"') => raw_str(raw)
+            Some(b'"') => raw_str(text)
                 .map(|s| Id::Str(s.into()))
                 .ok_or("id is not a valid string"),
             Some(b'-' | b'0'..=b'9') => Ok(Id::Num(text.into())),
@@ -155,14 +157,21 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Optio
     T::deserialize(d).map(Some)
 }
 
-#[derive(serde::Deserialize)]
+/// A member that is present, kept as its raw JSON text.
+fn raw_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de str>, D::Error> {
+    <&RawValue>::deserialize(d).map(|r| Some(r.get()))
+}
+
+/// The members of one envelope the inspector reads, as raw JSON texts borrowed from the body
+/// (read by [`scan`] when it can, by serde_json otherwise — see [`read_envelope`]).
+#[derive(serde::Deserialize, Default)]
 struct RawEnvelope<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
-    jsonrpc: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    jsonrpc: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    id: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    method: Option<&'a str>,
     #[serde(borrow, default, deserialize_with = "present")]
     params: Option<Member<'a>>,
     #[serde(borrow, default, deserialize_with = "present")]
@@ -179,10 +188,10 @@ struct RawEnvelope<'a> {
 #[derive(Default)]
 struct Member<'a> {
     shape: Shape,
-    name: Option<&'a RawValue>,
-    uri: Option<&'a RawValue>,
-    code: Option<&'a RawValue>,
-    message: Option<&'a RawValue>,
+    name: Option<&'a str>,
+    uri: Option<&'a str>,
+    code: Option<&'a str>,
+    message: Option<&'a str>,
     /// `isError` is `true`.
     is_error: bool,
 }
@@ -217,10 +226,10 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
         };
         while let Some(key) = map.next_key::<Key>()? {
             match key {
-                Key::Name => m.name = Some(map.next_value()?),
-                Key::Uri => m.uri = Some(map.next_value()?),
-                Key::Code => m.code = Some(map.next_value()?),
-                Key::Message => m.message = Some(map.next_value()?),
+                Key::Name => m.name = Some(map.next_value::<&RawValue>()?.get()),
+                Key::Uri => m.uri = Some(map.next_value::<&RawValue>()?.get()),
+                Key::Code => m.code = Some(map.next_value::<&RawValue>()?.get()),
+                Key::Message => m.message = Some(map.next_value::<&RawValue>()?.get()),
                 Key::IsError => m.is_error = map.next_value::<IsTrue>()?.0,
                 Key::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -343,14 +352,13 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
-fn first_byte(raw: &RawValue) -> u8 {
-    raw.get().as_bytes().first().copied().unwrap_or(b' ')
+fn first_byte(text: &str) -> u8 {
+    text.as_bytes().first().copied().unwrap_or(b' ')
 }
 
-/// A JSON string's value; borrowed when it has no escapes (the common case).
-fn raw_str(raw: &RawValue) -> Option<std::borrow::Cow<'_, str>> {
-    let t = raw.get();
-    if first_byte(raw) != b'"' {
+/// A JSON string's value (from its raw text); borrowed when it has no escapes (the common case).
+fn raw_str(t: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if first_byte(t) != b'"' {
         return None;
     }
     if !t.contains('\\') && t.len() >= 2 {
@@ -397,7 +405,7 @@ pub fn parse_body(body: &Bytes) -> Body {
                 Ok(t) => t,
                 Err(e) => return Body::ParseError(format!("not UTF-8 JSON: {e}")),
             };
-            match serde_json::from_str::<RawEnvelope>(text) {
+            match read_envelope(text) {
                 Ok(p) => Body::Single(validate(slice_of(body, trim_end(trimmed)), Ok(p))),
                 Err(e) if e.classify() == serde_json::error::Category::Data => Body::Single(
                     validate(slice_of(body, trim_end(trimmed)), Err(e.to_string())),
@@ -410,6 +418,21 @@ pub fn parse_body(body: &Bytes) -> Body {
             Err(e) => Body::ParseError(describe_parse_error(body, e)),
         },
     }
+}
+
+/// One envelope's members from its text: the [`scan`] fast path when it can read the text on
+/// its own, serde_json — the reference, with its error messages — for everything else.
+fn read_envelope(text: &str) -> Result<RawEnvelope<'_>, serde_json::Error> {
+    #[cfg(test)]
+    let fast = !tests::SERDE_ONLY.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    let fast = true;
+    if fast {
+        if let Some(e) = scan::envelope(text) {
+            return Ok(e);
+        }
+    }
+    serde_json::from_str(text)
 }
 
 fn describe_parse_error(body: &[u8], e: serde_json::Error) -> String {
@@ -425,12 +448,12 @@ fn describe_parse_error(body: &[u8], e: serde_json::Error) -> String {
 /// Parses one message (an element of a batch, or a whole body).
 pub fn envelope_from_raw(body: &Bytes, raw: &RawValue) -> Envelope {
     let text = raw.get();
-    if first_byte(raw) != b'{' {
+    if first_byte(text) != b'{' {
         let mut env = Envelope::invalid(slice_of(body, text.as_bytes()));
         env.problem = Some("a JSON-RPC message must be an object".into());
         return env;
     }
-    let parsed = serde_json::from_str::<RawEnvelope>(text).map_err(|e| e.to_string());
+    let parsed = read_envelope(text).map_err(|e| e.to_string());
     validate(slice_of(body, text.as_bytes()), parsed)
 }
 
@@ -532,7 +555,7 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                     .get_or_insert_with(|| "a response must carry an `id`".into());
             }
             if error.shape == Shape::Object {
-                match error.code.map(|c| c.get()) {
+                match error.code {
                     Some(c) if is_integer_literal(c) => {
                         env.error_code = c.parse::<i64>().ok();
                         if env.error_code.is_none() {
@@ -611,6 +634,11 @@ pub fn error_reply(id: &Id, code: i64, message: &str, data: Option<serde_json::V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Set by the differential tests: parse with serde_json only (the reference).
+        pub(super) static SERDE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
     fn one(s: &str) -> Envelope {
         match parse_body(&Bytes::from(s.to_string())) {
@@ -775,5 +803,174 @@ mod tests {
         // a deep structure where a message should be is an invalid envelope, not a crash
         let deep = Bytes::from(format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)));
         let _ = parse_body(&deep);
+    }
+
+    /// `parse_body` as it runs (the scanner first) and with serde_json alone, as text.
+    fn both_ways(body: &[u8]) -> (String, String) {
+        let b = Bytes::copy_from_slice(body);
+        let fast = format!("{:?}", parse_body(&b));
+        SERDE_ONLY.with(|c| c.set(true));
+        let slow = format!("{:?}", parse_body(&b));
+        SERDE_ONLY.with(|c| c.set(false));
+        (fast, slow)
+    }
+
+    /// Whether the scanner itself reads a text (rather than leaving it to serde_json).
+    fn scanned(text: &str) -> bool {
+        scan::envelope(text).is_some()
+    }
+
+    #[test]
+    fn scanner_reads_what_serde_json_reads_on_the_edges() {
+        let cases = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"q":"x","n":[1,2.5,-0,1e3,true,false,null,{}]}}}"#,
+            r#" { "jsonrpc" : "2.0" , "id" : "a\"b\\c\/\b\f\n\r\t\u00e9" , "method" : "m" } "#,
+            r#"{"jsonrpc":"2.0","id":-0,"result":{"isError":true,"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1E+2,"result":{"isError":1e999}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"isError":"\ud800"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":"\ud800"}"#,
+            r#"{"jsonrpc":"2.0","id":"\ud800","method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":1e999}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":12345678901234567890123}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no","code":5}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"a"}"#,
+            r#"{"jsonr\u0070c":"2.0","id":1,"method":"a"}"#,
+            r#"{"jsonrpc":"2.0","id":01,"method":"a"}"#,
+            r#"{"jsonrpc":"2.0","id":1.,"method":"a"}"#,
+            r#"{"jsonrpc":"2.0","id":-,"method":"a"}"#,
+            r#"{"jsonrpc":"2.0","id":1e,"method":"a"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":[1,]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":{"a":1,}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a",}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a"} x"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a\u001"}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\u{1}\"}",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a long tool name\u{1f}éß\u{7f} and more\"}}",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a long name, \n then \u00e9 and more text ü"}}"#,
+            r#"{"jsonrpc":"2.0","id":"a string id that is longer than a word","result":{"isError":false,"text":"0123456789abcdef\"quoted\" tail"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":[[[[{"x":[]}]]]]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":[}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":[1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":{"a":[1}]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":{"a":1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":{"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","params":tru}"#,
+            r#"{"jsonrpc":"2.0","id":nul,"method":"a"}"#,
+            r#"{}"#,
+            r#"{"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/x","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a","name":5}}"#,
+        ];
+        for c in cases {
+            let (fast, slow) = both_ways(c.as_bytes());
+            assert_eq!(fast, slow, "{c}");
+        }
+        // The common shapes are the scanner's; the odd ones are serde_json's.
+        assert!(scanned(cases[0]) && scanned(cases[1]) && scanned(cases[2]));
+        for odd in [3, 4, 5, 7, 10, 11, 12, 19] {
+            assert!(!scanned(cases[odd]), "{}", cases[odd]);
+        }
+        let mut deep = String::from(r#"{"jsonrpc":"2.0","id":1,"method":"a","params":"#);
+        deep.push_str(&"[".repeat(100));
+        deep.push_str(&"]".repeat(100));
+        deep.push('}');
+        assert!(!scanned(&deep));
+        assert_eq!(both_ways(deep.as_bytes()).0, both_ways(deep.as_bytes()).1);
+    }
+
+    /// JSON-ish text built from pieces that include the grammar's edges, so that generated
+    /// bodies are often valid envelopes and often almost-valid ones.
+    fn jsonish() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let scalar = prop_oneof![
+            Just("0".to_string()),
+            Just("-0".to_string()),
+            Just("01".to_string()),
+            Just("1.".to_string()),
+            Just("1.5".to_string()),
+            Just("-12e-3".to_string()),
+            Just("1E+400".to_string()),
+            Just("12345678901234567890".to_string()),
+            Just("-".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            Just("null".to_string()),
+            Just("nul".to_string()),
+            Just(r#""2.0""#.to_string()),
+            Just(r#""tools/call""#.to_string()),
+            Just(r#""a\nb\u00e9""#.to_string()),
+            Just(r#""\ud83d\ude00""#.to_string()),
+            Just(r#""\ud800""#.to_string()),
+            Just(r#""\x""#.to_string()),
+            Just("\"\u{1}\"".to_string()),
+            Just("\"é\"".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+        ];
+        let key = prop_oneof![
+            Just("jsonrpc"),
+            Just("id"),
+            Just("method"),
+            Just("params"),
+            Just("result"),
+            Just("error"),
+            Just("name"),
+            Just("uri"),
+            Just("code"),
+            Just("message"),
+            Just("isError"),
+            Just("x"),
+            Just(""),
+            Just(r"m\u0065thod"),
+        ];
+        let ws = prop_oneof![Just(""), Just(""), Just(" "), Just("\n\t ")];
+        scalar.prop_recursive(5, 48, 6, move |inner| {
+            prop_oneof![
+                (prop::collection::vec((ws.clone(), inner.clone()), 0..5)).prop_map(|v| {
+                    let items: Vec<String> =
+                        v.into_iter().map(|(w, x)| format!("{w}{x}")).collect();
+                    format!("[{}]", items.join(","))
+                }),
+                (prop::collection::vec((key.clone(), ws.clone(), inner), 0..7)).prop_map(|v| {
+                    let items: Vec<String> = v
+                        .into_iter()
+                        .map(|(k, w, x)| format!("\"{k}\"{w}:{w}{x}"))
+                        .collect();
+                    format!("{{{}}}", items.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2048, .. Default::default() })]
+
+        /// Whatever the scanner accepts, it reads exactly as serde_json does; whatever it
+        /// leaves, serde_json reads — so `parse_body` is the same either way, on generated
+        /// envelopes and on the same with a byte cut, added or changed.
+        #[test]
+        fn scanner_and_serde_json_agree(
+            text in jsonish(),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prelude::prop_oneof![
+                proptest::prelude::Just(b'"'), proptest::prelude::Just(b','), proptest::prelude::Just(b'}'),
+                proptest::prelude::Just(b']'), proptest::prelude::Just(b'\\'), proptest::prelude::Just(b':'),
+                proptest::prelude::Just(b'0'), proptest::prelude::Just(b'-'), proptest::prelude::Just(b'e'),
+                proptest::prelude::Just(b'.'), proptest::prelude::Just(b' '), proptest::prelude::Just(0x01u8)
+            ],
+            how in 0u8..4,
+        ) {
+            let mut b = text.into_bytes();
+            if !b.is_empty() {
+                let at = cut.index(b.len());
+                match how {
+                    1 => { b.remove(at); }
+                    2 => b.insert(at, byte),
+                    3 => b[at] = byte,
+                    _ => {}
+                }
+            }
+            let (fast, slow) = both_ways(&b);
+            proptest::prop_assert_eq!(fast, slow);
+        }
     }
 }

@@ -1,0 +1,398 @@
+//! The fast path for reading one envelope: a single forward pass over the text that validates
+//! the JSON grammar and picks out the members the inspector reads, as raw texts.
+//!
+//! It only ever *accepts*: on anything it does not read the common way — an escape in a member
+//! name, a member given twice, nesting over [`MAX_DEPTH`], a number serde_json would have to
+//! range-check, or anything invalid — it returns `None`, and serde_json reads the text instead
+//! (the reference: its verdicts and error messages are what rpctap reports). So where this says
+//! `Some`, serde_json would have read the same members; the differential tests in `rpc` check
+//! that on generated and mutated envelopes.
+//!
+//! Why hand-written: a call's two bodies cost ≈ 5.6k instructions through serde_json's derive
+//! even with every member borrowed or skipped, and other parsers measured no better here
+//! (sonic-rs 1.12×, jiter 0.9× serde_json's instructions for the same reads — benches/RESULTS.md);
+//! a pass that does only what the inspector needs is several times cheaper, and parsing was the
+//! largest share of rpctap's own per-call cost.
+
+use super::{Member, RawEnvelope, Shape};
+
+/// Deeper values are left to serde_json (which skips them without a limit).
+const MAX_DEPTH: usize = 64;
+
+/// Numbers longer than this, or with an exponent, where serde_json builds a number (a member
+/// read as a whole, `isError`) are left to it: it may call them out of range. Likewise strings
+/// with escapes there (see `plain_string`).
+const PLAIN_NUMBER_MAX: usize = 300;
+
+/// Reads one envelope (a whole text holding one object), or `None` to leave it to serde_json.
+pub(super) fn envelope(text: &str) -> Option<RawEnvelope<'_>> {
+    let mut s = Scanner {
+        text,
+        b: text.as_bytes(),
+        i: 0,
+    };
+    s.ws();
+    s.eat(b'{')?;
+    let mut e = RawEnvelope::default();
+    s.ws();
+    if s.peek()? == b'}' {
+        s.i += 1;
+    } else {
+        loop {
+            let key = s.key()?;
+            match key {
+                b"jsonrpc" => once(&mut e.jsonrpc, s.raw()?)?,
+                b"id" => once(&mut e.id, s.raw()?)?,
+                b"method" => once(&mut e.method, s.raw()?)?,
+                b"params" => once(&mut e.params, s.member()?)?,
+                b"result" => once(&mut e.result, s.member()?)?,
+                b"error" => once(&mut e.error, s.member()?)?,
+                _ => s.skip()?,
+            }
+            if s.next_in_object()? {
+                break;
+            }
+        }
+    }
+    s.ws();
+    (s.i == s.b.len()).then_some(e)
+}
+
+/// Sets a member read for the first time; a second one is serde_json's to report.
+fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(v);
+    Some(())
+}
+
+struct Scanner<'a> {
+    text: &'a str,
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scanner<'a> {
+    #[inline(always)]
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    #[inline(always)]
+    fn eat(&mut self, c: u8) -> Option<()> {
+        if self.peek()? != c {
+            return None;
+        }
+        self.i += 1;
+        Some(())
+    }
+
+    #[inline(always)]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// After an object member's value: `,` (then the next member is due: `false`) or `}`
+    /// (the object is done: `true`).
+    #[inline(always)]
+    fn next_in_object(&mut self) -> Option<bool> {
+        self.ws();
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                Some(false)
+            }
+            b'}' => {
+                self.i += 1;
+                Some(true)
+            }
+            _ => None,
+        }
+    }
+
+    /// A member name and its `:`; names with escapes are left to serde_json (which decodes
+    /// them before comparing).
+    #[inline(always)]
+    fn key(&mut self) -> Option<&'a [u8]> {
+        self.ws();
+        let (start, end, escaped) = self.string()?;
+        if escaped {
+            return None;
+        }
+        self.ws();
+        self.eat(b':')?;
+        Some(&self.b[start..end])
+    }
+
+    /// A string starting at its opening quote: the content's byte range and whether it has
+    /// escapes. Escapes are checked as serde_json's skipping checks them (`\u` takes any four
+    /// hex digits); control characters are not allowed. The text is UTF-8 already.
+    #[inline(always)]
+    fn string(&mut self) -> Option<(usize, usize, bool)> {
+        self.eat(b'"')?;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            self.plain_run();
+            match *self.b.get(self.i)? {
+                b'"' => {
+                    self.i += 1;
+                    return Some((start, self.i - 1, escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    match *self.b.get(self.i + 1)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+                        b'u' => {
+                            let hex = self.b.get(self.i + 2..self.i + 6)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            self.i += 6;
+                        }
+                        _ => return None,
+                    }
+                }
+                0..=0x1f => return None,
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// Moves past string bytes that need no attention (not `"`, `\` or a control character),
+    /// eight at a time: a word's bytes are compared all at once (the classic "has a zero byte /
+    /// a byte below n" bit tricks, exact for the lowest byte that matches); the byte that
+    /// stops the run is left for the caller.
+    #[inline(always)]
+    fn plain_run(&mut self) {
+        const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+        const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+        while let Some(chunk) = self.b.get(self.i..self.i + 8) {
+            let Ok(bytes) = <[u8; 8]>::try_from(chunk) else {
+                return;
+            };
+            let x = u64::from_le_bytes(bytes);
+            let quote = x ^ (ONES * u64::from(b'"'));
+            let backslash = x ^ (ONES * u64::from(b'\\'));
+            let hits = (quote.wrapping_sub(ONES) & !quote)
+                | (backslash.wrapping_sub(ONES) & !backslash)
+                | (x.wrapping_sub(ONES * 0x20) & !x);
+            let hits = hits & HIGH;
+            if hits != 0 {
+                self.i += (hits.trailing_zeros() / 8) as usize;
+                return;
+            }
+            self.i += 8;
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+        self.i - start
+    }
+
+    /// A number by JSON's grammar: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+    /// Returns whether it is plain (no exponent, short): one serde_json can always build.
+    fn number(&mut self) -> Option<bool> {
+        let start = self.i;
+        if self.peek() == Some(b'-') {
+            self.i += 1;
+        }
+        match self.peek()? {
+            b'0' => {
+                self.i += 1;
+                if let Some(b'0'..=b'9') = self.peek() {
+                    return None;
+                }
+            }
+            b'1'..=b'9' => {
+                self.digits();
+            }
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            if self.digits() == 0 {
+                return None;
+            }
+        }
+        let mut plain = self.i - start <= PLAIN_NUMBER_MAX;
+        if let Some(b'e' | b'E') = self.peek() {
+            plain = false;
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            if self.digits() == 0 {
+                return None;
+            }
+        }
+        Some(plain)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        if !self.b[self.i..].starts_with(word) {
+            return None;
+        }
+        self.i += word.len();
+        Some(())
+    }
+
+    /// One value, skipped (validated, not built).
+    #[inline(always)]
+    fn skip(&mut self) -> Option<()> {
+        self.ws();
+        match self.peek()? {
+            b'{' | b'[' => self.skip_nested(),
+            b'"' => self.string().map(drop),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number().map(drop),
+        }
+    }
+
+    /// An object or array, skipped. Iterative: containers push their closing bracket on a
+    /// fixed stack.
+    fn skip_nested(&mut self) -> Option<()> {
+        let mut closers = [0u8; MAX_DEPTH];
+        let mut depth = 0;
+        loop {
+            // A value.
+            self.ws();
+            match self.peek()? {
+                open @ (b'{' | b'[') => {
+                    self.i += 1;
+                    self.ws();
+                    let close = if open == b'{' { b'}' } else { b']' };
+                    if self.peek()? == close {
+                        self.i += 1;
+                    } else {
+                        if depth == MAX_DEPTH {
+                            return None;
+                        }
+                        closers[depth] = close;
+                        depth += 1;
+                        if close == b'}' {
+                            self.key()?;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.string()?;
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                _ => {
+                    self.number()?;
+                }
+            }
+            // After a value: close what is done, or move to the next element.
+            loop {
+                if depth == 0 {
+                    return Some(());
+                }
+                self.ws();
+                let c = self.peek()?;
+                if c == b',' {
+                    self.i += 1;
+                    if closers[depth - 1] == b'}' {
+                        self.key()?;
+                    }
+                    break;
+                }
+                if c != closers[depth - 1] {
+                    return None;
+                }
+                self.i += 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// One value, skipped, as its raw text (what serde_json's `RawValue` would hold).
+    fn raw(&mut self) -> Option<&'a str> {
+        self.ws();
+        let start = self.i;
+        self.skip()?;
+        // Both ends are at ASCII bytes of the (UTF-8) text, so this never fails.
+        self.text.get(start..self.i)
+    }
+
+    /// `params`, `result` or `error`: its shape, and the few members of an object the
+    /// inspector reads (the last of a repeated one wins, as in serde_json's reading).
+    fn member(&mut self) -> Option<Member<'a>> {
+        self.ws();
+        match self.peek()? {
+            b'{' => {
+                self.i += 1;
+                let mut m = Member {
+                    shape: Shape::Object,
+                    ..Member::default()
+                };
+                self.ws();
+                if self.peek()? == b'}' {
+                    self.i += 1;
+                    return Some(m);
+                }
+                loop {
+                    match self.key()? {
+                        b"name" => m.name = Some(self.raw()?),
+                        b"uri" => m.uri = Some(self.raw()?),
+                        b"code" => m.code = Some(self.raw()?),
+                        b"message" => m.message = Some(self.raw()?),
+                        b"isError" => m.is_error = self.is_true()?,
+                        _ => self.skip()?,
+                    }
+                    if self.next_in_object()? {
+                        return Some(m);
+                    }
+                }
+            }
+            b'[' => {
+                self.skip()?;
+                Some(Member {
+                    shape: Shape::Array,
+                    ..Member::default()
+                })
+            }
+            b'-' | b'0'..=b'9' => self.number()?.then(Member::default),
+            b'"' => self.plain_string().then(Member::default),
+            _ => {
+                self.skip()?;
+                Some(Member::default())
+            }
+        }
+    }
+
+    /// A string serde_json would decode (a member read as a whole, `isError`): fine without
+    /// escapes; with them it is left to serde_json, which rejects lone surrogates there.
+    fn plain_string(&mut self) -> bool {
+        matches!(self.string(), Some((_, _, false)))
+    }
+
+    /// Whether a value is `true` (anything else is skipped; a number as in [`Self::member`]).
+    fn is_true(&mut self) -> Option<bool> {
+        self.ws();
+        match self.peek()? {
+            b't' => {
+                self.literal(b"true")?;
+                Some(true)
+            }
+            b'-' | b'0'..=b'9' => self.number()?.then_some(false),
+            b'"' => self.plain_string().then_some(false),
+            _ => {
+                self.skip()?;
+                Some(false)
+            }
+        }
+    }
+}
