@@ -848,6 +848,10 @@ mod tests {
             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a long tool name\u{1f}éß\u{7f} and more\"}}",
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a long name, \n then \u00e9 and more text ü"}}"#,
             r#"{"jsonrpc":"2.0","id":"a string id that is longer than a word","result":{"isError":false,"text":"0123456789abcdef\"quoted\" tail"}}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"text\":\"0123456789012345678901234567890123456789\u{2}\"}}",
+            r#"{"jsonrpc":"2.0","id":1,"result":{"text":"0123456789012345678901234567890123456789\u00e9\"\\ and on and on and on and on ü"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"text":"0123456789012345678901234567890123456789\q"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"text":"0123456789012345678901234567890123456789"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"a","params":[[[[{"x":[]}]]]]}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"a","params":[}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"a","params":[1}}"#,
@@ -904,6 +908,9 @@ mod tests {
             Just(r#""\x""#.to_string()),
             Just("\"\u{1}\"".to_string()),
             Just("\"é\"".to_string()),
+            Just(format!("\"{}\"", "long text ".repeat(6))),
+            Just(format!("\"{}\\n{}\"", "a".repeat(40), "é".repeat(5))),
+            Just(format!("\"{}\u{1}tail\"", "b".repeat(45))),
             any::<i64>().prop_map(|n| n.to_string()),
         ];
         let key = prop_oneof![

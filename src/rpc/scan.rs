@@ -67,6 +67,20 @@ fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
     Some(())
 }
 
+/// The high bit of each byte of `x` (eight string bytes, the first lowest) that is `"`, `\` or below 0x20 — exact for the lowest such
+/// byte (a borrow can only mark bytes above it).
+#[inline(always)]
+fn stops(x: u64) -> u64 {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let quote = x ^ (ONES * u64::from(b'"'));
+    let backslash = x ^ (ONES * u64::from(b'\\'));
+    ((quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash)
+        | (x.wrapping_sub(ONES * 0x20) & !x))
+        & HIGH
+}
+
 struct Scanner<'a> {
     text: &'a str,
     b: &'a [u8],
@@ -162,30 +176,33 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Moves past string bytes that need no attention (not `"`, `\` or a control character),
-    /// eight at a time: a word's bytes are compared all at once (the classic "has a zero byte /
-    /// a byte below n" bit tricks, exact for the lowest byte that matches); the byte that
-    /// stops the run is left for the caller.
+    /// Moves past string bytes that need no attention (not `"`, `\` or a control character);
+    /// the byte that stops the run, and a short tail, are left for the caller's byte loop.
+    /// Most strings here are short: their first 32 bytes go eight at a time, all compared at
+    /// once (the classic "has a zero byte / a byte below n" bit tricks, exact for the lowest
+    /// byte that matches). Past that, `memchr2` finds the next quote or backslash (SIMD) and
+    /// the bytes before it are checked for control characters in one pass the compiler
+    /// vectorizes.
     #[inline(always)]
     fn plain_run(&mut self) {
-        const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-        const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-        while let Some(chunk) = self.b.get(self.i..self.i + 8) {
-            let Ok(bytes) = <[u8; 8]>::try_from(chunk) else {
+        for _ in 0..4 {
+            let Some(chunk) = self.b.get(self.i..).and_then(<[u8]>::first_chunk::<8>) else {
                 return;
             };
-            let x = u64::from_le_bytes(bytes);
-            let quote = x ^ (ONES * u64::from(b'"'));
-            let backslash = x ^ (ONES * u64::from(b'\\'));
-            let hits = (quote.wrapping_sub(ONES) & !quote)
-                | (backslash.wrapping_sub(ONES) & !backslash)
-                | (x.wrapping_sub(ONES * 0x20) & !x);
-            let hits = hits & HIGH;
+            let hits = stops(u64::from_le_bytes(*chunk));
             if hits != 0 {
                 self.i += (hits.trailing_zeros() / 8) as usize;
                 return;
             }
             self.i += 8;
+        }
+        let rest = self.b.get(self.i..).unwrap_or_default();
+        let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+        let run = rest.get(..end).unwrap_or_default();
+        if run.iter().fold(false, |any, &c| any | (c < 0x20)) {
+            self.i += run.iter().position(|&c| c < 0x20).unwrap_or(0);
+        } else {
+            self.i += end;
         }
     }
 
