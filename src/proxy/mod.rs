@@ -179,15 +179,9 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let inner = &self.inner;
         let peer = conn.peer;
-        let content_type = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        let session = req
-            .headers()
-            .get(headers::MCP_SESSION)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let picked = headers::pick(req.headers());
+        let content_type = picked.content_type;
+        let session = picked.session.map(str::to_string);
         let mut ctx = inner.inspector.begin(&RequestMeta {
             method: req.method().as_str(),
             path: req.uri().path(),
@@ -359,24 +353,12 @@ impl Proxy {
         let (mut rparts, rbody) = resp.into_parts();
         let keep_upgrade = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
         headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade);
-        let rct = rparts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        let rsession = rparts
-            .headers
-            .get(headers::MCP_SESSION)
-            .and_then(|v| v.to_str().ok());
-        let rlen = rparts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
+        let picked = headers::pick(&rparts.headers);
         ctx.response_head(&ResponseMeta {
             status: rparts.status.as_u16(),
-            content_type: rct,
-            session: rsession,
-            content_length: rlen,
+            content_type: picked.content_type,
+            session: picked.session,
+            content_length: picked.content_length,
             headers: Some(&rparts.headers),
         });
         if is_head {
