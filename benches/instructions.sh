@@ -4,7 +4,7 @@
 #
 #   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, rpctap --record
 #   SECS=20 bash benches/instructions.sh
-#   BUDGET_ABOVE_FLOOR=22000 BUDGET_RECORD=15000 bash benches/instructions.sh   # fail if over
+#   BUDGET_ABOVE_FLOOR=18500 BUDGET_RECORD=14500 bash benches/instructions.sh   # fail if over
 #
 # Each proxy runs under `valgrind --tool=callgrind` (one worker thread) in front of rpctap's demo
 # server; `wrk -t1 -c50` warms it up for 2 s, the counters are zeroed, then SECS seconds of load
