@@ -1,6 +1,6 @@
 //! JSON-RPC 2.0 envelopes: parsing a body (single message or batch) into envelopes without
 //! building a tree of `params`/`result`, validating them, and keeping ids exactly as written.
-//! An envelope's members are read by [`scan`], a one-pass scanner, when it can; serde_json reads
+//! An envelope's members are read by `scan`, a one-pass scanner, when it can; serde_json reads
 //! everything the scanner leaves and is the reference for verdicts and error messages.
 //!
 //! Ids keep their JSON type and their digits: `1`, `"1"`, `1.0` and `12345678901234567890` are
