@@ -10,7 +10,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::Poll;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -114,7 +113,7 @@ pub async fn serve_with<M, H, S, F, B>(
 }
 
 /// Runs `conn` until it ends; once `drain` signals, calls `shut` on it once (hyper then finishes
-/// the exchange in flight and closes the connection instead of keeping it alive). `drain` is
+/// the exchange in flight and closes the connection instead of keeping it alive). A receiver is
 /// held until `conn` ends, which is what the drain waits for.
 ///
 /// Written here rather than taken from hyper-util's `GracefulShutdown::watch`, which polls its
@@ -128,20 +127,20 @@ async fn until_drained<C: Future>(
     drain: watch::Receiver<()>,
     shut: fn(Pin<&mut C>),
 ) -> C::Output {
+    // `gate` is the receiver held for the connection's life; `signal` waits on a second one.
     let gate = drain.clone();
     let mut signal = std::pin::pin!(async move {
         let mut drain = drain;
         // Err: the sender is gone, which also means stop.
         let _ = drain.changed().await;
-        drain
     });
     let mut conn = std::pin::pin!(conn);
-    let (mut armed, mut held) = (false, None);
+    let (mut armed, mut fired) = (false, false);
     std::future::poll_fn(move |cx| {
-        if held.is_none() && (!armed || gate.has_changed().unwrap_or(true)) {
+        if !fired && (!armed || gate.has_changed().unwrap_or(true)) {
             armed = true;
-            if let Poll::Ready(rx) = signal.as_mut().poll(cx) {
-                held = Some(rx);
+            if signal.as_mut().poll(cx).is_ready() {
+                fired = true;
                 shut(conn.as_mut());
             }
         }

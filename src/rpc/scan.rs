@@ -21,7 +21,7 @@ const MAX_DEPTH: usize = 64;
 
 /// Numbers longer than this, or with an exponent, where serde_json builds a number (a member
 /// read as a whole, `isError`) are left to it: it may call them out of range. Likewise strings
-/// with escapes there (see `plain_string`).
+/// with escapes there (lone surrogates are an error when serde_json decodes; see `built_scalar`).
 const PLAIN_NUMBER_MAX: usize = 300;
 
 /// Reads one envelope (a whole text holding one object), or `None` to leave it to serde_json.
@@ -67,8 +67,8 @@ fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
     Some(())
 }
 
-/// The high bit of each byte of `x` (eight string bytes, the first lowest) that is `"`, `\` or below 0x20 — exact for the lowest such
-/// byte (a borrow can only mark bytes above it).
+/// The high bit of each byte of `x` (eight string bytes, the first lowest) that is `"`, `\` or
+/// below 0x20 — exact for the lowest such byte (a borrow can only mark bytes above it).
 #[inline(always)]
 fn stops(x: u64) -> u64 {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
@@ -138,7 +138,7 @@ impl<'a> Scanner<'a> {
         }
         self.ws();
         self.eat(b':')?;
-        Some(&self.b[start..end])
+        self.b.get(start..end)
     }
 
     /// A string starting at its opening quote: the content's byte range and whether it has
@@ -254,7 +254,7 @@ impl<'a> Scanner<'a> {
     }
 
     fn literal(&mut self, word: &[u8]) -> Option<()> {
-        if !self.b[self.i..].starts_with(word) {
+        if !self.b.get(self.i..)?.starts_with(word) {
             return None;
         }
         self.i += word.len();
@@ -267,11 +267,30 @@ impl<'a> Scanner<'a> {
         self.ws();
         match self.peek()? {
             b'{' | b'[' => self.skip_nested(),
+            _ => self.scalar(),
+        }
+    }
+
+    /// A string, literal or number at the current byte, skipped.
+    #[inline(always)]
+    fn scalar(&mut self) -> Option<()> {
+        match self.peek()? {
             b'"' => self.string().map(drop),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
             _ => self.number().map(drop),
+        }
+    }
+
+    /// A scalar where serde_json builds the value instead of skipping it (`params`, `result`
+    /// or `error` themselves, `isError`): numbers it would range-check and strings it would
+    /// decode (see `PLAIN_NUMBER_MAX`) are left to it.
+    fn built_scalar(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'-' | b'0'..=b'9' => self.number()?.then_some(()),
+            b'"' => matches!(self.string()?, (_, _, false)).then_some(()),
+            _ => self.scalar(),
         }
     }
 
@@ -302,15 +321,7 @@ impl<'a> Scanner<'a> {
                         continue;
                     }
                 }
-                b'"' => {
-                    self.string()?;
-                }
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                _ => {
-                    self.number()?;
-                }
+                _ => self.scalar()?,
             }
             // After a value: close what is done, or move to the next element.
             loop {
@@ -381,22 +392,15 @@ impl<'a> Scanner<'a> {
                     ..Member::default()
                 })
             }
-            b'-' | b'0'..=b'9' => self.number()?.then(Member::default),
-            b'"' => self.plain_string().then(Member::default),
             _ => {
-                self.skip()?;
+                self.built_scalar()?;
                 Some(Member::default())
             }
         }
     }
 
-    /// A string serde_json would decode (a member read as a whole, `isError`): fine without
-    /// escapes; with them it is left to serde_json, which rejects lone surrogates there.
-    fn plain_string(&mut self) -> bool {
-        matches!(self.string(), Some((_, _, false)))
-    }
-
-    /// Whether a value is `true` (anything else is skipped; a number as in [`Self::member`]).
+    /// Whether a value is `true`; anything else is skipped (a scalar as in
+    /// [`Self::built_scalar`]).
     fn is_true(&mut self) -> Option<bool> {
         self.ws();
         match self.peek()? {
@@ -404,10 +408,12 @@ impl<'a> Scanner<'a> {
                 self.literal(b"true")?;
                 Some(true)
             }
-            b'-' | b'0'..=b'9' => self.number()?.then_some(false),
-            b'"' => self.plain_string().then_some(false),
+            b'{' | b'[' => {
+                self.skip_nested()?;
+                Some(false)
+            }
             _ => {
-                self.skip()?;
+                self.built_scalar()?;
                 Some(false)
             }
         }
