@@ -79,6 +79,13 @@ impl RunningProxy {
                 let meta = serde_json::json!({
                     "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
                     "upstream": cfg.proxy.upstream.to_string(),
+                    // What `check` needs to decide as the live inspector did.
+                    "inspect": {
+                        "max_frame_bytes": cfg.inspect.max_frame_bytes,
+                        "call_timeout_ms": cfg.inspect.call_timeout.as_millis() as u64,
+                        "max_pending": cfg.inspect.limits.max_pending,
+                        "max_sessions": cfg.inspect.limits.max_sessions,
+                    },
                 });
                 Some(crate::record::start(opts.clone(), meta, lines, stop_rx)?)
             }
@@ -367,6 +374,9 @@ pub enum OfflineError {
     Check(#[from] crate::inspect::offline::CheckError),
     #[error("{0}")]
     Io(String),
+    /// Nothing to check or replay: exit 2, so CI does not take silence for success.
+    #[error("no calls: {0}")]
+    Empty(String),
 }
 
 fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), OfflineError> {
@@ -482,9 +492,15 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
             // A file: its rotated parts too.
             crate::record::reader::read(std::path::Path::new(&args.file))?
         };
-        for scope in rec.scopes() {
-            let doc = crate::record::export::scope_document(&rec, &scope);
-            let r = check_document(doc.as_bytes(), &CheckLimits::unlimited())?;
+        // The recording goes back through the live inspector, scope by scope.
+        let results = crate::inspect::recorded::check_recording(&rec);
+        if results.is_empty() {
+            return Err(OfflineError::Empty(format!(
+                "{}: the recording holds no JSON-RPC messages",
+                args.file
+            )));
+        }
+        for (scope, r) in results {
             failed |= !r.passes_checks;
             out.push_str(&serde_json::json!({ "scope": scope, "result": r }).to_string());
             out.push('\n');
@@ -496,6 +512,9 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         } else {
             text.lines().filter(|l| !l.trim().is_empty()).collect()
         };
+        if docs.is_empty() {
+            return Err(OfflineError::Empty(format!("{} is empty", args.file)));
+        }
         for d in docs {
             let r = check_document(d.as_bytes(), &limits)?;
             failed |= !r.passes_checks;

@@ -9,7 +9,7 @@
 
 use crate::rpc::{Id, Kind};
 use bytes::Bytes;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -24,7 +24,7 @@ pub fn now_ns() -> u64 {
 }
 
 /// Which way a message travels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Direction {
     #[serde(rename = "c2s")]
     ClientToServer,
@@ -48,7 +48,7 @@ impl Direction {
 }
 
 /// How a message was carried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Transport {
     /// A plain `application/json` body.
@@ -111,7 +111,7 @@ impl Serialize for Scope {
 }
 
 /// Severity of an anomaly.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Error,
@@ -163,10 +163,21 @@ pub struct MessageEvent {
     pub target: Option<Arc<str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_index: Option<u32>,
+    /// The number of members of the batch this message is part of (with `batch_index`), so a
+    /// reader can tell where one frame ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_len: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sse_id: Option<String>,
     #[serde(serialize_with = "ser_raw")]
     pub message: Bytes,
+    /// The frame was not valid JSON: `message` is its text (as a JSON string).
+    #[serde(skip_serializing_if = "is_false")]
+    pub unparsed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The message verbatim: as JSON when it is JSON, else as a string (lossy UTF-8).
@@ -252,7 +263,13 @@ pub enum HttpEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         content_type: Option<String>,
         headers: Headers,
+        /// Set when rpctap answered itself (the upstream was unreachable or too slow, or the
+        /// request could not be read): why. The upstream never saw or never answered the calls.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        local: Option<String>,
     },
+    /// A legacy HTTP+SSE stream announced the URL its client must POST messages to.
+    Endpoint { ts: u64, exchange: u64, url: String },
     End {
         ts: u64,
         exchange: u64,
@@ -360,6 +377,7 @@ impl Event {
             Event::Http(
                 HttpEvent::Request { exchange, .. }
                 | HttpEvent::Response { exchange, .. }
+                | HttpEvent::Endpoint { exchange, .. }
                 | HttpEvent::End { exchange, .. },
             ) => Some(*exchange),
             Event::Message(m) => Some(m.exchange),

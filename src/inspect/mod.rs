@@ -9,6 +9,7 @@
 pub mod anomaly;
 pub mod correlator;
 pub mod offline;
+pub mod recorded;
 pub mod sse;
 
 use crate::events::{
@@ -85,6 +86,86 @@ struct Inner {
     bus: Bus,
     stats: Stats,
     next_exchange: AtomicU64,
+    clock: Clock,
+    /// The legacy HTTP+SSE transport's announced message URLs (path and query) → their session.
+    /// A std mutex: taken only by synchronous code, never across an `.await`, and only when a
+    /// legacy stream has announced an endpoint (`endpoints_len` says so without the lock).
+    endpoints: std::sync::Mutex<Endpoints>,
+    endpoints_len: std::sync::atomic::AtomicUsize,
+}
+
+/// Where the inspector's time comes from: the real clock live, the recorded times offline (so a
+/// recording checked later times its calls out exactly where the live run did).
+struct Clock {
+    manual: Option<(Instant, AtomicU64)>,
+}
+
+impl Clock {
+    fn now(&self) -> Instant {
+        match &self.manual {
+            None => Instant::now(),
+            Some((base, offset)) => *base + Duration::from_nanos(offset.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// The announced endpoints, oldest first out when the session cap is reached.
+#[derive(Default)]
+struct Endpoints {
+    by_url: std::collections::HashMap<Box<str>, Arc<str>>,
+    order: std::collections::VecDeque<Box<str>>,
+}
+
+/// The path and query a client will request for an announced endpoint `url` (absolute, or
+/// relative to the stream's `base` path), as the proxy sees requests.
+pub fn endpoint_target(url: &str, base: &str) -> String {
+    let url = url.trim();
+    let rest = match url.find("://") {
+        Some(i)
+            if url[..i]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'-' || b == b'.') =>
+        {
+            let after = &url[i + 3..];
+            match after.find(['/', '?']) {
+                Some(j) => &after[j..],
+                None => "/",
+            }
+        }
+        _ => url,
+    };
+    let rest = match rest.strip_prefix("//") {
+        // scheme-relative: `//host/path`
+        Some(r) => r.find(['/', '?']).map_or("/", |j| &r[j..]),
+        None => rest,
+    };
+    let target = if rest.starts_with('/') {
+        rest.to_string()
+    } else if let Some(q) = rest.strip_prefix('?') {
+        format!("{}?{q}", base)
+    } else {
+        let dir = base.rfind('/').map_or("/", |i| &base[..=i]);
+        format!("{dir}{rest}")
+    };
+    // A fragment never reaches the server.
+    match target.find('#') {
+        Some(i) => target[..i].to_string(),
+        None => target,
+    }
+}
+
+/// The session name shown for a legacy endpoint: the value of its first query parameter whose
+/// name mentions a session (`sessionId`, `session_id`, …), else the whole path and query.
+fn endpoint_session(target: &str) -> &str {
+    target
+        .split_once('?')
+        .and_then(|(_, q)| {
+            q.split('&').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                (contains_ignore_case(k, "session") && !v.is_empty()).then_some(v)
+            })
+        })
+        .unwrap_or(target)
 }
 
 /// The shared inspector: cheap to clone.
@@ -201,6 +282,10 @@ struct RequestSummary {
 pub struct ExchangeCtx {
     insp: Arc<Inner>,
     pub id: u64,
+    /// A GET's path: a legacy stream's relative endpoint is resolved against it.
+    get_path: Option<Box<str>>,
+    /// The size of the batch being processed, for its members' message events.
+    batch_len: Option<u32>,
     scope: Scope,
     transport: Transport,
     session_header: Option<Arc<str>>,
@@ -219,6 +304,21 @@ pub struct ExchangeCtx {
 
 impl Inspector {
     pub fn new(cfg: InspectConfig, bus: Bus) -> Self {
+        Self::with_clock(cfg, bus, Clock { manual: None })
+    }
+
+    /// An inspector whose time is set by [`Inspector::set_time`] (offline: a recording's times).
+    pub fn offline(cfg: InspectConfig, bus: Bus) -> Self {
+        Self::with_clock(
+            cfg,
+            bus,
+            Clock {
+                manual: Some((Instant::now(), AtomicU64::new(0))),
+            },
+        )
+    }
+
+    fn with_clock(cfg: InspectConfig, bus: Bus, clock: Clock) -> Self {
         Inspector {
             inner: Arc::new(Inner {
                 correlator: Correlator::new(cfg.limits),
@@ -226,7 +326,17 @@ impl Inspector {
                 bus,
                 stats: Stats::default(),
                 next_exchange: AtomicU64::new(1),
+                clock,
+                endpoints: Default::default(),
+                endpoints_len: Default::default(),
             }),
+        }
+    }
+
+    /// Offline only: the time is now `ns` after the inspector's start (it never goes back).
+    pub fn set_time(&self, ns: u64) {
+        if let Some((_, offset)) = &self.inner.clock.manual {
+            offset.fetch_max(ns, Ordering::Relaxed);
         }
     }
 
@@ -244,20 +354,24 @@ impl Inspector {
 
     /// Starts an exchange.
     pub fn begin(&self, meta: &RequestMeta<'_>) -> ExchangeCtx {
+        let id = self.inner.next_exchange.fetch_add(1, Ordering::Relaxed);
+        self.begin_numbered(id, meta)
+    }
+
+    /// Starts an exchange with a given number (offline: the number the recording gave it).
+    pub fn begin_numbered(&self, id: u64, meta: &RequestMeta<'_>) -> ExchangeCtx {
         let inner = &self.inner;
-        let id = inner.next_exchange.fetch_add(1, Ordering::Relaxed);
+        inner.next_exchange.fetch_max(id + 1, Ordering::Relaxed);
         inner.stats.exchanges.fetch_add(1, Ordering::Relaxed);
-        let legacy_sid = meta
-            .query
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("sessionId=")))
-            .filter(|s| !s.is_empty());
-        let (scope, transport, session_header) = match (meta.session, legacy_sid) {
-            (Some(s), _) => {
+        let (scope, transport, session_header) = match meta.session {
+            Some(s) => {
                 let s: Arc<str> = s.into();
                 (Scope::Session(s.clone()), Transport::Json, Some(s))
             }
-            (None, Some(s)) => (Scope::Session(s.into()), Transport::LegacySse, None),
-            (None, None) => (Scope::Exchange(id), Transport::Json, None),
+            None => match inner.legacy_session(meta) {
+                Some(s) => (Scope::Session(s), Transport::LegacySse, None),
+                None => (Scope::Exchange(id), Transport::Json, None),
+            },
         };
         if inner.bus.wants_in(Interest::HTTP, id) {
             inner.bus.publish(Event::Http(HttpEvent::Request {
@@ -280,6 +394,8 @@ impl Inspector {
         ExchangeCtx {
             insp: inner.clone(),
             id,
+            get_path: (meta.method == "GET").then(|| meta.path.into()),
+            batch_len: None,
             scope,
             transport,
             session_header,
@@ -301,7 +417,7 @@ impl Inspector {
     /// Ends the calls that waited longer than the call timeout; returns how many.
     pub fn sweep(&self) -> usize {
         let inner = &self.inner;
-        let Some(deadline) = Instant::now().checked_sub(inner.cfg.call_timeout) else {
+        let Some(deadline) = inner.clock.now().checked_sub(inner.cfg.call_timeout) else {
             return 0;
         };
         let expired = inner.correlator.expired(deadline);
@@ -327,6 +443,51 @@ impl Inspector {
                 me.sweep();
             }
         })
+    }
+}
+
+impl Inner {
+    /// The legacy session a request without `Mcp-Session-Id` belongs to: the one whose stream
+    /// announced this path and query as its endpoint, or — for a stream rpctap did not see
+    /// start — the `sessionId` / `session_id` query parameter the SDKs use.
+    fn legacy_session(&self, meta: &RequestMeta<'_>) -> Option<Arc<str>> {
+        let query = meta.query?;
+        let inner = self;
+        if inner.endpoints_len.load(Ordering::Relaxed) > 0 {
+            let url = format!("{}?{}", meta.path, query);
+            let eps = inner.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(s) = eps.by_url.get(url.as_str()) {
+                return Some(s.clone());
+            }
+        }
+        query
+            .split('&')
+            .find_map(|kv| {
+                kv.strip_prefix("sessionId=")
+                    .or_else(|| kv.strip_prefix("session_id="))
+            })
+            .filter(|s| !s.is_empty())
+            .map(Arc::from)
+    }
+
+    /// Remembers a legacy stream's announced endpoint; returns its session.
+    fn announce_endpoint(&self, target: String) -> Arc<str> {
+        let inner = self;
+        let sid: Arc<str> = endpoint_session(&target).into();
+        let mut eps = inner.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let key: Box<str> = target.into();
+        if eps.by_url.insert(key.clone(), sid.clone()).is_none() {
+            eps.order.push_back(key);
+            while eps.order.len() > inner.cfg.limits.max_sessions.max(1) {
+                if let Some(old) = eps.order.pop_front() {
+                    eps.by_url.remove(&old);
+                }
+            }
+        }
+        inner
+            .endpoints_len
+            .store(eps.by_url.len(), Ordering::Relaxed);
+        sid
     }
 }
 
@@ -388,7 +549,13 @@ fn end_call(
             target: p.target,
             id: key.id.clone(),
             outcome,
-            latency_us: Some(p.started.elapsed().as_micros() as u64),
+            latency_us: Some(
+                inner
+                    .clock
+                    .now()
+                    .saturating_duration_since(p.started)
+                    .as_micros() as u64,
+            ),
             anomalies,
             request_index: p.index,
             response_index,
@@ -525,11 +692,17 @@ impl ExchangeCtx {
                 );
             }
             Body::Single(env) => self.on_envelope(Direction::ClientToServer, env, None, None),
+            Body::Batch(members) if members.is_empty() => {
+                self.req.batch = true;
+                self.publish_empty_batch(Direction::ClientToServer, body.clone(), None);
+            }
             Body::Batch(members) => {
                 self.req.batch = true;
+                self.batch_len = Some(members.len() as u32);
                 for (i, env) in members.into_iter().enumerate() {
                     self.on_envelope(Direction::ClientToServer, env, Some(i as u32), None);
                 }
+                self.batch_len = None;
             }
         }
     }
@@ -611,6 +784,7 @@ impl ExchangeCtx {
                 exchange: self.id,
                 status,
                 content_type: content_type.map(str::to_string),
+                local: None,
             }));
         }
         if let Some(new_sid) = session {
@@ -719,33 +893,77 @@ impl ExchangeCtx {
         }
     }
 
+    /// A reply frame was forwarded without being inspected (larger than the cap). Offline, a
+    /// recording's `NOT_INSPECTED` line for the reply says this happened.
+    pub fn reply_not_inspected(&mut self) {
+        match &mut self.mode {
+            ReplyMode::Json { buf, overflow } => {
+                *overflow = true;
+                *buf = BytesMut::new();
+            }
+            ReplyMode::Sse { .. } => {
+                flag(&self.insp, self.site(),
+                    Code::NotInspected,
+                    None,
+                    None,
+                    format!(
+                        "an SSE event larger than the inspection cap ({} bytes): forwarded, not inspected",
+                        self.insp.cfg.max_frame_bytes
+                    ),
+                );
+                self.reply_frames += 1;
+            }
+            ReplyMode::Ignore => {}
+        }
+    }
+
+    /// rpctap answered the request itself (`status`, because of `reason`): the upstream never
+    /// answered, so the calls end as missing with that reason — not as the server's errors, and
+    /// without a finding against the server.
+    pub fn answer_locally(&mut self, status: u16, reason: &str) {
+        self.status = status;
+        let inner = self.insp.clone();
+        if inner.bus.wants_in(Interest::HTTP, self.id) {
+            inner.bus.publish(Event::Http(HttpEvent::Response {
+                headers: Default::default(),
+                ts: now_ns(),
+                exchange: self.id,
+                status,
+                content_type: None,
+                local: Some(reason.to_string()),
+            }));
+        }
+        self.mode = ReplyMode::Ignore;
+        for k in std::mem::take(&mut self.req.calls) {
+            if let Some(p) = inner.correlator.remove_all(&k) {
+                end_missing(&inner, &k, p, reason, false);
+            }
+        }
+    }
+
     fn on_sse_event(&mut self, ev: sse::SseEvent) {
         if ev.oversized {
-            flag(&self.insp, self.site(),
-                Code::NotInspected,
-                None,
-                None,
-                format!(
-                    "an SSE event larger than the inspection cap ({} bytes): forwarded, not inspected",
-                    self.insp.cfg.max_frame_bytes
-                ),
-            );
-            self.reply_frames += 1;
+            self.reply_not_inspected();
             return;
         }
         match ev.kind() {
             "message" => {}
-            "endpoint" => {
-                // Legacy HTTP+SSE: the data is the URI to POST to, carrying the session id.
-                let data = String::from_utf8_lossy(&ev.data);
-                if let Some(sid) = data
-                    .split(['?', '&'])
-                    .find_map(|kv| kv.strip_prefix("sessionId="))
-                    .filter(|s| !s.is_empty())
-                {
-                    self.scope = Scope::Session(sid.into());
-                    self.transport = Transport::LegacySse;
+            "endpoint" if self.is_get_stream => {
+                // Legacy HTTP+SSE: the data is the URL the client will POST its messages to;
+                // the messages posted there belong to this stream's session.
+                let data = String::from_utf8_lossy(&ev.data).into_owned();
+                let inner = self.insp.clone();
+                if inner.bus.wants_in(Interest::HTTP, self.id) {
+                    inner.bus.publish(Event::Http(HttpEvent::Endpoint {
+                        ts: now_ns(),
+                        exchange: self.id,
+                        url: data.clone(),
+                    }));
                 }
+                let target = endpoint_target(&data, self.get_path.as_deref().unwrap_or("/"));
+                let sid = inner.announce_endpoint(target);
+                self.scope = Scope::Session(sid);
+                self.transport = Transport::LegacySse;
                 return;
             }
             _ => return,
@@ -809,17 +1027,19 @@ impl ExchangeCtx {
                 }
                 self.on_envelope_t(Direction::ServerToClient, env, None, sse_id, transport);
             }
+            Body::Batch(members) if members.is_empty() => {
+                flag(
+                    &inner,
+                    self.site(),
+                    Code::InvalidEnvelope,
+                    None,
+                    None,
+                    "an empty array is not a valid reply".into(),
+                );
+                self.publish_empty_batch(Direction::ServerToClient, body, sse_id);
+            }
             Body::Batch(members) => {
-                if members.is_empty() {
-                    flag(
-                        &inner,
-                        self.site(),
-                        Code::InvalidEnvelope,
-                        None,
-                        None,
-                        "an empty array is not a valid reply".into(),
-                    );
-                }
+                self.batch_len = Some(members.len() as u32);
                 for (i, env) in members.into_iter().enumerate() {
                     self.on_envelope_t(
                         Direction::ServerToClient,
@@ -829,7 +1049,31 @@ impl ExchangeCtx {
                         transport,
                     );
                 }
+                self.batch_len = None;
             }
+        }
+    }
+
+    /// An empty batch (`[]`): no message, but a frame — published as an invalid message with
+    /// `batch_len` 0 so the recording keeps it.
+    fn publish_empty_batch(&self, dir: Direction, raw: Bytes, sse_id: Option<String>) {
+        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
+            self.insp.bus.publish(Event::Message(MessageEvent {
+                ts: now_ns(),
+                exchange: self.id,
+                scope: self.scope.clone(),
+                direction: dir,
+                transport: self.transport,
+                kind: Kind::Invalid,
+                id: None,
+                method: None,
+                target: None,
+                batch_index: None,
+                batch_len: Some(0),
+                sse_id,
+                message: raw,
+                unparsed: false,
+            }));
         }
     }
 
@@ -857,7 +1101,10 @@ impl ExchangeCtx {
                 method: None,
                 target: None,
                 batch_index: None,
+                batch_len: None,
                 sse_id,
+                unparsed: serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_err()
+                    || self.insp.cfg.redact.has_paths(),
                 // Not JSON: redaction by path cannot apply, so with paths set it is withheld.
                 message: if self.insp.cfg.redact.has_paths() {
                     Bytes::from_static(b"[REDACTED: unparsable message]")
@@ -1003,11 +1250,13 @@ impl ExchangeCtx {
                 method: method.or(reply_method),
                 target: target.or(reply_target),
                 batch_index,
+                batch_len: batch_index.and(self.batch_len),
                 sse_id,
                 message: match inner.cfg.redact.message(&env.raw) {
                     Some(red) => Bytes::from(red),
                     None => env.raw,
                 },
+                unparsed: false,
             }));
         }
     }
@@ -1068,7 +1317,7 @@ impl ExchangeCtx {
             exchange: self.id,
             method: method.clone(),
             target,
-            started: Instant::now(),
+            started: inner.clock.now(),
             anomalies,
             extra: 0,
             index: self.cur.and_then(|c| c.1),
@@ -1265,6 +1514,12 @@ impl ExchangeCtx {
                 ),
             }));
         }
+    }
+
+    /// Offline: the recording stops before this exchange ended (the proxy was killed); leave
+    /// its calls as the live run left them.
+    pub fn abandon(mut self) {
+        self.ended = true;
     }
 
     /// The reply ended (normally or not). Calls of this exchange still waiting end as missing.

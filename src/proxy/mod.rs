@@ -371,7 +371,7 @@ impl Proxy {
         if let Some(p) = plan.filter(limits::Plan::any_refused) {
             // Boxed: a rare path whose state would otherwise widen every exchange's future
             // (moved whole several times per call).
-            return Box::pin(self.merge_reply(p, rparts, rbody, ctx, accepts_sse)).await;
+            return Box::pin(self.merge_reply(p, rparts, rbody, ctx, accepts_sse, permits)).await;
         }
         // Phases 4 and 5 happen in the body as the client reads it.
         Response::from_parts(
@@ -389,6 +389,7 @@ impl Proxy {
         rbody: Incoming,
         mut ctx: ExchangeCtx,
         accepts_sse: bool,
+        permits: Vec<crate::limit::Permit>,
     ) -> Response<ProxyBody> {
         let ct = rparts
             .headers
@@ -404,9 +405,12 @@ impl Proxy {
                 "event: message\ndata: [{}]\n\n",
                 refusals.join(",")
             ));
+            // The concurrency permits are held until the merged stream ends.
             return Response::from_parts(
                 rparts,
-                TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)).then(tail),
+                TeeBody::new(ReplySource::Upstream(rbody), Some(ctx))
+                    .then(tail)
+                    .holding(permits),
             );
         }
         // JSON (or no body, when only notifications went upstream): read the reply whole (it is
@@ -479,32 +483,28 @@ impl Proxy {
             .map_err(|e| e.to_string())
     }
 
-    /// A reply rpctap makes itself: a JSON-RPC error per call when the request held calls,
-    /// fed through the inspector like any reply.
+    /// A reply rpctap makes itself: a JSON-RPC error per call when the request held calls (an
+    /// array for a batch), one `id: null` error when the request could not be read, nothing for
+    /// notifications, plain text for anything else. The inspector is told rpctap answered (the
+    /// calls end as missing with the reason) and never reads this body as the server's.
     fn error_reply(&self, mut ctx: ExchangeCtx, err: ExchangeError) -> Response<ProxyBody> {
         let (status, code) = err.status_and_code();
         let message = err.to_string();
         let body = if ctx.is_rpc() {
-            let ids: Vec<Id> = ctx.call_ids().to_vec();
-            if ctx.was_batch() {
-                if ids.is_empty() {
-                    None
-                } else {
+            let ids = ctx.call_ids();
+            match (&err, ctx.was_batch(), ids) {
+                (ExchangeError::Downstream(_), _, _) => {
+                    Some(crate::rpc::error_reply(&Id::Null, code, &message, None))
+                }
+                (_, _, []) => None,
+                (_, true, ids) => {
                     let items: Vec<String> = ids
                         .iter()
                         .map(|id| crate::rpc::error_reply(id, code, &message, None))
                         .collect();
                     Some(format!("[{}]", items.join(",")))
                 }
-            } else {
-                match ids.first() {
-                    Some(id) => Some(crate::rpc::error_reply(id, code, &message, None)),
-                    None if ctx.call_ids().is_empty() && !ctx.was_batch() => {
-                        // A notification or an unreadable request: id null if anything.
-                        None
-                    }
-                    None => None,
-                }
+                (_, false, [id, ..]) => Some(crate::rpc::error_reply(id, code, &message, None)),
             }
         } else {
             Some(format!("rpctap: {message}\n"))
@@ -514,12 +514,7 @@ impl Proxy {
         } else {
             "text/plain; charset=utf-8"
         };
-        ctx.response_head(&ResponseMeta {
-            status: status.as_u16(),
-            content_type: body.as_ref().map(|_| ct),
-            content_length: body.as_ref().map(|b| b.len() as u64),
-            ..Default::default()
-        });
+        ctx.answer_locally(status.as_u16(), &message);
         let bytes = body.map(Bytes::from);
         let mut resp = Response::new(TeeBody::new(ReplySource::Made(bytes.clone()), Some(ctx)));
         *resp.status_mut() = status;

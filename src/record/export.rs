@@ -195,6 +195,7 @@ pub fn har(rec: &Recording) -> Value {
                 status,
                 content_type,
                 headers,
+                ..
             } => {
                 responses.insert(
                     *exchange,
@@ -204,7 +205,7 @@ pub fn har(rec: &Recording) -> Value {
             RecHttp::End { ts, exchange, .. } => {
                 ends.insert(*exchange, *ts);
             }
-            RecHttp::Request { .. } => {}
+            RecHttp::Request { .. } | RecHttp::Endpoint { .. } => {}
         }
     }
     for h in rec.http() {

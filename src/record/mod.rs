@@ -545,6 +545,7 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             status,
             content_type,
             headers: hs,
+            local,
         } => {
             let mut l = head(out, "response", *ts, *exchange);
             l.num("status", *status);
@@ -552,6 +553,14 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
                 l.str("content_type", ct);
             }
             headers(&mut l, hs);
+            if let Some(why) = local {
+                l.str("local", why);
+            }
+            l.close();
+        }
+        HttpEvent::Endpoint { ts, exchange, url } => {
+            let mut l = head(out, "endpoint", *ts, *exchange);
+            l.str("url", url);
             l.close();
         }
         HttpEvent::End {
@@ -647,6 +656,9 @@ fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
     if let Some(v) = m.batch_index {
         l.num("batch_index", v);
     }
+    if let Some(v) = m.batch_len {
+        l.num("batch_len", v);
+    }
     if let Some(v) = &m.sse_id {
         l.str("sse_id", v);
     }
@@ -655,6 +667,10 @@ fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
         serde_json::to_writer(&mut *l.0, &crate::events::RawMessage(&m.message))?;
     } else {
         l.0.extend_from_slice(&m.message);
+    }
+    if m.unparsed {
+        l.key("unparsed");
+        l.0.extend_from_slice(b"true");
     }
     l.close();
     Ok(())
@@ -836,6 +852,7 @@ mod tests {
                 status: 200,
                 content_type: Some("text/event-stream".into()),
                 headers: Headers(hm),
+                local: None,
             },
             HttpEvent::Response {
                 ts: 2,
@@ -843,6 +860,12 @@ mod tests {
                 status: 502,
                 content_type: None,
                 headers: Headers::default(),
+                local: Some("upstream unreachable: \"refused\"".into()),
+            },
+            HttpEvent::Endpoint {
+                ts: 3,
+                exchange: 4,
+                url: "/messages/?session_id=a\"b".into(),
             },
             HttpEvent::End {
                 ts: 5,
@@ -871,10 +894,12 @@ mod tests {
             method: Some("tools/call".into()),
             target: Some("se\u{e9}arch \"q\"".into()),
             batch_index: Some(3),
+            batch_len: Some(5),
             sse_id: Some("ev-1\n".into()),
             message: bytes::Bytes::from_static(
                 br#"{"jsonrpc":"2.0","id":"x\u00e9","method":"m", "params" : [1, 2.50]}"#,
             ),
+            unparsed: false,
         };
         let numeric = MessageEvent {
             id: Some(crate::rpc::Id::Num("12345678901234567890".into())),
@@ -887,6 +912,7 @@ mod tests {
             method: None,
             target: None,
             batch_index: None,
+            batch_len: None,
             sse_id: None,
             kind: Kind::Notification,
             ..base.clone()
@@ -894,6 +920,7 @@ mod tests {
         let not_json = MessageEvent {
             kind: Kind::Invalid,
             message: bytes::Bytes::from_static(b"{\"jsonrpc\": \xff"),
+            unparsed: true,
             ..minimal.clone()
         };
         let invalid_json = MessageEvent {

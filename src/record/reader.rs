@@ -29,12 +29,44 @@ pub enum RecHttp {
         content_type: Option<String>,
         #[serde(default)]
         headers: Vec<(String, String)>,
+        /// rpctap answered itself, and why.
+        #[serde(default)]
+        local: Option<String>,
     },
+    /// A legacy stream announced its message endpoint.
+    Endpoint { ts: u64, exchange: u64, url: String },
     End {
         ts: u64,
         exchange: u64,
         reason: String,
     },
+}
+
+impl RecHttp {
+    pub fn ts(&self) -> u64 {
+        match self {
+            RecHttp::Request { ts, .. }
+            | RecHttp::Response { ts, .. }
+            | RecHttp::Endpoint { ts, .. }
+            | RecHttp::End { ts, .. } => *ts,
+        }
+    }
+    pub fn exchange(&self) -> u64 {
+        match self {
+            RecHttp::Request { exchange, .. }
+            | RecHttp::Response { exchange, .. }
+            | RecHttp::Endpoint { exchange, .. }
+            | RecHttp::End { exchange, .. } => *exchange,
+        }
+    }
+}
+
+/// A first value of a header, by name in any letter case.
+pub fn header_value<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 /// A JSON-RPC message of a recording.
@@ -54,9 +86,15 @@ pub struct RecMessage {
     pub target: Option<String>,
     #[serde(default)]
     pub batch_index: Option<u32>,
+    /// The size of the batch it was part of (with `batch_index`).
+    #[serde(default)]
+    pub batch_len: Option<u32>,
     #[serde(default)]
     pub sse_id: Option<String>,
     pub message: Box<RawValue>,
+    /// The frame was not JSON: `message` is a JSON string holding its text.
+    #[serde(default)]
+    pub unparsed: bool,
 }
 
 impl RecMessage {
@@ -69,6 +107,19 @@ impl RecMessage {
     /// The id as exact JSON text.
     pub fn id_text(&self) -> Option<&str> {
         self.id.as_deref().map(RawValue::get)
+    }
+    /// The frame's text as it was on the wire (an unparsed frame's text, decoded).
+    pub fn wire_text(&self) -> std::borrow::Cow<'_, str> {
+        if self.unparsed {
+            if let Ok(s) = serde_json::from_str::<String>(self.message.get()) {
+                return s.into();
+            }
+        }
+        self.message.get().into()
+    }
+    /// An empty batch (`[]`): a frame with no message in it.
+    pub fn is_empty_batch(&self) -> bool {
+        self.batch_len == Some(0)
     }
 }
 
@@ -108,7 +159,29 @@ pub struct RecAnomaly {
     pub severity: String,
     #[serde(default)]
     pub id: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub direction: Option<crate::events::Direction>,
+    #[serde(default)]
+    pub batch_index: Option<u32>,
     pub message: String,
+}
+
+/// A rate-limit refusal (or, `shadow`, a would-be one) of a recording.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecRefusal {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: String,
+    pub method: String,
+    #[serde(default)]
+    pub id: Option<Box<RawValue>>,
+    pub rule: String,
+    #[serde(default)]
+    pub shadow: bool,
+    #[serde(default)]
+    pub retry_after_ms: u64,
 }
 
 /// One line of a recording.
@@ -118,8 +191,23 @@ pub enum RecEvent {
     Message(RecMessage),
     Call(RecCall),
     Anomaly(RecAnomaly),
+    Refusal(RecRefusal),
     /// `notice` and `gap` lines, kept as they are.
     Other(serde_json::Value),
+}
+
+impl RecEvent {
+    /// The event's time (ns since the epoch), when it has one.
+    pub fn ts(&self) -> Option<u64> {
+        match self {
+            RecEvent::Http(h) => Some(h.ts()),
+            RecEvent::Message(m) => Some(m.ts),
+            RecEvent::Call(c) => Some(c.ts),
+            RecEvent::Anomaly(a) => Some(a.ts),
+            RecEvent::Refusal(r) => Some(r.ts),
+            RecEvent::Other(v) => v.get("ts").and_then(|t| t.as_u64()),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -133,6 +221,9 @@ struct Tag<'a> {
 pub struct Recording {
     pub header: serde_json::Value,
     pub events: Vec<RecEvent>,
+    /// Where each run of rpctap that wrote into this recording starts: the index of its first
+    /// event and its header (more than one when a run appended with `--record-append`).
+    pub runs: Vec<(usize, serde_json::Value)>,
     /// Lines skipped, and why.
     pub warnings: Vec<String>,
 }
@@ -158,13 +249,29 @@ impl Recording {
     }
     /// Scopes in order of first appearance.
     pub fn scopes(&self) -> Vec<String> {
-        let mut seen = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
         for m in self.messages() {
-            if !seen.contains(&m.scope) {
-                seen.push(m.scope.clone());
+            if seen.insert(m.scope.as_str()) {
+                out.push(m.scope.clone());
             }
         }
-        seen
+        out
+    }
+
+    /// The runs: each run's header and its events.
+    pub fn run_slices(&self) -> Vec<(&serde_json::Value, &[RecEvent])> {
+        if self.runs.is_empty() {
+            return vec![(&self.header, &self.events[..])];
+        }
+        self.runs
+            .iter()
+            .enumerate()
+            .map(|(i, (start, h))| {
+                let end = self.runs.get(i + 1).map_or(self.events.len(), |r| r.0);
+                (h, &self.events[*start..end])
+            })
+            .collect()
     }
 }
 
@@ -175,6 +282,7 @@ fn parse_line(line: &str) -> Result<RecEvent, String> {
         "message" => RecEvent::Message(serde_json::from_str(line).map_err(|e| e.to_string())?),
         "call" => RecEvent::Call(serde_json::from_str(line).map_err(|e| e.to_string())?),
         "anomaly" => RecEvent::Anomaly(serde_json::from_str(line).map_err(|e| e.to_string())?),
+        "refusal" => RecEvent::Refusal(serde_json::from_str(line).map_err(|e| e.to_string())?),
         _ => RecEvent::Other(serde_json::from_str(line).map_err(|e| e.to_string())?),
     };
     Ok(ev)
@@ -197,7 +305,10 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> R
         ));
     }
     if first {
-        rec.header = h;
+        rec.header = h.clone();
+    }
+    if first || h.get("appended").and_then(|v| v.as_bool()) == Some(true) {
+        rec.runs.push((rec.events.len(), h));
     }
     let mut n = 1;
     while let Some(line) = lines.next() {
@@ -209,6 +320,16 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> R
             }
         });
         if line.is_empty() {
+            continue;
+        }
+        if line.starts_with("{\"rpctap_recording\"") {
+            // A later run appended here (`--record-append`): its own header.
+            match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(h) => rec.runs.push((rec.events.len(), h)),
+                Err(e) => rec.warnings.push(format!(
+                    "{name}: line {n} is not a valid header ({e}); skipped"
+                )),
+            }
             continue;
         }
         match parse_line(line) {

@@ -164,7 +164,7 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
                         .map(|(_, v)| v.clone());
                 }
             }
-            RecHttp::End { .. } => {}
+            RecHttp::End { .. } | RecHttp::Endpoint { .. } => {}
         }
     }
     for m in rec.messages().filter(|m| m.is_c2s()) {

@@ -64,6 +64,11 @@ impl Id {
         }
     }
 
+    /// The id written as `text` (a JSON value's raw text, e.g. a recording's `id`).
+    pub fn from_json_text(text: &str) -> Option<Id> {
+        Id::from_raw(text.trim()).ok()
+    }
+
     /// The id written as `text` (a JSON value's raw text).
     fn from_raw(text: &str) -> Result<Id, &'static str> {
         match text.as_bytes().first() {
@@ -107,7 +112,7 @@ fn is_number_literal(s: &str) -> bool {
 }
 
 /// What one JSON-RPC message is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// A call: has `method` and `id`.
