@@ -3,50 +3,38 @@
 //! specification's examples. Results through rpctap must equal results direct; rpctap must flag
 //! nothing on correct traffic; the recording must check clean and replay against the server.
 //!
-//! The peers are installed by the test itself into virtualenvs under `target/interop/` (once;
-//! later runs reuse them).
+//! The peers are installed by `scripts/peers.sh` (called by `.ci/run` and `scripts/test.sh`)
+//! into `target/interop/`; a test whose peer is missing fails saying so.
 
 mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
-static SETUP: Mutex<()> = Mutex::new(());
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A virtualenv under target/interop with `packages` installed (created once, reused).
+/// The virtualenv `scripts/peers.sh` installed under target/interop with `packages`; a clear
+/// failure when it is missing (the tests install nothing themselves).
 fn venv(name: &str, packages: &[&str]) -> PathBuf {
-    let _g = SETUP.lock().unwrap_or_else(|p| p.into_inner());
+    installed(name, packages)
+}
+
+/// A peer folder under target/interop whose stamp names exactly `packages`.
+fn installed(name: &str, packages: &[&str]) -> PathBuf {
     let dir = root().join("target/interop").join(name);
-    let stamp = dir.join("rpctap-installed");
     let want = packages.join(" ");
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return dir;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "python3 -m venv failed");
-    let ok = Command::new(dir.join("bin/pip"))
-        .args(["install", "-q", "--disable-pip-version-check"])
-        .args(packages)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "pip install {want} failed");
-    std::fs::write(&stamp, &want).unwrap();
+    let have = std::fs::read_to_string(dir.join("rpctap-installed")).unwrap_or_default();
+    assert_eq!(
+        have, want,
+        "test peer `{name}` is not installed as the tests need it: run `bash scripts/peers.sh` \
+         (the README's test command, scripts/test.sh, does)"
+    );
     dir
 }
 
@@ -268,6 +256,60 @@ async fn python_sdk_v1_in_every_server_mode() {
     }
 }
 
+/// The legacy HTTP+SSE transport as the Python SDK 1.x serves it: the stream announces
+/// `/messages/?session_id=…` (not the TypeScript SDK's `sessionId`); rpctap correlates the POSTs
+/// through the announced URL, whatever its parameter is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpoint() {
+    let env = venv("mcp1", &["mcp<2", "json-rpc", "werkzeug"]);
+    let dir = std::env::temp_dir().join(format!("rpctap-legacy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let _server = start_peer(
+        python(&env, "mcp1_server.py", &["legacy", &port.to_string()]),
+        port,
+    )
+    .await;
+    let upstream = format!("http://127.0.0.1:{port}");
+    let file = dir.join("legacy.jsonl");
+    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+    let direct = run_script(
+        &env,
+        "mcp1_client.py",
+        &[&format!("{upstream}/sse"), "legacy"],
+    )
+    .await;
+    let via = run_script(
+        &env,
+        "mcp1_client.py",
+        &[&format!("http://{}/sse", proxy.addr), "legacy"],
+    )
+    .await;
+    assert_eq!(direct, via, "the client saw the same through rpctap");
+    assert_eq!(via["add"]["content"][0]["text"], "5");
+    assert_eq!(
+        via["progress"],
+        serde_json::json!([[1.0, 3.0], [2.0, 3.0], [3.0, 3.0]])
+    );
+    let ev = proxy.drain().await;
+    let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
+    assert_eq!(
+        codes,
+        vec!["TOOL_ERROR"],
+        "only the failing tool is flagged"
+    );
+    let cs = calls(&ev);
+    assert!(cs.len() >= 9, "the session's calls ended: {}", cs.len());
+    assert!(
+        cs.iter()
+            .all(|c| matches!(c.outcome, rpctap::events::Outcome::Result)
+                && matches!(&c.scope, rpctap::events::Scope::Session(_))),
+        "every call matched its reply on the stream, in the session's scope: {cs:?}"
+    );
+    assert_checks_and_replays(proxy.stop, &file, &upstream, 5).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
     let env = venv("mcp2", &["mcp>=2,<3"]);
@@ -328,26 +370,9 @@ const NODE_PACKAGES: &[&str] = &[
     "node@22",
 ];
 
-/// npm packages under target/interop/node (installed once).
+/// The npm packages `scripts/peers.sh` installed under target/interop/node.
 fn node_modules(packages: &[&str]) -> PathBuf {
-    let _g = SETUP.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = root().join("target/interop/node");
-    let stamp = dir.join("rpctap-installed");
-    let want = packages.join(" ");
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return dir;
-    }
-    std::fs::create_dir_all(&dir).unwrap();
-    let ok = Command::new("npm")
-        .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-        .arg(&dir)
-        .args(packages)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "npm install {want} failed");
-    std::fs::write(&stamp, &want).unwrap();
-    dir
+    installed("node", packages)
 }
 
 async fn run_node(dir: &Path, args: &[&str]) -> serde_json::Value {

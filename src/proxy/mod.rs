@@ -268,7 +268,9 @@ impl Proxy {
                     ctx.request_body(&prefix, false);
                     ForwardBody::streaming(Some(prefix), rest)
                 }
-                Err(e) => return self.error_reply(ctx, ExchangeError::Downstream(e.to_string())),
+                Err(e) => {
+                    return self.error_reply(ctx, is_rpc, ExchangeError::Downstream(e.to_string()))
+                }
             }
         } else if http_body::Body::is_end_stream(&incoming) {
             ForwardBody::empty()
@@ -279,7 +281,7 @@ impl Proxy {
         // Phase 2: upstream request.
         let uri = match self.upstream_uri(&parts.uri, lane.is_some()) {
             Ok(u) => u,
-            Err(e) => return self.error_reply(ctx, ExchangeError::Internal(e)),
+            Err(e) => return self.error_reply(ctx, is_rpc, ExchangeError::Internal(e)),
         };
         parts.uri = uri;
         parts.version = http::Version::HTTP_11;
@@ -319,12 +321,13 @@ impl Proxy {
             Some(Ok(r)) => r,
             Some(Err(why)) => {
                 tracing::warn!(exchange = ctx.id, error = %why, "upstream request failed");
-                return self.error_reply(ctx, ExchangeError::UpstreamUnreachable(why));
+                return self.error_reply(ctx, is_rpc, ExchangeError::UpstreamUnreachable(why));
             }
             None => {
                 tracing::warn!(exchange = ctx.id, "upstream timed out");
                 return self.error_reply(
                     ctx,
+                    is_rpc,
                     ExchangeError::UpstreamTimeout(inner.opts.upstream_timeout),
                 );
             }
@@ -487,10 +490,15 @@ impl Proxy {
     /// array for a batch), one `id: null` error when the request could not be read, nothing for
     /// notifications, plain text for anything else. The inspector is told rpctap answered (the
     /// calls end as missing with the reason) and never reads this body as the server's.
-    fn error_reply(&self, mut ctx: ExchangeCtx, err: ExchangeError) -> Response<ProxyBody> {
+    fn error_reply(
+        &self,
+        mut ctx: ExchangeCtx,
+        is_rpc: bool,
+        err: ExchangeError,
+    ) -> Response<ProxyBody> {
         let (status, code) = err.status_and_code();
         let message = err.to_string();
-        let body = if ctx.is_rpc() {
+        let body = if is_rpc {
             let ids = ctx.call_ids();
             match (&err, ctx.was_batch(), ids) {
                 (ExchangeError::Downstream(_), _, _) => {
@@ -509,7 +517,7 @@ impl Proxy {
         } else {
             Some(format!("rpctap: {message}\n"))
         };
-        let ct = if ctx.is_rpc() {
+        let ct = if is_rpc {
             "application/json"
         } else {
             "text/plain; charset=utf-8"

@@ -311,3 +311,70 @@ pub fn calls(events: &[Arc<Event>]) -> Vec<rpctap::events::CallEvent> {
         })
         .collect()
 }
+
+pub fn json_reply(
+    status: u16,
+    body: &str,
+) -> Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(boxed(body.to_string()))
+        .unwrap()
+}
+
+pub fn sse_reply(
+    events: &[&str],
+) -> Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>> {
+    let body: String = events
+        .iter()
+        .map(|e| format!("event: message\ndata: {e}\n\n"))
+        .collect();
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(boxed(body))
+        .unwrap()
+}
+
+/// The misbehaving upstream: what it does depends on the `case` query parameter.
+pub async fn misbehaving_upstream() -> (std::net::SocketAddr, Stop) {
+    start_upstream(|parts, _body| {
+        let case = parts.uri.query().unwrap_or("").trim_start_matches("case=").to_string();
+        Box::pin(async move {
+            match case.as_str() {
+                "dup" => json_reply(200, r#"[{"jsonrpc":"2.0","id":1,"result":"a"},{"jsonrpc":"2.0","id":1,"result":"b"}]"#),
+                "unmatched" => json_reply(200, r#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":99,"result":1}]"#),
+                "type" => json_reply(200, r#"{"jsonrpc":"2.0","id":"1","result":1}"#),
+                "missing" => json_reply(200, r#"[{"jsonrpc":"2.0","id":1,"result":1}]"#),
+                "notif" => json_reply(200, r#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":5,"result":1}]"#),
+                "batch" => json_reply(200, r#"{"jsonrpc":"2.0","id":1,"result":1}"#),
+                "invalid" => json_reply(200, r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Invalid Request"}}"#),
+                "invalid-reply" => sse_reply(&[r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}}"#, r#"{"jsonrpc":"2.0","id":1,"result":1}"#]),
+                "parse" => sse_reply(&[r#"{"jsonrpc":"2.0","id":1,"res"#, r#"{"jsonrpc":"2.0","id":1,"result":1}"#]),
+                "nullid" => sse_reply(&[r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"oops"}}"#, r#"{"jsonrpc":"2.0","id":1,"result":1}"#]),
+                "unsafe" => json_reply(200, r#"{"jsonrpc":"2.0","id":12345678901234567890,"result":1}"#),
+                "status" => json_reply(500, r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error"}}"#),
+                "notif-status" => json_reply(200, ""),
+                "tool" => sse_reply(&[r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#]),
+                "init" => {
+                    let mut r = sse_reply(&[r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}"#]);
+                    r.headers_mut().insert("mcp-session-id", "sess-A".parse().unwrap());
+                    r
+                }
+                "early" => sse_reply(&[r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#]),
+                "changed" => {
+                    let mut r = sse_reply(&[r#"{"jsonrpc":"2.0","id":2,"result":{}}"#]);
+                    r.headers_mut().insert("mcp-session-id", "sess-B".parse().unwrap());
+                    r
+                }
+                "big" => json_reply(200, &format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{}"}}"#, "x".repeat(4096))),
+                "reject" => Response::builder().status(404).body(boxed("no such session")).unwrap(),
+                "notjson" => json_reply(200, "oops, not json"),
+                "accepted" => Response::builder().status(202).body(boxed("")).unwrap(),
+                "empty-batch" => json_reply(200, "[]"),
+                _ => json_reply(200, r#"{"jsonrpc":"2.0","id":1,"result":null}"#),
+            }
+        })
+    })
+    .await
+}

@@ -1,12 +1,15 @@
 """The official Python SDK client (mcp < 2) doing a whole session; prints what it saw as JSON.
 
-usage: mcp1_client.py URL
+usage: mcp1_client.py URL [legacy]
+
+With `legacy`, URL is the HTTP+SSE stream (`…/sse`) and the client is `sse_client`.
 """
 import asyncio
 import json
 import sys
 
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamablehttp_client
 
 
@@ -14,7 +17,7 @@ def dump(x):
     return x.model_dump(mode="json", exclude_none=True)
 
 
-async def main(url):
+async def main(url, legacy):
     out = {}
     progress = []
     logs = []
@@ -22,7 +25,9 @@ async def main(url):
     async def on_log(params):
         logs.append(dump(params))
 
-    async with streamablehttp_client(url) as (read, write, _):
+    transport = sse_client(url) if legacy else streamablehttp_client(url)
+    async with transport as streams:
+        read, write = streams[0], streams[1]
         async with ClientSession(read, write, logging_callback=on_log) as s:
             init = await s.initialize()
             out["server"] = init.serverInfo.name
@@ -45,4 +50,4 @@ async def main(url):
     print(json.dumps(out, sort_keys=True))
 
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main(sys.argv[1], sys.argv[2:] == ["legacy"]))

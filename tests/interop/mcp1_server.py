@@ -1,6 +1,9 @@
 """An MCP server built with the official Python SDK (mcp < 2, FastMCP), for rpctap's interop tests.
 
-usage: mcp1_server.py MODE PORT   (MODE: sse | json | stateless | stateless-json)
+usage: mcp1_server.py MODE PORT   (MODE: sse | json | stateless | stateless-json | legacy)
+
+`legacy` is the 2024-11-05 HTTP+SSE transport (`GET /sse`, messages POSTed to the announced
+`/messages/?session_id=…`).
 """
 import sys
 
@@ -48,4 +51,4 @@ def greet(name: str) -> str:
     return f"Say hello to {name}."
 
 
-server.run(transport="streamable-http")
+server.run(transport="sse" if mode == "legacy" else "streamable-http")

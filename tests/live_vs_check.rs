@@ -1,0 +1,341 @@
+//! One inspector, live and offline: the misbehaving upstream's whole repertoire goes through a
+//! recording proxy, and for every case the codes the live inspector flagged (the recording's
+//! `anomaly` lines) are exactly the codes `rpctap check` finds in the recording — per scope.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
+
+type Codes = BTreeMap<String, Vec<String>>;
+
+/// (scope → sorted codes) of the recording's live `anomaly` lines.
+fn live_codes(file: &std::path::Path) -> Codes {
+    let rec = rpctap::record::reader::read(file).unwrap();
+    let mut out = Codes::new();
+    for e in &rec.events {
+        if let rpctap::record::reader::RecEvent::Anomaly(a) = e {
+            out.entry(a.scope.clone()).or_default().push(a.code.clone());
+        }
+    }
+    out.values_mut().for_each(|v| v.sort());
+    out
+}
+
+/// (scope → sorted codes) of what `rpctap check FILE` finds; and its exit code.
+fn checked_codes(file: &std::path::Path) -> (Codes, Option<i32>) {
+    let out = Command::new(BIN)
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let mut codes = Codes::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let scope = v["scope"].as_str().unwrap().to_string();
+        let mut found: Vec<String> = v["result"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["code"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            v["result"]["truncated"], false,
+            "a recording's findings are never cut"
+        );
+        if !found.is_empty() {
+            found.sort();
+            codes.insert(scope, found);
+        }
+    }
+    (codes, out.status.code())
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rpctap-lvc-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
+    rpctap::cli::ProxyFlags {
+        record: Some(file.to_path_buf()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
+    let call1 = r#"{"jsonrpc":"2.0","method":"m","id":1}"#;
+    let batch12 =
+        r#"[{"jsonrpc":"2.0","method":"m","id":1},{"jsonrpc":"2.0","method":"m","id":2}]"#;
+    let tool =
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t","arguments":{}},"id":1}"#;
+    // (case, extra headers, request body, the codes its scope must get — live and in check)
+    let table: Vec<(&str, Vec<(&str, &str)>, String, Vec<&str>)> = vec![
+        (
+            "dup",
+            vec![],
+            format!("[{call1},{call1}]"),
+            vec!["DUPLICATE_ID"],
+        ),
+        (
+            "unmatched",
+            vec![],
+            format!("[{call1}]"),
+            vec!["UNMATCHED_RESPONSE"],
+        ),
+        ("type", vec![], call1.into(), vec!["ID_TYPE_MISMATCH"]),
+        ("missing", vec![], batch12.into(), vec!["MISSING_RESPONSE"]),
+        (
+            "notif",
+            vec![],
+            format!(r#"[{call1},{{"jsonrpc":"2.0","method":"n"}}]"#),
+            vec!["NOTIFICATION_REPLY"],
+        ),
+        (
+            "batch",
+            vec![],
+            format!("[{call1}]"),
+            vec!["INVALID_BATCH_REPLY"],
+        ),
+        // A batch of two answered by one object: the single reply also answers neither call.
+        (
+            "batch",
+            vec![],
+            r#"[{"jsonrpc":"2.0","method":"m","id":7},{"jsonrpc":"2.0","method":"m","id":8}]"#
+                .into(),
+            vec![
+                "INVALID_BATCH_REPLY",
+                "MISSING_RESPONSE",
+                "MISSING_RESPONSE",
+                "UNMATCHED_RESPONSE",
+            ],
+        ),
+        (
+            "invalid",
+            vec![],
+            r#"{"jsonrpc":"1.0","method":"m","id":1}"#.into(),
+            vec!["INVALID_ENVELOPE"],
+        ),
+        (
+            "invalid-reply",
+            vec![],
+            call1.into(),
+            vec!["INVALID_ENVELOPE"],
+        ),
+        ("parse", vec![], call1.into(), vec!["PARSE_ERROR"]),
+        ("nullid", vec![], call1.into(), vec!["NULL_ID_RESPONSE"]),
+        (
+            "unsafe",
+            vec![],
+            r#"{"jsonrpc":"2.0","method":"m","id":12345678901234567890}"#.into(),
+            vec!["UNSAFE_ID"],
+        ),
+        // A JSON-RPC error carried by HTTP 500.
+        ("status", vec![], call1.into(), vec!["HTTP_STATUS"]),
+        (
+            "notif-status",
+            vec![],
+            r#"{"jsonrpc":"2.0","method":"n"}"#.into(),
+            vec!["HTTP_STATUS"],
+        ),
+        ("tool", vec![], tool.into(), vec!["TOOL_ERROR"]),
+        // A reply body that is not JSON.
+        (
+            "notjson",
+            vec![],
+            call1.into(),
+            vec!["MISSING_RESPONSE", "PARSE_ERROR"],
+        ),
+        (
+            "empty-batch",
+            vec![],
+            format!("[{call1}]"),
+            vec!["INVALID_ENVELOPE", "MISSING_RESPONSE"],
+        ),
+        // The client's body is not JSON, and the server answers it as if it were a call.
+        (
+            "default",
+            vec![],
+            "{not json".into(),
+            vec!["PARSE_ERROR", "UNMATCHED_RESPONSE"],
+        ),
+        ("reject", vec![], call1.into(), vec![]),
+    ];
+    let (up, _u) = misbehaving_upstream().await;
+    let dir = scratch("table");
+    let file = dir.join("rec.jsonl");
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
+    let mut want = Codes::new();
+    for (n, (name, headers, body, codes)) in table.iter().enumerate() {
+        let mut h = vec![("content-type", "application/json"), MCP_ACCEPT];
+        h.extend_from_slice(headers);
+        let _ = send(
+            p.addr,
+            "POST",
+            &format!("/rpc?case={name}"),
+            &h,
+            body.clone(),
+        )
+        .await;
+        let mut got: Vec<String> = anomalies(&p.drain().await)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        got.sort();
+        assert_eq!(got, codes.clone(), "case {name} (#{n}) live");
+        if !codes.is_empty() {
+            want.insert(
+                format!("exchange:{}", n + 1),
+                codes.iter().map(|c| c.to_string()).collect(),
+            );
+        }
+    }
+    drop(p.stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        live_codes(&file),
+        want,
+        "the recording holds the live codes"
+    );
+    let (checked, exit) = checked_codes(&file);
+    assert_eq!(
+        checked, want,
+        "check of the recording finds exactly the live codes"
+    );
+    assert_eq!(exit, Some(1), "error findings make check fail");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn mcp_sessions_and_timeouts_get_the_same_codes_live_and_in_check() {
+    let (up, _u) = misbehaving_upstream().await;
+    let dir = scratch("mcp");
+    let file = dir.join("rec.jsonl");
+    let flags = rpctap::cli::ProxyFlags {
+        call_timeout: Some(0.3),
+        ..record_flags(&file)
+    };
+    let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let h = |sid: Option<&'static str>| {
+        let mut h = vec![("content-type", "application/json"), MCP_ACCEPT];
+        if let Some(s) = sid {
+            h.push(("mcp-session-id", s));
+        }
+        h
+    };
+    let steps: [(&str, Option<&'static str>, &str); 5] = [
+        (
+            "init",
+            None,
+            r#"{"jsonrpc":"2.0","method":"initialize","params":{},"id":0}"#,
+        ),
+        (
+            "early",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"tools/list","id":1}"#,
+        ),
+        (
+            "changed",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"ping","id":2}"#,
+        ),
+        (
+            "early",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"ping","id":1}"#,
+        ),
+        // Answered 202 in a session: the reply never comes, the call times out.
+        (
+            "accepted",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"ping","id":3}"#,
+        ),
+    ];
+    for (case, sid, body) in steps {
+        let _ = send(p.addr, "POST", &format!("/rpc?case={case}"), &h(sid), body).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the call timeout passes for id 3
+    let mut live: Vec<String> = anomalies(&p.drain().await)
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    live.sort();
+    assert_eq!(
+        live,
+        vec![
+            "DUPLICATE_ID",
+            "MCP_EARLY_REQUEST",
+            "MCP_SESSION_CHANGED",
+            "MISSING_RESPONSE"
+        ],
+    );
+    drop(p.stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let want = live_codes(&file);
+    assert_eq!(
+        want.get("session:sess-A").map(Vec::len),
+        Some(4),
+        "{want:?}"
+    );
+    let (checked, _) = checked_codes(&file);
+    assert_eq!(checked, want, "the timeout falls where it did live");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn rpctaps_own_answers_are_not_the_servers_errors_live_or_in_check() {
+    // Nothing listens on the upstream's port: each call gets rpctap's 502 with its id, and ends
+    // missing ("upstream unreachable") — no HTTP_STATUS against a server that never answered.
+    let dir = scratch("down");
+    let file = dir.join("rec.jsonl");
+    let port = free_port();
+    let mut p = start_proxy_flags(&format!("http://127.0.0.1:{port}"), record_flags(&file)).await;
+    let r = post_json(p.addr, "/rpc", r#"{"jsonrpc":"2.0","method":"m","id":5}"#).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.json()["id"], 5);
+    assert_eq!(r.json()["error"]["code"], -32003);
+    let ev = p.drain().await;
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    let c = calls(&ev);
+    assert!(
+        matches!(&c[0].outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("unreachable")),
+        "{:?}",
+        c[0].outcome
+    );
+    drop(p.stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (checked, exit) = checked_codes(&file);
+    assert!(checked.is_empty(), "{checked:?}");
+    assert_eq!(exit, Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_unreadable_request_gets_an_id_null_error() {
+    // A chunked body cut off by a bad chunk header: rpctap cannot read it and says so, with the
+    // id null the specification gives a request whose id could not be read.
+    let (up, _u) = misbehaving_upstream().await;
+    let p = start_proxy(&format!("http://{up}")).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"POST /rpc HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"jso\r\nzz\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    eprintln!("{text}");
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    let json_start = body.find('{').unwrap_or(0);
+    let v: serde_json::Value =
+        serde_json::from_str(body[json_start..].trim_end_matches(['\r', '\n', '0'])).unwrap();
+    assert_eq!(v["id"], serde_json::Value::Null);
+    assert_eq!(v["error"]["code"], -32005);
+}
