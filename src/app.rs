@@ -34,7 +34,7 @@ impl AppError {
     /// 2 for usage errors, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
         match self {
-            AppError::Config(_) => 2,
+            AppError::Config(_) | AppError::Record(crate::record::RecordError::Exists { .. }) => 2,
             AppError::Bind { .. } | AppError::Record(_) | AppError::Terminal(_) => 1,
         }
     }
@@ -381,7 +381,9 @@ pub enum OfflineError {
 
 fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), OfflineError> {
     match path {
-        Some(p) => std::fs::write(p, text)
+        // Private (0600), like the recording it comes from.
+        Some(p) => crate::record::create_private(p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
             .map_err(|e| OfflineError::Io(format!("cannot write {}: {e}", p.display()))),
         None => {
             use std::io::Write;

@@ -188,6 +188,13 @@ pub struct ProxyFlags {
     /// Record the traffic to this JSON Lines file (created mode 0600).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Add to an existing recording: a new run with its own header after what is there
+    /// (without it, an existing FILE is refused).
+    #[arg(long, requires = "record", conflicts_with = "force")]
+    pub record_append: bool,
+    /// Overwrite an existing recording (and its rotated parts).
+    #[arg(long, requires = "record")]
+    pub force: bool,
     /// Rotate the recording to FILE.1, FILE.2, … when it reaches this size.
     #[arg(long, value_name = "BYTES")]
     pub record_max_bytes: Option<u64>,
@@ -207,8 +214,8 @@ pub struct ProxyFlags {
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
-    /// Address to listen on.
-    #[arg(long, value_name = "ADDR")]
+    /// Address to listen on: `IP:PORT`, `localhost:PORT` or `:PORT` (loopback).
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub listen: Option<SocketAddr>,
     /// The server to proxy (http:// or https://, optionally with a base path).
     #[arg(long, value_name = "URL")]
@@ -219,8 +226,8 @@ pub struct ProxyArgs {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Address the proxy listens on.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    /// Address the proxy listens on: `IP:PORT`, `localhost:PORT` or `:PORT` (loopback).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub listen: SocketAddr,
     #[command(flatten)]
     pub flags: ProxyFlags,
@@ -239,10 +246,46 @@ pub struct DemoServerArgs {
     pub alter_add: bool,
 }
 
+/// A listen address: `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT`, or `:PORT` (loopback).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let port = |p: &str| {
+        p.parse::<u16>()
+            .map_err(|_| format!("{s:?}: the port must be a number from 0 to 65535"))
+    };
+    if let Some(p) = s.strip_prefix(':') {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port(p)?)));
+    }
+    match s.rsplit_once(':') {
+        Some((host, p)) if host.eq_ignore_ascii_case("localhost") => {
+            Ok(SocketAddr::from(([127, 0, 0, 1], port(p)?)))
+        }
+        _ => Err(format!(
+            "{s:?} is not a listen address: use IP:PORT, localhost:PORT or :PORT"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn listen_addresses_as_users_type_them() {
+        assert_eq!(parse_listen(":8080").unwrap().to_string(), "127.0.0.1:8080");
+        assert_eq!(
+            parse_listen("localhost:9").unwrap().to_string(),
+            "127.0.0.1:9"
+        );
+        assert_eq!(parse_listen("0.0.0.0:1").unwrap().to_string(), "0.0.0.0:1");
+        assert_eq!(parse_listen("[::1]:2").unwrap().to_string(), "[::1]:2");
+        assert!(parse_listen("localhost").is_err());
+        assert!(parse_listen("example.com:80").is_err());
+        assert!(parse_listen(":99999").is_err());
+    }
 
     #[test]
     fn cli_is_consistent() {

@@ -233,7 +233,28 @@ pub fn resolve(
         .map(|path| RecordOptions {
             path,
             max_bytes: flags.record_max_bytes.or(file.record_max_bytes),
+            mode: if flags.record_append {
+                crate::record::OpenMode::Append
+            } else if flags.force {
+                crate::record::OpenMode::Overwrite
+            } else {
+                crate::record::OpenMode::New
+            },
         });
+    for h in flags.redact_headers.iter().chain(&file.redact_headers) {
+        if http::HeaderName::from_bytes(h.trim().as_bytes()).is_err() {
+            return Err(ConfigError::Invalid(format!(
+                "--redact-header {h:?} is not a header name (letters, digits and -, no spaces)"
+            )));
+        }
+    }
+    for p in flags.redact_paths.iter().chain(&file.redact_paths) {
+        if p.trim().is_empty() || p.split('.').any(|seg| seg.trim().is_empty()) {
+            return Err(ConfigError::Invalid(format!(
+                "--redact-path {p:?} is not a path: dot-separated keys, e.g. params.arguments.password"
+            )));
+        }
+    }
     let flag_limits = flags
         .limits
         .iter()

@@ -398,10 +398,7 @@ async fn run_node(dir: &Path, args: &[&str]) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_client_and_server_everything() {
-    let dir = node_modules(&[
-        "@modelcontextprotocol/server-everything@2026.8.31",
-        "@modelcontextprotocol/sdk@1.32.2",
-    ]);
+    let dir = node_modules(NODE_PACKAGES);
     let tmp = std::env::temp_dir().join(format!("rpctap-interop-ts-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     for (server_mode, client_kind, path) in [
@@ -710,9 +707,19 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
         })
         .collect();
     found.sort();
-    // Unparsable frames are kept in the recording as JSON strings, so offline they read as
-    // "not an object" (INVALID_ENVELOPE) rather than PARSE_ERROR: four deliberate findings.
-    assert_eq!(found, vec!["INVALID_ENVELOPE"; 4], "{text}");
+    // Offline finds exactly what the live inspector flagged (the recording's anomaly lines).
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let mut live: Vec<String> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::record::reader::RecEvent::Anomaly(a) => Some(a.code.clone()),
+            _ => None,
+        })
+        .collect();
+    live.sort();
+    assert!(!live.is_empty());
+    assert_eq!(found, live, "{text}");
     let out = Command::new(BIN)
         .args([
             "replay",

@@ -68,6 +68,14 @@ impl RuleSpec {
             rule: s.to_string(),
             message: "--limit takes METHOD_GLOB=N/UNIT, e.g. 'tools/call=10/s'".into(),
         })?;
+        if method.trim().is_empty() {
+            return Err(RuleError {
+                rule: s.to_string(),
+                message:
+                    "--limit needs a method glob before `=`, e.g. 'tools/call=10/s' or '*=100/s'"
+                        .into(),
+            });
+        }
         Ok(RuleSpec {
             name: Some(s.to_string()),
             method: Some(method.trim().to_string()),

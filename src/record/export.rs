@@ -26,11 +26,11 @@ impl Unit<'_> {
 /// The client→server requests and notifications of one scope, with the server's replies to
 /// them, grouped in units. Server→client requests and the client's replies are left out: an
 /// exchange document has one direction of calls.
-fn units<'a>(rec: &'a Recording, scope: &str) -> Vec<Unit<'a>> {
+fn units<'a>(messages: &[&'a RecMessage]) -> Vec<Unit<'a>> {
     let mut units: Vec<Unit<'a>> = Vec::new();
-    // id text → unit index of calls still waiting
-    let mut open: HashMap<&'a str, Vec<usize>> = HashMap::new();
-    for m in rec.messages().filter(|m| m.scope == scope) {
+    // id text → unit indices of calls still waiting, oldest first
+    let mut open: HashMap<&'a str, std::collections::VecDeque<usize>> = HashMap::new();
+    for &m in messages.iter().filter(|m| !m.is_empty_batch()) {
         match (m.is_c2s(), m.kind.as_str()) {
             (true, "request") | (true, "notification") | (true, "invalid") => {
                 units.push(Unit {
@@ -38,14 +38,14 @@ fn units<'a>(rec: &'a Recording, scope: &str) -> Vec<Unit<'a>> {
                     responses: vec![],
                 });
                 if let (Some(id), "request" | "invalid") = (m.id_text(), m.kind.as_str()) {
-                    open.entry(id).or_default().push(units.len() - 1);
+                    open.entry(id).or_default().push_back(units.len() - 1);
                 }
             }
             (false, "result") | (false, "error") | (false, "invalid") => {
                 let slot = m
                     .id_text()
                     .and_then(|id| open.get_mut(id))
-                    .and_then(|v| (!v.is_empty()).then(|| v.remove(0)));
+                    .and_then(|v| v.pop_front());
                 match slot {
                     Some(i) => units[i].responses.push(m),
                     None => units.push(Unit {
@@ -76,9 +76,18 @@ fn doc(units: &[Unit<'_>]) -> String {
     )
 }
 
-/// One scope's exchange document, whole.
-pub fn scope_document(rec: &Recording, scope: &str) -> String {
-    doc(&units(rec, scope))
+/// Every scope's messages, scopes in order of first appearance (one pass over the recording).
+fn by_scope(rec: &Recording) -> Vec<(&str, Vec<&RecMessage>)> {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut out: Vec<(&str, Vec<&RecMessage>)> = Vec::new();
+    for m in rec.messages() {
+        let i = *index.entry(m.scope.as_str()).or_insert_with(|| {
+            out.push((m.scope.as_str(), Vec::new()));
+            out.len() - 1
+        });
+        out[i].1.push(m);
+    }
+    out
 }
 
 /// Exchange documents for every scope, each within `max_envelopes` per side and `max_bytes`.
@@ -91,10 +100,10 @@ pub fn exchange_documents(
     const WRAPPER: usize = r#"{"request":[],"response":[]}"#.len();
     let mut out = Vec::new();
     let mut warnings = Vec::new();
-    for scope in rec.scopes() {
+    for (scope, msgs) in by_scope(rec) {
         let mut chunk: Vec<Unit<'_>> = Vec::new();
         let (mut nreq, mut nresp, mut bytes) = (0, 0, WRAPPER);
-        for u in units(rec, &scope) {
+        for u in units(&msgs) {
             let fits = nreq + u.requests.len() <= max_envelopes
                 && nresp + u.responses.len() <= max_envelopes
                 && bytes + u.bytes() <= max_bytes;

@@ -97,6 +97,20 @@ pub struct RecordOptions {
     pub path: PathBuf,
     /// Rotate when a file reaches this size.
     pub max_bytes: Option<u64>,
+    /// What to do when the file exists.
+    pub mode: OpenMode,
+}
+
+/// What `--record` does with an existing file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Refuse an existing file (the default: a recording is evidence, never lost by accident).
+    #[default]
+    New,
+    /// `--record-append`: add a run, with its own header, after the last part.
+    Append,
+    /// `--force`: overwrite it (and drop its old rotated parts).
+    Overwrite,
 }
 
 /// Recording errors, naming the file.
@@ -114,6 +128,8 @@ pub enum RecordError {
     },
     #[error("{path} is not an rpctap recording: {why}")]
     Format { path: PathBuf, why: String },
+    #[error("{path} exists: --record-append adds to it, --force overwrites it")]
+    Exists { path: PathBuf },
 }
 
 /// What the writer wrote.
@@ -136,7 +152,20 @@ pub fn part_path(base: &Path, n: u32) -> PathBuf {
     }
 }
 
-fn create_private(path: &Path) -> std::io::Result<File> {
+/// Opens an existing recording for appending, keeping it private.
+fn append_private(path: &Path) -> std::io::Result<File> {
+    let f = std::fs::OpenOptions::new().append(true).open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(f)
+}
+
+/// Creates (or truncates) a private file (mode 0600): recordings and everything exported from
+/// them hold the same traffic.
+pub fn create_private(path: &Path) -> std::io::Result<File> {
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -164,21 +193,58 @@ struct Writer {
 }
 
 impl Writer {
-    fn open(opts: RecordOptions, meta: serde_json::Value) -> Result<Self, RecordError> {
+    fn open(opts: RecordOptions, mut meta: serde_json::Value) -> Result<Self, RecordError> {
         let path = part_path(&opts.path, 0);
-        let f = create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+        let exists = path.exists();
+        let (f, part, bytes) = match opts.mode {
+            OpenMode::New if exists => {
+                return Err(RecordError::Exists { path });
+            }
+            OpenMode::Append if exists => {
+                // The last part, so rotation goes on numbering after it.
+                let mut last = 0;
+                while part_path(&opts.path, last + 1).exists() {
+                    last += 1;
+                }
+                let p = part_path(&opts.path, last);
+                let f = append_private(&p).map_err(|source| RecordError::Write {
+                    path: p.clone(),
+                    source,
+                })?;
+                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                if let Some(m) = meta.as_object_mut() {
+                    m.insert("appended".into(), serde_json::Value::Bool(true));
+                }
+                (f, last, len)
+            }
+            _ => {
+                if opts.mode == OpenMode::Overwrite {
+                    let mut n = 1;
+                    while std::fs::remove_file(part_path(&opts.path, n)).is_ok() {
+                        n += 1;
+                    }
+                }
+                let f =
+                    create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+                (f, 0, 0)
+            }
+        };
         let mut w = Writer {
             opts,
             meta,
             out: BufWriter::with_capacity(256 << 10, f),
-            part: 0,
-            bytes: 0,
+            part,
+            bytes,
             stats: RecordStats {
                 files: 1,
                 ..Default::default()
             },
         };
         w.header()?;
+        // Only the run's first header says it was appended; its rotated parts continue it.
+        if let Some(m) = w.meta.as_object_mut() {
+            m.remove("appended");
+        }
         Ok(w)
     }
 
@@ -959,6 +1025,7 @@ mod tests {
             RecordOptions {
                 path: path.clone(),
                 max_bytes: None,
+                mode: OpenMode::Overwrite,
             },
             serde_json::json!({}),
             lines,

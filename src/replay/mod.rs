@@ -405,10 +405,14 @@ impl LegacyStream {
     }
 }
 
-/// The `sessionId` query parameter of a legacy POST path.
+/// The session parameter of a legacy POST path: `sessionId` (TypeScript SDK) or `session_id`
+/// (Python SDK).
 fn legacy_session(path: &str) -> Option<&str> {
     let q = path.split_once('?')?.1;
-    q.split('&').find_map(|kv| kv.strip_prefix("sessionId="))
+    q.split('&').find_map(|kv| {
+        kv.strip_prefix("sessionId=")
+            .or_else(|| kv.strip_prefix("session_id="))
+    })
 }
 
 /// Replays `rec` against `opts.target`.

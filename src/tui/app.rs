@@ -828,12 +828,7 @@ impl App {
             Key::Char('y') => {
                 if let Some(r) = self.selected_row() {
                     if let Some(req) = &r.request {
-                        let curl = format!(
-                            "curl -s http://{}/ -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' --data-raw '{}'",
-                            self.listen,
-                            req.replace('\'', "'\\''")
-                        );
-                        return Action::CopyCurl(curl);
+                        return Action::CopyCurl(self.curl_command(r.exchange, req));
                     }
                 }
             }
@@ -842,8 +837,12 @@ impl App {
                 if !self.can_resend {
                     self.status = "re-send works in proxy mode only".into();
                 } else if let Some(req) = self.selected_row().and_then(|r| r.request.clone()) {
+                    let path = self
+                        .selected_row()
+                        .and_then(|r| self.http.get(&r.exchange))
+                        .map_or_else(|| "/".to_string(), |h| h.path.clone());
                     return Action::Resend {
-                        path: "/".into(),
+                        path,
                         body: req.to_string(),
                     };
                 }
@@ -853,6 +852,25 @@ impl App {
             _ => {}
         }
         Action::None
+    }
+
+    /// A `curl` command that sends `req` as the call was sent: the recorded path and query, and
+    /// its `Mcp-Session-Id` (the secrets the recording redacted are never in it).
+    pub fn curl_command(&self, exchange: u64, req: &str) -> String {
+        let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+        let (path, session) = self
+            .http
+            .get(&exchange)
+            .map_or(("/", None), |h| (h.path.as_str(), h.session.as_deref()));
+        let mut c = format!(
+            "curl -s {} -H 'content-type: application/json' -H 'accept: application/json, text/event-stream'",
+            q(&format!("http://{}{}", self.listen, path))
+        );
+        if let Some(s) = session {
+            c.push_str(&format!(" -H {}", q(&format!("mcp-session-id: {s}"))));
+        }
+        c.push_str(&format!(" --data-raw {}", q(req)));
+        c
     }
 
     /// The selected call (detail open) or the filtered list, as an exchange document.
@@ -1163,6 +1181,26 @@ mod tests {
         a.handle_key(Key::Char('x'));
         assert!(!a.help);
         assert_eq!(a.handle_key(Key::Char('q')), Action::Quit);
+    }
+
+    #[test]
+    fn curl_and_resend_use_the_calls_path_and_session() {
+        let mut a = app_with_calls();
+        a.handle_key(Key::Char('g'));
+        let ex = a.selected_row().unwrap().exchange;
+        a.apply_http_request(ex, "POST", "/mcp?x=1", Some("sess'1"));
+        match a.handle_key(Key::Char('y')) {
+            Action::CopyCurl(c) => {
+                assert!(c.contains(&format!("'http://{}/mcp?x=1'", a.listen)), "{c}");
+                assert!(c.contains(r#"-H 'mcp-session-id: sess'\''1'"#), "{c}");
+            }
+            other => panic!("{other:?}"),
+        }
+        a.can_resend = true;
+        match a.handle_key(Key::Char('r')) {
+            Action::Resend { path, .. } => assert_eq!(path, "/mcp?x=1"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

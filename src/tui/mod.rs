@@ -90,7 +90,9 @@ impl Drop for Guard {
 
 fn write_file(prefix: &str, ext: &str, text: &str) -> std::io::Result<String> {
     let name = format!("{prefix}-{}.{ext}", crate::events::now_ns() / 1_000_000);
-    std::fs::write(&name, text)?;
+    // Private (0600): a copied call or an export holds the same traffic as the recording.
+    let mut f = crate::record::create_private(std::path::Path::new(&name))?;
+    std::io::Write::write_all(&mut f, text.as_bytes())?;
     Ok(name)
 }
 
@@ -116,15 +118,14 @@ fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String>
                 Err(e) => format!("export failed: {e}"),
             },
         ),
-        Action::Resend { body, .. } => {
+        Action::Resend { body, path } => {
             let Some(rs) = resend else {
                 return Some("re-send works in proxy mode only".into());
             };
-            let (path, session) = app
+            let session = app
                 .selected_row()
                 .and_then(|r| app.http.get(&r.exchange))
-                .map(|h| (h.path.clone(), h.session.clone()))
-                .unwrap_or(("/".into(), None));
+                .and_then(|h| h.session.clone());
             let addr = rs.proxy;
             tokio::spawn(async move {
                 let client = hyper_util::client::legacy::Client::builder(
