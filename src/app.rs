@@ -423,6 +423,15 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
         headers,
         insecure: args.insecure,
     };
+    if !rec
+        .messages()
+        .any(|m| m.is_c2s() && (m.kind == "request" || m.kind == "notification"))
+    {
+        return Err(OfflineError::Empty(format!(
+            "{}: the recording holds no client calls to replay",
+            args.file.display()
+        )));
+    }
     let report = crate::replay::replay(&rec, &opts).await?;
     if let Some(j) = &args.junit {
         write_out(Some(j), &crate::replay::junit(&report))?;

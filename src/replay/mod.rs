@@ -111,6 +111,43 @@ pub enum ReplayError {
     Header(String, String),
     #[error("cannot build a request to {0}: {1}")]
     Request(String, String),
+    /// The target cannot be reached at all: the server is down, not changed (exit 2).
+    #[error("cannot reach the target {0}: {1}")]
+    Unreachable(String, String),
+}
+
+/// Whether the target accepts a TCP connection (so "server down" is told apart from "server
+/// changed" before any call is replayed).
+async fn reachable(target: &Uri, timeout: Duration) -> Result<(), ReplayError> {
+    let host = target.host().unwrap_or("127.0.0.1");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = target
+        .port_u16()
+        .unwrap_or(if target.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    let fail = |e: String| ReplayError::Unreachable(target.to_string(), e);
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(fail(e.to_string())),
+        Err(_) => Err(fail(format!("no connection within {timeout:?}"))),
+    }
+}
+
+/// The request target on the server: the target's base path + the recorded path, unless the
+/// recorded path already starts with that base (a user who typed `--target http://host/mcp`
+/// for a recording of `/mcp` means the same server, not `/mcp/mcp`).
+fn target_path(base: &str, recorded: &str) -> String {
+    let already = recorded
+        .strip_prefix(base)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']));
+    if base.is_empty() || already {
+        recorded.to_string()
+    } else {
+        format!("{base}{recorded}")
+    }
 }
 
 /// One recorded HTTP exchange, with what it carried.
@@ -427,6 +464,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             HeaderValue::from_str(v).map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
         extra.push((name, value));
     }
+    reachable(&opts.target, opts.timeout.min(Duration::from_secs(5))).await?;
     let base = opts.target.path().trim_end_matches('/').to_string();
     let mut sessions: HashMap<String, String> = HashMap::new();
     let mut report = Report {
@@ -453,7 +491,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
                     if *exchange == ex.id && crate::inspect::is_event_stream(ct))
             });
         if legacy_stream_open {
-            let uri = format!("{origin}{base}{}", ex.path);
+            let uri = format!("{origin}{}", target_path(&base, &ex.path));
             match LegacyStream::open(&client, &uri, &extra, opts.timeout).await {
                 Ok(s) => unclaimed.push(s),
                 Err(e) => report
@@ -493,7 +531,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
         let uri = if on_stream.is_some() {
             format!("{origin}{path}")
         } else {
-            format!("{origin}{base}{path}")
+            format!("{origin}{}", target_path(&base, &path))
         };
         let body = if ex.method == "POST" {
             body_of(&ex)
@@ -526,7 +564,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
         })
         .await;
         let mut latency_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let (status, ct, mut replies) = match sent {
+        let (status, mut replies) = match sent {
             Ok(Ok((parts, bytes))) => {
                 let ct = parts
                     .headers
@@ -543,25 +581,20 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
                 ) {
                     sessions.insert(old.clone(), new.to_string());
                 }
-                (
-                    Some(parts.status.as_u16()),
-                    ct.clone(),
-                    replies_in(&ct, &bytes),
-                )
+                (Some(parts.status.as_u16()), replies_in(&ct, &bytes))
             }
             Ok(Err(e)) => {
                 report.warnings.push(format!("exchange {}: {e}", ex.id));
-                (None, String::new(), HashMap::new())
+                (None, HashMap::new())
             }
             Err(_) => {
                 report.warnings.push(format!(
                     "exchange {}: no answer within {:?}",
                     ex.id, opts.timeout
                 ));
-                (None, String::new(), HashMap::new())
+                (None, HashMap::new())
             }
         };
-        let _ = ct;
         if let Some(stream) = on_stream.as_ref().and_then(|k| legacy.get_mut(k)) {
             if status.is_some_and(|s| (200..300).contains(&s)) {
                 let ids: Vec<String> = ex
@@ -736,6 +769,15 @@ pub fn text(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_path_the_recording_already_has_is_not_doubled() {
+        assert_eq!(target_path("", "/mcp"), "/mcp");
+        assert_eq!(target_path("/mcp", "/mcp"), "/mcp");
+        assert_eq!(target_path("/mcp", "/mcp?x=1"), "/mcp?x=1");
+        assert_eq!(target_path("/api", "/mcp"), "/api/mcp");
+        assert_eq!(target_path("/mc", "/mcp"), "/mc/mcp");
+    }
 
     #[test]
     fn replies_are_read_from_sse_bodies_typed_in_any_letter_case() {

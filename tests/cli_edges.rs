@@ -1,0 +1,132 @@
+//! The binary at the edges a new user hits first: nothing to check or replay, a server that is
+//! down, a target typed with the recorded path, an existing recording, flags that mean nothing.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
+const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/recordings/demo.jsonl");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("rpctap-edges-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn nothing_to_check_or_replay_is_exit_2_saying_so() {
+    let d = scratch("empty");
+    let empty = d.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let o = run(&["check", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no calls"), "{}", stderr(&o));
+    // A recording with a header and no calls.
+    let rec = d.join("none.jsonl");
+    std::fs::write(&rec, "{\"rpctap_recording\":1,\"part\":0}\n").unwrap();
+    for cmd in [
+        vec!["check", rec.to_str().unwrap()],
+        vec![
+            "replay",
+            rec.to_str().unwrap(),
+            "--target",
+            "http://127.0.0.1:9",
+        ],
+    ] {
+        let o = run(&cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}");
+        assert!(stderr(&o).contains("no calls"), "{cmd:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{cmd:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn replay_against_a_server_that_is_down_is_exit_2_in_one_line() {
+    let port = free_port();
+    let o = run(&[
+        "replay",
+        DEMO,
+        "--target",
+        &format!("http://127.0.0.1:{port}"),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach the target"), "{err}");
+    assert!(o.stdout.is_empty(), "no per-call verdicts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_target_with_the_recorded_path_is_not_doubled() {
+    let (addr, _stop) = start_demo().await;
+    let target = format!("http://{addr}/jsonrpc");
+    let o = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args(["replay", DEMO, "--target", &target])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    // The demo recording's /jsonrpc calls reach /jsonrpc (not /jsonrpc/jsonrpc, a 404 each).
+    assert!(
+        out.lines()
+            .any(|l| l.contains("subtract") && l.starts_with("ok ")),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_existing_recording_is_never_overwritten_by_accident() {
+    let d = scratch("exists");
+    let f = d.join("r.jsonl");
+    std::fs::write(&f, "keep me\n").unwrap();
+    let o = run(&[
+        "proxy",
+        "--no-tui",
+        "--listen",
+        ":0",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--record",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--record-append"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "keep me\n");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn meaningless_flags_are_refused_naming_the_flag() {
+    for (flag, value) in [
+        ("--limit", "=1/min"),
+        ("--redact-header", "bad header"),
+        ("--redact-path", "params..x"),
+        ("--listen", "nowhere"),
+    ] {
+        let o = run(&[
+            "proxy",
+            "--no-tui",
+            "--upstream",
+            "http://127.0.0.1:9",
+            flag,
+            value,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(stderr(&o).contains(flag), "{flag}: {}", stderr(&o));
+    }
+}
