@@ -192,15 +192,14 @@ fn spawn_reloader(proxy: Proxy, cfg: ProxyConfig) -> tokio::task::JoinHandle<()>
                 return;
             };
             while hup.recv().await.is_some() {
+                // One line each way, on stderr through the log (no second copy by eprintln).
                 match config::reload_limits(&cfg) {
                     Ok(l) => {
-                        tracing::warn!(rules = cfg.flag_limits.len(), "rate-limit rules reloaded");
-                        eprintln!("rpctap: rate-limit rules reloaded");
+                        tracing::warn!(rules = l.len(), "rate-limit rules reloaded");
                         proxy.set_limiter(l);
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "reload refused; the previous rules stay");
-                        eprintln!("rpctap: reload refused, the previous rules stay: {e}");
                     }
                 }
             }
@@ -215,7 +214,7 @@ fn spawn_reloader(proxy: Proxy, cfg: ProxyConfig) -> tokio::task::JoinHandle<()>
 /// `rpctap proxy`.
 pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
     let cfg = config::resolve(args.listen, args.upstream.as_deref(), &args.flags)?;
-    serve_maybe_tui(cfg, "rpctap", shutdown, None).await
+    serve_maybe_tui(cfg, "rpctap", shutdown, None, None).await
 }
 
 /// Whether the dashboard runs: not `--no-tui`, and stdout is a terminal.
@@ -231,9 +230,23 @@ async fn serve_maybe_tui(
     title: &str,
     shutdown: impl Future<Output = ()>,
     hint: Option<String>,
+    banner: Option<&dyn Fn(SocketAddr) -> String>,
 ) -> Result<(), AppError> {
+    // Said once the listener is bound (never before a bind that fails), on stderr: stdout is the
+    // log's.
+    let say = |running: &RunningProxy| {
+        let addr = running.local_addr().unwrap_or(running.cfg.listen);
+        match banner {
+            Some(b) => eprintln!("{}", b(addr)),
+            None => eprintln!(
+                "rpctap: proxy on http://{addr} → {}",
+                running.cfg.proxy.upstream
+            ),
+        }
+    };
     if !use_tui(&cfg) {
         let running = RunningProxy::bind(cfg).await?;
+        say(&running);
         running.serve(shutdown).await;
         return Ok(());
     }
@@ -242,6 +255,9 @@ async fn serve_maybe_tui(
     let mut bus = BusBuilder::default();
     let sub = bus.subscribe_to("dashboard", 65_536, crate::tui::INTEREST);
     let running = RunningProxy::bind_with(cfg, bus).await?;
+    if banner.is_some() {
+        say(&running);
+    }
     let listen = running
         .local_addr()
         .map(|a| a.to_string())
@@ -340,9 +356,9 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
         )
         .await;
     });
-    eprintln!("{}", demo_banner(addr, demo_addr));
     let hint = format!("try: curl -s http://{addr}/jsonrpc -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"method\":\"add\",\"params\":[1,2],\"id\":1}}'");
-    let served = serve_maybe_tui(cfg, "rpctap demo", shutdown, Some(hint)).await;
+    let banner = move |bound: SocketAddr| demo_banner(bound, demo_addr);
+    let served = serve_maybe_tui(cfg, "rpctap demo", shutdown, Some(hint), Some(&banner)).await;
     let _ = stop_tx.send(true);
     let _ = demo_task.await;
     served?;

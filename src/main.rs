@@ -18,6 +18,8 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: a file or a pipe gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // `RPCTAP_THREADS=N` sets the number of runtime threads (default: one per core).
     let mut builder = tokio::runtime::Builder::new_multi_thread();

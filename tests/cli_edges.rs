@@ -130,3 +130,49 @@ fn meaningless_flags_are_refused_naming_the_flag() {
         assert!(stderr(&o).contains(flag), "{flag}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn demo_on_a_busy_port_fails_without_announcing_itself() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let o = Command::new(BIN)
+        .args(["demo", "--no-tui", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("cannot listen on"), "{err}");
+    assert!(
+        !err.contains("Press Ctrl-C"),
+        "no banner before the bind: {err}"
+    );
+}
+
+#[test]
+fn headless_proxy_says_where_it_listens_before_any_call() {
+    use std::io::{BufRead, BufReader};
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args([
+            "proxy",
+            "--no-tui",
+            "--listen",
+            &format!(":{port}"),
+            "--upstream",
+            "http://127.0.0.1:9",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.contains(&format!("http://127.0.0.1:{port}")) && line.contains("127.0.0.1:9"),
+        "{line}"
+    );
+}

@@ -392,6 +392,14 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
         err.contains("reload refused") && err.contains("ten per second"),
         "{err}"
     );
-    assert!(err.contains("rules reloaded"), "{err}");
+    assert_eq!(err.matches("reload refused").count(), 1, "said once: {err}");
+    assert!(
+        err.contains("rules reloaded") && err.contains("rules=1"),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\x1b'),
+        "no colour codes when stderr is not a terminal: {err}"
+    );
     let _ = Bytes::new();
 }

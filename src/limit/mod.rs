@@ -311,6 +311,11 @@ impl<C: Clock + Clone> Limiter<C> {
         self.rules.is_empty()
     }
 
+    /// How many rules are in force.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
     fn key(&self, i: usize, rule: &Rule<C>, keys: &RequestKeys<'_>) -> u64 {
         let mut h = self.hasher.build_hasher();
         i.hash(&mut h);
