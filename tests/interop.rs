@@ -310,6 +310,37 @@ async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpo
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The MCP Python SDK 2.x client in `auto` mode starts with the 2026-07-28 `server/discover`:
+/// the demo server answers it (the versions it speaks), the client falls back to `initialize`,
+/// and the whole session works through rpctap with nothing flagged but the failing tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_v2_auto_client_discovers_the_demo_server() {
+    let env = venv("mcp2", &["mcp>=2,<3"]);
+    let (demo, _d) = start_demo().await;
+    let dir = std::env::temp_dir().join(format!("rpctap-discover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("discover.jsonl");
+    let mut proxy =
+        start_proxy_flags(&format!("http://{demo}"), recording_proxy_flags(&file)).await;
+    let via = run_script(
+        &env,
+        "mcp2_client.py",
+        &[&format!("http://{}/mcp", proxy.addr), "auto"],
+    )
+    .await;
+    assert_eq!(via["add"]["content"][0]["text"], "5");
+    let ev = proxy.drain().await;
+    let discover = calls(&ev)
+        .into_iter()
+        .find(|c| &*c.method == "server/discover")
+        .expect("the client asked server/discover");
+    assert_eq!(discover.outcome, rpctap::events::Outcome::Result);
+    let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
+    assert_eq!(codes, vec!["TOOL_ERROR"]);
+    assert_checks(proxy.stop, &file).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
     let env = venv("mcp2", &["mcp>=2,<3"]);

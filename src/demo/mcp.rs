@@ -189,6 +189,12 @@ impl McpState {
                     return error_response(StatusCode::NOT_FOUND, -32001, "Session not found");
                 }
             }
+            // 2026-07-28 discovery needs no session: it says which versions this server speaks
+            // (a client in `auto` mode then falls back to `initialize`).
+            (None, false)
+                if messages
+                    .iter()
+                    .all(|m| m.get("method") == Some(&json!("server/discover"))) => {}
             (None, false) => {
                 return error_response(
                     StatusCode::BAD_REQUEST,
@@ -271,6 +277,13 @@ impl McpState {
                     "instructions": "rpctap's embedded demo server"
                 }))
             }
+            "server/discover" => Ok(json!({
+                "resultType": "complete",
+                "supportedVersions": PROTOCOL_VERSIONS,
+                "capabilities": { "tools": { "listChanged": false }, "resources": {}, "prompts": {}, "logging": {} },
+                "_meta": { "io.modelcontextprotocol/serverInfo": { "name": "rpctap-demo", "version": env!("CARGO_PKG_VERSION") } },
+                "instructions": "rpctap's embedded demo server"
+            })),
             "ping" | "logging/setLevel" => Ok(json!({})),
             "tools/list" => Ok(json!({ "tools": [
                 { "name": "echo", "description": "Echoes its text", "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] } },

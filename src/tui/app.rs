@@ -540,6 +540,22 @@ impl App {
                         r.size += raw.len();
                         r.reply = Some(raw);
                     });
+                } else {
+                    // A reply the inspector could not attach to a call (id null, an unknown id,
+                    // not JSON): shown with the calls of its exchange, so its body is never lost.
+                    let raw = m.raw.clone();
+                    for s in self
+                        .by_exchange
+                        .get(&m.exchange)
+                        .cloned()
+                        .unwrap_or_default()
+                    {
+                        self.add_detail(s, |r| {
+                            if r.stream.len() < SSE_STREAM_KEEP {
+                                r.stream.push(raw.clone());
+                            }
+                        });
+                    }
                 }
             }
         }
@@ -1181,6 +1197,33 @@ mod tests {
         a.handle_key(Key::Char('x'));
         assert!(!a.help);
         assert_eq!(a.handle_key(Key::Char('q')), Action::Quit);
+    }
+
+    #[test]
+    fn a_reply_that_matches_no_call_is_shown_with_its_exchange() {
+        let mut a = App::new("t", "l", "u", 100, 0);
+        let msg = |c2s: bool, kind: &'static str, id: Option<&str>, raw: &str| MessageIn {
+            ts_ns: 1,
+            exchange: 9,
+            scope: "exchange:9".into(),
+            c2s,
+            kind,
+            id: id.map(Text::from),
+            method: (kind == "request").then(|| Text::from("server/discover")),
+            target: None,
+            raw: raw.into(),
+            sse: false,
+        };
+        a.apply_message(msg(true, "request", Some("1"), r#"{"id":1}"#));
+        let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request"}}"#;
+        a.apply_message(msg(false, "error", Some("null"), body));
+        let r = a.rows.back().unwrap();
+        assert!(r.reply.is_none());
+        assert_eq!(
+            r.stream,
+            vec![Text::from(body)],
+            "the unattached body is there"
+        );
     }
 
     #[test]
