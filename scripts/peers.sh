@@ -36,9 +36,11 @@ venv mitmproxy mitmproxy
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \
   @modelcontextprotocol/conformance@0.1.16 node@22
 
-if ! command -v tmux >/dev/null; then
-  echo "peers: apt tmux"
+missing=()
+for tool in tmux curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "peers: apt ${missing[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 echo "peers: ready"

@@ -253,6 +253,9 @@ pub enum HttpEvent {
         peer: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// The request's `MCP-Protocol-Version`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        protocol_version: Option<String>,
         /// Headers, secrets redacted; written as (name, value) pairs.
         headers: Headers,
     },

@@ -821,3 +821,50 @@ fn rpctap_threads_sets_the_runtime_threads() {
         assert_eq!(workers, n);
     }
 }
+
+/// The dashboard's `y` on an MCP `tools/call` row: the copied curl command, run as is against
+/// the proxy, gets the result the client got (path, session and protocol version included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copied_curl_of_an_mcp_tools_call_gets_the_clients_result() {
+    let (demo, _d) = start_demo().await;
+    let mut proxy = start_proxy(&format!("http://{demo}")).await;
+    let sid = mcp_session(proxy.addr).await;
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3}}}"#;
+    let r = send(
+        proxy.addr,
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            MCP_ACCEPT,
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+        call,
+    )
+    .await;
+    let client_saw = sse_data(&r.text()).remove(0)["result"].clone();
+    assert_eq!(client_saw["content"][0]["text"], "5");
+    let mut app = rpctap::tui::app::App::new("t", &proxy.addr.to_string(), "u", 100, 0);
+    for e in proxy.drain().await {
+        app.apply(&e);
+    }
+    let row = app
+        .rows
+        .iter()
+        .find(|r| &*r.method == "tools/call")
+        .expect("a tools/call row");
+    let curl = app.curl_command(row.exchange, row.request.as_deref().unwrap());
+    assert!(curl.contains("mcp-protocol-version: 2025-06-18"), "{curl}");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("sh")
+            .args(["-c", &curl])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got = sse_data(&text).remove(0)["result"].clone();
+    assert_eq!(got, client_saw, "{text}");
+}

@@ -103,7 +103,7 @@ fn app() -> App {
         Some(980),
         t0,
     );
-    a.apply_http_request(3, "POST", "/mcp", None);
+    a.apply_http_request(3, "POST", "/mcp", None, None);
     a.apply_http_response(3, 200, Some("text/event-stream".into()));
     a.apply_message(m(3, 3, s, true, "request", Some("5"), Some("tools/call"), Some("slow"), r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2},"_meta":{"progressToken":"p"}}}"#));
     a.apply_message(m(3, 3, s, false, "notification", None, Some("notifications/progress"), None, r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":2}}"#));

@@ -215,6 +215,8 @@ pub struct RequestMeta<'a> {
     pub content_type: Option<&'a str>,
     /// `Mcp-Session-Id`.
     pub session: Option<&'a str>,
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a str>,
     /// The client's address as text (made once per connection).
     pub peer: Option<&'a str>,
     pub headers: Option<&'a http::HeaderMap>,
@@ -389,6 +391,7 @@ impl Inspector {
                 },
                 peer: meta.peer.unwrap_or_default().to_string(),
                 session: meta.session.map(str::to_string),
+                protocol_version: meta.protocol_version.map(str::to_string),
             }));
         }
         ExchangeCtx {

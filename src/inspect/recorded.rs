@@ -175,6 +175,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                 method,
                 path,
                 session,
+                protocol_version,
                 headers,
                 ..
             }) => {
@@ -190,6 +191,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                         query: q,
                         content_type: header_value(headers, "content-type"),
                         session: session.as_deref(),
+                        protocol_version: protocol_version.as_deref(),
                         peer: None,
                         headers: None,
                     },

@@ -30,6 +30,7 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
 
 /// The MCP session header.
 pub const MCP_SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
+pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
@@ -74,11 +75,13 @@ pub struct Picked<'a> {
     pub content_type: Option<&'a str>,
     pub session: Option<&'a str>,
     pub content_length: Option<u64>,
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a str>,
 }
 
 pub fn pick(h: &HeaderMap) -> Picked<'_> {
     let mut p = Picked::default();
-    let (mut ct, mut session, mut len) = (false, false, false);
+    let (mut ct, mut session, mut len, mut version) = (false, false, false, false);
     for (name, value) in h {
         if !ct && name == header::CONTENT_TYPE {
             ct = true;
@@ -89,6 +92,9 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
         } else if !session && name == MCP_SESSION {
             session = true;
             p.session = value.to_str().ok();
+        } else if !version && name == MCP_PROTOCOL_VERSION {
+            version = true;
+            p.protocol_version = value.to_str().ok();
         }
     }
     p

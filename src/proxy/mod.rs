@@ -188,6 +188,7 @@ impl Proxy {
             query: req.uri().query(),
             content_type,
             session: session.as_deref(),
+            protocol_version: picked.protocol_version,
             peer: Some(&conn.peer_text),
             headers: Some(req.headers()),
         });

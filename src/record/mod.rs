@@ -593,6 +593,7 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             path,
             peer,
             session,
+            protocol_version,
             headers: hs,
         } => {
             let mut l = head(out, "request", *ts, *exchange);
@@ -601,6 +602,9 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             l.str("peer", peer);
             if let Some(s) = session {
                 l.str("session", s);
+            }
+            if let Some(v) = protocol_version {
+                l.str("protocol_version", v);
             }
             headers(&mut l, hs);
             l.close();
@@ -901,6 +905,7 @@ mod tests {
                 path: "/mcp?sessionId=a\"b".into(),
                 peer: "[::1]:4000".into(),
                 session: Some("s\u{e9}ss\u{1}".into()),
+                protocol_version: Some("2025-06-18".into()),
                 headers: Headers(hm.clone()),
             },
             HttpEvent::Request {
@@ -910,6 +915,7 @@ mod tests {
                 path: "/".into(),
                 peer: String::new(),
                 session: None,
+                protocol_version: None,
                 headers: Headers::default(),
             },
             HttpEvent::Response {

@@ -19,6 +19,8 @@ pub enum RecHttp {
         #[serde(default)]
         session: Option<String>,
         #[serde(default)]
+        protocol_version: Option<String>,
+        #[serde(default)]
         headers: Vec<(String, String)>,
     },
     Response {

@@ -105,6 +105,8 @@ pub struct HttpMeta {
     pub path: String,
     /// The request's `Mcp-Session-Id` (re-sending a call sends it again).
     pub session: Option<String>,
+    /// The request's `MCP-Protocol-Version` (sent again too).
+    pub protocol_version: Option<String>,
     pub status: Option<u16>,
     pub content_type: Option<String>,
 }
@@ -403,9 +405,16 @@ impl App {
                 method,
                 path,
                 session,
+                protocol_version,
                 ..
             }) => {
-                self.apply_http_request(*exchange, method, path, session.as_deref());
+                self.apply_http_request(
+                    *exchange,
+                    method,
+                    path,
+                    session.as_deref(),
+                    protocol_version.as_deref(),
+                );
             }
             Event::Http(crate::events::HttpEvent::Response {
                 exchange,
@@ -435,6 +444,7 @@ impl App {
         method: &str,
         path: &str,
         session: Option<&str>,
+        protocol_version: Option<&str>,
     ) {
         if self.http.len() >= self.max_rows * 2 {
             // Exchanges without rows (GET pages…) must not accumulate.
@@ -447,6 +457,7 @@ impl App {
                 method: method.to_string(),
                 path: path.to_string(),
                 session: session.map(str::to_string),
+                protocol_version: protocol_version.map(str::to_string),
                 ..Default::default()
             },
         );
@@ -874,16 +885,22 @@ impl App {
     /// its `Mcp-Session-Id` (the secrets the recording redacted are never in it).
     pub fn curl_command(&self, exchange: u64, req: &str) -> String {
         let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
-        let (path, session) = self
-            .http
-            .get(&exchange)
-            .map_or(("/", None), |h| (h.path.as_str(), h.session.as_deref()));
+        let (path, session, version) = self.http.get(&exchange).map_or(("/", None, None), |h| {
+            (
+                h.path.as_str(),
+                h.session.as_deref(),
+                h.protocol_version.as_deref(),
+            )
+        });
         let mut c = format!(
             "curl -s {} -H 'content-type: application/json' -H 'accept: application/json, text/event-stream'",
             q(&format!("http://{}{}", self.listen, path))
         );
         if let Some(s) = session {
             c.push_str(&format!(" -H {}", q(&format!("mcp-session-id: {s}"))));
+        }
+        if let Some(v) = version {
+            c.push_str(&format!(" -H {}", q(&format!("mcp-protocol-version: {v}"))));
         }
         c.push_str(&format!(" --data-raw {}", q(req)));
         c
@@ -1231,11 +1248,12 @@ mod tests {
         let mut a = app_with_calls();
         a.handle_key(Key::Char('g'));
         let ex = a.selected_row().unwrap().exchange;
-        a.apply_http_request(ex, "POST", "/mcp?x=1", Some("sess'1"));
+        a.apply_http_request(ex, "POST", "/mcp?x=1", Some("sess'1"), Some("2025-06-18"));
         match a.handle_key(Key::Char('y')) {
             Action::CopyCurl(c) => {
                 assert!(c.contains(&format!("'http://{}/mcp?x=1'", a.listen)), "{c}");
                 assert!(c.contains(r#"-H 'mcp-session-id: sess'\''1'"#), "{c}");
+                assert!(c.contains("-H 'mcp-protocol-version: 2025-06-18'"), "{c}");
             }
             other => panic!("{other:?}"),
         }

@@ -200,8 +200,15 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
                 method,
                 path,
                 session,
+                protocol_version,
                 ..
-            }) => app.apply_http_request(*exchange, method, path, session.as_deref()),
+            }) => app.apply_http_request(
+                *exchange,
+                method,
+                path,
+                session.as_deref(),
+                protocol_version.as_deref(),
+            ),
             RecEvent::Http(RecHttp::Response {
                 exchange,
                 status,
