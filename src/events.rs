@@ -397,27 +397,62 @@ impl Event {
 /// and all a lossless subscriber ever has — is every exchange. A subscriber that may sample
 /// (the dashboard) raises it under load, so that a whole exchange is shown or not, and the
 /// events it does not show are never built.
+///
+/// A change applies to the exchanges that begin after it: an exchange keeps the decision made
+/// when it began (so a call shown is never left without its outcome). The last [`STRIDES`]
+/// changes are kept, each with the first exchange number it applies to, packed in one atomic
+/// (`first << 16 | stride`); an exchange older than all of them is admitted.
 #[derive(Clone, Debug)]
-pub struct Stride(Arc<AtomicU64>);
+pub struct Stride(Arc<StrideInner>);
 
-impl Default for Stride {
-    fn default() -> Self {
-        Stride(Arc::new(AtomicU64::new(1)))
-    }
+const STRIDES: usize = 8;
+
+#[derive(Debug)]
+struct StrideInner {
+    /// The inspector's next exchange number (shared through the bus).
+    next_exchange: Arc<AtomicU64>,
+    ring: [AtomicU64; STRIDES],
+    head: std::sync::atomic::AtomicUsize,
 }
 
 impl Stride {
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed).max(1)
+    fn new(next_exchange: Arc<AtomicU64>) -> Self {
+        let ring: [AtomicU64; STRIDES] = Default::default();
+        ring[0].store(1, Ordering::Relaxed); // from exchange 0, stride 1
+        Stride(Arc::new(StrideInner {
+            next_exchange,
+            ring,
+            head: Default::default(),
+        }))
     }
+    pub fn get(&self) -> u64 {
+        let h = self.0.head.load(Ordering::Acquire);
+        (self.0.ring[h].load(Ordering::Relaxed) & 0xffff).max(1)
+    }
+    /// From the next exchange on, one in `n` (at most 65,535).
     pub fn set(&self, n: u64) {
-        self.0.store(n.max(1), Ordering::Relaxed);
+        let n = n.clamp(1, 0xffff);
+        if n == self.get() {
+            return;
+        }
+        let first = self.0.next_exchange.load(Ordering::Relaxed);
+        let h = (self.0.head.load(Ordering::Relaxed) + 1) % STRIDES;
+        self.0.ring[h].store(first << 16 | n, Ordering::Relaxed);
+        self.0.head.store(h, Ordering::Release);
     }
     fn admits(&self, exchange: Option<u64>) -> bool {
-        match exchange {
-            Some(x) => x % self.get() == 0,
-            None => true,
+        let Some(x) = exchange else { return true };
+        let h = self.0.head.load(Ordering::Acquire);
+        for i in 0..STRIDES {
+            let e = self.0.ring[(h + STRIDES - i) % STRIDES].load(Ordering::Relaxed);
+            if e == 0 {
+                break;
+            }
+            if x >= e >> 16 {
+                return x % (e & 0xffff).max(1) == 0;
+            }
         }
+        true
     }
 }
 
@@ -450,10 +485,22 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
 }
 
 /// Builds a [`Bus`]: subscribe everything first, then `build`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BusBuilder {
     subs: Vec<Subscriber>,
     sinks: Vec<(Interest, Arc<dyn Sink>)>,
+    /// The exchange numbers the inspector hands out (strides change from the next one on).
+    next_exchange: Arc<AtomicU64>,
+}
+
+impl Default for BusBuilder {
+    fn default() -> Self {
+        BusBuilder {
+            subs: Vec::new(),
+            sinks: Vec::new(),
+            next_exchange: Arc::new(AtomicU64::new(1)),
+        }
+    }
 }
 
 impl BusBuilder {
@@ -470,7 +517,7 @@ impl BusBuilder {
     ) -> Subscription {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let dropped = Arc::new(AtomicU64::new(0));
-        let stride = Stride::default();
+        let stride = Stride::new(self.next_exchange.clone());
         self.subs.push(Subscriber {
             name,
             interest,
@@ -500,6 +547,7 @@ impl BusBuilder {
             subs: Arc::from(self.subs),
             sinks: Arc::from(self.sinks),
             wants,
+            next_exchange: self.next_exchange,
         }
     }
 }
@@ -511,6 +559,8 @@ pub struct Bus {
     sinks: Arc<[(Interest, Arc<dyn Sink>)]>,
     /// What any subscriber or sink reads.
     wants: Interest,
+    /// The next exchange number (the inspector takes its numbers from here).
+    next_exchange: Arc<AtomicU64>,
 }
 
 impl Default for Bus {
@@ -520,9 +570,9 @@ impl Default for Bus {
 }
 
 impl Bus {
-    /// Whether anyone listens (lets the inspector skip building events nobody reads).
-    pub fn is_active(&self) -> bool {
-        !self.subs.is_empty() || !self.sinks.is_empty()
+    /// The counter exchange numbers come from.
+    pub fn exchange_counter(&self) -> Arc<AtomicU64> {
+        self.next_exchange.clone()
     }
 
     /// Whether any subscriber reads events of `interest` (lets the inspector skip building
@@ -648,6 +698,33 @@ mod tests {
         assert!(bus.wants(Interest::HTTP) && bus.wants(Interest::CALL));
         assert!(!bus.wants(Interest::HTTP_HEADERS) && !bus.wants(Interest::HTTP_END));
         assert!(!BusBuilder::default().build().wants(Interest::CALL));
+    }
+
+    #[test]
+    fn an_exchange_keeps_the_sampling_decision_made_when_it_began() {
+        let mut b = BusBuilder::default();
+        let mut d = b.subscribe_to("dashboard", 64, Interest::HTTP_END);
+        let bus = b.build();
+        let counter = bus.exchange_counter();
+        // Exchanges 1..=5 begin at stride 1; then the stride becomes 2; then 6..=9 begin.
+        counter.store(6, Ordering::Relaxed);
+        d.stride.set(2);
+        assert_eq!(d.stride.get(), 2);
+        for x in 1..10 {
+            bus.publish(end(x)); // each exchange's last event, after the change
+        }
+        let mut got = Vec::new();
+        while let Ok(e) = d.rx.try_recv() {
+            got.push(e.exchange().unwrap());
+        }
+        // 1..=5 were shown from their start: their ends arrive too; of 6..=9, one in two.
+        assert_eq!(got, vec![1, 2, 3, 4, 5, 6, 8]);
+        // Older than every remembered change: admitted (never a call left without its end).
+        for n in 3..20 {
+            counter.store(100 * n, Ordering::Relaxed);
+            d.stride.set(n);
+        }
+        assert!(bus.wants_in(Interest::HTTP_END, 7));
     }
 
     #[test]

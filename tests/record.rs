@@ -189,14 +189,16 @@ async fn record_replay_round_trip_and_a_changed_server_fails() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["failed"], 0);
     assert_eq!(v["calls"].as_array().unwrap().len(), 8);
-    // Nothing listening: every call is "No reply", exit 1; a missing file is exit 2.
+    // Nothing listening: the server is down, not changed — exit 2 with one clear line, no
+    // per-call verdicts; a missing file is exit 2 too.
     let dead = format!("http://127.0.0.1:{}", free_port());
     let out = Command::new(BIN)
         .args(["replay", file.to_str().unwrap(), "--target", &dead])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("No reply"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the target"));
+    assert!(out.stdout.is_empty());
     let out = Command::new(BIN)
         .args(["replay", "/nonexistent.jsonl", "--target", &dead])
         .output()

@@ -85,7 +85,9 @@ struct Inner {
     correlator: Correlator,
     bus: Bus,
     stats: Stats,
-    next_exchange: AtomicU64,
+    /// Exchange numbers: the bus's counter, so a sampling subscriber's stride changes from the
+    /// next exchange on.
+    next_exchange: Arc<AtomicU64>,
     clock: Clock,
     /// The legacy HTTP+SSE transport's announced message URLs (path and query) → their session.
     /// A std mutex: taken only by synchronous code, never across an `.await`, and only when a
@@ -321,13 +323,14 @@ impl Inspector {
     }
 
     fn with_clock(cfg: InspectConfig, bus: Bus, clock: Clock) -> Self {
+        let next_exchange = bus.exchange_counter();
         Inspector {
             inner: Arc::new(Inner {
                 correlator: Correlator::new(cfg.limits),
                 cfg,
                 bus,
                 stats: Stats::default(),
-                next_exchange: AtomicU64::new(1),
+                next_exchange,
                 clock,
                 endpoints: Default::default(),
                 endpoints_len: Default::default(),

@@ -916,13 +916,28 @@ impl App {
                 .filter(|r| r.direction == "c→s")
                 .collect()
         };
-        let req: Vec<&str> = rows.iter().filter_map(|r| r.request.as_deref()).collect();
-        let resp: Vec<&str> = rows.iter().filter_map(|r| r.reply.as_deref()).collect();
-        format!(
-            "{{\"request\":[{}],\"response\":[{}]}}",
-            req.join(","),
-            resp.join(",")
-        )
+        // One document per scope (ids are unique only within a scope), scopes in order of
+        // first appearance, one per line — as `rpctap export --format exchange` writes them.
+        let mut scopes: Vec<(&str, Vec<&Row>)> = Vec::new();
+        for r in rows {
+            match scopes.iter_mut().find(|(s, _)| *s == &*r.scope) {
+                Some((_, v)) => v.push(r),
+                None => scopes.push((&r.scope, vec![r])),
+            }
+        }
+        scopes
+            .iter()
+            .map(|(_, rows)| {
+                let req: Vec<&str> = rows.iter().filter_map(|r| r.request.as_deref()).collect();
+                let resp: Vec<&str> = rows.iter().filter_map(|r| r.reply.as_deref()).collect();
+                format!(
+                    "{{\"request\":[{}],\"response\":[{}]}}",
+                    req.join(","),
+                    resp.join(",")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     pub fn clear(&mut self) {
@@ -1241,6 +1256,41 @@ mod tests {
             vec![Text::from(body)],
             "the unattached body is there"
         );
+    }
+
+    #[test]
+    fn export_without_a_filter_gives_one_document_per_scope() {
+        let mut a = App::new("t", "l", "u", 100, 0);
+        for (ex, scope) in [(1, "exchange:1"), (2, "exchange:2"), (3, "session:s")] {
+            for (c2s, kind, raw) in [
+                (true, "request", r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#),
+                (false, "result", r#"{"jsonrpc":"2.0","id":1,"result":1}"#),
+            ] {
+                a.apply_message(MessageIn {
+                    ts_ns: 1,
+                    exchange: ex,
+                    scope: scope.into(),
+                    c2s,
+                    kind,
+                    id: Some("1".into()),
+                    method: c2s.then(|| Text::from("m")),
+                    target: None,
+                    raw: raw.into(),
+                    sse: false,
+                });
+            }
+        }
+        let out = a.export_document();
+        let docs: Vec<&str> = out.lines().collect();
+        assert_eq!(docs.len(), 3, "{out}");
+        for d in docs {
+            let r = crate::inspect::offline::check_document(
+                d.as_bytes(),
+                &crate::inspect::offline::CheckLimits::default(),
+            )
+            .unwrap();
+            assert!(r.findings.is_empty(), "no false DUPLICATE_ID: {d}");
+        }
     }
 
     #[test]

@@ -113,8 +113,8 @@ fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String>
             )
         }
         Action::Export(doc) => Some(
-            match write_file("rpctap-export", "json", &format!("{doc}\n")) {
-                Ok(f) => format!("exchange document written to {f}"),
+            match write_file("rpctap-export", "jsonl", &format!("{doc}\n")) {
+                Ok(f) => format!("exchange documents (one per scope) written to {f}"),
                 Err(e) => format!("export failed: {e}"),
             },
         ),
