@@ -1,7 +1,10 @@
 //! A structural diff of two JSON values, path by path, with ignored paths.
 //!
-//! Paths read like `result.content[0].text`; an ignore pattern may use `*` for any key and
-//! `[*]` for any index (`result.content[*].text`), and ignores the whole subtree it names.
+//! Paths read like `result.content[0].text`; a key that is not a plain name is written as a JSON
+//! string in brackets (`result._meta["io.modelcontextprotocol/serverInfo"].name`). An ignore
+//! pattern is written the same way, may use `*` for any key and `[*]` for any index
+//! (`result.content[*].text`), and ignores the whole subtree it names: a printed path pastes into
+//! `--ignore` as it is.
 
 use serde_json::Value;
 
@@ -36,27 +39,49 @@ enum Seg {
 pub struct Pattern(Vec<Seg>);
 
 impl Pattern {
+    /// Parses a path in the syntax the diff prints: `.key`, `[N]`, `*` / `[*]`, and
+    /// `["any key"]` (a JSON string) for a key with dots, brackets, quotes, `*` or spaces —
+    /// so a printed path can be pasted into `--ignore` as it is.
     pub fn parse(s: &str) -> Pattern {
+        let b = s.as_bytes();
         let mut segs = Vec::new();
-        for part in s.split('.').filter(|p| !p.is_empty()) {
-            let (name, mut rest) = match part.find('[') {
-                Some(i) => (&part[..i], &part[i..]),
-                None => (part, ""),
-            };
-            if !name.is_empty() {
-                segs.push(if name == "*" {
-                    Seg::AnyKey
-                } else {
-                    Seg::Key(name.to_string())
-                });
-            }
-            while let Some(end) = rest.find(']') {
-                let inner = &rest[1..end];
-                segs.push(match inner {
-                    "*" => Seg::AnyIndex,
-                    n => n.parse().map(Seg::Index).unwrap_or(Seg::Key(n.to_string())),
-                });
-                rest = &rest[end + 1..];
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'.' => i += 1,
+                b'[' if b.get(i + 1) == Some(&b'"') => {
+                    // A quoted key: a JSON string, then `]`.
+                    let mut j = i + 2;
+                    while j < b.len() && b[j] != b'"' {
+                        j += if b[j] == b'\\' { 2 } else { 1 };
+                    }
+                    let lit = s.get(i + 1..(j + 1).min(s.len())).unwrap_or("");
+                    let key = serde_json::from_str::<String>(lit)
+                        .unwrap_or_else(|_| lit.trim_matches('"').to_string());
+                    segs.push(Seg::Key(key));
+                    i = j + 1;
+                    if b.get(i) == Some(&b']') {
+                        i += 1;
+                    }
+                }
+                b'[' => {
+                    let end = s[i..].find(']').map_or(s.len(), |e| i + e);
+                    segs.push(match &s[i + 1..end] {
+                        "*" => Seg::AnyIndex,
+                        n => n.parse().map(Seg::Index).unwrap_or(Seg::Key(n.to_string())),
+                    });
+                    i = end + 1;
+                }
+                _ => {
+                    let end = s[i..].find(['.', '[']).map_or(s.len(), |e| i + e);
+                    let name = &s[i..end];
+                    segs.push(if name == "*" {
+                        Seg::AnyKey
+                    } else {
+                        Seg::Key(name.to_string())
+                    });
+                    i = end;
+                }
             }
         }
         Pattern(segs)
@@ -71,15 +96,29 @@ impl Pattern {
     }
 }
 
+/// A key printed bare: nothing in it that the path syntax reads (`.`, `[`, `]`, `"`, `*`,
+/// spaces), and not empty.
+fn is_plain_key(k: &str) -> bool {
+    !k.is_empty()
+        && !k
+            .chars()
+            .any(|c| matches!(c, '.' | '[' | ']' | '"' | '*') || c.is_whitespace())
+}
+
 fn render(path: &[Seg]) -> String {
     let mut s = String::new();
     for seg in path {
         match seg {
-            Seg::Key(k) => {
+            Seg::Key(k) if is_plain_key(k) => {
                 if !s.is_empty() {
                     s.push('.');
                 }
                 s.push_str(k);
+            }
+            Seg::Key(k) => {
+                s.push('[');
+                s.push_str(&serde_json::Value::String(k.clone()).to_string());
+                s.push(']');
             }
             Seg::Index(i) => s.push_str(&format!("[{i}]")),
             Seg::AnyKey => s.push_str(".*"),
@@ -164,6 +203,42 @@ fn walk(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_printed_path_pastes_into_ignore() {
+        let key = "io.modelcontextprotocol/serverInfo";
+        let exp =
+            json!({"_meta": {key: {"name": "a", "version": "1"}}, "x": {"a b": 1, "q\"[*]": 2}});
+        let act =
+            json!({"_meta": {key: {"name": "b", "version": "1"}}, "x": {"a b": 3, "q\"[*]": 4}});
+        let d = diff("result", Some(&exp), Some(&act), &[]);
+        let paths: Vec<&str> = d.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                r#"result._meta["io.modelcontextprotocol/serverInfo"].name"#,
+                r#"result.x["a b"]"#,
+                r#"result.x["q\"[*]"]"#,
+            ]
+        );
+        for p in &paths {
+            let rest = diff("result", Some(&exp), Some(&act), &[Pattern::parse(p)]);
+            assert!(
+                !rest.iter().any(|d| d.path == *p),
+                "{p} ignores itself: {rest:?}"
+            );
+        }
+        let all: Vec<Pattern> = paths.iter().map(|p| Pattern::parse(p)).collect();
+        assert!(diff("result", Some(&exp), Some(&act), &all).is_empty());
+        // The old forms still parse.
+        let p = Pattern::parse("result.content[*].text");
+        assert!(p.matches_prefix_of(&[
+            Seg::Key("result".into()),
+            Seg::Key("content".into()),
+            Seg::Index(3),
+            Seg::Key("text".into()),
+        ]));
+    }
 
     #[test]
     fn paths_and_ignores() {
