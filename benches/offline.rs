@@ -63,7 +63,11 @@ fn recording(calls: usize) -> String {
         n += if i % 3 == 0 { 2 } else { 1 };
         let mut ex = insp.begin(&RequestMeta {
             method: "POST",
-            path: if session.is_some() { "/mcp" } else { "/jsonrpc" },
+            path: if session.is_some() {
+                "/mcp"
+            } else {
+                "/jsonrpc"
+            },
             content_type: Some("application/json"),
             session,
             ..Default::default()

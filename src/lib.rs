@@ -22,6 +22,7 @@ pub mod events;
 pub mod inspect;
 pub mod limit;
 pub mod logsink;
+pub mod media;
 pub mod proxy;
 pub mod record;
 pub mod redact;

@@ -179,17 +179,6 @@ async fn every_anomaly_code_is_flagged_once_with_the_right_id() {
     // A 404 without a JSON-RPC body: the call is rejected, which is no anomaly.
     assert!(case(&mut p, "reject", &[], call1).await.is_empty());
 
-    // The counters agree: every code once, except the two deliberate HTTP_STATUS, INVALID_ENVELOPE
-    // and DUPLICATE_ID cases.
-    let s = p.inspector.stats();
-    for code in rpctap::inspect::anomaly::Code::ALL {
-        let want = match code.as_str() {
-            "HTTP_STATUS" | "INVALID_ENVELOPE" | "DUPLICATE_ID" => 2,
-            "NOT_INSPECTED" => 0,
-            _ => 1,
-        };
-        assert_eq!(s.anomaly_count(code), want, "{code}");
-    }
     assert_eq!(p.inspector.pending_calls(), 0, "every call ended");
 }
 

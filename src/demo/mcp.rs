@@ -113,7 +113,7 @@ impl McpState {
     }
 
     fn get(self: &Arc<Self>, headers: &HeaderMap, session: Option<String>) -> Response<DemoBody> {
-        if !crate::inspect::accepts_event_stream(headers) {
+        if !crate::media::accepts_event_stream(headers) {
             return plain(
                 StatusCode::NOT_ACCEPTABLE,
                 "GET /mcp needs Accept: text/event-stream\n",
@@ -210,7 +210,7 @@ impl McpState {
             // Notifications and responses only.
             return plain(StatusCode::ACCEPTED, "");
         }
-        let sse = crate::inspect::accepts_event_stream(headers);
+        let sse = crate::media::accepts_event_stream(headers);
         let mut resp = if sse {
             let (tx, rx) = mpsc::channel::<Bytes>(16);
             let me = self.clone();

@@ -196,7 +196,7 @@ impl Proxy {
         let lane = (req.version() <= http::Version::HTTP_11).then_some(&conn.lane);
         let is_rpc = req.method() == Method::POST
             && !upgrade
-            && content_type.is_none_or(|c| crate::inspect::contains_ignore_case(c, "json"));
+            && content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
 
         // Phase 1: request.
         let (parts, incoming) = {
@@ -205,7 +205,7 @@ impl Proxy {
             ((parts, client_upgrade), body)
         };
         let (mut parts, client_upgrade) = parts;
-        let accepts_sse = crate::inspect::accepts_event_stream(&parts.headers);
+        let accepts_sse = crate::media::accepts_event_stream(&parts.headers);
         let mut plan: Option<limits::Plan> = None;
         let fwd_body = if is_rpc {
             match read_ahead(incoming, inner.inspector.config().max_frame_bytes).await {
@@ -400,7 +400,7 @@ impl Proxy {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        let (is_sse, untyped) = (crate::inspect::is_event_stream(ct), ct.is_empty());
+        let (is_sse, untyped) = (crate::media::is_event_stream(ct), ct.is_empty());
         rparts.headers.remove(header::CONTENT_LENGTH);
         let refusals = limits::refusal_replies(&plan);
         if is_sse {

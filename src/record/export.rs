@@ -237,7 +237,7 @@ pub fn har(rec: &Recording) -> Value {
                 .get(exchange)
                 .cloned()
                 .unwrap_or((0, None, vec![], *ts));
-        let sse = ct.as_deref().is_some_and(crate::inspect::is_event_stream);
+        let sse = ct.as_deref().is_some_and(crate::media::is_event_stream);
         let req_ct = headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))

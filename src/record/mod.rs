@@ -485,7 +485,7 @@ impl Line<'_> {
                 Ok(())
             }
             // An integer literal as is; any other number through serde, which checks it is one.
-            crate::rpc::Id::Num(n) if is_integer_literal(n) => {
+            crate::rpc::Id::Num(n) if crate::rpc::is_integer_literal(n) => {
                 self.0.extend_from_slice(n.as_bytes());
                 Ok(())
             }
@@ -517,17 +517,6 @@ fn is_plain(s: &str) -> bool {
     !s.bytes().fold(false, |esc, b| {
         esc | (b < 0x20) | (b == b'"') | (b == b'\\')
     })
-}
-
-/// `-?(0|[1-9][0-9]*)`: a JSON integer, written as is.
-fn is_integer_literal(s: &str) -> bool {
-    let digits = s.strip_prefix('-').unwrap_or(s).as_bytes();
-    match digits {
-        [] => false,
-        [b'0'] => true,
-        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
-        _ => false,
-    }
 }
 
 fn direction_name(d: crate::events::Direction) -> &'static str {

@@ -167,7 +167,7 @@ impl Mock {
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<DemoBody> {
-        let accepts_sse = crate::inspect::accepts_event_stream(req.headers());
+        let accepts_sse = crate::media::accepts_event_stream(req.headers());
         match *req.method() {
             Method::POST => {}
             Method::DELETE => return respond(StatusCode::OK, None, Bytes::new()),

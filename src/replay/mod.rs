@@ -292,7 +292,7 @@ fn member(raw: &str, key: &str) -> Option<Value> {
 /// The replies found in a replayed body, keyed by exact id text.
 fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
     let mut bodies = Vec::new();
-    if crate::inspect::is_event_stream(ct) {
+    if crate::media::is_event_stream(ct) {
         let mut d = SseDecoder::new(64 << 20);
         d.feed(body, |e| {
             if e.kind() == "message" && !e.data.is_empty() {
@@ -488,7 +488,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             && legacy_session(&ex.path).is_none()
             && rec.http().any(|h| {
                 matches!(h, RecHttp::Response { exchange, content_type: Some(ct), .. }
-                    if *exchange == ex.id && crate::inspect::is_event_stream(ct))
+                    if *exchange == ex.id && crate::media::is_event_stream(ct))
             });
         if legacy_stream_open {
             let uri = format!("{origin}{}", target_path(&base, &ex.path));

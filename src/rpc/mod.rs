@@ -46,15 +46,6 @@ impl Id {
         digits.len() > 16 || (digits.len() == 16 && digits > "9007199254740991")
     }
 
-    /// The id as a JSON value (numbers keep their literal text where serde_json can).
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            Id::Num(n) => serde_json::from_str(n).unwrap_or(serde_json::Value::Null),
-            Id::Str(s) => serde_json::Value::String(s.to_string()),
-            Id::Null => serde_json::Value::Null,
-        }
-    }
-
     /// The id as JSON text, exactly as it would be written back.
     pub fn to_json_text(&self) -> String {
         match self {
@@ -609,9 +600,15 @@ fn wants_target(method: &str) -> bool {
     )
 }
 
-fn is_integer_literal(s: &str) -> bool {
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+/// `-?(0|[1-9][0-9]*)`: a JSON integer literal (the recorder writes such ids as they are).
+pub(crate) fn is_integer_literal(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s).as_bytes();
+    match digits {
+        [] => false,
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
 }
 
 /// The sub-slice `part` of `whole` as a zero-copy `Bytes`, or a copy when it is not a sub-slice.

@@ -1,0 +1,556 @@
+//! Calls: each JSON-RPC message of a frame is classified, requests are registered in the
+//! correlator, replies are matched to them, and every call gets its one outcome. Decides
+//! `DUPLICATE_ID`, `UNMATCHED_RESPONSE`, `ID_TYPE_MISMATCH`, `MISSING_RESPONSE`,
+//! `NOTIFICATION_REPLY`, `INVALID_ENVELOPE`, `NULL_ID_RESPONSE` and `UNSAFE_ID`.
+
+use super::*;
+
+/// Where an anomaly was seen: the exchange, the scope, and the frame (direction and batch index).
+#[derive(Clone, Copy)]
+pub(super) struct Site<'a> {
+    pub(super) exchange: u64,
+    pub(super) scope: &'a Scope,
+    pub(super) at: Option<(Direction, Option<u32>)>,
+}
+
+pub(super) fn flag(
+    inner: &Inner,
+    site: Site<'_>,
+    code: Code,
+    id: Option<&Id>,
+    method: Option<&Arc<str>>,
+    message: String,
+) {
+    tracing::debug!(code = code.as_str(), exchange = site.exchange, scope = %site.scope, %message, "anomaly");
+    if inner.bus.wants_in(Interest::ANOMALY, site.exchange) {
+        inner.bus.publish(Event::Anomaly(AnomalyEvent {
+            ts: now_ns(),
+            exchange: site.exchange,
+            scope: site.scope.clone(),
+            code: code.as_str(),
+            severity: code.severity(),
+            id: id.cloned(),
+            method: method.cloned(),
+            direction: site.at.map(|a| a.0),
+            batch_index: site.at.and_then(|a| a.1),
+            message,
+        }));
+    }
+}
+
+/// Ends a call. With `defer`, the event waits there (so a reply's message event is published
+/// before the outcome it causes).
+pub(super) fn end_call(
+    inner: &Inner,
+    key: &PendingKey,
+    p: Pending,
+    outcome: Outcome,
+    extra: &[&'static str],
+    response_index: Option<u32>,
+    defer: Option<&mut Vec<Event>>,
+) {
+    if inner.bus.wants_in(Interest::CALL, p.exchange) {
+        let mut anomalies = p.anomalies;
+        anomalies.extend_from_slice(extra);
+        let ev = Event::Call(CallEvent {
+            ts: now_ns(),
+            exchange: p.exchange,
+            scope: key.scope.clone(),
+            direction: key.direction,
+            method: p.method,
+            target: p.target,
+            id: key.id.clone(),
+            outcome,
+            latency_us: Some(
+                inner
+                    .clock
+                    .now()
+                    .saturating_duration_since(p.started)
+                    .as_micros() as u64,
+            ),
+            anomalies,
+            request_index: p.index,
+            response_index,
+        });
+        match defer {
+            Some(d) => d.push(ev),
+            None => inner.bus.publish(ev),
+        }
+    }
+}
+
+/// Ends a call and each of its duplicates (same id, still pending) with the same outcome.
+pub(super) fn end_with_copies(
+    inner: &Inner,
+    key: &PendingKey,
+    p: Pending,
+    outcome: &Outcome,
+    response_index: Option<u32>,
+    mut defer: Option<&mut Vec<Event>>,
+) {
+    for _ in 0..=p.extra {
+        let mut one = p.clone();
+        one.extra = 0;
+        end_call(
+            inner,
+            key,
+            one,
+            outcome.clone(),
+            &[],
+            response_index,
+            defer.as_deref_mut(),
+        );
+    }
+}
+
+/// Ends a call (and each of its duplicates) as missing.
+pub(super) fn end_missing(
+    inner: &Inner,
+    key: &PendingKey,
+    p: Pending,
+    reason: &str,
+    anomaly: bool,
+) {
+    let copies = 1 + p.extra;
+    for _ in 0..copies {
+        let mut p = p.clone();
+        p.extra = 0;
+        let extra: &[&'static str] = if anomaly {
+            flag(
+                inner,
+                Site {
+                    exchange: p.exchange,
+                    scope: &key.scope,
+                    at: Some((key.direction, p.index)),
+                },
+                Code::MissingResponse,
+                Some(&key.id),
+                Some(&p.method),
+                format!("call {} `{}` got no reply: {reason}", key.id, p.method),
+            );
+            &[Code::MissingResponse.as_str()]
+        } else {
+            &[]
+        };
+        end_call(
+            inner,
+            key,
+            p,
+            Outcome::Missing {
+                reason: reason.to_string(),
+            },
+            extra,
+            None,
+            None,
+        );
+    }
+}
+
+impl ExchangeCtx {
+    /// An empty batch (`[]`): no message, but a frame — published as an invalid message with
+    /// `batch_len` 0 so the recording keeps it.
+    pub(super) fn publish_empty_batch(&self, dir: Direction, raw: Bytes, sse_id: Option<String>) {
+        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
+            self.insp.bus.publish(Event::Message(MessageEvent {
+                ts: now_ns(),
+                exchange: self.id,
+                scope: self.scope.clone(),
+                direction: dir,
+                transport: self.transport,
+                kind: Kind::Invalid,
+                id: None,
+                method: None,
+                target: None,
+                batch_index: None,
+                batch_len: Some(0),
+                sse_id,
+                message: raw,
+                unparsed: false,
+            }));
+        }
+    }
+
+    pub(super) fn publish_unparsed(&self, dir: Direction, raw: Bytes, sse_id: Option<String>) {
+        self.publish_unparsed_with(dir, raw, sse_id, self.transport);
+    }
+
+    pub(super) fn publish_unparsed_with(
+        &self,
+        dir: Direction,
+        raw: Bytes,
+        sse_id: Option<String>,
+        transport: Transport,
+    ) {
+        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
+            self.insp.bus.publish(Event::Message(MessageEvent {
+                ts: now_ns(),
+                exchange: self.id,
+                scope: self.scope.clone(),
+                direction: dir,
+                transport,
+                kind: Kind::Invalid,
+                id: None,
+                method: None,
+                target: None,
+                batch_index: None,
+                batch_len: None,
+                sse_id,
+                unparsed: serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_err()
+                    || self.insp.cfg.redact.has_paths(),
+                // Not JSON: redaction by path cannot apply, so with paths set it is withheld.
+                message: if self.insp.cfg.redact.has_paths() {
+                    Bytes::from_static(b"[REDACTED: unparsable message]")
+                } else {
+                    raw
+                },
+            }));
+        }
+    }
+
+    pub(super) fn on_envelope(
+        &mut self,
+        dir: Direction,
+        env: Envelope,
+        batch_index: Option<u32>,
+        sse_id: Option<String>,
+    ) {
+        let t = self.transport;
+        self.on_envelope_t(dir, env, batch_index, sse_id, t)
+    }
+
+    pub(super) fn on_envelope_t(
+        &mut self,
+        dir: Direction,
+        env: Envelope,
+        batch_index: Option<u32>,
+        sse_id: Option<String>,
+        transport: Transport,
+    ) {
+        self.cur = Some((dir, batch_index));
+        self.on_envelope_inner(dir, env, batch_index, sse_id, transport);
+        self.cur = None;
+        for ev in self.deferred.drain(..) {
+            self.insp.bus.publish(ev);
+        }
+    }
+
+    pub(super) fn on_envelope_inner(
+        &mut self,
+        dir: Direction,
+        env: Envelope,
+        batch_index: Option<u32>,
+        sse_id: Option<String>,
+        transport: Transport,
+    ) {
+        let inner = self.insp.clone();
+        let method: Option<Arc<str>> = env.method.clone();
+        let target: Option<Arc<str>> = env.target.clone();
+        // For a response, the method of the call it answers (filled in below).
+        let mut reply_method: Option<Arc<str>> = None;
+        let mut reply_target: Option<Arc<str>> = None;
+        let mut anomalies: Vec<&'static str> = Vec::new();
+
+        // Flagged on the request that chose the id, not again on the reply that echoes it.
+        let is_request = matches!(env.kind, Kind::Request | Kind::Invalid) && env.method.is_some();
+        if let Some(id) = env
+            .id
+            .as_ref()
+            .filter(|id| is_request && id.is_unsafe_number())
+        {
+            flag(&inner, self.site(),
+                Code::UnsafeId,
+                Some(id),
+                method.as_ref(),
+                format!("id {id} is not a safe integer (fraction, exponent, or beyond ±(2^53−1)); many clients cannot keep it exactly"),
+            );
+            anomalies.push(Code::UnsafeId.as_str());
+        }
+
+        match env.kind {
+            Kind::Request => {
+                let id = env.id.clone().unwrap_or(Id::Null);
+                self.register_call(
+                    dir,
+                    id,
+                    method.clone().unwrap_or_else(|| "".into()),
+                    target.clone(),
+                    anomalies,
+                );
+            }
+            Kind::Notification => {
+                if dir == Direction::ClientToServer {
+                    self.req.notifications += 1;
+                    self.mcp_client_notification(env.method.as_deref());
+                }
+            }
+            Kind::Result | Kind::Error => {
+                if dir == Direction::ClientToServer {
+                    self.req.responses += 1;
+                }
+                let (m, t) = self.on_response(dir, &env);
+                reply_method = m;
+                reply_target = t;
+            }
+            Kind::Invalid => {
+                // An invalid request that carries an id still expects a (-32600) reply.
+                if dir == Direction::ClientToServer {
+                    if let (Some(id), Some(m)) = (env.id.clone(), method.clone()) {
+                        self.register_call(
+                            dir,
+                            id,
+                            m,
+                            target.clone(),
+                            vec![Code::InvalidEnvelope.as_str()],
+                        );
+                    }
+                }
+                flag(
+                    &inner,
+                    self.site(),
+                    Code::InvalidEnvelope,
+                    env.id.as_ref(),
+                    method.as_ref(),
+                    format!(
+                        "invalid JSON-RPC message{}: {}",
+                        batch_index
+                            .map(|i| format!(" (batch member {i})"))
+                            .unwrap_or_default(),
+                        env.problem
+                            .as_deref()
+                            .unwrap_or("not a request or response")
+                    ),
+                );
+            }
+        }
+
+        if inner.bus.wants_in(Interest::MESSAGE, self.id) {
+            inner.bus.publish(Event::Message(MessageEvent {
+                ts: now_ns(),
+                exchange: self.id,
+                scope: self.scope.clone(),
+                direction: dir,
+                transport,
+                kind: env.kind,
+                id: env.id,
+                method: method.or(reply_method),
+                target: target.or(reply_target),
+                batch_index,
+                batch_len: batch_index.and(self.batch_len),
+                sse_id,
+                message: match inner.cfg.redact.message(&env.raw) {
+                    Some(red) => Bytes::from(red),
+                    None => env.raw,
+                },
+                unparsed: false,
+            }));
+        }
+    }
+
+    pub(super) fn register_call(
+        &mut self,
+        dir: Direction,
+        id: Id,
+        method: Arc<str>,
+        target: Option<Arc<str>>,
+        mut anomalies: Vec<&'static str>,
+    ) {
+        let inner = self.insp.clone();
+        self.mcp_request_rules(dir, &id, &method, &mut anomalies);
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: dir,
+            id: id.clone(),
+        };
+        let p = Pending {
+            exchange: self.id,
+            method: method.clone(),
+            target,
+            started: inner.clock.now(),
+            anomalies,
+            extra: 0,
+            index: self.cur.and_then(|c| c.1),
+        };
+        let mut evicted = Vec::new();
+        let res = inner.correlator.insert(key.clone(), p, &mut evicted);
+        if res == Inserted::Duplicate {
+            flag(&inner, self.site(),
+                Code::DuplicateId,
+                Some(&id),
+                Some(&method),
+                format!("request id {id} (`{method}`) reuses the id of a call still waiting for its reply"),
+            );
+        }
+        if !evicted.is_empty() {
+            let n = evicted.len();
+            for (k, p) in evicted {
+                end_missing(&inner, &k, p, "evicted: too many pending calls", false);
+            }
+            inner.bus.publish(Event::Notice(NoticeEvent {
+                ts: now_ns(),
+                what: "pending_evicted",
+                message: format!(
+                    "{n} oldest pending calls were ended as missing: the pending-call cap ({}) was reached",
+                    inner.cfg.limits.max_pending
+                ),
+            }));
+        }
+        if dir == Direction::ClientToServer {
+            self.req.calls.push(key);
+            self.req.call_ids.push(id);
+        }
+    }
+
+    /// Matches a response; returns the method and target of the call it answered.
+    pub(super) fn on_response(
+        &mut self,
+        dir: Direction,
+        env: &Envelope,
+    ) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        let inner = self.insp.clone();
+        let id = env.id.clone().unwrap_or(Id::Null);
+        let outcome = match env.kind {
+            Kind::Error => Outcome::Error {
+                code: env.error_code.unwrap_or(0),
+                message: env.error_message.as_deref().unwrap_or("").to_string(),
+            },
+            _ => Outcome::Result,
+        };
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: dir.reverse(),
+            id: id.clone(),
+        };
+        let mut extra: Vec<&'static str> = Vec::new();
+        let whole_request_error = id == Id::Null
+            && env.kind == Kind::Error
+            && matches!(env.error_code, Some(-32700 | -32600));
+        if id == Id::Null && !whole_request_error {
+            flag(&inner, self.site(),
+                Code::NullIdResponse,
+                None,
+                None,
+                format!(
+                    "a response with id null ({}); null is only for -32700/-32600 errors when the request id could not be read",
+                    outcome.label()
+                ),
+            );
+            extra.push(Code::NullIdResponse.as_str());
+        }
+        if let Some(p) = inner.correlator.take(&key) {
+            self.finish_reply(&key, p, outcome, env, extra);
+            return (None, None);
+        }
+        if whole_request_error {
+            // The server rejected the whole request: every call of it ends with this error.
+            if dir == Direction::ServerToClient && !self.is_get_stream {
+                for k in self.req.calls.clone() {
+                    if let Some(p) = inner.correlator.remove_all(&k) {
+                        let at = self.cur.and_then(|c| c.1);
+                        end_with_copies(&inner, &k, p, &outcome, at, Some(&mut self.deferred));
+                    }
+                }
+            }
+            return (None, None);
+        }
+        if let Some(twin) = id.type_twin() {
+            let twin_key = PendingKey {
+                id: twin.clone(),
+                ..key.clone()
+            };
+            if let Some(p) = inner.correlator.take(&twin_key) {
+                flag(
+                    &inner,
+                    self.site(),
+                    Code::IdTypeMismatch,
+                    Some(&id),
+                    Some(&p.method),
+                    format!(
+                        "reply id {id} matches call {twin} (`{}`) only if the JSON type is ignored",
+                        p.method
+                    ),
+                );
+                extra.push(Code::IdTypeMismatch.as_str());
+                let m = (Some(p.method.clone()), p.target.clone());
+                self.finish_reply(&twin_key, p, outcome, env, extra);
+                return m;
+            }
+        }
+        if id == Id::Null {
+            return (None, None); // already flagged as NULL_ID_RESPONSE
+        }
+        if dir == Direction::ServerToClient
+            && !self.is_get_stream
+            && self.req.notifications > 0
+            && self.req.calls.iter().all(|k| k.id != id)
+        {
+            flag(&inner, self.site(),
+                Code::NotificationReply,
+                Some(&id),
+                None,
+                format!("a response (id {id}) to a request that held only notifications; notifications get no reply"),
+            );
+            return (None, None);
+        }
+        flag(
+            &inner,
+            self.site(),
+            Code::UnmatchedResponse,
+            Some(&id),
+            None,
+            format!("response id {id} matches no pending call"),
+        );
+        (None, None)
+    }
+
+    pub(super) fn finish_reply(
+        &mut self,
+        key: &PendingKey,
+        p: Pending,
+        outcome: Outcome,
+        env: &Envelope,
+        mut extra: Vec<&'static str>,
+    ) {
+        let inner = self.insp.clone();
+        self.tool_result_rules(key, &p, env, &mut extra);
+        self.reply_status_rules(key, &p, &mut extra);
+        end_call(
+            &inner,
+            key,
+            p,
+            outcome,
+            &extra,
+            self.cur.and_then(|c| c.1),
+            Some(&mut self.deferred),
+        );
+    }
+
+    pub(super) fn notice_evicted(&self, evicted: Option<Arc<str>>) {
+        if let Some(sid) = evicted {
+            self.insp.bus.publish(Event::Notice(NoticeEvent {
+                ts: now_ns(),
+                what: "session_evicted",
+                message: format!(
+                    "session {sid} was forgotten: the session cap ({}) was reached",
+                    self.insp.cfg.limits.max_sessions
+                ),
+            }));
+        }
+    }
+
+    /// A POST of only notifications answered with a body (`NOTIFICATION_REPLY`; the other case,
+    /// a reply whose id is no call of the request, is in `on_response`). The body is kept
+    /// unparsed.
+    pub(super) fn body_reply_to_notifications(&mut self, body: Bytes) {
+        flag(
+            &self.insp,
+            self.site(),
+            Code::NotificationReply,
+            None,
+            None,
+            "a POST of only notifications was answered with a body; notifications get no reply"
+                .into(),
+        );
+        self.reply_frames += 1;
+        self.publish_unparsed(Direction::ServerToClient, body, None);
+    }
+}

@@ -1,0 +1,507 @@
+//! One HTTP exchange's lifecycle as the inspector sees it: the request body, the response head,
+//! the reply's body chunks (a JSON body gathered whole, SSE events one by one), rpctap's own
+//! answers, refusals, and the end — where calls still waiting end as missing. Decides
+//! `PARSE_ERROR`, `INVALID_BATCH_REPLY`, `NOT_INSPECTED` and `HTTP_STATUS`.
+
+use super::*;
+
+impl ExchangeCtx {
+    pub(super) fn site(&self) -> Site<'_> {
+        Site {
+            exchange: self.id,
+            scope: &self.scope,
+            at: self.cur,
+        }
+    }
+
+    /// The ids of the calls in the request, in order (for error replies the proxy makes).
+    pub fn call_ids(&self) -> &[Id] {
+        &self.req.call_ids
+    }
+
+    /// Whether the request was a batch.
+    pub fn was_batch(&self) -> bool {
+        self.req.batch
+    }
+
+    /// Whether the request body was JSON-RPC (or meant to be: JSON on a POST).
+    pub fn is_rpc(&self) -> bool {
+        self.req.is_rpc
+    }
+
+    /// Feeds the whole request body. `complete` is false when the body was larger than the
+    /// inspection cap (then only a warning is recorded).
+    pub fn request_body(&mut self, body: &Bytes, complete: bool) {
+        self.req.is_rpc = true;
+        if !complete {
+            flag(&self.insp, self.site(),
+                Code::NotInspected,
+                None,
+                None,
+                format!(
+                    "request body larger than the inspection cap ({} bytes): forwarded, not inspected",
+                    self.insp.cfg.max_frame_bytes
+                ),
+            );
+            return;
+        }
+        self.request_parsed(body, rpc::parse_body(body));
+    }
+
+    /// Like `request_body`, for a body the caller already parsed.
+    pub fn request_parsed(&mut self, body: &Bytes, parsed: Body) {
+        self.req.is_rpc = true;
+        match parsed {
+            Body::ParseError(why) => {
+                self.req.parse_error = true;
+                self.publish_unparsed(Direction::ClientToServer, body.clone(), None);
+                flag(
+                    &self.insp,
+                    self.site(),
+                    Code::ParseError,
+                    None,
+                    None,
+                    format!("request body is not valid JSON: {why}"),
+                );
+            }
+            Body::Single(env) => self.on_envelope(Direction::ClientToServer, env, None, None),
+            Body::Batch(members) if members.is_empty() => {
+                self.req.batch = true;
+                self.publish_empty_batch(Direction::ClientToServer, body.clone(), None);
+            }
+            Body::Batch(members) => {
+                self.req.batch = true;
+                self.batch_len = Some(members.len() as u32);
+                for (i, env) in members.into_iter().enumerate() {
+                    self.on_envelope(Direction::ClientToServer, env, Some(i as u32), None);
+                }
+                self.batch_len = None;
+            }
+        }
+    }
+
+    /// A rate-limit rule refused a message of the request (or, `shadow`, would have): a call
+    /// ends as refused, a notification is recorded as dropped.
+    pub fn refuse(
+        &mut self,
+        id: Option<&Id>,
+        method: &str,
+        refusal: &crate::limit::Refusal,
+        shadow: bool,
+    ) {
+        let inner = self.insp.clone();
+        if inner.bus.wants_in(Interest::REFUSAL, self.id) {
+            inner
+                .bus
+                .publish(Event::Refusal(crate::events::RefusalEvent {
+                    ts: now_ns(),
+                    exchange: self.id,
+                    scope: self.scope.clone(),
+                    method: method.into(),
+                    id: id.cloned(),
+                    rule: refusal.rule.clone(),
+                    shadow,
+                    retry_after_ms: refusal.retry_after.as_millis() as u64,
+                }));
+        }
+        let (Some(id), false) = (id, shadow) else {
+            return;
+        };
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: Direction::ClientToServer,
+            id: id.clone(),
+        };
+        if let Some(p) = inner.correlator.take(&key) {
+            end_call(
+                &inner,
+                &key,
+                p,
+                Outcome::Refused {
+                    rule: refusal.rule.to_string(),
+                },
+                &[],
+                None,
+                None,
+            );
+        }
+        if let Some(pos) = self.req.calls.iter().position(|k| k == &key) {
+            self.req.calls.remove(pos);
+        }
+        if let Some(pos) = self.req.call_ids.iter().position(|i| i == id) {
+            self.req.call_ids.remove(pos);
+        }
+    }
+
+    /// The response's status line and headers arrived.
+    pub fn response_head(&mut self, meta: &ResponseMeta<'_>) {
+        let ResponseMeta {
+            status,
+            content_type,
+            session,
+            content_length,
+            headers,
+        } = *meta;
+        self.status = status;
+        let inner = self.insp.clone();
+        if inner.bus.wants_in(Interest::HTTP, self.id) {
+            inner.bus.publish(Event::Http(HttpEvent::Response {
+                headers: headers
+                    .filter(|_| inner.bus.wants(Interest::HTTP_HEADERS))
+                    .map(|h| inner.cfg.redact.headers(h))
+                    .unwrap_or_default(),
+                ts: now_ns(),
+                exchange: self.id,
+                status,
+                content_type: content_type.map(str::to_string),
+                local: None,
+            }));
+        }
+        self.mcp_session_header(session);
+        let ct = content_type.unwrap_or("");
+        let is_sse = is_event_stream(ct);
+        self.mode = if is_sse && (self.req.is_rpc || self.is_get_stream) {
+            if self.is_get_stream
+                && self.transport == Transport::Json
+                && self.session_header.is_none()
+            {
+                // A GET stream without an MCP session: the legacy transport until proven otherwise.
+                self.transport = Transport::LegacySse;
+            }
+            ReplyMode::Sse {
+                dec: Box::new(SseDecoder::new(inner.cfg.max_frame_bytes)),
+            }
+        } else if self.req.is_rpc
+            && status != 202
+            && (contains_ignore_case(ct, "json") || (ct.is_empty() && (200..300).contains(&status)))
+        {
+            // 202 Accepted carries no reply (whatever text it has); a non-2xx body without a
+            // content type is an HTTP error page, not JSON-RPC.
+            // A body declared larger than the cap is never buffered at all.
+            let overflow = content_length.is_some_and(|n| n > inner.cfg.max_frame_bytes as u64);
+            let buf = match content_length {
+                Some(n) if !overflow => BytesMut::with_capacity(n as usize),
+                _ => BytesMut::new(),
+            };
+            ReplyMode::Json { buf, overflow }
+        } else {
+            ReplyMode::Ignore
+        };
+        if self.is_get_stream || !self.req.is_rpc {
+            return;
+        }
+        let notification_only = self.req.calls.is_empty()
+            && !self.req.parse_error
+            && (self.req.notifications > 0 || self.req.responses > 0);
+        if notification_only && !matches!(status, 202 | 204) {
+            flag(&inner, self.site(),
+                Code::HttpStatus,
+                None,
+                None,
+                format!("a POST of only notifications/responses was answered HTTP {status}, not 202/204"),
+            );
+        }
+    }
+
+    /// A chunk of the response body (a copy of what is forwarded).
+    pub fn response_data(&mut self, chunk: &[u8]) {
+        self.bytes += chunk.len() as u64;
+        let max = self.insp.cfg.max_frame_bytes;
+        match &mut self.mode {
+            ReplyMode::Ignore => {}
+            ReplyMode::Json { buf, overflow } => {
+                if *overflow {
+                    return;
+                }
+                if buf.len() + chunk.len() > max || buf.capacity() > 2 * max {
+                    *overflow = true;
+                    buf.clear();
+                    *buf = BytesMut::new();
+                } else {
+                    buf.extend_from_slice(chunk);
+                }
+            }
+            ReplyMode::Sse { dec } => {
+                let mut events = Vec::new();
+                dec.feed(chunk, |e| events.push(e));
+                for ev in events {
+                    self.on_sse_event(ev);
+                }
+            }
+        }
+    }
+
+    /// A reply frame was forwarded without being inspected (larger than the cap). Offline, a
+    /// recording's `NOT_INSPECTED` line for the reply says this happened.
+    pub fn reply_not_inspected(&mut self) {
+        match &mut self.mode {
+            ReplyMode::Json { buf, overflow } => {
+                *overflow = true;
+                *buf = BytesMut::new();
+            }
+            ReplyMode::Sse { .. } => {
+                flag(&self.insp, self.site(),
+                    Code::NotInspected,
+                    None,
+                    None,
+                    format!(
+                        "an SSE event larger than the inspection cap ({} bytes): forwarded, not inspected",
+                        self.insp.cfg.max_frame_bytes
+                    ),
+                );
+                self.reply_frames += 1;
+            }
+            ReplyMode::Ignore => {}
+        }
+    }
+
+    /// rpctap answered the request itself (`status`, because of `reason`): the upstream never
+    /// answered, so the calls end as missing with that reason — not as the server's errors, and
+    /// without a finding against the server.
+    pub fn answer_locally(&mut self, status: u16, reason: &str) {
+        self.status = status;
+        let inner = self.insp.clone();
+        if inner.bus.wants_in(Interest::HTTP, self.id) {
+            inner.bus.publish(Event::Http(HttpEvent::Response {
+                headers: Default::default(),
+                ts: now_ns(),
+                exchange: self.id,
+                status,
+                content_type: None,
+                local: Some(reason.to_string()),
+            }));
+        }
+        self.mode = ReplyMode::Ignore;
+        for k in std::mem::take(&mut self.req.calls) {
+            if let Some(p) = inner.correlator.remove_all(&k) {
+                end_missing(&inner, &k, p, reason, false);
+            }
+        }
+    }
+
+    pub(super) fn on_sse_event(&mut self, ev: sse::SseEvent) {
+        if ev.oversized {
+            self.reply_not_inspected();
+            return;
+        }
+        match ev.kind() {
+            "message" => {}
+            "endpoint" if self.is_get_stream => {
+                self.legacy_endpoint(&ev.data);
+                return;
+            }
+            _ => return,
+        }
+        if ev.data.is_empty() {
+            return; // priming event (id/retry only) or an empty keep-alive
+        }
+        let transport = if self.transport == Transport::LegacySse {
+            Transport::LegacySse
+        } else {
+            Transport::Sse
+        };
+        self.reply_body(ev.data, transport, ev.id);
+    }
+
+    /// One complete reply body (a JSON body, or one SSE event's data).
+    pub(super) fn reply_body(&mut self, body: Bytes, transport: Transport, sse_id: Option<String>) {
+        self.reply_frames += 1;
+        let inner = self.insp.clone();
+        match rpc::parse_body(&body) {
+            Body::ParseError(why) => {
+                self.publish_unparsed_with(Direction::ServerToClient, body, sse_id, transport);
+                flag(
+                    &inner,
+                    self.site(),
+                    Code::ParseError,
+                    None,
+                    None,
+                    format!("reply is not valid JSON: {why}"),
+                );
+            }
+            Body::Single(env) => {
+                // Over SSE a batch's replies may come one per event (MCP 2025-03-26: "these
+                // responses MAY be batched"); only a JSON body must be an array.
+                if self.req.batch
+                    && !self.is_get_stream
+                    && transport == Transport::Json
+                    && env.kind.is_response()
+                {
+                    // The spec allows a single reply only when the batch itself could not be
+                    // read: not JSON (then it was no batch here) or an empty array.
+                    let empty_batch = self.req.calls.is_empty()
+                        && self.req.notifications == 0
+                        && self.req.responses == 0;
+                    let whole_request_error = env.kind == Kind::Error
+                        && env.id == Some(Id::Null)
+                        && matches!(env.error_code, Some(-32700 | -32600))
+                        && empty_batch;
+                    if !whole_request_error {
+                        self.cur = Some((Direction::ServerToClient, None));
+                        flag(
+                            &inner,
+                            self.site(),
+                            Code::InvalidBatchReply,
+                            env.id.as_ref(),
+                            None,
+                            "a batch request was answered by a single object, not an array".into(),
+                        );
+                        self.cur = None;
+                    }
+                }
+                self.on_envelope_t(Direction::ServerToClient, env, None, sse_id, transport);
+            }
+            Body::Batch(members) if members.is_empty() => {
+                flag(
+                    &inner,
+                    self.site(),
+                    Code::InvalidEnvelope,
+                    None,
+                    None,
+                    "an empty array is not a valid reply".into(),
+                );
+                self.publish_empty_batch(Direction::ServerToClient, body, sse_id);
+            }
+            Body::Batch(members) => {
+                self.batch_len = Some(members.len() as u32);
+                for (i, env) in members.into_iter().enumerate() {
+                    self.on_envelope_t(
+                        Direction::ServerToClient,
+                        env,
+                        Some(i as u32),
+                        sse_id.clone(),
+                        transport,
+                    );
+                }
+                self.batch_len = None;
+            }
+        }
+    }
+
+    /// Offline: the recording stops before this exchange ended (the proxy was killed); leave
+    /// its calls as the live run left them.
+    pub fn abandon(mut self) {
+        self.ended = true;
+    }
+
+    /// The reply ended (normally or not). Calls of this exchange still waiting end as missing.
+    pub fn end(&mut self, reason: EndReason) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let inner = self.insp.clone();
+        let mode = std::mem::replace(&mut self.mode, ReplyMode::Ignore);
+        match mode {
+            ReplyMode::Json { buf, overflow } => {
+                if overflow {
+                    self.reply_frames += 1;
+                    flag(&inner, self.site(),
+                        Code::NotInspected,
+                        None,
+                        None,
+                        format!(
+                            "reply body larger than the inspection cap ({} bytes): forwarded, not inspected",
+                            inner.cfg.max_frame_bytes
+                        ),
+                    );
+                } else if !buf.is_empty() && matches!(reason, EndReason::Complete) {
+                    if self.req.calls.is_empty()
+                        && !self.req.parse_error
+                        && self.req.notifications > 0
+                    {
+                        self.body_reply_to_notifications(buf.freeze());
+                    } else {
+                        self.reply_body(buf.freeze(), Transport::Json, None);
+                    }
+                } else if !buf.is_empty() {
+                    self.reply_frames += 1; // torn; not parsed
+                }
+            }
+            ReplyMode::Sse { mut dec } => {
+                if dec.finish() {
+                    tracing::debug!(exchange = self.id, "SSE stream ended inside an event");
+                }
+            }
+            ReplyMode::Ignore => {}
+        }
+        // A DELETE that succeeded ends its session.
+        if self.req.delete_session && (200..300).contains(&self.status) {
+            if let Scope::Session(sid) = &self.scope {
+                for (k, p) in inner.correlator.drain_scope(&self.scope) {
+                    end_missing(&inner, &k, p, "session ended (DELETE)", true);
+                }
+                inner.correlator.end_session(sid);
+            }
+        }
+        let parked =
+            self.status == 202 && matches!(self.scope, Scope::Session(_)) && self.reply_frames == 0;
+        if !parked {
+            let why = match (&reason, self.status) {
+                (EndReason::Complete, s) if self.reply_frames == 0 => {
+                    format!("HTTP {s} with no JSON-RPC reply")
+                }
+                (EndReason::Complete, _) => "the reply ended without it".to_string(),
+                (r, _) => r.describe(),
+            };
+            for k in std::mem::take(&mut self.req.calls) {
+                if let Some(p) = inner.correlator.remove_all(&k) {
+                    if self.reply_frames == 0
+                        && !(200..300).contains(&self.status)
+                        && self.status != 0
+                    {
+                        let rejected = Outcome::Rejected {
+                            status: self.status,
+                        };
+                        end_with_copies(&inner, &k, p, &rejected, None, None);
+                    } else {
+                        end_missing(&inner, &k, p, &why, true);
+                    }
+                }
+            }
+        }
+        if inner.bus.wants_in(Interest::HTTP_END, self.id) {
+            inner.bus.publish(Event::Http(HttpEvent::End {
+                ts: now_ns(),
+                exchange: self.id,
+                reason: reason.describe(),
+                bytes: self.bytes,
+            }));
+        }
+    }
+}
+
+impl Drop for ExchangeCtx {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(EndReason::ClientGone);
+        }
+    }
+}
+
+impl ExchangeCtx {
+    /// A reply to a client's call carried by a status other than 200 (`HTTP_STATUS`, a warning;
+    /// the other case — notifications answered other than 202/204 — is in `response_head`).
+    pub(super) fn reply_status_rules(
+        &self,
+        key: &PendingKey,
+        p: &Pending,
+        extra: &mut Vec<&'static str>,
+    ) {
+        if self.status != 200
+            && self.status != 0
+            && !self.is_get_stream
+            && key.direction == Direction::ClientToServer
+        {
+            flag(
+                &self.insp,
+                self.site(),
+                Code::HttpStatus,
+                Some(&key.id),
+                Some(&p.method),
+                format!("a JSON-RPC reply carried by HTTP {}, not 200", self.status),
+            );
+            extra.push(Code::HttpStatus.as_str());
+        }
+    }
+}

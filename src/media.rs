@@ -1,0 +1,55 @@
+//! HTTP media types, read in any letter case: shared by the proxy, the inspector, the demo
+//! server, replay, the mock and the exports.
+
+/// Whether `hay` contains `needle` (ASCII, lower-case) in any letter case — a media type check
+/// without lower-casing a copy.
+pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    needle.is_empty()
+        || hay
+            .as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// Whether a `Content-Type` is `text/event-stream` (parameters allowed), in any letter case.
+pub fn is_event_stream(content_type: &str) -> bool {
+    content_type
+        .get(..17)
+        .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// Whether a request's `Accept` headers take `text/event-stream`, in any letter case.
+pub fn accepts_event_stream(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| contains_ignore_case(v, "text/event-stream"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types_match_in_any_letter_case() {
+        assert!(contains_ignore_case(
+            "Application/JSON; charset=UTF-8",
+            "json"
+        ));
+        assert!(contains_ignore_case("application/vnd.api+Json", "json"));
+        assert!(!contains_ignore_case("text/plain", "json"));
+        assert!(!contains_ignore_case("", "json"));
+        assert!(contains_ignore_case("", ""));
+        assert!(is_event_stream("Text/Event-Stream; charset=utf-8"));
+        assert!(is_event_stream("text/event-stream"));
+        assert!(!is_event_stream("text/event"));
+        assert!(!is_event_stream("application/json"));
+        let mut h = http::HeaderMap::new();
+        assert!(!accepts_event_stream(&h));
+        h.append(http::header::ACCEPT, "application/json".parse().unwrap());
+        assert!(!accepts_event_stream(&h));
+        h.append(http::header::ACCEPT, "Text/Event-Stream".parse().unwrap());
+        assert!(accepts_event_stream(&h));
+    }
+}
