@@ -439,10 +439,13 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
         headers,
         insecure: args.insecure,
     };
-    if !rec
-        .messages()
-        .any(|m| m.is_c2s() && (m.kind == "request" || m.kind == "notification"))
-    {
+    if !rec.messages().any(|m| {
+        m.is_c2s()
+            && matches!(
+                m.kind,
+                crate::rpc::Kind::Request | crate::rpc::Kind::Notification
+            )
+    }) {
         return Err(OfflineError::Empty(format!(
             "{}: the recording holds no client calls to replay",
             args.file.display()

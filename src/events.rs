@@ -119,7 +119,7 @@ pub enum Severity {
 }
 
 /// How a call ended. Every call ends in exactly one of these.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "lowercase")]
 pub enum Outcome {
     /// A `result` arrived.

@@ -22,7 +22,7 @@ fn m(
         exchange: ex,
         scope: scope.into(),
         c2s,
-        kind,
+        kind: serde_json::from_value(serde_json::Value::String(kind.into())).unwrap(),
         id: id.map(Into::into),
         method: method.map(Into::into),
         target: target.map(Into::into),

@@ -217,7 +217,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     }
                 } else if !m.is_c2s() {
                     o.feed_request();
-                    let sse = m.transport != "json";
+                    let sse = m.transport != crate::events::Transport::Json;
                     if o.reply
                         .as_ref()
                         .is_some_and(|(f, s)| *s != sse || !f.batch || m.batch_index == Some(0))

@@ -2,6 +2,7 @@
 //! and HAR 1.2 for browsers' developer tools and mitmproxy.
 
 use super::reader::{RecHttp, RecMessage, Recording};
+use crate::rpc::Kind;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -31,17 +32,17 @@ fn units<'a>(messages: &[&'a RecMessage]) -> Vec<Unit<'a>> {
     // id text → unit indices of calls still waiting, oldest first
     let mut open: HashMap<&'a str, std::collections::VecDeque<usize>> = HashMap::new();
     for &m in messages.iter().filter(|m| !m.is_empty_batch()) {
-        match (m.is_c2s(), m.kind.as_str()) {
-            (true, "request") | (true, "notification") | (true, "invalid") => {
+        match (m.is_c2s(), m.kind) {
+            (true, Kind::Request | Kind::Notification | Kind::Invalid) => {
                 units.push(Unit {
                     requests: vec![m],
                     responses: vec![],
                 });
-                if let (Some(id), "request" | "invalid") = (m.id_text(), m.kind.as_str()) {
+                if let (Some(id), Kind::Request | Kind::Invalid) = (m.id_text(), m.kind) {
                     open.entry(id).or_default().push_back(units.len() - 1);
                 }
             }
-            (false, "result") | (false, "error") | (false, "invalid") => {
+            (false, Kind::Result | Kind::Error | Kind::Invalid) => {
                 let slot = m
                     .id_text()
                     .and_then(|id| open.get_mut(id))

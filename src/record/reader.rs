@@ -2,7 +2,13 @@
 //! last one after a `kill -9`) is skipped with a warning; ids and messages are kept as their
 //! exact JSON text.
 
+//!
+//! The lines are read into the same types the live events use where they have a meaning of
+//! their own: [`Direction`], [`Transport`], [`Kind`], [`Outcome`], [`Severity`].
+
 use super::{part_path, RecordError};
+use crate::events::{Direction, Outcome, Severity, Transport};
+use crate::rpc::Kind;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::path::Path;
@@ -77,9 +83,9 @@ pub struct RecMessage {
     pub ts: u64,
     pub exchange: u64,
     pub scope: String,
-    pub direction: String,
-    pub transport: String,
-    pub kind: String,
+    pub direction: Direction,
+    pub transport: Transport,
+    pub kind: Kind,
     #[serde(default)]
     pub id: Option<Box<RawValue>>,
     #[serde(default)]
@@ -101,10 +107,10 @@ pub struct RecMessage {
 
 impl RecMessage {
     pub fn is_c2s(&self) -> bool {
-        self.direction == "c2s"
+        self.direction == Direction::ClientToServer
     }
     pub fn is_response(&self) -> bool {
-        self.kind == "result" || self.kind == "error"
+        self.kind.is_response()
     }
     /// The id as exact JSON text.
     pub fn id_text(&self) -> Option<&str> {
@@ -131,20 +137,13 @@ pub struct RecCall {
     pub ts: u64,
     pub exchange: u64,
     pub scope: String,
-    pub direction: String,
+    pub direction: Direction,
     pub method: String,
     #[serde(default)]
     pub target: Option<String>,
     pub id: Box<RawValue>,
-    pub outcome: String,
-    #[serde(default)]
-    pub code: Option<i64>,
-    #[serde(default)]
-    pub status: Option<u16>,
-    #[serde(default)]
-    pub reason: Option<String>,
-    #[serde(default)]
-    pub rule: Option<String>,
+    #[serde(flatten)]
+    pub outcome: Outcome,
     #[serde(default)]
     pub latency_us: Option<u64>,
     #[serde(default)]
@@ -158,7 +157,7 @@ pub struct RecAnomaly {
     pub exchange: u64,
     pub scope: String,
     pub code: String,
-    pub severity: String,
+    pub severity: Severity,
     #[serde(default)]
     pub id: Option<Box<RawValue>>,
     #[serde(default)]

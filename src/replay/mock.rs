@@ -78,7 +78,7 @@ impl Mock {
         let mut mock = Mock::default();
         let msgs: Vec<&RecMessage> = rec.messages().collect();
         for (i, m) in msgs.iter().enumerate() {
-            if !(m.is_c2s() && m.kind == "request") {
+            if !(m.is_c2s() && m.kind == crate::rpc::Kind::Request) {
                 continue;
             }
             let Ok(v) = serde_json::from_str::<Value>(m.message.get()) else {
@@ -103,7 +103,7 @@ impl Mock {
             mock.replies.entry(key).or_default().push(Reply {
                 member,
                 value,
-                sse: reply.transport == "sse",
+                sse: reply.transport == crate::events::Transport::Sse,
             });
         }
         mock

@@ -14,6 +14,7 @@
 pub mod diff;
 pub mod mock;
 
+use crate::events::{Direction, Outcome};
 use crate::inspect::sse::SseDecoder;
 use crate::proxy::body::ForwardBody;
 use crate::record::reader::{RecHttp, RecMessage, Recording};
@@ -265,22 +266,24 @@ fn recorded_reply<'a>(rec: &'a Recording, call: &RecMessage) -> Option<&'a RecMe
         .or_else(|| {
             rec.messages().find(|m| {
                 !m.is_c2s()
-                    && m.kind == "error"
+                    && m.kind == Kind::Error
                     && m.exchange == call.exchange
                     && matches!(m.id_text(), None | Some("null"))
             })
         })
 }
 
-fn recorded_outcome(rec: &Recording, call: &RecMessage) -> (String, Option<u16>) {
+fn recorded_outcome(rec: &Recording, call: &RecMessage) -> Outcome {
     rec.calls()
         .find(|c| {
             c.exchange == call.exchange
-                && c.direction == "c2s"
+                && c.direction == Direction::ClientToServer
                 && Some(c.id.get()) == call.id_text()
         })
-        .map(|c| (c.outcome.clone(), c.status))
-        .unwrap_or_else(|| ("missing".into(), None))
+        .map(|c| c.outcome.clone())
+        .unwrap_or(Outcome::Missing {
+            reason: "not in the recording".into(),
+        })
 }
 
 fn member(raw: &str, key: &str) -> Option<Value> {
@@ -600,7 +603,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
                 let ids: Vec<String> = ex
                     .c2s
                     .iter()
-                    .filter(|m| m.kind == "request")
+                    .filter(|m| m.kind == Kind::Request)
                     .filter_map(|m| m.id_text().map(str::to_string))
                     .collect();
                 let deadline = tokio::time::Instant::from_std(t0 + opts.timeout);
@@ -609,21 +612,22 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             }
         }
         for call in ex.c2s.iter().filter(|m| {
-            m.kind == "request" || (m.kind == "invalid" && m.id.is_some() && m.method.is_some())
+            m.kind == Kind::Request
+                || (m.kind == Kind::Invalid && m.id.is_some() && m.method.is_some())
         }) {
             let id = call.id_text().unwrap_or("null").to_string();
-            let (rec_outcome, rec_status) = recorded_outcome(rec, call);
+            let rec_outcome = recorded_outcome(rec, call);
             let rec_reply = recorded_reply(rec, call);
-            let recorded = match (rec_outcome.as_str(), rec_reply) {
-                ("result", _) => "Succeeded".to_string(),
-                ("error", Some(r)) => format!(
+            let recorded = match (&rec_outcome, rec_reply) {
+                (Outcome::Result, _) => "Succeeded".to_string(),
+                (Outcome::Error { .. }, Some(r)) => format!(
                     "Error reported ({})",
                     member(r.message.get(), "error")
                         .and_then(|e| e.get("code").cloned())
                         .unwrap_or_default()
                 ),
-                ("rejected", _) => format!("Rejected (HTTP {})", rec_status.unwrap_or(0)),
-                ("refused", _) => "Refused".to_string(),
+                (Outcome::Rejected { status }, _) => format!("Rejected (HTTP {status})"),
+                (Outcome::Refused { .. }, _) => "Refused".to_string(),
                 _ => "No reply".to_string(),
             };
             // A null-id error answers the whole request when there is no reply of its own.
@@ -634,9 +638,11 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
                         Some(s) if !(200..300).contains(&s) => Verdict::Rejected { status: s },
                         _ => Verdict::NoReply,
                     };
-                    let pass = match (&v, rec_outcome.as_str()) {
-                        (Verdict::Rejected { status }, "rejected") => Some(*status) == rec_status,
-                        (Verdict::NoReply, "missing") => true,
+                    let pass = match (&v, &rec_outcome) {
+                        (Verdict::Rejected { status }, Outcome::Rejected { status: rec }) => {
+                            status == rec
+                        }
+                        (Verdict::NoReply, Outcome::Missing { .. }) => true,
                         _ => false,
                     };
                     (v, pass, vec![])

@@ -5,6 +5,7 @@
 //! message text for the detail pane: older rows keep their summary and lose their text first.
 
 use crate::events::{Event, Outcome};
+use crate::rpc::Kind;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -27,6 +28,18 @@ pub enum RowOutcome {
     Refused(String),
     Rejected(u16),
     Missing(String),
+}
+
+impl From<&Outcome> for RowOutcome {
+    fn from(o: &Outcome) -> Self {
+        match o {
+            Outcome::Result => RowOutcome::Result,
+            Outcome::Error { code, .. } => RowOutcome::Error(*code),
+            Outcome::Refused { rule } => RowOutcome::Refused(rule.clone()),
+            Outcome::Rejected { status } => RowOutcome::Rejected(*status),
+            Outcome::Missing { reason } => RowOutcome::Missing(reason.clone()),
+        }
+    }
 }
 
 impl RowOutcome {
@@ -368,13 +381,7 @@ impl App {
                     exchange: m.exchange,
                     scope: m.scope.to_string().into(),
                     c2s: m.direction == crate::events::Direction::ClientToServer,
-                    kind: match m.kind {
-                        crate::rpc::Kind::Request => "request",
-                        crate::rpc::Kind::Notification => "notification",
-                        crate::rpc::Kind::Result => "result",
-                        crate::rpc::Kind::Error => "error",
-                        crate::rpc::Kind::Invalid => "invalid",
-                    },
+                    kind: m.kind,
                     id: m.id.as_ref().map(|i| i.to_json_text().into()),
                     method: m.method.clone(),
                     target: m.target.clone(),
@@ -383,19 +390,12 @@ impl App {
                 });
             }
             Event::Call(c) => {
-                let outcome = match &c.outcome {
-                    Outcome::Result => RowOutcome::Result,
-                    Outcome::Error { code, .. } => RowOutcome::Error(*code),
-                    Outcome::Refused { rule } => RowOutcome::Refused(rule.clone()),
-                    Outcome::Rejected { status } => RowOutcome::Rejected(*status),
-                    Outcome::Missing { reason } => RowOutcome::Missing(reason.clone()),
-                };
                 self.apply_call(
                     c.scope.to_string().into(),
                     c.direction.arrow(),
                     c.id.to_json_text().into(),
                     &c.method,
-                    outcome,
+                    RowOutcome::from(&c.outcome),
                     c.latency_us,
                     c.ts,
                 );
@@ -479,10 +479,12 @@ impl App {
     pub fn apply_message(&mut self, m: MessageIn) {
         let dir: &'static str = if m.c2s { "c→s" } else { "s→c" };
         match m.kind {
-            "request" | "notification" | "invalid" if m.method.is_some() || m.kind != "invalid" => {
+            Kind::Request | Kind::Notification | Kind::Invalid
+                if m.method.is_some() || m.kind != Kind::Invalid =>
+            {
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                let is_call = m.kind != "notification" && m.id.is_some();
+                let is_call = m.kind != Kind::Notification && m.id.is_some();
                 let id = m.id.unwrap_or_else(|| Text::from(""));
                 let row = Row {
                     seq,
@@ -1000,7 +1002,7 @@ pub struct MessageIn {
     pub exchange: u64,
     pub scope: Text,
     pub c2s: bool,
-    pub kind: &'static str,
+    pub kind: Kind,
     pub id: Option<Text>,
     pub method: Option<Text>,
     pub target: Option<Text>,
@@ -1095,7 +1097,7 @@ mod tests {
     fn msg(
         ex: u64,
         c2s: bool,
-        kind: &'static str,
+        kind: Kind,
         id: Option<&str>,
         method: Option<&str>,
         raw: &str,
@@ -1119,7 +1121,7 @@ mod tests {
         a.apply_message(msg(
             1,
             true,
-            "request",
+            Kind::Request,
             Some("1"),
             Some("add"),
             r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#,
@@ -1127,7 +1129,7 @@ mod tests {
         a.apply_message(msg(
             1,
             false,
-            "result",
+            Kind::Result,
             Some("1"),
             None,
             r#"{"jsonrpc":"2.0","id":1,"result":3}"#,
@@ -1144,7 +1146,7 @@ mod tests {
         a.apply_message(msg(
             2,
             true,
-            "request",
+            Kind::Request,
             Some("2"),
             Some("nope"),
             r#"{"jsonrpc":"2.0","method":"nope","id":2}"#,
@@ -1152,7 +1154,7 @@ mod tests {
         a.apply_message(msg(
             3,
             true,
-            "notification",
+            Kind::Notification,
             None,
             Some("log"),
             r#"{"jsonrpc":"2.0","method":"log"}"#,
@@ -1169,7 +1171,7 @@ mod tests {
         a.apply_message(msg(
             2,
             false,
-            "error",
+            Kind::Error,
             Some("2"),
             None,
             r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"x"}}"#,
@@ -1234,21 +1236,21 @@ mod tests {
     #[test]
     fn a_reply_that_matches_no_call_is_shown_with_its_exchange() {
         let mut a = App::new("t", "l", "u", 100, 0);
-        let msg = |c2s: bool, kind: &'static str, id: Option<&str>, raw: &str| MessageIn {
+        let msg = |c2s: bool, kind: Kind, id: Option<&str>, raw: &str| MessageIn {
             ts_ns: 1,
             exchange: 9,
             scope: "exchange:9".into(),
             c2s,
             kind,
             id: id.map(Text::from),
-            method: (kind == "request").then(|| Text::from("server/discover")),
+            method: (kind == Kind::Request).then(|| Text::from("server/discover")),
             target: None,
             raw: raw.into(),
             sse: false,
         };
-        a.apply_message(msg(true, "request", Some("1"), r#"{"id":1}"#));
+        a.apply_message(msg(true, Kind::Request, Some("1"), r#"{"id":1}"#));
         let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request"}}"#;
-        a.apply_message(msg(false, "error", Some("null"), body));
+        a.apply_message(msg(false, Kind::Error, Some("null"), body));
         let r = a.rows.back().unwrap();
         assert!(r.reply.is_none());
         assert_eq!(
@@ -1263,8 +1265,16 @@ mod tests {
         let mut a = App::new("t", "l", "u", 100, 0);
         for (ex, scope) in [(1, "exchange:1"), (2, "exchange:2"), (3, "session:s")] {
             for (c2s, kind, raw) in [
-                (true, "request", r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#),
-                (false, "result", r#"{"jsonrpc":"2.0","id":1,"result":1}"#),
+                (
+                    true,
+                    Kind::Request,
+                    r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#,
+                ),
+                (
+                    false,
+                    Kind::Result,
+                    r#"{"jsonrpc":"2.0","id":1,"result":1}"#,
+                ),
             ] {
                 a.apply_message(MessageIn {
                     ts_ns: 1,
@@ -1356,7 +1366,7 @@ mod tests {
             a.apply_message(msg(
                 i,
                 true,
-                "request",
+                Kind::Request,
                 Some(&i.to_string()),
                 Some("m"),
                 &big,
@@ -1393,7 +1403,7 @@ mod tests {
             a.apply_message(msg(
                 i,
                 true,
-                "request",
+                Kind::Request,
                 Some("1"),
                 Some(&method),
                 r#"{"jsonrpc":"2.0","method":"m","id":1}"#,

@@ -159,38 +159,20 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
                 exchange: m.exchange,
                 scope: m.scope.as_str().into(),
                 c2s: m.is_c2s(),
-                kind: match m.kind.as_str() {
-                    "request" => "request",
-                    "notification" => "notification",
-                    "result" => "result",
-                    "error" => "error",
-                    _ => "invalid",
-                },
+                kind: m.kind,
                 id: m.id_text().map(Into::into),
                 method: m.method.as_deref().map(Into::into),
                 target: m.target.as_deref().map(Into::into),
                 raw: m.message.get().into(),
-                sse: m.transport != "json",
+                sse: m.transport != crate::events::Transport::Json,
             }),
             RecEvent::Call(c) => {
-                let outcome = match c.outcome.as_str() {
-                    "result" => RowOutcome::Result,
-                    "error" => RowOutcome::Error(c.code.unwrap_or(0)),
-                    "refused" => RowOutcome::Refused(c.rule.clone().unwrap_or_default()),
-                    "rejected" => RowOutcome::Rejected(c.status.unwrap_or(0)),
-                    _ => RowOutcome::Missing(c.reason.clone().unwrap_or_default()),
-                };
-                let dir = if c.direction == "c2s" {
-                    "c→s"
-                } else {
-                    "s→c"
-                };
                 app.apply_call(
                     c.scope.as_str().into(),
-                    dir,
+                    c.direction.arrow(),
                     c.id.get().into(),
                     &c.method.as_str().into(),
-                    outcome,
+                    RowOutcome::from(&c.outcome),
                     c.latency_us,
                     c.ts,
                 );
