@@ -14,21 +14,6 @@ impl ExchangeCtx {
         }
     }
 
-    /// The ids of the calls in the request, in order (for error replies the proxy makes).
-    pub fn call_ids(&self) -> &[Id] {
-        &self.req.call_ids
-    }
-
-    /// Whether the request was a batch.
-    pub fn was_batch(&self) -> bool {
-        self.req.batch
-    }
-
-    /// Whether the request body was JSON-RPC (or meant to be: JSON on a POST).
-    pub fn is_rpc(&self) -> bool {
-        self.req.is_rpc
-    }
-
     /// Feeds the whole request body. `complete` is false when the body was larger than the
     /// inspection cap (then only a warning is recorded).
     pub fn request_body(&mut self, body: &Bytes, complete: bool) {

@@ -1,19 +1,20 @@
 //! The exchange pipeline: one client request in, one reply out.
 //!
-//! Phases, in order:
-//! 1. **request** — the head is read; a JSON-RPC POST body (JSON or no content type) is read
-//!    ahead up to the inspection cap so the inspector sees whole frames and the proxy knows the
-//!    call ids (for error replies, and per-call rate limits). A larger body streams through
-//!    uninspected after what was read. Any other body streams through untouched.
-//! 2. **upstream request** — hop-by-hop headers removed, `Host` rewritten (unless
-//!    `preserve_host`), `X-Forwarded-For`/`-Proto` added; sent on the pooled client.
-//! 3. **response headers** — hop-by-hop headers removed; the inspector learns status, content
-//!    type and `Mcp-Session-Id`. An unreachable upstream gives 502, a slow one 504, with a
-//!    JSON-RPC error per call when the request held calls.
-//! 4. **response body chunk** — each chunk is handed to the client as it arrives; the inspector
-//!    reads a copy first (SSE events one by one, JSON bodies whole at the end).
-//! 5. **done** — the body ended, failed, or the client left: the inspector ends the exchange
-//!    (calls still waiting end as missing, with why).
+//! [`Proxy::handle`] runs the phases in order, each a function of its own (pingora's
+//! request_filter / upstream_peer / response_filter are the model):
+//! 1. **request** (`request_filter`) — a JSON-RPC POST body (JSON or no content type) is read
+//!    ahead up to the inspection cap, parsed once, summarised for the proxy's own replies and
+//!    handed to the inspector, which observes; the rate limits decide per call. A larger body
+//!    streams through uninspected after what was read. Any other body streams through untouched.
+//! 2. **upstream request** (`upstream_request`) — hop-by-hop headers removed, `Host` rewritten
+//!    (unless `preserve_host`), `X-Forwarded-For`/`-Proto` added.
+//! 3. **upstream** (`send_upstream`) — the lane or the pool; unreachable gives 502, too slow
+//!    504, with a JSON-RPC error per call when the request held calls (`error_reply`).
+//! 4. **response** (`response_filter`) — hop-by-hop headers removed; the inspector learns
+//!    status, content type and `Mcp-Session-Id`; each body chunk goes to the client as it
+//!    arrives, the inspector reading a copy first (SSE events one by one, JSON bodies whole).
+//! 5. **done** — in the body: it ended, failed, or the client left; the inspector ends the
+//!    exchange (calls still waiting end as missing, with why).
 
 pub mod body;
 pub mod headers;
@@ -171,18 +172,19 @@ impl Proxy {
     }
 
     /// Handles one exchange of the client connection `conn`. Never fails: errors become
-    /// 4xx/5xx replies.
+    /// 4xx/5xx replies. The phases, each a function below: [`Proxy::request_filter`] (read and
+    /// inspect the request, apply the rate limits), [`Proxy::upstream_request`] (the request as
+    /// the upstream gets it), [`Proxy::send_upstream`] (the pooled client, with its time limit),
+    /// [`Proxy::response_filter`] (the response head, the teed body).
     pub async fn handle(
         &self,
         mut req: Request<Incoming>,
         conn: &ClientConn,
     ) -> Response<ProxyBody> {
-        let inner = &self.inner;
-        let peer = conn.peer;
         let picked = headers::pick(req.headers());
         let content_type = picked.content_type;
         let session = picked.session.map(str::to_string);
-        let mut ctx = inner.inspector.begin(&RequestMeta {
+        let ctx = self.inner.inspector.begin(&RequestMeta {
             method: req.method().as_str(),
             path: req.uri().path(),
             query: req.uri().query(),
@@ -197,94 +199,152 @@ impl Proxy {
         let is_rpc = req.method() == Method::POST
             && !upgrade
             && content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
-
-        // Phase 1: request.
-        let (parts, incoming) = {
-            let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-            let (parts, body) = req.into_parts();
-            ((parts, client_upgrade), body)
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, incoming) = req.into_parts();
+        let ex = Exchange {
+            ctx,
+            summary: RequestSummary {
+                is_rpc,
+                ..Default::default()
+            },
+            plan: None,
+            accepts_sse: crate::media::accepts_event_stream(&parts.headers),
         };
-        let (mut parts, client_upgrade) = parts;
-        let accepts_sse = crate::media::accepts_event_stream(&parts.headers);
-        let mut plan: Option<limits::Plan> = None;
-        let fwd_body = if is_rpc {
-            match read_ahead(incoming, inner.inspector.config().max_frame_bytes).await {
-                Ok(ReadAhead::Whole(b)) => {
-                    let limiter = self.limiter();
-                    if limiter.is_empty() {
-                        ctx.request_body(&b, true);
-                        ForwardBody::full(b)
-                    } else {
-                        let parsed = crate::rpc::parse_body(&b);
-                        let keys = crate::limit::RequestKeys {
-                            peer: peer.ip(),
-                            session: session.as_deref(),
-                            headers: &parts.headers,
-                        };
-                        let p = limits::plan(&limiter, &parsed, &keys);
-                        ctx.request_parsed(&b, parsed);
-                        for (i, r) in &p.shadow {
-                            let m = &p.members[*i];
-                            ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, true);
-                        }
-                        for m in &p.members {
-                            if let Some(r) = &m.refused {
-                                ctx.refuse(
-                                    m.id.as_ref().filter(|_| m.is_call),
-                                    &m.method,
-                                    r,
-                                    false,
-                                );
-                            }
-                        }
-                        if p.all_refused() {
-                            // Nothing goes upstream: rpctap answers alone.
-                            let (status, ct, body, hdrs) = limits::whole_refusal(&p, accepts_sse);
-                            ctx.end(crate::inspect::EndReason::Complete);
-                            let mut resp =
-                                Response::new(TeeBody::new(ReplySource::Made(Some(body)), None));
-                            *resp.status_mut() = status;
-                            *resp.headers_mut() = hdrs;
-                            if let Some(ct) = ct {
-                                resp.headers_mut()
-                                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-                            }
-                            return resp;
-                        }
-                        let body = if p.any_refused() {
-                            // The one rewrite rpctap does: the smaller batch, with its own length.
-                            let smaller = limits::allowed_body(&p);
-                            parts
-                                .headers
-                                .insert(header::CONTENT_LENGTH, HeaderValue::from(smaller.len()));
-                            smaller
-                        } else {
-                            b
-                        };
-                        plan = Some(p);
-                        ForwardBody::full(body)
-                    }
-                }
-                Ok(ReadAhead::Partial(prefix, rest)) => {
-                    ctx.request_body(&prefix, false);
-                    ForwardBody::streaming(Some(prefix), rest)
-                }
-                Err(e) => {
-                    return self.error_reply(ctx, is_rpc, ExchangeError::Downstream(e.to_string()))
+        let (body, mut ex) = match self
+            .request_filter(ex, &mut parts, incoming, conn.peer, session.as_deref())
+            .await
+        {
+            Filtered::Forward(body, ex) => (body, ex),
+            Filtered::Respond(resp) => return resp,
+        };
+        let is_head = parts.method == Method::HEAD;
+        let up_req = match self.upstream_request(parts, body, upgrade, lane.is_some(), conn) {
+            Ok(r) => r,
+            Err(e) => return self.error_reply(ex, e),
+        };
+        let mut resp = match self.send_upstream(up_req, lane, ex.ctx.id).await {
+            Ok(r) => r,
+            Err(e) => return self.error_reply(ex, e),
+        };
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(client_up) = client_upgrade {
+                // Upgraded (WebSocket…): the two connections are spliced as raw bytes.
+                let upstream_up = hyper::upgrade::on(&mut resp);
+                tokio::spawn(splice(client_up, upstream_up));
+            }
+        }
+        let permits = ex
+            .plan
+            .as_mut()
+            .map(|p| std::mem::take(&mut p.permits))
+            .unwrap_or_default();
+        self.response_filter(resp, ex, permits, is_head).await
+    }
+
+    /// Phase 1, **request**: a JSON-RPC POST body (JSON or no content type) is read ahead up to
+    /// the inspection cap, parsed once, summarised for the proxy's own replies, handed to the
+    /// inspector, and checked against the rate limits (refused members are answered by rpctap;
+    /// a batch goes on smaller). A larger body streams on uninspected after what was read; any
+    /// other body streams through untouched.
+    async fn request_filter(
+        &self,
+        mut ex: Exchange,
+        parts: &mut http::request::Parts,
+        incoming: Incoming,
+        peer: SocketAddr,
+        session: Option<&str>,
+    ) -> Filtered {
+        if !ex.summary.is_rpc {
+            let body = if http_body::Body::is_end_stream(&incoming) {
+                ForwardBody::empty()
+            } else {
+                ForwardBody::streaming(None, incoming)
+            };
+            return Filtered::Forward(body, ex);
+        }
+        let cap = self.inner.inspector.config().max_frame_bytes;
+        let b = match read_ahead(incoming, cap).await {
+            Ok(ReadAhead::Whole(b)) => b,
+            Ok(ReadAhead::Partial(prefix, rest)) => {
+                ex.ctx.request_body(&prefix, false);
+                return Filtered::Forward(ForwardBody::streaming(Some(prefix), rest), ex);
+            }
+            Err(e) => {
+                let resp = self.error_reply(ex, ExchangeError::Downstream(e.to_string()));
+                return Filtered::Respond(resp);
+            }
+        };
+        let parsed = crate::rpc::parse_body(&b);
+        ex.summary.read(&parsed);
+        let limiter = self.limiter();
+        if limiter.is_empty() {
+            ex.ctx.request_parsed(&b, parsed);
+            return Filtered::Forward(ForwardBody::full(b), ex);
+        }
+        let keys = crate::limit::RequestKeys {
+            peer: peer.ip(),
+            session,
+            headers: &parts.headers,
+        };
+        let p = limits::plan(&limiter, &parsed, &keys);
+        ex.ctx.request_parsed(&b, parsed);
+        for (i, r) in &p.shadow {
+            let m = &p.members[*i];
+            ex.ctx
+                .refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, true);
+        }
+        for m in &p.members {
+            if let Some(r) = &m.refused {
+                ex.ctx
+                    .refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, false);
+                // rpctap answers it: the proxy's own error replies leave it out.
+                if let Some(id) = m.id.as_ref().filter(|_| m.is_call) {
+                    ex.summary.call_ids.retain(|c| c != id);
                 }
             }
-        } else if http_body::Body::is_end_stream(&incoming) {
-            ForwardBody::empty()
+        }
+        if p.all_refused() {
+            // Nothing goes upstream: rpctap answers alone.
+            let (status, ct, body, hdrs) = limits::whole_refusal(&p, ex.accepts_sse);
+            ex.ctx.end(crate::inspect::EndReason::Complete);
+            let mut resp = Response::new(TeeBody::new(ReplySource::Made(Some(body)), None));
+            *resp.status_mut() = status;
+            *resp.headers_mut() = hdrs;
+            if let Some(ct) = ct {
+                resp.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            }
+            return Filtered::Respond(resp);
+        }
+        let body = if p.any_refused() {
+            // The one rewrite rpctap does: the smaller batch, with its own length.
+            let smaller = limits::allowed_body(&p);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(smaller.len()));
+            smaller
         } else {
-            ForwardBody::streaming(None, incoming)
+            b
         };
+        ex.plan = Some(p);
+        Filtered::Forward(ForwardBody::full(body), ex)
+    }
 
-        // Phase 2: upstream request.
-        let uri = match self.upstream_uri(&parts.uri, lane.is_some()) {
-            Ok(u) => u,
-            Err(e) => return self.error_reply(ctx, is_rpc, ExchangeError::Internal(e)),
-        };
-        parts.uri = uri;
+    /// Phase 2, **upstream request**: the upstream's base path and origin-form target,
+    /// hop-by-hop headers removed, `Host` rewritten (unless `preserve_host`),
+    /// `X-Forwarded-For`/`-Proto` added.
+    fn upstream_request(
+        &self,
+        mut parts: http::request::Parts,
+        body: ForwardBody,
+        upgrade: bool,
+        on_lane: bool,
+        conn: &ClientConn,
+    ) -> Result<Request<ForwardBody>, ExchangeError> {
+        let inner = &self.inner;
+        parts.uri = self
+            .upstream_uri(&parts.uri, on_lane)
+            .map_err(ExchangeError::Internal)?;
         parts.version = http::Version::HTTP_11;
         headers::strip_hop_by_hop(&mut parts.headers, upgrade);
         if !inner.opts.preserve_host {
@@ -307,9 +367,18 @@ impl Proxy {
             }
         }
         headers::add_forwarded(&mut parts.headers, &conn.peer_ip, "http");
-        let is_head = parts.method == Method::HEAD;
-        let up_req = Request::from_parts(parts, fwd_body);
+        Ok(Request::from_parts(parts, body))
+    }
 
+    /// Phase 3, **upstream**: sends on the connection's lane (HTTP/1) or the pool, waiting at
+    /// most `upstream_timeout` for the response head: unreachable → 502, too slow → 504.
+    async fn send_upstream(
+        &self,
+        up_req: Request<ForwardBody>,
+        lane: Option<&upstream::Lane>,
+        exchange: u64,
+    ) -> Result<Response<Incoming>, ExchangeError> {
+        let inner = &self.inner;
         let limit = inner.opts.upstream_timeout;
         // Pinned here, once: this future is a large part of the exchange's state, and every
         // wrapper that took it by value would hold (and copy) it again.
@@ -318,47 +387,36 @@ impl Proxy {
             Some(lane) => lane.within(limit, send.as_mut()).await,
             None => tokio::time::timeout(limit, send.as_mut()).await.ok(),
         };
-        let mut resp = match sent {
-            Some(Ok(r)) => r,
+        match sent {
+            Some(Ok(r)) => Ok(r),
             Some(Err(why)) => {
-                tracing::warn!(exchange = ctx.id, error = %why, "upstream request failed");
-                return self.error_reply(ctx, is_rpc, ExchangeError::UpstreamUnreachable(why));
+                tracing::warn!(exchange, error = %why, "upstream request failed");
+                Err(ExchangeError::UpstreamUnreachable(why))
             }
             None => {
-                tracing::warn!(exchange = ctx.id, "upstream timed out");
-                return self.error_reply(
-                    ctx,
-                    is_rpc,
-                    ExchangeError::UpstreamTimeout(inner.opts.upstream_timeout),
-                );
-            }
-        };
-
-        // Phase 3: response headers.
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            if let Some(client_up) = client_upgrade {
-                let upstream_up = hyper::upgrade::on(&mut resp);
-                tokio::spawn(async move {
-                    match (client_up.await, upstream_up.await) {
-                        (Ok(c), Ok(u)) => {
-                            let mut c = hyper_util::rt::TokioIo::new(c);
-                            let mut u = hyper_util::rt::TokioIo::new(u);
-                            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
-                        }
-                        (c, u) => tracing::debug!(
-                            client_ok = c.is_ok(),
-                            upstream_ok = u.is_ok(),
-                            "upgrade failed"
-                        ),
-                    }
-                });
+                tracing::warn!(exchange, "upstream timed out");
+                Err(ExchangeError::UpstreamTimeout(limit))
             }
         }
+    }
+
+    /// Phase 4, **response**: hop-by-hop headers removed; the inspector learns status, content
+    /// type and `Mcp-Session-Id`; the body goes to the client chunk by chunk as it arrives, the
+    /// inspector reading a copy (SSE events one by one, JSON bodies whole at the end); a batch
+    /// with refused members gets rpctap's refusals merged in. Phase 5, **done**, happens in the
+    /// body: it ended, failed, or the client left, and the inspector ends the exchange.
+    async fn response_filter(
+        &self,
+        resp: Response<Incoming>,
+        mut ex: Exchange,
+        permits: Vec<crate::limit::Permit>,
+        is_head: bool,
+    ) -> Response<ProxyBody> {
         let (mut rparts, rbody) = resp.into_parts();
         let keep_upgrade = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
         headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade);
         let picked = headers::pick(&rparts.headers);
-        ctx.response_head(&ResponseMeta {
+        ex.ctx.response_head(&ResponseMeta {
             status: rparts.status.as_u16(),
             content_type: picked.content_type,
             session: picked.session,
@@ -366,21 +424,17 @@ impl Proxy {
             headers: Some(&rparts.headers),
         });
         if is_head {
-            ctx.end(crate::inspect::EndReason::Complete);
+            ex.ctx.end(crate::inspect::EndReason::Complete);
         }
-        let permits = plan
-            .as_mut()
-            .map(|p| std::mem::take(&mut p.permits))
-            .unwrap_or_default();
-        if let Some(p) = plan.filter(limits::Plan::any_refused) {
+        if let Some(p) = ex.plan.take().filter(limits::Plan::any_refused) {
             // Boxed: a rare path whose state would otherwise widen every exchange's future
             // (moved whole several times per call).
-            return Box::pin(self.merge_reply(p, rparts, rbody, ctx, accepts_sse, permits)).await;
+            return Box::pin(self.merge_reply(p, rparts, rbody, ex.ctx, ex.accepts_sse, permits))
+                .await;
         }
-        // Phases 4 and 5 happen in the body as the client reads it.
         Response::from_parts(
             rparts,
-            TeeBody::new(ReplySource::Upstream(rbody), Some(ctx)).holding(permits),
+            TeeBody::new(ReplySource::Upstream(rbody), Some(ex.ctx)).holding(permits),
         )
     }
 
@@ -489,19 +543,17 @@ impl Proxy {
 
     /// A reply rpctap makes itself: a JSON-RPC error per call when the request held calls (an
     /// array for a batch), one `id: null` error when the request could not be read, nothing for
-    /// notifications, plain text for anything else. The inspector is told rpctap answered (the
-    /// calls end as missing with the reason) and never reads this body as the server's.
-    fn error_reply(
-        &self,
-        mut ctx: ExchangeCtx,
-        is_rpc: bool,
-        err: ExchangeError,
-    ) -> Response<ProxyBody> {
+    /// notifications, plain text for anything else — built from the proxy's own summary of the
+    /// request. The inspector is told rpctap answered (the calls end as missing with the reason)
+    /// and never reads this body as the server's.
+    fn error_reply(&self, ex: Exchange, err: ExchangeError) -> Response<ProxyBody> {
+        let Exchange {
+            mut ctx, summary, ..
+        } = ex;
         let (status, code) = err.status_and_code();
         let message = err.to_string();
-        let body = if is_rpc {
-            let ids = ctx.call_ids();
-            match (&err, ctx.was_batch(), ids) {
+        let body = if summary.is_rpc {
+            match (&err, summary.batch, &summary.call_ids[..]) {
                 (ExchangeError::Downstream(_), _, _) => {
                     Some(crate::rpc::error_reply(&Id::Null, code, &message, None))
                 }
@@ -518,7 +570,7 @@ impl Proxy {
         } else {
             Some(format!("rpctap: {message}\n"))
         };
-        let ct = if is_rpc {
+        let ct = if summary.is_rpc {
             "application/json"
         } else {
             "text/plain; charset=utf-8"
@@ -532,6 +584,69 @@ impl Proxy {
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
         }
         resp
+    }
+}
+
+/// One exchange as the proxy carries it through its phases.
+struct Exchange {
+    /// The inspector's view (it observes; the proxy never reads it back).
+    ctx: ExchangeCtx,
+    /// What the proxy itself knows of the request, for the replies it makes.
+    summary: RequestSummary,
+    /// The rate limits' decision, when rules apply.
+    plan: Option<limits::Plan>,
+    accepts_sse: bool,
+}
+
+/// The request as the proxy's own error replies need it.
+#[derive(Debug, Default)]
+struct RequestSummary {
+    /// A JSON-RPC POST (JSON or no content type).
+    is_rpc: bool,
+    batch: bool,
+    /// The ids of its calls, in order (those rpctap answered itself left out).
+    call_ids: Vec<Id>,
+}
+
+impl RequestSummary {
+    fn read(&mut self, parsed: &crate::rpc::Body) {
+        use crate::rpc::{Body, Kind};
+        let call_id = |e: &crate::rpc::Envelope| match (e.kind, &e.id, &e.method) {
+            (Kind::Request, Some(id), _) | (Kind::Invalid, Some(id), Some(_)) => Some(id.clone()),
+            _ => None,
+        };
+        match parsed {
+            Body::Single(e) => self.call_ids.extend(call_id(e)),
+            Body::Batch(members) => {
+                self.batch = true;
+                self.call_ids.extend(members.iter().filter_map(call_id));
+            }
+            Body::ParseError(_) => {}
+        }
+    }
+}
+
+/// What the request phase decided.
+enum Filtered {
+    /// Send this body upstream.
+    Forward(ForwardBody, Exchange),
+    /// rpctap answers alone (every call refused, or the request unreadable).
+    Respond(Response<ProxyBody>),
+}
+
+/// Splices an upgraded client connection to the upgraded upstream connection, byte for byte.
+async fn splice(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    match (client.await, upstream.await) {
+        (Ok(c), Ok(u)) => {
+            let mut c = hyper_util::rt::TokioIo::new(c);
+            let mut u = hyper_util::rt::TokioIo::new(u);
+            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+        }
+        (c, u) => tracing::debug!(
+            client_ok = c.is_ok(),
+            upstream_ok = u.is_ok(),
+            "upgrade failed"
+        ),
     }
 }
 
