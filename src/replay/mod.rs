@@ -242,48 +242,87 @@ const SKIP_HEADERS: [&str; 10] = [
 ];
 
 /// The recorded reply (s2c response) to a c2s call, found in its scope after it.
-fn recorded_reply<'a>(rec: &'a Recording, call: &RecMessage) -> Option<&'a RecMessage> {
-    let id = call.id_text()?;
-    rec.messages()
-        .filter(|m| {
-            !m.is_c2s()
-                && m.is_response()
-                && m.scope == call.scope
-                && m.ts >= call.ts
-                && m.id_text() == Some(id)
-        })
-        .find(|m| m.exchange == call.exchange)
-        .or_else(|| {
-            rec.messages().find(|m| {
-                !m.is_c2s()
-                    && m.is_response()
-                    && m.scope == call.scope
-                    && m.ts >= call.ts
-                    && m.id_text() == Some(id)
-            })
-        })
-        // A null-id error that answered the whole request (`"id": null` reads back as no id).
-        .or_else(|| {
-            rec.messages().find(|m| {
-                !m.is_c2s()
-                    && m.kind == Kind::Error
-                    && m.exchange == call.exchange
-                    && matches!(m.id_text(), None | Some("null"))
-            })
-        })
+/// What the recording says about its calls, indexed once (a lookup per call, not a scan of the
+/// recording: replay stays linear in its size).
+struct Recorded<'a> {
+    /// (exchange, id text) → the call's recorded outcome.
+    outcomes: HashMap<(u64, &'a str), &'a Outcome>,
+    /// (scope, id text) → the server's replies with that id, in order.
+    replies: HashMap<(&'a str, &'a str), Vec<&'a RecMessage>>,
+    /// exchange → its first error reply with id null (it answered the whole request).
+    null_errors: HashMap<u64, &'a RecMessage>,
+    /// Exchanges answered with an event stream.
+    streams: std::collections::HashSet<u64>,
 }
 
-fn recorded_outcome(rec: &Recording, call: &RecMessage) -> Outcome {
-    rec.calls()
-        .find(|c| {
-            c.exchange == call.exchange
-                && c.direction == Direction::ClientToServer
-                && Some(c.id.get()) == call.id_text()
-        })
-        .map(|c| c.outcome.clone())
-        .unwrap_or(Outcome::Missing {
-            reason: "not in the recording".into(),
-        })
+impl<'a> Recorded<'a> {
+    fn new(rec: &'a Recording) -> Self {
+        let mut r = Recorded {
+            outcomes: HashMap::new(),
+            replies: HashMap::new(),
+            null_errors: HashMap::new(),
+            streams: Default::default(),
+        };
+        for c in rec
+            .calls()
+            .filter(|c| c.direction == Direction::ClientToServer)
+        {
+            r.outcomes
+                .entry((c.exchange, c.id.get()))
+                .or_insert(&c.outcome);
+        }
+        for m in rec.messages().filter(|m| !m.is_c2s()) {
+            match m.id_text() {
+                Some(id) if m.is_response() && id != "null" => {
+                    r.replies.entry((&m.scope, id)).or_default().push(m)
+                }
+                None | Some("null") if m.kind == Kind::Error => {
+                    r.null_errors.entry(m.exchange).or_insert(m);
+                }
+                _ => {}
+            }
+        }
+        for h in rec.http() {
+            if let RecHttp::Response {
+                exchange,
+                content_type: Some(ct),
+                ..
+            } = h
+            {
+                if crate::media::is_event_stream(ct) {
+                    r.streams.insert(*exchange);
+                }
+            }
+        }
+        r
+    }
+
+    /// The recorded reply to `call`: in its own exchange if there is one, else the first later
+    /// reply with its id in its scope, else a null-id error that answered its whole request.
+    fn reply(&self, call: &RecMessage) -> Option<&'a RecMessage> {
+        let id = call.id_text()?;
+        let later = self
+            .replies
+            .get(&(call.scope.as_str(), id))
+            .into_iter()
+            .flatten()
+            .filter(|m| m.ts >= call.ts);
+        later
+            .clone()
+            .find(|m| m.exchange == call.exchange)
+            .or_else(|| later.clone().next())
+            .copied()
+            .or_else(|| self.null_errors.get(&call.exchange).copied())
+    }
+
+    fn outcome(&self, call: &RecMessage) -> Outcome {
+        call.id_text()
+            .and_then(|id| self.outcomes.get(&(call.exchange, id)))
+            .map(|o| (*o).clone())
+            .unwrap_or(Outcome::Missing {
+                reason: "not in the recording".into(),
+            })
+    }
 }
 
 fn member(raw: &str, key: &str) -> Option<Value> {
@@ -455,93 +494,164 @@ fn legacy_session(path: &str) -> Option<&str> {
     })
 }
 
-/// Replays `rec` against `opts.target`.
+/// Replays `rec` against `opts.target`: the recorded exchanges in order, each sent
+/// ([`Replayer::send`]) and its calls judged against the recording ([`Replayer::judge`]).
 pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, ReplayError> {
-    let client = crate::proxy::upstream::build_client(Duration::from_secs(5), opts.insecure);
-    let ignore: Vec<Pattern> = opts.ignore.iter().map(|p| Pattern::parse(p)).collect();
-    let mut extra = Vec::new();
-    for (k, v) in &opts.headers {
-        let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
-        let value =
-            HeaderValue::from_str(v).map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
-        extra.push((name, value));
-    }
-    reachable(&opts.target, opts.timeout.min(Duration::from_secs(5))).await?;
-    let base = opts.target.path().trim_end_matches('/').to_string();
-    let mut sessions: HashMap<String, String> = HashMap::new();
-    let mut report = Report {
-        target: opts.target.to_string(),
-        ..Default::default()
-    };
-    let origin = format!(
-        "{}://{}",
-        opts.target.scheme_str().unwrap_or("http"),
-        opts.target.authority().map(|a| a.as_str()).unwrap_or("")
-    );
-    // Legacy HTTP+SSE: streams opened again and not yet claimed by a POST, and the recorded
-    // session id → its stream.
-    let mut unclaimed: Vec<LegacyStream> = Vec::new();
-    let mut legacy: HashMap<String, LegacyStream> = HashMap::new();
+    let mut r = Replayer::new(rec, opts).await?;
     for ex in exchanges(rec) {
+        r.exchange(&ex).await?;
+    }
+    Ok(r.report)
+}
+
+/// A replay in progress.
+struct Replayer<'a> {
+    opts: &'a ReplayOptions,
+    recorded: Recorded<'a>,
+    client: crate::proxy::upstream::UpstreamClient,
+    ignore: Vec<Pattern>,
+    /// `--header`s.
+    extra: Vec<(HeaderName, HeaderValue)>,
+    /// The target's scheme and authority, and its base path.
+    origin: String,
+    base: String,
+    /// Recorded MCP session id → the new one.
+    sessions: HashMap<String, String>,
+    /// Legacy HTTP+SSE: streams opened again and not yet claimed by a POST, and the recorded
+    /// session id → its stream.
+    unclaimed: Vec<LegacyStream>,
+    legacy: HashMap<String, LegacyStream>,
+    report: Report,
+}
+
+impl<'a> Replayer<'a> {
+    /// Checks the options and that the target answers at all.
+    async fn new(rec: &'a Recording, opts: &'a ReplayOptions) -> Result<Self, ReplayError> {
+        let mut extra = Vec::new();
+        for (k, v) in &opts.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
+            let value = HeaderValue::from_str(v)
+                .map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
+            extra.push((name, value));
+        }
+        reachable(&opts.target, opts.timeout.min(Duration::from_secs(5))).await?;
+        Ok(Replayer {
+            opts,
+            recorded: Recorded::new(rec),
+            client: crate::proxy::upstream::build_client(Duration::from_secs(5), opts.insecure),
+            ignore: opts.ignore.iter().map(|p| Pattern::parse(p)).collect(),
+            extra,
+            origin: format!(
+                "{}://{}",
+                opts.target.scheme_str().unwrap_or("http"),
+                opts.target.authority().map(|a| a.as_str()).unwrap_or("")
+            ),
+            base: opts.target.path().trim_end_matches('/').to_string(),
+            sessions: HashMap::new(),
+            unclaimed: Vec::new(),
+            legacy: HashMap::new(),
+            report: Report {
+                target: opts.target.to_string(),
+                ..Default::default()
+            },
+        })
+    }
+
+    /// One recorded exchange: a legacy stream is opened again; a POST (or a session's DELETE)
+    /// is sent and its calls judged; anything else is not replayed.
+    async fn exchange(&mut self, ex: &Exchange<'_>) -> Result<(), ReplayError> {
         // A GET stream without an MCP session: the legacy transport's stream.
         let legacy_stream_open = ex.method == "GET"
             && ex.session.is_none()
             && ex.status == Some(200)
             && legacy_session(&ex.path).is_none()
-            && rec.http().any(|h| {
-                matches!(h, RecHttp::Response { exchange, content_type: Some(ct), .. }
-                    if *exchange == ex.id && crate::media::is_event_stream(ct))
-            });
+            && self.recorded.streams.contains(&ex.id);
         if legacy_stream_open {
-            let uri = format!("{origin}{}", target_path(&base, &ex.path));
-            match LegacyStream::open(&client, &uri, &extra, opts.timeout).await {
-                Ok(s) => unclaimed.push(s),
-                Err(e) => report
+            let uri = format!("{}{}", self.origin, target_path(&self.base, &ex.path));
+            match LegacyStream::open(&self.client, &uri, &self.extra, self.opts.timeout).await {
+                Ok(s) => self.unclaimed.push(s),
+                Err(e) => self
+                    .report
                     .warnings
                     .push(format!("exchange {}: legacy HTTP+SSE stream: {e}", ex.id)),
             }
-            continue;
+            return Ok(());
         }
         let replayable = (ex.method == "POST" && !ex.c2s.is_empty())
             || (ex.method == "DELETE" && ex.session.is_some());
         if !replayable {
-            continue;
+            return Ok(());
         }
         // A legacy POST goes to its session's new endpoint; its replies come on the stream.
+        // A legacy endpoint is the server's own path (the base is already in it).
         let mut on_stream = None;
-        let mut path = ex.path.clone();
-        if let Some(old) = legacy_session(&ex.path) {
-            if !legacy.contains_key(old) && !unclaimed.is_empty() {
-                legacy.insert(old.to_string(), unclaimed.remove(0));
+        let uri = match legacy_session(&ex.path) {
+            Some(old) => {
+                if !self.legacy.contains_key(old) && !self.unclaimed.is_empty() {
+                    self.legacy
+                        .insert(old.to_string(), self.unclaimed.remove(0));
+                }
+                match self.legacy.get(old) {
+                    Some(s) => {
+                        on_stream = Some(old.to_string());
+                        format!("{}{}", self.origin, s.endpoint)
+                    }
+                    None => {
+                        self.report.warnings.push(format!(
+                            "exchange {}: legacy HTTP+SSE POST without a stream to answer on",
+                            ex.id
+                        ));
+                        return Ok(());
+                    }
+                }
             }
-            match legacy.get(old) {
-                Some(s) => {
-                    path = s.endpoint.clone();
-                    on_stream = Some(old.to_string());
-                }
-                None => {
-                    report.warnings.push(format!(
-                        "exchange {}: legacy HTTP+SSE POST without a stream to answer on",
-                        ex.id
-                    ));
-                    continue;
-                }
+            None => format!("{}{}", self.origin, target_path(&self.base, &ex.path)),
+        };
+        self.report.exchanges += 1;
+        let t0 = Instant::now();
+        let (status, mut replies) = self.send(ex, &uri).await?;
+        if let Some(stream) = on_stream.as_ref().and_then(|k| self.legacy.get_mut(k)) {
+            if status.is_some_and(|s| (200..300).contains(&s)) {
+                let ids: Vec<String> = ex
+                    .c2s
+                    .iter()
+                    .filter(|m| m.kind == Kind::Request)
+                    .filter_map(|m| m.id_text().map(str::to_string))
+                    .collect();
+                let deadline = tokio::time::Instant::from_std(t0 + self.opts.timeout);
+                replies.extend(stream.wait_for(&ids, deadline).await);
             }
         }
-        report.exchanges += 1;
-        // A legacy endpoint is the server's own path (the base is already in it).
-        let uri = if on_stream.is_some() {
-            format!("{origin}{path}")
-        } else {
-            format!("{origin}{}", target_path(&base, &path))
-        };
+        let latency_ms = t0.elapsed().as_secs_f64() * 1e3;
+        for call in ex.c2s.iter().filter(|m| {
+            m.kind == Kind::Request
+                || (m.kind == Kind::Invalid && m.id.is_some() && m.method.is_some())
+        }) {
+            let c = self.judge(ex.id, call, status, &replies, latency_ms);
+            if c.pass {
+                self.report.passed += 1;
+            } else {
+                self.report.failed += 1;
+            }
+            self.report.calls.push(c);
+        }
+        Ok(())
+    }
+
+    /// Sends one recorded exchange (its headers less the hop-by-hop and redacted ones, the new
+    /// session id, the `--header`s) and reads the replies it got, by id.
+    async fn send(
+        &mut self,
+        ex: &Exchange<'_>,
+        uri: &str,
+    ) -> Result<(Option<u16>, HashMap<String, rpc::Envelope>), ReplayError> {
         let body = if ex.method == "POST" {
-            body_of(&ex)
+            body_of(ex)
         } else {
             String::new()
         };
-        let mut b = Request::builder().method(ex.method.as_str()).uri(&uri);
+        let mut b = Request::builder().method(ex.method.as_str()).uri(uri);
         for (k, v) in &ex.headers {
             let lk = k.to_ascii_lowercase();
             if SKIP_HEADERS.contains(&lk.as_str()) || v == crate::redact::REDACTED {
@@ -550,24 +660,26 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
             b = b.header(k.as_str(), v.as_str());
         }
         if let Some(old) = &ex.session {
-            b = b.header("mcp-session-id", sessions.get(old).unwrap_or(old).as_str());
+            b = b.header(
+                "mcp-session-id",
+                self.sessions.get(old).unwrap_or(old).as_str(),
+            );
         }
-        for (k, v) in &extra {
+        for (k, v) in &self.extra {
             b = b.header(k, v);
         }
         let req = b
             .body(ForwardBody::full(Bytes::from(body)))
-            .map_err(|e| ReplayError::Request(uri.clone(), e.to_string()))?;
-        let t0 = Instant::now();
-        let sent = tokio::time::timeout(opts.timeout, async {
+            .map_err(|e| ReplayError::Request(uri.to_string(), e.to_string()))?;
+        let client = &self.client;
+        let sent = tokio::time::timeout(self.opts.timeout, async {
             let resp = client.request(req).await.map_err(|e| e.to_string())?;
             let (parts, body) = resp.into_parts();
             let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
             Ok::<_, String>((parts, bytes))
         })
         .await;
-        let mut latency_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let (status, mut replies) = match sent {
+        Ok(match sent {
             Ok(Ok((parts, bytes))) => {
                 let ct = parts
                     .headers
@@ -582,131 +694,121 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
                         .get("mcp-session-id")
                         .and_then(|v| v.to_str().ok()),
                 ) {
-                    sessions.insert(old.clone(), new.to_string());
+                    self.sessions.insert(old.clone(), new.to_string());
                 }
                 (Some(parts.status.as_u16()), replies_in(&ct, &bytes))
             }
             Ok(Err(e)) => {
-                report.warnings.push(format!("exchange {}: {e}", ex.id));
+                self.report
+                    .warnings
+                    .push(format!("exchange {}: {e}", ex.id));
                 (None, HashMap::new())
             }
             Err(_) => {
-                report.warnings.push(format!(
+                self.report.warnings.push(format!(
                     "exchange {}: no answer within {:?}",
-                    ex.id, opts.timeout
+                    ex.id, self.opts.timeout
                 ));
                 (None, HashMap::new())
             }
+        })
+    }
+
+    /// One call's verdict: what came back against what the recording holds.
+    fn judge(
+        &self,
+        exchange: u64,
+        call: &RecMessage,
+        status: Option<u16>,
+        replies: &HashMap<String, rpc::Envelope>,
+        latency_ms: f64,
+    ) -> CallReport {
+        let ignore = &self.ignore;
+        let id = call.id_text().unwrap_or("null").to_string();
+        let rec_outcome = self.recorded.outcome(call);
+        let rec_reply = self.recorded.reply(call);
+        let recorded = match (&rec_outcome, rec_reply) {
+            (Outcome::Result, _) => "Succeeded".to_string(),
+            (Outcome::Error { .. }, Some(r)) => format!(
+                "Error reported ({})",
+                member(r.message.get(), "error")
+                    .and_then(|e| e.get("code").cloned())
+                    .unwrap_or_default()
+            ),
+            (Outcome::Rejected { status }, _) => format!("Rejected (HTTP {status})"),
+            (Outcome::Refused { .. }, _) => "Refused".to_string(),
+            _ => "No reply".to_string(),
         };
-        if let Some(stream) = on_stream.as_ref().and_then(|k| legacy.get_mut(k)) {
-            if status.is_some_and(|s| (200..300).contains(&s)) {
-                let ids: Vec<String> = ex
-                    .c2s
-                    .iter()
-                    .filter(|m| m.kind == Kind::Request)
-                    .filter_map(|m| m.id_text().map(str::to_string))
-                    .collect();
-                let deadline = tokio::time::Instant::from_std(t0 + opts.timeout);
-                replies.extend(stream.wait_for(&ids, deadline).await);
-                latency_ms = t0.elapsed().as_secs_f64() * 1e3;
-            }
-        }
-        for call in ex.c2s.iter().filter(|m| {
-            m.kind == Kind::Request
-                || (m.kind == Kind::Invalid && m.id.is_some() && m.method.is_some())
-        }) {
-            let id = call.id_text().unwrap_or("null").to_string();
-            let rec_outcome = recorded_outcome(rec, call);
-            let rec_reply = recorded_reply(rec, call);
-            let recorded = match (&rec_outcome, rec_reply) {
-                (Outcome::Result, _) => "Succeeded".to_string(),
-                (Outcome::Error { .. }, Some(r)) => format!(
-                    "Error reported ({})",
-                    member(r.message.get(), "error")
-                        .and_then(|e| e.get("code").cloned())
-                        .unwrap_or_default()
-                ),
-                (Outcome::Rejected { status }, _) => format!("Rejected (HTTP {status})"),
-                (Outcome::Refused { .. }, _) => "Refused".to_string(),
-                _ => "No reply".to_string(),
-            };
-            // A null-id error answers the whole request when there is no reply of its own.
-            let got = replies.get(&id).or_else(|| replies.get("null"));
-            let (verdict, pass, diffs) = match got {
-                None => {
-                    let v = match status {
-                        Some(s) if !(200..300).contains(&s) => Verdict::Rejected { status: s },
-                        _ => Verdict::NoReply,
-                    };
-                    let pass = match (&v, &rec_outcome) {
-                        (Verdict::Rejected { status }, Outcome::Rejected { status: rec }) => {
-                            status == rec
-                        }
-                        (Verdict::NoReply, Outcome::Missing { .. }) => true,
-                        _ => false,
-                    };
-                    (v, pass, vec![])
-                }
-                Some(env) => {
-                    let actual_raw = std::str::from_utf8(&env.raw).unwrap_or("");
-                    let (key, v) = if env.kind == Kind::Error {
-                        ("error", Verdict::ErrorReported)
-                    } else {
-                        ("result", Verdict::Succeeded)
-                    };
-                    let expected = rec_reply.and_then(|r| member(r.message.get(), key));
-                    let actual = member(actual_raw, key);
-                    let mut diffs = if expected.is_none() {
-                        // The recorded reply was the other kind (or none).
-                        let other = if key == "error" { "result" } else { "error" };
-                        diff::diff(
-                            other,
-                            rec_reply
-                                .and_then(|r| member(r.message.get(), other))
-                                .as_ref(),
-                            None,
-                            &ignore,
-                        )
-                        .into_iter()
-                        .chain(diff::diff(key, None, actual.as_ref(), &ignore))
-                        .collect()
-                    } else {
-                        diff::diff(key, expected.as_ref(), actual.as_ref(), &ignore)
-                    };
-                    if expected.is_none() && rec_reply.is_none() && diffs.is_empty() {
-                        diffs.push(Diff {
-                            path: "$".into(),
-                            expected: recorded.clone(),
-                            actual: v.to_string(),
-                        });
+        // A null-id error answers the whole request when there is no reply of its own.
+        let got = replies.get(&id).or_else(|| replies.get("null"));
+        let (verdict, pass, diffs) = match got {
+            None => {
+                let v = match status {
+                    Some(s) if !(200..300).contains(&s) => Verdict::Rejected { status: s },
+                    _ => Verdict::NoReply,
+                };
+                let pass = match (&v, &rec_outcome) {
+                    (Verdict::Rejected { status }, Outcome::Rejected { status: rec }) => {
+                        status == rec
                     }
-                    if diffs.is_empty() {
-                        (v, true, diffs)
-                    } else {
-                        (Verdict::Mismatch, false, diffs)
-                    }
-                }
-            };
-            if pass {
-                report.passed += 1;
-            } else {
-                report.failed += 1;
+                    (Verdict::NoReply, Outcome::Missing { .. }) => true,
+                    _ => false,
+                };
+                (v, pass, vec![])
             }
-            report.calls.push(CallReport {
-                exchange: ex.id,
-                scope: call.scope.clone(),
-                method: call.method.clone().unwrap_or_default(),
-                target: call.target.clone(),
-                id,
-                verdict,
-                recorded,
-                pass,
-                diffs,
-                latency_ms,
-            });
+            Some(env) => {
+                let actual_raw = std::str::from_utf8(&env.raw).unwrap_or("");
+                let (key, v) = if env.kind == Kind::Error {
+                    ("error", Verdict::ErrorReported)
+                } else {
+                    ("result", Verdict::Succeeded)
+                };
+                let expected = rec_reply.and_then(|r| member(r.message.get(), key));
+                let actual = member(actual_raw, key);
+                let mut diffs = if expected.is_none() {
+                    // The recorded reply was the other kind (or none).
+                    let other = if key == "error" { "result" } else { "error" };
+                    diff::diff(
+                        other,
+                        rec_reply
+                            .and_then(|r| member(r.message.get(), other))
+                            .as_ref(),
+                        None,
+                        ignore,
+                    )
+                    .into_iter()
+                    .chain(diff::diff(key, None, actual.as_ref(), ignore))
+                    .collect()
+                } else {
+                    diff::diff(key, expected.as_ref(), actual.as_ref(), ignore)
+                };
+                if expected.is_none() && rec_reply.is_none() && diffs.is_empty() {
+                    diffs.push(Diff {
+                        path: "$".into(),
+                        expected: recorded.clone(),
+                        actual: v.to_string(),
+                    });
+                }
+                if diffs.is_empty() {
+                    (v, true, diffs)
+                } else {
+                    (Verdict::Mismatch, false, diffs)
+                }
+            }
+        };
+        CallReport {
+            exchange,
+            scope: call.scope.clone(),
+            method: call.method.clone().unwrap_or_default(),
+            target: call.target.clone(),
+            id,
+            verdict,
+            recorded,
+            pass,
+            diffs,
+            latency_ms,
         }
     }
-    Ok(report)
 }
 
 /// JUnit XML: one test case per call.
