@@ -17,11 +17,8 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("rpctap-edges-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("edges-{name}"))
 }
 
 #[test]
@@ -49,7 +46,6 @@ fn nothing_to_check_or_replay_is_exit_2_saying_so() {
         assert!(stderr(&o).contains("no calls"), "{cmd:?}: {}", stderr(&o));
         assert!(o.stdout.is_empty(), "{cmd:?}");
     }
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -107,7 +103,6 @@ fn an_existing_recording_is_never_overwritten_by_accident() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--record-append"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&f).unwrap(), "keep me\n");
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]

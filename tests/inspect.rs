@@ -25,7 +25,7 @@ async fn case(
         body.to_string(),
     )
     .await;
-    anomalies(&proxy.drain().await)
+    anomalies(&proxy.drain_exchange().await)
 }
 
 fn one(code: &str, id: Option<&str>) -> Vec<(String, Option<String>)> {

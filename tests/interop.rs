@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
@@ -38,22 +38,9 @@ fn installed(name: &str, packages: &[&str]) -> PathBuf {
     dir
 }
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts a peer server (its output discarded) and waits until it listens on `port`.
 async fn start_peer(mut cmd: Command, port: u16) -> Proc {
-    let p = Proc(
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let p = Proc::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
     wait_port(port).await;
     p
 }
@@ -163,8 +150,7 @@ fn recording_proxy_flags(file: &Path) -> rpctap::cli::ProxyFlags {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_v1_in_every_server_mode() {
     let env = venv("mcp1", &["mcp<2", "json-rpc", "werkzeug"]);
-    let dir = std::env::temp_dir().join(format!("rpctap-interop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("interop");
     for mode in ["sse", "json", "stateless", "stateless-json"] {
         let port = free_port();
         let _server = start_peer(
@@ -262,8 +248,7 @@ async fn python_sdk_v1_in_every_server_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpoint() {
     let env = venv("mcp1", &["mcp<2", "json-rpc", "werkzeug"]);
-    let dir = std::env::temp_dir().join(format!("rpctap-legacy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("legacy");
     let port = free_port();
     let _server = start_peer(
         python(&env, "mcp1_server.py", &["legacy", &port.to_string()]),
@@ -307,7 +292,6 @@ async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpo
         "every call matched its reply on the stream, in the session's scope: {cs:?}"
     );
     assert_checks_and_replays(proxy.stop, &file, &upstream, 5).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The MCP Python SDK 2.x client in `auto` mode starts with the 2026-07-28 `server/discover`:
@@ -317,8 +301,7 @@ async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpo
 async fn python_sdk_v2_auto_client_discovers_the_demo_server() {
     let env = venv("mcp2", &["mcp>=2,<3"]);
     let (demo, _d) = start_demo().await;
-    let dir = std::env::temp_dir().join(format!("rpctap-discover-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("discover");
     let file = dir.join("discover.jsonl");
     let mut proxy =
         start_proxy_flags(&format!("http://{demo}"), recording_proxy_flags(&file)).await;
@@ -338,14 +321,12 @@ async fn python_sdk_v2_auto_client_discovers_the_demo_server() {
     let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
     assert_eq!(codes, vec!["TOOL_ERROR"]);
     assert_checks(proxy.stop, &file).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
     let env = venv("mcp2", &["mcp>=2,<3"]);
-    let dir = std::env::temp_dir().join(format!("rpctap-interop2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("interop2");
     for mode in ["sse", "json", "stateless", "stateless-json"] {
         let port = free_port();
         let _server = start_peer(
@@ -430,8 +411,7 @@ async fn run_node(dir: &Path, args: &[&str]) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_client_and_server_everything() {
     let dir = node_modules(NODE_PACKAGES);
-    let tmp = std::env::temp_dir().join(format!("rpctap-interop-ts-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp = Scratch::new("interop-ts");
     for (server_mode, client_kind, path) in [
         ("streamableHttp", "streamable", "/mcp"),
         ("sse", "sse", "/sse"),
@@ -523,8 +503,8 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
     let port = free_port();
     let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let file =
-        std::env::temp_dir().join(format!("rpctap-interop-batch-{}.jsonl", std::process::id()));
+    let scratch_batch = Scratch::new("batch");
+    let file = scratch_batch.join("batch.jsonl");
     let mut proxy =
         start_proxy_flags(&format!("http://{upstream}"), recording_proxy_flags(&file)).await;
     let mut seen = Vec::new();
@@ -600,12 +580,11 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
     let port = free_port();
     let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
     let upstream = format!("http://127.0.0.1:{port}");
-    let work = std::env::temp_dir().join(format!("rpctap-conformance-{}", std::process::id()));
-    std::fs::create_dir_all(&work).unwrap();
+    let work = Scratch::new("conformance");
     let file = work.join("conformance.jsonl");
     let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
     let run = |url: String| {
-        let (node22, suite, work) = (node22.clone(), suite.clone(), work.clone());
+        let (node22, suite, work) = (node22.clone(), suite.clone(), work.to_path_buf());
         tokio::task::spawn_blocking(move || {
             let out = Command::new(&node22)
                 .arg(&suite)
@@ -676,7 +655,8 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
     )
     .await;
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let file = std::env::temp_dir().join(format!("rpctap-jsonrpc-{}.jsonl", std::process::id()));
+    let scratch_jsonrpc = Scratch::new("jsonrpc");
+    let file = scratch_jsonrpc.join("jsonrpc.jsonl");
     let mut proxy =
         start_proxy_flags(&format!("http://{upstream}"), recording_proxy_flags(&file)).await;
     let mut per_example = Vec::new();
@@ -767,7 +747,8 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
 #[test]
 fn har_export_opens_in_mitmproxy() {
     let env = venv("mitmproxy", &["mitmproxy"]);
-    let har = std::env::temp_dir().join(format!("rpctap-{}.har", std::process::id()));
+    let scratch_har = Scratch::new("har");
+    let har = scratch_har.join("demo.har");
     let rec = root().join("recordings/demo.jsonl");
     let out = Command::new(BIN)
         .args([

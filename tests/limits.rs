@@ -327,22 +327,22 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
     );
     let port = free_port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_rpctap"))
-        .args([
-            "proxy",
-            "--listen",
-            &addr.to_string(),
-            "--upstream",
-            &format!("http://{demo}"),
-            "--config",
-            cfg.to_str().unwrap(),
-            "--log",
-            "off",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Proc::spawn(
+        rpctap()
+            .args([
+                "proxy",
+                "--listen",
+                &addr.to_string(),
+                "--upstream",
+                &format!("http://{demo}"),
+                "--config",
+                cfg.to_str().unwrap(),
+                "--log",
+                "off",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
     wait_listening(addr).await;
     let add = |id: u32| format!(r#"{{"jsonrpc":"2.0","method":"add","params":[1],"id":{id}}}"#);
     assert_eq!(
@@ -383,10 +383,7 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
         post_json(addr, "/jsonrpc", &add(4)).await.json()["result"],
         1
     );
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let out = child.wait_with_output().unwrap();
+    let out = child.term_output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("reload refused") && err.contains("ten per second"),

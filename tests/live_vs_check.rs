@@ -54,11 +54,8 @@ fn checked_codes(file: &std::path::Path) -> (Codes, Option<i32>) {
     (codes, out.status.code())
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("rpctap-lvc-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("lvc-{name}"))
 }
 
 fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
@@ -158,7 +155,7 @@ async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
             body.clone(),
         )
         .await;
-        let mut got: Vec<String> = anomalies(&p.drain().await)
+        let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
             .into_iter()
             .map(|a| a.0)
             .collect();
@@ -184,7 +181,6 @@ async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
         "check of the recording finds exactly the live codes"
     );
     assert_eq!(exit, Some(1), "error findings make check fail");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
@@ -260,7 +256,6 @@ async fn mcp_sessions_and_timeouts_get_the_same_codes_live_and_in_check() {
     );
     let (checked, _) = checked_codes(&file);
     assert_eq!(checked, want, "the timeout falls where it did live");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
@@ -288,7 +283,6 @@ async fn rpctaps_own_answers_are_not_the_servers_errors_live_or_in_check() {
     let (checked, exit) = checked_codes(&file);
     assert!(checked.is_empty(), "{checked:?}");
     assert_eq!(exit, Some(0));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

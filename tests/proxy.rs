@@ -575,12 +575,12 @@ fn cli_usage_errors_name_the_flag_and_exit_2() {
 #[test]
 fn binary_runs_and_exits_0_on_sigterm() {
     let port = free_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
-        .args(["demo", "--no-tui", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Proc::spawn(
+        rpctap()
+            .args(["demo", "--no-tui", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let ok = rt.block_on(async {
@@ -594,27 +594,13 @@ fn binary_runs_and_exits_0_on_sigterm() {
         r.json()["result"] == 42
     });
     assert!(ok);
-    unsafe_kill_term(child.id());
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
-    let mut out = String::new();
-    use std::io::Read;
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let o = child.term_output();
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("add id=1 result"),
         "the headless log shows the call: {out}"
     );
-}
-
-fn unsafe_kill_term(pid: u32) {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
 }
 
 /// One HTTP/1 client connection to `addr`: its sender, and the task that drives it.
@@ -803,12 +789,12 @@ fn rpctap_threads_sets_the_runtime_threads() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("RPCTAP_THREADS"));
     for n in [1usize, 3] {
         let port = free_port();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
-            .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
-            .env("RPCTAP_THREADS", n.to_string())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = Proc::spawn(
+            rpctap()
+                .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
+                .env("RPCTAP_THREADS", n.to_string())
+                .stderr(std::process::Stdio::null()),
+        );
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(wait_listening(format!("127.0.0.1:{port}").parse().unwrap()));
         let workers = std::fs::read_dir(format!("/proc/{}/task", child.id()))
@@ -816,8 +802,7 @@ fn rpctap_threads_sets_the_runtime_threads() {
             .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
             .filter(|c| c.trim() == "tokio-rt-worker")
             .count();
-        unsafe_kill_term(child.id());
-        let _ = child.wait();
+        child.term();
         assert_eq!(workers, n);
     }
 }

@@ -3,43 +3,22 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rpctap-test-{}-{}", std::process::id(), name));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmp(name: &str) -> Scratch {
+    Scratch::new(name)
 }
 
-struct Child(std::process::Child);
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-impl Child {
-    fn term(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        self.0.wait().unwrap()
-    }
-}
-
-fn spawn(args: &[&str]) -> Child {
-    Child(
-        Command::new(BIN)
+fn spawn(args: &[&str]) -> Proc {
+    Proc::spawn(
+        rpctap()
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stderr(Stdio::null()),
     )
 }
 
@@ -63,13 +42,11 @@ where
         "off".into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let mut child = Child(
-        Command::new(BIN)
+    let mut child = Proc::spawn(
+        rpctap()
             .args(&args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stderr(Stdio::null()),
     );
     wait_listening(addr).await;
     traffic(addr).await;
@@ -325,24 +302,17 @@ async fn kill_9_under_load_loses_at_most_the_flush_interval() {
     let (demo, _d) = start_demo().await;
     let port = free_port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut child = Child(
-        Command::new(BIN)
-            .args([
-                "proxy",
-                "--listen",
-                &addr.to_string(),
-                "--upstream",
-                &format!("http://{demo}"),
-                "--record",
-                file.to_str().unwrap(),
-                "--log",
-                "off",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = spawn(&[
+        "proxy",
+        "--listen",
+        &addr.to_string(),
+        "--upstream",
+        &format!("http://{demo}"),
+        "--record",
+        file.to_str().unwrap(),
+        "--log",
+        "off",
+    ]);
     wait_listening(addr).await;
     // 8 clients send calls with unique ids for ~1.2 s (bounded), noting when each was answered.
     let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u64, Instant)>::new()));
@@ -460,22 +430,22 @@ async fn secrets_never_reach_the_recording_the_har_or_the_log() {
     // The JSON log of a live proxy with the same traffic.
     let port = free_port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = Command::new(BIN)
-        .args([
-            "proxy",
-            "--listen",
-            &addr.to_string(),
-            "--upstream",
-            &format!("http://{demo}"),
-            "--log",
-            "json",
-            "--redact-path",
-            "params.arguments.password",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Proc::spawn(
+        rpctap()
+            .args([
+                "proxy",
+                "--listen",
+                &addr.to_string(),
+                "--upstream",
+                &format!("http://{demo}"),
+                "--log",
+                "json",
+                "--redact-path",
+                "params.arguments.password",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     wait_listening(addr).await;
     let sid = mcp_session(addr).await;
     let h = [
@@ -485,10 +455,7 @@ async fn secrets_never_reach_the_recording_the_har_or_the_log() {
         ("authorization", "Bearer TOPSECRET-AUTH"),
     ];
     send(addr, "POST", "/mcp", &h, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi","password":"TOPSECRET-PW"}}}"#).await;
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let out = child.wait_with_output().unwrap();
+    let out = child.term_output();
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(log.contains("tools/call"));
     assert!(

@@ -188,28 +188,25 @@ async fn server_to_client_requests_are_answered_by_a_client_post() {
 #[test]
 fn json_log_is_one_json_object_per_line() {
     let port = free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
-        .args([
-            "demo",
-            "--log",
-            "json",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = Proc::spawn(
+        rpctap()
+            .args([
+                "demo",
+                "--log",
+                "json",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null()),
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     rt.block_on(async {
         wait_listening(addr).await;
         post_json(addr, "/jsonrpc", r#"[{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1},{"jsonrpc":"2.0","method":"echo","id":1}]"#).await;
     });
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let out = child.wait_with_output().unwrap();
+    let out = child.term_output();
     let text = String::from_utf8(out.stdout).unwrap();
     let events: Vec<serde_json::Value> = text
         .lines()

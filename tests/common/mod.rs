@@ -88,6 +88,22 @@ pub struct TestProxy {
 }
 
 impl TestProxy {
+    /// The events up to the end of the next exchange (its `http end` is the last event the
+    /// inspector publishes for it): no waiting for silence.
+    pub async fn drain_exchange(&mut self) -> Vec<Arc<Event>> {
+        let mut out = Vec::new();
+        while let Ok(Some(e)) =
+            tokio::time::timeout(Duration::from_secs(10), self.events.rx.recv()).await
+        {
+            let end = matches!(&*e, Event::Http(rpctap::events::HttpEvent::End { .. }));
+            out.push(e);
+            if end {
+                break;
+            }
+        }
+        out
+    }
+
     /// Every event published so far (waits briefly for stragglers).
     pub async fn drain(&mut self) -> Vec<Arc<Event>> {
         let mut out = Vec::new();
@@ -377,4 +393,77 @@ pub async fn misbehaving_upstream() -> (std::net::SocketAddr, Stop) {
         })
     })
     .await
+}
+
+/// A scratch folder under the system's temp dir, unique to this test process and name, made
+/// empty on creation and removed when dropped.
+pub struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("rpctap-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The rpctap binary, as a command to run.
+pub fn rpctap() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+}
+
+/// A child process that is killed and reaped when dropped: a failing test leaks nothing.
+pub struct Proc(pub std::process::Child);
+
+impl Proc {
+    pub fn spawn(cmd: &mut std::process::Command) -> Proc {
+        Proc(cmd.spawn().unwrap())
+    }
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+    /// Sends SIGTERM and waits for the exit.
+    pub fn term(&mut self) -> std::process::ExitStatus {
+        signal(self.0.id(), "TERM");
+        self.0.wait().unwrap()
+    }
+    /// Sends SIGTERM and collects the exit and what was piped.
+    pub fn term_output(mut self) -> std::process::Output {
+        signal(self.0.id(), "TERM");
+        let child = std::mem::replace(
+            &mut self.0,
+            // A stand-in, already reaped, for the guard's own drop.
+            std::process::Command::new("true").spawn().unwrap(),
+        );
+        let _ = self.0.wait();
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends `SIG{name}` to `pid`.
+pub fn signal(pid: u32, name: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status();
 }
