@@ -399,7 +399,7 @@ impl Event {
 /// events it does not show are never built.
 ///
 /// A change applies to the exchanges that begin after it: an exchange keeps the decision made
-/// when it began (so a call shown is never left without its outcome). The last [`STRIDES`]
+/// when it began (so a call shown is never left without its outcome). The last `STRIDES`
 /// changes are kept, each with the first exchange number it applies to, packed in one atomic
 /// (`first << 16 | stride`); an exchange older than all of them is admitted.
 #[derive(Clone, Debug)]

@@ -1,14 +1,26 @@
 //! rpctap: a transparent, inspecting reverse proxy for JSON-RPC 2.0 and MCP.
 //!
-//! Module map:
+//! Module map (ARCHITECTURE.md follows a request from the socket to a dashboard row):
 //! - [`cli`] — the command line (clap), converted once into validated options by [`config`].
 //! - [`config`] — the TOML config file merged with flags, validated once.
 //! - [`server`] — listener, connection tasks, graceful shutdown (shared by proxy and demo).
-//! - [`proxy`] — the exchange pipeline: request → upstream → streamed, teed reply.
-//! - [`rpc`] — JSON-RPC envelopes: parsing without a full tree, ids kept exactly.
-//! - [`inspect`] — SSE decoder, correlator, anomaly codes; one implementation, live and offline.
-//! - [`events`] — event types and the never-blocking bus observers subscribe to.
+//! - [`proxy`] — the exchange pipeline in named phases: request → upstream → streamed, teed
+//!   reply; rate limits applied per call (`proxy::limits`), the upstream client
+//!   (`proxy::upstream`), the teeing body (`proxy::body`), header rules (`proxy::headers`).
+//! - [`media`] — HTTP media types in any letter case (JSON, event streams).
+//! - [`rpc`] — JSON-RPC envelopes: parsing without a full tree (a one-pass scanner, serde_json
+//!   the reference), ids kept exactly.
+//! - [`inspect`] — the one inspector, live and offline: an exchange's lifecycle
+//!   (`inspect::exchange`), calls and their outcomes (`calls`), MCP rules (`mcp`), the SSE
+//!   decoder, the correlator, the anomaly codes; `inspect::offline` checks exchange documents
+//!   and `inspect::recorded` feeds a recording back through the same inspector.
+//! - [`events`] — the one event model and the never-blocking bus observers subscribe to.
+//! - [`limit`] — rate-limit rules and their state (GCRA via `governor`, concurrency permits).
+//! - [`record`] — the recording: writer (a bus sink), reader (into the event types), exports.
+//! - [`redact`] — secrets replaced before any observer sees an event.
+//! - [`replay`] — regression runs against a server (`replay`), a recording served as a mock.
 //! - [`logsink`] — the headless log printer (`--log text|json`).
+//! - [`tui`] — the dashboard: plain-data state (`tui::app`), rendering (`tui::ui`), the loop.
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
 //! - [`app`] — the subcommands wired together (what `main` calls).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).

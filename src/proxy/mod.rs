@@ -172,10 +172,10 @@ impl Proxy {
     }
 
     /// Handles one exchange of the client connection `conn`. Never fails: errors become
-    /// 4xx/5xx replies. The phases, each a function below: [`Proxy::request_filter`] (read and
-    /// inspect the request, apply the rate limits), [`Proxy::upstream_request`] (the request as
-    /// the upstream gets it), [`Proxy::send_upstream`] (the pooled client, with its time limit),
-    /// [`Proxy::response_filter`] (the response head, the teed body).
+    /// 4xx/5xx replies. The phases, each a function below: `request_filter` (read and
+    /// inspect the request, apply the rate limits), `upstream_request` (the request as
+    /// the upstream gets it), `send_upstream` (the pooled client, with its time limit),
+    /// `response_filter` (the response head, the teed body).
     pub async fn handle(
         &self,
         mut req: Request<Incoming>,

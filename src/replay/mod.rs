@@ -495,7 +495,7 @@ fn legacy_session(path: &str) -> Option<&str> {
 }
 
 /// Replays `rec` against `opts.target`: the recorded exchanges in order, each sent
-/// ([`Replayer::send`]) and its calls judged against the recording ([`Replayer::judge`]).
+/// (`Replayer::send`) and its calls judged against the recording (`Replayer::judge`).
 pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, ReplayError> {
     let mut r = Replayer::new(rec, opts).await?;
     for ex in exchanges(rec) {
