@@ -4,10 +4,9 @@
 //! Written here instead of using the `mimalloc` crate's `MiMalloc`, which sends every request
 //! through `mi_malloc_aligned`/`mi_realloc_aligned`: those check and dispatch before reaching the
 //! same allocation, and take a slower generic path for every block over 1 KiB (hyper's read and
-//! write buffers, several per proxied call). Under callgrind the plain entry points took the
-//! allocator's share of a proxied call from ≈ 1.2k to ≈ 0.7k instructions (the hyper floor:
-//! 24.1k → 23.8k in all; benches/RESULTS.md). The same change is proposed upstream
-//! (purpleprotocol/mimalloc_rust pull request 170, open).
+//! write buffers, several per proxied call); the plain entry points are measurably cheaper
+//! (benches/RESULTS.md). The same change is proposed upstream (purpleprotocol/mimalloc_rust pull
+//! request 170).
 
 use libmimalloc_sys as mi;
 use std::alloc::{GlobalAlloc, Layout};

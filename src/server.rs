@@ -118,7 +118,7 @@ pub async fn serve_with<M, H, S, F, B>(
 ///
 /// Written here rather than taken from hyper-util's `GracefulShutdown::watch`, which polls its
 /// watch future on every wake of every connection — a mutex lock and a waker comparison each
-/// time, ≈ 1.1k instructions per proxied call under callgrind. This polls that future once, to
+/// time, a visible share of a proxied call (benches/RESULTS.md). This polls that future once, to
 /// register for the wake-up, and afterwards only when the channel says a value was sent (one
 /// atomic load per wake). A connection task's waker does not change, so the one registration
 /// stays valid.

@@ -363,7 +363,7 @@ fn run(
         if !batch.is_empty() {
             // Every line in the batch ends with its newline: the batch is written whole, and
             // split into lines only when it would cross a rotation.
-            // memchr: a byte-by-byte count was ≈ 7k instructions per proxied call (callgrind).
+            // Counted with memchr: a byte-by-byte count was a large share of `--record`'s cost.
             let n = memchr::memchr_iter(b'\n', &batch).count() as u64;
             if w.fits(batch.len()) {
                 w.raw(&batch)?;
@@ -428,7 +428,7 @@ impl Line<'_> {
         Line(out)
     }
     // Inlined into each caller, where `name` is a literal: its copy becomes a few moves of
-    // known length instead of a call (callgrind: the keys were ≈ 4k instructions per call).
+    // known length instead of a call.
     #[inline(always)]
     fn key(&mut self, name: &str) {
         self.0.reserve(name.len() + 4);
@@ -456,7 +456,7 @@ impl Line<'_> {
             .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
     /// `Scope`'s text written in place when nothing in it needs escaping (serde's `Serialize`
-    /// builds the text first: ≈ 1.6k instructions per proxied call with `--record`).
+    /// builds the text first, on every line).
     fn scope(&mut self, scope: &crate::events::Scope) -> serde_json::Result<()> {
         use crate::events::Scope;
         self.key("scope");

@@ -8,11 +8,10 @@
 //! `Some`, serde_json would have read the same members; the differential tests in `rpc` check
 //! that on generated and mutated envelopes.
 //!
-//! Why hand-written: a call's two bodies cost ≈ 5.6k instructions through serde_json's derive
-//! even with every member borrowed or skipped, and other parsers measured no better here
-//! (sonic-rs 1.12×, jiter 0.9× serde_json's instructions for the same reads — benches/RESULTS.md);
-//! a pass that does only what the inspector needs is several times cheaper, and parsing was the
-//! largest share of rpctap's own per-call cost.
+//! Why hand-written: parsing was the largest share of rpctap's own per-call cost, serde_json's
+//! derive stays costly even with every member borrowed or skipped, and the other parsers tried
+//! did no better for these reads (benches/RESULTS.md); a pass that does only what the inspector
+//! needs is several times cheaper.
 
 use super::{Member, RawEnvelope, Shape};
 
