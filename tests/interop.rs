@@ -87,21 +87,17 @@ async fn run_script(venv: &Path, script: &str, args: &[&str]) -> serde_json::Val
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Stops the recording proxy, then: the recording checks clean (`rpctap check` exits 0).
+/// Stops the recording proxy, then: the recording checks clean (`rpctap check` exits 0), with
+/// exactly the live run's codes per scope and every answered call matched.
 async fn assert_checks(stop: Stop, file: &Path) {
     drop(stop);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let out = Command::new(BIN)
-        .args(["check", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "check {}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let c = check_recording(file);
+    assert_eq!(c.exit, Some(0), "check {}: {}", file.display(), c.stdout);
+    // One inspector, live and offline: check finds exactly what the live run flagged, per
+    // scope, and matches every call that was answered.
+    assert_eq!(c.codes, live_codes(file), "check {}", file.display());
+    assert_eq!(c.matched, answered_calls(file), "check {}", file.display());
 }
 
 /// Stops the recording proxy, then: the recording checks clean (`rpctap check` exits 0) and

@@ -5,54 +5,7 @@
 mod common;
 
 use common::*;
-use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
-
-type Codes = BTreeMap<String, Vec<String>>;
-
-/// (scope → sorted codes) of the recording's live `anomaly` lines.
-fn live_codes(file: &std::path::Path) -> Codes {
-    let rec = rpctap::record::reader::read(file).unwrap();
-    let mut out = Codes::new();
-    for e in &rec.events {
-        if let rpctap::record::reader::RecEvent::Anomaly(a) = e {
-            out.entry(a.scope.clone()).or_default().push(a.code.clone());
-        }
-    }
-    out.values_mut().for_each(|v| v.sort());
-    out
-}
-
-/// (scope → sorted codes) of what `rpctap check FILE` finds; and its exit code.
-fn checked_codes(file: &std::path::Path) -> (Codes, Option<i32>) {
-    let out = Command::new(BIN)
-        .args(["check", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let mut codes = Codes::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let scope = v["scope"].as_str().unwrap().to_string();
-        let mut found: Vec<String> = v["result"]["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["code"].as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(
-            v["result"]["truncated"], false,
-            "a recording's findings are never cut"
-        );
-        if !found.is_empty() {
-            found.sort();
-            codes.insert(scope, found);
-        }
-    }
-    (codes, out.status.code())
-}
 
 fn scratch(name: &str) -> Scratch {
     Scratch::new(&format!("lvc-{name}"))
@@ -175,7 +128,11 @@ async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
         want,
         "the recording holds the live codes"
     );
-    let (checked, exit) = checked_codes(&file);
+    let Checked {
+        codes: checked,
+        exit,
+        ..
+    } = check_recording(&file);
     assert_eq!(
         checked, want,
         "check of the recording finds exactly the live codes"
@@ -254,7 +211,7 @@ async fn mcp_sessions_and_timeouts_get_the_same_codes_live_and_in_check() {
         Some(4),
         "{want:?}"
     );
-    let (checked, _) = checked_codes(&file);
+    let checked = check_recording(&file).codes;
     assert_eq!(checked, want, "the timeout falls where it did live");
 }
 
@@ -280,7 +237,11 @@ async fn rpctaps_own_answers_are_not_the_servers_errors_live_or_in_check() {
     );
     drop(p.stop);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (checked, exit) = checked_codes(&file);
+    let Checked {
+        codes: checked,
+        exit,
+        ..
+    } = check_recording(&file);
     assert!(checked.is_empty(), "{checked:?}");
     assert_eq!(exit, Some(0));
 }

@@ -467,3 +467,78 @@ pub fn signal(pid: u32, name: &str) {
         .args([&format!("-{name}"), &pid.to_string()])
         .status();
 }
+
+/// Anomaly codes by scope, sorted.
+pub type Codes = std::collections::BTreeMap<String, Vec<String>>;
+
+/// (scope → sorted codes) of a recording's live `anomaly` lines.
+pub fn live_codes(file: &std::path::Path) -> Codes {
+    let rec = rpctap::record::reader::read(file).unwrap();
+    let mut out = Codes::new();
+    for e in &rec.events {
+        if let rpctap::record::reader::RecEvent::Anomaly(a) = e {
+            out.entry(a.scope.clone()).or_default().push(a.code.clone());
+        }
+    }
+    out.values_mut().for_each(|v| v.sort());
+    out
+}
+
+/// What `rpctap check FILE` said of a recording.
+pub struct Checked {
+    /// (scope → sorted codes) of its findings.
+    pub codes: Codes,
+    pub exit: Option<i32>,
+    /// Calls it matched with their replies, all scopes.
+    pub matched: u64,
+    pub stdout: String,
+}
+
+pub fn check_recording(file: &std::path::Path) -> Checked {
+    let out = rpctap()
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut codes = Codes::new();
+    let mut matched = 0;
+    for line in stdout.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let scope = v["scope"].as_str().unwrap().to_string();
+        assert_eq!(
+            v["result"]["truncated"], false,
+            "a recording's findings are never cut"
+        );
+        matched += v["result"]["matchedCount"].as_u64().unwrap();
+        let mut found: Vec<String> = v["result"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["code"].as_str().unwrap().to_string())
+            .collect();
+        if !found.is_empty() {
+            found.sort();
+            codes.insert(scope, found);
+        }
+    }
+    Checked {
+        codes,
+        exit: out.status.code(),
+        matched,
+        stdout,
+    }
+}
+
+/// The client calls of a recording that ended with a reply (result or error).
+pub fn answered_calls(file: &std::path::Path) -> u64 {
+    let rec = rpctap::record::reader::read(file).unwrap();
+    rec.calls()
+        .filter(|c| {
+            c.direction == rpctap::events::Direction::ClientToServer
+                && matches!(
+                    c.outcome,
+                    rpctap::events::Outcome::Result | rpctap::events::Outcome::Error { .. }
+                )
+        })
+        .count() as u64
+}
