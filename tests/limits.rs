@@ -400,3 +400,78 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
     );
     let _ = Bytes::new();
 }
+
+/// A batch with a refused member answered as SSE: the merged stream outlives the handler, and
+/// the concurrency permit of its allowed call is held until that stream ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partly_refused_sse_batch_holds_its_permits_until_the_stream_ends() {
+    let (demo, _d) = start_demo().await;
+    let p = proxy_with(
+        demo,
+        "sse-merge",
+        "[[limit]]\nname = \"one-at-a-time\"\nmethod = \"tools/call\"\nconcurrency = 1\n\n\
+         [[limit]]\nname = \"one-ping\"\nmethod = \"ping\"\nrate = \"1/h\"\nburst = 1\n",
+    )
+    .await;
+    let addr = p.addr;
+    let sid = mcp_session(addr).await;
+    let h = |sid: &str| {
+        vec![
+            ("content-type".to_string(), "application/json".to_string()),
+            (
+                "accept".into(),
+                "application/json, text/event-stream".into(),
+            ),
+            ("mcp-session-id".into(), sid.to_string()),
+        ]
+    };
+    let call = |id: u32, delay: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"slow","arguments":{{"steps":3,"delay_ms":{delay}}}}}}}"#
+        )
+    };
+    let result_of = |text: &str, id: u32| -> serde_json::Value {
+        sse_data(text)
+            .into_iter()
+            .flat_map(|v| match v {
+                serde_json::Value::Array(a) => a,
+                v => vec![v],
+            })
+            .find(|v| v["id"] == id)
+            .unwrap_or_default()
+    };
+    let batch = format!(
+        r#"[{},{{"jsonrpc":"2.0","id":2,"method":"ping"}},{{"jsonrpc":"2.0","id":3,"method":"ping"}}]"#,
+        call(1, 300)
+    );
+    let hs = h(&sid);
+    let first = tokio::spawn(async move {
+        let hv: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        send(addr, "POST", "/mcp", &hv, batch).await
+    });
+    wait_pending(&p.inspector, 1).await;
+    tokio::time::sleep(Duration::from_millis(150)).await; // the handler has returned; the stream goes on
+    let hs = h(&sid);
+    let hv: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let second = send(addr, "POST", "/mcp", &hv, call(4, 1)).await;
+    assert_eq!(
+        result_of(&second.text(), 4)["error"]["data"]["limit"],
+        "one-at-a-time",
+        "the streaming batch still holds the permit: {}",
+        second.text()
+    );
+    let first = first.await.unwrap();
+    let text = first.text();
+    assert_eq!(
+        result_of(&text, 3)["error"]["data"]["limit"],
+        "one-ping",
+        "{text}"
+    );
+    assert!(result_of(&text, 1)["result"].is_object(), "{text}");
+    let third = send(addr, "POST", "/mcp", &hv, call(5, 1)).await;
+    assert!(
+        result_of(&third.text(), 5)["result"].is_object(),
+        "released when the merged stream ended: {}",
+        third.text()
+    );
+}
