@@ -8,8 +8,9 @@
 //!    streams through uninspected after what was read. Any other body streams through untouched.
 //! 2. **upstream request** (`upstream_request`) — hop-by-hop headers removed, `Host` rewritten
 //!    (unless `preserve_host`), `X-Forwarded-For`/`-Proto` added.
-//! 3. **upstream** (`send_upstream`) — the lane or the pool; unreachable gives 502, too slow
-//!    504, with a JSON-RPC error per call when the request held calls (`error_reply`).
+//! 3. **upstream** (in `handle`, `upstream_outcome`) — the lane or the pool; unreachable gives
+//!    502, too slow 504, with a JSON-RPC error per call when the request held calls
+//!    (`error_reply`).
 //! 4. **response** (`response_filter`) — hop-by-hop headers removed; the inspector learns
 //!    status, content type and `Mcp-Session-Id`; each body chunk goes to the client as it
 //!    arrives, the inspector reading a copy first (SSE events one by one, JSON bodies whole).
@@ -172,10 +173,11 @@ impl Proxy {
     }
 
     /// Handles one exchange of the client connection `conn`. Never fails: errors become
-    /// 4xx/5xx replies. The phases, each a function below: `request_filter` (read and
-    /// inspect the request, apply the rate limits), `upstream_request` (the request as
-    /// the upstream gets it), `send_upstream` (the pooled client, with its time limit),
-    /// `response_filter` (the response head, the teed body).
+    /// 4xx/5xx replies. The phases, each a function below but the upstream's await (kept here
+    /// so its large future is not carried twice): `request_filter` (read and inspect the
+    /// request, apply the rate limits), `upstream_request` (the request as the upstream gets
+    /// it), the send with its time limit (`upstream_outcome`), `response_filter` (the response
+    /// head, the teed body).
     pub async fn handle(
         &self,
         mut req: Request<Incoming>,
@@ -201,7 +203,7 @@ impl Proxy {
             && content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
-        let ex = Exchange {
+        let mut ex = Exchange {
             ctx,
             summary: RequestSummary {
                 is_rpc,
@@ -210,19 +212,35 @@ impl Proxy {
             plan: None,
             accepts_sse: crate::media::accepts_event_stream(&parts.headers),
         };
-        let (body, mut ex) = match self
-            .request_filter(ex, &mut parts, incoming, conn.peer, session.as_deref())
-            .await
-        {
-            Filtered::Forward(body, ex) => (body, ex),
-            Filtered::Respond(resp) => return resp,
+        // The exchange stays here and is lent to each phase: moving it in and out of their
+        // futures would copy it several times per call.
+        let read = if is_rpc {
+            read_ahead(incoming, self.inner.inspector.config().max_frame_bytes).await
+        } else {
+            Ok(ReadAhead::NotRpc(incoming))
         };
+        let body =
+            match self.request_filter(&mut ex, &mut parts, read, conn.peer, session.as_deref()) {
+                Ok(body) => body,
+                Err(Early::Error(e)) => return self.error_reply(ex, e),
+                Err(Early::Respond(resp)) => return *resp,
+            };
         let is_head = parts.method == Method::HEAD;
-        let up_req = match self.upstream_request(parts, body, upgrade, lane.is_some(), conn) {
-            Ok(r) => r,
-            Err(e) => return self.error_reply(ex, e),
+        if let Err(e) = self.upstream_request(&mut parts, upgrade, lane.is_some(), conn) {
+            return self.error_reply(ex, e);
+        }
+        // Phase 3, upstream: awaited here, pinned once — this future is a large part of the
+        // exchange's state, and a function of its own would hold (and copy) it again.
+        let limit = self.inner.opts.upstream_timeout;
+        let mut send = std::pin::pin!(self
+            .inner
+            .upstream
+            .send(Request::from_parts(parts, body), lane));
+        let sent = match lane {
+            Some(lane) => lane.within(limit, send.as_mut()).await,
+            None => tokio::time::timeout(limit, send.as_mut()).await.ok(),
         };
-        let mut resp = match self.send_upstream(up_req, lane, ex.ctx.id).await {
+        let mut resp = match upstream_outcome(sent, limit, ex.ctx.id) {
             Ok(r) => r,
             Err(e) => return self.error_reply(ex, e),
         };
@@ -238,7 +256,12 @@ impl Proxy {
             .as_mut()
             .map(|p| std::mem::take(&mut p.permits))
             .unwrap_or_default();
-        self.response_filter(resp, ex, permits, is_head).await
+        match self.response_filter(resp, ex, permits, is_head) {
+            Answer::Stream(r) => r,
+            // Boxed: a rare path whose state would otherwise widen every exchange's future
+            // (moved whole several times per call).
+            Answer::Merge(m) => Box::pin(self.merge_reply(*m)).await,
+        }
     }
 
     /// Phase 1, **request**: a JSON-RPC POST body (JSON or no content type) is read ahead up to
@@ -246,40 +269,38 @@ impl Proxy {
     /// inspector, and checked against the rate limits (refused members are answered by rpctap;
     /// a batch goes on smaller). A larger body streams on uninspected after what was read; any
     /// other body streams through untouched.
-    async fn request_filter(
+    ///
+    /// Not `async`: the caller reads the body ahead (`read_ahead`) and hands over what it read,
+    /// so this phase's state is not one more future carried in every exchange's.
+    fn request_filter(
         &self,
-        mut ex: Exchange,
+        ex: &mut Exchange,
         parts: &mut http::request::Parts,
-        incoming: Incoming,
+        read: Result<ReadAhead, hyper::Error>,
         peer: SocketAddr,
         session: Option<&str>,
-    ) -> Filtered {
-        if !ex.summary.is_rpc {
-            let body = if http_body::Body::is_end_stream(&incoming) {
-                ForwardBody::empty()
-            } else {
-                ForwardBody::streaming(None, incoming)
-            };
-            return Filtered::Forward(body, ex);
-        }
-        let cap = self.inner.inspector.config().max_frame_bytes;
-        let b = match read_ahead(incoming, cap).await {
+    ) -> Result<ForwardBody, Early> {
+        let b = match read {
             Ok(ReadAhead::Whole(b)) => b,
             Ok(ReadAhead::Partial(prefix, rest)) => {
                 ex.ctx.request_body(&prefix, false);
-                return Filtered::Forward(ForwardBody::streaming(Some(prefix), rest), ex);
+                return Ok(ForwardBody::streaming(Some(prefix), rest));
             }
-            Err(e) => {
-                let resp = self.error_reply(ex, ExchangeError::Downstream(e.to_string()));
-                return Filtered::Respond(resp);
+            Ok(ReadAhead::NotRpc(incoming)) => {
+                return Ok(if http_body::Body::is_end_stream(&incoming) {
+                    ForwardBody::empty()
+                } else {
+                    ForwardBody::streaming(None, incoming)
+                })
             }
+            Err(e) => return Err(Early::Error(ExchangeError::Downstream(e.to_string()))),
         };
         let parsed = crate::rpc::parse_body(&b);
-        ex.summary.read(&parsed);
+        ex.summary.body = Some(b.clone());
         let limiter = self.limiter();
         if limiter.is_empty() {
             ex.ctx.request_parsed(&b, parsed);
-            return Filtered::Forward(ForwardBody::full(b), ex);
+            return Ok(ForwardBody::full(b));
         }
         let keys = crate::limit::RequestKeys {
             peer: peer.ip(),
@@ -297,10 +318,6 @@ impl Proxy {
             if let Some(r) = &m.refused {
                 ex.ctx
                     .refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, false);
-                // rpctap answers it: the proxy's own error replies leave it out.
-                if let Some(id) = m.id.as_ref().filter(|_| m.is_call) {
-                    ex.summary.call_ids.retain(|c| c != id);
-                }
             }
         }
         if p.all_refused() {
@@ -314,7 +331,7 @@ impl Proxy {
                 resp.headers_mut()
                     .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
             }
-            return Filtered::Respond(resp);
+            return Err(Early::Respond(Box::new(resp)));
         }
         let body = if p.any_refused() {
             // The one rewrite rpctap does: the smaller batch, with its own length.
@@ -327,7 +344,7 @@ impl Proxy {
             b
         };
         ex.plan = Some(p);
-        Filtered::Forward(ForwardBody::full(body), ex)
+        Ok(ForwardBody::full(body))
     }
 
     /// Phase 2, **upstream request**: the upstream's base path and origin-form target,
@@ -335,12 +352,11 @@ impl Proxy {
     /// `X-Forwarded-For`/`-Proto` added.
     fn upstream_request(
         &self,
-        mut parts: http::request::Parts,
-        body: ForwardBody,
+        parts: &mut http::request::Parts,
         upgrade: bool,
         on_lane: bool,
         conn: &ClientConn,
-    ) -> Result<Request<ForwardBody>, ExchangeError> {
+    ) -> Result<(), ExchangeError> {
         let inner = &self.inner;
         parts.uri = self
             .upstream_uri(&parts.uri, on_lane)
@@ -367,51 +383,23 @@ impl Proxy {
             }
         }
         headers::add_forwarded(&mut parts.headers, &conn.peer_ip, "http");
-        Ok(Request::from_parts(parts, body))
-    }
-
-    /// Phase 3, **upstream**: sends on the connection's lane (HTTP/1) or the pool, waiting at
-    /// most `upstream_timeout` for the response head: unreachable → 502, too slow → 504.
-    async fn send_upstream(
-        &self,
-        up_req: Request<ForwardBody>,
-        lane: Option<&upstream::Lane>,
-        exchange: u64,
-    ) -> Result<Response<Incoming>, ExchangeError> {
-        let inner = &self.inner;
-        let limit = inner.opts.upstream_timeout;
-        // Pinned here, once: this future is a large part of the exchange's state, and every
-        // wrapper that took it by value would hold (and copy) it again.
-        let mut send = std::pin::pin!(inner.upstream.send(up_req, lane));
-        let sent = match lane {
-            Some(lane) => lane.within(limit, send.as_mut()).await,
-            None => tokio::time::timeout(limit, send.as_mut()).await.ok(),
-        };
-        match sent {
-            Some(Ok(r)) => Ok(r),
-            Some(Err(why)) => {
-                tracing::warn!(exchange, error = %why, "upstream request failed");
-                Err(ExchangeError::UpstreamUnreachable(why))
-            }
-            None => {
-                tracing::warn!(exchange, "upstream timed out");
-                Err(ExchangeError::UpstreamTimeout(limit))
-            }
-        }
+        Ok(())
     }
 
     /// Phase 4, **response**: hop-by-hop headers removed; the inspector learns status, content
     /// type and `Mcp-Session-Id`; the body goes to the client chunk by chunk as it arrives, the
     /// inspector reading a copy (SSE events one by one, JSON bodies whole at the end); a batch
-    /// with refused members gets rpctap's refusals merged in. Phase 5, **done**, happens in the
-    /// body: it ended, failed, or the client left, and the inspector ends the exchange.
-    async fn response_filter(
+    /// with refused members gets rpctap's refusals merged in (`merge_reply`). Phase 5, **done**,
+    /// happens in the body: it ended, failed, or the client left, and the inspector ends the
+    /// exchange. Not `async`: the common path awaits nothing, and a future of its own would
+    /// carry the exchange once more.
+    fn response_filter(
         &self,
         resp: Response<Incoming>,
         mut ex: Exchange,
         permits: Vec<crate::limit::Permit>,
         is_head: bool,
-    ) -> Response<ProxyBody> {
+    ) -> Answer {
         let (mut rparts, rbody) = resp.into_parts();
         let keep_upgrade = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
         headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade);
@@ -426,29 +414,33 @@ impl Proxy {
         if is_head {
             ex.ctx.end(crate::inspect::EndReason::Complete);
         }
-        if let Some(p) = ex.plan.take().filter(limits::Plan::any_refused) {
-            // Boxed: a rare path whose state would otherwise widen every exchange's future
-            // (moved whole several times per call).
-            return Box::pin(self.merge_reply(p, rparts, rbody, ex.ctx, ex.accepts_sse, permits))
-                .await;
+        if let Some(plan) = ex.plan.take().filter(limits::Plan::any_refused) {
+            return Answer::Merge(Box::new(Merge {
+                plan,
+                rparts,
+                rbody,
+                ctx: ex.ctx,
+                accepts_sse: ex.accepts_sse,
+                permits,
+            }));
         }
-        Response::from_parts(
+        Answer::Stream(Response::from_parts(
             rparts,
             TeeBody::new(ReplySource::Upstream(rbody), Some(ex.ctx)).holding(permits),
-        )
+        ))
     }
 
     /// A batch some of whose members were refused: the upstream answered the smaller batch;
     /// the client gets one reply with rpctap's refusals merged in request order.
-    async fn merge_reply(
-        &self,
-        plan: limits::Plan,
-        mut rparts: http::response::Parts,
-        rbody: Incoming,
-        mut ctx: ExchangeCtx,
-        accepts_sse: bool,
-        permits: Vec<crate::limit::Permit>,
-    ) -> Response<ProxyBody> {
+    async fn merge_reply(&self, m: Merge) -> Response<ProxyBody> {
+        let Merge {
+            plan,
+            mut rparts,
+            rbody,
+            mut ctx,
+            accepts_sse,
+            permits,
+        } = m;
         let ct = rparts
             .headers
             .get(header::CONTENT_TYPE)
@@ -548,12 +540,16 @@ impl Proxy {
     /// and never reads this body as the server's.
     fn error_reply(&self, ex: Exchange, err: ExchangeError) -> Response<ProxyBody> {
         let Exchange {
-            mut ctx, summary, ..
+            mut ctx,
+            summary,
+            plan,
+            ..
         } = ex;
         let (status, code) = err.status_and_code();
         let message = err.to_string();
+        let (batch, ids) = summary.calls(plan.as_ref());
         let body = if summary.is_rpc {
-            match (&err, summary.batch, &summary.call_ids[..]) {
+            match (&err, batch, &ids[..]) {
                 (ExchangeError::Downstream(_), _, _) => {
                     Some(crate::rpc::error_reply(&Id::Null, code, &message, None))
                 }
@@ -598,40 +594,96 @@ struct Exchange {
     accepts_sse: bool,
 }
 
-/// The request as the proxy's own error replies need it.
+/// The request as the proxy's own error replies need it: kept as the body it read (a reference
+/// count, no copy), read again only on the rare path that makes such a reply.
 #[derive(Debug, Default)]
 struct RequestSummary {
     /// A JSON-RPC POST (JSON or no content type).
     is_rpc: bool,
-    batch: bool,
-    /// The ids of its calls, in order (those rpctap answered itself left out).
-    call_ids: Vec<Id>,
+    /// The body, when it was read whole.
+    body: Option<Bytes>,
 }
 
 impl RequestSummary {
-    fn read(&mut self, parsed: &crate::rpc::Body) {
+    /// Whether the request was a batch, and the ids of its calls in order — those rpctap
+    /// refused (and so answered itself) left out.
+    fn calls(&self, plan: Option<&limits::Plan>) -> (bool, Vec<Id>) {
         use crate::rpc::{Body, Kind};
+        let Some(body) = &self.body else {
+            return (false, Vec::new());
+        };
         let call_id = |e: &crate::rpc::Envelope| match (e.kind, &e.id, &e.method) {
             (Kind::Request, Some(id), _) | (Kind::Invalid, Some(id), Some(_)) => Some(id.clone()),
             _ => None,
         };
-        match parsed {
-            Body::Single(e) => self.call_ids.extend(call_id(e)),
-            Body::Batch(members) => {
-                self.batch = true;
-                self.call_ids.extend(members.iter().filter_map(call_id));
-            }
-            Body::ParseError(_) => {}
+        let refused = |id: &Id| {
+            plan.is_some_and(|p| {
+                p.members
+                    .iter()
+                    .any(|m| m.refused.is_some() && m.is_call && m.id.as_ref() == Some(id))
+            })
+        };
+        match crate::rpc::parse_body(body) {
+            Body::Single(e) => (false, call_id(&e).into_iter().collect()),
+            Body::Batch(members) => (
+                true,
+                members
+                    .iter()
+                    .filter_map(call_id)
+                    .filter(|id| !refused(id))
+                    .collect(),
+            ),
+            Body::ParseError(_) => (false, Vec::new()),
         }
     }
 }
 
-/// What the request phase decided.
-enum Filtered {
-    /// Send this body upstream.
-    Forward(ForwardBody, Exchange),
-    /// rpctap answers alone (every call refused, or the request unreadable).
-    Respond(Response<ProxyBody>),
+/// Phase 3, **upstream**, its outcome: the response head, or why there is none — unreachable
+/// (502) or too slow (504).
+fn upstream_outcome(
+    sent: Option<Result<Response<Incoming>, String>>,
+    limit: Duration,
+    exchange: u64,
+) -> Result<Response<Incoming>, ExchangeError> {
+    match sent {
+        Some(Ok(r)) => Ok(r),
+        Some(Err(why)) => {
+            tracing::warn!(exchange, error = %why, "upstream request failed");
+            Err(ExchangeError::UpstreamUnreachable(why))
+        }
+        None => {
+            tracing::warn!(exchange, "upstream timed out");
+            Err(ExchangeError::UpstreamTimeout(limit))
+        }
+    }
+}
+
+/// What the response phase hands the client.
+// The common variant stays unboxed: it is every exchange's reply, returned once.
+#[allow(clippy::large_enum_variant)]
+enum Answer {
+    /// The upstream's reply, streamed through the tee.
+    Stream(Response<ProxyBody>),
+    /// A batch with refused members: the reply is merged with rpctap's refusals.
+    Merge(Box<Merge>),
+}
+
+/// What `merge_reply` needs.
+struct Merge {
+    plan: limits::Plan,
+    rparts: http::response::Parts,
+    rbody: Incoming,
+    ctx: ExchangeCtx,
+    accepts_sse: bool,
+    permits: Vec<crate::limit::Permit>,
+}
+
+/// Why the request phase ends the exchange before the upstream.
+enum Early {
+    /// The request could not be read.
+    Error(ExchangeError),
+    /// rpctap answers alone (every call refused).
+    Respond(Box<Response<ProxyBody>>),
 }
 
 /// Splices an upgraded client connection to the upgraded upstream connection, byte for byte.
@@ -653,6 +705,8 @@ async fn splice(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnU
 enum ReadAhead {
     Whole(Bytes),
     Partial(Bytes, Incoming),
+    /// Not read: the request is not JSON-RPC, its body streams through untouched.
+    NotRpc(Incoming),
 }
 
 /// Reads a request body up to `cap` bytes. A body that ends within the cap is returned whole;
