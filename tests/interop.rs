@@ -64,8 +64,9 @@ fn python(venv: &Path, script: &str, args: &[&str]) -> Command {
     c
 }
 
-async fn run_client(venv: &Path, url: &str) -> serde_json::Value {
-    run_script(venv, "mcp1_client.py", &[url]).await
+/// The Python SDK 1.x client: one session per URL, all in one process.
+async fn run_client(venv: &Path, urls: &[&str]) -> serde_json::Value {
+    run_script(venv, "mcp1_client.py", urls).await
 }
 
 async fn run_script(venv: &Path, script: &str, args: &[&str]) -> serde_json::Value {
@@ -158,8 +159,15 @@ async fn python_sdk_v1_in_every_server_mode() {
         let file = dir.join(format!("{mode}.jsonl"));
         let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
 
-        let direct = run_client(&env, &format!("{upstream}/mcp")).await;
-        let via = run_client(&env, &format!("http://{}/mcp", proxy.addr)).await;
+        let both = run_client(
+            &env,
+            &[
+                &format!("{upstream}/mcp"),
+                &format!("http://{}/mcp", proxy.addr),
+            ],
+        )
+        .await;
+        let (direct, via) = (both[0].clone(), both[1].clone());
         assert_eq!(
             direct, via,
             "{mode}: the client saw the same through rpctap"
@@ -254,18 +262,17 @@ async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpo
     let upstream = format!("http://127.0.0.1:{port}");
     let file = dir.join("legacy.jsonl");
     let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
-    let direct = run_script(
+    let both = run_client(
         &env,
-        "mcp1_client.py",
-        &[&format!("{upstream}/sse"), "legacy"],
+        &[
+            &format!("{upstream}/sse"),
+            "legacy",
+            &format!("http://{}/sse", proxy.addr),
+            "legacy",
+        ],
     )
     .await;
-    let via = run_script(
-        &env,
-        "mcp1_client.py",
-        &[&format!("http://{}/sse", proxy.addr), "legacy"],
-    )
-    .await;
+    let (direct, via) = (both[0].clone(), both[1].clone());
     assert_eq!(direct, via, "the client saw the same through rpctap");
     assert_eq!(via["add"]["content"][0]["text"], "5");
     assert_eq!(
@@ -331,21 +338,32 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
         )
         .await;
         let upstream = format!("http://127.0.0.1:{port}");
+        // Both client modes through their own recording proxy; the four sessions (direct and
+        // through rpctap, each mode) in one client process.
+        let mut proxies = Vec::new();
         for client_mode in ["auto", "legacy"] {
             let file = dir.join(format!("{mode}-{client_mode}.jsonl"));
-            let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
-            let direct = run_script(
-                &env,
-                "mcp2_client.py",
-                &[&format!("{upstream}/mcp"), client_mode],
-            )
-            .await;
-            let via = run_script(
-                &env,
-                "mcp2_client.py",
-                &[&format!("http://{}/mcp", proxy.addr), client_mode],
-            )
-            .await;
+            let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+            proxies.push((client_mode, file, proxy));
+        }
+        let direct_url = format!("{upstream}/mcp");
+        let via_urls: Vec<String> = proxies
+            .iter()
+            .map(|(_, _, p)| format!("http://{}/mcp", p.addr))
+            .collect();
+        let args = [
+            direct_url.as_str(),
+            "auto",
+            via_urls[0].as_str(),
+            "auto",
+            direct_url.as_str(),
+            "legacy",
+            via_urls[1].as_str(),
+            "legacy",
+        ];
+        let outs = run_script(&env, "mcp2_client.py", &args).await;
+        for (i, (client_mode, file, mut proxy)) in proxies.into_iter().enumerate() {
+            let (direct, via) = (outs[2 * i].clone(), outs[2 * i + 1].clone());
             assert_eq!(
                 direct, via,
                 "{mode}/{client_mode}: the client saw the same through rpctap"

@@ -1,8 +1,10 @@
 """The official Python SDK client (mcp < 2) doing a whole session; prints what it saw as JSON.
 
-usage: mcp1_client.py URL [legacy]
+usage: mcp1_client.py URL [legacy] [URL [legacy] …]
 
-With `legacy`, URL is the HTTP+SSE stream (`…/sse`) and the client is `sse_client`.
+With `legacy`, URL is the HTTP+SSE stream (`…/sse`) and the client is `sse_client`. One session per
+URL, in order, in this one process (the SDK is imported once); with one URL it prints that
+session's JSON, with more a JSON list of them.
 """
 import asyncio
 import json
@@ -47,7 +49,18 @@ async def main(url, legacy):
             await s.send_ping()
     out["progress"] = progress
     out["logs"] = logs
-    print(json.dumps(out, sort_keys=True))
+    return out
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2:] == ["legacy"]))
+async def all_sessions(args):
+    sessions = []
+    for a in args:
+        if a == "legacy":
+            sessions[-1] = (sessions[-1][0], True)
+        else:
+            sessions.append((a, False))
+    outs = [await main(url, legacy) for url, legacy in sessions]
+    print(json.dumps(outs[0] if len(outs) == 1 else outs, sort_keys=True))
+
+
+asyncio.run(all_sessions(sys.argv[1:]))

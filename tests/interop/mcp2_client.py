@@ -1,6 +1,10 @@
 """The official Python SDK 2.x client doing a whole session; prints what it saw as JSON.
 
-usage: mcp2_client.py URL MODE   (MODE: auto — discover, the 2026-07-28 protocol — or legacy)
+usage: mcp2_client.py URL MODE [URL MODE …]   (MODE: auto — discover, the 2026-07-28 protocol —
+       or legacy)
+
+One session per pair, in order, in this one process (the SDK is imported once); with one pair it
+prints that session's JSON, with more a JSON list of them.
 """
 import asyncio
 import json
@@ -37,7 +41,14 @@ async def main(url, mode):
             await c.send_ping()  # ping is gone from the 2026-07-28 protocol
     out["progress"] = progress
     out["logs"] = logs
-    print(json.dumps(out, sort_keys=True))
+    return out
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+async def all_sessions(args):
+    outs = []
+    for url, mode in zip(args[0::2], args[1::2]):
+        outs.append(await main(url, mode))
+    print(json.dumps(outs[0] if len(outs) == 1 else outs, sort_keys=True))
+
+
+asyncio.run(all_sessions(sys.argv[1:]))
