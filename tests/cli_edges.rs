@@ -171,3 +171,23 @@ fn headless_proxy_says_where_it_listens_before_any_call() {
         "{line}"
     );
 }
+
+#[test]
+fn exports_are_as_private_as_the_recording() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = scratch("private");
+    for (format, name) in [("exchange", "x.jsonl"), ("har", "x.har")] {
+        let out = d.join(name);
+        let o = run(&[
+            "export",
+            DEMO,
+            "--format",
+            format,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{format}");
+    }
+}

@@ -588,3 +588,36 @@ async fn the_shipped_example_recording_checks_clean_and_replays() {
         assert!(t.starts_with("event: message\n"), "{t}");
     }
 }
+
+/// `--record-append` adds a run (its own header) after what a recording holds; `check` reads the
+/// runs apart (exchange numbers start again in each), and the file stays private.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_appends_to_a_recording_and_checks_apart() {
+    let (demo, _d) = start_demo().await;
+    let dir = tmp("append");
+    let file = dir.join("two-runs.jsonl");
+    record(demo, &file, &[], demo_traffic).await;
+    let first = rpctap::record::reader::read(&file).unwrap();
+    record(demo, &file, &["--record-append"], demo_traffic).await;
+    let both = rpctap::record::reader::read(&file).unwrap();
+    assert_eq!(both.runs.len(), 2, "two runs, each with its header");
+    assert_eq!(both.runs[1].1["appended"], true);
+    assert_eq!(both.events.len(), 2 * first.events.len());
+    let out = rpctap()
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout).lines().count();
+    let first_lines = rpctap::inspect::recorded::check_recording(&first).len();
+    assert_eq!(
+        lines,
+        2 * first_lines,
+        "each run's scopes checked on their own"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

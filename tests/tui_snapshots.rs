@@ -65,7 +65,7 @@ fn app() -> App {
     ));
     a.apply_call(
         "exchange:1".into(),
-        "c→s",
+        rpctap::events::Direction::ClientToServer,
         "1".into(),
         &"subtract".into(),
         RowOutcome::Result,
@@ -96,7 +96,7 @@ fn app() -> App {
     ));
     a.apply_call(
         "exchange:2".into(),
-        "c→s",
+        rpctap::events::Direction::ClientToServer,
         "\"3\"".into(),
         &"nope".into(),
         RowOutcome::Error(-32601),
@@ -110,7 +110,7 @@ fn app() -> App {
     a.apply_message(m(3, 3, s, false, "result", Some("5"), None, None, r#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"done after 2 steps"}],"isError":false}}"#));
     a.apply_call(
         s.into(),
-        "c→s",
+        rpctap::events::Direction::ClientToServer,
         "5".into(),
         &"tools/call".into(),
         RowOutcome::Result,
@@ -138,7 +138,7 @@ fn app() -> App {
     );
     a.apply_call(
         s.into(),
-        "c→s",
+        rpctap::events::Direction::ClientToServer,
         "6".into(),
         &"tools/call".into(),
         RowOutcome::Result,
@@ -169,7 +169,7 @@ fn app() -> App {
     ));
     a.apply_call(
         "exchange:6".into(),
-        "c→s",
+        rpctap::events::Direction::ClientToServer,
         "8".into(),
         &"add".into(),
         RowOutcome::Refused("add=2/min".into()),

@@ -4,6 +4,7 @@
 //! member and each message of an SSE stream its own row) and at most `max_detail_bytes` of
 //! message text for the detail pane: older rows keep their summary and lose their text first.
 
+use crate::events::Direction;
 use crate::events::{Event, Outcome};
 use crate::rpc::Kind;
 use std::collections::VecDeque;
@@ -73,7 +74,7 @@ pub struct Row {
     pub exchange: u64,
     pub scope: Text,
     /// `c→s` or `s→c`.
-    pub direction: &'static str,
+    pub direction: Direction,
     pub method: Text,
     pub target: Option<Text>,
     /// Exact id text, or empty for notifications.
@@ -201,7 +202,7 @@ pub struct App {
     next_seq: u64,
     /// (scope, direction of the request, id) → seq of the pending row.
     /// Duplicated ids queue up in order.
-    open: HashMap<(Text, &'static str, Text), VecDeque<u64>>,
+    open: HashMap<(Text, Direction, Text), VecDeque<u64>>,
     /// exchange → seqs of its call rows (to attach stream messages).
     by_exchange: HashMap<u64, Vec<u64>>,
     pub calls_total: u64,
@@ -392,7 +393,7 @@ impl App {
             Event::Call(c) => {
                 self.apply_call(
                     c.scope.to_string().into(),
-                    c.direction.arrow(),
+                    c.direction,
                     c.id.to_json_text().into(),
                     &c.method,
                     RowOutcome::from(&c.outcome),
@@ -477,7 +478,11 @@ impl App {
 
     /// Applies one message (live or from a recording).
     pub fn apply_message(&mut self, m: MessageIn) {
-        let dir: &'static str = if m.c2s { "c→s" } else { "s→c" };
+        let dir = if m.c2s {
+            Direction::ClientToServer
+        } else {
+            Direction::ServerToClient
+        };
         match m.kind {
             Kind::Request | Kind::Notification | Kind::Invalid
                 if m.method.is_some() || m.kind != Kind::Invalid =>
@@ -536,7 +541,7 @@ impl App {
             }
             _ => {
                 // A response: attach to its call.
-                let req_dir: &'static str = if m.c2s { "s→c" } else { "c→s" };
+                let req_dir = dir.reverse();
                 let key = (
                     m.scope.clone(),
                     req_dir,
@@ -607,7 +612,7 @@ impl App {
     pub fn apply_call(
         &mut self,
         scope: Text,
-        dir: &'static str,
+        dir: Direction,
         id: Text,
         method: &Text,
         outcome: RowOutcome,
@@ -915,7 +920,7 @@ impl App {
         } else {
             self.visible()
                 .into_iter()
-                .filter(|r| r.direction == "c→s")
+                .filter(|r| r.direction == Direction::ClientToServer)
                 .collect()
         };
         // One document per scope (ids are unique only within a scope), scopes in order of
@@ -1136,7 +1141,7 @@ mod tests {
         ));
         a.apply_call(
             "exchange:1".into(),
-            "c→s",
+            Direction::ClientToServer,
             "1".into(),
             &"add".into(),
             RowOutcome::Result,
@@ -1178,7 +1183,7 @@ mod tests {
         ));
         a.apply_call(
             "exchange:2".into(),
-            "c→s",
+            Direction::ClientToServer,
             "2".into(),
             &"nope".into(),
             RowOutcome::Error(-32601),
@@ -1373,7 +1378,7 @@ mod tests {
             ));
             a.apply_call(
                 format!("exchange:{i}").into(),
-                "c→s",
+                Direction::ClientToServer,
                 i.to_string().into(),
                 &"m".into(),
                 RowOutcome::Result,
@@ -1410,7 +1415,7 @@ mod tests {
             ));
             a.apply_call(
                 format!("session:{i}").into(),
-                "c→s",
+                Direction::ClientToServer,
                 "1".into(),
                 &method.as_str().into(),
                 RowOutcome::Result,
@@ -1439,7 +1444,7 @@ mod tests {
         a.sample = 4;
         a.apply_call(
             "exchange:2".into(),
-            "c→s",
+            Direction::ClientToServer,
             "2".into(),
             &"nope".into(),
             RowOutcome::Error(-32601),

@@ -169,7 +169,7 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
             RecEvent::Call(c) => {
                 app.apply_call(
                     c.scope.as_str().into(),
-                    c.direction.arrow(),
+                    c.direction,
                     c.id.get().into(),
                     &c.method.as_str().into(),
                     RowOutcome::from(&c.outcome),

@@ -213,7 +213,7 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             TRow::new(vec![
                 Cell::from(clock(r.ts_ns)),
                 Cell::from(r.scope_short()),
-                Cell::from(r.direction),
+                Cell::from(r.direction.arrow()),
                 Cell::from(r.display_method()),
                 Cell::from(r.id.to_string()),
                 Cell::from(Span::styled(r.outcome.label(), outcome_style(t, r))),
@@ -327,7 +327,10 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             }
             lines.push(Line::from(format!(
                 "exchange #{} · {} · {} · {}",
-                r.exchange, r.transport, r.direction, r.scope
+                r.exchange,
+                r.transport,
+                r.direction.arrow(),
+                r.scope
             )));
             if let RowOutcome::Missing(why) | RowOutcome::Refused(why) = &r.outcome {
                 lines.push(Line::from(Span::styled(
