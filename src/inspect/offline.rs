@@ -93,6 +93,26 @@ pub struct CheckResult {
     pub truncated: bool,
 }
 
+impl CheckResult {
+    /// A result with nothing counted or found yet.
+    pub fn empty() -> CheckResult {
+        CheckResult {
+            profile: PROFILE,
+            passes_checks: true,
+            complete: false,
+            request_count: 0,
+            call_count: 0,
+            notification_count: 0,
+            matched_count: 0,
+            matches: Vec::new(),
+            findings: Vec::new(),
+            finding_count: 0,
+            error_count: 0,
+            truncated: false,
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Doc<'a> {
@@ -211,18 +231,8 @@ fn run(
         ex.end(EndReason::Complete);
     }
     let mut res = CheckResult {
-        profile: PROFILE,
-        passes_checks: true,
-        complete: false,
         request_count: n_req as u64,
-        call_count: 0,
-        notification_count: 0,
-        matched_count: 0,
-        matches: Vec::new(),
-        findings: Vec::new(),
-        finding_count: 0,
-        error_count: 0,
-        truncated: false,
+        ..CheckResult::empty()
     };
     let path = |dir: Option<Direction>, idx: Option<u32>| -> String {
         match dir {

@@ -7,7 +7,7 @@
 //! Whatever the live inspector decided, this decides again: every code, `HTTP_STATUS` included.
 //! The findings are then grouped by scope into seed 004's result shape.
 
-use super::offline::{CheckResult, Finding, Match, PROFILE};
+use super::offline::{CheckResult, Finding, Match};
 use super::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
 use crate::events::{BusBuilder, Direction, Event, Interest, Outcome, Severity, Sink};
 use crate::record::reader::{header_value, RecEvent, RecHttp, RecMessage, Recording};
@@ -330,23 +330,6 @@ fn id_text(id: &Option<Id>) -> Option<String> {
     id.as_ref().map(Id::to_json_text)
 }
 
-fn empty_result() -> CheckResult {
-    CheckResult {
-        profile: PROFILE,
-        passes_checks: true,
-        complete: false,
-        request_count: 0,
-        call_count: 0,
-        notification_count: 0,
-        matched_count: 0,
-        matches: Vec::new(),
-        findings: Vec::new(),
-        finding_count: 0,
-        error_count: 0,
-        truncated: false,
-    }
-}
-
 /// Checks a whole recording: each scope's result, scopes in order of first appearance (scopes
 /// of a later appended run are named as they were, after the earlier run's).
 pub fn check_recording(rec: &Recording) -> Vec<(String, CheckResult)> {
@@ -384,11 +367,11 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
                 let d = docs.entry(scope.clone()).or_insert_with(|| {
                     order.push(scope);
                     ScopeDoc {
-                        result: Some(empty_result()),
+                        result: Some(CheckResult::empty()),
                         ..Default::default()
                     }
                 });
-                let r = d.result.get_or_insert_with(empty_result);
+                let r = d.result.get_or_insert_with(CheckResult::empty);
                 let key = (m.exchange, id_text(&m.id), m.batch_index);
                 if m.direction == Direction::ClientToServer {
                     r.request_count += 1;
@@ -443,7 +426,7 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
         let d = docs.entry(scope.clone()).or_insert_with(|| {
             order.push(scope);
             ScopeDoc {
-                result: Some(empty_result()),
+                result: Some(CheckResult::empty()),
                 ..Default::default()
             }
         });

@@ -523,19 +523,7 @@ impl App {
                     self.by_exchange.entry(m.exchange).or_default().push(seq);
                 } else if !m.c2s && m.sse {
                     // A server notification inside a stream: also shown with the calls it serves.
-                    let raw = m.raw.clone();
-                    for s in self
-                        .by_exchange
-                        .get(&m.exchange)
-                        .cloned()
-                        .unwrap_or_default()
-                    {
-                        self.add_detail(s, |r| {
-                            if r.stream.len() < SSE_STREAM_KEEP {
-                                r.stream.push(raw.clone());
-                            }
-                        });
-                    }
+                    self.show_with_exchange(m.exchange, &m.raw);
                 }
                 self.session_touch(&m.scope, m.ts_ns);
             }
@@ -561,21 +549,20 @@ impl App {
                 } else {
                     // A reply the inspector could not attach to a call (id null, an unknown id,
                     // not JSON): shown with the calls of its exchange, so its body is never lost.
-                    let raw = m.raw.clone();
-                    for s in self
-                        .by_exchange
-                        .get(&m.exchange)
-                        .cloned()
-                        .unwrap_or_default()
-                    {
-                        self.add_detail(s, |r| {
-                            if r.stream.len() < SSE_STREAM_KEEP {
-                                r.stream.push(raw.clone());
-                            }
-                        });
-                    }
+                    self.show_with_exchange(m.exchange, &m.raw);
                 }
             }
+        }
+    }
+
+    /// Shows a message with the calls of its exchange (in their detail's stream list).
+    fn show_with_exchange(&mut self, exchange: u64, raw: &Text) {
+        for s in self.by_exchange.get(&exchange).cloned().unwrap_or_default() {
+            self.add_detail(s, |r| {
+                if r.stream.len() < SSE_STREAM_KEEP {
+                    r.stream.push(raw.clone());
+                }
+            });
         }
     }
 
