@@ -150,36 +150,41 @@ impl ExchangeCtx {
     /// An empty batch (`[]`): no message, but a frame — published as an invalid message with
     /// `batch_len` 0 so the recording keeps it.
     pub(super) fn publish_empty_batch(&self, dir: Direction, raw: Bytes, sse_id: Option<String>) {
-        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
-            self.insp.bus.publish(Event::Message(MessageEvent {
-                ts: now_ns(),
-                exchange: self.id,
-                scope: self.scope.clone(),
-                direction: dir,
-                transport: self.transport,
-                kind: Kind::Invalid,
-                id: None,
-                method: None,
-                target: None,
-                batch_index: None,
-                batch_len: Some(0),
-                sse_id,
-                message: raw,
-                unparsed: false,
-            }));
-        }
+        self.publish_frame(dir, raw, sse_id, self.transport, Some(0), false);
     }
 
     pub(super) fn publish_unparsed(&self, dir: Direction, raw: Bytes, sse_id: Option<String>) {
         self.publish_unparsed_with(dir, raw, sse_id, self.transport);
     }
 
+    /// A frame that was not read as messages (not JSON, or a body notifications got): published
+    /// whole as an invalid message.
     pub(super) fn publish_unparsed_with(
         &self,
         dir: Direction,
         raw: Bytes,
         sse_id: Option<String>,
         transport: Transport,
+    ) {
+        // Not JSON: redaction by path cannot apply, so with paths set it is withheld.
+        let (raw, unparsed) = if self.insp.cfg.redact.has_paths() {
+            (Bytes::from_static(b"[REDACTED: unparsable message]"), true)
+        } else {
+            let unparsed = serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_err();
+            (raw, unparsed)
+        };
+        self.publish_frame(dir, raw, sse_id, transport, None, unparsed);
+    }
+
+    /// A frame as one `invalid` message event (for whoever reads messages).
+    fn publish_frame(
+        &self,
+        dir: Direction,
+        message: Bytes,
+        sse_id: Option<String>,
+        transport: Transport,
+        batch_len: Option<u32>,
+        unparsed: bool,
     ) {
         if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
             self.insp.bus.publish(Event::Message(MessageEvent {
@@ -193,16 +198,10 @@ impl ExchangeCtx {
                 method: None,
                 target: None,
                 batch_index: None,
-                batch_len: None,
+                batch_len,
                 sse_id,
-                unparsed: serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_err()
-                    || self.insp.cfg.redact.has_paths(),
-                // Not JSON: redaction by path cannot apply, so with paths set it is withheld.
-                message: if self.insp.cfg.redact.has_paths() {
-                    Bytes::from_static(b"[REDACTED: unparsable message]")
-                } else {
-                    raw
-                },
+                message,
+                unparsed,
             }));
         }
     }
