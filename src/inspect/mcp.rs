@@ -49,6 +49,18 @@ pub fn endpoint_target(url: &str, base: &str) -> String {
     }
 }
 
+/// The session parameter of a legacy message URL's query, as the SDKs name it: `sessionId`
+/// (TypeScript) or `session_id` (Python); not empty.
+pub fn session_param(query: &str) -> Option<&str> {
+    query
+        .split('&')
+        .find_map(|kv| {
+            kv.strip_prefix("sessionId=")
+                .or_else(|| kv.strip_prefix("session_id="))
+        })
+        .filter(|s| !s.is_empty())
+}
+
 /// The session name shown for a legacy endpoint: the value of its first query parameter whose
 /// name mentions a session (`sessionId`, `session_id`, …), else the whole path and query.
 pub(super) fn endpoint_session(target: &str) -> &str {
@@ -77,14 +89,7 @@ impl Inner {
                 return Some(s.clone());
             }
         }
-        query
-            .split('&')
-            .find_map(|kv| {
-                kv.strip_prefix("sessionId=")
-                    .or_else(|| kv.strip_prefix("session_id="))
-            })
-            .filter(|s| !s.is_empty())
-            .map(Arc::from)
+        session_param(query).map(Arc::from)
     }
 
     /// Remembers a legacy stream's announced endpoint; returns its session.

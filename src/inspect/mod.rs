@@ -17,8 +17,8 @@ pub mod sse;
 
 use crate::media::{contains_ignore_case, is_event_stream};
 use calls::*;
-pub use mcp::endpoint_target;
 use mcp::Endpoints;
+pub use mcp::{endpoint_target, session_param};
 
 use crate::events::{
     now_ns, AnomalyEvent, Bus, CallEvent, Direction, Event, HttpEvent, Interest, MessageEvent,
@@ -246,13 +246,19 @@ impl Inspector {
     /// Starts an exchange.
     pub fn begin(&self, meta: &RequestMeta<'_>) -> ExchangeCtx {
         let id = self.inner.next_exchange.fetch_add(1, Ordering::Relaxed);
-        self.begin_numbered(id, meta)
+        self.start(id, meta)
     }
 
     /// Starts an exchange with a given number (offline: the number the recording gave it).
     pub fn begin_numbered(&self, id: u64, meta: &RequestMeta<'_>) -> ExchangeCtx {
+        self.inner
+            .next_exchange
+            .fetch_max(id + 1, Ordering::Relaxed);
+        self.start(id, meta)
+    }
+
+    fn start(&self, id: u64, meta: &RequestMeta<'_>) -> ExchangeCtx {
         let inner = &self.inner;
-        inner.next_exchange.fetch_max(id + 1, Ordering::Relaxed);
         let (scope, transport, session_header) = match meta.session {
             Some(s) => {
                 let s: Arc<str> = s.into();

@@ -487,11 +487,7 @@ impl LegacyStream {
 /// The session parameter of a legacy POST path: `sessionId` (TypeScript SDK) or `session_id`
 /// (Python SDK).
 fn legacy_session(path: &str) -> Option<&str> {
-    let q = path.split_once('?')?.1;
-    q.split('&').find_map(|kv| {
-        kv.strip_prefix("sessionId=")
-            .or_else(|| kv.strip_prefix("session_id="))
-    })
+    crate::inspect::session_param(path.split_once('?')?.1)
 }
 
 /// Replays `rec` against `opts.target`: the recorded exchanges in order, each sent
