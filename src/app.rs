@@ -28,6 +28,8 @@ pub enum AppError {
     Record(#[from] crate::record::RecordError),
     #[error("terminal: {0}")]
     Terminal(String),
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
 }
 
 impl AppError {
@@ -35,7 +37,11 @@ impl AppError {
     pub fn exit_code(&self) -> i32 {
         match self {
             AppError::Config(_) | AppError::Record(crate::record::RecordError::Exists { .. }) => 2,
-            AppError::Bind { .. } | AppError::Record(_) | AppError::Terminal(_) => 1,
+            AppError::Admin(crate::admin::AdminError::TokenRequired(_)) => 2,
+            AppError::Bind { .. }
+            | AppError::Record(_)
+            | AppError::Terminal(_)
+            | AppError::Admin(_) => 1,
         }
     }
 }
@@ -46,11 +52,81 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
         .map_err(|source| AppError::Bind { addr, source })
 }
 
+/// The admin side of a running rpctap (`--admin`): metrics, the live feed, the listener.
+pub struct Ops {
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub feed: crate::feed::Feed,
+    pub ready: Arc<crate::admin::Readiness>,
+    pub admin: crate::admin::AdminHandle,
+    feed_sub: Option<crate::events::Subscription>,
+    feed_task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Ops {
+    /// Subscribes the metrics and the feed to `bus` and binds the admin listener (so a bad
+    /// address fails before anything serves). `header` describes this run in the feed.
+    pub async fn start(
+        cfg: &crate::admin::AdminConfig,
+        bus: &mut BusBuilder,
+        header: serde_json::Value,
+    ) -> Result<Ops, AppError> {
+        let metrics = crate::metrics::Metrics::new(cfg.max_label_values);
+        bus.sink(crate::metrics::INTEREST, metrics.clone());
+        let sub = bus.subscribe("feed", crate::feed::BUS_QUEUE);
+        let feed = crate::feed::Feed::new(sub.dropped.clone(), header, Default::default());
+        let ready = crate::admin::Readiness::new(cfg.ready_interval);
+        let admin = crate::admin::start(
+            cfg,
+            crate::admin::AdminState {
+                metrics: metrics.clone(),
+                feed: feed.clone(),
+                ready: ready.clone(),
+                token: cfg.token.clone(),
+            },
+        )
+        .await?;
+        Ok(Ops {
+            metrics,
+            feed,
+            ready,
+            admin,
+            feed_sub: Some(sub),
+            feed_task: None,
+        })
+    }
+
+    /// Starts draining the bus into the feed.
+    pub fn run_feed(&mut self) {
+        if let Some(sub) = self.feed_sub.take() {
+            self.feed_task = Some(self.feed.spawn(sub));
+        }
+    }
+
+    /// The line printed when the listener is up.
+    pub fn banner(&self) -> String {
+        let a = &self.admin.addr;
+        let http = match a {
+            crate::admin::AdminAddr::Tcp(t) => format!("http://{t}"),
+            crate::admin::AdminAddr::Unix(_) => a.to_string(),
+        };
+        format!("rpctap: admin on {http} (/healthz /readyz /metrics /events /calls); watch it with: rpctap attach {a}")
+    }
+}
+
+impl Drop for Ops {
+    fn drop(&mut self) {
+        if let Some(t) = &self.feed_task {
+            t.abort();
+        }
+    }
+}
+
 /// A proxy ready to serve: its listener bound, its inspector and observers built.
 pub struct RunningProxy {
     pub listener: TcpListener,
     pub proxy: Proxy,
     pub cfg: ProxyConfig,
+    pub ops: Option<Ops>,
     log: Option<crate::events::Subscription>,
     recorder: Option<crate::record::Finished>,
     record_stop: tokio::sync::watch::Sender<bool>,
@@ -71,10 +147,27 @@ impl RunningProxy {
             // Finished calls, notifications, anomalies, refusals, notices.
             LogFormat::Text => Some(bus.subscribe_to("log", 65_536, crate::logsink::TEXT_INTEREST)),
         };
+        let ops = match &cfg.admin {
+            Some(a) => Some(
+                Ops::start(
+                    a,
+                    &mut bus,
+                    serde_json::json!({
+                        "mode": "proxy",
+                        "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                        "upstream": cfg.proxy.upstream.to_string(),
+                    }),
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let (record_stop, stop_rx) = tokio::sync::watch::channel(false);
+        let mut record_lines = None;
         let recorder = match &cfg.record {
             Some(opts) => {
                 let lines = crate::record::LineBuffer::new(crate::record::BUFFER_BYTES);
+                record_lines = Some(lines.clone());
                 bus.sink(crate::events::Interest::ALL, lines.clone());
                 let meta = serde_json::json!({
                     "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -95,10 +188,19 @@ impl RunningProxy {
         let limiter = crate::limit::Limiter::new(&cfg.limits, cfg.limit_code)
             .map_err(|e| config::ConfigError::Invalid(e.to_string()))?;
         let proxy = Proxy::new(cfg.proxy.clone(), inspector, limiter);
+        if let Some(o) = &ops {
+            o.metrics.set_sources(|s| {
+                s.inspector = Some(proxy.inspector().clone());
+                s.feed = Some(o.feed.clone());
+                s.recorder = record_lines;
+                s.connections = Some(proxy.connections().clone());
+            });
+        }
         Ok(RunningProxy {
             listener,
             proxy,
             cfg,
+            ops,
             log,
             recorder,
             record_stop,
@@ -115,10 +217,29 @@ impl RunningProxy {
             listener,
             proxy,
             cfg,
+            mut ops,
             log,
             recorder,
             record_stop,
         } = self;
+        let probe = ops.as_mut().map(|o| {
+            o.run_feed();
+            let a = cfg.admin.as_ref();
+            crate::admin::spawn_upstream_probe(
+                cfg.proxy.upstream.clone(),
+                a.and_then(|a| a.ready_path.clone()),
+                cfg.proxy.upstream_insecure,
+                o.ready.clone(),
+            )
+        });
+        let ready = ops.as_ref().map(|o| o.ready.clone());
+        let shutdown = async move {
+            shutdown.await;
+            // Readiness says so at once, while in-flight exchanges drain.
+            if let Some(r) = ready {
+                r.shutting_down();
+            }
+        };
         let log_task = log.map(|sub| {
             let format = cfg.log;
             tokio::spawn(logsink::run(sub, format, std::io::stdout()))
@@ -141,6 +262,7 @@ impl RunningProxy {
             listener,
             move |peer| {
                 let p = p.clone();
+                let counted = crate::metrics::Counted::client(p.connections());
                 let conn = Arc::new(crate::proxy::ClientConn::new(peer));
                 let driver = conn.clone();
                 let handler = move |req| {
@@ -148,7 +270,10 @@ impl RunningProxy {
                     let conn = conn.clone();
                     async move { p.handle(req, &conn).await }
                 };
-                (handler, async move { driver.drive_upstream().await })
+                (handler, async move {
+                    let _counted = counted;
+                    driver.drive_upstream().await
+                })
             },
             shutdown,
             cfg.grace,
@@ -157,6 +282,9 @@ impl RunningProxy {
         sweeper.abort();
         limit_sweeper.abort();
         reloader.abort();
+        if let Some(p) = probe {
+            p.abort();
+        }
         drop(proxy);
         // The recording is flushed whole before exit, even if a connection outlived the grace.
         let _ = record_stop.send(true);
@@ -243,6 +371,9 @@ async fn serve_maybe_tui(
                 running.cfg.proxy.upstream
             ),
         }
+        if let Some(o) = &running.ops {
+            eprintln!("{}", o.banner());
+        }
     };
     if !use_tui(&cfg) {
         let running = RunningProxy::bind(cfg).await?;
@@ -276,7 +407,14 @@ async fn serve_maybe_tui(
     if let Some(h) = hint {
         app.status = h;
     }
-    let result = crate::tui::run(app, Some(sub), shutdown, resend, None).await;
+    let result = crate::tui::run(
+        app,
+        Some(crate::tui::Source::Bus(sub)),
+        shutdown,
+        resend,
+        None,
+    )
+    .await;
     let _ = stop_tx.send(());
     let _ = server.await;
     result.map_err(|e| AppError::Terminal(e.to_string()))
@@ -315,6 +453,36 @@ pub async fn view(
     Ok(0)
 }
 
+/// `rpctap attach ADDR`: the dashboard on a running rpctap's live feed.
+pub async fn attach(
+    args: crate::cli::AttachArgs,
+    shutdown: impl Future<Output = ()>,
+) -> Result<i32, OfflineError> {
+    let target = crate::attach::FeedTarget::parse(&args.addr)
+        .map_err(|e| OfflineError::Io(format!("attach: {e}")))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(65_536);
+    let task = crate::attach::spawn(target.clone(), args.token.clone(), tx);
+    let mut app = crate::tui::app::App::new(
+        &format!("rpctap attach {}", target.addr),
+        "?",
+        "?",
+        args.max_rows,
+        crate::events::now_ns(),
+    );
+    app.status = format!("connecting to {}…", target.addr);
+    let r = crate::tui::run(
+        app,
+        Some(crate::tui::Source::Feed(rx)),
+        shutdown,
+        None,
+        None,
+    )
+    .await;
+    task.abort();
+    r.map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
+    Ok(0)
+}
+
 /// `rpctap demo-server`.
 pub async fn demo_server(
     args: DemoServerArgs,
@@ -341,7 +509,12 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
             source,
         })?;
     let upstream = format!("http://{demo_addr}");
-    let cfg = config::resolve(Some(args.listen), Some(&upstream), &args.flags)?;
+    let mut flags = args.flags.clone();
+    // The demo shows everything: the admin listener on a free loopback port unless given.
+    if flags.admin.is_none() {
+        flags.admin = Some("127.0.0.1:0".into());
+    }
+    let cfg = config::resolve(Some(args.listen), Some(&upstream), &flags)?;
     let addr = args.listen;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let demo_task = tokio::spawn(async move {

@@ -35,6 +35,106 @@ pub enum Command {
     Export(ExportArgs),
     /// Open a recording in the dashboard.
     View(ViewArgs),
+    /// Wrap a stdio MCP server: `rpctap stdio [OPTIONS] -- COMMAND [ARGS…]` relays the
+    /// client's stdin/stdout to the command, inspecting every line.
+    Stdio(StdioArgs),
+    /// Open the dashboard on a running rpctap's live feed (its `--admin` address).
+    Attach(AttachArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The admin address (`IP:PORT`, `:PORT`, `unix:PATH`) or its URL (`http://HOST:PORT`).
+    pub addr: String,
+    /// The admin token, when the feed needs one.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "RPCTAP_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Most calls kept in the list.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_rows: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct StdioArgs {
+    /// TOML config file; flags win over it (its HTTP-only settings do not apply).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log format (default: off — stdout belongs to the client; the log goes to stderr or
+    /// --log-file).
+    #[arg(long, value_enum)]
+    pub log: Option<LogFormat>,
+    /// Write the log to this file instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Record the traffic to this JSON Lines file (created mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Add to an existing recording (a new run).
+    #[arg(long, requires = "record", conflicts_with = "force")]
+    pub record_append: bool,
+    /// Overwrite an existing recording.
+    #[arg(long, requires = "record")]
+    pub force: bool,
+    /// Rotate the recording when it reaches this size.
+    #[arg(long, value_name = "BYTES")]
+    pub record_max_bytes: Option<u64>,
+    /// Redact this JSON path inside messages (repeatable).
+    #[arg(long = "redact-path", value_name = "PATH")]
+    pub redact_paths: Vec<String>,
+    /// A rate limit, `METHOD_GLOB=N/UNIT` (repeatable); a refused call's error is written to
+    /// the client's stdout.
+    #[arg(long = "limit", value_name = "RULE")]
+    pub limits: Vec<String>,
+    /// Serve the live feed, metrics and probes here: `IP:PORT`, `:PORT` or `unix:PATH`.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// The bearer token /events and /calls require (needed on a non-loopback --admin).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "RPCTAP_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+    /// Largest line inspected, in bytes; longer lines pass uninspected.
+    #[arg(long, value_name = "BYTES")]
+    pub max_frame_bytes: Option<usize>,
+    /// Seconds a call may wait for its reply before it ends as missing.
+    #[arg(long, value_name = "SECS")]
+    pub call_timeout: Option<f64>,
+    /// Most calls waiting for a reply at once.
+    #[arg(long, value_name = "N")]
+    pub max_pending: Option<usize>,
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl StdioArgs {
+    /// The shared settings as `proxy`'s flags carry them.
+    pub fn flags(&self) -> ProxyFlags {
+        ProxyFlags {
+            config: self.config.clone(),
+            log: self.log,
+            record: self.record.clone(),
+            record_append: self.record_append,
+            force: self.force,
+            record_max_bytes: self.record_max_bytes,
+            redact_paths: self.redact_paths.clone(),
+            limits: self.limits.clone(),
+            admin: self.admin.clone(),
+            admin_token: self.admin_token.clone(),
+            max_frame_bytes: self.max_frame_bytes,
+            call_timeout: self.call_timeout,
+            max_pending: self.max_pending,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -206,6 +306,27 @@ pub struct ProxyFlags {
     /// `*` matches any key or index).
     #[arg(long = "redact-path", value_name = "PATH")]
     pub redact_paths: Vec<String>,
+    /// Serve /healthz, /readyz, /metrics, the live feed (/events) and /calls on this address:
+    /// `IP:PORT`, `:PORT` (loopback) or `unix:PATH`.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// The bearer token /events and /calls require (needed to start on a non-loopback --admin).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "RPCTAP_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+    /// Readiness probes the upstream with GET of this path (default: a TCP connect).
+    #[arg(long, value_name = "PATH")]
+    pub ready_path: Option<String>,
+    /// Seconds between readiness probes.
+    #[arg(long, value_name = "SECS")]
+    pub ready_interval: Option<f64>,
+    /// Distinct values of the metrics' `method` and `target` labels before `other`.
+    #[arg(long, value_name = "N")]
+    pub metrics_max_labels: Option<usize>,
     /// A quick rate limit keyed globally, `METHOD_GLOB=N/UNIT` (repeatable), e.g.
     /// `--limit 'tools/call=10/s'`. Full rules go in the config file's `[[limit]]` tables.
     #[arg(long = "limit", value_name = "RULE")]

@@ -58,6 +58,11 @@ pub struct FileConfig {
     pub limit: Vec<RuleSpec>,
     /// The JSON-RPC error code of refusals (default -32001); a rule's `code` wins.
     pub limit_code: Option<i64>,
+    /// The admin listener's address (`IP:PORT`, `:PORT` or `unix:PATH`).
+    pub admin: Option<String>,
+    pub ready_path: Option<String>,
+    pub ready_interval_secs: Option<f64>,
+    pub metrics_max_labels: Option<usize>,
 }
 
 /// `[replay]`: settings of `rpctap replay`.
@@ -113,6 +118,55 @@ pub struct ProxyConfig {
     pub config_path: Option<PathBuf>,
     /// The `--limit` flags' rules, kept across reloads.
     pub flag_limits: Vec<RuleSpec>,
+    /// The admin listener, when on.
+    pub admin: Option<crate::admin::AdminConfig>,
+}
+
+/// The admin settings from flags over the file (`None`: no admin listener).
+pub fn admin_config(
+    flags: &ProxyFlags,
+    file: &FileConfig,
+) -> Result<Option<crate::admin::AdminConfig>, ConfigError> {
+    let Some(addr) = flags.admin.clone().or(file.admin.clone()) else {
+        return Ok(None);
+    };
+    let addr = crate::admin::AdminAddr::parse(&addr)
+        .map_err(|e| ConfigError::Invalid(format!("--admin: {e}")))?;
+    let ready_path = flags.ready_path.clone().or(file.ready_path.clone());
+    if let Some(p) = &ready_path {
+        if !p.starts_with('/') {
+            return Err(ConfigError::Invalid(format!(
+                "--ready-path {p:?} must start with /"
+            )));
+        }
+    }
+    let ready_interval = secs(
+        "--ready-interval",
+        flags
+            .ready_interval
+            .or(file.ready_interval_secs)
+            .unwrap_or(5.0),
+    )?
+    .max(Duration::from_millis(50));
+    let cfg = crate::admin::AdminConfig {
+        addr,
+        token: flags.admin_token.clone().filter(|t| !t.is_empty()),
+        ready_path,
+        ready_interval,
+        max_label_values: positive(
+            "--metrics-max-labels",
+            flags
+                .metrics_max_labels
+                .or(file.metrics_max_labels)
+                .unwrap_or(crate::metrics::MAX_LABEL_VALUES),
+        )?,
+    };
+    if !cfg.addr.is_local() && cfg.token.is_none() {
+        return Err(ConfigError::Invalid(
+            crate::admin::AdminError::TokenRequired(cfg.addr.clone()).to_string(),
+        ));
+    }
+    Ok(Some(cfg))
 }
 
 /// Rebuilds the rules from the config file (a SIGHUP reload): the flags' rules, then the file's.
@@ -168,26 +222,21 @@ pub fn parse_upstream(s: &str) -> Result<Uri, ConfigError> {
     Ok(uri)
 }
 
-/// Merges flags over the file over the defaults.
-pub fn resolve(
-    listen: Option<SocketAddr>,
-    upstream: Option<&str>,
-    flags: &ProxyFlags,
-) -> Result<ProxyConfig, ConfigError> {
-    let file = match &flags.config {
-        Some(p) => FileConfig::load(p)?,
-        None => FileConfig::default(),
-    };
-    let listen = listen
-        .or(file.listen)
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
-    let upstream = upstream
-        .map(str::to_string)
-        .or(file.upstream.clone())
-        .ok_or_else(|| {
-            ConfigError::Invalid("--upstream is required (or `upstream` in the config file)".into())
-        })?;
-    let upstream = parse_upstream(&upstream)?;
+/// The settings every traffic-carrying subcommand shares (`proxy`, `demo`, `stdio`).
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub inspect: InspectConfig,
+    pub log: LogFormat,
+    pub record: Option<RecordOptions>,
+    pub limits: Vec<RuleSpec>,
+    pub limit_code: i64,
+    pub config_path: Option<PathBuf>,
+    pub flag_limits: Vec<RuleSpec>,
+    pub admin: Option<crate::admin::AdminConfig>,
+}
+
+/// Merges flags over the file over the defaults: the settings all modes share.
+pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, ConfigError> {
     let d = InspectConfig::default();
     let inspect = InspectConfig {
         max_frame_bytes: positive(
@@ -271,6 +320,53 @@ pub fn resolve(
             "--record-max-bytes must be at least 1".into(),
         ));
     }
+    Ok(Shared {
+        inspect,
+        log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
+        record,
+        limits,
+        limit_code,
+        config_path: flags.config.clone(),
+        flag_limits,
+        admin: admin_config(flags, file)?,
+    })
+}
+
+/// Loads `--config` (an empty file config without it).
+pub fn load_file(flags: &ProxyFlags) -> Result<FileConfig, ConfigError> {
+    match &flags.config {
+        Some(p) => FileConfig::load(p),
+        None => Ok(FileConfig::default()),
+    }
+}
+
+/// Merges flags over the file over the defaults.
+pub fn resolve(
+    listen: Option<SocketAddr>,
+    upstream: Option<&str>,
+    flags: &ProxyFlags,
+) -> Result<ProxyConfig, ConfigError> {
+    let file = load_file(flags)?;
+    let listen = listen
+        .or(file.listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+    let upstream = upstream
+        .map(str::to_string)
+        .or(file.upstream.clone())
+        .ok_or_else(|| {
+            ConfigError::Invalid("--upstream is required (or `upstream` in the config file)".into())
+        })?;
+    let upstream = parse_upstream(&upstream)?;
+    let Shared {
+        inspect,
+        log,
+        record,
+        limits,
+        limit_code,
+        config_path,
+        flag_limits,
+        admin,
+    } = resolve_shared(flags, &file)?;
     Ok(ProxyConfig {
         listen,
         proxy: ProxyOptions {
@@ -293,7 +389,7 @@ pub fn resolve(
             )?,
         },
         inspect,
-        log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
+        log,
         no_tui: flags.no_tui || file.no_tui.unwrap_or(false),
         max_rows: positive(
             "--max-rows",
@@ -303,8 +399,9 @@ pub fn resolve(
         record,
         limits,
         limit_code,
-        config_path: flags.config.clone(),
+        config_path,
         flag_limits,
+        admin,
     })
 }
 

@@ -57,6 +57,9 @@ pub enum Transport {
     Sse,
     /// The 2024-11-05 HTTP+SSE transport (`GET /sse`, `POST /messages?sessionId=…`).
     LegacySse,
+    /// A line of the stdio transport (`rpctap stdio`): newline-delimited JSON-RPC on a child
+    /// process's stdin and stdout.
+    Stdio,
 }
 
 /// Where ids are unique: an MCP session, or one HTTP exchange.

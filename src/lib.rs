@@ -22,23 +22,33 @@
 //! - [`logsink`] — the headless log printer (`--log text|json`).
 //! - [`tui`] — the dashboard: plain-data state (`tui::app`), rendering (`tui::ui`), the loop.
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
+//! - [`feed`] — the live event feed (NDJSON) that `/events` serves and `rpctap attach` reads.
+//! - [`metrics`] — Prometheus metrics, counted from the bus and read at scrape time.
+//! - [`admin`] — the admin listener: health, readiness, metrics, the feed, recent calls.
+//! - [`stdio`] — `rpctap stdio`: a stdio server wrapped, its two pipes relayed and inspected.
+//! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
 //! - [`app`] — the subcommands wired together (what `main` calls).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
+pub mod admin;
 pub mod alloc;
 pub mod app;
+pub mod attach;
 pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod events;
+pub mod feed;
 pub mod inspect;
 pub mod limit;
 pub mod logsink;
 pub mod media;
+pub mod metrics;
 pub mod proxy;
 pub mod record;
 pub mod redact;
 pub mod replay;
 pub mod rpc;
 pub mod server;
+pub mod stdio;
 pub mod tui;

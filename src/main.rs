@@ -66,6 +66,14 @@ fn main() {
             Command::Check(a) => offline(app::check(a)),
             Command::Export(a) => offline(app::export(a)),
             Command::View(a) => offline(app::view(a, shutdown).await),
+            Command::Stdio(a) => match rpctap::stdio::run(a).await {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("rpctap: {e}");
+                    e.exit_code()
+                }
+            },
+            Command::Attach(a) => offline(app::attach(a, shutdown).await),
         }
     });
     // Connections still open after the grace period must not hold the exit.

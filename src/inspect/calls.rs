@@ -278,13 +278,13 @@ impl ExchangeCtx {
             }
             Kind::Notification => {
                 if dir == Direction::ClientToServer {
-                    self.req.notifications += 1;
+                    self.req.notifications = self.req.notifications.saturating_add(1);
                     self.mcp_client_notification(env.method.as_deref());
                 }
             }
             Kind::Result | Kind::Error => {
                 if dir == Direction::ClientToServer {
-                    self.req.responses += 1;
+                    self.req.responses = self.req.responses.saturating_add(1);
                 }
                 let (m, t) = self.on_response(dir, &env);
                 reply_method = m;
@@ -393,7 +393,7 @@ impl ExchangeCtx {
                 ),
             }));
         }
-        if dir == Direction::ClientToServer {
+        if dir == Direction::ClientToServer && !self.stream {
             self.req.calls.push(key);
             self.req.call_ids.push(id);
         }

@@ -106,6 +106,14 @@ impl Correlator {
         self.pending.len()
     }
 
+    /// Pending calls made in direction `dir` (walks the map).
+    pub fn pending_in(&self, dir: Direction) -> usize {
+        self.pending
+            .iter()
+            .filter(|e| e.key().direction == dir)
+            .count()
+    }
+
     pub fn sessions_len(&self) -> usize {
         self.sessions.len()
     }

@@ -363,6 +363,89 @@ impl ExchangeCtx {
         }
     }
 
+    /// One line of a stream (`begin_stream`), without its newline: a message or a batch in
+    /// direction `dir`. A line that is not JSON is flagged `PARSE_ERROR` with its first 200
+    /// characters, and the lines after it are inspected as usual. Blank lines are skipped.
+    pub fn line(&mut self, dir: Direction, line: Bytes) {
+        self.bytes += line.len() as u64 + 1;
+        let text = line.strip_suffix(b"\r").unwrap_or(&line);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        if dir == Direction::ServerToClient {
+            self.reply_frames += 1;
+        }
+        let inner = self.insp.clone();
+        match rpc::parse_body(&line) {
+            Body::ParseError(why) => {
+                let preview: String = String::from_utf8_lossy(text).chars().take(200).collect();
+                self.cur = Some((dir, None));
+                self.publish_unparsed_with(dir, line, None, Transport::Stdio);
+                let side = match dir {
+                    Direction::ServerToClient => "the server's stdout",
+                    Direction::ClientToServer => "the client's stdin",
+                };
+                flag(
+                    &inner,
+                    self.site(),
+                    Code::ParseError,
+                    None,
+                    None,
+                    format!("a line on {side} is not JSON ({why}): {preview:?}"),
+                );
+                self.cur = None;
+            }
+            Body::Single(env) => {
+                if dir == Direction::ClientToServer && env.method.as_deref() == Some("initialize") {
+                    // An MCP session's lifecycle rules apply from its `initialize` on.
+                    if let Scope::Session(sid) = &self.scope {
+                        let ((), ev) = inner.correlator.with_session(sid, |s| s.seen_start = true);
+                        self.notice_evicted(ev);
+                    }
+                }
+                self.on_envelope_t(dir, env, None, None, Transport::Stdio);
+            }
+            Body::Batch(members) if members.is_empty() => {
+                self.cur = Some((dir, None));
+                flag(
+                    &inner,
+                    self.site(),
+                    Code::InvalidEnvelope,
+                    None,
+                    None,
+                    "an empty array is not a valid message".into(),
+                );
+                self.cur = None;
+                self.publish_empty_batch(dir, line, None);
+            }
+            Body::Batch(members) => {
+                self.batch_len = Some(members.len() as u32);
+                for (i, env) in members.into_iter().enumerate() {
+                    self.on_envelope_t(dir, env, Some(i as u32), None, Transport::Stdio);
+                }
+                self.batch_len = None;
+            }
+        }
+    }
+
+    /// A stream's line longer than the inspection cap was passed on uninspected.
+    pub fn line_not_inspected(&mut self, dir: Direction, len: u64) {
+        self.bytes += len + 1;
+        self.cur = Some((dir, None));
+        flag(
+            &self.insp,
+            self.site(),
+            Code::NotInspected,
+            None,
+            None,
+            format!(
+                "a line of {len} bytes, larger than the inspection cap ({} bytes): passed on, not inspected",
+                self.insp.cfg.max_frame_bytes
+            ),
+        );
+        self.cur = None;
+    }
+
     /// Offline: the recording stops before this exchange ended (the proxy was killed); leave
     /// its calls as the live run left them.
     pub fn abandon(mut self) {
@@ -376,6 +459,16 @@ impl ExchangeCtx {
         }
         self.ended = true;
         let inner = self.insp.clone();
+        if self.stream {
+            // The stream is the session: what is still pending (both ways) ends here.
+            let why = reason.describe();
+            for (k, p) in inner.correlator.drain_scope(&self.scope) {
+                end_missing(&inner, &k, p, &why, true);
+            }
+            if let Scope::Session(sid) = &self.scope {
+                inner.correlator.end_session(sid);
+            }
+        }
         let mode = std::mem::replace(&mut self.mode, ReplyMode::Ignore);
         match mode {
             ReplyMode::Json { buf, overflow } => {

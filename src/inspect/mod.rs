@@ -87,6 +87,16 @@ impl Clock {
     }
 }
 
+/// What [`Inspector::stats`] reports.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InspectorStats {
+    pub pending: usize,
+    pub pending_c2s: usize,
+    pub sessions: usize,
+    pub evicted_calls: u64,
+    pub evicted_sessions: u64,
+}
+
 /// The shared inspector: cheap to clone.
 #[derive(Clone)]
 pub struct Inspector {
@@ -135,6 +145,8 @@ pub enum EndReason {
     ClientGone,
     /// The upstream failed mid-reply.
     UpstreamError(String),
+    /// A stream ended (`rpctap stdio`: the child exited), and how.
+    Closed(String),
 }
 
 impl EndReason {
@@ -143,6 +155,7 @@ impl EndReason {
             EndReason::Complete => "complete".into(),
             EndReason::ClientGone => "client disconnected".into(),
             EndReason::UpstreamError(e) => format!("upstream error: {e}"),
+            EndReason::Closed(how) => how.clone(),
         }
     }
 }
@@ -191,6 +204,9 @@ pub struct ExchangeCtx {
     ended: bool,
     bytes: u64,
     is_get_stream: bool,
+    /// A bidirectional stream of lines (`rpctap stdio`): calls are not tied to a request of
+    /// the exchange; those pending at its end are the session's.
+    stream: bool,
     /// The frame being processed (direction, batch index), for anomaly sites and call indices.
     cur: Option<(Direction, Option<u32>)>,
     /// Call events waiting for the message event that caused them.
@@ -237,6 +253,19 @@ impl Inspector {
 
     pub fn pending_calls(&self) -> usize {
         self.inner.correlator.pending_len()
+    }
+
+    /// The inspector's figures for the metrics (read at scrape time; the count of client calls
+    /// walks the pending map, which the hot path never does).
+    pub fn stats(&self) -> InspectorStats {
+        let c = &self.inner.correlator;
+        InspectorStats {
+            pending: c.pending_len(),
+            pending_c2s: c.pending_in(Direction::ClientToServer),
+            sessions: c.sessions_len(),
+            evicted_calls: c.evicted_calls.load(Ordering::Relaxed),
+            evicted_sessions: c.evicted_sessions.load(Ordering::Relaxed),
+        }
     }
 
     pub fn config(&self) -> &InspectConfig {
@@ -306,6 +335,48 @@ impl Inspector {
             ended: false,
             bytes: 0,
             is_get_stream: meta.method == "GET",
+            stream: false,
+            cur: None,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// Starts a bidirectional stream of newline-delimited JSON-RPC (the MCP stdio transport):
+    /// one session named `session`, whose lines both ways are fed by [`ExchangeCtx::line`] and
+    /// whose pending calls end when it [`end`](ExchangeCtx::end)s.
+    pub fn begin_stream(&self, session: &str) -> ExchangeCtx {
+        let id = self.inner.next_exchange.fetch_add(1, Ordering::Relaxed);
+        self.start_stream(id, session)
+    }
+
+    /// Like `begin_stream`, with a given number (offline: the number the recording gave it).
+    pub fn begin_stream_numbered(&self, id: u64, session: &str) -> ExchangeCtx {
+        self.inner
+            .next_exchange
+            .fetch_max(id + 1, Ordering::Relaxed);
+        self.start_stream(id, session)
+    }
+
+    fn start_stream(&self, id: u64, session: &str) -> ExchangeCtx {
+        ExchangeCtx {
+            insp: self.inner.clone(),
+            id,
+            get_path: None,
+            batch_len: None,
+            scope: Scope::Session(session.into()),
+            transport: Transport::Stdio,
+            session_header: None,
+            req: RequestSummary {
+                is_rpc: true,
+                ..Default::default()
+            },
+            status: 0,
+            mode: ReplyMode::Ignore,
+            reply_frames: 0,
+            ended: false,
+            bytes: 0,
+            is_get_stream: true,
+            stream: true,
             cur: None,
             deferred: Vec::new(),
         }

@@ -160,6 +160,10 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
     let t0 = events.iter().find_map(RecEvent::ts).unwrap_or(0);
     let mut last_sweep = 0u64;
     let mut open: HashMap<u64, Open> = HashMap::new();
+    // stdio sessions: their lines, each fed whole (a batch's members gathered first).
+    let mut streams: HashMap<u64, (super::ExchangeCtx, Option<(Frame, Direction)>)> =
+        HashMap::new();
+    let stdio = header.get("transport").and_then(|t| t.as_str()) == Some("stdio");
     for ev in events {
         if let Some(ts) = ev.ts() {
             let t = ts.saturating_sub(t0);
@@ -170,6 +174,54 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
             }
         }
         match ev {
+            RecEvent::Message(m) if m.transport == crate::events::Transport::Stdio => {
+                let (ctx, pending) = streams.entry(m.exchange).or_insert_with(|| {
+                    let sid = m.scope.strip_prefix("session:").unwrap_or(&m.scope);
+                    (insp.begin_stream_numbered(m.exchange, sid), None)
+                });
+                let dir = m.direction;
+                if pending.as_ref().is_some_and(|(_, d)| *d != dir) {
+                    if let Some((mut f, d)) = pending.take() {
+                        ctx.line(d, Bytes::from(f.text()));
+                    }
+                }
+                let (f, _) = pending.get_or_insert_with(|| (Frame::default(), dir));
+                if add(f, m) {
+                    if let Some((mut f, d)) = pending.take() {
+                        ctx.line(d, Bytes::from(f.text()));
+                    }
+                }
+            }
+            RecEvent::Anomaly(a)
+                if a.code == "NOT_INSPECTED" && (stdio || streams.contains_key(&a.exchange)) =>
+            {
+                let (ctx, pending) = streams.entry(a.exchange).or_insert_with(|| {
+                    let sid = a.scope.strip_prefix("session:").unwrap_or(&a.scope);
+                    (insp.begin_stream_numbered(a.exchange, sid), None)
+                });
+                if let Some((mut f, d)) = pending.take() {
+                    ctx.line(d, Bytes::from(f.text()));
+                }
+                {
+                    let len = a
+                        .message
+                        .strip_prefix("a line of ")
+                        .and_then(|r| r.split(' ').next())
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    ctx.line_not_inspected(a.direction.unwrap_or(Direction::ServerToClient), len);
+                }
+            }
+            RecEvent::Http(RecHttp::End {
+                exchange, reason, ..
+            }) if streams.contains_key(exchange) => {
+                if let Some((mut ctx, pending)) = streams.remove(exchange) {
+                    if let Some((mut f, d)) = pending {
+                        ctx.line(d, Bytes::from(f.text()));
+                    }
+                    ctx.end(EndReason::Closed(reason.clone()));
+                }
+            }
             RecEvent::Http(RecHttp::Request {
                 exchange,
                 method,
@@ -307,6 +359,9 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
     // Exchanges the recording never saw end (the proxy was killed) are left as they were.
     for (_, o) in open {
         o.ctx.abandon();
+    }
+    for (_, (ctx, _)) in streams {
+        ctx.abandon();
     }
     out.take()
 }

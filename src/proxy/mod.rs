@@ -156,6 +156,11 @@ impl Proxy {
         &self.inner.inspector
     }
 
+    /// Connections open now, per side (client connections are counted by whoever serves them).
+    pub fn connections(&self) -> &Arc<crate::metrics::Connections> {
+        &self.inner.upstream.conns
+    }
+
     /// The rules in force.
     pub fn limiter(&self) -> Arc<crate::limit::Limiter> {
         match self.inner.limiter.read() {

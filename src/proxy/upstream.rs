@@ -38,6 +38,13 @@ pub fn build_client(connect_timeout: Duration, insecure: bool) -> UpstreamClient
         .build(connector(connect_timeout, insecure, true))
 }
 
+/// A small client for readiness probes (`GET ready_path`), with the proxy's TLS settings.
+pub fn probe_client(insecure: bool) -> Client<Connector, http_body_util::Empty<bytes::Bytes>> {
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1)
+        .build(connector(Duration::from_secs(5), insecure, true))
+}
+
 fn connector(connect_timeout: Duration, insecure: bool, allow_h2: bool) -> Connector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -170,6 +177,8 @@ pub struct Upstream {
     h1: Connector,
     /// Where lanes connect to (scheme and authority of `--upstream`).
     target: Uri,
+    /// Lane connections open now (the metrics read it; the pool's are not counted).
+    pub conns: Arc<crate::metrics::Connections>,
 }
 
 impl Upstream {
@@ -178,6 +187,7 @@ impl Upstream {
             pool: build_client(connect_timeout, insecure),
             h1: connector(connect_timeout, insecure, false),
             target,
+            conns: Default::default(),
         }
     }
 
@@ -243,7 +253,9 @@ impl Upstream {
             .handshake(io)
             .await
             .map_err(|e| describe(&e))?;
+        let counted = crate::metrics::Counted::upstream(&self.conns);
         let conn = async move {
+            let _counted = counted;
             if let Err(e) = conn.with_upgrades().await {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
             }

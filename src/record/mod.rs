@@ -37,6 +37,8 @@ pub struct LineBuffer {
     cap: usize,
     /// Lines the full buffer could not take.
     lost: AtomicU64,
+    /// Lines it took.
+    taken: AtomicU64,
 }
 
 thread_local! {
@@ -50,7 +52,16 @@ impl LineBuffer {
             lines: Mutex::new(Vec::new()),
             cap,
             lost: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
         })
+    }
+
+    /// Lines taken and lines lost so far (for the metrics).
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.taken.load(Ordering::Relaxed),
+            self.lost.load(Ordering::Relaxed),
+        )
     }
 
     /// Swaps the waiting lines into `out` (which must be empty), leaving `out`'s old allocation
@@ -87,6 +98,8 @@ impl Sink for LineBuffer {
                 self.lost.fetch_add(1, Ordering::Relaxed);
             } else {
                 g.extend_from_slice(&line);
+                drop(g);
+                self.taken.fetch_add(1, Ordering::Relaxed);
             }
         });
     }
@@ -407,7 +420,7 @@ fn run(
 /// written field by field, byte for byte what serde's derive writes (tests hold them to that):
 /// serde writes these nested, internally tagged and flattened shapes through its generic map
 /// path, and re-validates messages the parser already accepted. Other events take serde.
-fn write_line(out: &mut Vec<u8>, ev: &Event) -> serde_json::Result<()> {
+pub fn write_line(out: &mut Vec<u8>, ev: &Event) -> serde_json::Result<()> {
     match ev {
         Event::Message(m) => message_line(out, m),
         Event::Http(h) => http_line(out, h),
@@ -531,6 +544,7 @@ fn transport_name(t: crate::events::Transport) -> &'static str {
         crate::events::Transport::Json => "json",
         crate::events::Transport::Sse => "sse",
         crate::events::Transport::LegacySse => "legacy-sse",
+        crate::events::Transport::Stdio => "stdio",
     }
 }
 
@@ -788,7 +802,12 @@ mod tests {
         for d in [Direction::ClientToServer, Direction::ServerToClient] {
             assert_eq!(serde_json::to_string(&d).unwrap(), q(direction_name(d)));
         }
-        for t in [Transport::Json, Transport::Sse, Transport::LegacySse] {
+        for t in [
+            Transport::Json,
+            Transport::Sse,
+            Transport::LegacySse,
+            Transport::Stdio,
+        ] {
             assert_eq!(serde_json::to_string(&t).unwrap(), q(transport_name(t)));
         }
         for k in [

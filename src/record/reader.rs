@@ -276,7 +276,7 @@ impl Recording {
     }
 }
 
-fn parse_line(line: &str) -> Result<RecEvent, String> {
+pub fn parse_line(line: &str) -> Result<RecEvent, String> {
     let tag: Tag = serde_json::from_str(line).map_err(|e| e.to_string())?;
     let ev = match &*tag.event {
         "http" => RecEvent::Http(serde_json::from_str(line).map_err(|e| e.to_string())?),

@@ -856,7 +856,11 @@ impl App {
             Key::Char('e') => return Action::Export(self.export_document()),
             Key::Char('r') => {
                 if !self.can_resend {
-                    self.status = "re-send works in proxy mode only".into();
+                    self.status = if self.listen == "stdio" {
+                        "re-send is unavailable for a stdio session: its stdin belongs to the client".into()
+                    } else {
+                        "re-send works in proxy mode only".into()
+                    };
                 } else if let Some(req) = self.selected_row().and_then(|r| r.request.clone()) {
                     let path = self
                         .selected_row()

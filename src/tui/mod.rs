@@ -119,9 +119,20 @@ fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String>
             },
         ),
         Action::Resend { body, path } => {
-            let Some(rs) = resend else {
-                return Some("re-send works in proxy mode only".into());
+            // Live: this proxy. Attached: the attached proxy's listener (from its feed).
+            let attached = || {
+                app.can_resend
+                    .then(|| app.listen.parse::<std::net::SocketAddr>().ok())
+                    .flatten()
+                    .map(|proxy| Resend { proxy })
             };
+            let Some(rs) = resend.cloned().or_else(attached) else {
+                return Some(
+                    "re-send is unavailable here: a recording has no proxy, and a stdio session's stdin belongs to its client"
+                        .into(),
+                );
+            };
+            let rs = &rs;
             let session = app
                 .selected_row()
                 .and_then(|r| app.http.get(&r.exchange))
@@ -150,9 +161,99 @@ fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String>
     }
 }
 
+/// Where live events come from: the bus of this process, or a running rpctap's feed.
+pub enum Source {
+    Bus(Subscription),
+    Feed(tokio::sync::mpsc::Receiver<crate::attach::FeedMsg>),
+}
+
 /// Applies a recording to a fresh state (for `rpctap view`).
 pub fn load_recording(app: &mut App, rec: &Recording) {
     for e in &rec.events {
+        apply_rec(app, e);
+    }
+    if let Some(first) = rec.messages().next() {
+        app.started_ns = first.ts;
+    }
+}
+
+/// What the dashboard keeps about the feed it is attached to.
+#[derive(Debug, Default)]
+struct FeedState {
+    /// The attached process's start (from the feed header): another value is another process.
+    started: Option<serde_json::Value>,
+    /// The newest event applied: a reconnect's backlog repeats what came before it.
+    last_ts: u64,
+    base_title: String,
+}
+
+/// Applies one message of an attached feed.
+fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
+    use crate::attach::FeedMsg;
+    match msg {
+        FeedMsg::Header(h) => {
+            let started = h.get("started").cloned();
+            if st.started.is_some() && st.started != started {
+                app.clear();
+                st.last_ts = 0;
+                app.status = "the attached rpctap restarted: showing the new process".into();
+            } else {
+                app.status = String::new();
+            }
+            st.started = started;
+            let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            match s("mode").as_deref() {
+                Some("stdio") => {
+                    app.listen = "stdio".into();
+                    app.upstream = h
+                        .get("command")
+                        .and_then(|c| c.as_array())
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        })
+                        .unwrap_or_default();
+                    app.can_resend = false;
+                }
+                _ => {
+                    app.listen = s("listen").unwrap_or_default();
+                    app.upstream = s("upstream").unwrap_or_default();
+                    app.can_resend = true;
+                }
+            }
+            app.title = format!("{} — live", st.base_title);
+        }
+        FeedMsg::State(s) => {
+            app.title = format!("{} — {s}", st.base_title);
+        }
+        FeedMsg::Event(e) => {
+            if let RecEvent::Other(v) = &*e {
+                if v.get("what").and_then(|w| w.as_str()) == Some("feed_dropped") {
+                    let n = v
+                        .get("message")
+                        .and_then(|m| m.as_str())
+                        .and_then(|m| m.split(' ').next())
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    app.dropped += n;
+                }
+                return;
+            }
+            let ts = e.ts().unwrap_or(0);
+            if ts != 0 && ts <= st.last_ts {
+                return; // already shown before the reconnect
+            }
+            st.last_ts = st.last_ts.max(ts);
+            apply_rec(app, &e);
+        }
+    }
+}
+
+/// Applies one recorded (or fed) event.
+pub fn apply_rec(app: &mut App, e: &RecEvent) {
+    {
         match e {
             RecEvent::Message(m) => app.apply_message(MessageIn {
                 ts_ns: m.ts,
@@ -216,9 +317,6 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
             app.tick(ts);
         }
     }
-    if let Some(first) = rec.messages().next() {
-        app.started_ns = first.ts;
-    }
 }
 
 /// The dashboard's scheduling priority (nice value) while it watches live traffic.
@@ -238,11 +336,20 @@ fn yield_cpu_to_the_proxy() {
 /// Runs the dashboard until `q` or `shutdown`. `sub` feeds live events (none for a recording).
 pub async fn run(
     mut app: App,
-    mut sub: Option<Subscription>,
+    source: Option<Source>,
     shutdown: impl Future<Output = ()>,
     resend: Option<Resend>,
     recording: Option<&Recording>,
 ) -> std::io::Result<()> {
+    let (mut sub, mut feed) = match source {
+        Some(Source::Bus(s)) => (Some(s), None),
+        Some(Source::Feed(f)) => (None, Some(f)),
+        None => (None, None),
+    };
+    let mut feed_state = FeedState {
+        base_title: app.title.clone(),
+        ..Default::default()
+    };
     app.no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let mut terminal = ratatui::try_init()?;
     let _guard = Guard;
@@ -264,7 +371,12 @@ pub async fn run(
     let mut window_events = 0u64;
     loop {
         tokio::select! {
-            _ = drain.tick(), if sub.is_some() => {
+            _ = drain.tick(), if sub.is_some() || feed.is_some() => {
+                if let Some(f) = feed.as_mut() {
+                    while let Ok(msg) = f.try_recv() {
+                        apply_feed(&mut app, &mut feed_state, msg);
+                    }
+                }
                 if let Some(s) = sub.as_mut() {
                     loop {
                         match s.rx.try_recv() {

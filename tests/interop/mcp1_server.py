@@ -1,6 +1,6 @@
 """An MCP server built with the official Python SDK (mcp < 2, FastMCP), for rpctap's interop tests.
 
-usage: mcp1_server.py MODE PORT   (MODE: sse | json | stateless | stateless-json | legacy)
+usage: mcp1_server.py MODE PORT   (MODE: sse | json | stateless | stateless-json | legacy | stdio)
 
 `legacy` is the 2024-11-05 HTTP+SSE transport (`GET /sse`, messages POSTed to the announced
 `/messages/?session_id=…`).
@@ -9,7 +9,8 @@ import sys
 
 from mcp.server.fastmcp import Context, FastMCP
 
-mode, port = sys.argv[1], int(sys.argv[2])
+mode = sys.argv[1]
+port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 server = FastMCP(
     "interop-py",
     host="127.0.0.1",
@@ -41,6 +42,18 @@ def fail() -> str:
     raise ValueError("this tool always fails")
 
 
+@server.tool()
+async def ask(question: str, ctx: Context) -> str:
+    """Asks the client's model (a sampling round trip, server to client)."""
+    from mcp.types import SamplingMessage, TextContent
+
+    r = await ctx.session.create_message(
+        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+        max_tokens=10,
+    )
+    return f"the model said: {r.content.text}"
+
+
 @server.resource("demo://readme")
 def readme() -> str:
     return "interop readme"
@@ -51,4 +64,10 @@ def greet(name: str) -> str:
     return f"Say hello to {name}."
 
 
-server.run(transport="sse" if mode == "legacy" else "streamable-http")
+if mode == "stdio":
+    if len(sys.argv) > 3 and sys.argv[3] == "banner":
+        # The stdio transport's most common bug: a stray print to stdout.
+        print("interop server starting (a banner on stdout)", flush=True)
+    server.run(transport="stdio")
+else:
+    server.run(transport="sse" if mode == "legacy" else "streamable-http")
