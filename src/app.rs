@@ -587,7 +587,7 @@ fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), OfflineEr
 /// `rpctap replay`: 0 when every call matches, 1 on any regression.
 pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
     let rec = crate::record::reader::read(&args.file)?;
-    let target = config::parse_upstream(&args.target)?;
+    let stdio = crate::replay::stdio::is_stdio(&rec);
     let mut ignore = args.ignore.clone();
     if let Some(p) = &args.config {
         ignore.extend(config::FileConfig::load(p)?.replay.ignore);
@@ -605,13 +605,6 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
             args.timeout
         )));
     }
-    let opts = crate::replay::ReplayOptions {
-        target,
-        ignore,
-        timeout: Duration::from_secs_f64(args.timeout),
-        headers,
-        insecure: args.insecure,
-    };
     if !rec.messages().any(|m| {
         m.is_c2s()
             && matches!(
@@ -624,7 +617,40 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
             args.file.display()
         )));
     }
-    let report = crate::replay::replay(&rec, &opts).await?;
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let report = if stdio || args.target_command {
+        if args.target.is_some() {
+            return Err(OfflineError::Io(format!(
+                "{} is a stdio recording: replay it with --target-command [-- COMMAND …], not --target",
+                args.file.display()
+            )));
+        }
+        let command = if args.command.is_empty() {
+            crate::replay::stdio::recorded_command(&rec).ok_or_else(|| {
+                OfflineError::Io(format!(
+                    "{} records no command: give one with --target-command -- COMMAND …",
+                    args.file.display()
+                ))
+            })?
+        } else {
+            args.command.clone()
+        };
+        crate::replay::stdio::replay(&rec, &command, &ignore, timeout).await?
+    } else {
+        let Some(target) = &args.target else {
+            return Err(OfflineError::Io(
+                "--target URL is required to replay an HTTP recording".into(),
+            ));
+        };
+        let opts = crate::replay::ReplayOptions {
+            target: config::parse_upstream(target)?,
+            ignore,
+            timeout,
+            headers,
+            insecure: args.insecure,
+        };
+        crate::replay::replay(&rec, &opts).await?
+    };
     if let Some(j) = &args.junit {
         write_out(Some(j), &crate::replay::junit(&report))?;
     }
@@ -649,6 +675,21 @@ pub async fn mock(
 ) -> Result<i32, OfflineError> {
     let rec = crate::record::reader::read(&args.file)?;
     let mock = crate::replay::mock::Mock::from_recording(&rec);
+    if args.stdio {
+        eprintln!(
+            "rpctap mock: serving {} recorded calls from {} on stdin/stdout",
+            mock.calls_known(),
+            args.file.display()
+        );
+        // Blocking reads and writes of the process's own stdio, off the runtime's threads.
+        let served = tokio::task::spawn_blocking(move || {
+            mock.serve_stdio(std::io::stdin().lock(), std::io::stdout().lock())
+        })
+        .await
+        .map_err(|e| OfflineError::Io(e.to_string()))?;
+        served.map_err(|e| OfflineError::Io(format!("mock: {e}")))?;
+        return Ok(0);
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| OfflineError::Io(format!("cannot listen on {}: {e}", args.listen)))?;

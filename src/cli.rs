@@ -150,9 +150,15 @@ pub struct ViewArgs {
 pub struct ReplayArgs {
     /// The recording (rotated parts FILE.1, FILE.2… are read too).
     pub file: PathBuf,
-    /// The server to replay against.
-    #[arg(long, value_name = "URL")]
-    pub target: String,
+    /// The server to replay against (an HTTP recording).
+    #[arg(long, value_name = "URL", conflicts_with = "target_command")]
+    pub target: Option<String>,
+    /// A stdio recording: replay against the command after `--` (default: the recorded one).
+    #[arg(long)]
+    pub target_command: bool,
+    /// The stdio server's command and arguments (with --target-command).
+    #[arg(last = true, value_name = "COMMAND", requires = "target_command")]
+    pub command: Vec<String>,
     /// A path not to compare, e.g. `result.serverInfo.version` or `result.content[*].text`
     /// (repeatable; also `[replay] ignore` in the config file).
     #[arg(long, value_name = "PATH")]
@@ -185,6 +191,10 @@ pub struct MockArgs {
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
+    /// Serve as a stdio server instead: requests on stdin, replies on stdout (one JSON-RPC
+    /// message per line).
+    #[arg(long, conflicts_with = "listen")]
+    pub stdio: bool,
 }
 
 #[derive(Debug, Args)]

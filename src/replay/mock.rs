@@ -166,6 +166,49 @@ impl Mock {
         ))
     }
 
+    /// Serves the stdio transport: a line in (a message or a batch), its reply line out (none
+    /// for notifications and responses), until stdin ends.
+    pub fn serve_stdio(
+        &self,
+        input: impl std::io::BufRead,
+        mut output: impl std::io::Write,
+    ) -> std::io::Result<()> {
+        for line in input.split(b'\n') {
+            let line = line?;
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            if let Some(reply) = self.answer_line(text) {
+                output.write_all(reply.as_bytes())?;
+                output.write_all(b"\n")?;
+                output.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The reply line to one line of the stdio transport.
+    pub fn answer_line(&self, text: &str) -> Option<String> {
+        let Ok(top) = serde_json::from_str::<&RawValue>(text) else {
+            return Some(
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
+                    .into(),
+            );
+        };
+        if top.get().starts_with('[') {
+            let members = serde_json::from_str::<Vec<&RawValue>>(top.get()).unwrap_or_default();
+            let texts: Vec<String> = members
+                .iter()
+                .filter_map(|m| self.answer(m).map(|r| r.0))
+                .collect();
+            (!texts.is_empty()).then(|| format!("[{}]", texts.join(",")))
+        } else {
+            self.answer(top).map(|r| r.0)
+        }
+    }
+
     pub async fn handle(&self, req: Request<Incoming>) -> Response<DemoBody> {
         let accepts_sse = crate::media::accepts_event_stream(req.headers());
         match *req.method() {
