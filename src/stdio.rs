@@ -287,17 +287,38 @@ fn spawn(command: &[String]) -> std::io::Result<Child> {
     cmd.spawn()
 }
 
+/// The signals rpctap forwards, caught from before the child starts (so none is lost, and
+/// none takes rpctap down with its default action).
+#[cfg(unix)]
+type Caught = Option<(
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+)>;
+#[cfg(not(unix))]
+type Caught = ();
+
+#[cfg(unix)]
+fn catch_signals() -> Caught {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) {
+        (Ok(a), Ok(b), Ok(c)) => Some((a, b, c)),
+        _ => None,
+    }
+}
+#[cfg(not(unix))]
+fn catch_signals() -> Caught {}
+
 /// Forwards SIGINT, SIGTERM and SIGHUP to the child until aborted.
-fn spawn_signal_forwarder(pid: u32) -> tokio::task::JoinHandle<()> {
+fn spawn_signal_forwarder(pid: u32, caught: Caught) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::terminate()),
-                signal(SignalKind::hangup()),
-            ) else {
+            let Some((mut int, mut term, mut hup)) = caught else {
                 return;
             };
             let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
@@ -319,7 +340,7 @@ fn spawn_signal_forwarder(pid: u32) -> tokio::task::JoinHandle<()> {
         }
         #[cfg(not(unix))]
         {
-            let _ = pid;
+            let _ = (pid, caught);
         }
     })
 }
@@ -349,6 +370,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         (_, None) => Some(Box::new(std::io::stderr())),
     };
 
+    let caught = catch_signals();
     let mut child = match spawn(&args.command) {
         Ok(c) => c,
         Err(e) => {
@@ -463,7 +485,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             })
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
     }
-    let signals = spawn_signal_forwarder(pid);
+    let signals = spawn_signal_forwarder(pid, caught);
     let alive = ops.as_ref().map(|o| {
         let ready = o.ready.clone();
         let every = ready_interval(&shared);

@@ -5,7 +5,7 @@
 //! — typically while one of the client's calls waits for it.
 
 use super::diff::Pattern;
-use super::{judge, Recorded, Report, ReplayError};
+use super::{judge, Recorded, ReplayError, Report};
 use crate::record::reader::{RecMessage, Recording};
 use crate::rpc::{self, Body, Kind};
 use std::collections::HashMap;
@@ -209,7 +209,10 @@ pub async fn replay(
         ids.sort();
         report.warnings.push(format!(
             "the server did not make the requests the client answered in the recording (ids {})",
-            ids.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ids.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     // The client's end: stdin closes, the server gets a moment to exit, then it is stopped.

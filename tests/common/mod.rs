@@ -542,3 +542,21 @@ pub fn answered_calls(file: &std::path::Path) -> u64 {
         })
         .count() as u64
 }
+
+/// The repository's root.
+pub fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A peer folder under target/interop whose stamp names exactly `packages`.
+pub fn installed(name: &str, packages: &[&str]) -> std::path::PathBuf {
+    let dir = root().join("target/interop").join(name);
+    let want = packages.join(" ");
+    let have = std::fs::read_to_string(dir.join("rpctap-installed")).unwrap_or_default();
+    assert_eq!(
+        have, want,
+        "test peer `{name}` is not installed as the tests need it: run `bash scripts/peers.sh` \
+         (the README's test command, scripts/test.sh, does)"
+    );
+    dir
+}

@@ -10,7 +10,7 @@ import sys
 from mcp.server.fastmcp import Context, FastMCP
 
 mode = sys.argv[1]
-port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+port = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 0
 server = FastMCP(
     "interop-py",
     host="127.0.0.1",
@@ -65,7 +65,7 @@ def greet(name: str) -> str:
 
 
 if mode == "stdio":
-    if len(sys.argv) > 3 and sys.argv[3] == "banner":
+    if "banner" in sys.argv[2:]:
         # The stdio transport's most common bug: a stray print to stdout.
         print("interop server starting (a banner on stdout)", flush=True)
     server.run(transport="stdio")

@@ -1,8 +1,10 @@
 // The official TypeScript SDK client against server-everything; prints what it saw as JSON.
 // usage: node ts_client.mjs URL streamable|sse [nosampling]
+//        node ts_client.mjs '["COMMAND","ARG",…]' stdio   (the SDK spawns the server)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CreateMessageRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [url, kind, flag] = process.argv.slice(2);
@@ -13,7 +15,14 @@ client.setRequestHandler(CreateMessageRequestSchema, async () => ({
   model: "test-model",
   stopReason: "endTurn",
 }));
-const transport = kind === "sse" ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
+function transportFor() {
+  if (kind === "stdio") {
+    const [command, ...args] = JSON.parse(url);
+    return new StdioClientTransport({ command, args, stderr: "inherit" });
+  }
+  return kind === "sse" ? new SSEClientTransport(new URL(url)) : new StreamableHTTPClientTransport(new URL(url));
+}
+const transport = transportFor();
 await client.connect(transport);
 const out = {};
 const progress = [];
@@ -32,6 +41,6 @@ out.prompts = (await client.listPrompts()).prompts.map((p) => p.name).sort();
 out.resourceCount = (await client.listResources()).resources.length;
 await client.ping();
 out.progress = progress;
-if (kind !== "sse") await transport.terminateSession();
+if (kind === "streamable") await transport.terminateSession();
 await client.close();
 console.log(JSON.stringify(out));
