@@ -33,14 +33,22 @@ node_peers() { # node_peers PACKAGES...
 venv mcp1 'mcp<2' json-rpc werkzeug
 venv mcp2 'mcp>=2,<3'
 venv mitmproxy mitmproxy
+# The Kubernetes API schemas, to validate config/kubernetes/ (tests/deploy.rs).
+venv k8s kubernetes-validate==1.37.0
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \
   @modelcontextprotocol/conformance@0.1.16 node@22
 
+# Debian packages, by the command each provides: tmux (the dashboard's end-to-end tests), curl,
+# prometheus + promtool (tests/admin.rs scrapes /metrics with a real Prometheus), systemd's
+# systemd-analyze (tests/deploy.rs verifies config/systemd/).
 missing=()
-for tool in tmux curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+for pair in tmux:tmux curl:curl prometheus:prometheus promtool:prometheus systemd-analyze:systemd; do
+  tool=${pair%%:*} pkg=${pair#*:}
+  command -v "$tool" >/dev/null || [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
+done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "peers: apt ${missing[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "peers: ready"

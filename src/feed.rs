@@ -13,7 +13,9 @@
 //! Wire format (NDJSON, `application/x-ndjson`): a header line
 //! `{"rpctap_feed":1,"version":…,"started":NS,"mode":"proxy","listen":…,"upstream":…}` (for
 //! `stdio`: `"mode":"stdio","command":[…],"pid":N}`), then one recording line
-//! per event. Lines carry what the recording carries (secrets already redacted).
+//! per event with a `"seq"` member first (the event's number in this process's feed, so a client
+//! that reconnects skips what it already has). Lines carry what the recording carries (secrets
+//! already redacted).
 
 use crate::events::{Event, Subscription};
 use bytes::Bytes;
@@ -71,7 +73,9 @@ struct Client {
 
 #[derive(Default)]
 struct State {
-    backlog: VecDeque<Arc<Event>>,
+    /// Recent events with their feed numbers.
+    backlog: VecDeque<(u64, Arc<Event>)>,
+    next_seq: u64,
     backlog_bytes: usize,
     calls: VecDeque<Arc<Event>>,
     clients: Vec<Client>,
@@ -111,9 +115,16 @@ fn message_bytes(ev: &Event) -> usize {
     }
 }
 
-fn line_of(ev: &Event) -> Option<Bytes> {
-    let mut out = Vec::with_capacity(256);
-    crate::record::write_line(&mut out, ev).ok()?;
+/// An event's feed line: its recording line with `"seq":N` first.
+fn line_of(seq: u64, ev: &Event) -> Option<Bytes> {
+    let mut line = Vec::with_capacity(256);
+    crate::record::write_line(&mut line, ev).ok()?;
+    let body = line.strip_prefix(b"{")?;
+    let mut out = Vec::with_capacity(line.len() + 24);
+    out.extend_from_slice(b"{\"seq\":");
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+    out.push(b',');
+    out.extend_from_slice(body);
     out.push(b'\n');
     Some(Bytes::from(out))
 }
@@ -193,8 +204,10 @@ impl Feed {
         let mut st = self.state();
         let with_clients = !st.clients.is_empty();
         for ev in batch.drain(..) {
+            let seq = st.next_seq;
+            st.next_seq += 1;
             if with_clients {
-                if let Some(line) = line_of(&ev) {
+                if let Some(line) = line_of(seq, &ev) {
                     let mut dropped = 0;
                     st.clients
                         .retain_mut(|c| match c.tx.try_send(line.clone()) {
@@ -218,11 +231,11 @@ impl Feed {
                 st.calls.push_back(ev.clone());
             }
             st.backlog_bytes += message_bytes(&ev);
-            st.backlog.push_back(ev);
+            st.backlog.push_back((seq, ev));
             while st.backlog.len() > limits.backlog_events
                 || (st.backlog_bytes > limits.backlog_bytes && st.backlog.len() > 1)
             {
-                if let Some(old) = st.backlog.pop_front() {
+                if let Some((_, old)) = st.backlog.pop_front() {
                     st.backlog_bytes -= message_bytes(&old);
                 }
             }
@@ -244,7 +257,7 @@ impl Feed {
                         c.dropped - c.reported
                     ),
                 });
-                if let Some(line) = line_of(&ev) {
+                if let Some(line) = line_of(u64::MAX, &ev) {
                     if c.tx.try_send(line).is_ok() {
                         c.reported = c.dropped;
                     }
@@ -262,8 +275,8 @@ impl Feed {
         // The backlog may be larger than the queue: it goes first, whole.
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE + st.backlog.len() + 1);
         let _ = tx.try_send(self.inner.header.clone());
-        for ev in &st.backlog {
-            if let Some(line) = line_of(ev) {
+        for (seq, ev) in &st.backlog {
+            if let Some(line) = line_of(*seq, ev) {
                 let _ = tx.try_send(line);
             }
         }
@@ -326,6 +339,11 @@ mod tests {
         assert_eq!(got[0]["mode"], "proxy");
         let ts: Vec<u64> = got[1..].iter().map(|l| l["ts"].as_u64().unwrap()).collect();
         assert_eq!(ts, vec![2, 3, 4, 5], "the backlog is bounded; then live");
+        let seq: Vec<u64> = got[1..]
+            .iter()
+            .map(|l| l["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seq, vec![2, 3, 4, 5], "each event keeps its number");
     }
 
     #[test]

@@ -551,7 +551,10 @@ async fn typescript_sdk_client_and_server_everything_over_stdio() {
         .iter()
         .filter(|m| m.method.as_deref() == Some("notifications/progress"))
         .count();
-    assert_eq!(progress_before, 3, "every progress notification, before the result");
+    assert_eq!(
+        progress_before, 3,
+        "every progress notification, before the result"
+    );
     assert!(live_codes(&file).is_empty(), "{:?}", live_codes(&file));
     let checked = check_recording(&file);
     assert!(checked.codes.is_empty(), "{}", checked.stdout);

@@ -42,6 +42,17 @@ impl Tmux {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    /// The screen once a line holds every one of `parts` (or after `timeout`).
+    fn wait_for_line(&self, parts: &[&str], timeout: Duration) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if s.lines().any(|l| parts.iter().all(|p| l.contains(p))) || t0.elapsed() > timeout {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     fn wait_for(&self, what: &str, timeout: Duration) -> String {
         let t0 = Instant::now();
         loop {
@@ -195,4 +206,176 @@ fn demo_dashboard_shows_calls_and_restores_the_terminal() {
         "0",
         "the terminal left the alternate screen"
     );
+}
+
+/// A new tmux server with one 110×30 shell session `t`.
+fn tmux_session(name: &str) -> Tmux {
+    let t = Tmux(format!("rpctap-test-{}-{name}", std::process::id()));
+    t.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "110",
+        "-y",
+        "30",
+        "env",
+        "PS1=READY$ ",
+        "bash",
+        "--norc",
+        "--noprofile",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    t
+}
+
+fn headless_proxy(listen: u16, admin: u16, upstream: u16) -> Proc {
+    Proc::spawn(
+        rpctap()
+            .args([
+                "proxy",
+                "--listen",
+                &format!("127.0.0.1:{listen}"),
+                "--upstream",
+                &format!("http://127.0.0.1:{upstream}"),
+                "--admin",
+                &format!("127.0.0.1:{admin}"),
+                "--no-tui",
+                "--log",
+                "off",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    )
+}
+
+#[test]
+fn attach_shows_a_running_proxys_calls_and_reconnects_when_it_restarts() {
+    tmux_available();
+    let (listen, admin, up) = (free_port(), free_port(), free_port());
+    let _upstream = Proc::spawn(
+        rpctap()
+            .args(["demo-server", "--listen", &format!("127.0.0.1:{up}")])
+            .stderr(std::process::Stdio::null()),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let at = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+    rt.block_on(wait_listening(at(up)));
+    let mut proxy = headless_proxy(listen, admin, up);
+    rt.block_on(wait_listening(at(admin)));
+
+    let t = tmux_session("attach");
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    t.cmd(&[
+        "send-keys",
+        "-t",
+        "t",
+        &format!("{bin} attach 127.0.0.1:{admin}"),
+        "Enter",
+    ]);
+    let screen = t.wait_for("— live", Duration::from_secs(10));
+    assert!(screen.contains("— live"), "{screen}");
+    assert!(
+        screen.contains(&format!("127.0.0.1:{listen} → http://127.0.0.1:{up}")),
+        "the header names the attached proxy:\n{screen}"
+    );
+    rt.block_on(async {
+        let r = post_json(
+            at(listen),
+            "/jsonrpc",
+            r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":77}"#,
+        )
+        .await;
+        assert_eq!(r.json()["result"], 19);
+    });
+    let screen = t.wait_for_line(&["subtract", "77", "result"], Duration::from_secs(10));
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("subtract") && l.contains("77") && l.contains("result")),
+        "no finished subtract row:\n{screen}"
+    );
+
+    // The proxy goes away: the header says the feed is lost and being re-tried.
+    proxy.term();
+    let screen = t.wait_for("reconnecting", Duration::from_secs(10));
+    assert!(screen.contains("feed lost"), "{screen}");
+    // It comes back (a new process): attach reconnects and shows its traffic.
+    let _proxy = headless_proxy(listen, admin, up);
+    rt.block_on(wait_listening(at(admin)));
+    let screen = t.wait_for("— live", Duration::from_secs(10));
+    assert!(screen.contains("— live"), "{screen}");
+    rt.block_on(async {
+        post_json(
+            at(listen),
+            "/jsonrpc",
+            r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":78}"#,
+        )
+        .await;
+    });
+    let screen = t.wait_for_line(&[" add ", "78", "result"], Duration::from_secs(10));
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains(" add ") && l.contains("78") && l.contains("result")),
+        "{screen}"
+    );
+    t.cmd(&["send-keys", "-t", "t", "q"]);
+    let screen = t.wait_for("READY$", Duration::from_secs(10));
+    assert!(screen.contains("READY$"), "{screen}");
+}
+
+#[test]
+fn attach_shows_a_stdio_session_from_its_backlog_and_refuses_resend() {
+    tmux_available();
+    let admin = free_port();
+    let mut stdio = Proc::spawn(
+        rpctap()
+            .args(["stdio", "--admin", &format!("127.0.0.1:{admin}"), "--"])
+            .args([
+                "sh",
+                "-c",
+                r#"read l; echo '{"jsonrpc":"2.0","id":5,"result":{"ok":true}}'; sleep 30"#,
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null()),
+    );
+    use std::io::{BufRead, Write};
+    let mut stdin = stdio.0.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\"}\n")
+        .unwrap();
+    let mut reply = String::new();
+    std::io::BufReader::new(stdio.0.stdout.take().unwrap())
+        .read_line(&mut reply)
+        .unwrap();
+    assert!(reply.contains("\"ok\":true"));
+    // Attached after the call: the feed's backlog brings it.
+    let t = tmux_session("attach-stdio");
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    t.cmd(&[
+        "send-keys",
+        "-t",
+        "t",
+        &format!("{bin} attach 127.0.0.1:{admin}"),
+        "Enter",
+    ]);
+    let screen = t.wait_for_line(&["tools/list", "result"], Duration::from_secs(10));
+    let row = screen
+        .lines()
+        .find(|l| l.contains("tools/list"))
+        .unwrap_or_else(|| panic!("no row:\n{screen}"));
+    assert!(row.contains("result"), "{row}");
+    assert!(screen.contains("stdio → sh -c"), "{screen}");
+    t.cmd(&["send-keys", "-t", "t", "r"]);
+    let screen = t.wait_for("unavailable", Duration::from_secs(5));
+    assert!(
+        screen.contains("re-send is unavailable for a stdio session"),
+        "{screen}"
+    );
+    t.cmd(&["send-keys", "-t", "t", "q"]);
+    drop(stdin);
+    stdio.term();
 }

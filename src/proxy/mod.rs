@@ -328,6 +328,9 @@ impl Proxy {
         if p.all_refused() {
             // Nothing goes upstream: rpctap answers alone.
             let (status, ct, body, hdrs) = limits::whole_refusal(&p, ex.accepts_sse);
+            // Its answer is on the record (and counted) like any other.
+            ex.ctx
+                .answer_locally(status.as_u16(), "refused by a rate-limit rule");
             ex.ctx.end(crate::inspect::EndReason::Complete);
             let mut resp = Response::new(TeeBody::new(ReplySource::Made(Some(body)), None));
             *resp.status_mut() = status;

@@ -182,8 +182,8 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
 struct FeedState {
     /// The attached process's start (from the feed header): another value is another process.
     started: Option<serde_json::Value>,
-    /// The newest event applied: a reconnect's backlog repeats what came before it.
-    last_ts: u64,
+    /// The number of the newest event applied: a reconnect's backlog repeats what came before.
+    next_seq: u64,
     base_title: String,
 }
 
@@ -195,7 +195,7 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
             let started = h.get("started").cloned();
             if st.started.is_some() && st.started != started {
                 app.clear();
-                st.last_ts = 0;
+                st.next_seq = 0;
                 app.status = "the attached rpctap restarted: showing the new process".into();
             } else {
                 app.status = String::new();
@@ -228,7 +228,7 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
         FeedMsg::State(s) => {
             app.title = format!("{} — {s}", st.base_title);
         }
-        FeedMsg::Event(e) => {
+        FeedMsg::Event(seq, e) => {
             if let RecEvent::Other(v) = &*e {
                 if v.get("what").and_then(|w| w.as_str()) == Some("feed_dropped") {
                     let n = v
@@ -241,11 +241,13 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
                 }
                 return;
             }
-            let ts = e.ts().unwrap_or(0);
-            if ts != 0 && ts <= st.last_ts {
-                return; // already shown before the reconnect
+            // Notices carry no number (u64::MAX); numbered events come once.
+            if seq != u64::MAX {
+                if seq < st.next_seq {
+                    return; // already shown before the reconnect
+                }
+                st.next_seq = seq + 1;
             }
-            st.last_ts = st.last_ts.max(ts);
             apply_rec(app, &e);
         }
     }
