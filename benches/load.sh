@@ -66,10 +66,17 @@ sleep 0.3; NG_PID=$(pgrep -P $NGINX_MASTER | head -1)
 RT=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RT --upstream http://127.0.0.1:$UP & PIDS+=($!); RT_PID=$!
 RR=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RR --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl & PIDS+=($!); RR_PID=$!
 RL=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RL --upstream http://127.0.0.1:$UP --limit 'tools/call=1000000/s' & PIDS+=($!); RL_PID=$!
+# The admin listener on (metrics counted from the bus; the feed kept, nobody attached), and the
+# same with one /events client reading the feed (what `rpctap attach` costs the proxy).
+RA=$(free_port); RAA=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RA --upstream http://127.0.0.1:$UP --admin 127.0.0.1:$RAA & PIDS+=($!); RA_PID=$!
+RF=$(free_port); RFA=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RF --upstream http://127.0.0.1:$UP --admin 127.0.0.1:$RFA & PIDS+=($!); RF_PID=$!
 # The floor: the same hyper stack forwarding without inspecting (examples/hyper_floor.rs).
 HF=$(free_port); target/release/examples/hyper_floor 127.0.0.1:$HF 127.0.0.1:$UP & PIDS+=($!); HF_PID=$!
 MP=$(free_port); $VENV/bin/mitmdump -q --mode reverse:http://127.0.0.1:$UP -p $MP --listen-host 127.0.0.1 & PIDS+=($!); MP_PID=$!
-for p in $RT $RR $RL $HF $MP; do wait_port $p; done
+for p in $RT $RR $RL $HF $MP $RA $RAA $RF $RFA; do wait_port $p; done
+curl -sN http://127.0.0.1:$RFA/events > /dev/null & PIDS+=($!)
+# A scrape per second, as an eager Prometheus would (the usual interval is 15 s).
+( while sleep 1; do curl -s http://127.0.0.1:$RAA/metrics > /dev/null; curl -s http://127.0.0.1:$RFA/metrics > /dev/null; done ) & PIDS+=($!)
 
 write_call_lua $WORK/call.lua
 
@@ -94,9 +101,11 @@ run_one() { # name port pid
   echo "  $name: $rps req/s, p50 $p50, p99 $p99, $cpu_us µs CPU/request" >&2
 }
 
-NAMES=(direct nginx hyper-floor rpctap rpctap+record rpctap+limit mitmproxy)
-declare -A PORT=([direct]=$UP [nginx]=$NG [hyper-floor]=$HF [rpctap]=$RT [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
-declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [hyper-floor]=$HF_PID [rpctap]=$RT_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
+NAMES=(direct nginx hyper-floor rpctap rpctap+admin rpctap+admin+feed rpctap+record rpctap+limit mitmproxy)
+# NAMES_ONLY="rpctap rpctap+admin" runs just those (e.g. to measure one feature side by side).
+if [ -n "${NAMES_ONLY:-}" ]; then read -r -a NAMES <<< "$NAMES_ONLY"; fi
+declare -A PORT=([direct]=$UP [nginx]=$NG [hyper-floor]=$HF [rpctap]=$RT [rpctap+admin]=$RA [rpctap+admin+feed]=$RF [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
+declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [hyper-floor]=$HF_PID [rpctap]=$RT_PID [rpctap+admin]=$RA_PID [rpctap+admin+feed]=$RF_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
 for r in $(seq 1 $ROUNDS); do
   echo "round $r" >&2
   for n in "${NAMES[@]}"; do run_one "$n" "${PORT[$n]}" "${PID[$n]}"; done
@@ -121,6 +130,12 @@ for n in "${NAMES[@]}"; do
   echo "| $n | ${MRPS[$n]} | ${MP50[$n]} | $(median ${P99[$n]}) | ${MCPU[$n]} | $rss |"
 done
 r() { python3 -c "print(round($1/$2,2))"; }
+if [ -n "${NAMES_ONLY:-}" ]; then
+  for n in "${NAMES[@]}"; do echo "$n / ${NAMES[0]} req/s: $(r ${MRPS[$n]} ${MRPS[${NAMES[0]}]}); CPU per request: $(r ${MCPU[$n]} ${MCPU[${NAMES[0]}]})"; done
+  exit 0
+fi
+echo
+echo "rpctap --admin / rpctap req/s: $(r ${MRPS[rpctap+admin]} ${MRPS[rpctap]}) (CPU per request $(r ${MCPU[rpctap+admin]} ${MCPU[rpctap]})); with a feed client: $(r ${MRPS[rpctap+admin+feed]} ${MRPS[rpctap]}) (CPU $(r ${MCPU[rpctap+admin+feed]} ${MCPU[rpctap]}))"
 echo
 echo "rpctap/nginx req/s: $(r ${MRPS[rpctap]} ${MRPS[nginx]}); with --record: $(r ${MRPS[rpctap+record]} ${MRPS[nginx]}); with a limit rule: $(r ${MRPS[rpctap+limit]} ${MRPS[nginx]})"
 echo "rpctap/nginx CPU per request: $(r ${MCPU[rpctap]} ${MCPU[nginx]}); p50 rpctap/nginx: $(r ${MP50[rpctap]} ${MP50[nginx]})"

@@ -72,8 +72,8 @@ impl Ops {
     ) -> Result<Ops, AppError> {
         let metrics = crate::metrics::Metrics::new(cfg.max_label_values);
         bus.sink(crate::metrics::INTEREST, metrics.clone());
-        let sub = bus.subscribe("feed", crate::feed::BUS_QUEUE);
-        let feed = crate::feed::Feed::new(sub.dropped.clone(), header, Default::default());
+        let feed = crate::feed::Feed::new(header, Default::default());
+        let sub = feed.subscribe(bus);
         let ready = crate::admin::Readiness::new(cfg.ready_interval);
         let admin = crate::admin::start(
             cfg,

@@ -16,8 +16,7 @@ use tokio::sync::mpsc;
 pub enum FeedMsg {
     /// Connected: the feed's header line (mode, listen, upstream or command, start time).
     Header(serde_json::Value),
-    /// An event with its number in the feed (a reconnect repeats the backlog: skip what came).
-    Event(u64, Box<RecEvent>),
+    Event(Box<RecEvent>),
     /// The connection's state, for the header (e.g. "feed lost: …; reconnecting").
     State(String),
 }
@@ -165,13 +164,8 @@ async fn stream_once(
                     _ => return Err(FeedError::Http("not an rpctap feed".into())),
                 }
             } else {
-                #[derive(serde::Deserialize)]
-                struct Seq {
-                    seq: u64,
-                }
-                let seq = serde_json::from_str::<Seq>(&line).map_or(u64::MAX, |s| s.seq);
                 match parse_line(&line) {
-                    Ok(ev) => FeedMsg::Event(seq, Box::new(ev)),
+                    Ok(ev) => FeedMsg::Event(Box::new(ev)),
                     Err(e) => {
                         tracing::debug!(error = %e, "feed line skipped");
                         continue;

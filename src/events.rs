@@ -338,11 +338,15 @@ pub enum Event {
 /// Which events a subscriber reads. The bus sends a subscriber only those, and the inspector
 /// does not build an event (or copy an HTTP message's headers) that no subscriber reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Interest(u8);
+pub struct Interest(u16);
 
 impl Interest {
-    /// HTTP request and response heads (method, path, status, content type).
-    pub const HTTP: Interest = Interest(1);
+    /// HTTP request heads (method, path) and legacy stream endpoints.
+    pub const HTTP_REQUEST: Interest = Interest(1);
+    /// HTTP response heads (status, content type), rpctap's own answers included.
+    pub const HTTP_STATUS: Interest = Interest(1 << 8);
+    /// Both heads of every exchange.
+    pub const HTTP: Interest = Interest(1 | 1 << 8);
     /// The headers of those heads (otherwise they come empty).
     pub const HTTP_HEADERS: Interest = Interest(1 << 1);
     /// The end of each exchange.
@@ -353,7 +357,7 @@ impl Interest {
     pub const REFUSAL: Interest = Interest(1 << 6);
     pub const NOTICE: Interest = Interest(1 << 7);
     pub const NONE: Interest = Interest(0);
-    pub const ALL: Interest = Interest(u8::MAX);
+    pub const ALL: Interest = Interest(u16::MAX);
 
     pub const fn and(self, other: Interest) -> Interest {
         Interest(self.0 | other.0)
@@ -368,7 +372,8 @@ impl Event {
     pub fn interest(&self) -> Interest {
         match self {
             Event::Http(HttpEvent::End { .. }) => Interest::HTTP_END,
-            Event::Http(_) => Interest::HTTP,
+            Event::Http(HttpEvent::Response { .. }) => Interest::HTTP_STATUS,
+            Event::Http(_) => Interest::HTTP_REQUEST,
             Event::Message(_) => Interest::MESSAGE,
             Event::Call(_) => Interest::CALL,
             Event::Anomaly(_) => Interest::ANOMALY,
@@ -464,6 +469,9 @@ impl Stride {
 struct Subscriber {
     name: &'static str,
     interest: Interest,
+    /// A gated subscriber reads nothing while its gate is closed (the live feed with no client
+    /// attached): nothing is built for it then.
+    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
     stride: Stride,
     tx: mpsc::Sender<Arc<Event>>,
     /// Events that did not fit in the queue; read by the subscriber to report the loss.
@@ -478,6 +486,14 @@ pub struct Subscription {
     pub dropped: Arc<AtomicU64>,
     /// Its share of the exchanges (1: all); only a sampling subscriber changes it.
     pub stride: Stride,
+}
+
+impl Subscriber {
+    fn reads(&self, interest: Interest, exchange: Option<u64>) -> bool {
+        self.interest.contains(interest)
+            && self.gate.as_ref().is_none_or(|g| g.load(Ordering::Relaxed))
+            && self.stride.admits(exchange)
+    }
 }
 
 /// An observer that takes each event as it is published, on the publishing thread, without a
@@ -518,12 +534,23 @@ impl BusBuilder {
         capacity: usize,
         interest: Interest,
     ) -> Subscription {
+        self.subscribe_gated(name, capacity, interest, None)
+    }
+    /// Subscribes to the events `interest` names while `gate` is open.
+    pub fn subscribe_gated(
+        &mut self,
+        name: &'static str,
+        capacity: usize,
+        interest: Interest,
+        gate: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Subscription {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let dropped = Arc::new(AtomicU64::new(0));
         let stride = Stride::new(self.next_exchange.clone());
         self.subs.push(Subscriber {
             name,
             interest,
+            gate,
             stride: stride.clone(),
             tx,
             dropped: dropped.clone(),
@@ -589,10 +616,7 @@ impl Bus {
     pub fn wants_in(&self, interest: Interest, exchange: u64) -> bool {
         self.wants.contains(interest)
             && (self.sinks.iter().any(|s| s.0.contains(interest))
-                || self
-                    .subs
-                    .iter()
-                    .any(|s| s.interest.contains(interest) && s.stride.admits(Some(exchange))))
+                || self.subs.iter().any(|s| s.reads(interest, Some(exchange))))
     }
 
     pub fn publish(&self, ev: Event) {
@@ -606,10 +630,7 @@ impl Bus {
             }
         }
         let exchange = ev.exchange();
-        let mut readers = self
-            .subs
-            .iter()
-            .filter(|s| s.interest.contains(kind) && s.stride.admits(exchange));
+        let mut readers = self.subs.iter().filter(|s| s.reads(kind, exchange));
         let mut next = readers.next();
         if next.is_none() {
             return;

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 pub const INTEREST: Interest = Interest::CALL
     .and(Interest::ANOMALY)
     .and(Interest::REFUSAL)
-    .and(Interest::HTTP);
+    .and(Interest::HTTP_STATUS);
 
 /// The default cap on distinct values of the `method` and `target` labels (each).
 pub const MAX_LABEL_VALUES: usize = 500;

@@ -486,3 +486,81 @@ async fn the_traffic_endpoints_need_a_token_off_loopback() {
         .unwrap();
     assert_eq!(resp.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_by_get_path_counts_answers_below_500_and_the_feed_is_redacted() {
+    // An upstream whose health path fails while `/sick` is set.
+    let sick = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = sick.clone();
+    let (up, _stop) = start_upstream(move |parts, _body| {
+        let sick = s2.load(std::sync::atomic::Ordering::Relaxed);
+        Box::pin(async move {
+            let status = match parts.uri.path() {
+                "/health" if sick => 503,
+                "/health" => 204,
+                _ => 200,
+            };
+            let mut r = http::Response::new(boxed(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"token":"abc"}}"#,
+            ));
+            *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            r.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            r
+        })
+    })
+    .await;
+    let s = start_sidecar(
+        &format!("http://{up}"),
+        &[
+            "--ready-path",
+            "/health",
+            "--ready-interval",
+            "0.1",
+            "--redact-path",
+            "params.password",
+            "--redact-path",
+            "result.token",
+        ],
+    );
+    ready_becomes(s.admin, 200, Duration::from_secs(10)).await;
+    sick.store(true, std::sync::atomic::Ordering::Relaxed);
+    let why = ready_becomes(s.admin, 503, Duration::from_secs(10)).await;
+    assert!(why.contains("/health answered 503"), "{why}");
+    sick.store(false, std::sync::atomic::Ordering::Relaxed);
+    ready_becomes(s.admin, 200, Duration::from_secs(10)).await;
+
+    // The feed carries what the recording would: secrets redacted.
+    let resp = client()
+        .request(
+            http::Request::get(format!("http://{}/events", s.admin))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut body = resp.into_body();
+    post_json(
+        s.listen,
+        "/rpc",
+        r#"{"jsonrpc":"2.0","id":1,"method":"login","params":{"user":"u","password":"hunter2"}}"#,
+    )
+    .await;
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !text.contains("\"event\":\"call\"") {
+        assert!(Instant::now() < deadline, "{text}");
+        let f = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&f.into_data().unwrap()));
+    }
+    assert!(text.contains("\"method\":\"login\""), "{text}");
+    assert!(
+        !text.contains("hunter2") && !text.contains("\"abc\""),
+        "{text}"
+    );
+    assert!(text.contains("REDACTED"), "{text}");
+}

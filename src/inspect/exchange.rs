@@ -129,10 +129,10 @@ impl ExchangeCtx {
         } = *meta;
         self.status = status;
         let inner = self.insp.clone();
-        if inner.bus.wants_in(Interest::HTTP, self.id) {
+        if inner.bus.wants_in(Interest::HTTP_STATUS, self.id) {
             inner.bus.publish(Event::Http(HttpEvent::Response {
                 headers: headers
-                    .filter(|_| inner.bus.wants(Interest::HTTP_HEADERS))
+                    .filter(|_| inner.bus.wants_in(Interest::HTTP_HEADERS, self.id))
                     .map(|h| inner.cfg.redact.headers(h))
                     .unwrap_or_default(),
                 ts: now_ns(),
@@ -246,7 +246,7 @@ impl ExchangeCtx {
     pub fn answer_locally(&mut self, status: u16, reason: &str) {
         self.status = status;
         let inner = self.insp.clone();
-        if inner.bus.wants_in(Interest::HTTP, self.id) {
+        if inner.bus.wants_in(Interest::HTTP_STATUS, self.id) {
             inner.bus.publish(Event::Http(HttpEvent::Response {
                 headers: Default::default(),
                 ts: now_ns(),

@@ -153,7 +153,7 @@ impl ExchangeCtx {
     pub(super) fn legacy_endpoint(&mut self, data: &[u8]) {
         let data = String::from_utf8_lossy(data).into_owned();
         let inner = self.insp.clone();
-        if inner.bus.wants_in(Interest::HTTP, self.id) {
+        if inner.bus.wants_in(Interest::HTTP_REQUEST, self.id) {
             inner.bus.publish(Event::Http(HttpEvent::Endpoint {
                 ts: now_ns(),
                 exchange: self.id,

@@ -298,11 +298,11 @@ impl Inspector {
                 None => (Scope::Exchange(id), Transport::Json, None),
             },
         };
-        if inner.bus.wants_in(Interest::HTTP, id) {
+        if inner.bus.wants_in(Interest::HTTP_REQUEST, id) {
             inner.bus.publish(Event::Http(HttpEvent::Request {
                 headers: meta
                     .headers
-                    .filter(|_| inner.bus.wants(Interest::HTTP_HEADERS))
+                    .filter(|_| inner.bus.wants_in(Interest::HTTP_HEADERS, id))
                     .map(|h| inner.cfg.redact.headers(h))
                     .unwrap_or_default(),
                 ts: now_ns(),

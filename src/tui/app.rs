@@ -391,7 +391,9 @@ impl App {
                 });
             }
             Event::Call(c) => {
-                self.apply_call(
+                self.apply_call_at(
+                    c.exchange,
+                    c.target.clone(),
                     c.scope.to_string().into(),
                     c.direction,
                     c.id.to_json_text().into(),
@@ -606,6 +608,25 @@ impl App {
         latency_us: Option<u64>,
         ts: u64,
     ) {
+        self.apply_call_at(0, None, scope, dir, id, method, outcome, latency_us, ts);
+    }
+
+    /// Applies a call's outcome, knowing its exchange and target: a call whose request row is
+    /// not here (a feed attached after the call began, a display event dropped) gets a row of
+    /// its own, made from the call.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_call_at(
+        &mut self,
+        exchange: u64,
+        target: Option<Text>,
+        scope: Text,
+        dir: Direction,
+        id: Text,
+        method: &Text,
+        outcome: RowOutcome,
+        latency_us: Option<u64>,
+        ts: u64,
+    ) {
         // Under sampling each call shown stands for `sample` calls in the counters.
         let w = self.sample.max(1);
         self.calls_total += w;
@@ -644,10 +665,37 @@ impl App {
         if self.open.get(&key).is_some_and(VecDeque::is_empty) {
             self.open.remove(&key);
         }
-        if let Some(seq) = seq {
-            if let Some(r) = self.row_mut(seq) {
-                r.outcome = outcome;
-                r.latency_us = latency_us;
+        match seq {
+            Some(seq) => {
+                if let Some(r) = self.row_mut(seq) {
+                    r.outcome = outcome;
+                    r.latency_us = latency_us;
+                }
+            }
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let started = ts.saturating_sub(latency_us.unwrap_or(0) * 1000);
+                let (scope, _, id) = key;
+                self.push_row(Row {
+                    seq,
+                    ts_ns: started,
+                    exchange,
+                    scope,
+                    direction: dir,
+                    method: method.clone(),
+                    target,
+                    id,
+                    outcome,
+                    latency_us,
+                    size: 0,
+                    anomalies: vec![],
+                    anomaly_text: vec![],
+                    request: None,
+                    reply: None,
+                    stream: vec![],
+                    transport: "-",
+                });
             }
         }
     }
@@ -1423,9 +1471,40 @@ mod tests {
         assert!(a.methods.contains_key("m4999"));
         assert_eq!(a.calls_total, 5_000);
         assert!(a.rows.len() <= 100);
-        // The calls' outcomes named other scopes, so their rows stayed pending; evicted rows
-        // leave the open calls too.
-        assert_eq!(a.pending(), a.rows.len());
+        // The calls' outcomes named other scopes: their request rows stayed pending, and each
+        // outcome got a row of its own (no request seen); evicted rows leave the open calls.
+        assert!(a
+            .rows
+            .iter()
+            .all(|r| (r.outcome == RowOutcome::Pending) == r.request.is_some()));
+        let pending_rows = a.rows.iter().filter(|r| r.request.is_some()).count();
+        assert_eq!(a.pending(), pending_rows);
+    }
+
+    #[test]
+    fn a_call_whose_request_was_not_seen_gets_a_row_of_its_own() {
+        // A feed attached while the call was in flight: only its outcome arrives.
+        let mut a = App::new("t", "l", "u", 100, 0);
+        a.apply_call_at(
+            7,
+            Some("add".into()),
+            "session:s1".into(),
+            Direction::ClientToServer,
+            "3".into(),
+            &"tools/call".into(),
+            RowOutcome::Result,
+            Some(1_500),
+            10_000_000,
+        );
+        assert_eq!(a.rows.len(), 1);
+        let r = &a.rows[0];
+        assert_eq!((r.exchange, &*r.method, &*r.id), (7, "tools/call", "3"));
+        assert_eq!(r.display_method(), "tools/call add");
+        assert_eq!(r.outcome, RowOutcome::Result);
+        assert_eq!(r.ts_ns, 10_000_000 - 1_500_000, "when the call started");
+        assert!(r.request.is_none());
+        assert_eq!(a.calls_total, 1);
+        assert_eq!(a.pending(), 0);
     }
 
     #[test]

@@ -182,8 +182,10 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
 struct FeedState {
     /// The attached process's start (from the feed header): another value is another process.
     started: Option<serde_json::Value>,
-    /// The number of the newest event applied: a reconnect's backlog repeats what came before.
-    next_seq: u64,
+    /// Before the live marker: the backlog (skipped on a reconnect to the same process).
+    in_backlog: bool,
+    /// Whether this process's backlog was shown already.
+    shown_backlog: bool,
     base_title: String,
 }
 
@@ -195,11 +197,12 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
             let started = h.get("started").cloned();
             if st.started.is_some() && st.started != started {
                 app.clear();
-                st.next_seq = 0;
+                st.shown_backlog = false;
                 app.status = "the attached rpctap restarted: showing the new process".into();
             } else {
                 app.status = String::new();
             }
+            st.in_backlog = true;
             st.started = started;
             let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(str::to_string);
             match s("mode").as_deref() {
@@ -228,8 +231,13 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
         FeedMsg::State(s) => {
             app.title = format!("{} — {s}", st.base_title);
         }
-        FeedMsg::Event(seq, e) => {
+        FeedMsg::Event(e) => {
             if let RecEvent::Other(v) = &*e {
+                if v.get("event").and_then(|x| x.as_str()) == Some("feed") {
+                    st.in_backlog = false;
+                    st.shown_backlog = true;
+                    return;
+                }
                 if v.get("what").and_then(|w| w.as_str()) == Some("feed_dropped") {
                     let n = v
                         .get("message")
@@ -241,12 +249,8 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
                 }
                 return;
             }
-            // Notices carry no number (u64::MAX); numbered events come once.
-            if seq != u64::MAX {
-                if seq < st.next_seq {
-                    return; // already shown before the reconnect
-                }
-                st.next_seq = seq + 1;
+            if st.in_backlog && st.shown_backlog {
+                return; // a reconnect to the same process: its recent calls are on screen
             }
             apply_rec(app, &e);
         }
@@ -270,7 +274,9 @@ pub fn apply_rec(app: &mut App, e: &RecEvent) {
                 sse: m.transport != crate::events::Transport::Json,
             }),
             RecEvent::Call(c) => {
-                app.apply_call(
+                app.apply_call_at(
+                    c.exchange,
+                    c.target.as_deref().map(Into::into),
                     c.scope.as_str().into(),
                     c.direction,
                     c.id.get().into(),
