@@ -414,6 +414,20 @@ mod tests {
         let text = include_str!("../config/rpctap.toml");
         let f = FileConfig::parse(text).unwrap();
         assert!(f.upstream.is_some());
+        assert_eq!(f.metrics_max_labels, Some(500));
+        // Its commented keys parse too, uncommented.
+        let all = text
+            .replace("# admin = ", "admin = ")
+            .replace("# ready_path = ", "ready_path = ");
+        let f = FileConfig::parse(&all).unwrap();
+        assert_eq!(f.admin.as_deref(), Some("127.0.0.1:9100"));
+        let a = admin_config(&ProxyFlags::default(), &f).unwrap().unwrap();
+        assert_eq!(a.ready_path.as_deref(), Some("/health"));
+        assert_eq!(a.ready_interval, Duration::from_secs(5));
+        // Off loopback without a token: refused, naming the fix.
+        let f = FileConfig::parse("admin = \"0.0.0.0:9100\"").unwrap();
+        let e = admin_config(&ProxyFlags::default(), &f).unwrap_err();
+        assert!(e.to_string().contains("RPCTAP_ADMIN_TOKEN"), "{e}");
     }
 
     #[test]

@@ -400,6 +400,26 @@ impl Event {
     }
 }
 
+/// The events per second a display (the dashboard, a feed client) takes in before it samples: about 2,000 calls/s of
+/// plain JSON-RPC (five events per call) — more rows than anyone reads. Past that it shows one
+/// exchange in k, k chosen every half second from the traffic, so that its cost to the proxy
+/// stays flat however high the load; the header says so.
+pub const EVENT_BUDGET: f64 = 10_000.0;
+
+/// The stride that keeps `seen_per_sec` events per second — taken in at stride `current` —
+/// within [`EVENT_BUDGET`]. It rises at once, and falls only when the traffic would fit in half
+/// the stride (no flapping at the edge).
+pub fn next_stride(current: u64, seen_per_sec: f64) -> u64 {
+    let current = current.max(1);
+    let offered = seen_per_sec * current as f64;
+    let want = (offered / EVENT_BUDGET).ceil().clamp(1.0, 1024.0) as u64;
+    if want > current || want * 2 <= current {
+        want
+    } else {
+        current
+    }
+}
+
 /// A subscriber's share of the exchanges: it reads the events of exchange `n` when
 /// `n % stride == 0` (and every event that belongs to no exchange). A stride of 1 — the default,
 /// and all a lossless subscriber ever has — is every exchange. A subscriber that may sample

@@ -5,8 +5,9 @@
 //! while no client is attached, so the inspector builds no event for it — and only a sink for
 //! ended calls runs, keeping the most recent ones (bounded) for `GET /calls` and for a client
 //! that attaches late. When a client attaches the gate opens: the client gets the header, the
-//! recent calls (`"backlog"` lines), a `{"event":"feed","live":true}` line, then every event
-//! from then on. The queue is drained on a timer (the proxy's threads never wake this task per
+//! recent calls, a `{"event":"feed","live":true,"sample":1}` line, then every event from then
+//! on — or, past the display budget (10,000 events/s, as the dashboard), whole exchanges one in
+//! k, announced by a `{"event":"feed","sample":k}` line. The queue is drained on a timer (the proxy's threads never wake this task per
 //! event); each event is serialized once, as its recording line (`record::write_line`, so a
 //! reader of recordings reads the feed), and handed to every client's own bounded queue: a
 //! client that reads too slowly loses lines — counted, and told by a `notice` line — and never
@@ -34,8 +35,6 @@ pub const DRAIN: Duration = Duration::from_millis(20);
 pub const BUS_QUEUE: usize = 65_536;
 /// A client's queue (lines).
 pub const CLIENT_QUEUE: usize = 16_384;
-/// The line between a client's backlog and its live stream.
-pub const LIVE_MARKER: &[u8] = b"{\"event\":\"feed\",\"live\":true}\n";
 
 /// Bounds of what the feed keeps.
 #[derive(Clone, Copy, Debug)]
@@ -68,24 +67,22 @@ struct Client {
     reported: u64,
 }
 
-#[derive(Default)]
-struct State {
-    calls: VecDeque<CallEvent>,
-    clients: Vec<Client>,
-}
-
 struct Inner {
     header: Bytes,
     limits: FeedLimits,
-    /// A std lock: held to append a call, by the drain for one batch and by `attach`; never
-    /// across an `.await`.
-    state: Mutex<State>,
+    /// The recent calls. A std lock of its own, held only to append one (on the publishing
+    /// threads) or to copy them out: the drain's work never makes the proxy wait on it.
+    calls: Mutex<VecDeque<CallEvent>>,
+    /// The attached clients. A std lock, never held across an `.await`.
+    clients: Mutex<Vec<Client>>,
     /// Open while a client is attached (the bus builds the feed's events only then).
     gate: Arc<AtomicBool>,
     /// Lines dropped because a client's queue was full.
     dropped: AtomicU64,
     /// Events the feed's bus queue dropped.
     bus_dropped: Mutex<Option<Arc<AtomicU64>>>,
+    /// The feed carries one exchange in this many (1: all).
+    sample: AtomicU64,
 }
 
 /// The feed: cheap to clone.
@@ -130,10 +127,12 @@ impl Feed {
             inner: Arc::new(Inner {
                 header: Bytes::from(header),
                 limits,
-                state: Mutex::new(State::default()),
+                calls: Mutex::new(VecDeque::new()),
+                clients: Mutex::new(Vec::new()),
                 gate: Arc::new(AtomicBool::new(false)),
                 dropped: AtomicU64::new(0),
                 bus_dropped: Mutex::new(None),
+                sample: AtomicU64::new(1),
             }),
         }
     }
@@ -155,8 +154,12 @@ impl Feed {
         sub
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn clients_locked(&self) -> std::sync::MutexGuard<'_, Vec<Client>> {
+        self.inner.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn calls_locked(&self) -> std::sync::MutexGuard<'_, VecDeque<CallEvent>> {
+        self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Lines lost to slow clients plus events lost by the feed's bus queue.
@@ -172,7 +175,7 @@ impl Feed {
     }
 
     pub fn clients(&self) -> usize {
-        self.state().clients.len()
+        self.clients_locked().len()
     }
 
     /// Whether the bus builds events for the feed now (a client is attached).
@@ -187,6 +190,8 @@ impl Feed {
             let mut tick = tokio::time::interval(DRAIN);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut batch = Vec::new();
+            let mut window = std::time::Instant::now();
+            let mut seen = 0u64;
             loop {
                 tick.tick().await;
                 let open = loop {
@@ -196,10 +201,30 @@ impl Feed {
                         Err(mpsc::error::TryRecvError::Disconnected) => break false,
                     }
                 };
+                seen += batch.len() as u64;
                 me.push(&mut batch);
+                // Like the dashboard: past the display budget, whole exchanges one in k, so
+                // that watching costs the proxy a bounded share however high the load.
+                let elapsed = window.elapsed();
+                if elapsed >= Duration::from_millis(500) {
+                    let k = if me.is_open() {
+                        crate::events::next_stride(
+                            sub.stride.get(),
+                            seen as f64 / elapsed.as_secs_f64(),
+                        )
+                    } else {
+                        1
+                    };
+                    if k != sub.stride.get() {
+                        sub.stride.set(k);
+                        me.tell_sample(k);
+                    }
+                    window = std::time::Instant::now();
+                    seen = 0;
+                }
                 if !open {
                     // The publishers are gone: the clients' streams end.
-                    me.state().clients.clear();
+                    me.clients_locked().clear();
                     return;
                 }
             }
@@ -209,12 +234,18 @@ impl Feed {
     /// Hands a batch of events to the clients (emptying it); forgets clients that left, and
     /// closes the gate when none is left.
     pub fn push(&self, batch: &mut Vec<Arc<Event>>) {
-        let mut st = self.state();
-        if !st.clients.is_empty() {
-            for ev in batch.iter() {
-                let Some(line) = line_of(ev) else { continue };
+        // Serialized before the clients' lock is taken.
+        let lines: Vec<Bytes> = if self.is_open() {
+            batch.iter().filter_map(|ev| line_of(ev)).collect()
+        } else {
+            Vec::new()
+        };
+        batch.clear();
+        let mut clients = self.clients_locked();
+        if !clients.is_empty() {
+            for line in lines {
                 let mut dropped = 0;
-                for c in st.clients.iter_mut() {
+                for c in clients.iter_mut() {
                     if let Err(mpsc::error::TrySendError::Full(_)) = c.tx.try_send(line.clone()) {
                         c.dropped += 1;
                         dropped += 1;
@@ -225,13 +256,12 @@ impl Feed {
                 }
             }
         }
-        batch.clear();
-        st.clients.retain(|c| !c.tx.is_closed());
-        if st.clients.is_empty() {
+        clients.retain(|c| !c.tx.is_closed());
+        if clients.is_empty() {
             self.inner.gate.store(false, Ordering::Relaxed);
         }
         // Tell each client that lost lines since the last report how many.
-        for c in st.clients.iter_mut() {
+        for c in clients.iter_mut() {
             if c.dropped > c.reported {
                 let ev = Event::Notice(crate::events::NoticeEvent {
                     ts: crate::events::now_ns(),
@@ -250,24 +280,37 @@ impl Feed {
         }
     }
 
+    /// Tells every client the feed now carries one exchange in `k`.
+    fn tell_sample(&self, k: u64) {
+        self.inner.sample.store(k, Ordering::Relaxed);
+        let line = Bytes::from(format!("{{\"event\":\"feed\",\"sample\":{k}}}\n"));
+        for c in self.clients_locked().iter() {
+            let _ = c.tx.try_send(line.clone());
+        }
+    }
+
     /// Attaches a client: its queue holds the header, the recent calls and the live marker,
     /// then live lines.
     pub fn attach(&self) -> Result<FeedClient, FeedError> {
-        let mut st = self.state();
-        st.clients.retain(|c| !c.tx.is_closed());
-        if st.clients.len() >= self.inner.limits.max_clients {
+        let mut clients = self.clients_locked();
+        clients.retain(|c| !c.tx.is_closed());
+        if clients.len() >= self.inner.limits.max_clients {
             return Err(FeedError::TooManyClients(self.inner.limits.max_clients));
         }
+        let backlog: Vec<CallEvent> = self.calls_locked().iter().cloned().collect();
         // The backlog may be larger than the queue: it goes first, whole.
-        let (tx, rx) = mpsc::channel(CLIENT_QUEUE + st.calls.len() + 2);
+        let (tx, rx) = mpsc::channel(CLIENT_QUEUE + backlog.len() + 2);
         let _ = tx.try_send(self.inner.header.clone());
-        for c in &st.calls {
-            if let Some(line) = line_of(&Event::Call(c.clone())) {
+        for c in backlog {
+            if let Some(line) = line_of(&Event::Call(c)) {
                 let _ = tx.try_send(line);
             }
         }
-        let _ = tx.try_send(Bytes::from_static(LIVE_MARKER));
-        st.clients.push(Client {
+        let k = self.inner.sample.load(Ordering::Relaxed).max(1);
+        let _ = tx.try_send(Bytes::from(format!(
+            "{{\"event\":\"feed\",\"live\":true,\"sample\":{k}}}\n"
+        )));
+        clients.push(Client {
             tx,
             dropped: 0,
             reported: 0,
@@ -278,12 +321,14 @@ impl Feed {
 
     /// The most recent ended calls, newest last, as recording lines' JSON values.
     pub fn recent_calls(&self, limit: usize) -> Vec<serde_json::Value> {
-        let st = self.state();
-        let skip = st.calls.len().saturating_sub(limit);
-        st.calls
-            .iter()
-            .skip(skip)
-            .filter_map(|c| serde_json::to_value(Event::Call(c.clone())).ok())
+        let recent: Vec<CallEvent> = {
+            let calls = self.calls_locked();
+            let skip = calls.len().saturating_sub(limit);
+            calls.iter().skip(skip).cloned().collect()
+        };
+        recent
+            .into_iter()
+            .filter_map(|c| serde_json::to_value(Event::Call(c)).ok())
             .collect()
     }
 }
@@ -296,11 +341,12 @@ impl Sink for Feed {
         if cap == 0 {
             return;
         }
-        let mut st = self.state();
-        if st.calls.len() >= cap {
-            st.calls.pop_front();
+        let c = c.clone();
+        let mut calls = self.calls_locked();
+        if calls.len() >= cap {
+            calls.pop_front();
         }
-        st.calls.push_back(c.clone());
+        calls.push_back(c);
     }
 }
 
@@ -385,7 +431,10 @@ mod tests {
             .map(|l| l["id"].as_u64().unwrap())
             .collect();
         assert_eq!(ids, vec![2, 3, 4], "the recent calls, bounded");
-        assert_eq!(got[4], serde_json::json!({"event": "feed", "live": true}));
+        assert_eq!(
+            got[4],
+            serde_json::json!({"event": "feed", "live": true, "sample": 1})
+        );
         assert_eq!(got[5]["ts"], 9, "then live");
         assert_eq!(got.len(), 6);
         // The client leaves: the gate closes at the next drain.

@@ -564,3 +564,34 @@ async fn readiness_by_get_path_counts_answers_below_500_and_the_feed_is_redacted
     );
     assert!(text.contains("REDACTED"), "{text}");
 }
+
+#[test]
+fn the_demo_turns_the_admin_listener_on_and_prints_it() {
+    let mut p = Proc::spawn(
+        rpctap()
+            .args([
+                "demo",
+                "--no-tui",
+                "--listen",
+                "127.0.0.1:0",
+                "--log",
+                "off",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let mut err = std::io::BufReader::new(p.0.stderr.take().unwrap());
+    let mut line = String::new();
+    let admin = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no admin banner");
+        if let Some(a) = addr_after(&line, "admin on http://") {
+            break a;
+        }
+    };
+    assert!(admin.ip().is_loopback());
+    assert!(line.contains(&format!("rpctap attach {admin}")), "{line}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r = rt.block_on(get(admin, "/healthz", None));
+    assert_eq!(r.status, 200);
+}

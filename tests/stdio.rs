@@ -576,3 +576,97 @@ fn the_log_never_touches_stdout() {
     assert!(text.contains("\"event\":\"call\""), "{text}");
     assert!(text.contains("\"outcome\":\"result\""), "{text}");
 }
+
+#[test]
+fn the_feed_and_recent_calls_on_a_unix_socket_and_the_export_of_a_stdio_recording() {
+    let tmp = Scratch::new("stdio-unix");
+    let sock = tmp.join("admin.sock");
+    let file = tmp.join("u.jsonl");
+    let mut p = Proc::spawn(
+        rpctap()
+            .args(["stdio", "--record", file.to_str().unwrap()])
+            .arg("--admin")
+            .arg(format!("unix:{}", sock.display()))
+            .arg("--")
+            .args([
+                "sh",
+                "-c",
+                r#"read l; echo '{"jsonrpc":"2.0","id":"a","result":{"n":1}}'; read l"#,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let mut stdin = p.0.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"tools/list\"}\n")
+        .unwrap();
+    let mut reply = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(p.0.stdout.take().unwrap()),
+        &mut reply,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket is the owner's only");
+    let calls = Command::new("curl")
+        .args([
+            "-s",
+            "--unix-socket",
+            sock.to_str().unwrap(),
+            "http://rpctap/calls",
+        ])
+        .output()
+        .unwrap();
+    let calls: serde_json::Value = serde_json::from_slice(&calls.stdout).unwrap();
+    assert_eq!(calls[0]["method"], "tools/list");
+    assert_eq!(calls[0]["id"], "a");
+    assert_eq!(calls[0]["outcome"], "result");
+    let ready = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--unix-socket",
+            sock.to_str().unwrap(),
+            "http://rpctap/readyz",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&ready.stdout),
+        "200",
+        "ready while the child runs"
+    );
+    stdin.write_all(b"\n").unwrap();
+    drop(stdin);
+    assert_eq!(p.0.wait().unwrap().code(), Some(0));
+
+    // The recording exports as exchange documents that `check` passes.
+    let docs = rpctap()
+        .args(["export", file.to_str().unwrap(), "--format", "exchange"])
+        .output()
+        .unwrap();
+    assert!(docs.status.success());
+    let doc: serde_json::Value =
+        serde_json::from_slice(docs.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(doc["request"][0]["method"], "tools/list");
+    assert_eq!(doc["response"][0]["result"]["n"], 1);
+    let mut check = rpctap()
+        .args(["check", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check.stdin.take().unwrap().write_all(&docs.stdout).unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -35,25 +35,7 @@ pub const INTEREST: crate::events::Interest = crate::events::Interest::HTTP
 /// How often live events are taken off the bus.
 pub const DRAIN: Duration = Duration::from_millis(20);
 
-/// The events per second the dashboard takes in before it samples: about 2,000 calls/s of
-/// plain JSON-RPC (five events per call) — more rows than anyone reads. Past that it shows one
-/// exchange in k, k chosen every half second from the traffic, so that its cost to the proxy
-/// stays flat however high the load; the header says so.
-pub const EVENT_BUDGET: f64 = 10_000.0;
-
-/// The stride that keeps `seen_per_sec` events per second — taken in at stride `current` —
-/// within [`EVENT_BUDGET`]. It rises at once, and falls only when the traffic would fit in half
-/// the stride (no flapping at the edge).
-pub fn next_stride(current: u64, seen_per_sec: f64) -> u64 {
-    let current = current.max(1);
-    let offered = seen_per_sec * current as f64;
-    let want = (offered / EVENT_BUDGET).ceil().clamp(1.0, 1024.0) as u64;
-    if want > current || want * 2 <= current {
-        want
-    } else {
-        current
-    }
-}
+pub use crate::events::{next_stride, EVENT_BUDGET};
 
 /// Where `r` re-sends a request: the proxy itself, so the re-sent call is inspected too.
 #[derive(Clone, Debug)]
@@ -234,8 +216,13 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
         FeedMsg::Event(e) => {
             if let RecEvent::Other(v) = &*e {
                 if v.get("event").and_then(|x| x.as_str()) == Some("feed") {
-                    st.in_backlog = false;
-                    st.shown_backlog = true;
+                    if v.get("live").is_some() {
+                        st.in_backlog = false;
+                        st.shown_backlog = true;
+                    }
+                    if let Some(k) = v.get("sample").and_then(|k| k.as_u64()) {
+                        app.sample = k.max(1);
+                    }
                     return;
                 }
                 if v.get("what").and_then(|w| w.as_str()) == Some("feed_dropped") {
