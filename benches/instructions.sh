@@ -4,7 +4,7 @@
 #
 #   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, rpctap --record
 #   SECS=20 bash benches/instructions.sh
-#   BUDGET_ABOVE_FLOOR=18500 BUDGET_RECORD=14500 bash benches/instructions.sh   # fail if over
+#   BUDGET_ABOVE_FLOOR=18500 BUDGET_RECORD=14500 BUDGET_ADMIN=2100 bash benches/instructions.sh   # fail if over
 #
 # Each proxy runs under `valgrind --tool=callgrind` (one worker thread) in front of rpctap's demo
 # server; `wrk -t1 -c50` warms it up for 2 s, the counters are zeroed, then SECS seconds of load
@@ -78,15 +78,21 @@ measure nginx $P -- $NGINX -c $WORK/nginx.conf
 P=$(free_port); measure hyper-floor $P -- target/release/examples/hyper_floor 127.0.0.1:$P 127.0.0.1:$UP
 P=$(free_port); measure rpctap $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP
 P=$(free_port); measure rpctap+record $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl
+# The admin listener on (metrics counted per call; the feed gated shut, nobody attached).
+P=$(free_port); A=$(free_port); measure rpctap+admin $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --admin 127.0.0.1:$A
 
 # rpctap's own work: what it executes above the floor (the same stack forwarding blindly), and
 # what recording adds. With BUDGET_ABOVE_FLOOR / BUDGET_RECORD set (instructions per call), the
 # script fails when a budget is exceeded — targets a noisy machine can check.
 above=$((IR[rpctap] - IR[hyper-floor])); record=$((IR[rpctap+record] - IR[rpctap]))
 echo
-echo "rpctap above the hyper floor: $above instructions/call; --record adds $record"
+admin=$((IR[rpctap+admin] - IR[rpctap]))
+echo "rpctap above the hyper floor: $above instructions/call; --record adds $record; --admin adds $admin"
 echo "ratios to nginx: floor $(awk "BEGIN{printf \"%.2f\", ${IR[hyper-floor]}/${IR[nginx]}}"), rpctap $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap]}/${IR[nginx]}}"), --record $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap+record]}/${IR[nginx]}}")"
 fail=0
+if [ -n "${BUDGET_ADMIN:-}" ] && [ "$admin" -gt "$BUDGET_ADMIN" ]; then
+  echo "over budget: $admin > BUDGET_ADMIN=$BUDGET_ADMIN"; fail=1
+fi
 if [ -n "${BUDGET_ABOVE_FLOOR:-}" ] && [ "$above" -gt "$BUDGET_ABOVE_FLOOR" ]; then
   echo "over budget: $above > BUDGET_ABOVE_FLOOR=$BUDGET_ABOVE_FLOOR"; fail=1
 fi

@@ -160,8 +160,20 @@ impl Bounded {
     }
 }
 
+/// Handles already made, by label values, behind a fast hash: prometheus-client's `Family`
+/// hashes its label sets with SipHash under a lock on every lookup (most of the metrics' cost per
+/// call in callgrind); a counter or histogram handle is an `Arc`, so it is looked up there once
+/// per label set and kept here.
+type Cache<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;
+
+/// A call counter's label values: method, target, outcome.
+type CallKey = (Arc<str>, Option<Arc<str>>, &'static str);
+
 /// The metrics: a registry and the handles the sink and the scrape update.
 pub struct Metrics {
+    call_handles: Cache<CallKey, Counter>,
+    duration_handles: Cache<Arc<str>, Histogram>,
+    status_handles: Cache<u16, Counter>,
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     durations: Family<MethodLabel, Histogram, fn() -> Histogram>,
@@ -280,6 +292,9 @@ impl Metrics {
         let cpu = Counter::<f64, AtomicU64>::default();
         let start_time = Gauge::default();
         let m = Metrics {
+            call_handles: Cache::default(),
+            duration_handles: Cache::default(),
+            status_handles: Cache::default(),
             registry,
             calls,
             durations,
@@ -388,17 +403,33 @@ impl Metrics {
             Outcome::Rejected { .. } => "rejected",
             Outcome::Missing { .. } => "missing",
         };
-        self.calls
-            .get_or_create(&CallLabels {
-                method: method.clone(),
-                target,
-                outcome,
-            })
-            .inc();
+        let key = (method, target, outcome);
+        match self.call_handles.get(&key) {
+            Some(c) => {
+                c.inc();
+            }
+            None => {
+                let c = self.calls.get_or_create_owned(&CallLabels {
+                    method: key.0.clone(),
+                    target: key.1.clone(),
+                    outcome,
+                });
+                c.inc();
+                self.call_handles.insert(key.clone(), c);
+            }
+        }
         if let (Some(us), Outcome::Result | Outcome::Error { .. }) = (c.latency_us, &c.outcome) {
-            self.durations
-                .get_or_create(&MethodLabel { method })
-                .observe(us as f64 / 1e6);
+            let secs = us as f64 / 1e6;
+            match self.duration_handles.get(&key.0) {
+                Some(h) => h.observe(secs),
+                None => {
+                    let h = self.durations.get_or_create_owned(&MethodLabel {
+                        method: key.0.clone(),
+                    });
+                    h.observe(secs);
+                    self.duration_handles.insert(key.0, h);
+                }
+            }
         }
     }
 }
@@ -420,9 +451,18 @@ impl Sink for Metrics {
                     .inc();
             }
             Event::Http(HttpEvent::Response { status, .. }) => {
-                self.http
-                    .get_or_create(&StatusLabel { status: *status })
-                    .inc();
+                match self.status_handles.get(status) {
+                    Some(c) => {
+                        c.inc();
+                    }
+                    None => {
+                        let c = self
+                            .http
+                            .get_or_create_owned(&StatusLabel { status: *status });
+                        c.inc();
+                        self.status_handles.insert(*status, c);
+                    }
+                }
             }
             _ => {}
         }
