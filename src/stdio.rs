@@ -717,6 +717,69 @@ mod tests {
         }
     }
 
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes, cut anywhere: the pieces put back together are the input (less the
+        /// newlines), each whole line is what `split` gives, and a line over the cap is spilled
+        /// and reported with its length instead.
+        #[test]
+        fn any_chunking_gives_the_lines_back(
+            data in proptest::collection::vec(
+                prop_oneof![Just(b'\n'), Just(b'{'), Just(b'a'), proptest::num::u8::ANY],
+                0..400,
+            ),
+            cuts in proptest::collection::vec(0usize..400, 0..8),
+            max in 1usize..40,
+        ) {
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(data.len())).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            for c in cuts.into_iter().chain([data.len()]) {
+                chunks.push(&data[at..c]);
+                at = c;
+            }
+            let got = split(max, &chunks);
+            // Reassembled: every byte once, in order (a newline is what separates lines).
+            let mut back: Vec<u8> = Vec::new();
+            let mut want: Vec<Piece> = Vec::new();
+            let mut long = 0u64;
+            for p in &got {
+                match p {
+                    Piece::Line(l) => {
+                        back.extend_from_slice(l);
+                        back.push(b'\n');
+                    }
+                    Piece::Spill(b) => back.extend_from_slice(b),
+                    Piece::LongEnd(_) => back.push(b'\n'),
+                }
+            }
+            let mut expected = data.clone();
+            if !expected.is_empty() && expected.last() != Some(&b'\n') {
+                expected.push(b'\n'); // the last line, given at the end without its newline
+            }
+            prop_assert_eq!(&back, &expected);
+            let lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+            let n = if data.last() == Some(&b'\n') || data.is_empty() { lines.len() - 1 } else { lines.len() };
+            for l in &lines[..n] {
+                if l.len() > max {
+                    long += l.len() as u64;
+                    want.push(Piece::LongEnd(l.len() as u64));
+                } else {
+                    want.push(Piece::Line(Bytes::copy_from_slice(l)));
+                }
+            }
+            let whole: Vec<&Piece> = got.iter().filter(|p| !matches!(p, Piece::Spill(_))).collect();
+            prop_assert_eq!(whole.len(), want.len());
+            for (g, w) in whole.iter().zip(&want) {
+                prop_assert_eq!(*g, w);
+            }
+            let spilled: u64 = got.iter().map(|p| match p { Piece::Spill(b) => b.len() as u64, _ => 0 }).sum();
+            prop_assert_eq!(spilled, long);
+        }
+    }
+
     #[test]
     fn a_line_beyond_the_cap_spills_and_is_reported_once() {
         let got = split(4, &[b"ab", b"cdefg", b"hi\nok\n"]);
