@@ -23,6 +23,8 @@ fn main() {
         .init();
     // `RPCTAP_THREADS=N` sets the number of runtime threads (default: one per core).
     let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // An idle worker gives its freed memory back (see `alloc::give_back_when_idle`).
+    builder.on_thread_park(rpctap::alloc::give_back_when_idle);
     if let Some(v) = std::env::var_os("RPCTAP_THREADS") {
         match v.to_str().and_then(|v| v.parse::<usize>().ok()) {
             Some(n) if n >= 1 => {
