@@ -280,6 +280,13 @@ pub struct ProxyFlags {
     /// Seconds to wait for the upstream's response headers (then 504).
     #[arg(long, value_name = "SECS")]
     pub upstream_timeout: Option<f64>,
+    /// Most upstream connections kept alive between requests; idle client connections beyond it
+    /// hold none (default 64).
+    #[arg(long, value_name = "N")]
+    pub upstream_idle_max: Option<usize>,
+    /// Seconds a kept upstream connection may sit unused before it is closed (default 90).
+    #[arg(long, value_name = "SECS")]
+    pub upstream_idle_timeout: Option<f64>,
     /// Seconds to wait for a TCP/TLS connection to the upstream (then 502).
     #[arg(long, value_name = "SECS")]
     pub connect_timeout: Option<f64>,

@@ -42,6 +42,8 @@ pub struct FileConfig {
     pub upstream_insecure: Option<bool>,
     pub grace_secs: Option<f64>,
     pub upstream_timeout_secs: Option<f64>,
+    pub upstream_idle_max: Option<usize>,
+    pub upstream_idle_timeout_secs: Option<f64>,
     pub connect_timeout_secs: Option<f64>,
     pub record: Option<PathBuf>,
     pub record_max_bytes: Option<u64>,
@@ -379,6 +381,17 @@ pub fn resolve(
                     .connect_timeout
                     .or(file.connect_timeout_secs)
                     .unwrap_or(5.0),
+            )?,
+            upstream_idle_max: flags
+                .upstream_idle_max
+                .or(file.upstream_idle_max)
+                .unwrap_or(64),
+            upstream_idle_timeout: secs(
+                "--upstream-idle-timeout",
+                flags
+                    .upstream_idle_timeout
+                    .or(file.upstream_idle_timeout_secs)
+                    .unwrap_or(90.0),
             )?,
             upstream_timeout: secs(
                 "--upstream-timeout",

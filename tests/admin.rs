@@ -595,3 +595,76 @@ fn the_demo_turns_the_admin_listener_on_and_prints_it() {
     let r = rt.block_on(get(admin, "/healthz", None));
     assert_eq!(r.status, 200);
 }
+
+/// One keep-alive HTTP/1.1 call on `s`; the connection stays open afterwards.
+async fn call_on(s: &mut tokio::net::TcpStream, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!(
+        "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed");
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap();
+            if rest.len() >= len {
+                return rest[..len].to_string();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_client_connections_beyond_the_idle_budget_hold_no_upstream_connection() {
+    let (up, _stop) = start_demo().await;
+    let s = start_sidecar(&format!("http://{up}"), &["--upstream-idle-max", "2"]);
+    let mut clients = Vec::new();
+    for i in 0..5 {
+        let mut c = tokio::net::TcpStream::connect(s.listen).await.unwrap();
+        let r = call_on(
+            &mut c,
+            &format!(r#"{{"jsonrpc":"2.0","method":"add","params":[{i},1],"id":{i}}}"#),
+        )
+        .await;
+        assert!(r.contains(&format!("\"result\":{}", i + 1)), "{r}");
+        clients.push(c); // kept open, idle
+    }
+    let gauge = |text: &str, side: &str| {
+        sample(text, &format!("rpctap_connections{{side=\"{side}\"}}")).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = get(s.admin, "/metrics", None).await.text();
+        let (client, upstream) = (gauge(&text, "client"), gauge(&text, "upstream"));
+        if client == 5.0 && upstream == 2.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "5 idle clients should hold 2 upstream connections: client {client}, upstream {upstream}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // They all still work: a client without a kept connection gets a new one for its call.
+    for (i, c) in clients.iter_mut().enumerate() {
+        let r = call_on(
+            c,
+            &format!(r#"{{"jsonrpc":"2.0","method":"add","params":[{i},2],"id":{i}}}"#),
+        )
+        .await;
+        assert!(r.contains(&format!("\"result\":{}", i + 2)), "{r}");
+    }
+}

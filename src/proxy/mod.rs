@@ -50,6 +50,11 @@ pub struct ProxyOptions {
     pub connect_timeout: Duration,
     /// How long to wait for the upstream's response headers.
     pub upstream_timeout: Duration,
+    /// Most upstream connections kept between requests (by the client connections that made
+    /// them); idle client connections beyond it hold none.
+    pub upstream_idle_max: usize,
+    /// A kept upstream connection unused for this long is closed instead of reused.
+    pub upstream_idle_timeout: Duration,
 }
 
 struct Inner {
@@ -134,6 +139,8 @@ impl Proxy {
             opts.upstream.clone(),
             opts.connect_timeout,
             opts.upstream_insecure,
+            opts.upstream_idle_max,
+            opts.upstream_idle_timeout,
         );
         let upstream_host = opts
             .upstream

@@ -3,7 +3,11 @@
 //! An HTTP/1 client connection gets its own upstream connection (a [`Lane`]): its requests are
 //! sequential, so they go one after another on one kept-alive upstream connection, like a TCP
 //! proxy's, without a shared pool's checkout and bookkeeping on every request. The lane is
-//! opened on the first request and re-opened when the upstream closed it. HTTP/2 clients
+//! opened on the first request and re-opened when the upstream closed it. Between requests a
+//! lane keeps its connection only while it holds a slot of the [`IdleBudget`]
+//! (`--upstream-idle-max`), so thousands of idle client connections do not pin as many
+//! connections on the upstream; a kept connection unused past `--upstream-idle-timeout` is not
+//! reused. HTTP/2 clients
 //! multiplex many requests on one connection, so their requests share hyper-util's pooled
 //! keep-alive client instead. Both go over plain TCP or rustls (system roots, falling back to
 //! the bundled webpki roots; `--upstream-insecure` skips certificate verification, off by
@@ -83,7 +87,7 @@ fn connector(connect_timeout: Duration, insecure: bool, allow_h2: bool) -> Conne
 #[derive(Default)]
 pub struct Lane {
     /// A std lock: held only to take or put the sender, never across an `.await`.
-    sender: Mutex<Option<http1::SendRequest<ForwardBody>>>,
+    sender: Mutex<Option<Held>>,
     /// The lane's connection futures (normally one; an old one may still be closing) and the
     /// waker of the task that drives them. Std lock, held only while polling them, never across
     /// an `.await`.
@@ -163,11 +167,72 @@ impl Lane {
         }
     }
 
-    fn take(&self) -> Option<http1::SendRequest<ForwardBody>> {
-        locked(&self.sender).take()
+    /// The kept connection's sender, unless it has waited longer than `idle_timeout` (then it
+    /// is dropped, which closes the connection).
+    fn take(&self, idle_timeout: Duration) -> Option<http1::SendRequest<ForwardBody>> {
+        let mut held = locked(&self.sender).take()?;
+        if held.since.elapsed() > idle_timeout {
+            return None;
+        }
+        held.sender.take()
     }
-    fn put(&self, s: http1::SendRequest<ForwardBody>) {
-        *locked(&self.sender) = Some(s);
+    /// Keeps the connection for this client connection's next request if the idle budget has
+    /// room; otherwise drops the sender, and the connection closes once its reply is done.
+    fn put(&self, s: http1::SendRequest<ForwardBody>, budget: &Arc<IdleBudget>) {
+        if budget.acquire() {
+            *locked(&self.sender) = Some(Held {
+                sender: Some(s),
+                budget: budget.clone(),
+                since: std::time::Instant::now(),
+            });
+        }
+    }
+}
+
+/// How many lanes may keep an upstream connection between their requests
+/// (`--upstream-idle-max`): idle client connections beyond it hold none, so the upstream sees at
+/// most the exchanges in flight plus this many. Busy clients within it keep their fast path (a
+/// kept-alive connection of their own, driven in their own task).
+#[derive(Debug)]
+pub struct IdleBudget {
+    held: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl IdleBudget {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(IdleBudget {
+            held: Default::default(),
+            max,
+        })
+    }
+    fn acquire(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+    /// Connections kept between requests now.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A connection a lane keeps between requests, holding a slot of the idle budget until it is
+/// taken for a request or dropped.
+struct Held {
+    sender: Option<http1::SendRequest<ForwardBody>>,
+    budget: Arc<IdleBudget>,
+    since: std::time::Instant,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget
+            .held
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -179,15 +244,26 @@ pub struct Upstream {
     target: Uri,
     /// Lane connections open now (the metrics read it; the pool's are not counted).
     pub conns: Arc<crate::metrics::Connections>,
+    /// The lanes' connections kept between requests, bounded.
+    pub idle: Arc<IdleBudget>,
+    idle_timeout: Duration,
 }
 
 impl Upstream {
-    pub fn new(target: Uri, connect_timeout: Duration, insecure: bool) -> Self {
+    pub fn new(
+        target: Uri,
+        connect_timeout: Duration,
+        insecure: bool,
+        idle_max: usize,
+        idle_timeout: Duration,
+    ) -> Self {
         Upstream {
             pool: build_client(connect_timeout, insecure),
             h1: connector(connect_timeout, insecure, false),
             target,
             conns: Default::default(),
+            idle: IdleBudget::new(idle_max),
+            idle_timeout,
         }
     }
 
@@ -209,7 +285,7 @@ impl Upstream {
             }
         }
         let upgrade = super::headers::is_upgrade(req.headers());
-        let reused = match lane.take() {
+        let reused = match lane.take(self.idle_timeout) {
             Some(mut s) => match s.ready().await {
                 Ok(()) => Some(s),
                 Err(_) => None,
@@ -234,7 +310,7 @@ impl Upstream {
             },
         };
         if !upgrade {
-            lane.put(sender);
+            lane.put(sender, &self.idle);
         }
         Ok(resp)
     }
