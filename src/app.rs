@@ -127,6 +127,8 @@ pub struct RunningProxy {
     pub proxy: Proxy,
     pub cfg: ProxyConfig,
     pub ops: Option<Ops>,
+    /// What the listener counts (connections refused, timed out), read by the metrics.
+    pub listener_stats: Arc<server::ListenerStats>,
     log: Option<crate::events::Subscription>,
     recorder: Option<crate::record::Finished>,
     record_stop: tokio::sync::watch::Sender<bool>,
@@ -140,6 +142,8 @@ impl RunningProxy {
     /// Like `bind`, with extra subscribers already on the bus (tests, the dashboard).
     pub async fn bind_with(cfg: ProxyConfig, mut bus: BusBuilder) -> Result<Self, AppError> {
         let listener = bind(cfg.listen).await?;
+        raise_fd_limit(cfg.conn.max_connections);
+        let listener_stats = Arc::new(server::ListenerStats::default());
         let log = match cfg.log {
             LogFormat::Off => None,
             // Every event as JSON.
@@ -194,6 +198,7 @@ impl RunningProxy {
                 s.feed = Some(o.feed.clone());
                 s.recorder = record_lines;
                 s.connections = Some(proxy.connections().clone());
+                s.listener = Some(listener_stats.clone());
             });
         }
         Ok(RunningProxy {
@@ -201,6 +206,7 @@ impl RunningProxy {
             proxy,
             cfg,
             ops,
+            listener_stats,
             log,
             recorder,
             record_stop,
@@ -218,6 +224,7 @@ impl RunningProxy {
             proxy,
             cfg,
             mut ops,
+            listener_stats,
             log,
             recorder,
             record_stop,
@@ -276,7 +283,11 @@ impl RunningProxy {
                 })
             },
             shutdown,
-            cfg.grace,
+            server::ServeOptions {
+                limits: cfg.conn.clone(),
+                grace: cfg.grace,
+                stats: listener_stats,
+            },
         )
         .await;
         sweeper.abort();
@@ -305,6 +316,31 @@ impl RunningProxy {
             // on connections that outlived the grace period.
             let _ = tokio::time::timeout(Duration::from_millis(500), t).await;
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit (as nginx's `worker_rlimit_nofile`
+/// does), and says so when even that leaves too few for `max_connections` — each proxied
+/// connection can take two descriptors, the client's and its upstream's.
+fn raise_fd_limit(max_connections: usize) {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    if let (Some(cur), Some(max)) = (lim.current, lim.maximum) {
+        if cur < max {
+            lim.current = Some(max);
+            if setrlimit(Resource::Nofile, lim.clone()).is_err() {
+                lim.current = Some(cur);
+            }
+        }
+    }
+    let have = lim.current.unwrap_or(u64::MAX);
+    let want = (max_connections as u64).saturating_mul(2).saturating_add(64);
+    if have < want {
+        tracing::warn!(
+            fd_limit = have,
+            max_connections,
+            "the open-file limit is below twice --max-connections: at the limit, accept fails and is retried; raise `ulimit -n` or lower --max-connections"
+        );
     }
 }
 

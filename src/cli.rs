@@ -287,6 +287,29 @@ pub struct ProxyFlags {
     /// Seconds a kept upstream connection may sit unused before it is closed (default 90).
     #[arg(long, value_name = "SECS")]
     pub upstream_idle_timeout: Option<f64>,
+    /// Most client connections at once; beyond it a new one gets a 503 and is closed
+    /// (default 10000).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Seconds a client has to send a whole request head (default 10).
+    #[arg(long, value_name = "SECS")]
+    pub header_timeout: Option<f64>,
+    /// Seconds a request body may bring nothing before the exchange ends with 408 (default 30).
+    #[arg(long, value_name = "SECS")]
+    pub body_timeout: Option<f64>,
+    /// Seconds a client connection may sit with no exchange before it is closed (default 300;
+    /// an open reply stream, such as SSE, is an exchange).
+    #[arg(long, value_name = "SECS")]
+    pub keepalive_timeout: Option<f64>,
+    /// Largest request head in bytes, HTTP/1 and HTTP/2 (default 65536; 431 beyond it).
+    #[arg(long, value_name = "BYTES")]
+    pub max_header_bytes: Option<usize>,
+    /// Most header fields in an HTTP/1 request (default 100; 431 beyond it).
+    #[arg(long, value_name = "N")]
+    pub max_headers: Option<usize>,
+    /// Most concurrent streams per HTTP/2 connection (default 100).
+    #[arg(long, value_name = "N")]
+    pub h2_max_streams: Option<u32>,
     /// Seconds to wait for a TCP/TLS connection to the upstream (then 502).
     #[arg(long, value_name = "SECS")]
     pub connect_timeout: Option<f64>,

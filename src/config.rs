@@ -45,6 +45,13 @@ pub struct FileConfig {
     pub upstream_idle_max: Option<usize>,
     pub upstream_idle_timeout_secs: Option<f64>,
     pub connect_timeout_secs: Option<f64>,
+    pub max_connections: Option<usize>,
+    pub header_timeout_secs: Option<f64>,
+    pub body_timeout_secs: Option<f64>,
+    pub keepalive_timeout_secs: Option<f64>,
+    pub max_header_bytes: Option<usize>,
+    pub max_headers: Option<usize>,
+    pub h2_max_streams: Option<u32>,
     pub record: Option<PathBuf>,
     pub record_max_bytes: Option<u64>,
     #[serde(default)]
@@ -112,6 +119,8 @@ pub struct ProxyConfig {
     /// Most calls the dashboard keeps.
     pub max_rows: usize,
     pub grace: Duration,
+    /// The listener's connection limits.
+    pub conn: crate::server::ConnLimits,
     pub record: Option<RecordOptions>,
     /// The rate-limit rules: the `--limit` flags' first, then the file's.
     pub limits: Vec<RuleSpec>,
@@ -183,6 +192,68 @@ pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigE
         path: path.clone(),
         message: e.to_string(),
     })
+}
+
+/// The listener's connection limits from flags over the file over the defaults.
+pub fn conn_limits(
+    flags: &ProxyFlags,
+    file: &FileConfig,
+) -> Result<crate::server::ConnLimits, ConfigError> {
+    let d = crate::server::ConnLimits::default();
+    let max_header_bytes = flags
+        .max_header_bytes
+        .or(file.max_header_bytes)
+        .unwrap_or(d.max_header_bytes);
+    if max_header_bytes < 8192 {
+        return Err(ConfigError::Invalid(format!(
+            "--max-header-bytes must be at least 8192, not {max_header_bytes}"
+        )));
+    }
+    Ok(crate::server::ConnLimits {
+        max_connections: positive(
+            "--max-connections",
+            flags
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(d.max_connections),
+        )?,
+        header_timeout: positive_secs(
+            "--header-timeout",
+            flags
+                .header_timeout
+                .or(file.header_timeout_secs)
+                .unwrap_or(d.header_timeout.as_secs_f64()),
+        )?,
+        keepalive_timeout: positive_secs(
+            "--keepalive-timeout",
+            flags
+                .keepalive_timeout
+                .or(file.keepalive_timeout_secs)
+                .unwrap_or(d.keepalive_timeout.as_secs_f64()),
+        )?,
+        max_header_bytes,
+        max_headers: positive(
+            "--max-headers",
+            flags.max_headers.or(file.max_headers).unwrap_or(d.max_headers),
+        )?,
+        h2_max_streams: positive(
+            "--h2-max-streams",
+            flags
+                .h2_max_streams
+                .or(file.h2_max_streams)
+                .map_or(d.h2_max_streams as usize, |n| n as usize),
+        )? as u32,
+    })
+}
+
+/// A timeout: seconds > 0 (a zero timeout would close every connection at once).
+fn positive_secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
+    match secs(name, v)? {
+        d if d < Duration::from_millis(10) => Err(ConfigError::Invalid(format!(
+            "{name} must be at least 0.01 seconds, not {v}"
+        ))),
+        d => Ok(d),
+    }
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
@@ -400,7 +471,12 @@ pub fn resolve(
                     .or(file.upstream_timeout_secs)
                     .unwrap_or(120.0),
             )?,
+            body_timeout: positive_secs(
+                "--body-timeout",
+                flags.body_timeout.or(file.body_timeout_secs).unwrap_or(30.0),
+            )?,
         },
+        conn: conn_limits(flags, &file)?,
         inspect,
         log,
         no_tui: flags.no_tui || file.no_tui.unwrap_or(false),

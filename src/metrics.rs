@@ -75,6 +75,11 @@ struct WhatLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
 }
@@ -119,6 +124,7 @@ pub struct Sources {
     pub feed: Option<crate::feed::Feed>,
     pub recorder: Option<Arc<crate::record::LineBuffer>>,
     pub connections: Option<Arc<Connections>>,
+    pub listener: Option<Arc<crate::server::ListenerStats>>,
 }
 
 /// The values last turned into counter increments (sources keep totals; counters only grow).
@@ -129,6 +135,9 @@ struct Seen {
     feed_dropped: u64,
     evicted_calls: u64,
     evicted_sessions: u64,
+    conns_refused: u64,
+    header_timeouts: u64,
+    idle_closed: u64,
     cpu_ticks: u64,
 }
 
@@ -184,6 +193,7 @@ pub struct Metrics {
     pending: Gauge,
     sessions: Gauge,
     connections: Family<SideLabel, Gauge>,
+    conns_closed: Family<ReasonLabel, Counter>,
     recorder_lines: Counter,
     recorder_lost: Counter,
     feed_dropped: Counter,
@@ -259,6 +269,12 @@ impl Metrics {
             "Open connections, by side (client, upstream)",
             connections.clone(),
         );
+        let conns_closed = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "connections_closed",
+            "Client connections rpctap closed, by reason (refused: over --max-connections; header_timeout; idle_timeout)",
+            conns_closed.clone(),
+        );
         let recorder_lines = Counter::default();
         registry.register(
             "recorder_lines",
@@ -305,6 +321,7 @@ impl Metrics {
             pending,
             sessions,
             connections,
+            conns_closed,
             recorder_lines,
             recorder_lost,
             feed_dropped,
@@ -376,6 +393,17 @@ impl Metrics {
                 self.connections
                     .get_or_create(&SideLabel { side })
                     .set(g.load(Ordering::Relaxed).max(0));
+            }
+        }
+        if let Some(l) = &src.listener {
+            let seen = &mut *seen;
+            for (reason, last, now) in [
+                ("refused", &mut seen.conns_refused, &l.refused),
+                ("header_timeout", &mut seen.header_timeouts, &l.header_timeouts),
+                ("idle_timeout", &mut seen.idle_closed, &l.idle_closed),
+            ] {
+                let c = self.conns_closed.get_or_create(&ReasonLabel { reason });
+                grow(&c, last, now.load(Ordering::Relaxed));
             }
         }
         if let Some(p) = process_stats() {

@@ -1,5 +1,6 @@
 //! Body wrappers of the exchange pipeline.
 //!
+//! - [`ClientBody`]: the client's request body under the body idle timeout.
 //! - [`ForwardBody`]: what goes upstream — a request body read ahead (up to the inspection cap)
 //!   followed by whatever of it is still streaming from the client.
 //! - [`TeeBody`]: what goes back to the client — the upstream's reply, frame by frame, unchanged,
@@ -10,14 +11,87 @@ use crate::server::BoxError;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Why a client's request body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBodyError {
+    #[error(transparent)]
+    Client(#[from] hyper::Error),
+    #[error("the request body stalled: no data for {0:?}")]
+    Stalled(Duration),
+}
+
+/// The client's request body: frames as they come, but a read that waits longer than `idle`
+/// for the next one ends the body with [`ClientBodyError::Stalled`] (the slow-client defence).
+/// The timer is made only when a read has to wait, so a body that arrived with its head costs
+/// none.
+#[derive(Debug)]
+pub struct ClientBody {
+    inner: Incoming,
+    idle: Duration,
+    /// Due when the waiting read gives up; `None` until a read first waits.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    waiting: bool,
+}
+
+impl ClientBody {
+    pub fn new(inner: Incoming, idle: Duration) -> Self {
+        ClientBody {
+            inner,
+            idle,
+            timer: None,
+            waiting: false,
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        let this = &mut *self;
+        if let Poll::Ready(f) = Pin::new(&mut this.inner).poll_frame(cx) {
+            this.waiting = false;
+            return Poll::Ready(f.map(|r| r.map_err(ClientBodyError::from)));
+        }
+        let due = tokio::time::Instant::now() + this.idle;
+        let timer = match (&mut this.timer, this.waiting) {
+            (Some(t), true) => t.as_mut(),
+            (Some(t), false) => {
+                t.as_mut().reset(due);
+                t.as_mut()
+            }
+            (slot @ None, _) => slot.insert(Box::pin(tokio::time::sleep_until(due))).as_mut(),
+        };
+        this.waiting = true;
+        match timer.poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(ClientBodyError::Stalled(this.idle)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 /// A request body: `prefix` (already read) then `rest` (still streaming).
 #[derive(Debug)]
 pub struct ForwardBody {
     prefix: Option<Bytes>,
-    rest: Option<Incoming>,
+    rest: Option<ClientBody>,
 }
 
 impl ForwardBody {
@@ -27,7 +101,7 @@ impl ForwardBody {
             rest: None,
         }
     }
-    pub fn streaming(prefix: Option<Bytes>, rest: Incoming) -> Self {
+    pub fn streaming(prefix: Option<Bytes>, rest: ClientBody) -> Self {
         ForwardBody {
             prefix: prefix.filter(|b| !b.is_empty()),
             rest: Some(rest),
@@ -43,12 +117,12 @@ impl ForwardBody {
 
 impl Body for ForwardBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ClientBodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         if let Some(p) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(p))));
         }

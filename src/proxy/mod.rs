@@ -24,7 +24,7 @@ pub mod upstream;
 
 use crate::inspect::{ExchangeCtx, Inspector, RequestMeta, ResponseMeta};
 use crate::rpc::Id;
-use body::{ForwardBody, ReplySource, TeeBody};
+use body::{ClientBody, ClientBodyError, ForwardBody, ReplySource, TeeBody};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -55,6 +55,8 @@ pub struct ProxyOptions {
     pub upstream_idle_max: usize,
     /// A kept upstream connection unused for this long is closed instead of reused.
     pub upstream_idle_timeout: Duration,
+    /// A request body that brings nothing for this long ends the exchange (`408`).
+    pub body_timeout: Duration,
 }
 
 struct Inner {
@@ -83,6 +85,8 @@ pub enum ExchangeError {
     UpstreamTimeout(Duration),
     #[error("could not read the request from the client: {0}")]
     Downstream(String),
+    #[error("the request body stalled: no data for {0:?}")]
+    RequestStalled(Duration),
     #[error("could not build the upstream request: {0}")]
     Internal(String),
 }
@@ -98,6 +102,7 @@ impl ExchangeError {
                 (StatusCode::GATEWAY_TIMEOUT, CODE_UPSTREAM_TIMEOUT)
             }
             ExchangeError::Downstream(_) => (StatusCode::BAD_REQUEST, CODE_BAD_REQUEST),
+            ExchangeError::RequestStalled(_) => (StatusCode::REQUEST_TIMEOUT, CODE_BAD_REQUEST),
             ExchangeError::Internal(_) => (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE),
         }
     }
@@ -215,6 +220,7 @@ impl Proxy {
             && content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
+        let incoming = ClientBody::new(incoming, self.inner.opts.body_timeout);
         let mut ex = Exchange {
             ctx,
             summary: RequestSummary {
@@ -288,7 +294,7 @@ impl Proxy {
         &self,
         ex: &mut Exchange,
         parts: &mut http::request::Parts,
-        read: Result<ReadAhead, hyper::Error>,
+        read: Result<ReadAhead, ClientBodyError>,
         peer: SocketAddr,
         session: Option<&str>,
     ) -> Result<ForwardBody, Early> {
@@ -304,6 +310,9 @@ impl Proxy {
                 } else {
                     ForwardBody::streaming(None, incoming)
                 })
+            }
+            Err(ClientBodyError::Stalled(d)) => {
+                return Err(Early::Error(ExchangeError::RequestStalled(d)))
             }
             Err(e) => return Err(Early::Error(ExchangeError::Downstream(e.to_string()))),
         };
@@ -564,19 +573,11 @@ impl Proxy {
         let message = err.to_string();
         let (batch, ids) = summary.calls(plan.as_ref());
         let body = if summary.is_rpc {
-            match (&err, batch, &ids[..]) {
-                (ExchangeError::Downstream(_), _, _) => {
+            match err {
+                ExchangeError::Downstream(_) | ExchangeError::RequestStalled(_) => {
                     Some(crate::rpc::error_reply(&Id::Null, code, &message, None))
                 }
-                (_, _, []) => None,
-                (_, true, ids) => {
-                    let items: Vec<String> = ids
-                        .iter()
-                        .map(|id| crate::rpc::error_reply(id, code, &message, None))
-                        .collect();
-                    Some(format!("[{}]", items.join(",")))
-                }
-                (_, false, [id, ..]) => Some(crate::rpc::error_reply(id, code, &message, None)),
+                _ => crate::rpc::error_replies(batch, &ids, code, &message),
             }
         } else {
             Some(format!("rpctap: {message}\n"))
@@ -623,13 +624,8 @@ impl RequestSummary {
     /// Whether the request was a batch, and the ids of its calls in order — those rpctap
     /// refused (and so answered itself) left out.
     fn calls(&self, plan: Option<&limits::Plan>) -> (bool, Vec<Id>) {
-        use crate::rpc::{Body, Kind};
         let Some(body) = &self.body else {
             return (false, Vec::new());
-        };
-        let call_id = |e: &crate::rpc::Envelope| match (e.kind, &e.id, &e.method) {
-            (Kind::Request, Some(id), _) | (Kind::Invalid, Some(id), Some(_)) => Some(id.clone()),
-            _ => None,
         };
         let refused = |id: &Id| {
             plan.is_some_and(|p| {
@@ -638,18 +634,11 @@ impl RequestSummary {
                     .any(|m| m.refused.is_some() && m.is_call && m.id.as_ref() == Some(id))
             })
         };
-        match crate::rpc::parse_body(body) {
-            Body::Single(e) => (false, call_id(&e).into_iter().collect()),
-            Body::Batch(members) => (
-                true,
-                members
-                    .iter()
-                    .filter_map(call_id)
-                    .filter(|id| !refused(id))
-                    .collect(),
-            ),
-            Body::ParseError(_) => (false, Vec::new()),
+        let (batch, mut ids) = crate::rpc::call_ids(body);
+        if batch {
+            ids.retain(|id| !refused(id));
         }
+        (batch, ids)
     }
 }
 
@@ -719,14 +708,14 @@ async fn splice(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnU
 
 enum ReadAhead {
     Whole(Bytes),
-    Partial(Bytes, Incoming),
+    Partial(Bytes, ClientBody),
     /// Not read: the request is not JSON-RPC, its body streams through untouched.
-    NotRpc(Incoming),
+    NotRpc(ClientBody),
 }
 
 /// Reads a request body up to `cap` bytes. A body that ends within the cap is returned whole;
 /// a larger one as what was read plus the rest still streaming.
-async fn read_ahead(mut body: Incoming, cap: usize) -> Result<ReadAhead, hyper::Error> {
+async fn read_ahead(mut body: ClientBody, cap: usize) -> Result<ReadAhead, ClientBodyError> {
     let declared = http_body::Body::size_hint(&body).exact();
     if declared.is_some_and(|n| n > cap as u64) {
         return Ok(ReadAhead::Partial(Bytes::new(), body));

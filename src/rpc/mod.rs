@@ -635,6 +635,43 @@ pub fn error_reply(id: &Id, code: i64, message: &str, data: Option<serde_json::V
     )
 }
 
+/// The id a reply to this envelope would carry: a call's, or an invalid envelope's that has a
+/// method and an id (the server should answer it with an error).
+pub fn answerable_id(e: &Envelope) -> Option<&Id> {
+    match (e.kind, &e.id, &e.method) {
+        (Kind::Request, Some(id), _) | (Kind::Invalid, Some(id), Some(_)) => Some(id),
+        _ => None,
+    }
+}
+
+/// Whether `body` is a batch, and the ids of the calls in it that expect a reply, in order.
+pub fn call_ids(body: &Bytes) -> (bool, Vec<Id>) {
+    match parse_body(body) {
+        Body::Single(e) => (false, answerable_id(&e).cloned().into_iter().collect()),
+        Body::Batch(members) => (
+            true,
+            members.iter().filter_map(answerable_id).cloned().collect(),
+        ),
+        Body::ParseError(_) => (false, Vec::new()),
+    }
+}
+
+/// The error reply an intermediary makes for these calls: one object, or an array for a batch;
+/// `None` when no call expects a reply.
+pub fn error_replies(batch: bool, ids: &[Id], code: i64, message: &str) -> Option<String> {
+    match (batch, ids) {
+        (_, []) => None,
+        (true, ids) => {
+            let items: Vec<String> = ids
+                .iter()
+                .map(|id| error_reply(id, code, message, None))
+                .collect();
+            Some(format!("[{}]", items.join(",")))
+        }
+        (false, [id, ..]) => Some(error_reply(id, code, message, None)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
