@@ -1,0 +1,573 @@
+//! The listener's limits against slow and abusive clients, over real sockets: a half-sent
+//! request head is closed after the header timeout (also when it trickles in byte by byte), a
+//! connection that sends nothing too; a kept-alive connection is closed after the keep-alive
+//! timeout but never while its reply (an SSE stream) is still going; a stalled request body ends
+//! with 408; heads over the size or count caps get 431; HTTP/2 advertises its stream limit and
+//! the rapid-reset pattern ends the connection; beyond `--max-connections` a new connection gets
+//! a 503 with `Retry-After` and a JSON-RPC error per call; 10,000 connections at once are served
+//! by the real binary; 1,000 slowloris connections leave a normal client served.
+
+mod common;
+
+use common::*;
+use rpctap::cli::ProxyFlags;
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CALL: &str = r#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":7}"#;
+
+fn request(body: &str) -> String {
+    format!(
+        "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Reads one HTTP/1 response (head and a `Content-Length` body) from `s`; `None` if the
+/// connection closes first.
+async fn read_response(s: &mut TcpStream) -> Option<(String, String)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if rest.len() >= len {
+                return Some((head.to_string(), rest[..len].to_string()));
+            }
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// How long until the peer closes `s` (reading and discarding anything it sends), up to `limit`.
+async fn closed_after(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(limit.saturating_sub(start.elapsed()), s.read(&mut chunk)).await
+        {
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
+            Ok(Ok(_)) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+async fn proxy_with(flags: ProxyFlags) -> (TestProxy, Stop) {
+    let (up, stop_up) = start_demo().await;
+    (
+        start_proxy_flags(&format!("http://{up}"), flags).await,
+        stop_up,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_sent_head_is_closed_after_the_header_timeout_even_when_it_trickles() {
+    let (p, _up) = proxy_with(ProxyFlags {
+        header_timeout: Some(0.6),
+        ..Default::default()
+    })
+    .await;
+    let limit = Duration::from_secs(5);
+    // Half a head, then nothing.
+    let mut half = TcpStream::connect(p.addr).await.unwrap();
+    half.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // Nothing at all after connecting.
+    let mut silent = TcpStream::connect(p.addr).await.unwrap();
+    // A whole call first, then the next head one byte every 100 ms: the deadline runs from its
+    // first byte and is not pushed back by the trickle.
+    let mut drip = TcpStream::connect(p.addr).await.unwrap();
+    drip.write_all(request(CALL).as_bytes()).await.unwrap();
+    let (head, body) = read_response(&mut drip).await.expect("served");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("\"result\":5"), "{body}");
+    let (h, s) = tokio::join!(closed_after(&mut half, limit), closed_after(&mut silent, limit));
+    for (name, t) in [("half head", h), ("silent", s)] {
+        let t = t.unwrap_or_else(|| panic!("{name}: still open after {limit:?}"));
+        assert!(t >= Duration::from_millis(500), "{name}: closed early, {t:?}");
+    }
+    let started = Instant::now();
+    let dripper = async {
+        for b in b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+            if drip.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(3), dripper).await;
+    let waited = started.elapsed();
+    let t = closed_after(&mut drip, limit)
+        .await
+        .expect("the trickling head is closed");
+    assert!(
+        waited + t < Duration::from_millis(2500),
+        "the trickle held the connection for {:?}",
+        waited + t
+    );
+    // The proxy still serves.
+    let r = post_json(p.addr, "/jsonrpc", CALL).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_closes_an_idle_connection_but_never_one_whose_sse_reply_is_open() {
+    use http_body_util::StreamBody;
+    // The reply: one SSE event at once, the second 1.5 s later, then the end.
+    let (up, _up) = start_upstream(|_parts, _body| {
+        Box::pin(async {
+            let events = futures_util::stream::unfold(0u8, |n| async move {
+                match n {
+                    0 => Some((
+                        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes::Bytes::from(
+                            "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1}\n\n",
+                        ))),
+                        1,
+                    )),
+                    1 => {
+                        tokio::time::sleep(Duration::from_millis(1500)).await;
+                        Some((
+                            Ok(hyper::body::Frame::data(bytes::Bytes::from(
+                                "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n",
+                            ))),
+                            2,
+                        ))
+                    }
+                    _ => None,
+                }
+            });
+            let body = http_body_util::combinators::UnsyncBoxBody::new(StreamBody::new(events));
+            http::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(body)
+                .unwrap()
+        })
+    })
+    .await;
+    let p = start_proxy_flags(
+        &format!("http://{up}"),
+        ProxyFlags {
+            keepalive_timeout: Some(0.4),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let call = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"},"id":1}"#;
+    s.write_all(
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: x\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{call}",
+            call.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // Read the chunked SSE reply to its end: the silent 1.5 s in the middle is longer than the
+    // keep-alive timeout, and the connection must stay up through it.
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let started = Instant::now();
+    while !got.ends_with(b"0\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+            .await
+            .expect("reply within 5 s")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed mid-stream after {:?}: {}",
+            started.elapsed(),
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("notifications/message"), "{text}");
+    assert!(started.elapsed() >= Duration::from_millis(1400));
+    // Now idle: closed after the keep-alive timeout (at most 1 + 1/8 of it, plus scheduling).
+    let t = closed_after(&mut s, Duration::from_secs(5))
+        .await
+        .expect("idle connection closed");
+    assert!(
+        t >= Duration::from_millis(350) && t < Duration::from_millis(1500),
+        "{t:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_request_body_ends_with_408_and_a_json_rpc_error() {
+    let (p, _up) = proxy_with(ProxyFlags {
+        body_timeout: Some(0.5),
+        ..Default::default()
+    })
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (head, body) = tokio::time::timeout(Duration::from_secs(5), read_response(&mut s))
+        .await
+        .expect("answered")
+        .expect("an answer before the close");
+    assert!(started.elapsed() >= Duration::from_millis(450));
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["id"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["error"]["code"], rpctap::proxy::CODE_BAD_REQUEST);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("stalled"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_over_the_size_or_count_cap_get_431() {
+    let (p, _up) = proxy_with(ProxyFlags {
+        max_header_bytes: Some(16 * 1024),
+        max_headers: Some(20),
+        ..Default::default()
+    })
+    .await;
+    let big = format!(
+        "GET /jsonrpc HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20 * 1024)
+    );
+    let many = format!(
+        "GET /jsonrpc HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        (0..30).map(|i| format!("X-H{i}: v\r\n")).collect::<String>()
+    );
+    for (name, req) in [("size", big), ("count", many)] {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        let _ = s.write_all(req.as_bytes()).await;
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+        let text = String::from_utf8_lossy(&buf);
+        assert!(text.starts_with("HTTP/1.1 431"), "{name}: {text}");
+    }
+    // Within the caps: served.
+    let r = send(
+        p.addr,
+        "POST",
+        "/jsonrpc",
+        &[
+            ("content-type", "application/json"),
+            ("x-fine", &"b".repeat(8 * 1024)),
+        ],
+        CALL,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_advertises_its_stream_limit_and_ends_a_rapid_reset_connection() {
+    let (p, _up) = proxy_with(ProxyFlags {
+        h2_max_streams: Some(7),
+        ..Default::default()
+    })
+    .await;
+    let tcp = TcpStream::connect(p.addr).await.unwrap();
+    let (mut h2, conn) = h2::client::handshake(tcp).await.unwrap();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let mut conn = conn;
+    // The connection task reports how the connection ended.
+    let max = {
+        // Let the SETTINGS exchange happen: one real request.
+        let req = http::Request::post(format!("http://{}/jsonrpc", p.addr))
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (resp, mut body) = h2.send_request(req, false).unwrap();
+        body.send_data(bytes::Bytes::from(CALL), true).unwrap();
+        let resp = tokio::select! {
+            r = resp => r.unwrap(),
+            _ = &mut conn => panic!("connection ended"),
+        };
+        assert_eq!(resp.status(), 200);
+        conn.max_concurrent_send_streams()
+    };
+    assert_eq!(max, 7, "the advertised SETTINGS_MAX_CONCURRENT_STREAMS");
+    tokio::spawn(async move {
+        let _ = done_tx.send(conn.await);
+    });
+    // The rapid-reset pattern: open streams and cancel each at once, far past the defence's
+    // allowance (20 pending resets).
+    let mut sent = 0;
+    for _ in 0..500 {
+        let mut h = match h2.clone().ready().await {
+            Ok(h) => h,
+            Err(_) => break,
+        };
+        let req = http::Request::get(format!("http://{}/jsonrpc", p.addr))
+            .body(())
+            .unwrap();
+        match h.send_request(req, false) {
+            Ok((_resp, mut stream)) => {
+                stream.send_reset(h2::Reason::CANCEL);
+                sent += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(5), done_rx)
+        .await
+        .expect("the server ends a rapid-reset connection")
+        .unwrap();
+    let e = ended.expect_err("ended with an error, not cleanly");
+    assert_eq!(
+        e.reason(),
+        Some(h2::Reason::ENHANCE_YOUR_CALM),
+        "after {sent} reset streams: {e}"
+    );
+    // Other clients are still served.
+    let r = post_json(p.addr, "/jsonrpc", CALL).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_the_connection_cap_a_new_connection_gets_503_with_retry_after_and_rpc_errors() {
+    let (p, _up) = proxy_with(ProxyFlags {
+        max_connections: Some(3),
+        ..Default::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(request(CALL).as_bytes()).await.unwrap();
+        let (head, _) = read_response(&mut s).await.expect("served");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        held.push(s);
+    }
+    // A call: one JSON-RPC error with its id.
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(request(CALL).as_bytes()).await.unwrap();
+    let (head, body) = read_response(&mut s).await.expect("a 503, not a bare close");
+    let lower = head.to_ascii_lowercase();
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(lower.contains("retry-after: 1"), "{head}");
+    assert!(lower.contains("connection: close"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["id"], 7, "{v}");
+    assert_eq!(v["error"]["code"], rpctap::server::CODE_OVERLOADED);
+    assert!(
+        closed_after(&mut s, Duration::from_secs(3)).await.is_some(),
+        "closed after the 503"
+    );
+    // A batch: an error per call, none for the notification.
+    let batch = r#"[{"jsonrpc":"2.0","method":"add","params":[1,1],"id":"a"},{"jsonrpc":"2.0","method":"notify"},{"jsonrpc":"2.0","method":"add","params":[1,2],"id":2}]"#;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(request(batch).as_bytes()).await.unwrap();
+    let (head, body) = read_response(&mut s).await.expect("a 503");
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let ids: Vec<_> = v.as_array().unwrap().iter().map(|e| e["id"].clone()).collect();
+    assert_eq!(ids, [serde_json::json!("a"), serde_json::json!(2)]);
+    // Not a call: plain text.
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = read_response(&mut s).await.expect("a 503");
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(body.contains("too many connections"), "{body}");
+    // The held connections still work, and once one closes a new one is served.
+    let (head, _) = {
+        held[0].write_all(request(CALL).as_bytes()).await.unwrap();
+        read_response(&mut held[0]).await.expect("served")
+    };
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(request(CALL).as_bytes()).await.unwrap();
+        let (head, _) = read_response(&mut s).await.expect("answered");
+        if head.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the freed slot was never reused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Raises this process's soft open-file limit to its hard limit and returns it.
+fn raise_fd_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    if let (Some(cur), Some(max)) = (lim.current, lim.maximum) {
+        if cur < max {
+            lim.current = Some(max);
+            let _ = setrlimit(Resource::Nofile, lim);
+        }
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// `rpctap proxy` (the real binary, headless, defaults but `extra`); its stderr lines after the
+/// banner go to the returned channel.
+fn spawn_proxy(
+    upstream: SocketAddr,
+    extra: &[&str],
+) -> (Proc, SocketAddr, std::sync::mpsc::Receiver<String>) {
+    let mut cmd = rpctap();
+    cmd.args([
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("http://{upstream}"),
+        "--no-tui",
+        "--log",
+        "off",
+    ])
+    .args(extra)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut proc = Proc::spawn(&mut cmd);
+    let mut err = std::io::BufReader::new(proc.0.stderr.take().unwrap());
+    let mut line = String::new();
+    let listen = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no banner");
+        if let Some(rest) = line.split("proxy on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut l = String::new();
+        while err.read_line(&mut l).unwrap_or(0) > 0 {
+            let _ = tx.send(std::mem::take(&mut l));
+        }
+    });
+    (proc, listen, rx)
+}
+
+/// Ten thousand client connections open at once, each served a call (the binary with its
+/// defaults: cap 10,000); the next connection is answered 503 and the notice says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_connections_at_once_are_served_and_the_next_gets_503() {
+    let fds = raise_fd_limit();
+    // This process holds the client sides (and the in-process upstream's few connections).
+    let n: usize = if fds >= 10_300 {
+        10_000
+    } else {
+        (fds as usize).saturating_sub(300)
+    };
+    eprintln!("open-file limit {fds}: {n} connections");
+    let (up, _up) = start_demo().await;
+    let cap = n.to_string();
+    let extra: Vec<&str> = if n == 10_000 {
+        vec![]
+    } else {
+        vec!["--max-connections", &cap]
+    };
+    let (_proc, addr, notices) = spawn_proxy(up, &extra);
+    // Each connects and makes a call (64 at a time, so the upstream sees a bounded number in
+    // flight), then stays open, idle: all of them at once at the end.
+    let mut conns = Vec::with_capacity(n);
+    let mut served = 0usize;
+    while conns.len() < n {
+        let group = 64.min(n - conns.len());
+        let replies = futures_util::future::join_all((0..group).map(|_| async move {
+            let mut s = TcpStream::connect(addr).await.ok()?;
+            s.write_all(request(CALL).as_bytes()).await.ok()?;
+            let r = read_response(&mut s).await?;
+            Some((s, r))
+        }))
+        .await;
+        for r in replies {
+            let (s, (head, body)) = r.expect("a reply on every connection");
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            assert!(body.contains("\"result\":5"), "{body}");
+            served += 1;
+            conns.push(s);
+        }
+    }
+    assert_eq!(served, n);
+    let mut extra_conn = TcpStream::connect(addr).await.unwrap();
+    extra_conn.write_all(request(CALL).as_bytes()).await.unwrap();
+    let (head, body) = read_response(&mut extra_conn).await.expect("a 503");
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(body.contains("too many connections"), "{body}");
+    let notice = notices
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a notice on stderr");
+    assert!(notice.contains("connection cap reached"), "{notice}");
+    assert!(
+        notices.try_recv().is_err(),
+        "one notice, not one per connection"
+    );
+}
+
+/// 1,000 connections trickling request heads (slowloris) while a normal client makes calls:
+/// every call is answered, and the slow connections are closed at the header timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_slowloris_connections_leave_a_normal_client_served() {
+    raise_fd_limit();
+    let (p, _up) = proxy_with(ProxyFlags {
+        header_timeout: Some(1.5),
+        ..Default::default()
+    })
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..1000 {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    let trickle = {
+        let mut slow = std::mem::take(&mut slow);
+        tokio::spawn(async move {
+            let mut closed = 0;
+            for _ in 0..40 {
+                closed = 0;
+                for s in slow.iter_mut() {
+                    if s.write_all(b"X").await.is_err() {
+                        closed += 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            closed
+        })
+    };
+    let mut normal = TcpStream::connect(p.addr).await.unwrap();
+    let mut worst = Duration::ZERO;
+    for _ in 0..100 {
+        let t = Instant::now();
+        normal.write_all(request(CALL).as_bytes()).await.unwrap();
+        let (head, body) = read_response(&mut normal).await.expect("served");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(body.contains("\"result\":5"));
+        worst = worst.max(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Functional bound only (the latency ratio is measured in benches/connections.sh).
+    assert!(worst < Duration::from_secs(1), "worst call {worst:?}");
+    let closed = trickle.await.unwrap();
+    assert_eq!(closed, 1000, "every slowloris connection closed by the header timeout");
+}
