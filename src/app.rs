@@ -142,7 +142,7 @@ impl RunningProxy {
     /// Like `bind`, with extra subscribers already on the bus (tests, the dashboard).
     pub async fn bind_with(cfg: ProxyConfig, mut bus: BusBuilder) -> Result<Self, AppError> {
         let listener = bind(cfg.listen).await?;
-        raise_fd_limit(cfg.conn.max_connections);
+        raise_fd_limit(cfg.conn.max_connections, cfg.proxy.upstream_idle_max);
         let listener_stats = Arc::new(server::ListenerStats::default());
         let log = match cfg.log {
             LogFormat::Off => None,
@@ -320,9 +320,10 @@ impl RunningProxy {
 }
 
 /// Raises the soft limit on open files to the hard limit (as nginx's `worker_rlimit_nofile`
-/// does), and says so when even that leaves too few for `max_connections` — each proxied
-/// connection can take two descriptors, the client's and its upstream's.
-fn raise_fd_limit(max_connections: usize) {
+/// does), and says so when even that leaves too few for `max_connections` idle client
+/// connections beside the kept upstream connections (an exchange in flight takes one more, its
+/// upstream's; at the fd limit, accept fails and is retried).
+fn raise_fd_limit(max_connections: usize, upstream_idle_max: usize) {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut lim = getrlimit(Resource::Nofile);
     if let (Some(cur), Some(max)) = (lim.current, lim.maximum) {
@@ -334,12 +335,14 @@ fn raise_fd_limit(max_connections: usize) {
         }
     }
     let have = lim.current.unwrap_or(u64::MAX);
-    let want = (max_connections as u64).saturating_mul(2).saturating_add(64);
+    let want = (max_connections as u64)
+        .saturating_add(upstream_idle_max as u64)
+        .saturating_add(64);
     if have < want {
         tracing::warn!(
             fd_limit = have,
             max_connections,
-            "the open-file limit is below twice --max-connections: at the limit, accept fails and is retried; raise `ulimit -n` or lower --max-connections"
+            "the open-file limit is below --max-connections: at the limit, accept fails and is retried; raise `ulimit -n` or lower --max-connections"
         );
     }
 }
