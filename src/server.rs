@@ -163,7 +163,7 @@ pub async fn serve_with<M, H, S, F, B>(
         grace,
         stats,
     } = opts;
-    let builder = builder(&limits);
+    let builder = Arc::new(builder(&limits));
     let limits = Arc::new(limits);
     // The drain signal: every connection holds a receiver until it ends, so `closed()` resolves
     // when the last one is done (hyper-util's `GracefulShutdown` design; see `supervise`).
@@ -208,44 +208,31 @@ pub async fn serve_with<M, H, S, F, B>(
         let service = hyper::service::service_fn(move |req| {
             let active = Active::begin(&svc_state);
             let fut = h(req);
-            async move {
-                let resp = fut.await;
-                Ok::<_, Infallible>(resp.map(|body| Tracked { body, _active: active }))
+            // Boxed per request: hyper keeps its HTTP/1 connection's slot for the exchange's
+            // future allocated for the connection's whole life, at the future's size (kilobytes
+            // for the proxy's); boxed, an idle connection keeps a pointer.
+            Exchange {
+                fut: Box::pin(fut),
+                active: Some(active),
             }
         });
         let io = TokioIo::new(Watched {
             io: stream,
             state: state.clone(),
         });
-        let conn = builder.serve_connection_with_upgrades(io, service).into_owned();
+        let b = builder.clone();
         let conn = supervise(
-            conn,
+            move || b.serve_connection_with_upgrades(io, service).into_owned(),
             drain_rx.clone(),
             |c| c.graceful_shutdown(),
             state,
             limits.clone(),
         );
-        let stats = stats.clone();
-        tokio::spawn(async move {
-            let _open = open;
-            tokio::select! {
-                biased;
-                r = conn => match r {
-                    Ended::Conn(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                    Ended::Conn(Ok(())) => {}
-                    Ended::HeaderTimeout => {
-                        stats.header_timeouts.fetch_add(1, Relaxed);
-                        tracing::debug!(%peer, "closed: request head not complete in time");
-                    }
-                    Ended::Idle => {
-                        stats.idle_closed.fetch_add(1, Relaxed);
-                        tracing::debug!(%peer, "closed: idle past the keep-alive timeout");
-                    }
-                },
-                () = companion => {}
-            }
+        tokio::spawn(ConnTask {
+            conn,
+            companion,
+            open,
+            peer,
         });
     }
     drop(listener);
@@ -257,6 +244,33 @@ pub async fn serve_with<M, H, S, F, B>(
     let _ = drain.send(());
     if tokio::time::timeout(grace, drain.closed()).await.is_err() {
         tracing::warn!("grace period over; closing the remaining connections");
+    }
+}
+
+/// An exchange's future as hyper holds it: the handler's future, boxed, and the exchange's
+/// count. Boxed per request because hyper keeps its HTTP/1 connection's slot for this future
+/// allocated for the connection's whole life, at this type's size — kilobytes for the proxy's
+/// handler, a pointer this way — so an idle connection does not keep a handler's worth of memory.
+struct Exchange<F> {
+    fut: Pin<Box<F>>,
+    active: Option<Active>,
+}
+
+impl<F, B> Future for Exchange<F>
+where
+    F: Future<Output = Response<B>>,
+{
+    type Output = Result<Response<Tracked<B>>, Infallible>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let resp = std::task::ready!(self.fut.as_mut().poll(cx));
+        match self.active.take() {
+            Some(active) => Poll::Ready(Ok(resp.map(|body| Tracked {
+                body,
+                _active: active,
+            }))),
+            // Polled again after it was ready: hyper never does.
+            None => Poll::Pending,
+        }
     }
 }
 
@@ -278,6 +292,52 @@ fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
         .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
         .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
     b
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's task: the supervised connection, then its companion, polled in this order
+    /// until either ends. A struct rather than an `async` block: a block keeps what it captures
+    /// apart from what it polls, so the connection (kilobytes) would take its room twice.
+    struct ConnTask<C, S> {
+        #[pin]
+        conn: C,
+        #[pin]
+        companion: S,
+        open: Open,
+        peer: SocketAddr,
+    }
+}
+
+impl<C, S, E> Future for ConnTask<C, S>
+where
+    C: Future<Output = Ended<Result<(), E>>>,
+    S: Future<Output = ()>,
+    E: std::fmt::Display,
+{
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        let stats = &this.open.0;
+        let peer = *this.peer;
+        if let Poll::Ready(r) = this.conn.poll(cx) {
+            match r {
+                Ended::Conn(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                Ended::Conn(Ok(())) => {}
+                Ended::HeaderTimeout => {
+                    stats.header_timeouts.fetch_add(1, Relaxed);
+                    tracing::debug!(%peer, "closed: request head not complete in time");
+                }
+                Ended::Idle => {
+                    stats.idle_closed.fetch_add(1, Relaxed);
+                    tracing::debug!(%peer, "closed: idle past the keep-alive timeout");
+                }
+            }
+            return Poll::Ready(());
+        }
+        this.companion.poll(cx)
+    }
 }
 
 /// A connection counted open while this lives.
@@ -524,7 +584,7 @@ pub enum Ended<T> {
 /// timer reset on every request.
 const IDLE_TICKS: u32 = 9;
 
-/// Runs `conn` until it ends, or closes it (drops it) when a limit says so; once `drain`
+/// Runs the connection `conn` makes until it ends, or closes it (drops it) when a limit says so; once `drain`
 /// signals, calls `shut` on it once (hyper then finishes the exchange in flight and closes the
 /// connection instead of keeping it alive). A receiver is held until `conn` ends, which is what
 /// the drain waits for.
@@ -541,7 +601,7 @@ const IDLE_TICKS: u32 = 9;
 /// of their arrival), else at the next idle look. A request whose head arrives whole in one read
 /// touches no timer.
 pub async fn supervise<C: Future>(
-    conn: C,
+    conn: impl FnOnce() -> C,
     drain: watch::Receiver<()>,
     shut: fn(Pin<&mut C>),
     state: Arc<ConnState>,
@@ -554,7 +614,9 @@ pub async fn supervise<C: Future>(
         // Err: the sender is gone, which also means stop.
         let _ = drain.changed().await;
     });
-    let mut conn = std::pin::pin!(conn);
+    // Made here, not passed in: an `async fn` keeps its arguments apart from its locals, so a
+    // connection passed by value would take its (kilobytes of) room twice in every task.
+    let mut conn = std::pin::pin!(conn());
     let (mut armed, mut fired) = (false, false);
     let tick = limits.keepalive_timeout / (IDLE_TICKS - 1);
     let start = Instant::now();
