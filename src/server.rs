@@ -13,7 +13,6 @@
 use hyper::body::{Body, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -125,7 +124,7 @@ pub async fn serve<M, H, F, B>(
     grace: Duration,
 ) where
     M: Fn(SocketAddr) -> H,
-    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body + Send + 'static,
     B::Data: Send,
@@ -151,7 +150,7 @@ pub async fn serve_with<M, H, S, F, B>(
     opts: ServeOptions,
 ) where
     M: Fn(SocketAddr) -> (H, S),
-    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
     S: Future<Output = ()> + Send + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body + Send + 'static,
@@ -163,7 +162,7 @@ pub async fn serve_with<M, H, S, F, B>(
         grace,
         stats,
     } = opts;
-    let builder = Arc::new(builder(&limits));
+    let builders = Arc::new(Builders::new(&limits));
     let limits = Arc::new(limits);
     // The drain signal: every connection holds a receiver until it ends, so `closed()` resolves
     // when the last one is done (hyper-util's `GracefulShutdown` design; see `supervise`).
@@ -204,27 +203,29 @@ pub async fn serve_with<M, H, S, F, B>(
         let open = Open::new(&stats);
         let state = Arc::new(ConnState::default());
         let (h, companion) = per_connection(peer);
+        let h = Arc::new(h);
         let svc_state = state.clone();
-        let service = hyper::service::service_fn(move |req| {
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let active = Active::begin(&svc_state);
-            let fut = h(req);
-            // Boxed per request: hyper keeps its HTTP/1 connection's slot for the exchange's
-            // future allocated for the connection's whole life, at the future's size (kilobytes
-            // for the proxy's); boxed, an idle connection keeps a pointer.
+            let fut = h(req.map(|b| RequestBody::new(b, &svc_state)));
             Exchange {
                 fut: Box::pin(fut),
                 active: Some(active),
             }
         });
-        let io = TokioIo::new(Watched {
+        let io = Watched {
             io: stream,
+            prefix: None,
             state: state.clone(),
-        });
-        let b = builder.clone();
+        };
         let conn = supervise(
-            move || b.serve_connection_with_upgrades(io, service).into_owned(),
+            Machine::Parked {
+                io,
+                first: true,
+                svc: service,
+            },
+            builders.clone(),
             drain_rx.clone(),
-            |c| c.graceful_shutdown(),
             state,
             limits.clone(),
         );
@@ -274,24 +275,134 @@ where
     }
 }
 
-/// The hyper server builder with the limits applied.
-fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
-    let mut b = Builder::new(TokioExecutor::new());
-    {
-        let mut h1 = b.http1();
+/// hyper's HTTP/1 and HTTP/2 server builders, with the limits applied; one per listener.
+pub struct Builders {
+    h1: hyper::server::conn::http1::Builder,
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(limits: &ConnLimits) -> Self {
+        let mut h1 = hyper::server::conn::http1::Builder::new();
         // A head cannot grow past the read buffer's cap (hyper answers 431); request bodies are
         // read in chunks of at most this size too. hyper's floor for it is 8 KiB.
         h1.max_buf_size(limits.max_header_bytes.max(8192));
         if limits.max_headers != HYPER_MAX_HEADERS {
             h1.max_headers(limits.max_headers);
         }
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        h2.max_concurrent_streams(limits.h2_max_streams)
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+            .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
+            .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
+        Builders { h1, h2 }
     }
-    b.http2()
-        .max_concurrent_streams(limits.h2_max_streams)
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-        .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
-        .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
-    b
+}
+
+type Io = TokioIo<Watched>;
+
+/// A client connection's protocol state. HTTP/1 is served by a hyper connection while
+/// exchanges come, and **parked** when it has been idle a while ([`PARK_AFTER`]): hyper's
+/// connection is taken apart (its read and write buffers, some 25 KiB, freed) and only the
+/// socket is kept until its next bytes arrive, when a new hyper connection picks up where the
+/// last one stopped. HTTP/2 (prior knowledge, seen from the first bytes) is served by one hyper
+/// connection for its life.
+pub enum Machine<S: hyper::service::HttpService<Incoming>> {
+    /// Waiting for bytes with only the socket; `first`: nothing read yet, the protocol is still
+    /// to be seen.
+    Parked { io: Watched, first: bool, svc: S },
+    H1(Pin<Box<hyper::server::conn::http1::UpgradeableConnection<Io, S>>>),
+    H2(Pin<Box<hyper::server::conn::http2::Connection<Io, S, TokioExecutor>>>),
+    /// Closed (after a drain signal while parked), or between two of the above.
+    Gone,
+}
+
+/// An HTTP/1 connection idle this long (no exchange began, none in flight, all written) is
+/// parked.
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
+impl<S, B> Machine<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Unpin
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    fn poll(&mut self, cx: &mut Context<'_>, b: &Builders) -> Poll<Result<(), BoxError>> {
+        loop {
+            match self {
+                Machine::Parked { io, first, .. } => {
+                    let h2 = if *first {
+                        match std::task::ready!(io.poll_protocol(cx)) {
+                            Ok(Some(h2)) => h2,
+                            Ok(None) => return Poll::Ready(Ok(())),
+                            Err(e) => return Poll::Ready(Err(e.into())),
+                        }
+                    } else {
+                        if io.prefix.is_none() {
+                            if let Err(e) = std::task::ready!(io.io.poll_read_ready(cx)) {
+                                return Poll::Ready(Err(e.into()));
+                            }
+                        }
+                        false
+                    };
+                    let Machine::Parked { io, svc, .. } = std::mem::replace(self, Machine::Gone)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    *self = if h2 {
+                        Machine::H2(Box::pin(b.h2.serve_connection(TokioIo::new(io), svc)))
+                    } else {
+                        Machine::H1(Box::pin(
+                            b.h1.serve_connection(TokioIo::new(io), svc).with_upgrades(),
+                        ))
+                    };
+                }
+                Machine::H1(c) => return c.as_mut().poll(cx).map_err(Into::into),
+                Machine::H2(c) => return c.as_mut().poll(cx).map_err(Into::into),
+                Machine::Gone => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+
+    /// The drain signal: a parked connection closes at once; a served one finishes the
+    /// exchange in flight and closes instead of keeping alive.
+    fn shutdown(&mut self) {
+        match self {
+            Machine::Parked { .. } => *self = Machine::Gone,
+            Machine::H1(c) => c.as_mut().graceful_shutdown(),
+            Machine::H2(c) => c.as_mut().graceful_shutdown(),
+            Machine::Gone => {}
+        }
+    }
+
+    /// Takes an idle HTTP/1 connection apart, keeping the socket and whatever hyper had read
+    /// but not used (handed to the next connection first).
+    fn park(&mut self) {
+        if !matches!(self, Machine::H1(_)) {
+            return;
+        }
+        let Machine::H1(c) = std::mem::replace(self, Machine::Gone) else {
+            unreachable!("matched above")
+        };
+        // `None` only once upgraded, when the connection has already resolved.
+        if let Some(parts) = Pin::into_inner(c).into_parts() {
+            let mut io = parts.io.into_inner();
+            if !parts.read_buf.is_empty() {
+                io.prefix = Some(parts.read_buf);
+            }
+            *self = Machine::Parked {
+                io,
+                first: false,
+                svc: parts.service,
+            };
+        }
+    }
 }
 
 pin_project_lite::pin_project! {
@@ -308,11 +419,10 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<C, S, E> Future for ConnTask<C, S>
+impl<C, S> Future for ConnTask<C, S>
 where
-    C: Future<Output = Ended<Result<(), E>>>,
+    C: Future<Output = Ended<Result<(), BoxError>>>,
     S: Future<Output = ()>,
-    E: std::fmt::Display,
 {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -455,6 +565,82 @@ pub struct ConnState {
     /// The client spoke HTTP/2 (its first bytes were the connection preface): its idle frames
     /// (PING, SETTINGS) are not a request head in progress.
     h2: AtomicBool,
+    /// Request bodies not yet read to their end (nor dropped): hyper is still reading one.
+    bodies: AtomicU32,
+    /// Bytes were written, or a write had to wait, since the last completed flush: hyper may
+    /// still hold or be sending a reply.
+    dirty: AtomicBool,
+}
+
+impl ConnState {
+    /// Whether hyper's HTTP/1 connection is between exchanges with nothing left to do: no
+    /// exchange in flight, every request body read, every reply flushed, no bytes of a next
+    /// request arrived.
+    fn quiescent(&self) -> bool {
+        self.active.load(Relaxed) == 0
+            && self.bodies.load(Relaxed) == 0
+            && !self.dirty.load(Relaxed)
+            && self.reads.load(Relaxed) == self.reads_at_idle.load(Relaxed)
+    }
+}
+
+/// A request's body as handlers get it: hyper's, counted in its connection's state until it has
+/// been read to its end or dropped (a connection is only parked between exchanges).
+pub struct RequestBody {
+    inner: Incoming,
+    state: Option<Arc<ConnState>>,
+}
+
+impl RequestBody {
+    fn new(inner: Incoming, state: &Arc<ConnState>) -> Self {
+        let state = (!inner.is_end_stream()).then(|| {
+            state.bodies.fetch_add(1, Relaxed);
+            state.clone()
+        });
+        RequestBody { inner, state }
+    }
+    fn done(&mut self) {
+        if let Some(s) = self.state.take() {
+            s.bodies.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+impl std::fmt::Debug for RequestBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBody")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Body for RequestBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_))))
+            || (r.is_ready() && self.inner.is_end_stream())
+        {
+            self.done();
+        }
+        r
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// One exchange counted active from its request until its reply body is dropped (sent, or
@@ -506,10 +692,41 @@ impl<B: Body> Body for Tracked<B> {
     }
 }
 
-/// The client socket, counting the reads that brought bytes.
+/// The client socket, counting the reads that brought bytes and the writes not yet flushed;
+/// `prefix` holds bytes a parked connection's hyper had read and not used, read first.
 pub struct Watched {
     io: TcpStream,
+    prefix: Option<bytes::Bytes>,
     state: Arc<ConnState>,
+}
+
+impl Watched {
+    /// Waits for the first bytes and tells the protocol: `Some(true)` for the HTTP/2 preface
+    /// (`PRI …`), `Some(false)` for anything else, `None` when the client closed first.
+    fn poll_protocol(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<Option<bool>>> {
+        const PREFACE: &[u8] = b"PRI";
+        loop {
+            let mut buf = [0u8; 3];
+            let mut rb = ReadBuf::new(&mut buf);
+            std::task::ready!(self.io.poll_peek(cx, &mut rb))?;
+            let seen = rb.filled();
+            if seen.is_empty() {
+                return Poll::Ready(Ok(None));
+            }
+            if seen.len() == PREFACE.len() || !PREFACE.starts_with(seen) {
+                let h2 = seen == PREFACE;
+                if h2 {
+                    self.state.h2.store(true, Relaxed);
+                }
+                return Poll::Ready(Ok(Some(h2)));
+            }
+            // A prefix of the preface: wait for more. A peek leaves the socket readable, so the
+            // readiness is cleared first (or the next peek would answer at once, forever).
+            let _ = self.io.try_io(tokio::io::Interest::READABLE, || {
+                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+            });
+        }
+    }
 }
 
 impl AsyncRead for Watched {
@@ -518,6 +735,14 @@ impl AsyncRead for Watched {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if let Some(mut p) = self.prefix.take() {
+            let n = p.len().min(buf.remaining());
+            buf.put_slice(&p.split_to(n));
+            if !p.is_empty() {
+                self.prefix = Some(p);
+            }
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.io).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
@@ -540,6 +765,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        self.state.dirty.store(true, Relaxed);
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
     #[inline]
@@ -548,6 +774,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        self.state.dirty.store(true, Relaxed);
         Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
     #[inline]
@@ -556,7 +783,11 @@ impl AsyncWrite for Watched {
     }
     #[inline]
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            self.state.dirty.store(false, Relaxed);
+        }
+        r
     }
     #[inline]
     fn poll_shutdown(
@@ -584,10 +815,10 @@ pub enum Ended<T> {
 /// timer reset on every request.
 const IDLE_TICKS: u32 = 9;
 
-/// Runs the connection `conn` makes until it ends, or closes it (drops it) when a limit says so; once `drain`
-/// signals, calls `shut` on it once (hyper then finishes the exchange in flight and closes the
-/// connection instead of keeping it alive). A receiver is held until `conn` ends, which is what
-/// the drain waits for.
+/// Runs a connection's [`Machine`] until the connection ends, or closes it (drops it) when a
+/// limit says so; parks it when idle; once `drain` signals, shuts it down once (a served
+/// connection finishes the exchange in flight and closes instead of keeping alive; a parked one
+/// closes). A receiver is held until the connection ends, which is what the drain waits for.
 ///
 /// The drain is watched here rather than by hyper-util's `GracefulShutdown::watch`, which polls
 /// its watch future on every wake of every connection — a mutex lock and a waker comparison each
@@ -598,15 +829,26 @@ const IDLE_TICKS: u32 = 9;
 ///
 /// The limits use one timer: due at the header deadline while a head is awaited (from accept for
 /// the first request; from the poll that first sees a later head's bytes, which is the wake-up
-/// of their arrival), else at the next idle look. A request whose head arrives whole in one read
-/// touches no timer.
-pub async fn supervise<C: Future>(
-    conn: impl FnOnce() -> C,
+/// of their arrival), else at the next idle look, or the next park look while hyper serves
+/// HTTP/1. A request whose head arrives whole in one read touches no timer.
+pub async fn supervise<S, B>(
+    mut machine: Machine<S>,
+    builders: Arc<Builders>,
     drain: watch::Receiver<()>,
-    shut: fn(Pin<&mut C>),
     state: Arc<ConnState>,
     limits: Arc<ConnLimits>,
-) -> Ended<C::Output> {
+) -> Ended<Result<(), BoxError>>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Unpin
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     // `gate` is the receiver held for the connection's life; `signal` waits on a second one.
     let gate = drain.clone();
     let mut signal = std::pin::pin!(async move {
@@ -614,9 +856,6 @@ pub async fn supervise<C: Future>(
         // Err: the sender is gone, which also means stop.
         let _ = drain.changed().await;
     });
-    // Made here, not passed in: an `async fn` keeps its arguments apart from its locals, so a
-    // connection passed by value would take its (kilobytes of) room twice in every task.
-    let mut conn = std::pin::pin!(conn());
     let (mut armed, mut fired) = (false, false);
     let tick = limits.keepalive_timeout / (IDLE_TICKS - 1);
     let start = Instant::now();
@@ -625,6 +864,10 @@ pub async fn supervise<C: Future>(
     // The head being timed: `reads_at_idle` and `requests` when its timer was armed.
     let mut head_of = (0u32, 0u32);
     let mut next_look = start + tick;
+    // While hyper serves HTTP/1: when to look whether it has been idle long enough to park,
+    // and `requests` at the last look.
+    let mut park_look: Option<Instant> = None;
+    let mut park_seen = u32::MAX;
     let mut timer = std::pin::pin!(tokio::time::sleep_until(
         head_due.map_or(next_look, |h| h.min(next_look)),
     ));
@@ -635,15 +878,24 @@ pub async fn supervise<C: Future>(
             armed = true;
             if signal.as_mut().poll(cx).is_ready() {
                 fired = true;
-                shut(conn.as_mut());
+                machine.shutdown();
             }
-        }
-        if let Poll::Ready(out) = conn.as_mut().poll(cx) {
-            return Poll::Ready(Ended::Conn(out));
         }
         let s = &*state;
         loop {
+            if let Poll::Ready(out) = machine.poll(cx, &builders) {
+                return Poll::Ready(Ended::Conn(out));
+            }
             let requests = s.requests.load(Relaxed);
+            let serving_h1 = matches!(machine, Machine::H1(_));
+            if serving_h1 && park_look.is_none() && !fired {
+                let due = Instant::now() + PARK_AFTER;
+                park_look = Some(due);
+                park_seen = requests;
+                if due < timer.deadline() {
+                    timer.as_mut().reset(due);
+                }
+            }
             // A later request head in progress: bytes since the last exchange ended, none
             // active (an HTTP/2 client's idle frames are not one).
             if head_due.is_none() && s.active.load(Relaxed) == 0 && !s.h2.load(Relaxed) {
@@ -658,7 +910,7 @@ pub async fn supervise<C: Future>(
                 }
             }
             if timer.as_mut().poll(cx).is_pending() {
-                break;
+                return Poll::Pending;
             }
             let now = timer.deadline();
             let active = s.active.load(Relaxed);
@@ -684,10 +936,29 @@ pub async fn supervise<C: Future>(
                     }
                 }
             }
-            let due = head_due.map_or(next_look, |h| h.min(next_look));
+            let mut parked = false;
+            if let Some(due) = park_look {
+                if now >= due {
+                    if requests == park_seen && head_due.is_none() && !fired && s.quiescent() {
+                        machine.park();
+                        park_look = None;
+                        parked = true;
+                    } else {
+                        park_seen = requests;
+                        park_look = Some(now + PARK_AFTER);
+                    }
+                }
+            }
+            let due = [head_due, park_look]
+                .into_iter()
+                .flatten()
+                .fold(next_look, Instant::min);
             timer.as_mut().reset(due);
+            if parked {
+                // Poll the parked socket now, to be woken by its next bytes.
+                continue;
+            }
         }
-        Poll::Pending
     })
     .await
 }
@@ -730,7 +1001,7 @@ mod tests {
         let server = tokio::spawn(serve(
             listener,
             |_peer| {
-                |_req: Request<Incoming>| async {
+                |_req: Request<RequestBody>| async {
                     Response::new(http_body_util::Full::new(hyper::body::Bytes::from("ok")))
                 }
             },

@@ -333,9 +333,10 @@ async fn http2_advertises_its_stream_limit_and_ends_a_rapid_reset_connection() {
         .expect("the server ends a rapid-reset connection")
         .unwrap();
     let e = ended.expect_err("ended with an error, not cleanly");
-    assert_eq!(
-        e.reason(),
-        Some(h2::Reason::ENHANCE_YOUR_CALM),
+    // The server's GOAWAY(ENHANCE_YOUR_CALM), or — when the client is still writing resets as
+    // the server closes — the closed socket itself.
+    assert!(
+        e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) || e.is_io(),
         "after {sent} reset streams: {e}"
     );
     // Other clients are still served.

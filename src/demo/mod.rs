@@ -11,7 +11,6 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 pub use jsonrpc::DemoOptions;
 use std::future::Future;
 use std::pin::Pin;
@@ -84,7 +83,7 @@ impl Demo {
         }
     }
 
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<DemoBody> {
+    pub async fn handle(&self, req: Request<crate::server::RequestBody>) -> Response<DemoBody> {
         let (parts, body) = req.into_parts();
         let path = parts.uri.path().to_string();
         let body = match read_body(body).await {
@@ -111,7 +110,7 @@ impl Demo {
     }
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, Response<DemoBody>> {
+async fn read_body(body: crate::server::RequestBody) -> Result<Bytes, Response<DemoBody>> {
     match Limited::new(body, MAX_BODY).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => {

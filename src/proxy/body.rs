@@ -31,7 +31,7 @@ pub enum ClientBodyError {
 /// none.
 #[derive(Debug)]
 pub struct ClientBody {
-    inner: Incoming,
+    inner: crate::server::RequestBody,
     idle: Duration,
     /// Due when the waiting read gives up; `None` until a read first waits.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -39,7 +39,7 @@ pub struct ClientBody {
 }
 
 impl ClientBody {
-    pub fn new(inner: Incoming, idle: Duration) -> Self {
+    pub fn new(inner: crate::server::RequestBody, idle: Duration) -> Self {
         ClientBody {
             inner,
             idle,

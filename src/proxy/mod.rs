@@ -197,7 +197,7 @@ impl Proxy {
     /// head, the teed body).
     pub async fn handle(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Request<crate::server::RequestBody>,
         conn: &ClientConn,
     ) -> Response<ProxyBody> {
         let picked = headers::pick(req.headers());

@@ -8,7 +8,6 @@ use crate::record::reader::{RecMessage, Recording};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -209,7 +208,7 @@ impl Mock {
         }
     }
 
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<DemoBody> {
+    pub async fn handle(&self, req: Request<crate::server::RequestBody>) -> Response<DemoBody> {
         let accepts_sse = crate::media::accepts_event_stream(req.headers());
         match *req.method() {
             Method::POST => {}

@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use rpctap::app::RunningProxy;
@@ -171,7 +170,7 @@ where
         l,
         move |_peer| {
             let f = f.clone();
-            move |req: Request<Incoming>| {
+            move |req: Request<rpctap::server::RequestBody>| {
                 let f = f.clone();
                 async move {
                     let (parts, body) = req.into_parts();
