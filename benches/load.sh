@@ -106,6 +106,13 @@ NAMES=(direct nginx hyper-floor rpctap rpctap+admin rpctap+admin+feed rpctap+rec
 if [ -n "${NAMES_ONLY:-}" ]; then read -r -a NAMES <<< "$NAMES_ONLY"; fi
 declare -A PORT=([direct]=$UP [nginx]=$NG [hyper-floor]=$HF [rpctap]=$RT [rpctap+admin]=$RA [rpctap+admin+feed]=$RF [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
 declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [hyper-floor]=$HF_PID [rpctap]=$RT_PID [rpctap+admin]=$RA_PID [rpctap+admin+feed]=$RF_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
+# BASE_BIN=path: another build of rpctap as the row `rpctap-base`, to compare two builds side by
+# side (e.g. BASE_BIN=… NAMES_ONLY="nginx rpctap rpctap-base").
+if [ -n "${BASE_BIN:-}" ]; then
+  RB=$(free_port); $BASE_BIN proxy --no-tui --log off --listen 127.0.0.1:$RB --upstream http://127.0.0.1:$UP & PIDS+=($!); RB_PID=$!
+  wait_port $RB
+  PORT[rpctap-base]=$RB; PID[rpctap-base]=$RB_PID
+fi
 for r in $(seq 1 $ROUNDS); do
   echo "round $r" >&2
   for n in "${NAMES[@]}"; do run_one "$n" "${PORT[$n]}" "${PID[$n]}"; done

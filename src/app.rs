@@ -329,7 +329,7 @@ fn raise_fd_limit(max_connections: usize, upstream_idle_max: usize) {
     if let (Some(cur), Some(max)) = (lim.current, lim.maximum) {
         if cur < max {
             lim.current = Some(max);
-            if setrlimit(Resource::Nofile, lim.clone()).is_err() {
+            if setrlimit(Resource::Nofile, lim).is_err() {
                 lim.current = Some(cur);
             }
         }

@@ -234,7 +234,10 @@ pub fn conn_limits(
         max_header_bytes,
         max_headers: positive(
             "--max-headers",
-            flags.max_headers.or(file.max_headers).unwrap_or(d.max_headers),
+            flags
+                .max_headers
+                .or(file.max_headers)
+                .unwrap_or(d.max_headers),
         )?,
         h2_max_streams: positive(
             "--h2-max-streams",
@@ -473,7 +476,10 @@ pub fn resolve(
             )?,
             body_timeout: positive_secs(
                 "--body-timeout",
-                flags.body_timeout.or(file.body_timeout_secs).unwrap_or(30.0),
+                flags
+                    .body_timeout
+                    .or(file.body_timeout_secs)
+                    .unwrap_or(30.0),
             )?,
         },
         conn: conn_limits(flags, &file)?,
@@ -504,6 +510,11 @@ mod tests {
         let f = FileConfig::parse(text).unwrap();
         assert!(f.upstream.is_some());
         assert_eq!(f.metrics_max_labels, Some(500));
+        // The connection limits it spells out are the defaults.
+        assert_eq!(
+            conn_limits(&ProxyFlags::default(), &f).unwrap(),
+            crate::server::ConnLimits::default()
+        );
         // Its commented keys parse too, uncommented.
         let all = text
             .replace("# admin = ", "admin = ")

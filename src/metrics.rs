@@ -194,6 +194,7 @@ pub struct Metrics {
     sessions: Gauge,
     connections: Family<SideLabel, Gauge>,
     conns_closed: Family<ReasonLabel, Counter>,
+    parked: Gauge,
     recorder_lines: Counter,
     recorder_lost: Counter,
     feed_dropped: Counter,
@@ -275,6 +276,12 @@ impl Metrics {
             "Client connections rpctap closed, by reason (refused: over --max-connections; header_timeout; idle_timeout)",
             conns_closed.clone(),
         );
+        let parked = Gauge::default();
+        registry.register(
+            "connections_parked",
+            "Idle HTTP/1 client connections parked (only their socket kept until their next request)",
+            parked.clone(),
+        );
         let recorder_lines = Counter::default();
         registry.register(
             "recorder_lines",
@@ -322,6 +329,7 @@ impl Metrics {
             sessions,
             connections,
             conns_closed,
+            parked,
             recorder_lines,
             recorder_lost,
             feed_dropped,
@@ -396,10 +404,15 @@ impl Metrics {
             }
         }
         if let Some(l) = &src.listener {
+            self.parked.set(l.parked.load(Ordering::Relaxed) as i64);
             let seen = &mut *seen;
             for (reason, last, now) in [
                 ("refused", &mut seen.conns_refused, &l.refused),
-                ("header_timeout", &mut seen.header_timeouts, &l.header_timeouts),
+                (
+                    "header_timeout",
+                    &mut seen.header_timeouts,
+                    &l.header_timeouts,
+                ),
                 ("idle_timeout", &mut seen.idle_closed, &l.idle_closed),
             ] {
                 let c = self.conns_closed.get_or_create(&ReasonLabel { reason });

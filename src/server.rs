@@ -92,6 +92,33 @@ pub struct ListenerStats {
     pub header_timeouts: AtomicU64,
     /// Connections closed after the keep-alive timeout.
     pub idle_closed: AtomicU64,
+    /// Idle HTTP/1 connections parked now (only their socket kept, see [`Machine`]).
+    pub parked: AtomicUsize,
+}
+
+/// Counts a connection in [`ListenerStats::parked`] while `on`.
+struct ParkedGauge {
+    stats: Arc<ListenerStats>,
+    on: bool,
+}
+
+impl ParkedGauge {
+    fn set(&mut self, on: bool) {
+        if on != self.on {
+            self.on = on;
+            if on {
+                self.stats.parked.fetch_add(1, Relaxed);
+            } else {
+                self.stats.parked.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for ParkedGauge {
+    fn drop(&mut self) {
+        self.set(false);
+    }
 }
 
 /// How a listener serves: limits, grace period, counters.
@@ -228,6 +255,7 @@ pub async fn serve_with<M, H, S, F, B>(
             drain_rx.clone(),
             state,
             limits.clone(),
+            stats.clone(),
         );
         tokio::spawn(ConnTask {
             conn,
@@ -310,7 +338,11 @@ type Io = TokioIo<Watched>;
 pub enum Machine<S: hyper::service::HttpService<Incoming>> {
     /// Waiting for bytes with only the socket; `first`: nothing read yet, the protocol is still
     /// to be seen.
-    Parked { io: Watched, first: bool, svc: S },
+    Parked {
+        io: Watched,
+        first: bool,
+        svc: S,
+    },
     H1(Pin<Box<hyper::server::conn::http1::UpgradeableConnection<Io, S>>>),
     H2(Pin<Box<hyper::server::conn::http2::Connection<Io, S, TokioExecutor>>>),
     /// Closed (after a drain signal while parked), or between two of the above.
@@ -543,9 +575,18 @@ async fn refusal(
     let mut r = Response::new(http_body_util::Full::new(bytes::Bytes::from(text)));
     *r.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
     let h = r.headers_mut();
-    h.insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
-    h.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-    h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(ct));
+    h.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    h.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(ct),
+    );
     r
 }
 
@@ -790,10 +831,7 @@ impl AsyncWrite for Watched {
         r
     }
     #[inline]
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
@@ -837,6 +875,7 @@ pub async fn supervise<S, B>(
     drain: watch::Receiver<()>,
     state: Arc<ConnState>,
     limits: Arc<ConnLimits>,
+    stats: Arc<ListenerStats>,
 ) -> Ended<Result<(), BoxError>>
 where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
@@ -873,6 +912,9 @@ where
     ));
     let mut quiet = 0u32;
     let mut seen = 0u32;
+    let mut parked_gauge = ParkedGauge { stats, on: false };
+    // The timer was polled (its waker registered) since it was last reset.
+    let mut registered = false;
     std::future::poll_fn(move |cx| {
         if !fired && (!armed || gate.has_changed().unwrap_or(true)) {
             armed = true;
@@ -883,7 +925,9 @@ where
         }
         let s = &*state;
         loop {
-            if let Poll::Ready(out) = machine.poll(cx, &builders) {
+            let polled = machine.poll(cx, &builders);
+            parked_gauge.set(matches!(machine, Machine::Parked { first: false, .. }));
+            if let Poll::Ready(out) = polled {
                 return Poll::Ready(Ended::Conn(out));
             }
             let requests = s.requests.load(Relaxed);
@@ -894,7 +938,12 @@ where
                 park_seen = requests;
                 if due < timer.deadline() {
                     timer.as_mut().reset(due);
+                    registered = false;
                 }
+            }
+            // The head being timed has come whole (an exchange began since): no deadline.
+            if head_due.is_some() && requests != head_of.1 {
+                head_due = None;
             }
             // A later request head in progress: bytes since the last exchange ended, none
             // active (an HTTP/2 client's idle frames are not one).
@@ -906,10 +955,17 @@ where
                     head_due = Some(due);
                     if due < timer.deadline() {
                         timer.as_mut().reset(due);
+                        registered = false;
                     }
                 }
             }
+            // Registered and not yet due: no need to poll it again (a `Sleep` poll re-checks its
+            // waker and the coop budget — a visible share of a proxied call, several polls each).
+            if registered && !timer.is_elapsed() {
+                return Poll::Pending;
+            }
             if timer.as_mut().poll(cx).is_pending() {
+                registered = true;
                 return Poll::Pending;
             }
             let now = timer.deadline();
@@ -954,6 +1010,7 @@ where
                 .flatten()
                 .fold(next_look, Instant::min);
             timer.as_mut().reset(due);
+            registered = false;
             if parked {
                 // Poll the parked socket now, to be woken by its next bytes.
                 continue;

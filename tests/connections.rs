@@ -99,14 +99,21 @@ async fn a_half_sent_head_is_closed_after_the_header_timeout_even_when_it_trickl
     let (head, body) = read_response(&mut drip).await.expect("served");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(body.contains("\"result\":5"), "{body}");
-    let (h, s) = tokio::join!(closed_after(&mut half, limit), closed_after(&mut silent, limit));
+    let (h, s) = tokio::join!(
+        closed_after(&mut half, limit),
+        closed_after(&mut silent, limit)
+    );
     for (name, t) in [("half head", h), ("silent", s)] {
         let t = t.unwrap_or_else(|| panic!("{name}: still open after {limit:?}"));
-        assert!(t >= Duration::from_millis(500), "{name}: closed early, {t:?}");
+        assert!(
+            t >= Duration::from_millis(500),
+            "{name}: closed early, {t:?}"
+        );
     }
     let started = Instant::now();
     let dripper = async {
-        for b in b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+        for b in b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        {
             if drip.write_all(&[*b]).await.is_err() {
                 break;
             }
@@ -253,7 +260,9 @@ async fn heads_over_the_size_or_count_cap_get_431() {
     );
     let many = format!(
         "GET /jsonrpc HTTP/1.1\r\nHost: x\r\n{}\r\n",
-        (0..30).map(|i| format!("X-H{i}: v\r\n")).collect::<String>()
+        (0..30)
+            .map(|i| format!("X-H{i}: v\r\n"))
+            .collect::<String>()
     );
     for (name, req) in [("size", big), ("count", many)] {
         let mut s = TcpStream::connect(p.addr).await.unwrap();
@@ -362,7 +371,9 @@ async fn beyond_the_connection_cap_a_new_connection_gets_503_with_retry_after_an
     // A call: one JSON-RPC error with its id.
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     s.write_all(request(CALL).as_bytes()).await.unwrap();
-    let (head, body) = read_response(&mut s).await.expect("a 503, not a bare close");
+    let (head, body) = read_response(&mut s)
+        .await
+        .expect("a 503, not a bare close");
     let lower = head.to_ascii_lowercase();
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
     assert!(lower.contains("retry-after: 1"), "{head}");
@@ -381,7 +392,12 @@ async fn beyond_the_connection_cap_a_new_connection_gets_503_with_retry_after_an
     let (head, body) = read_response(&mut s).await.expect("a 503");
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let ids: Vec<_> = v.as_array().unwrap().iter().map(|e| e["id"].clone()).collect();
+    let ids: Vec<_> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].clone())
+        .collect();
     assert_eq!(ids, [serde_json::json!("a"), serde_json::json!(2)]);
     // Not a call: plain text.
     let mut s = TcpStream::connect(p.addr).await.unwrap();
@@ -508,7 +524,10 @@ async fn ten_thousand_connections_at_once_are_served_and_the_next_gets_503() {
     }
     assert_eq!(served, n);
     let mut extra_conn = TcpStream::connect(addr).await.unwrap();
-    extra_conn.write_all(request(CALL).as_bytes()).await.unwrap();
+    extra_conn
+        .write_all(request(CALL).as_bytes())
+        .await
+        .unwrap();
     let (head, body) = read_response(&mut extra_conn).await.expect("a 503");
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
     assert!(body.contains("too many connections"), "{body}");
@@ -570,5 +589,82 @@ async fn a_thousand_slowloris_connections_leave_a_normal_client_served() {
     // Functional bound only (the latency ratio is measured in benches/connections.sh).
     assert!(worst < Duration::from_secs(1), "worst call {worst:?}");
     let closed = trickle.await.unwrap();
-    assert_eq!(closed, 1000, "every slowloris connection closed by the header timeout");
+    assert_eq!(
+        closed, 1000,
+        "every slowloris connection closed by the header timeout"
+    );
+}
+
+/// Waits (up to 5 s) until the listener counts `n` parked connections.
+async fn wait_parked(p: &TestProxy, n: usize, step: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.listener.parked.load(std::sync::atomic::Ordering::Relaxed) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{step}: parked {} (want {n})",
+            p.listener.parked.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An idle kept-alive connection is parked (hyper's connection taken apart, the socket kept):
+/// its next request is served on the same connection — also one whose head and body arrive in
+/// pieces, and two pipelined in one write; a connection in the middle of a request body, or with
+/// a reply still streaming, is never parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_parked_and_served_again_on_its_next_request() {
+    let (p, _up) = proxy_with(ProxyFlags::default()).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(request(CALL).as_bytes()).await.unwrap();
+    let (head, _) = read_response(&mut s).await.expect("served");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    wait_parked(&p, 1, "after the first call").await;
+    // In pieces: half the head, then the rest with the body.
+    let req = request(r#"{"jsonrpc":"2.0","method":"add","params":[4,4],"id":8}"#);
+    let (a, b) = req.split_at(20);
+    s.write_all(a.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.write_all(b.as_bytes()).await.unwrap();
+    let (head, body) = read_response(&mut s).await.expect("served after parking");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("\"result\":8"), "{body}");
+    wait_parked(&p, 1, "after the call in pieces").await;
+    // Two pipelined in one write: both answered, in order.
+    let two = request(r#"{"jsonrpc":"2.0","method":"add","params":[1,1],"id":1}"#)
+        + &request(r#"{"jsonrpc":"2.0","method":"add","params":[2,2],"id":2}"#);
+    s.write_all(two.as_bytes()).await.unwrap();
+    let (_, first) = read_response(&mut s).await.expect("first");
+    let (_, second) = read_response(&mut s).await.expect("second");
+    assert!(
+        first.contains("\"id\":1") && first.contains("\"result\":2"),
+        "{first}"
+    );
+    assert!(
+        second.contains("\"id\":2") && second.contains("\"result\":4"),
+        "{second}"
+    );
+    wait_parked(&p, 1, "after the pipelined calls").await;
+    // A body that pauses longer than the park delay: the exchange is in flight, nothing parks.
+    let body = r#"{"jsonrpc":"2.0","method":"add","params":[3,3],"id":3}"#;
+    let head = format!(
+        "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body.as_bytes()[..10]).await.unwrap();
+    wait_parked(&p, 0, "while a body is in progress").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        p.listener.parked.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    s.write_all(&body.as_bytes()[10..]).await.unwrap();
+    let (head, got) = read_response(&mut s).await.expect("served");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(got.contains("\"result\":6"), "{got}");
+    wait_parked(&p, 1, "after the paused body").await;
+    // The client closes a parked connection: no longer counted.
+    drop(s);
+    wait_parked(&p, 0, "after the client closed").await;
 }

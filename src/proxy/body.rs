@@ -69,7 +69,9 @@ impl Body for ClientBody {
                 t.as_mut().reset(due);
                 t.as_mut()
             }
-            (slot @ None, _) => slot.insert(Box::pin(tokio::time::sleep_until(due))).as_mut(),
+            (slot @ None, _) => slot
+                .insert(Box::pin(tokio::time::sleep_until(due)))
+                .as_mut(),
         };
         this.waiting = true;
         match timer.poll(cx) {

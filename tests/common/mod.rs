@@ -82,6 +82,8 @@ pub async fn start_demo() -> (SocketAddr, Stop) {
 pub struct TestProxy {
     pub addr: SocketAddr,
     pub inspector: Inspector,
+    /// What the listener counts (parked, timed out, refused connections).
+    pub listener: Arc<rpctap::server::ListenerStats>,
     pub events: Subscription,
     pub stop: Stop,
 }
@@ -136,11 +138,13 @@ pub async fn start_proxy_flags(upstream: &str, flags: ProxyFlags) -> TestProxy {
     let running = RunningProxy::bind_with(cfg, bus).await.unwrap();
     let addr = running.local_addr().unwrap();
     let inspector = running.proxy.inspector().clone();
+    let listener = running.listener_stats.clone();
     let (stop, sd) = stop_pair();
     tokio::spawn(running.serve(sd));
     TestProxy {
         addr,
         inspector,
+        listener,
         events,
         stop,
     }
