@@ -8,6 +8,7 @@
 #
 #   bash benches/connections.sh                 # 4,000 idle connections, 2,000 streams
 #   N=1000 STREAMS=500 SETTLE=30 HOLD=20 bash benches/connections.sh
+#   ONLY_SLOW=1 SLOW=1000 bash benches/connections.sh   # just the slowloris table
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-4000}
@@ -82,6 +83,7 @@ run() {
   echo "$before $held $later $up $after"
 }
 
+if [ -z "${ONLY_SLOW:-}" ]; then  # ONLY_SLOW=1: just the slowloris table
 echo
 echo "| proxy | mode | connections | RSS before MiB | RSS held MiB (1 s / ${HOLD} s) | KiB per connection (1 s / ${HOLD} s) | upstream conns held | RSS ${SETTLE} s after MiB |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -96,6 +98,7 @@ for mode in idle sse; do
     python3 -c "print(f'| $name | $mode | $count | {$b/1024:.1f} | {$h/1024:.1f} / {$l/1024:.1f} | {($h-$b)/$count:.1f} / {($l-$b)/$count:.1f} | $u | {$a/1024:.1f} |')"
   done
 done
+fi
 
 echo
 echo "| proxy | normal client p50 / p99 µs alone | with $SLOW slowloris connections | p50 ratio | slowloris closed by the proxy within the run |"

