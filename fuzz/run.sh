@@ -6,6 +6,7 @@
 #
 #   bash fuzz/run.sh 10                 # the CI smoke: 6 targets × 10 s
 #   bash fuzz/run.sh 1800 envelope      # one target, 30 minutes
+#   RUNS=10000000 bash fuzz/run.sh 1800 # each target until 10 million executions or 30 minutes
 #
 # Installs cargo-fuzz (crates.io) when missing; needs `rustup run nightly`.
 set -euo pipefail
@@ -28,16 +29,16 @@ for t in "${TARGETS[@]}"; do
   mkdir -p corpus/$t seeds/$t
   log=$(mktemp)
   set +e
-  cargo +nightly fuzz run -O $t corpus/$t seeds/$t -- -max_total_time=$SECS -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 >"$log" 2>&1
+  cargo +nightly fuzz run -O $t corpus/$t seeds/$t -- -max_total_time=$SECS ${RUNS:+-runs=$RUNS} -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 >"$log" 2>&1
   status=$?
   set -e
-  execs=$(awk -F: '/stat::number_of_executed_units/{gsub(/ /,"",$2); print $2}' "$log")
-  rate=$(awk -F: '/stat::average_exec_per_sec/{gsub(/ /,"",$2); print $2}' "$log")
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
+  execs=$(awk '/stat::number_of_executed_units/{print $2}' "$log")
+  rate=$(awk '/stat::average_exec_per_sec/{print $2}' "$log")
+  cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | awk '{print $2}')
   corpus=$(ls corpus/$t | wc -l)
   result=ok
   if [ $status -ne 0 ]; then
-    result="FAILED (exit $status): $(grep -m1 -E 'ERROR|panicked|deadly signal|timeout|out-of-memory' "$log" | cut -c1-120)"
+    result="FAILED (exit $status): $( (grep -m1 -E 'panicked|ERROR|deadly signal|timeout|out-of-memory|error' "$log" || true) | cut -c1-160)"
     fail=1
     tail -40 "$log" >&2
   fi

@@ -42,6 +42,9 @@ pub struct SseDecoder {
     oversized: bool,
     last_was_cr: bool,
     at_start: bool,
+    /// The stream's first bytes, held while they may still be a UTF-8 BOM.
+    bom: [u8; 3],
+    bom_held: usize,
     max_event_bytes: usize,
 }
 
@@ -58,23 +61,42 @@ impl SseDecoder {
             oversized: false,
             last_was_cr: false,
             at_start: true,
+            bom: [0; 3],
+            bom_held: 0,
             max_event_bytes,
         }
     }
 
     /// Feeds one chunk; calls `emit` for every event completed by it.
     pub fn feed(&mut self, mut chunk: &[u8], mut emit: impl FnMut(SseEvent)) {
+        const BOM: &[u8] = b"\xEF\xBB\xBF";
+        if self.at_start {
+            // A leading UTF-8 BOM is skipped, also when it is split over chunks: the first bytes
+            // are held until they are a whole BOM or cannot be one (found by fuzzing: a split
+            // BOM was read as part of the first line).
+            let take = (BOM.len() - self.bom_held).min(chunk.len());
+            self.bom[self.bom_held..self.bom_held + take].copy_from_slice(&chunk[..take]);
+            self.bom_held += take;
+            chunk = &chunk[take..];
+            let held = self.bom_held;
+            if BOM.starts_with(&self.bom[..held]) {
+                if held < BOM.len() {
+                    return;
+                }
+                self.at_start = false;
+            } else {
+                self.at_start = false;
+                let bytes = self.bom;
+                self.feed_lines(&bytes[..held], &mut emit);
+            }
+            self.bom_held = 0;
+        }
+        self.feed_lines(chunk, &mut emit);
+    }
+
+    fn feed_lines(&mut self, mut chunk: &[u8], emit: &mut impl FnMut(SseEvent)) {
         if chunk.is_empty() {
             return;
-        }
-        if self.at_start && !chunk.is_empty() {
-            // A leading UTF-8 BOM is skipped (it may itself be split: handled by the line buffer).
-            if self.line.is_empty() && chunk.starts_with(b"\xEF\xBB\xBF") {
-                chunk = &chunk[3..];
-            }
-            if !chunk.is_empty() {
-                self.at_start = false;
-            }
         }
         if self.last_was_cr && chunk.first() == Some(&b'\n') {
             chunk = &chunk[1..];
@@ -85,11 +107,18 @@ impl SseDecoder {
                 Some(pos) => {
                     let line_end = chunk[pos];
                     if self.line.is_empty() && !self.line_oversized {
-                        // The whole line is in this chunk: read it in place, no copy.
-                        self.process_line(&chunk[..pos], &mut emit);
+                        // The whole line is in this chunk: read it in place, no copy — held to
+                        // the same cap as a line gathered over several chunks, so the verdict
+                        // never depends on where the chunks were cut (found by fuzzing).
+                        if pos > self.max_event_bytes {
+                            self.line_oversized = true;
+                            self.end_buffered_line(emit);
+                        } else {
+                            self.process_line(&chunk[..pos], emit);
+                        }
                     } else {
                         self.append_line(&chunk[..pos]);
-                        self.end_buffered_line(&mut emit);
+                        self.end_buffered_line(emit);
                     }
                     let mut next = pos + 1;
                     if line_end == b'\r' {
@@ -114,7 +143,8 @@ impl SseDecoder {
     /// The stream ended: an event without its blank line is discarded, as the spec says.
     /// Returns true when such an incomplete event was pending.
     pub fn finish(&mut self) -> bool {
-        let incomplete = !self.line.is_empty() || self.has_data;
+        let incomplete = !self.line.is_empty() || self.has_data || self.bom_held > 0;
+        self.bom_held = 0;
         self.reset_event();
         self.line.clear();
         incomplete
@@ -256,6 +286,60 @@ mod tests {
         assert!(evs[1].data.is_empty());
         assert_eq!(&evs[2].data[..], b"plain\ntwo");
         assert_eq!(&evs[3].data[..], b"x");
+    }
+
+    /// Found by the `sse` fuzz target: a line longer than the cap (here an `event:` line) read
+    /// in place from one chunk was taken as a field, but gathered over two chunks it marked the
+    /// event oversized. Both ways it now marks the event oversized, at every split point.
+    #[test]
+    fn a_line_over_the_cap_is_judged_the_same_wherever_the_chunks_are_cut() {
+        let stream = [
+            b"event: ".as_slice(),
+            &[b'x'; 40],
+            b"\nretry: 11\n\ndata: ok\n\n",
+        ]
+        .concat();
+        let decode = |chunks: &[&[u8]]| {
+            let mut d = SseDecoder::new(32);
+            let mut out = Vec::new();
+            for c in chunks {
+                d.feed(c, |e| out.push(format!("{e:?}")));
+            }
+            out
+        };
+        let whole = decode(&[&stream]);
+        assert_eq!(whole.len(), 2, "{whole:?}");
+        assert!(whole[0].contains("oversized: true"), "{whole:?}");
+        assert!(whole[1].contains("b\"ok\""), "{whole:?}");
+        for cut in 0..=stream.len() {
+            let (a, b) = stream.split_at(cut);
+            assert_eq!(decode(&[a, b]), whole, "cut at {cut}");
+        }
+    }
+
+    /// Found by the `sse` fuzz target: a BOM split over chunks was read as the start of the
+    /// first line (here turning `data:` into an unknown field).
+    #[test]
+    fn a_split_bom_is_skipped_like_a_whole_one() {
+        let stream = b"\xEF\xBB\xBFdata: x\n\n";
+        let whole = decode_all(&[stream]);
+        assert_eq!(whole.len(), 1);
+        assert_eq!(&whole[0].data[..], b"x");
+        for a in 0..=stream.len() {
+            for b in a..=stream.len() {
+                let got = decode_all(&[&stream[..a], &stream[a..b], &stream[b..]]);
+                assert_eq!(format!("{got:?}"), format!("{whole:?}"), "cuts at {a}, {b}");
+            }
+        }
+        // Not a BOM: the held bytes are the line's.
+        let got = decode_all(&[b"\xEF", b"data: y\n\n"]);
+        assert!(got.is_empty(), "{got:?}");
+        let mut d = SseDecoder::new(64);
+        d.feed(b"\xEF\xBB", |_| {});
+        assert!(
+            d.finish(),
+            "a partial BOM at the end is an incomplete stream"
+        );
     }
 
     #[test]
