@@ -52,3 +52,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "peers: ready"
+
+# cargo-fuzz, for the fuzz smoke `.ci/run` runs (fuzz/run.sh) — only where a nightly toolchain is.
+if rustup run nightly rustc --version >/dev/null 2>&1 && ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "peers: cargo-fuzz"
+  cargo install --locked -q cargo-fuzz
+fi

@@ -353,7 +353,21 @@ pub enum Machine<S: hyper::service::HttpService<Incoming>> {
 /// parked.
 const PARK_AFTER: Duration = Duration::from_secs(1);
 
-impl<S, B> Machine<S>
+/// What [`supervise`] does with a connection's protocol state.
+pub trait Supervised {
+    /// Drives the connection; `Ready` when it has ended.
+    fn poll(&mut self, cx: &mut Context<'_>, b: &Builders) -> Poll<Result<(), BoxError>>;
+    /// The drain signal.
+    fn shutdown(&mut self);
+    /// An idle HTTP/1 connection gives up hyper's state (see [`Machine`]).
+    fn park(&mut self);
+    /// Served by hyper over HTTP/1 now (so it may be parked).
+    fn serving_h1(&self) -> bool;
+    /// Parked after an exchange (not: still waiting for its first bytes).
+    fn parked(&self) -> bool;
+}
+
+impl<S, B> Supervised for Machine<S>
 where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -365,6 +379,14 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    fn serving_h1(&self) -> bool {
+        matches!(self, Machine::H1(_))
+    }
+
+    fn parked(&self) -> bool {
+        matches!(self, Machine::Parked { first: false, .. })
+    }
+
     fn poll(&mut self, cx: &mut Context<'_>, b: &Builders) -> Poll<Result<(), BoxError>> {
         loop {
             match self {
@@ -869,25 +891,14 @@ const IDLE_TICKS: u32 = 9;
 /// the first request; from the poll that first sees a later head's bytes, which is the wake-up
 /// of their arrival), else at the next idle look, or the next park look while hyper serves
 /// HTTP/1. A request whose head arrives whole in one read touches no timer.
-pub async fn supervise<S, B>(
-    mut machine: Machine<S>,
+pub async fn supervise(
+    mut machine: impl Supervised,
     builders: Arc<Builders>,
     drain: watch::Receiver<()>,
     state: Arc<ConnState>,
     limits: Arc<ConnLimits>,
     stats: Arc<ListenerStats>,
-) -> Ended<Result<(), BoxError>>
-where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Unpin
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+) -> Ended<Result<(), BoxError>> {
     // `gate` is the receiver held for the connection's life; `signal` waits on a second one.
     let gate = drain.clone();
     let mut signal = std::pin::pin!(async move {
@@ -926,13 +937,12 @@ where
         let s = &*state;
         loop {
             let polled = machine.poll(cx, &builders);
-            parked_gauge.set(matches!(machine, Machine::Parked { first: false, .. }));
+            parked_gauge.set(machine.parked());
             if let Poll::Ready(out) = polled {
                 return Poll::Ready(Ended::Conn(out));
             }
             let requests = s.requests.load(Relaxed);
-            let serving_h1 = matches!(machine, Machine::H1(_));
-            if serving_h1 && park_look.is_none() && !fired {
+            if machine.serving_h1() && park_look.is_none() && !fired {
                 let due = Instant::now() + PARK_AFTER;
                 park_look = Some(due);
                 park_seen = requests;

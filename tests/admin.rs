@@ -40,32 +40,13 @@ fn start_sidecar(upstream: &str, extra: &[&str]) -> Sidecar {
     ])
     .args(extra)
     .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut proc = Proc::spawn(&mut cmd);
-    let mut err = std::io::BufReader::new(proc.0.stderr.take().unwrap());
-    let (mut listen, mut admin) = (None, None);
-    let mut line = String::new();
-    while listen.is_none() || admin.is_none() {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "rpctap exited before its banner"
-        );
-        listen = listen.or(addr_after(&line, "proxy on http://"));
-        admin = admin.or(addr_after(&line, "admin on http://"));
-    }
-    // Keep draining stderr so the process never blocks on it.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while err.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
+    .stdout(Stdio::null());
+    let (proc, addrs, _rest) =
+        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
     Sidecar {
         proc,
-        listen: listen.unwrap(),
-        admin: admin.unwrap(),
+        listen: addrs[0],
+        admin: addrs[1],
     }
 }
 

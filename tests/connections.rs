@@ -11,7 +11,6 @@ mod common;
 
 use common::*;
 use rpctap::cli::ProxyFlags;
-use std::io::BufRead;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -30,11 +29,21 @@ fn request(body: &str) -> String {
 /// Reads one HTTP/1 response (head and a `Content-Length` body) from `s`; `None` if the
 /// connection closes first.
 async fn read_response(s: &mut TcpStream) -> Option<(String, String)> {
+    read_responses(s, 1).await.and_then(|mut v| v.pop())
+}
+
+/// Reads `n` HTTP/1 responses (each with a `Content-Length` body) from `s`, however they are cut
+/// over reads (pipelined replies may come in one); `None` if the connection closes first.
+async fn read_responses(s: &mut TcpStream, n: usize) -> Option<Vec<(String, String)>> {
     let mut buf = Vec::new();
+    let mut out = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+        loop {
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            let Some((head, rest)) = text.split_once("\r\n\r\n") else {
+                break;
+            };
             let len: usize = head
                 .lines()
                 .find_map(|l| {
@@ -43,15 +52,20 @@ async fn read_response(s: &mut TcpStream) -> Option<(String, String)> {
                         .map(|v| v.trim().parse().unwrap())
                 })
                 .unwrap_or(0);
-            if rest.len() >= len {
-                return Some((head.to_string(), rest[..len].to_string()));
+            if rest.len() < len {
+                break;
+            }
+            out.push((head.to_string(), rest[..len].to_string()));
+            buf.drain(..head.len() + 4 + len);
+            if out.len() == n {
+                return Some(out);
             }
         }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
+        let got = s.read(&mut chunk).await.ok()?;
+        if got == 0 {
             return None;
         }
-        buf.extend_from_slice(&chunk[..n]);
+        buf.extend_from_slice(&chunk[..got]);
     }
 }
 
@@ -459,26 +473,9 @@ fn spawn_proxy(
     ])
     .args(extra)
     .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut proc = Proc::spawn(&mut cmd);
-    let mut err = std::io::BufReader::new(proc.0.stderr.take().unwrap());
-    let mut line = String::new();
-    let listen = loop {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "no banner");
-        if let Some(rest) = line.split("proxy on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut l = String::new();
-        while err.read_line(&mut l).unwrap_or(0) > 0 {
-            let _ = tx.send(std::mem::take(&mut l));
-        }
-    });
-    (proc, listen, rx)
+    .stdout(Stdio::null());
+    let (proc, addrs, rest) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    (proc, addrs[0], rest)
 }
 
 /// Ten thousand client connections open at once, each served a call (the binary with its
@@ -634,8 +631,8 @@ async fn an_idle_connection_is_parked_and_served_again_on_its_next_request() {
     let two = request(r#"{"jsonrpc":"2.0","method":"add","params":[1,1],"id":1}"#)
         + &request(r#"{"jsonrpc":"2.0","method":"add","params":[2,2],"id":2}"#);
     s.write_all(two.as_bytes()).await.unwrap();
-    let (_, first) = read_response(&mut s).await.expect("first");
-    let (_, second) = read_response(&mut s).await.expect("second");
+    let both = read_responses(&mut s, 2).await.expect("both");
+    let (first, second) = (&both[0].1, &both[1].1);
     assert!(
         first.contains("\"id\":1") && first.contains("\"result\":2"),
         "{first}"

@@ -429,6 +429,42 @@ pub fn rpctap() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
 }
 
+/// Spawns `cmd` with its stderr piped and reads that until each marker (e.g. `"proxy on
+/// http://"`) has been seen followed by an address; returns the process, the addresses in the
+/// markers' order, and the rest of stderr, a line at a time (read on, so the child never blocks
+/// on it, whether or not the receiver is kept).
+pub fn spawn_with_banner(
+    cmd: &mut std::process::Command,
+    markers: &[&str],
+) -> (Proc, Vec<SocketAddr>, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    cmd.stderr(std::process::Stdio::piped());
+    let mut proc = Proc::spawn(cmd);
+    let mut err = std::io::BufReader::new(proc.0.stderr.take().unwrap());
+    let mut found: Vec<Option<SocketAddr>> = vec![None; markers.len()];
+    let mut line = String::new();
+    while found.iter().any(Option::is_none) {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "exited before its banner: {markers:?}"
+        );
+        for (m, f) in markers.iter().zip(found.iter_mut()) {
+            if let Some(rest) = line.split(m).nth(1) {
+                *f = f.or(rest.split_whitespace().next().and_then(|a| a.parse().ok()));
+            }
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut l = String::new();
+        while err.read_line(&mut l).unwrap_or(0) > 0 {
+            let _ = tx.send(std::mem::take(&mut l));
+        }
+    });
+    (proc, found.into_iter().flatten().collect(), rx)
+}
+
 /// A child process that is killed and reaped when dropped: a failing test leaks nothing.
 pub struct Proc(pub std::process::Child);
 
