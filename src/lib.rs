@@ -3,7 +3,9 @@
 //! Module map (ARCHITECTURE.md follows a request from the socket to a dashboard row):
 //! - [`cli`] — the command line (clap), converted once into validated options by [`config`].
 //! - [`config`] — the TOML config file merged with flags, validated once.
-//! - [`server`] — listener, connection tasks, graceful shutdown (shared by proxy and demo).
+//! - [`server`] — listener, connection cap and limits, connection tasks (`server/machine.rs`:
+//!   protocol state, idle parking, the supervisor's timeouts; `server/conn.rs`: the counters it
+//!   reads), graceful shutdown (shared by proxy, demo and mock).
 //! - [`proxy`] — the exchange pipeline in named phases: request → upstream → streamed, teed
 //!   reply; rate limits applied per call (`proxy::limits`), the upstream client
 //!   (`proxy::upstream`), the teeing body (`proxy::body`), header rules (`proxy::headers`).

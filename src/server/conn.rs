@@ -1,0 +1,291 @@
+//! A client connection's counters and wrappers: [`ConnState`] (what the supervisor reads),
+//! written by the socket wrapper [`Watched`] (bytes arrived, replies flushed) and by the service
+//! ([`Active`] per exchange, [`RequestBody`] per unread body); [`Tracked`] keeps an exchange
+//! counted until its reply body is dropped, [`Exchange`] boxes the handler's future per request.
+
+use hyper::body::{Body, Incoming};
+use hyper::Response;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// An exchange's future as hyper holds it: the handler's future, boxed, and the exchange's
+/// count. Boxed per request because hyper keeps its HTTP/1 connection's slot for this future
+/// allocated for the connection's whole life, at this type's size — kilobytes for the proxy's
+/// handler, a pointer this way — so an idle connection does not keep a handler's worth of memory.
+pub(super) struct Exchange<F> {
+    pub(super) fut: Pin<Box<F>>,
+    pub(super) active: Option<Active>,
+}
+
+impl<F, B> Future for Exchange<F>
+where
+    F: Future<Output = Response<B>>,
+{
+    type Output = Result<Response<Tracked<B>>, Infallible>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let resp = std::task::ready!(self.fut.as_mut().poll(cx));
+        match self.active.take() {
+            Some(active) => Poll::Ready(Ok(resp.map(|body| Tracked {
+                body,
+                _active: active,
+            }))),
+            // Polled again after it was ready: hyper never does.
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// What a connection's supervisor reads: written by the socket wrapper (arrivals) and the
+/// service (exchanges), all relaxed — the supervisor only needs to see them eventually, on its
+/// next poll or timer.
+#[derive(Debug, Default)]
+pub struct ConnState {
+    /// Reads that returned bytes.
+    pub(super) reads: AtomicU32,
+    /// `reads` when the last exchange ended: more since means a new request head has begun.
+    pub(super) reads_at_idle: AtomicU32,
+    /// Exchanges begun.
+    pub(super) requests: AtomicU32,
+    /// Exchanges whose reply has not ended.
+    pub(super) active: AtomicU32,
+    /// The client spoke HTTP/2 (its first bytes were the connection preface): its idle frames
+    /// (PING, SETTINGS) are not a request head in progress.
+    pub(super) h2: AtomicBool,
+    /// Request bodies not yet read to their end (nor dropped): hyper is still reading one.
+    pub(super) bodies: AtomicU32,
+    /// Bytes were written, or a write had to wait, since the last completed flush: hyper may
+    /// still hold or be sending a reply.
+    pub(super) dirty: AtomicBool,
+}
+
+impl ConnState {
+    /// Whether hyper's HTTP/1 connection is between exchanges with nothing left to do: no
+    /// exchange in flight, every request body read, every reply flushed, no bytes of a next
+    /// request arrived.
+    pub(super) fn quiescent(&self) -> bool {
+        self.active.load(Relaxed) == 0
+            && self.bodies.load(Relaxed) == 0
+            && !self.dirty.load(Relaxed)
+            && self.reads.load(Relaxed) == self.reads_at_idle.load(Relaxed)
+    }
+}
+
+/// A request's body as handlers get it: hyper's, counted in its connection's state until it has
+/// been read to its end or dropped (a connection is only parked between exchanges).
+pub struct RequestBody {
+    inner: Incoming,
+    state: Option<Arc<ConnState>>,
+}
+
+impl RequestBody {
+    pub(super) fn new(inner: Incoming, state: &Arc<ConnState>) -> Self {
+        let state = (!inner.is_end_stream()).then(|| {
+            state.bodies.fetch_add(1, Relaxed);
+            state.clone()
+        });
+        RequestBody { inner, state }
+    }
+    fn done(&mut self) {
+        if let Some(s) = self.state.take() {
+            s.bodies.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+impl std::fmt::Debug for RequestBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBody")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Body for RequestBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_))))
+            || (r.is_ready() && self.inner.is_end_stream())
+        {
+            self.done();
+        }
+        r
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// One exchange counted active from its request until its reply body is dropped (sent, or
+/// abandoned).
+pub(super) struct Active(Arc<ConnState>);
+
+impl Active {
+    pub(super) fn begin(s: &Arc<ConnState>) -> Self {
+        s.requests.fetch_add(1, Relaxed);
+        s.active.fetch_add(1, Relaxed);
+        Active(s.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let s = &self.0;
+        s.reads_at_idle.store(s.reads.load(Relaxed), Relaxed);
+        s.active.fetch_sub(1, Relaxed);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A reply body that keeps its exchange counted active until it is dropped.
+    pub struct Tracked<B> {
+        #[pin]
+        body: B,
+        _active: Active,
+    }
+}
+
+impl<B: Body> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+    #[inline]
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The client socket, counting the reads that brought bytes and the writes not yet flushed;
+/// `prefix` holds bytes a parked connection's hyper had read and not used, read first.
+pub struct Watched {
+    pub(super) io: TcpStream,
+    pub(super) prefix: Option<bytes::Bytes>,
+    pub(super) state: Arc<ConnState>,
+}
+
+impl Watched {
+    /// Waits for the first bytes and tells the protocol: `Some(true)` for the HTTP/2 preface
+    /// (`PRI …`), `Some(false)` for anything else, `None` when the client closed first.
+    pub(super) fn poll_protocol(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<Option<bool>>> {
+        const PREFACE: &[u8] = b"PRI";
+        loop {
+            let mut buf = [0u8; 3];
+            let mut rb = ReadBuf::new(&mut buf);
+            std::task::ready!(self.io.poll_peek(cx, &mut rb))?;
+            let seen = rb.filled();
+            if seen.is_empty() {
+                return Poll::Ready(Ok(None));
+            }
+            if seen.len() == PREFACE.len() || !PREFACE.starts_with(seen) {
+                let h2 = seen == PREFACE;
+                if h2 {
+                    self.state.h2.store(true, Relaxed);
+                }
+                return Poll::Ready(Ok(Some(h2)));
+            }
+            // A prefix of the preface: wait for more. A peek leaves the socket readable, so the
+            // readiness is cleared first (or the next peek would answer at once, forever).
+            let _ = self.io.try_io(tokio::io::Interest::READABLE, || {
+                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+            });
+        }
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(mut p) = self.prefix.take() {
+            let n = p.len().min(buf.remaining());
+            buf.put_slice(&p.split_to(n));
+            if !p.is_empty() {
+                self.prefix = Some(p);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            let s = &self.state;
+            let n = s.reads.load(Relaxed);
+            if n == 0 && buf.filled()[before..].starts_with(b"PRI ") {
+                s.h2.store(true, Relaxed);
+            }
+            // Only this socket's task writes `reads`: a plain store, no locked add.
+            s.reads.store(n.wrapping_add(1), Relaxed);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    #[inline]
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.state.dirty.store(true, Relaxed);
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+    #[inline]
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.state.dirty.store(true, Relaxed);
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+    #[inline]
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    #[inline]
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            self.state.dirty.store(false, Relaxed);
+        }
+        r
+    }
+    #[inline]
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

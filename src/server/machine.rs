@@ -1,0 +1,374 @@
+//! A client connection's protocol state and its supervisor: [`Machine`] (HTTP/1 served by
+//! hyper and parked while idle, or HTTP/2), [`supervise`] (one timer for the header and
+//! keep-alive timeouts and the park looks; the drain signal).
+
+use super::conn::{ConnState, Watched};
+use super::{
+    BoxError, ConnLimits, ListenerStats, H2_MAX_LOCAL_RESETS, H2_MAX_PENDING_RESETS,
+    HYPER_MAX_HEADERS,
+};
+use hyper::body::{Body, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// hyper's HTTP/1 and HTTP/2 server builders, with the limits applied; one per listener.
+pub struct Builders {
+    pub(super) h1: hyper::server::conn::http1::Builder,
+    pub(super) h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    pub(super) fn new(limits: &ConnLimits) -> Self {
+        let mut h1 = hyper::server::conn::http1::Builder::new();
+        // A head cannot grow past the read buffer's cap (hyper answers 431); request bodies are
+        // read in chunks of at most this size too. hyper's floor for it is 8 KiB.
+        h1.max_buf_size(limits.max_header_bytes.max(8192));
+        if limits.max_headers != HYPER_MAX_HEADERS {
+            h1.max_headers(limits.max_headers);
+        }
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        h2.max_concurrent_streams(limits.h2_max_streams)
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+            .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
+            .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
+        Builders { h1, h2 }
+    }
+}
+
+type Io = TokioIo<Watched>;
+
+/// A client connection's protocol state. HTTP/1 is served by a hyper connection while
+/// exchanges come, and **parked** when it has been idle a while (`PARK_AFTER`, a second): hyper's
+/// connection is taken apart (its read and write buffers, some 25 KiB, freed) and only the
+/// socket is kept until its next bytes arrive, when a new hyper connection picks up where the
+/// last one stopped. HTTP/2 (prior knowledge, seen from the first bytes) is served by one hyper
+/// connection for its life.
+pub enum Machine<S: hyper::service::HttpService<Incoming>> {
+    /// Waiting for bytes with only the socket; `first`: nothing read yet, the protocol is still
+    /// to be seen.
+    Parked {
+        io: Watched,
+        first: bool,
+        svc: S,
+    },
+    H1(Pin<Box<hyper::server::conn::http1::UpgradeableConnection<Io, S>>>),
+    H2(Pin<Box<hyper::server::conn::http2::Connection<Io, S, TokioExecutor>>>),
+    /// Closed (after a drain signal while parked), or between two of the above.
+    Gone,
+}
+
+/// An HTTP/1 connection idle this long (no exchange began, none in flight, all written) is
+/// parked.
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// What [`supervise`] does with a connection's protocol state.
+pub trait Supervised {
+    /// Drives the connection; `Ready` when it has ended.
+    fn poll(&mut self, cx: &mut Context<'_>, b: &Builders) -> Poll<Result<(), BoxError>>;
+    /// The drain signal.
+    fn shutdown(&mut self);
+    /// An idle HTTP/1 connection gives up hyper's state (see [`Machine`]).
+    fn park(&mut self);
+    /// Served by hyper over HTTP/1 now (so it may be parked).
+    fn serving_h1(&self) -> bool;
+    /// Parked after an exchange (not: still waiting for its first bytes).
+    fn parked(&self) -> bool;
+}
+
+impl<S, B> Supervised for Machine<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Unpin
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    fn serving_h1(&self) -> bool {
+        matches!(self, Machine::H1(_))
+    }
+
+    fn parked(&self) -> bool {
+        matches!(self, Machine::Parked { first: false, .. })
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>, b: &Builders) -> Poll<Result<(), BoxError>> {
+        loop {
+            match self {
+                Machine::Parked { io, first, .. } => {
+                    let h2 = if *first {
+                        match std::task::ready!(io.poll_protocol(cx)) {
+                            Ok(Some(h2)) => h2,
+                            Ok(None) => return Poll::Ready(Ok(())),
+                            Err(e) => return Poll::Ready(Err(e.into())),
+                        }
+                    } else {
+                        if io.prefix.is_none() {
+                            if let Err(e) = std::task::ready!(io.io.poll_read_ready(cx)) {
+                                return Poll::Ready(Err(e.into()));
+                            }
+                        }
+                        false
+                    };
+                    let Machine::Parked { io, svc, .. } = std::mem::replace(self, Machine::Gone)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    *self = if h2 {
+                        Machine::H2(Box::pin(b.h2.serve_connection(TokioIo::new(io), svc)))
+                    } else {
+                        Machine::H1(Box::pin(
+                            b.h1.serve_connection(TokioIo::new(io), svc).with_upgrades(),
+                        ))
+                    };
+                }
+                Machine::H1(c) => return c.as_mut().poll(cx).map_err(Into::into),
+                Machine::H2(c) => return c.as_mut().poll(cx).map_err(Into::into),
+                Machine::Gone => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+
+    /// The drain signal: a parked connection closes at once; a served one finishes the
+    /// exchange in flight and closes instead of keeping alive.
+    fn shutdown(&mut self) {
+        match self {
+            Machine::Parked { .. } => *self = Machine::Gone,
+            Machine::H1(c) => c.as_mut().graceful_shutdown(),
+            Machine::H2(c) => c.as_mut().graceful_shutdown(),
+            Machine::Gone => {}
+        }
+    }
+
+    /// Takes an idle HTTP/1 connection apart, keeping the socket and whatever hyper had read
+    /// but not used (handed to the next connection first).
+    fn park(&mut self) {
+        if !matches!(self, Machine::H1(_)) {
+            return;
+        }
+        let Machine::H1(c) = std::mem::replace(self, Machine::Gone) else {
+            unreachable!("matched above")
+        };
+        // `None` only once upgraded, when the connection has already resolved.
+        if let Some(parts) = Pin::into_inner(c).into_parts() {
+            let mut io = parts.io.into_inner();
+            if !parts.read_buf.is_empty() {
+                io.prefix = Some(parts.read_buf);
+            }
+            *self = Machine::Parked {
+                io,
+                first: false,
+                svc: parts.service,
+            };
+        }
+    }
+}
+
+/// Counts a connection in [`ListenerStats::parked`] while `on`.
+pub(super) struct ParkedGauge {
+    stats: Arc<ListenerStats>,
+    on: bool,
+}
+
+impl ParkedGauge {
+    fn set(&mut self, on: bool) {
+        if on != self.on {
+            self.on = on;
+            if on {
+                self.stats.parked.fetch_add(1, Relaxed);
+            } else {
+                self.stats.parked.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for ParkedGauge {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
+/// How a supervised connection ended.
+#[derive(Debug)]
+pub enum Ended<T> {
+    /// By itself (hyper's result).
+    Conn(T),
+    /// Closed: a request head was not complete within the header timeout.
+    HeaderTimeout,
+    /// Closed: no exchange for the keep-alive timeout.
+    Idle,
+}
+
+/// Idle connections are looked at this many times per keep-alive timeout: one is closed after
+/// `IDLE_TICKS` quiet looks in a row, between 1 and 1 + 1/(`IDLE_TICKS` − 1) times the timeout
+/// after its last exchange — a timer per connection every few tens of seconds instead of a
+/// timer reset on every request.
+const IDLE_TICKS: u32 = 9;
+
+/// Runs a connection's [`Machine`] until the connection ends, or closes it (drops it) when a
+/// limit says so; parks it when idle; once `drain` signals, shuts it down once (a served
+/// connection finishes the exchange in flight and closes instead of keeping alive; a parked one
+/// closes). A receiver is held until the connection ends, which is what the drain waits for.
+///
+/// The drain is watched here rather than by hyper-util's `GracefulShutdown::watch`, which polls
+/// its watch future on every wake of every connection — a mutex lock and a waker comparison each
+/// time, a visible share of a proxied call (benches/RESULTS.md). This polls that future once, to
+/// register for the wake-up, and afterwards only when the channel says a value was sent (one
+/// atomic load per wake). A connection task's waker does not change, so the one registration
+/// stays valid.
+///
+/// The limits use one timer: due at the header deadline while a head is awaited (from accept for
+/// the first request; from the poll that first sees a later head's bytes, which is the wake-up
+/// of their arrival), else at the next idle look, or the next park look while hyper serves
+/// HTTP/1. A request whose head arrives whole in one read touches no timer.
+pub async fn supervise(
+    mut machine: impl Supervised,
+    builders: Arc<Builders>,
+    drain: watch::Receiver<()>,
+    state: Arc<ConnState>,
+    limits: Arc<ConnLimits>,
+    stats: Arc<ListenerStats>,
+) -> Ended<Result<(), BoxError>> {
+    // `gate` is the receiver held for the connection's life; `signal` waits on a second one.
+    let gate = drain.clone();
+    let mut signal = std::pin::pin!(async move {
+        let mut drain = drain;
+        // Err: the sender is gone, which also means stop.
+        let _ = drain.changed().await;
+    });
+    let (mut armed, mut fired) = (false, false);
+    let tick = limits.keepalive_timeout / (IDLE_TICKS - 1);
+    let start = Instant::now();
+    // The first head is due `header_timeout` after accept.
+    let mut head_due: Option<Instant> = Some(start + limits.header_timeout);
+    // The head being timed: `reads_at_idle` and `requests` when its timer was armed.
+    let mut head_of = (0u32, 0u32);
+    let mut next_look = start + tick;
+    // While hyper serves HTTP/1: when to look whether it has been idle long enough to park,
+    // and `requests` at the last look.
+    let mut park_look: Option<Instant> = None;
+    let mut park_seen = u32::MAX;
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(
+        head_due.map_or(next_look, |h| h.min(next_look)),
+    ));
+    let mut quiet = 0u32;
+    let mut seen = 0u32;
+    let mut parked_gauge = ParkedGauge { stats, on: false };
+    // The timer was polled (its waker registered) since it was last reset.
+    let mut registered = false;
+    std::future::poll_fn(move |cx| {
+        if !fired && (!armed || gate.has_changed().unwrap_or(true)) {
+            armed = true;
+            if signal.as_mut().poll(cx).is_ready() {
+                fired = true;
+                machine.shutdown();
+            }
+        }
+        let s = &*state;
+        loop {
+            let polled = machine.poll(cx, &builders);
+            parked_gauge.set(machine.parked());
+            if let Poll::Ready(out) = polled {
+                return Poll::Ready(Ended::Conn(out));
+            }
+            let requests = s.requests.load(Relaxed);
+            if machine.serving_h1() && park_look.is_none() && !fired {
+                let due = Instant::now() + PARK_AFTER;
+                park_look = Some(due);
+                park_seen = requests;
+                if due < timer.deadline() {
+                    timer.as_mut().reset(due);
+                    registered = false;
+                }
+            }
+            // The head being timed has come whole (an exchange began since): no deadline.
+            if head_due.is_some() && requests != head_of.1 {
+                head_due = None;
+            }
+            // A later request head in progress: bytes since the last exchange ended, none
+            // active (an HTTP/2 client's idle frames are not one).
+            if head_due.is_none() && s.active.load(Relaxed) == 0 && !s.h2.load(Relaxed) {
+                let at_idle = s.reads_at_idle.load(Relaxed);
+                if s.reads.load(Relaxed) != at_idle && (at_idle, requests) != head_of {
+                    head_of = (at_idle, requests);
+                    let due = Instant::now() + limits.header_timeout;
+                    head_due = Some(due);
+                    if due < timer.deadline() {
+                        timer.as_mut().reset(due);
+                        registered = false;
+                    }
+                }
+            }
+            // Registered and not yet due: no need to poll it again (a `Sleep` poll re-checks its
+            // waker and the coop budget — a visible share of a proxied call, several polls each).
+            if registered && !timer.is_elapsed() {
+                return Poll::Pending;
+            }
+            if timer.as_mut().poll(cx).is_pending() {
+                registered = true;
+                return Poll::Pending;
+            }
+            let now = timer.deadline();
+            let active = s.active.load(Relaxed);
+            if let Some(due) = head_due {
+                if now >= due {
+                    head_due = None;
+                    // Still waiting for that head: no exchange began since it was armed (for
+                    // the first head, none at all).
+                    if active == 0 && requests == head_of.1 {
+                        return Poll::Ready(Ended::HeaderTimeout);
+                    }
+                }
+            }
+            if now >= next_look {
+                next_look = now + tick;
+                if active > 0 || requests != seen {
+                    quiet = 0;
+                    seen = requests;
+                } else {
+                    quiet += 1;
+                    if quiet >= IDLE_TICKS {
+                        return Poll::Ready(Ended::Idle);
+                    }
+                }
+            }
+            let mut parked = false;
+            if let Some(due) = park_look {
+                if now >= due {
+                    if requests == park_seen && head_due.is_none() && !fired && s.quiescent() {
+                        machine.park();
+                        park_look = None;
+                        parked = true;
+                    } else {
+                        park_seen = requests;
+                        park_look = Some(now + PARK_AFTER);
+                    }
+                }
+            }
+            let due = [head_due, park_look]
+                .into_iter()
+                .flatten()
+                .fold(next_look, Instant::min);
+            timer.as_mut().reset(due);
+            registered = false;
+            if parked {
+                // Poll the parked socket now, to be woken by its next bytes.
+                continue;
+            }
+        }
+    })
+    .await
+}
