@@ -83,6 +83,8 @@ pub enum ExchangeError {
     UpstreamUnreachable(String),
     #[error("upstream did not answer within {0:?}")]
     UpstreamTimeout(Duration),
+    #[error("upstream broke the protocol: {0}")]
+    UpstreamProtocol(&'static str),
     #[error("could not read the request from the client: {0}")]
     Downstream(String),
     #[error("the request body stalled: no data for {0:?}")]
@@ -100,6 +102,9 @@ impl ExchangeError {
             }
             ExchangeError::UpstreamTimeout(_) => {
                 (StatusCode::GATEWAY_TIMEOUT, CODE_UPSTREAM_TIMEOUT)
+            }
+            ExchangeError::UpstreamProtocol(_) => {
+                (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE)
             }
             ExchangeError::Downstream(_) => (StatusCode::BAD_REQUEST, CODE_BAD_REQUEST),
             ExchangeError::RequestStalled(_) => (StatusCode::REQUEST_TIMEOUT, CODE_BAD_REQUEST),
@@ -263,11 +268,19 @@ impl Proxy {
             Err(e) => return self.error_reply(ex, e),
         };
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            if let Some(client_up) = client_upgrade {
-                // Upgraded (WebSocket…): the two connections are spliced as raw bytes.
-                let upstream_up = hyper::upgrade::on(&mut resp);
-                tokio::spawn(splice(client_up, upstream_up));
-            }
+            let Some(client_up) = client_upgrade else {
+                // A 101 the client never asked for (RFC 9110 §15.2.2 forbids it): passing it on
+                // would switch a client that cannot follow.
+                return self.error_reply(
+                    ex,
+                    ExchangeError::UpstreamProtocol(
+                        "101 Switching Protocols to a request that asked for no upgrade",
+                    ),
+                );
+            };
+            // Upgraded (WebSocket…): the two connections are spliced as raw bytes.
+            let upstream_up = hyper::upgrade::on(&mut resp);
+            tokio::spawn(splice(client_up, upstream_up));
         }
         let permits = ex
             .plan

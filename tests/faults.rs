@@ -1,0 +1,339 @@
+//! Fault injection, upstream side (issue 22's first matrix): a scripted upstream misbehaves in
+//! one way per request path, the real binary proxies one call to each, and for every case (a)
+//! the client gets the documented answer, (b) the call ends with exactly one outcome in the
+//! recording, (c) nothing leaks — no pending call, no client connection, the proxy's file
+//! descriptors back to where they were. (An upstream that refuses connections, and a reset
+//! mid-reply on a kept connection, are in tests/proxy.rs.)
+
+mod common;
+
+use common::*;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the fault upstream does with the request it read, by path.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Reads the request and never answers (the proxy's upstream timeout answers).
+    Silent,
+    /// Sends a response head, then nothing, then closes after 1.5 s.
+    HeadThenStall,
+    /// A JSON reply cut short by a reset (Content-Length 100, 20 bytes sent).
+    ResetMidJson,
+    /// An SSE reply reset between two events (the call's reply never came).
+    ResetBetweenEvents,
+    /// An SSE reply reset inside the event that carried the call's reply.
+    ResetInsideEvent,
+    /// A chunked reply closed inside a chunk.
+    PartialChunk,
+    /// Content-Length says 10, the reply is longer.
+    ShortLength,
+    /// Content-Length says 100, 36 bytes come, then the close.
+    LongLength,
+    /// A chunk size that is not hexadecimal.
+    BadChunked,
+    /// Answers before reading the request body, then closes.
+    AnswerBeforeBody,
+    /// `100 Continue`, then nothing.
+    ContinueThenNothing,
+    /// `101 Switching Protocols` to a request that asked for no upgrade.
+    UnaskedUpgrade,
+}
+
+const CASES: &[(Fault, &str)] = &[
+    // The client's documented answer: the status line it gets (the proxy's own 504/502, or the
+    // upstream's head passed on, whose body then ends early).
+    (Fault::Silent, "HTTP/1.1 504"),
+    (Fault::HeadThenStall, "HTTP/1.1 200"),
+    (Fault::ResetMidJson, "HTTP/1.1 200"),
+    (Fault::ResetBetweenEvents, "HTTP/1.1 200"),
+    (Fault::ResetInsideEvent, "HTTP/1.1 200"),
+    (Fault::PartialChunk, "HTTP/1.1 200"),
+    (Fault::ShortLength, "HTTP/1.1 200"),
+    (Fault::LongLength, "HTTP/1.1 200"),
+    // hyper writes a response head with the first bytes of its body: a body that fails before
+    // any arrive leaves the client a closed connection and nothing else (rpctap does not make
+    // up a reply once the upstream's head is passed on).
+    (Fault::BadChunked, ""),
+    (Fault::AnswerBeforeBody, "HTTP/1.1 200"),
+    (Fault::ContinueThenNothing, "HTTP/1.1 504"),
+    (Fault::UnaskedUpgrade, "HTTP/1.1 502"),
+];
+
+/// Reads a request head (and, unless `skip_body`, its Content-Length body) from `s`.
+async fn read_request(s: &mut TcpStream, skip_body: bool) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            if skip_body || rest.len() >= len {
+                return Some(head.to_string());
+            }
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Closes `s` with a reset (SO_LINGER 0) instead of a FIN.
+fn reset(s: TcpStream) {
+    let _ = s.set_zero_linger();
+    drop(s);
+}
+
+async fn misbehave(mut s: TcpStream) {
+    let Some(head) = read_request(&mut s, false).await else {
+        return;
+    };
+    let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+    let Some(fault) = path
+        .strip_prefix("/case/")
+        .and_then(|n| n.parse::<usize>().ok())
+        .and_then(|n| CASES.get(n))
+        .map(|c| c.0)
+    else {
+        return;
+    };
+    let id = path.trim_start_matches("/case/").to_string();
+    let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"ok-{id}"}}"#);
+    let sse_head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let chunk = |text: &str| format!("{:x}\r\n{text}\r\n", text.len());
+    match fault {
+        Fault::Silent => tokio::time::sleep(Duration::from_secs(5)).await,
+        Fault::HeadThenStall => {
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+                .await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        Fault::ResetMidJson => {
+            let _ = s
+                .write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{}", &reply[..20])
+                        .as_bytes(),
+                )
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            reset(s);
+        }
+        Fault::ResetBetweenEvents => {
+            let ev = chunk("data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n");
+            let _ = s.write_all(format!("{sse_head}{ev}").as_bytes()).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            reset(s);
+        }
+        Fault::ResetInsideEvent => {
+            let ev = chunk(&format!("data: {}", &reply[..25]));
+            let _ = s.write_all(format!("{sse_head}{ev}").as_bytes()).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            reset(s);
+        }
+        Fault::PartialChunk => {
+            let _ = s
+                .write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n{}", &reply[..10])
+                        .as_bytes(),
+                )
+                .await;
+        }
+        Fault::ShortLength => {
+            let _ = s
+                .write_all(format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{reply}").as_bytes())
+                .await;
+        }
+        Fault::LongLength => {
+            let _ = s
+                .write_all(format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{reply}").as_bytes())
+                .await;
+        }
+        Fault::BadChunked => {
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nnot a chunk\r\n")
+                .await;
+        }
+        Fault::AnswerBeforeBody => unreachable!("answered in `serve_faults`"),
+        Fault::ContinueThenNothing => {
+            let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        Fault::UnaskedUpgrade => {
+            let _ = s
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-fault\r\nConnection: upgrade\r\n\r\n")
+                .await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+}
+
+/// The fault upstream: each connection gets its path's fault (one request per connection).
+async fn serve_faults(l: TcpListener) {
+    loop {
+        let Ok((mut s, _)) = l.accept().await else {
+            return;
+        };
+        tokio::spawn(async move {
+            // AnswerBeforeBody needs the head only: peek at it first.
+            let mut peek = [0u8; 64];
+            let n = s.peek(&mut peek).await.unwrap_or(0);
+            let line = String::from_utf8_lossy(&peek[..n]).into_owned();
+            let before_body = CASES
+                .iter()
+                .position(|c| matches!(c.0, Fault::AnswerBeforeBody))
+                .map(|i| format!("/case/{i} "));
+            if before_body.is_some_and(|p| line.contains(&p)) {
+                let _ = read_request(&mut s, true).await;
+                let id = line
+                    .split("/case/")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .unwrap_or("0")
+                    .to_string();
+                let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"early"}}"#);
+                let _ = s
+                    .write_all(format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}", reply.len()).as_bytes())
+                    .await;
+                return;
+            }
+            misbehave(s).await;
+        });
+    }
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Sends one call to `/case/{i}` on a fresh connection and returns what came back, up to the
+/// close (or 6 s).
+async fn call_case(addr: SocketAddr, i: usize) -> String {
+    let body = format!(r#"{{"jsonrpc":"2.0","method":"fault/{i}","id":{i}}}"#);
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /case/{i} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(6), s.read_to_end(&mut got)).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
+    let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_addr = up.local_addr().unwrap();
+    tokio::spawn(serve_faults(up));
+    let tmp = Scratch::new("faults");
+    let file = tmp.join("faults.jsonl");
+    let mut cmd = rpctap();
+    cmd.args([
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("http://{up_addr}"),
+        "--admin",
+        "127.0.0.1:0",
+        "--no-tui",
+        "--log",
+        "off",
+        "--upstream-timeout",
+        "1",
+        "--call-timeout",
+        "1",
+        "--record",
+    ])
+    .arg(&file)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    let (mut proc, addrs, _rest) =
+        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
+    let (listen, admin) = (addrs[0], addrs[1]);
+    let baseline = fds(proc.id());
+    let answers =
+        futures_util::future::join_all((0..CASES.len()).map(|i| call_case(listen, i))).await;
+    for (i, ((fault, want), got)) in CASES.iter().zip(&answers).enumerate() {
+        if want.is_empty() {
+            assert!(
+                got.is_empty(),
+                "case {i} {fault:?}: want a bare close, got {got:?}"
+            );
+        }
+        assert!(
+            got.starts_with(want),
+            "case {i} {fault:?}: want {want}, got {got:?}"
+        );
+        if want.ends_with("504") || want.ends_with("502") {
+            assert!(
+                got.contains(&format!("\"id\":{i}")),
+                "case {i}: a JSON-RPC error with the call's id: {got}"
+            );
+        }
+    }
+    // (c) Nothing left: no pending call, no client connection, the descriptors back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = http_get(admin, "/metrics").await;
+        let pending = metric(&text, "rpctap_pending_calls");
+        let clients = metric(&text, "rpctap_connections{side=\"client\"}");
+        let now = fds(proc.id());
+        if pending == 0.0 && clients == 0.0 && now <= baseline {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left over: {pending} pending calls, {clients} client connections, fds {now} (baseline {baseline})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(proc.term().success());
+    // (b) Exactly one outcome per call.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut outcomes = vec![Vec::new(); CASES.len()];
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["event"] == "call" {
+            let id = v["id"].as_u64().expect("numeric id") as usize;
+            outcomes[id].push(v["outcome"].as_str().unwrap_or("?").to_string());
+        }
+    }
+    for (i, o) in outcomes.iter().enumerate() {
+        assert_eq!(o.len(), 1, "case {i} {:?}: outcomes {o:?}", CASES[i].0);
+    }
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
