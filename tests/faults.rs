@@ -43,24 +43,24 @@ enum Fault {
     UnaskedUpgrade,
 }
 
-const CASES: &[(Fault, &str)] = &[
-    // The client's documented answer: the status line it gets (the proxy's own 504/502, or the
-    // upstream's head passed on, whose body then ends early).
-    (Fault::Silent, "HTTP/1.1 504"),
-    (Fault::HeadThenStall, "HTTP/1.1 200"),
-    (Fault::ResetMidJson, "HTTP/1.1 200"),
-    (Fault::ResetBetweenEvents, "HTTP/1.1 200"),
-    (Fault::ResetInsideEvent, "HTTP/1.1 200"),
-    (Fault::PartialChunk, "HTTP/1.1 200"),
-    (Fault::ShortLength, "HTTP/1.1 200"),
-    (Fault::LongLength, "HTTP/1.1 200"),
+const CASES: &[(Fault, &str, &str)] = &[
+    // The client's documented answer — the status line it gets (the proxy's own 504/502, or the
+    // upstream's head passed on, whose body then ends early) — and the call's one outcome.
+    (Fault::Silent, "HTTP/1.1 504", "missing"),
+    (Fault::HeadThenStall, "HTTP/1.1 200", "missing"),
+    (Fault::ResetMidJson, "HTTP/1.1 200", "missing"),
+    (Fault::ResetBetweenEvents, "HTTP/1.1 200", "missing"),
+    (Fault::ResetInsideEvent, "HTTP/1.1 200", "missing"),
+    (Fault::PartialChunk, "HTTP/1.1 200", "missing"),
+    (Fault::ShortLength, "HTTP/1.1 200", "missing"),
+    (Fault::LongLength, "HTTP/1.1 200", "missing"),
     // hyper writes a response head with the first bytes of its body: a body that fails before
     // any arrive leaves the client a closed connection and nothing else (rpctap does not make
     // up a reply once the upstream's head is passed on).
-    (Fault::BadChunked, ""),
-    (Fault::AnswerBeforeBody, "HTTP/1.1 200"),
-    (Fault::ContinueThenNothing, "HTTP/1.1 504"),
-    (Fault::UnaskedUpgrade, "HTTP/1.1 502"),
+    (Fault::BadChunked, "", "missing"),
+    (Fault::AnswerBeforeBody, "HTTP/1.1 200", "result"),
+    (Fault::ContinueThenNothing, "HTTP/1.1 504", "missing"),
+    (Fault::UnaskedUpgrade, "HTTP/1.1 502", "missing"),
 ];
 
 /// Reads a request head (and, unless `skip_body`, its Content-Length body) from `s`.
@@ -278,7 +278,7 @@ async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
     let baseline = fds(proc.id());
     let answers =
         futures_util::future::join_all((0..CASES.len()).map(|i| call_case(listen, i))).await;
-    for (i, ((fault, want), got)) in CASES.iter().zip(&answers).enumerate() {
+    for (i, ((fault, want, _), got)) in CASES.iter().zip(&answers).enumerate() {
         if want.is_empty() {
             assert!(
                 got.is_empty(),
@@ -324,7 +324,12 @@ async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
         }
     }
     for (i, o) in outcomes.iter().enumerate() {
-        assert_eq!(o.len(), 1, "case {i} {:?}: outcomes {o:?}", CASES[i].0);
+        let (fault, _, want) = CASES[i];
+        assert_eq!(
+            o,
+            &[want],
+            "case {i} {fault:?}: exactly one outcome, {want}"
+        );
     }
 }
 
