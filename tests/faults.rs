@@ -1,9 +1,11 @@
-//! Fault injection, upstream side (issue 22's first matrix): a scripted upstream misbehaves in
-//! one way per request path, the real binary proxies one call to each, and for every case (a)
-//! the client gets the documented answer, (b) the call ends with exactly one outcome in the
-//! recording, (c) nothing leaks — no pending call, no client connection, the proxy's file
-//! descriptors back to where they were. (An upstream that refuses connections, and a reset
-//! mid-reply on a kept connection, are in tests/proxy.rs.)
+//! Fault injection through the real binary. Upstream side: a scripted upstream misbehaves in one
+//! way per request path, one call goes to each, and for every case (a) the client gets the
+//! documented answer, (b) the call ends with exactly one outcome in the recording, (c) nothing
+//! leaks — no pending call, no client connection, the proxy's file descriptors back to where
+//! they were. (An upstream that refuses connections, and a reset mid-reply on a kept
+//! connection, are in tests/proxy.rs.) Client side: clients that go away mid-request, mid-batch
+//! (split by a rate limit), mid-SSE reply, and after pipelining 100 calls — every call that
+//! reached the inspector ends exactly once, and nothing leaks.
 
 mod common;
 
@@ -341,4 +343,140 @@ async fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut got = Vec::new();
     let _ = s.read_to_end(&mut got).await;
     String::from_utf8_lossy(&got).into_owned()
+}
+
+/// The recorded `call` events' outcomes, by id text.
+fn outcomes_by_id(file: &std::path::Path) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut out = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for line in std::fs::read_to_string(file).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["event"] == "call" {
+            out.entry(v["id"].to_string())
+                .or_default()
+                .push(v["outcome"].as_str().unwrap_or("?").to_string());
+        }
+    }
+    out
+}
+
+/// Writes `bytes` on a new connection, reads for `wait` (none: not at all), and closes.
+async fn hit_and_run(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut got = vec![0u8; 64 * 1024];
+    let n = match tokio::time::timeout(wait, s.read(&mut got)).await {
+        Ok(Ok(n)) => n,
+        _ => 0,
+    };
+    got.truncate(n);
+    got
+}
+
+fn post(path: &str, body: &str, extra: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_go_away_leave_every_call_one_outcome_and_nothing_behind() {
+    let (up, _up) = start_demo().await;
+    let tmp = Scratch::new("client-faults");
+    let file = tmp.join("faults.jsonl");
+    let mut cmd = rpctap();
+    cmd.args([
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("http://{up}"),
+        "--admin",
+        "127.0.0.1:0",
+        "--no-tui",
+        "--log",
+        "off",
+        "--limit",
+        "add=1/min",
+        "--record",
+    ])
+    .arg(&file)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    let (mut proc, addrs, _rest) =
+        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
+    let (listen, admin) = (addrs[0], addrs[1]);
+    let baseline = fds(proc.id());
+    // Mid request body: the head promises 200 bytes, 20 come, then the close.
+    let head = "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"jsonrpc\":\"2.0\",";
+    hit_and_run(listen, head.as_bytes(), Duration::ZERO).await;
+    // Mid batch split by a rate limit: "b2" is refused (add: 1 a minute), "b1" and "b3" go on;
+    // the client leaves while the upstream sleeps on "b3".
+    let batch = r#"[{"jsonrpc":"2.0","method":"add","params":[1,1],"id":"b1"},{"jsonrpc":"2.0","method":"add","params":[1,2],"id":"b2"},{"jsonrpc":"2.0","method":"sleep","params":[800],"id":"b3"}]"#;
+    hit_and_run(
+        listen,
+        post("/jsonrpc", batch, "").as_bytes(),
+        Duration::from_millis(100),
+    )
+    .await;
+    // Mid SSE reply: a slow tool streams progress; the client reads the start and leaves.
+    let sid = mcp_session(listen).await;
+    let slow = r#"{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"slow","arguments":{"steps":5,"delay_ms":200},"_meta":{"progressToken":"t1"}}}"#;
+    let extra = format!(
+        "Accept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-06-18\r\n"
+    );
+    let got = hit_and_run(
+        listen,
+        post("/mcp", slow, &extra).as_bytes(),
+        Duration::from_millis(500),
+    )
+    .await;
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"),
+        "the SSE reply had begun: {}",
+        String::from_utf8_lossy(&got)
+    );
+    // 100 pipelined calls, then the close at once.
+    let many: String = (0..100)
+        .map(|i| {
+            post(
+                "/jsonrpc",
+                &format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":[20],"id":"p{i}"}}"#),
+                "",
+            )
+        })
+        .collect();
+    hit_and_run(listen, many.as_bytes(), Duration::ZERO).await;
+    // Nothing left behind once the sleeps are over.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = http_get(admin, "/metrics").await;
+        let pending = metric(&text, "rpctap_pending_calls");
+        let clients = metric(&text, "rpctap_connections{side=\"client\"}");
+        let now = fds(proc.id());
+        if pending == 0.0 && clients == 0.0 && now <= baseline {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left over: {pending} pending calls, {clients} client connections, fds {now} (baseline {baseline})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(proc.term().success());
+    let outcomes = outcomes_by_id(&file);
+    for (id, o) in &outcomes {
+        assert_eq!(o.len(), 1, "call {id}: exactly one outcome, got {o:?}");
+    }
+    assert_eq!(outcomes["\"b2\""], ["refused"], "{outcomes:?}");
+    for id in ["\"b1\"", "\"b3\"", "\"s1\""] {
+        assert!(
+            outcomes.contains_key(id),
+            "call {id} was seen and ended: {outcomes:?}"
+        );
+    }
+    assert!(
+        outcomes.keys().any(|k| k.starts_with("\"p")),
+        "some pipelined calls reached the proxy: {outcomes:?}"
+    );
 }
