@@ -579,33 +579,13 @@ fn the_demo_turns_the_admin_listener_on_and_prints_it() {
 
 /// One keep-alive HTTP/1.1 call on `s`; the connection stays open afterwards.
 async fn call_on(s: &mut tokio::net::TcpStream, body: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let req = format!(
         "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "closed");
-        buf.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse().unwrap())
-                })
-                .unwrap();
-            if rest.len() >= len {
-                return rest[..len].to_string();
-            }
-        }
-    }
+    read_response(s).await.expect("closed").1
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,49 +26,6 @@ fn request(body: &str) -> String {
     )
 }
 
-/// Reads one HTTP/1 response (head and a `Content-Length` body) from `s`; `None` if the
-/// connection closes first.
-async fn read_response(s: &mut TcpStream) -> Option<(String, String)> {
-    read_responses(s, 1).await.and_then(|mut v| v.pop())
-}
-
-/// Reads `n` HTTP/1 responses (each with a `Content-Length` body) from `s`, however they are cut
-/// over reads (pipelined replies may come in one); `None` if the connection closes first.
-async fn read_responses(s: &mut TcpStream, n: usize) -> Option<Vec<(String, String)>> {
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        loop {
-            let text = String::from_utf8_lossy(&buf).into_owned();
-            let Some((head, rest)) = text.split_once("\r\n\r\n") else {
-                break;
-            };
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse().unwrap())
-                })
-                .unwrap_or(0);
-            if rest.len() < len {
-                break;
-            }
-            out.push((head.to_string(), rest[..len].to_string()));
-            buf.drain(..head.len() + 4 + len);
-            if out.len() == n {
-                return Some(out);
-            }
-        }
-        let got = s.read(&mut chunk).await.ok()?;
-        if got == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..got]);
-    }
-}
-
 /// How long until the peer closes `s` (reading and discarding anything it sends), up to `limit`.
 async fn closed_after(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
     let start = Instant::now();

@@ -246,12 +246,20 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
-    let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let up_addr = up.local_addr().unwrap();
-    tokio::spawn(serve_faults(up));
-    let tmp = Scratch::new("faults");
+/// `rpctap proxy` (the real binary) in front of `upstream`, recording to a scratch file, with its
+/// admin listener; `extra` flags added.
+struct Recorded {
+    proc: Proc,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    file: std::path::PathBuf,
+    /// The process's open descriptors once it is up, before any traffic.
+    baseline: usize,
+    _tmp: Scratch,
+}
+
+fn recorded_proxy(upstream: SocketAddr, name: &str, extra: &[&str]) -> Recorded {
+    let tmp = Scratch::new(name);
     let file = tmp.join("faults.jsonl");
     let mut cmd = rpctap();
     cmd.args([
@@ -259,25 +267,66 @@ async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
         "--listen",
         "127.0.0.1:0",
         "--upstream",
-        &format!("http://{up_addr}"),
+        &format!("http://{upstream}"),
         "--admin",
         "127.0.0.1:0",
         "--no-tui",
         "--log",
         "off",
-        "--upstream-timeout",
-        "1",
-        "--call-timeout",
-        "1",
-        "--record",
     ])
+    .args(extra)
+    .arg("--record")
     .arg(&file)
     .stdin(Stdio::null())
     .stdout(Stdio::null());
-    let (mut proc, addrs, _rest) =
+    let (proc, addrs, _rest) =
         spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
-    let (listen, admin) = (addrs[0], addrs[1]);
     let baseline = fds(proc.id());
+    Recorded {
+        proc,
+        listen: addrs[0],
+        admin: addrs[1],
+        file,
+        baseline,
+        _tmp: tmp,
+    }
+}
+
+impl Recorded {
+    /// Waits (up to 10 s) until nothing is left: no pending call, no client connection, no more
+    /// descriptors than at the start; then stops the proxy, which flushes the recording.
+    async fn assert_nothing_left_and_stop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = http_get(self.admin, "/metrics").await;
+            let pending = metric(&text, "rpctap_pending_calls");
+            let clients = metric(&text, "rpctap_connections{side=\"client\"}");
+            let now = fds(self.proc.id());
+            if pending == 0.0 && clients == 0.0 && now <= self.baseline {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "left over: {pending} pending calls, {clients} client connections, fds {now} (baseline {})",
+                self.baseline
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(self.proc.term().success());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
+    let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_addr = up.local_addr().unwrap();
+    tokio::spawn(serve_faults(up));
+    let mut p = recorded_proxy(
+        up_addr,
+        "faults",
+        &["--upstream-timeout", "1", "--call-timeout", "1"],
+    );
+    let listen = p.listen;
     let answers =
         futures_util::future::join_all((0..CASES.len()).map(|i| call_case(listen, i))).await;
     for (i, ((fault, want, _), got)) in CASES.iter().zip(&answers).enumerate() {
@@ -299,24 +348,9 @@ async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
         }
     }
     // (c) Nothing left: no pending call, no client connection, the descriptors back.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = http_get(admin, "/metrics").await;
-        let pending = metric(&text, "rpctap_pending_calls");
-        let clients = metric(&text, "rpctap_connections{side=\"client\"}");
-        let now = fds(proc.id());
-        if pending == 0.0 && clients == 0.0 && now <= baseline {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "left over: {pending} pending calls, {clients} client connections, fds {now} (baseline {baseline})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(proc.term().success());
+    p.assert_nothing_left_and_stop().await;
     // (b) Exactly one outcome per call.
-    let text = std::fs::read_to_string(&file).unwrap();
+    let text = std::fs::read_to_string(&p.file).unwrap();
     let mut outcomes = vec![Vec::new(); CASES.len()];
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -382,31 +416,8 @@ fn post(path: &str, body: &str, extra: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_go_away_leave_every_call_one_outcome_and_nothing_behind() {
     let (up, _up) = start_demo().await;
-    let tmp = Scratch::new("client-faults");
-    let file = tmp.join("faults.jsonl");
-    let mut cmd = rpctap();
-    cmd.args([
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("http://{up}"),
-        "--admin",
-        "127.0.0.1:0",
-        "--no-tui",
-        "--log",
-        "off",
-        "--limit",
-        "add=1/min",
-        "--record",
-    ])
-    .arg(&file)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
-    let (mut proc, addrs, _rest) =
-        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
-    let (listen, admin) = (addrs[0], addrs[1]);
-    let baseline = fds(proc.id());
+    let mut p = recorded_proxy(up, "client-faults", &["--limit", "add=1/min"]);
+    let listen = p.listen;
     // Mid request body: the head promises 200 bytes, 20 come, then the close.
     let head = "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"jsonrpc\":\"2.0\",";
     hit_and_run(listen, head.as_bytes(), Duration::ZERO).await;
@@ -448,23 +459,8 @@ async fn clients_that_go_away_leave_every_call_one_outcome_and_nothing_behind() 
         .collect();
     hit_and_run(listen, many.as_bytes(), Duration::ZERO).await;
     // Nothing left behind once the sleeps are over.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = http_get(admin, "/metrics").await;
-        let pending = metric(&text, "rpctap_pending_calls");
-        let clients = metric(&text, "rpctap_connections{side=\"client\"}");
-        let now = fds(proc.id());
-        if pending == 0.0 && clients == 0.0 && now <= baseline {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "left over: {pending} pending calls, {clients} client connections, fds {now} (baseline {baseline})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(proc.term().success());
-    let outcomes = outcomes_by_id(&file);
+    p.assert_nothing_left_and_stop().await;
+    let outcomes = outcomes_by_id(&p.file);
     for (id, o) in &outcomes {
         assert_eq!(o.len(), 1, "call {id}: exactly one outcome, got {o:?}");
     }

@@ -599,3 +599,49 @@ pub fn installed(name: &str, packages: &[&str]) -> std::path::PathBuf {
     );
     dir
 }
+
+/// Reads one HTTP/1 response (head and a `Content-Length` body) from `s`; `None` if the
+/// connection closes first.
+pub async fn read_response(s: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    read_responses(s, 1).await.and_then(|mut v| v.pop())
+}
+
+/// Reads `n` HTTP/1 responses (each with a `Content-Length` body) from `s`, however they are cut
+/// over reads (pipelined replies may come in one); `None` if the connection closes first.
+pub async fn read_responses(
+    s: &mut tokio::net::TcpStream,
+    n: usize,
+) -> Option<Vec<(String, String)>> {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        loop {
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            let Some((head, rest)) = text.split_once("\r\n\r\n") else {
+                break;
+            };
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if rest.len() < len {
+                break;
+            }
+            out.push((head.to_string(), rest[..len].to_string()));
+            buf.drain(..head.len() + 4 + len);
+            if out.len() == n {
+                return Some(out);
+            }
+        }
+        let got = tokio::io::AsyncReadExt::read(s, &mut chunk).await.ok()?;
+        if got == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..got]);
+    }
+}
