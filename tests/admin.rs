@@ -25,22 +25,8 @@ fn addr_after(line: &str, marker: &str) -> Option<SocketAddr> {
 }
 
 fn start_sidecar(upstream: &str, extra: &[&str]) -> Sidecar {
-    let mut cmd = rpctap();
-    cmd.args([
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        upstream,
-        "--admin",
-        "127.0.0.1:0",
-        "--no-tui",
-        "--log",
-        "off",
-    ])
-    .args(extra)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
+    let mut cmd = proxy_cmd(upstream, true);
+    cmd.args(extra);
     let (proc, addrs, _rest) =
         spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
     Sidecar {

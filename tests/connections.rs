@@ -12,7 +12,6 @@ mod common;
 use common::*;
 use rpctap::cli::ProxyFlags;
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -417,20 +416,8 @@ fn spawn_proxy(
     upstream: SocketAddr,
     extra: &[&str],
 ) -> (Proc, SocketAddr, std::sync::mpsc::Receiver<String>) {
-    let mut cmd = rpctap();
-    cmd.args([
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("http://{upstream}"),
-        "--no-tui",
-        "--log",
-        "off",
-    ])
-    .args(extra)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
+    let mut cmd = proxy_cmd(&format!("http://{upstream}"), false);
+    cmd.args(extra);
     let (proc, addrs, rest) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
     (proc, addrs[0], rest)
 }

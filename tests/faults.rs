@@ -11,7 +11,6 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -261,24 +260,8 @@ struct Recorded {
 fn recorded_proxy(upstream: SocketAddr, name: &str, extra: &[&str]) -> Recorded {
     let tmp = Scratch::new(name);
     let file = tmp.join("faults.jsonl");
-    let mut cmd = rpctap();
-    cmd.args([
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("http://{upstream}"),
-        "--admin",
-        "127.0.0.1:0",
-        "--no-tui",
-        "--log",
-        "off",
-    ])
-    .args(extra)
-    .arg("--record")
-    .arg(&file)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
+    let mut cmd = proxy_cmd(&format!("http://{upstream}"), true);
+    cmd.args(extra).arg("--record").arg(&file);
     let (proc, addrs, _rest) =
         spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
     let baseline = fds(proc.id());

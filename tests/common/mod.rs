@@ -429,6 +429,20 @@ pub fn rpctap() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
 }
 
+/// `rpctap proxy` headless on a free loopback port in front of `upstream` (a URL), with no log
+/// and stdin/stdout closed; with `admin`, its admin listener on a free loopback port too.
+pub fn proxy_cmd(upstream: &str, admin: bool) -> std::process::Command {
+    let mut cmd = rpctap();
+    cmd.args(["proxy", "--listen", "127.0.0.1:0", "--upstream", upstream]);
+    if admin {
+        cmd.args(["--admin", "127.0.0.1:0"]);
+    }
+    cmd.args(["--no-tui", "--log", "off"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    cmd
+}
+
 /// Spawns `cmd` with its stderr piped and reads that until each marker (e.g. `"proxy on
 /// http://"`) has been seen followed by an address; returns the process, the addresses in the
 /// markers' order, and the rest of stderr, a line at a time (read on, so the child never blocks
