@@ -54,9 +54,6 @@ pub struct ConnState {
     pub(super) requests: AtomicU32,
     /// Exchanges whose reply has not ended.
     pub(super) active: AtomicU32,
-    /// The client spoke HTTP/2 (its first bytes were the connection preface): its idle frames
-    /// (PING, SETTINGS) are not a request head in progress.
-    pub(super) h2: AtomicBool,
     /// Request bodies not yet read to their end (nor dropped): hyper is still reading one.
     pub(super) bodies: AtomicU32,
     /// Bytes were written, or a write had to wait, since the last completed flush: hyper may
@@ -209,11 +206,7 @@ impl Watched {
                 return Poll::Ready(Ok(None));
             }
             if seen.len() == PREFACE.len() || !PREFACE.starts_with(seen) {
-                let h2 = seen == PREFACE;
-                if h2 {
-                    self.state.h2.store(true, Relaxed);
-                }
-                return Poll::Ready(Ok(Some(h2)));
+                return Poll::Ready(Ok(Some(seen == PREFACE)));
             }
             // A prefix of the preface: wait for more. A peek leaves the socket readable, so the
             // readiness is cleared first (or the next peek would answer at once, forever).
@@ -242,12 +235,9 @@ impl AsyncRead for Watched {
         let r = Pin::new(&mut self.io).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             let s = &self.state;
-            let n = s.reads.load(Relaxed);
-            if n == 0 && buf.filled()[before..].starts_with(b"PRI ") {
-                s.h2.store(true, Relaxed);
-            }
             // Only this socket's task writes `reads`: a plain store, no locked add.
-            s.reads.store(n.wrapping_add(1), Relaxed);
+            s.reads
+                .store(s.reads.load(Relaxed).wrapping_add(1), Relaxed);
         }
         r
     }

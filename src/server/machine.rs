@@ -298,9 +298,9 @@ pub async fn supervise(
             if head_due.is_some() && requests != head_of.1 {
                 head_due = None;
             }
-            // A later request head in progress: bytes since the last exchange ended, none
-            // active (an HTTP/2 client's idle frames are not one).
-            if head_due.is_none() && s.active.load(Relaxed) == 0 && !s.h2.load(Relaxed) {
+            // A later HTTP/1 request head in progress: bytes since the last exchange ended,
+            // none active (an HTTP/2 client's idle frames are not one).
+            if head_due.is_none() && machine.serving_h1() && s.active.load(Relaxed) == 0 {
                 let at_idle = s.reads_at_idle.load(Relaxed);
                 if s.reads.load(Relaxed) != at_idle && (at_idle, requests) != head_of {
                     head_of = (at_idle, requests);
