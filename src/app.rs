@@ -177,12 +177,7 @@ impl RunningProxy {
                     "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
                     "upstream": cfg.proxy.upstream.to_string(),
                     // What `check` needs to decide as the live inspector did.
-                    "inspect": {
-                        "max_frame_bytes": cfg.inspect.max_frame_bytes,
-                        "call_timeout_ms": cfg.inspect.call_timeout.as_millis() as u64,
-                        "max_pending": cfg.inspect.limits.max_pending,
-                        "max_sessions": cfg.inspect.limits.max_sessions,
-                    },
+                    "inspect": cfg.inspect.recorded_json(),
                 });
                 Some(crate::record::start(opts.clone(), meta, lines, stop_rx)?)
             }

@@ -325,6 +325,12 @@ pub struct ProxyFlags {
     /// Most MCP sessions remembered at once (the least recently seen is forgotten beyond it).
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
+    /// An MCP result larger than this many bytes is flagged MCP_LARGE_RESULT (default 1 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub large_result: Option<usize>,
+    /// Most compiled MCP tool schemas kept, shared by all sessions (default 1000).
+    #[arg(long, value_name = "N")]
+    pub max_schemas: Option<usize>,
     /// Record the traffic to this JSON Lines file (created mode 0600).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,

@@ -90,6 +90,8 @@ pub struct InspectFile {
     pub call_timeout_secs: Option<f64>,
     pub max_pending: Option<usize>,
     pub max_sessions: Option<usize>,
+    pub large_result_bytes: Option<usize>,
+    pub max_schemas: Option<usize>,
 }
 
 impl FileConfig {
@@ -346,6 +348,20 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
             )?,
             ..d.limits
         },
+        large_result: positive(
+            "--large-result",
+            flags
+                .large_result
+                .or(file.inspect.large_result_bytes)
+                .unwrap_or(d.large_result),
+        )?,
+        max_schemas: positive(
+            "--max-schemas",
+            flags
+                .max_schemas
+                .or(file.inspect.max_schemas)
+                .unwrap_or(d.max_schemas),
+        )?,
         redact: Arc::new(Redactor::new(
             &[flags.redact_headers.clone(), file.redact_headers.clone()].concat(),
             &[flags.redact_paths.clone(), file.redact_paths.clone()].concat(),

@@ -135,6 +135,7 @@ struct Seen {
     feed_dropped: u64,
     evicted_calls: u64,
     evicted_sessions: u64,
+    evicted_schemas: u64,
     conns_refused: u64,
     header_timeouts: u64,
     idle_closed: u64,
@@ -303,7 +304,7 @@ impl Metrics {
         let evictions = Family::<WhatLabel, Counter>::default();
         registry.register(
             "evictions",
-            "Bounded state that had to let something go (pending calls, sessions)",
+            "Bounded state that had to let something go (pending calls, sessions, compiled tool schemas)",
             evictions.clone(),
         );
         let info = Info::new(VersionLabel {
@@ -386,6 +387,11 @@ impl Metrics {
                 &self.evictions.get_or_create(&WhatLabel { what: "session" }),
                 &mut seen.evicted_sessions,
                 s.evicted_sessions,
+            );
+            grow(
+                &self.evictions.get_or_create(&WhatLabel { what: "schema" }),
+                &mut seen.evicted_schemas,
+                s.schemas_evicted,
             );
         }
         if let Some(f) = &src.feed {

@@ -412,12 +412,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
                 "transport": "stdio",
                 // The command line only: its environment is never recorded.
                 "command": &args.command,
-                "inspect": {
-                    "max_frame_bytes": shared.inspect.max_frame_bytes,
-                    "call_timeout_ms": shared.inspect.call_timeout.as_millis() as u64,
-                    "max_pending": shared.inspect.limits.max_pending,
-                    "max_sessions": shared.inspect.limits.max_sessions,
-                },
+                "inspect": shared.inspect.recorded_json(),
             });
             match crate::record::start(opts.clone(), meta, lines, stop_rx) {
                 Ok(r) => Some(r),

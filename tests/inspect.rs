@@ -149,7 +149,10 @@ async fn every_anomaly_code_is_flagged_once_with_the_right_id() {
         case(
             &mut p,
             "early",
-            &[("mcp-session-id", "sess-A")],
+            &[
+                ("mcp-session-id", "sess-A"),
+                ("mcp-protocol-version", "2025-06-18")
+            ],
             r#"{"jsonrpc":"2.0","method":"tools/list","id":1}"#
         )
         .await,
@@ -159,7 +162,10 @@ async fn every_anomaly_code_is_flagged_once_with_the_right_id() {
         case(
             &mut p,
             "changed",
-            &[("mcp-session-id", "sess-A")],
+            &[
+                ("mcp-session-id", "sess-A"),
+                ("mcp-protocol-version", "2025-06-18")
+            ],
             r#"{"jsonrpc":"2.0","method":"ping","id":2}"#
         )
         .await,
@@ -170,7 +176,10 @@ async fn every_anomaly_code_is_flagged_once_with_the_right_id() {
         case(
             &mut p,
             "early",
-            &[("mcp-session-id", "sess-A")],
+            &[
+                ("mcp-session-id", "sess-A"),
+                ("mcp-protocol-version", "2025-06-18")
+            ],
             r#"{"jsonrpc":"2.0","method":"ping","id":1}"#
         )
         .await,
@@ -233,6 +242,7 @@ async fn demo_repertoire_raises_no_anomaly_json_and_sse() {
                 ("content-type", "application/json".to_string()),
                 ("accept", accept.to_string()),
                 ("mcp-session-id", sid.to_string()),
+                ("mcp-protocol-version", "2025-06-18".to_string()),
             ]
         };
         let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
@@ -270,6 +280,7 @@ async fn demo_repertoire_raises_no_anomaly_json_and_sse() {
                 &[
                     ("accept", "text/event-stream"),
                     ("mcp-session-id", &get_sid),
+                    ("mcp-protocol-version", "2025-06-18"),
                 ],
                 "",
             )
@@ -291,7 +302,17 @@ async fn demo_repertoire_raises_no_anomaly_json_and_sse() {
             let r = post(body).await;
             assert_eq!(r.status, 200, "{body}");
         }
-        let ended = send(p.addr, "DELETE", "/mcp", &[("mcp-session-id", &sid)], "").await;
+        let ended = send(
+            p.addr,
+            "DELETE",
+            "/mcp",
+            &[
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", "2025-06-18"),
+            ],
+            "",
+        )
+        .await;
         assert_eq!(ended.status, 200);
         let s = tokio::time::timeout(Duration::from_secs(5), stream)
             .await
@@ -333,6 +354,7 @@ async fn demo_repertoire_raises_no_anomaly_json_and_sse() {
             ("content-type", "application/json"),
             MCP_ACCEPT,
             ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-06-18"),
         ],
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fail","arguments":{}}}"#,
     )

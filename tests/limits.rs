@@ -224,6 +224,7 @@ async fn mcp_clients_get_refusals_as_sse_and_shadow_rules_only_count() {
         ("content-type", "application/json"),
         MCP_ACCEPT,
         ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
     ];
     let slow = |id: u32| {
         format!(
@@ -261,6 +262,7 @@ async fn mcp_clients_get_refusals_as_sse_and_shadow_rules_only_count() {
         ("content-type", "application/json"),
         ("accept", "Application/JSON, Text/Event-Stream"),
         ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
     ];
     let r = send(p.addr, "POST", "/mcp", &upper, slow(4)).await;
     assert_eq!(r.headers["content-type"], "text/event-stream");
@@ -423,6 +425,7 @@ async fn a_partly_refused_sse_batch_holds_its_permits_until_the_stream_ends() {
                 "application/json, text/event-stream".into(),
             ),
             ("mcp-session-id".into(), sid.to_string()),
+            ("mcp-protocol-version".into(), "2025-06-18".into()),
         ]
     };
     let call = |id: u32, delay: u32| {

@@ -154,6 +154,7 @@ async fn mcp_sessions_and_timeouts_get_the_same_codes_live_and_in_check() {
         let mut h = vec![("content-type", "application/json"), MCP_ACCEPT];
         if let Some(s) = sid {
             h.push(("mcp-session-id", s));
+            h.push(("mcp-protocol-version", "2025-06-18"));
         }
         h
     };

@@ -72,6 +72,7 @@ async fn demo_traffic(p: std::net::SocketAddr) {
         ("content-type", "application/json"),
         MCP_ACCEPT,
         ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
     ];
     send(
         p,
@@ -91,7 +92,17 @@ async fn demo_traffic(p: std::net::SocketAddr) {
         r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fail","arguments":{}}}"#,
     )
     .await;
-    send(p, "DELETE", "/mcp", &[("mcp-session-id", sid.as_str())], "").await;
+    send(
+        p,
+        "DELETE",
+        "/mcp",
+        &[
+            ("mcp-session-id", sid.as_str()),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+        "",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,6 +261,7 @@ async fn mock_serves_recorded_answers_with_the_clients_ids() {
         ("content-type", "application/json"),
         MCP_ACCEPT,
         ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
     ];
     let r = send(addr, "POST", "/mcp", &h, r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2,"delay_ms":5},"_meta":{"progressToken":"other"}}}"#).await;
     assert_eq!(r.headers["content-type"], "text/event-stream");
@@ -264,6 +276,7 @@ async fn mock_serves_recorded_answers_with_the_clients_ids() {
         &[
             ("content-type", "application/json"),
             ("mcp-session-id", sid.as_str()),
+            ("mcp-protocol-version", "2025-06-18"),
         ],
         r#"{"jsonrpc":"2.0","id":43,"method":"tools/list"}"#,
     )
@@ -394,6 +407,7 @@ async fn secrets_never_reach_the_recording_the_har_or_the_log() {
             ("content-type", "application/json"),
             MCP_ACCEPT,
             ("mcp-session-id", sid.as_str()),
+            ("mcp-protocol-version", "2025-06-18"),
             ("authorization", "Bearer TOPSECRET-AUTH"),
             ("x-api-key", "TOPSECRET-KEY"),
             ("cookie", "session=TOPSECRET-COOKIE"),
@@ -452,6 +466,7 @@ async fn secrets_never_reach_the_recording_the_har_or_the_log() {
         ("content-type", "application/json"),
         MCP_ACCEPT,
         ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
         ("authorization", "Bearer TOPSECRET-AUTH"),
     ];
     send(addr, "POST", "/mcp", &h, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi","password":"TOPSECRET-PW"}}}"#).await;

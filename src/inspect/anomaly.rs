@@ -39,10 +39,34 @@ pub enum Code {
     McpEarlyRequest,
     /// MCP: the server answered a request in one session with a different `Mcp-Session-Id`.
     McpSessionChanged,
+    /// MCP: a request or notification that needs a capability the other side did not declare
+    /// in the session's `initialize` exchange.
+    McpCapability,
+    /// MCP: a `tools/call` result whose `structuredContent` fails the tool's `outputSchema`, or
+    /// lacks it when the tool declares one.
+    McpOutputSchema,
+    /// MCP: `tools/call` arguments that fail the tool's `inputSchema`.
+    McpInputSchema,
+    /// MCP: `tools/call` of a name absent from the session's complete `tools/list`.
+    McpUnknownTool,
+    /// MCP: `Mcp-Method`/`Mcp-Name` disagree with the body, or `MCP-Protocol-Version` differs
+    /// from the negotiated version (or is missing where that version requires it).
+    McpHeaderMismatch,
+    /// MCP: a `404` to a request carrying a session id rpctap saw created and not deleted.
+    McpSessionLost,
+    /// MCP: a progress notification whose token no pending call carries, or whose `progress`
+    /// does not increase.
+    McpProgress,
+    /// MCP: `notifications/cancelled` for a request id never sent in the session.
+    McpCancelUnknown,
+    /// MCP: a result larger than the large-result threshold.
+    McpLargeResult,
+    /// MCP: a `401` without a `WWW-Authenticate` header naming `resource_metadata`.
+    McpAuth,
 }
 
 impl Code {
-    pub const ALL: [Code; 15] = [
+    pub const ALL: [Code; 25] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -58,6 +82,16 @@ impl Code {
         Code::NotInspected,
         Code::McpEarlyRequest,
         Code::McpSessionChanged,
+        Code::McpCapability,
+        Code::McpOutputSchema,
+        Code::McpInputSchema,
+        Code::McpUnknownTool,
+        Code::McpHeaderMismatch,
+        Code::McpSessionLost,
+        Code::McpProgress,
+        Code::McpCancelUnknown,
+        Code::McpLargeResult,
+        Code::McpAuth,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +111,16 @@ impl Code {
             Code::NotInspected => "NOT_INSPECTED",
             Code::McpEarlyRequest => "MCP_EARLY_REQUEST",
             Code::McpSessionChanged => "MCP_SESSION_CHANGED",
+            Code::McpCapability => "MCP_CAPABILITY",
+            Code::McpOutputSchema => "MCP_OUTPUT_SCHEMA",
+            Code::McpInputSchema => "MCP_INPUT_SCHEMA",
+            Code::McpUnknownTool => "MCP_UNKNOWN_TOOL",
+            Code::McpHeaderMismatch => "MCP_HEADER_MISMATCH",
+            Code::McpSessionLost => "MCP_SESSION_LOST",
+            Code::McpProgress => "MCP_PROGRESS",
+            Code::McpCancelUnknown => "MCP_CANCEL_UNKNOWN",
+            Code::McpLargeResult => "MCP_LARGE_RESULT",
+            Code::McpAuth => "MCP_AUTH",
         }
     }
 
@@ -89,14 +133,24 @@ impl Code {
             | Code::NotificationReply
             | Code::InvalidBatchReply
             | Code::InvalidEnvelope
-            | Code::ParseError => Severity::Error,
+            | Code::ParseError
+            | Code::McpCapability
+            | Code::McpOutputSchema
+            | Code::McpHeaderMismatch => Severity::Error,
             Code::NullIdResponse
             | Code::UnsafeId
             | Code::HttpStatus
             | Code::ToolError
             | Code::NotInspected
             | Code::McpEarlyRequest
-            | Code::McpSessionChanged => Severity::Warning,
+            | Code::McpSessionChanged
+            | Code::McpInputSchema
+            | Code::McpUnknownTool
+            | Code::McpSessionLost
+            | Code::McpProgress
+            | Code::McpCancelUnknown
+            | Code::McpLargeResult
+            | Code::McpAuth => Severity::Warning,
         }
     }
 }

@@ -49,6 +49,7 @@ pub(super) fn end_call(
     response_index: Option<u32>,
     defer: Option<&mut Vec<Event>>,
 ) {
+    super::mcp_checks::release_progress(inner, key, &p);
     if inner.bus.wants_in(Interest::CALL, p.exchange) {
         let mut anomalies = p.anomalies;
         anomalies.extend_from_slice(extra);
@@ -268,12 +269,14 @@ impl ExchangeCtx {
         match env.kind {
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
+                let progress = self.mcp_request_checks(dir, &env, &mut anomalies);
                 self.register_call(
                     dir,
                     id,
                     method.clone().unwrap_or_else(|| "".into()),
                     target.clone(),
                     anomalies,
+                    progress,
                 );
             }
             Kind::Notification => {
@@ -281,6 +284,7 @@ impl ExchangeCtx {
                     self.req.notifications = self.req.notifications.saturating_add(1);
                     self.mcp_client_notification(env.method.as_deref());
                 }
+                self.mcp_notification_checks(dir, &env);
             }
             Kind::Result | Kind::Error => {
                 if dir == Direction::ClientToServer {
@@ -300,6 +304,7 @@ impl ExchangeCtx {
                             m,
                             target.clone(),
                             vec![Code::InvalidEnvelope.as_str()],
+                            None,
                         );
                     }
                 }
@@ -352,6 +357,7 @@ impl ExchangeCtx {
         method: Arc<str>,
         target: Option<Arc<str>>,
         mut anomalies: Vec<&'static str>,
+        progress: Option<Box<str>>,
     ) {
         let inner = self.insp.clone();
         self.mcp_request_rules(dir, &id, &method, &mut anomalies);
@@ -368,6 +374,7 @@ impl ExchangeCtx {
             anomalies,
             extra: 0,
             index: self.cur.and_then(|c| c.1),
+            progress,
         };
         let mut evicted = Vec::new();
         let res = inner.correlator.insert(key.clone(), p, &mut evicted);
@@ -511,6 +518,7 @@ impl ExchangeCtx {
     ) {
         let inner = self.insp.clone();
         self.tool_result_rules(key, &p, env, &mut extra);
+        self.mcp_reply_rules(key, &p, env, &mut extra);
         self.reply_status_rules(key, &p, &mut extra);
         end_call(
             &inner,

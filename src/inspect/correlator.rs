@@ -11,7 +11,7 @@ use dashmap::DashMap;
 
 /// foldhash's randomly seeded hasher: faster than SipHash on these short keys and still
 /// seeded per process, so a peer cannot aim ids at one shard's bucket.
-type Hasher = foldhash::fast::RandomState;
+pub(super) type Hasher = foldhash::fast::RandomState;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,6 +39,8 @@ pub struct Pending {
     pub extra: u32,
     /// The request's index in its batch.
     pub index: Option<u32>,
+    /// The request's `_meta.progressToken` (as JSON text), while it has one registered.
+    pub progress: Option<Box<str>>,
 }
 
 /// What `insert` did.
@@ -62,6 +64,8 @@ pub struct Session {
     pub last_seen: Option<Instant>,
     /// Ids stopped being remembered because the per-session cap was reached.
     pub ids_capped: bool,
+    /// What the MCP rules know of the session (handshake, tools).
+    pub mcp: super::mcp_checks::McpState,
 }
 
 /// Limits of the correlator's memory.
@@ -276,6 +280,21 @@ impl Correlator {
         (f(&mut s), evicted)
     }
 
+    /// Runs `f` on a session's state if rpctap knows the session (never creates it).
+    pub fn peek_session<R>(&self, sid: &str, f: impl FnOnce(&Session) -> R) -> Option<R> {
+        self.sessions.get(sid).map(|s| f(&s))
+    }
+
+    /// Whether a request of the session already used `id` in direction `dir` (never creates
+    /// the session).
+    pub fn session_used(&self, sid: &str, dir: Direction, id: &Id) -> bool {
+        self.peek_session(sid, |s| match dir {
+            Direction::ClientToServer => s.used_c2s.contains(id),
+            Direction::ServerToClient => s.used_s2c.contains(id),
+        })
+        .unwrap_or(false)
+    }
+
     pub fn end_session(&self, sid: &Arc<str>) {
         self.sessions.remove(sid);
     }
@@ -301,6 +320,7 @@ mod tests {
             anomalies: vec![],
             extra: 0,
             index: None,
+            progress: None,
         }
     }
 

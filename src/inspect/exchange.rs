@@ -125,6 +125,7 @@ impl ExchangeCtx {
             content_type,
             session,
             content_length,
+            www_authenticate,
             headers,
         } = *meta;
         self.status = status;
@@ -143,6 +144,7 @@ impl ExchangeCtx {
             }));
         }
         self.mcp_session_header(session);
+        self.mcp_response_head(status, www_authenticate);
         let ct = content_type.unwrap_or("");
         let is_sse = is_event_stream(ct);
         self.mode = if is_sse && (self.req.is_rpc || self.is_get_stream) {

@@ -132,6 +132,7 @@ impl ExchangeCtx {
             Some(_) => {}
             None => {
                 // A session starts here (the reply to `initialize`).
+                self.new_session = Some(new_sid.clone());
                 let initialize = self.req.call_ids.len() == 1;
                 let ((), evicted) = inner.correlator.with_session(&new_sid, |s| {
                     s.seen_start = true;

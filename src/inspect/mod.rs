@@ -8,11 +8,14 @@
 
 pub mod anomaly;
 mod calls;
+pub mod capability;
 pub mod correlator;
 mod exchange;
 mod mcp;
+mod mcp_checks;
 pub mod offline;
 pub mod recorded;
+pub mod schemas;
 pub mod sse;
 
 use crate::media::{contains_ignore_case, is_event_stream};
@@ -44,6 +47,10 @@ pub struct InspectConfig {
     pub limits: Limits,
     /// Secrets to redact from every event.
     pub redact: Arc<Redactor>,
+    /// An MCP result larger than this is flagged `MCP_LARGE_RESULT`.
+    pub large_result: usize,
+    /// The most compiled tool schemas kept (shared by every session); the oldest go first.
+    pub max_schemas: usize,
 }
 
 impl Default for InspectConfig {
@@ -53,7 +60,24 @@ impl Default for InspectConfig {
             call_timeout: Duration::from_secs(300),
             limits: Limits::default(),
             redact: Arc::new(Redactor::default()),
+            large_result: 1 << 20,
+            max_schemas: 1000,
         }
+    }
+}
+
+impl InspectConfig {
+    /// The settings `check` needs to decide as the live inspector did, for a recording's
+    /// header (read back by [`recorded::recorded_config`]).
+    pub fn recorded_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "max_frame_bytes": self.max_frame_bytes,
+            "call_timeout_ms": self.call_timeout.as_millis() as u64,
+            "max_pending": self.limits.max_pending,
+            "max_sessions": self.limits.max_sessions,
+            "large_result": self.large_result,
+            "max_schemas": self.max_schemas,
+        })
     }
 }
 
@@ -70,6 +94,11 @@ struct Inner {
     /// legacy stream has announced an endpoint (`endpoints_len` says so without the lock).
     endpoints: std::sync::Mutex<Endpoints>,
     endpoints_len: std::sync::atomic::AtomicUsize,
+    /// Compiled MCP tool schemas, shared by the sessions that list them.
+    schemas: schemas::SchemaCache,
+    /// Progress tokens of pending calls, by scope and token text (an entry lives as long as
+    /// its call, so the map is bounded by the pending-call cap).
+    progress: dashmap::DashMap<(Scope, Box<str>), mcp_checks::ProgressEntry, correlator::Hasher>,
 }
 
 /// Where the inspector's time comes from: the real clock live, the recorded times offline (so a
@@ -95,6 +124,10 @@ pub struct InspectorStats {
     pub sessions: usize,
     pub evicted_calls: u64,
     pub evicted_sessions: u64,
+    /// Compiled tool schemas kept, compiled in all, and dropped at the cap.
+    pub schemas_kept: usize,
+    pub schemas_compiled: u64,
+    pub schemas_evicted: u64,
 }
 
 /// The shared inspector: cheap to clone.
@@ -120,6 +153,9 @@ pub struct RequestMeta<'a> {
     pub session: Option<&'a str>,
     /// `MCP-Protocol-Version`.
     pub protocol_version: Option<&'a str>,
+    /// `Mcp-Method` and `Mcp-Name` (SEP-2243).
+    pub mcp_method: Option<&'a str>,
+    pub mcp_name: Option<&'a str>,
     /// The client's address as text (made once per connection).
     pub peer: Option<&'a str>,
     pub headers: Option<&'a http::HeaderMap>,
@@ -133,6 +169,8 @@ pub struct ResponseMeta<'a> {
     /// `Mcp-Session-Id`.
     pub session: Option<&'a str>,
     pub content_length: Option<u64>,
+    /// `WWW-Authenticate`.
+    pub www_authenticate: Option<&'a str>,
     pub headers: Option<&'a http::HeaderMap>,
 }
 
@@ -211,6 +249,15 @@ pub struct ExchangeCtx {
     cur: Option<(Direction, Option<u32>)>,
     /// Call events waiting for the message event that caused them.
     deferred: Vec<Event>,
+    /// The request's MCP headers, when it had any.
+    mcp_hdr: Option<Box<mcp_checks::McpHeaders>>,
+    /// The capabilities of this exchange's `initialize` request, until its reply names the
+    /// session.
+    init_caps: Option<capability::Caps>,
+    /// The session this exchange's reply started (`Mcp-Session-Id` on an `initialize` reply).
+    new_session: Option<Arc<str>>,
+    /// The request is MCP (an MCP method or MCP headers): a 401 to it is judged by `MCP_AUTH`.
+    mcp_request: bool,
 }
 
 impl Inspector {
@@ -234,12 +281,14 @@ impl Inspector {
         Inspector {
             inner: Arc::new(Inner {
                 correlator: Correlator::new(cfg.limits),
-                cfg,
                 bus,
                 next_exchange,
                 clock,
                 endpoints: Default::default(),
                 endpoints_len: Default::default(),
+                schemas: schemas::SchemaCache::new(cfg.max_schemas),
+                progress: Default::default(),
+                cfg,
             }),
         }
     }
@@ -265,6 +314,9 @@ impl Inspector {
             sessions: c.sessions_len(),
             evicted_calls: c.evicted_calls.load(Ordering::Relaxed),
             evicted_sessions: c.evicted_sessions.load(Ordering::Relaxed),
+            schemas_kept: self.inner.schemas.len(),
+            schemas_compiled: self.inner.schemas.compiled.load(Ordering::Relaxed),
+            schemas_evicted: self.inner.schemas.evicted.load(Ordering::Relaxed),
         }
     }
 
@@ -317,7 +369,7 @@ impl Inspector {
                 protocol_version: meta.protocol_version.map(str::to_string),
             }));
         }
-        ExchangeCtx {
+        let mut ctx = ExchangeCtx {
             insp: inner.clone(),
             id,
             get_path: (meta.method == "GET").then(|| meta.path.into()),
@@ -338,7 +390,13 @@ impl Inspector {
             stream: false,
             cur: None,
             deferred: Vec::new(),
-        }
+            mcp_request: meta.session.is_some() || meta.protocol_version.is_some(),
+            mcp_hdr: mcp_checks::McpHeaders::from_meta(meta),
+            init_caps: None,
+            new_session: None,
+        };
+        ctx.mcp_request_head(meta);
+        ctx
     }
 
     /// Starts a bidirectional stream of newline-delimited JSON-RPC (the MCP stdio transport):
@@ -379,6 +437,10 @@ impl Inspector {
             stream: true,
             cur: None,
             deferred: Vec::new(),
+            mcp_hdr: None,
+            init_caps: None,
+            new_session: None,
+            mcp_request: false,
         }
     }
 

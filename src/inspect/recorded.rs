@@ -53,6 +53,12 @@ pub fn recorded_config(header: &serde_json::Value) -> InspectConfig {
     if let Some(n) = i["max_sessions"].as_u64() {
         cfg.limits.max_sessions = n as usize;
     }
+    if let Some(n) = i["large_result"].as_u64() {
+        cfg.large_result = n as usize;
+    }
+    if let Some(n) = i["max_schemas"].as_u64() {
+        cfg.max_schemas = n as usize;
+    }
     cfg
 }
 
@@ -244,6 +250,8 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                         content_type: header_value(headers, "content-type"),
                         session: session.as_deref(),
                         protocol_version: protocol_version.as_deref(),
+                        mcp_method: header_value(headers, "mcp-method"),
+                        mcp_name: header_value(headers, "mcp-name"),
                         peer: None,
                         headers: None,
                     },
@@ -332,6 +340,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                         content_type: content_type.as_deref(),
                         session: header_value(headers, "mcp-session-id"),
                         content_length: None,
+                        www_authenticate: header_value(headers, "www-authenticate"),
                         headers: None,
                     }),
                 }

@@ -31,6 +31,8 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
 /// The MCP session header.
 pub const MCP_SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
 pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
@@ -77,6 +79,10 @@ pub struct Picked<'a> {
     pub content_length: Option<u64>,
     /// `MCP-Protocol-Version`.
     pub protocol_version: Option<&'a str>,
+    /// `Mcp-Method`, `Mcp-Name` (requests), `WWW-Authenticate` (responses).
+    pub mcp_method: Option<&'a str>,
+    pub mcp_name: Option<&'a str>,
+    pub www_authenticate: Option<&'a str>,
 }
 
 pub fn pick(h: &HeaderMap) -> Picked<'_> {
@@ -95,6 +101,12 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
         } else if !version && name == MCP_PROTOCOL_VERSION {
             version = true;
             p.protocol_version = value.to_str().ok();
+        } else if p.mcp_method.is_none() && name == MCP_METHOD {
+            p.mcp_method = value.to_str().ok();
+        } else if p.mcp_name.is_none() && name == MCP_NAME {
+            p.mcp_name = value.to_str().ok();
+        } else if p.www_authenticate.is_none() && name == header::WWW_AUTHENTICATE {
+            p.www_authenticate = value.to_str().ok();
         }
     }
     p

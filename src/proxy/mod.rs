@@ -215,6 +215,8 @@ impl Proxy {
             content_type,
             session: session.as_deref(),
             protocol_version: picked.protocol_version,
+            mcp_method: picked.mcp_method,
+            mcp_name: picked.mcp_name,
             peer: Some(&conn.peer_text),
             headers: Some(req.headers()),
         });
@@ -446,6 +448,7 @@ impl Proxy {
             content_type: picked.content_type,
             session: picked.session,
             content_length: picked.content_length,
+            www_authenticate: picked.www_authenticate,
             headers: Some(&rparts.headers),
         });
         if is_head {

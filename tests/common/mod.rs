@@ -303,6 +303,7 @@ pub async fn mcp_session_with(addr: SocketAddr, version: &str) -> (String, serde
             ("content-type", "application/json"),
             MCP_ACCEPT,
             ("mcp-session-id", &sid),
+            ("mcp-protocol-version", version),
         ],
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
     )
@@ -376,7 +377,7 @@ pub async fn misbehaving_upstream() -> (std::net::SocketAddr, Stop) {
                 "notif-status" => json_reply(200, ""),
                 "tool" => sse_reply(&[r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#]),
                 "init" => {
-                    let mut r = sse_reply(&[r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}"#]);
+                    let mut r = sse_reply(&[r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"x","version":"1"}}}"#]);
                     r.headers_mut().insert("mcp-session-id", "sess-A".parse().unwrap());
                     r
                 }

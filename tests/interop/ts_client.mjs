@@ -29,6 +29,10 @@ const progress = [];
 out.tools = (await client.listTools()).tools.map((t) => t.name).sort();
 out.echo = await client.callTool({ name: "echo", arguments: { message: "hi" } });
 out.sum = await client.callTool({ name: "get-sum", arguments: { a: 2, b: 3 } });
+if (out.tools.includes("get-structured-content")) {
+  // A tool with an outputSchema: the SDK validates structuredContent, and so does rpctap.
+  out.structured = await client.callTool({ name: "get-structured-content", arguments: { location: "Chicago" } });
+}
 out.long = await client.callTool(
   { name: "trigger-long-running-operation", arguments: { duration: 0.3, steps: 3 } },
   undefined,

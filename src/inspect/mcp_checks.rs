@@ -1,0 +1,773 @@
+//! MCP rules that read what the messages say, one level above JSON-RPC: each session's
+//! `initialize` exchange (capabilities, negotiated version) and `tools/list` (tool names and
+//! schemas) are kept in its [`McpState`], and later traffic is judged against them. Decides
+//! `MCP_CAPABILITY`, `MCP_OUTPUT_SCHEMA`, `MCP_INPUT_SCHEMA`, `MCP_UNKNOWN_TOOL`,
+//! `MCP_HEADER_MISMATCH`, `MCP_SESSION_LOST`, `MCP_PROGRESS`, `MCP_CANCEL_UNKNOWN`,
+//! `MCP_LARGE_RESULT` and `MCP_AUTH`.
+//!
+//! Only the few methods these rules concern are parsed again (as serde_json values, from the
+//! copy the inspector already holds): `initialize`, `tools/list`, `tools/call` of a tool with a
+//! schema, progress and cancel notifications, and results over the large-result size. Every
+//! other message costs a method comparison and, in a session, one map lookup.
+
+use super::capability::{self, Caps, Side};
+use super::schemas::{self, Catalogue, ToolSchemas};
+use super::*;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+/// What the rules know of one MCP session.
+#[derive(Debug, Default)]
+pub struct McpState {
+    /// The client's capabilities, from its `initialize` request.
+    pub client_caps: Option<Caps>,
+    /// The server's capabilities, from its `initialize` result.
+    pub server_caps: Option<Caps>,
+    /// The protocol version the `initialize` result settled on.
+    pub version: Option<Arc<str>>,
+    pub tools: Catalogue,
+    /// The capabilities a notification was already flagged for (each once per session: a
+    /// server that logs without `logging` says so on every line).
+    notified: Caps,
+}
+
+/// What the capability rule needs of a session, copied out of its state: the client's and the
+/// server's capabilities and the negotiated version.
+type Handshake = (Option<Caps>, Option<Caps>, Option<Arc<str>>);
+
+impl McpState {
+    fn handshake(&self) -> Handshake {
+        (self.client_caps, self.server_caps, self.version.clone())
+    }
+}
+
+/// The MCP headers of a request: `Mcp-Method`, `Mcp-Name` (SEP-2243, 2026-07-28) and
+/// `MCP-Protocol-Version`. Kept (boxed) only when one is present.
+#[derive(Debug, Default)]
+pub(super) struct McpHeaders {
+    method: Option<Box<str>>,
+    name: Option<Box<str>>,
+    version: Option<Box<str>>,
+}
+
+/// A progress token in use: the call that carries it and the last progress reported.
+#[derive(Debug)]
+pub(super) struct ProgressEntry {
+    call: PendingKey,
+    last: Option<f64>,
+}
+
+/// The protocol version from which `MCP-Protocol-Version` is required on every request after
+/// `initialize`.
+const VERSION_HEADER_SINCE: &str = "2025-06-18";
+/// The protocol version from which `Mcp-Method` (and `Mcp-Name`, where the request names
+/// something) are required on requests.
+const ROUTING_HEADERS_SINCE: &str = "2026-07-28";
+
+/// `params` or `result` of one message, borrowed from its text.
+#[derive(Deserialize)]
+struct Parts<'a> {
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+}
+
+fn params<'a, T: Deserialize<'a>>(raw: &'a [u8]) -> Option<T> {
+    let p: Parts<'a> = serde_json::from_slice(raw).ok()?;
+    serde_json::from_str(p.params?.get()).ok()
+}
+
+fn result<'a, T: Deserialize<'a>>(raw: &'a [u8]) -> Option<T> {
+    let p: Parts<'a> = serde_json::from_slice(raw).ok()?;
+    serde_json::from_str(p.result?.get()).ok()
+}
+
+#[derive(Deserialize)]
+struct Initialize {
+    #[serde(rename = "protocolVersion", default)]
+    protocol_version: Option<String>,
+    #[serde(default)]
+    capabilities: Value,
+}
+
+#[derive(Deserialize)]
+struct ToolsPage<'a> {
+    #[serde(borrow, default)]
+    tools: Vec<ToolDecl<'a>>,
+    #[serde(rename = "nextCursor", default)]
+    next_cursor: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ToolDecl<'a> {
+    name: String,
+    #[serde(rename = "inputSchema", borrow, default)]
+    input_schema: Option<&'a RawValue>,
+    #[serde(rename = "outputSchema", borrow, default)]
+    output_schema: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ListParams {
+    #[serde(default)]
+    cursor: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct CallParams {
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct CallResult<'a> {
+    #[serde(rename = "structuredContent", borrow, default)]
+    structured: Option<&'a RawValue>,
+    #[serde(rename = "isError", default)]
+    is_error: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    #[serde(rename = "_meta", default)]
+    meta: Option<MetaToken>,
+}
+
+#[derive(Deserialize)]
+struct MetaToken {
+    #[serde(rename = "progressToken", default)]
+    progress_token: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Progress {
+    #[serde(rename = "progressToken")]
+    token: Value,
+    progress: f64,
+}
+
+#[derive(Deserialize)]
+struct Cancelled {
+    #[serde(rename = "requestId")]
+    request_id: Value,
+}
+
+#[derive(Deserialize)]
+struct ContentParts<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(rename = "structuredContent", borrow, default)]
+    structured: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    contents: Option<&'a RawValue>,
+}
+
+/// A header value as `Mcp-Name` carries it: plain, or `=?base64?…?=` for a name that is not
+/// plain ASCII.
+fn decode_name(v: &str) -> Option<String> {
+    use base64::Engine as _;
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(b) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .ok()
+            .and_then(|d| String::from_utf8(d).ok()),
+        None => Some(v.to_string()),
+    }
+}
+
+fn size_text(n: usize) -> String {
+    if n >= 1 << 20 {
+        format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64)
+    } else if n >= 1 << 10 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// The total length of the `text` members of a `content` array.
+fn text_len(content: &RawValue) -> usize {
+    #[derive(Deserialize)]
+    struct Block<'a> {
+        #[serde(borrow, default)]
+        text: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        blob: Option<&'a str>,
+    }
+    serde_json::from_str::<Vec<Block<'_>>>(content.get())
+        .map(|v| {
+            v.iter()
+                .map(|b| b.text.as_ref().map_or(0, |t| t.len()) + b.blob.map_or(0, str::len))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+impl McpHeaders {
+    pub(super) fn from_meta(meta: &RequestMeta<'_>) -> Option<Box<McpHeaders>> {
+        if meta.mcp_method.is_none() && meta.mcp_name.is_none() && meta.protocol_version.is_none() {
+            return None;
+        }
+        Some(Box::new(McpHeaders {
+            method: meta.mcp_method.map(Into::into),
+            name: meta.mcp_name.map(Into::into),
+            version: meta.protocol_version.map(Into::into),
+        }))
+    }
+}
+
+impl ExchangeCtx {
+    fn flag_here(
+        &self,
+        dir: Direction,
+        code: Code,
+        id: Option<&Id>,
+        method: Option<&Arc<str>>,
+        msg: String,
+    ) {
+        let saved = self.cur;
+        let site = Site {
+            exchange: self.id,
+            scope: &self.scope,
+            at: saved.or(Some((dir, None))),
+        };
+        flag(&self.insp, site, code, id, method, msg);
+    }
+
+    /// The request's head: `MCP-Protocol-Version` against the version its session negotiated.
+    pub(super) fn mcp_request_head(&mut self, meta: &RequestMeta<'_>) {
+        let Some(sid) = meta.session else { return };
+        let inner = self.insp.clone();
+        let Some(Some(v)) = inner
+            .correlator
+            .peek_session(sid, |s| s.mcp.version.clone())
+        else {
+            return;
+        };
+        let msg = match meta.protocol_version {
+            Some(h) if h != &*v => format!(
+                "MCP-Protocol-Version: {h} on a request of session {sid}, which negotiated {v}"
+            ),
+            None if &*v >= VERSION_HEADER_SINCE => format!(
+                "a {} request of session {sid} (protocol {v}) carries no MCP-Protocol-Version header; it is required since {VERSION_HEADER_SINCE}",
+                meta.method
+            ),
+            _ => return,
+        };
+        self.flag_here(
+            Direction::ClientToServer,
+            Code::McpHeaderMismatch,
+            None,
+            None,
+            msg,
+        );
+    }
+
+    /// `Mcp-Method` / `Mcp-Name` against the one message the POST carries (a batch cannot match
+    /// one header, and the transport that has these headers has no batches).
+    fn routing_headers(
+        &self,
+        env: &Envelope,
+        method: &Arc<str>,
+        is_request: bool,
+        anomalies: &mut Vec<&'static str>,
+    ) {
+        if self.batch_len.is_some() || self.transport == Transport::Stdio {
+            return;
+        }
+        let hdr = self.mcp_hdr.as_deref();
+        let version = hdr.and_then(|h| h.version.as_deref());
+        let required = is_request && version.is_some_and(|v| v >= ROUTING_HEADERS_SINCE);
+        let mut problems = Vec::new();
+        match hdr.and_then(|h| h.method.as_deref()) {
+            Some(m) if m != &**method => problems.push(format!(
+                "Mcp-Method: {m} but the body's method is `{method}`"
+            )),
+            None if required => problems.push(format!(
+                "no Mcp-Method header (required on requests since {ROUTING_HEADERS_SINCE})"
+            )),
+            _ => {}
+        }
+        let named = matches!(
+            &**method,
+            "tools/call"
+                | "prompts/get"
+                | "resources/read"
+                | "resources/subscribe"
+                | "resources/unsubscribe"
+        );
+        match (hdr.and_then(|h| h.name.as_deref()), env.target.as_deref()) {
+            (Some(n), Some(t)) if decode_name(n).as_deref() != Some(t) => {
+                problems.push(format!("Mcp-Name: {n} but the body names `{t}`"))
+            }
+            (Some(n), None) if named => {
+                problems.push(format!("Mcp-Name: {n} but the body names nothing"))
+            }
+            (None, Some(_)) if required && named => problems.push(format!(
+                "no Mcp-Name header for `{method}` (required since {ROUTING_HEADERS_SINCE})"
+            )),
+            _ => {}
+        }
+        if !problems.is_empty() {
+            self.flag_here(
+                Direction::ClientToServer,
+                Code::McpHeaderMismatch,
+                env.id.as_ref(),
+                Some(method),
+                problems.join("; "),
+            );
+            anomalies.push(Code::McpHeaderMismatch.as_str());
+        }
+    }
+
+    /// The capability a message needs, against what the other side declared.
+    fn capability_rule(
+        &self,
+        st: &Handshake,
+        dir: Direction,
+        env: &Envelope,
+        method: &Arc<str>,
+        anomalies: &mut Vec<&'static str>,
+    ) {
+        let (Some(cc), Some(sc)) = (st.0, st.1) else {
+            return;
+        };
+        let version = st.2.as_deref().unwrap_or("");
+        let Some(need) = capability::needed(method, dir, version) else {
+            return;
+        };
+        let (declared, who) = match need.side {
+            Side::Client => (cc, "client"),
+            Side::Server => (sc, "server"),
+        };
+        if declared.has(need.caps) {
+            return;
+        }
+        let notification = env.kind == Kind::Notification;
+        if notification {
+            if let Scope::Session(sid) = &self.scope {
+                let (again, ev) = self.insp.correlator.with_session(sid, |s| {
+                    let again = s.mcp.notified.has(need.caps);
+                    s.mcp.notified = Caps(s.mcp.notified.0 | need.caps.0);
+                    again
+                });
+                self.notice_evicted(ev);
+                if again {
+                    return;
+                }
+            }
+        }
+        let what = if notification {
+            "notification; flagged once per session"
+        } else {
+            "request"
+        };
+        self.flag_here(
+            dir,
+            Code::McpCapability,
+            env.id.as_ref(),
+            Some(method),
+            format!("`{method}` ({what}) needs the {who} capability `{}`, which the {who} did not declare in initialize", need.name),
+        );
+        anomalies.push(Code::McpCapability.as_str());
+    }
+
+    /// The MCP rules of a request (before it is registered); returns its progress token.
+    pub(super) fn mcp_request_checks(
+        &mut self,
+        dir: Direction,
+        env: &Envelope,
+        anomalies: &mut Vec<&'static str>,
+    ) -> Option<Box<str>> {
+        let method = env.method.clone()?;
+        let inner = self.insp.clone();
+        if dir == Direction::ClientToServer {
+            if capability::is_mcp_method(&method) {
+                self.mcp_request = true;
+            }
+            self.routing_headers(env, &method, true, anomalies);
+        }
+        if &*method == "initialize" && dir == Direction::ClientToServer {
+            if let Some(p) = params::<Initialize>(&env.raw) {
+                let caps = Caps::from_json(&p.capabilities);
+                self.init_caps = Some(caps);
+                if let Scope::Session(sid) = &self.scope {
+                    let (_, ev) = inner
+                        .correlator
+                        .with_session(sid, |s| s.mcp.client_caps = Some(caps));
+                    self.notice_evicted(ev);
+                }
+            }
+        }
+        if let Scope::Session(sid) = &self.scope {
+            let sid = sid.clone();
+            // One look at the session: the capability rule, and what a tools/call needs.
+            let tool = (&*method == "tools/call" && dir == Direction::ClientToServer)
+                .then_some(env.target.as_deref())
+                .flatten();
+            let seen = inner.correlator.peek_session(&sid, |s| {
+                let tool = tool.map(|t| {
+                    (
+                        s.mcp.tools.unknown(t),
+                        s.mcp.tools.get(t).and_then(|x| x.input.clone()),
+                    )
+                });
+                (s.mcp.handshake(), tool)
+            });
+            let Some((handshake, tool_seen)) = seen else {
+                return self.progress_token(dir, env);
+            };
+            self.capability_rule(&handshake, dir, env, &method, anomalies);
+            if let Some((unknown, input)) = tool_seen {
+                let name = tool.unwrap_or_default();
+                if unknown {
+                    self.flag_here(
+                        dir,
+                        Code::McpUnknownTool,
+                        env.id.as_ref(),
+                        Some(&method),
+                        format!("tools/call of `{name}`, which is not in the session's tools/list"),
+                    );
+                    anomalies.push(Code::McpUnknownTool.as_str());
+                } else if let Some(schema) = input {
+                    let v = inner.schemas.get(&schema);
+                    if let Ok(v) = v.as_ref() {
+                        let args = params::<CallParams>(&env.raw)
+                            .and_then(|p| p.arguments)
+                            .unwrap_or_else(|| Value::Object(Default::default()));
+                        if let Some(why) = schemas::first_failure(v, &args) {
+                            self.flag_here(
+                                dir,
+                                Code::McpInputSchema,
+                                env.id.as_ref(),
+                                Some(&method),
+                                format!("arguments of tool `{name}` fail its inputSchema {why}"),
+                            );
+                            anomalies.push(Code::McpInputSchema.as_str());
+                        }
+                    }
+                }
+            }
+            if &*method == "tools/list" && dir == Direction::ClientToServer {
+                let cursor = memchr::memmem::find(&env.raw, b"cursor").is_some()
+                    && params::<ListParams>(&env.raw)
+                        .is_some_and(|p| p.cursor.is_some_and(|c| !c.is_null()));
+                if !cursor {
+                    let (_, ev) = inner
+                        .correlator
+                        .with_session(&sid, |s| s.mcp.tools.start_list());
+                    self.notice_evicted(ev);
+                }
+            }
+        }
+        self.progress_token(dir, env)
+    }
+
+    /// A request's `_meta.progressToken`, registered for the call's life.
+    fn progress_token(&self, dir: Direction, env: &Envelope) -> Option<Box<str>> {
+        let inner = &self.insp;
+        memchr::memmem::find(&env.raw, b"progressToken")?;
+        let token = params::<Meta>(&env.raw)?.meta?.progress_token?;
+        let token: Box<str> = token.to_string().into();
+        if inner.progress.len() < inner.cfg.limits.max_pending {
+            inner.progress.insert(
+                (self.scope.clone(), token.clone()),
+                ProgressEntry {
+                    call: PendingKey {
+                        scope: self.scope.clone(),
+                        direction: dir,
+                        id: env.id.clone().unwrap_or(Id::Null),
+                    },
+                    last: None,
+                },
+            );
+        }
+        Some(token)
+    }
+
+    /// The MCP rules of a notification.
+    pub(super) fn mcp_notification_checks(&mut self, dir: Direction, env: &Envelope) {
+        let Some(method) = env.method.clone() else {
+            return;
+        };
+        let inner = self.insp.clone();
+        let mut sink = Vec::new();
+        if dir == Direction::ClientToServer {
+            if capability::is_mcp_method(&method) {
+                self.mcp_request = true;
+            }
+            self.routing_headers(env, &method, false, &mut sink);
+        }
+        if let Scope::Session(sid) = &self.scope {
+            let sid = sid.clone();
+            if let Some(h) = inner.correlator.peek_session(&sid, |s| s.mcp.handshake()) {
+                self.capability_rule(&h, dir, env, &method, &mut sink);
+            }
+            if &*method == "notifications/tools/list_changed" && dir == Direction::ServerToClient {
+                let (_, ev) = inner
+                    .correlator
+                    .with_session(&sid, |s| s.mcp.tools.changed());
+                self.notice_evicted(ev);
+            }
+        }
+        match &*method {
+            "notifications/progress" => self.progress_rule(dir, env, &method),
+            "notifications/cancelled" => self.cancel_rule(dir, env, &method),
+            _ => {}
+        }
+    }
+
+    fn progress_rule(&self, dir: Direction, env: &Envelope, method: &Arc<str>) {
+        let Some(p) = params::<Progress>(&env.raw) else {
+            return;
+        };
+        let token: Box<str> = p.token.to_string().into();
+        let inner = &self.insp;
+        let key = (self.scope.clone(), token);
+        let msg = match inner.progress.get_mut(&key) {
+            Some(mut e) if inner.correlator.contains(&e.call) => match e.last {
+                Some(last) if p.progress <= last => Some(format!(
+                    "progress for token {} went from {last} to {}; it must increase with each notification",
+                    key.1, p.progress
+                )),
+                _ => {
+                    e.last = Some(p.progress);
+                    None
+                }
+            },
+            _ => Some(format!(
+                "progress for token {}, which no pending call carries (the call ended, or never asked for progress)",
+                key.1
+            )),
+        };
+        if let Some(msg) = msg {
+            self.flag_here(dir, Code::McpProgress, None, Some(method), msg);
+        }
+    }
+
+    /// A cancel of a request never sent in the session (a cancel that crosses its reply is a
+    /// race the specification allows, not flagged).
+    fn cancel_rule(&self, dir: Direction, env: &Envelope, method: &Arc<str>) {
+        let Scope::Session(sid) = &self.scope else {
+            return;
+        };
+        let Some(c) = params::<Cancelled>(&env.raw) else {
+            return;
+        };
+        let Some(id) = Id::from_json_text(&c.request_id.to_string()) else {
+            return;
+        };
+        let inner = &self.insp;
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: dir,
+            id: id.clone(),
+        };
+        if inner.correlator.contains(&key) || inner.correlator.session_used(sid, dir, &id) {
+            return;
+        }
+        self.flag_here(
+            dir,
+            Code::McpCancelUnknown,
+            Some(&id),
+            Some(method),
+            format!(
+                "notifications/cancelled for request {id}, which was never sent in session {sid}"
+            ),
+        );
+    }
+
+    /// A call's reply: what `initialize` and `tools/list` teach, and the rules on results.
+    pub(super) fn mcp_reply_rules(
+        &mut self,
+        key: &PendingKey,
+        p: &Pending,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) {
+        if env.kind != Kind::Result {
+            return;
+        }
+        let inner = self.insp.clone();
+        let sid = match &key.scope {
+            Scope::Session(s) => Some(s.clone()),
+            Scope::Exchange(_) => self.new_session.clone(),
+        };
+        match (&*p.method, &sid) {
+            ("initialize", Some(sid)) => {
+                if let Some(r) = result::<Initialize>(&env.raw) {
+                    let caps = Caps::from_json(&r.capabilities);
+                    let version: Option<Arc<str>> = r.protocol_version.map(Into::into);
+                    let client = self.init_caps;
+                    let (_, ev) = inner.correlator.with_session(sid, |s| {
+                        s.mcp.server_caps = Some(caps);
+                        s.mcp.version = version;
+                        if client.is_some() {
+                            s.mcp.client_caps = client;
+                        }
+                    });
+                    self.notice_evicted(ev);
+                }
+            }
+            ("tools/list", Some(sid)) => {
+                if let Some(page) = result::<ToolsPage<'_>>(&env.raw) {
+                    let last = page.next_cursor.as_ref().is_none_or(Value::is_null);
+                    let tools: Vec<(Arc<str>, ToolSchemas)> = page
+                        .tools
+                        .iter()
+                        .take(schemas::MAX_TOOLS)
+                        .map(|t| {
+                            let s = ToolSchemas {
+                                input: t.input_schema.map(|r| inner.schemas.intern(r.get())),
+                                output: t.output_schema.map(|r| inner.schemas.intern(r.get())),
+                            };
+                            (Arc::from(t.name.as_str()), s)
+                        })
+                        .collect();
+                    let (_, ev) = inner
+                        .correlator
+                        .with_session(sid, |s| s.mcp.tools.add_page(tools, last));
+                    self.notice_evicted(ev);
+                }
+            }
+            ("tools/call", Some(sid)) if key.direction == Direction::ClientToServer => {
+                let name = p.target.as_deref().unwrap_or("");
+                let output = inner
+                    .correlator
+                    .peek_session(sid, |s| {
+                        s.mcp.tools.get(name).and_then(|t| t.output.clone())
+                    })
+                    .flatten();
+                if let Some(schema) = output {
+                    self.output_rule(key, p, env, name, &schema, extra);
+                }
+            }
+            _ => {}
+        }
+        if env.raw.len() > inner.cfg.large_result && capability::is_mcp_method(&p.method) {
+            let parts = result::<ContentParts<'_>>(&env.raw);
+            let mut where_ = Vec::new();
+            if let Some(c) = &parts {
+                if let Some(content) = c.content {
+                    where_.push(format!("content text {}", size_text(text_len(content))));
+                }
+                if let Some(s) = c.structured {
+                    where_.push(format!("structuredContent {}", size_text(s.get().len())));
+                }
+                if let Some(s) = c.contents {
+                    where_.push(format!("contents {}", size_text(s.get().len())));
+                }
+            }
+            let what = match p.target.as_deref() {
+                Some(t) => format!("`{}` ({t})", p.method),
+                None => format!("`{}`", p.method),
+            };
+            self.flag_here(
+                key.direction.reverse(),
+                Code::McpLargeResult,
+                Some(&key.id),
+                Some(&p.method),
+                format!(
+                    "the result of {what} is {} (over the large-result size, {}; desktop clients reject tool results this large){}",
+                    size_text(env.raw.len()),
+                    size_text(inner.cfg.large_result),
+                    if where_.is_empty() { String::new() } else { format!(": {}", where_.join(", ")) }
+                ),
+            );
+            extra.push(Code::McpLargeResult.as_str());
+        }
+    }
+
+    fn output_rule(
+        &self,
+        key: &PendingKey,
+        p: &Pending,
+        env: &Envelope,
+        name: &str,
+        schema: &Arc<str>,
+        extra: &mut Vec<&'static str>,
+    ) {
+        let inner = &self.insp;
+        let Some(r) = result::<CallResult<'_>>(&env.raw) else {
+            return;
+        };
+        if r.is_error == Some(true) {
+            return; // a tool error's result is not the tool's output
+        }
+        let v = inner.schemas.get(schema);
+        let Ok(v) = v.as_ref() else { return };
+        let why = match r.structured {
+            None => Some(format!(
+                "tool `{name}` declares an outputSchema but its result has no structuredContent"
+            )),
+            Some(s) => match serde_json::from_str::<Value>(s.get()) {
+                Ok(s) => schemas::first_failure(v, &s).map(|w| {
+                    format!("structuredContent of tool `{name}` fails its outputSchema {w}")
+                }),
+                Err(_) => None,
+            },
+        };
+        if let Some(why) = why {
+            self.flag_here(
+                key.direction.reverse(),
+                Code::McpOutputSchema,
+                Some(&key.id),
+                Some(&p.method),
+                why,
+            );
+            extra.push(Code::McpOutputSchema.as_str());
+        }
+    }
+
+    /// The response head's MCP rules: a session rpctap saw created answered 404
+    /// (`MCP_SESSION_LOST`), a 401 without the protected-resource metadata (`MCP_AUTH`).
+    pub(super) fn mcp_response_head(&mut self, status: u16, www_authenticate: Option<&str>) {
+        let inner = self.insp.clone();
+        if status == 404 {
+            if let Some(sid) = self.session_header.clone() {
+                if inner.correlator.peek_session(&sid, |s| s.seen_start) == Some(true) {
+                    self.flag_here(
+                        Direction::ServerToClient,
+                        Code::McpSessionLost,
+                        None,
+                        None,
+                        format!("HTTP 404 for session {sid}, which the server created and nobody deleted: the server restarted, or another replica answered"),
+                    );
+                    // Flagged once: the server does not know it any more.
+                    inner.correlator.end_session(&sid);
+                }
+            }
+        }
+        if status == 401
+            && (self.mcp_request || self.mcp_hdr.is_some() || self.session_header.is_some())
+        {
+            let named =
+                www_authenticate.is_some_and(|w| contains_ignore_case(w, "resource_metadata"));
+            if !named {
+                let why = match www_authenticate {
+                    None => "no WWW-Authenticate header".to_string(),
+                    Some(w) => format!("WWW-Authenticate: {w}"),
+                };
+                self.flag_here(
+                    Direction::ServerToClient,
+                    Code::McpAuth,
+                    None,
+                    None,
+                    format!("HTTP 401 on an MCP endpoint with {why}; since 2025-06-18 it must name resource_metadata (the protected-resource metadata URL) so clients can find the authorization server"),
+                );
+            }
+        }
+    }
+}
+
+/// A call ended: its progress token is free again.
+pub(super) fn release_progress(inner: &Inner, key: &PendingKey, p: &Pending) {
+    if let Some(t) = &p.progress {
+        inner.progress.remove(&(key.scope.clone(), t.clone()));
+    }
+}
