@@ -216,3 +216,390 @@ async fn each_mcp_code_once_live_and_in_check() {
     assert_eq!(flat, all, "the recording holds every live code");
     assert_eq!(checked.exit, Some(1), "MCP errors fail check");
 }
+
+/// The inspector alone (no sockets): the finer points of each rule.
+mod rules {
+    use bytes::Bytes;
+    use rpctap::events::{BusBuilder, Direction, Event, Subscription};
+    use rpctap::inspect::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
+
+    struct T {
+        insp: Inspector,
+        sub: Subscription,
+    }
+
+    impl T {
+        fn new(cfg: InspectConfig) -> T {
+            let mut bus = BusBuilder::default();
+            let sub = bus.subscribe("t", 1 << 16);
+            T {
+                insp: Inspector::new(cfg, bus.build()),
+                sub,
+            }
+        }
+
+        /// One POST: request headers (session, version, Mcp-Method, Mcp-Name), body, an SSE
+        /// reply of `events` (JSON-RPC messages), the reply's session header.
+        #[allow(clippy::too_many_arguments)]
+        fn post(
+            &self,
+            session: Option<&str>,
+            version: Option<&str>,
+            mcp_method: Option<&str>,
+            mcp_name: Option<&str>,
+            body: &str,
+            events: &[&str],
+            reply_session: Option<&str>,
+        ) {
+            let mut ex = self.insp.begin(&RequestMeta {
+                method: "POST",
+                path: "/mcp",
+                content_type: Some("application/json"),
+                session,
+                protocol_version: version,
+                mcp_method,
+                mcp_name,
+                ..Default::default()
+            });
+            ex.request_body(&Bytes::from(body.to_string()), true);
+            let (status, ct) = if events.is_empty() {
+                (202, None)
+            } else {
+                (200, Some("text/event-stream"))
+            };
+            ex.response_head(&ResponseMeta {
+                status,
+                content_type: ct,
+                session: reply_session,
+                ..Default::default()
+            });
+            for e in events {
+                ex.response_data(format!("event: message\ndata: {e}\n\n").as_bytes());
+            }
+            ex.end(EndReason::Complete);
+        }
+
+        fn codes(&mut self) -> Vec<(String, String)> {
+            let mut out = Vec::new();
+            while let Ok(e) = self.sub.rx.try_recv() {
+                if let Event::Anomaly(a) = &*e {
+                    out.push((a.code.to_string(), a.message.clone()));
+                }
+            }
+            out
+        }
+
+        /// initialize (client and server capabilities as given) + initialized, in session `sid`.
+        fn open(&mut self, sid: &str, version: &str, client: &str, server: &str) {
+            let init = format!(
+                r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{client},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+            );
+            let reply = format!(
+                r#"{{"jsonrpc":"2.0","id":0,"result":{{"protocolVersion":"{version}","capabilities":{server},"serverInfo":{{"name":"s","version":"1"}}}}}}"#
+            );
+            self.post(None, None, None, None, &init, &[&reply], Some(sid));
+            self.post(
+                Some(sid),
+                Some(version),
+                None,
+                None,
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                &[],
+                None,
+            );
+            assert_eq!(self.codes(), vec![], "a clean handshake");
+        }
+    }
+
+    fn only(codes: &[(String, String)], code: &str) -> Vec<String> {
+        codes
+            .iter()
+            .filter(|c| c.0 == code)
+            .map(|c| c.1.clone())
+            .collect()
+    }
+
+    #[test]
+    fn server_requests_need_the_clients_capabilities_and_notifications_are_flagged_once() {
+        let mut t = T::new(InspectConfig::default());
+        t.open("S", "2025-06-18", r#"{"roots":{}}"#, r#"{"tools":{}}"#);
+        let v = Some("2025-06-18");
+        // The server asks for sampling (not offered) and roots (offered) on a call's stream,
+        // and says its tools changed (no listChanged declared) — twice.
+        let changed = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        t.post(
+            Some("S"),
+            v,
+            None,
+            None,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            &[
+                r#"{"jsonrpc":"2.0","id":"a","method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}"#,
+                r#"{"jsonrpc":"2.0","id":"b","method":"roots/list"}"#,
+                changed,
+                changed,
+                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#,
+            ],
+            None,
+        );
+        let c = t.codes();
+        let caps = only(&c, "MCP_CAPABILITY");
+        assert_eq!(caps.len(), 2, "{c:?}");
+        assert!(
+            caps[0].contains("sampling/createMessage")
+                && caps[0].contains("client capability `sampling`"),
+            "{caps:?}"
+        );
+        assert!(
+            caps[1].contains("tools.listChanged") && caps[1].contains("once per session"),
+            "{caps:?}"
+        );
+        // A client that subscribes where the server has resources but no `subscribe`.
+        let mut t = T::new(InspectConfig::default());
+        t.open(
+            "R",
+            "2025-06-18",
+            "{}",
+            r#"{"resources":{"subscribe":false}}"#,
+        );
+        t.post(
+            Some("R"),
+            v,
+            None,
+            None,
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#,
+            &[r#"{"jsonrpc":"2.0","id":1,"result":{}}"#],
+            None,
+        );
+        let c = t.codes();
+        assert_eq!(only(&c, "MCP_CAPABILITY").len(), 1, "{c:?}");
+        assert!(only(&c, "MCP_CAPABILITY")[0].contains("resources.subscribe"));
+        // Plain JSON-RPC, or a session whose handshake rpctap did not see: nothing to judge by.
+        t.post(
+            Some("unseen"),
+            None,
+            None,
+            None,
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#,
+            &[r#"{"jsonrpc":"2.0","id":1,"result":{"resources":[]}}"#],
+            None,
+        );
+        assert_eq!(t.codes(), vec![]);
+    }
+
+    #[test]
+    fn an_unknown_tool_needs_every_page_and_list_changed_makes_the_list_stale() {
+        let mut t = T::new(InspectConfig::default());
+        t.open("P", "2025-06-18", "{}", r#"{"tools":{"listChanged":true}}"#);
+        let v = Some("2025-06-18");
+        let call = |id: u32, name: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{}}}}}}"#
+            )
+        };
+        let ok = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#);
+        t.post(Some("P"), v, None, None, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            &[r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","inputSchema":{"type":"object"}}],"nextCursor":"c2"}}"#], None);
+        // Only the first page seen: `b` may be on the next one.
+        t.post(Some("P"), v, None, None, &call(2, "b"), &[&ok(2)], None);
+        assert_eq!(t.codes(), vec![]);
+        t.post(Some("P"), v, None, None, r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"c2"}}"#,
+            &[r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"b","inputSchema":{"type":"object"}}]}}"#], None);
+        t.post(Some("P"), v, None, None, &call(4, "b"), &[&ok(4)], None);
+        t.post(Some("P"), v, None, None, &call(5, "a"), &[&ok(5)], None);
+        assert_eq!(t.codes(), vec![], "both pages make the list");
+        t.post(Some("P"), v, None, None, &call(6, "zz"), &[&ok(6)], None);
+        assert_eq!(only(&t.codes(), "MCP_UNKNOWN_TOOL").len(), 1);
+        // The server says its list changed: a new tool may be called before the next list.
+        t.post(
+            Some("P"),
+            v,
+            None,
+            None,
+            &call(7, "a"),
+            &[
+                r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+                &ok(7),
+            ],
+            None,
+        );
+        t.post(Some("P"), v, None, None, &call(8, "new"), &[&ok(8)], None);
+        assert_eq!(t.codes(), vec![]);
+    }
+
+    #[test]
+    fn routing_headers_of_2026_07_28_and_base64_names() {
+        let mut t = T::new(InspectConfig::default());
+        let v = Some("2026-07-28");
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tööl","arguments":{}}}"#;
+        let ok = [r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#];
+        // Both headers right (the name base64-encoded, as non-ASCII names must be).
+        t.post(
+            None,
+            v,
+            Some("tools/call"),
+            Some("=?base64?dMO2w7Zs?="),
+            call,
+            &ok,
+            None,
+        );
+        assert_eq!(t.codes(), vec![]);
+        // Missing on a request of that version.
+        t.post(None, v, None, None, call, &ok, None);
+        let c = t.codes();
+        let m = only(&c, "MCP_HEADER_MISMATCH");
+        assert_eq!(m.len(), 1, "{c:?}");
+        assert!(
+            m[0].contains("no Mcp-Method") && m[0].contains("no Mcp-Name"),
+            "{m:?}"
+        );
+        // A wrong name.
+        t.post(None, v, Some("tools/call"), Some("other"), call, &ok, None);
+        assert_eq!(only(&t.codes(), "MCP_HEADER_MISMATCH").len(), 1);
+        // Not required before 2026-07-28, and never on a notification.
+        t.post(None, Some("2025-11-25"), None, None, call, &ok, None);
+        t.post(
+            None,
+            v,
+            None,
+            None,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            &[],
+            None,
+        );
+        assert_eq!(t.codes(), vec![]);
+    }
+
+    #[test]
+    fn progress_and_cancel_in_their_scopes() {
+        let mut t = T::new(InspectConfig::default());
+        // Stateless (no session): progress on the call's own stream, increasing, is clean; a
+        // token nobody asked for is not.
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{},"_meta":{"progressToken":7}}}"#;
+        let p = |tok: &str, n: u32| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{tok},"progress":{n}}}}}"#
+            )
+        };
+        let done = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+        t.post(
+            None,
+            None,
+            None,
+            None,
+            call,
+            &[&p("7", 1), &p("7", 2), done],
+            None,
+        );
+        assert_eq!(t.codes(), vec![]);
+        t.post(None, None, None, None, call, &[&p("\"7\"", 1), done], None);
+        let c = t.codes();
+        assert_eq!(
+            only(&c, "MCP_PROGRESS").len(),
+            1,
+            "a string token is not the number token: {c:?}"
+        );
+        // After the reply, the token is free: progress for it is flagged.
+        t.post(None, None, None, None, call, &[done, &p("7", 3)], None);
+        assert_eq!(only(&t.codes(), "MCP_PROGRESS").len(), 1);
+        // A cancel outside a session cannot be judged (each POST is its own scope).
+        t.post(
+            None,
+            None,
+            None,
+            None,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#,
+            &[],
+            None,
+        );
+        assert_eq!(t.codes(), vec![]);
+    }
+
+    #[test]
+    fn stdio_sessions_get_the_same_rules_and_schemas_are_bounded() {
+        let cfg = InspectConfig {
+            max_schemas: 1,
+            ..Default::default()
+        };
+        let mut t = T::new(cfg);
+        let mut ex = t.insp.begin_stream("stdio-1");
+        let line = |ex: &mut rpctap::inspect::ExchangeCtx, d: Direction, s: &str| {
+            ex.line(d, Bytes::from(s.to_string()))
+        };
+        use Direction::*;
+        line(
+            &mut ex,
+            ClientToServer,
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        );
+        line(
+            &mut ex,
+            ServerToClient,
+            r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}}"#,
+        );
+        line(
+            &mut ex,
+            ClientToServer,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        );
+        line(
+            &mut ex,
+            ClientToServer,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        );
+        line(
+            &mut ex,
+            ServerToClient,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","inputSchema":{"type":"object","required":["q"]}},{"name":"b","inputSchema":{"type":"object"},"outputSchema":{"type":"object","required":["n"]}}]}}"#,
+        );
+        assert_eq!(t.codes(), vec![]);
+        // With room for one compiled schema, each use compiles again — and still judges.
+        line(
+            &mut ex,
+            ClientToServer,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a","arguments":{}}}"#,
+        );
+        line(
+            &mut ex,
+            ServerToClient,
+            r#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#,
+        );
+        line(
+            &mut ex,
+            ClientToServer,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"b","arguments":{}}}"#,
+        );
+        line(
+            &mut ex,
+            ServerToClient,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"content":[],"structuredContent":{"m":1}}}"#,
+        );
+        line(
+            &mut ex,
+            ClientToServer,
+            r#"{"jsonrpc":"2.0","id":4,"method":"prompts/list"}"#,
+        );
+        line(
+            &mut ex,
+            ServerToClient,
+            r#"{"jsonrpc":"2.0","id":4,"result":{"prompts":[]}}"#,
+        );
+        ex.end(EndReason::Closed("exit 0".into()));
+        let c = t.codes();
+        let input = only(&c, "MCP_INPUT_SCHEMA");
+        let output = only(&c, "MCP_OUTPUT_SCHEMA");
+        assert!(
+            input.len() == 1 && input[0].contains("at `/`") && input[0].contains("\"q\""),
+            "{c:?}"
+        );
+        assert!(output.len() == 1 && output[0].contains("\"n\""), "{c:?}");
+        assert_eq!(
+            only(&c, "MCP_CAPABILITY").len(),
+            1,
+            "prompts were never offered: {c:?}"
+        );
+        let s = t.insp.stats();
+        assert_eq!(s.schemas_kept, 1, "{s:?}");
+        assert!(s.schemas_evicted >= 2, "{s:?}");
+    }
+}
