@@ -110,6 +110,12 @@ pub struct StdioArgs {
     /// Most calls waiting for a reply at once.
     #[arg(long, value_name = "N")]
     pub max_pending: Option<usize>,
+    /// An MCP result larger than this many bytes is flagged MCP_LARGE_RESULT (default 1 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub large_result: Option<usize>,
+    /// Most compiled MCP tool schemas kept (default 1000).
+    #[arg(long, value_name = "N")]
+    pub max_schemas: Option<usize>,
     /// The server command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -132,6 +138,8 @@ impl StdioArgs {
             max_frame_bytes: self.max_frame_bytes,
             call_timeout: self.call_timeout,
             max_pending: self.max_pending,
+            large_result: self.large_result,
+            max_schemas: self.max_schemas,
             ..Default::default()
         }
     }

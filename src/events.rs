@@ -276,6 +276,21 @@ pub enum HttpEvent {
     },
     /// A legacy HTTP+SSE stream announced the URL its client must POST messages to.
     Endpoint { ts: u64, exchange: u64, url: String },
+    /// An exchange around an MCP endpoint that carries no JSON-RPC but matters to its users:
+    /// an authorization challenge (`401`/`403` to an MCP request) or an OAuth / OpenID
+    /// discovery document (`/.well-known/oauth-protected-resource…`,
+    /// `/.well-known/oauth-authorization-server…`, `/.well-known/openid-configuration…`).
+    Auth {
+        ts: u64,
+        exchange: u64,
+        method: String,
+        /// The path, without the query.
+        path: String,
+        status: u16,
+        /// The challenge (redacted if configured secret).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        www_authenticate: Option<String>,
+    },
     End {
         ts: u64,
         exchange: u64,
@@ -356,6 +371,8 @@ impl Interest {
     pub const ANOMALY: Interest = Interest(1 << 5);
     pub const REFUSAL: Interest = Interest(1 << 6);
     pub const NOTICE: Interest = Interest(1 << 7);
+    /// Authorization exchanges around MCP endpoints ([`HttpEvent::Auth`]).
+    pub const HTTP_AUTH: Interest = Interest(1 << 9);
     pub const NONE: Interest = Interest(0);
     pub const ALL: Interest = Interest(u16::MAX);
 
@@ -373,6 +390,7 @@ impl Event {
         match self {
             Event::Http(HttpEvent::End { .. }) => Interest::HTTP_END,
             Event::Http(HttpEvent::Response { .. }) => Interest::HTTP_STATUS,
+            Event::Http(HttpEvent::Auth { .. }) => Interest::HTTP_AUTH,
             Event::Http(_) => Interest::HTTP_REQUEST,
             Event::Message(_) => Interest::MESSAGE,
             Event::Call(_) => Interest::CALL,
@@ -389,6 +407,7 @@ impl Event {
                 HttpEvent::Request { exchange, .. }
                 | HttpEvent::Response { exchange, .. }
                 | HttpEvent::Endpoint { exchange, .. }
+                | HttpEvent::Auth { exchange, .. }
                 | HttpEvent::End { exchange, .. },
             ) => Some(*exchange),
             Event::Message(m) => Some(m.exchange),

@@ -2,8 +2,10 @@
 //!
 //! `text`: one line per finished call (time, session, direction, method — the tool name for
 //! `tools/call` —, id, outcome, latency, anomaly codes), one per notification, one per anomaly,
-//! printed as they happen. `json`: every event as one JSON line. The printer may fall behind;
-//! then the bus drops events for it and it says how many it missed.
+//! one per authorization exchange around an MCP endpoint (a 401/403 and its `WWW-Authenticate`,
+//! an OAuth discovery document), printed as they happen. `json`: every event as one JSON line.
+//! The printer may fall behind; then the bus drops events for it and it says how many it
+//! missed.
 
 use crate::cli::LogFormat;
 use crate::events::{Event, Interest, Subscription};
@@ -21,7 +23,8 @@ pub const TEXT_INTEREST: Interest = Interest::CALL
     .and(Interest::MESSAGE)
     .and(Interest::ANOMALY)
     .and(Interest::REFUSAL)
-    .and(Interest::NOTICE);
+    .and(Interest::NOTICE)
+    .and(Interest::HTTP_AUTH);
 
 /// Formats one event as a text line, or `None` for events the text log does not show.
 pub fn text_line(ev: &Event) -> Option<String> {
@@ -83,6 +86,21 @@ pub fn text_line(ev: &Event) -> Option<String> {
             r.retry_after_ms as f64 / 1000.0
         )),
         Event::Notice(n) => Some(format!("{} NOTICE {}: {}", ts(n.ts), n.what, n.message)),
+        Event::Http(crate::events::HttpEvent::Auth {
+            ts: t,
+            exchange,
+            method,
+            path,
+            status,
+            www_authenticate,
+        }) => Some(format!(
+            "{} #{exchange} http {method} {path} HTTP {status}{}",
+            ts(*t),
+            www_authenticate
+                .as_ref()
+                .map(|w| format!(" WWW-Authenticate: {w}"))
+                .unwrap_or_default()
+        )),
         _ => None,
     }
 }
@@ -112,5 +130,28 @@ pub async fn run(mut sub: Subscription, format: LogFormat, mut out: impl Write +
             reported_drops = dropped;
         }
         let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_authorization_exchange_is_one_text_line_with_its_challenge() {
+        let ev = Event::Http(crate::events::HttpEvent::Auth {
+            ts: 0,
+            exchange: 3,
+            method: "POST".into(),
+            path: "/mcp".into(),
+            status: 401,
+            www_authenticate: Some("Bearer realm=\"x\"".into()),
+        });
+        let line = text_line(&ev).unwrap();
+        assert!(
+            line.ends_with("#3 http POST /mcp HTTP 401 WWW-Authenticate: Bearer realm=\"x\""),
+            "{line}"
+        );
+        assert!(TEXT_INTEREST.contains(Interest::HTTP_AUTH));
     }
 }

@@ -20,6 +20,9 @@ fn result(id: &serde_json::Value, r: serde_json::Value) -> String {
 async fn bad_mcp_server() -> (std::net::SocketAddr, Stop) {
     start_upstream(|parts, body| {
         Box::pin(async move {
+            if parts.uri.path() == "/.well-known/oauth-protected-resource" {
+                return json_reply(200, r#"{"resource":"http://127.0.0.1/mcp","authorization_servers":["https://auth.example.test"]}"#);
+            }
             if parts.uri.path() == "/auth" {
                 let challenge = if parts.uri.query() == Some("good") {
                     r#"Bearer resource_metadata="https://example.test/.well-known/oauth-protected-resource""#
@@ -159,6 +162,7 @@ async fn each_mcp_code_once_live_and_in_check() {
         ("lost", &session, r#"{"jsonrpc":"2.0","id":77,"method":"ping"}"#.into(), vec!["MCP_SESSION_LOST"]),
     ];
     let mut all = Vec::new();
+    let mut events = Vec::new();
     for (name, h, body, want) in &steps {
         let path = match *name {
             "auth" => "/auth",
@@ -167,14 +171,54 @@ async fn each_mcp_code_once_live_and_in_check() {
         };
         let r = send(p.addr, "POST", path, h, body.clone()).await;
         assert!(r.status.as_u16() < 500, "{name}: {}", r.status);
-        let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
-            .into_iter()
-            .map(|a| a.0)
-            .collect();
+        let evs = p.drain_exchange().await;
+        for e in &evs {
+            if let rpctap::events::Event::Anomaly(a) = &**e {
+                eprintln!("{name}: {} {}", a.code, a.message);
+            }
+        }
+        let mut got: Vec<String> = anomalies(&evs).into_iter().map(|a| a.0).collect();
         got.sort();
         assert_eq!(got, *want, "{name}: live");
         all.extend(got);
+        events.extend(evs);
     }
+    // The authorization exchanges around the endpoint are shown although they carry no
+    // JSON-RPC: both challenges and the discovery document.
+    let r = send(
+        p.addr,
+        "GET",
+        "/.well-known/oauth-protected-resource",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    events.extend(p.drain_exchange().await);
+    let auth: Vec<(String, u16, Option<String>)> = events
+        .iter()
+        .filter_map(|e| match &**e {
+            rpctap::events::Event::Http(rpctap::events::HttpEvent::Auth {
+                path,
+                status,
+                www_authenticate,
+                ..
+            }) => Some((path.clone(), *status, www_authenticate.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        auth,
+        vec![
+            ("/auth".to_string(), 401, Some(r#"Bearer realm="mcp""#.to_string())),
+            (
+                "/auth".to_string(),
+                401,
+                Some(r#"Bearer resource_metadata="https://example.test/.well-known/oauth-protected-resource""#.to_string())
+            ),
+            ("/.well-known/oauth-protected-resource".to_string(), 200, None),
+        ]
+    );
     // Every MCP code of the table was provoked, each exactly once.
     let mcp: Vec<&String> = all
         .iter()
@@ -214,6 +258,15 @@ async fn each_mcp_code_once_live_and_in_check() {
     flat.sort();
     all.sort();
     assert_eq!(flat, all, "the recording holds every live code");
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let recorded_auth = rec
+        .http()
+        .filter(|h| matches!(h, rpctap::record::reader::RecHttp::Auth { .. }))
+        .count();
+    assert_eq!(
+        recorded_auth, 3,
+        "the recording holds the authorization exchanges"
+    );
     assert_eq!(checked.exit, Some(1), "MCP errors fail check");
 }
 

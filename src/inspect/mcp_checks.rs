@@ -743,9 +743,9 @@ impl ExchangeCtx {
                 }
             }
         }
-        if status == 401
-            && (self.mcp_request || self.mcp_hdr.is_some() || self.session_header.is_some())
-        {
+        let mcp = self.mcp_request || self.mcp_hdr.is_some() || self.session_header.is_some();
+        self.publish_auth(status, www_authenticate, mcp);
+        if status == 401 && mcp {
             let named =
                 www_authenticate.is_some_and(|w| contains_ignore_case(w, "resource_metadata"));
             if !named {
@@ -762,6 +762,45 @@ impl ExchangeCtx {
                 );
             }
         }
+    }
+}
+
+/// The discovery documents of MCP authorization (RFC 9728, RFC 8414, OpenID Connect).
+const DISCOVERY: [&str; 3] = [
+    "/.well-known/oauth-protected-resource",
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/openid-configuration",
+];
+
+impl ExchangeCtx {
+    /// An authorization exchange around an MCP endpoint — a `401`/`403` to an MCP request, or
+    /// a discovery document — is published as its own event, so the dashboard, the log and the
+    /// recording show it although it carries no JSON-RPC.
+    fn publish_auth(&mut self, status: u16, www_authenticate: Option<&str>, mcp: bool) {
+        let Some(line) = self.req_line.take() else {
+            return;
+        };
+        let (method, path) = *line;
+        let discovery = DISCOVERY.iter().any(|d| path.starts_with(d));
+        if !(discovery || (mcp && matches!(status, 401 | 403))) {
+            return;
+        }
+        let redact = &self.insp.cfg.redact;
+        let www_authenticate = www_authenticate.map(|w| {
+            if redact.is_secret_header("www-authenticate") {
+                "[REDACTED]".to_string()
+            } else {
+                w.to_string()
+            }
+        });
+        self.insp.bus.publish(Event::Http(HttpEvent::Auth {
+            ts: now_ns(),
+            exchange: self.id,
+            method: method.into(),
+            path: path.into(),
+            status,
+            www_authenticate,
+        }));
     }
 }
 

@@ -258,6 +258,9 @@ pub struct ExchangeCtx {
     new_session: Option<Arc<str>>,
     /// The request is MCP (an MCP method or MCP headers): a 401 to it is judged by `MCP_AUTH`.
     mcp_request: bool,
+    /// The request's method and path, kept only while someone reads authorization exchanges
+    /// (to name one if this turns out to be one).
+    req_line: Option<Box<(Box<str>, Box<str>)>>,
 }
 
 impl Inspector {
@@ -394,6 +397,10 @@ impl Inspector {
             mcp_hdr: mcp_checks::McpHeaders::from_meta(meta),
             init_caps: None,
             new_session: None,
+            req_line: inner
+                .bus
+                .wants_in(Interest::HTTP_AUTH, id)
+                .then(|| Box::new((meta.method.into(), meta.path.into()))),
         };
         ctx.mcp_request_head(meta);
         ctx
@@ -441,6 +448,7 @@ impl Inspector {
             init_caps: None,
             new_session: None,
             mcp_request: false,
+            req_line: None,
         }
     }
 

@@ -215,7 +215,7 @@ pub fn har(rec: &Recording) -> Value {
             RecHttp::End { ts, exchange, .. } => {
                 ends.insert(*exchange, *ts);
             }
-            RecHttp::Request { .. } | RecHttp::Endpoint { .. } => {}
+            RecHttp::Request { .. } | RecHttp::Endpoint { .. } | RecHttp::Auth { .. } => {}
         }
     }
     for h in rec.http() {

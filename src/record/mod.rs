@@ -636,6 +636,23 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             l.str("url", url);
             l.close();
         }
+        HttpEvent::Auth {
+            ts,
+            exchange,
+            method,
+            path,
+            status,
+            www_authenticate,
+        } => {
+            let mut l = head(out, "auth", *ts, *exchange);
+            l.str("method", method);
+            l.str("path", path);
+            l.num("status", *status);
+            if let Some(w) = www_authenticate {
+                l.str("www_authenticate", w);
+            }
+            l.close();
+        }
         HttpEvent::End {
             ts,
             exchange,

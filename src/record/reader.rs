@@ -43,6 +43,17 @@ pub enum RecHttp {
     },
     /// A legacy stream announced its message endpoint.
     Endpoint { ts: u64, exchange: u64, url: String },
+    /// An authorization exchange around an MCP endpoint (shown, not re-inspected: the
+    /// request and response lines carry what the inspector needs).
+    Auth {
+        ts: u64,
+        exchange: u64,
+        method: String,
+        path: String,
+        status: u16,
+        #[serde(default)]
+        www_authenticate: Option<String>,
+    },
     End {
         ts: u64,
         exchange: u64,
@@ -56,6 +67,7 @@ impl RecHttp {
             RecHttp::Request { ts, .. }
             | RecHttp::Response { ts, .. }
             | RecHttp::Endpoint { ts, .. }
+            | RecHttp::Auth { ts, .. }
             | RecHttp::End { ts, .. } => *ts,
         }
     }
@@ -64,6 +76,7 @@ impl RecHttp {
             RecHttp::Request { exchange, .. }
             | RecHttp::Response { exchange, .. }
             | RecHttp::Endpoint { exchange, .. }
+            | RecHttp::Auth { exchange, .. }
             | RecHttp::End { exchange, .. } => *exchange,
         }
     }

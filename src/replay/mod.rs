@@ -203,7 +203,7 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
                         .map(|(_, v)| v.clone());
                 }
             }
-            RecHttp::End { .. } | RecHttp::Endpoint { .. } => {}
+            RecHttp::End { .. } | RecHttp::Endpoint { .. } | RecHttp::Auth { .. } => {}
         }
     }
     for m in rec.messages().filter(|m| m.is_c2s()) {

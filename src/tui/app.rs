@@ -29,6 +29,8 @@ pub enum RowOutcome {
     Refused(String),
     Rejected(u16),
     Missing(String),
+    /// An `http` row: an authorization exchange around an MCP endpoint, and its status.
+    Http(u16),
 }
 
 impl From<&Outcome> for RowOutcome {
@@ -53,6 +55,7 @@ impl RowOutcome {
             RowOutcome::Refused(_) => "refused".into(),
             RowOutcome::Rejected(s) => format!("HTTP {s}"),
             RowOutcome::Missing(_) => "missing".into(),
+            RowOutcome::Http(s) => format!("HTTP {s}"),
         }
     }
     pub fn is_error(&self) -> bool {
@@ -62,7 +65,7 @@ impl RowOutcome {
                 | RowOutcome::Refused(_)
                 | RowOutcome::Rejected(_)
                 | RowOutcome::Missing(_)
-        )
+        ) || matches!(self, RowOutcome::Http(s) if *s >= 400)
     }
 }
 
@@ -427,6 +430,23 @@ impl App {
             }) => {
                 self.apply_http_response(*exchange, *status, content_type.clone());
             }
+            Event::Http(crate::events::HttpEvent::Auth {
+                ts,
+                exchange,
+                method,
+                path,
+                status,
+                www_authenticate,
+            }) => {
+                self.apply_auth(
+                    *ts,
+                    *exchange,
+                    method,
+                    path,
+                    *status,
+                    www_authenticate.as_deref(),
+                );
+            }
             Event::Anomaly(a) => {
                 self.apply_anomaly(
                     a.exchange,
@@ -439,6 +459,45 @@ impl App {
             }
             _ => {}
         }
+    }
+
+    /// An authorization exchange around an MCP endpoint: a row of its own (kind `http`), its
+    /// challenge in the detail pane. `-http` in the filter (or `h`) hides these rows.
+    pub fn apply_auth(
+        &mut self,
+        ts_ns: u64,
+        exchange: u64,
+        method: &str,
+        path: &str,
+        status: u16,
+        www_authenticate: Option<&str>,
+    ) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let detail: Text = match www_authenticate {
+            Some(w) => format!("WWW-Authenticate: {w}").into(),
+            None => Text::from(""),
+        };
+        let row = Row {
+            seq,
+            ts_ns,
+            exchange,
+            scope: format!("exchange:{exchange}").into(),
+            direction: Direction::ClientToServer,
+            method: format!("{method} {path}").into(),
+            target: None,
+            id: Text::from(""),
+            outcome: RowOutcome::Http(status),
+            latency_us: None,
+            size: 0,
+            anomalies: vec![],
+            anomaly_text: vec![],
+            request: (!detail.is_empty()).then_some(detail),
+            reply: None,
+            stream: vec![],
+            transport: "http",
+        };
+        self.push_row(row);
     }
 
     pub fn apply_http_request(
@@ -894,6 +953,17 @@ impl App {
                 }
             }
             Key::Char('c') => self.clear(),
+            Key::Char('h') => {
+                // Hides (or shows again) the `http` rows: the `-http` filter token.
+                let mut toks: Vec<&str> = self.filter.split_whitespace().collect();
+                let had = toks.len();
+                toks.retain(|t| *t != "-http");
+                if toks.len() == had {
+                    toks.push("-http");
+                }
+                self.filter = toks.join(" ");
+                self.selected = 0;
+            }
             Key::Char('y') => {
                 if let Some(r) = self.selected_row() {
                     if let Some(req) = &r.request {
@@ -1072,13 +1142,16 @@ pub enum Key {
     ScrollDown,
 }
 
-/// The filter: `error`, `anomaly`, `pending`, `session:…`, `id:…`, `method:GLOB` or a token
-/// with `/` or `*` (a method glob), anything else is free text searched in the messages.
+/// The filter: `error`, `anomaly`, `pending`, `http` (only the authorization rows) or `-http`
+/// (all but them), `session:…`, `id:…`, `method:GLOB` or a token with `/` or `*` (a method
+/// glob), anything else is free text searched in the messages.
 #[derive(Debug, Default)]
 pub struct Filter {
     error: bool,
     anomaly: bool,
     pending: bool,
+    /// Some(true): only `http` rows; Some(false): none of them.
+    http: Option<bool>,
     session: Option<String>,
     id: Option<String>,
     method: Option<globset::GlobMatcher>,
@@ -1093,6 +1166,8 @@ impl Filter {
                 "error" | "errors" => f.error = true,
                 "anomaly" | "anomalies" => f.anomaly = true,
                 "pending" => f.pending = true,
+                "http" | "kind:http" => f.http = Some(true),
+                "-http" | "!http" => f.http = Some(false),
                 t if t.starts_with("session:") => {
                     f.session = Some(t["session:".len()..].to_string())
                 }
@@ -1111,6 +1186,7 @@ impl Filter {
         (!self.error || r.outcome.is_error())
             && (!self.anomaly || !r.anomalies.is_empty())
             && (!self.pending || r.outcome == RowOutcome::Pending)
+            && self.http.is_none_or(|h| h == (r.transport == "http"))
             && self
                 .session
                 .as_ref()
@@ -1275,6 +1351,36 @@ mod tests {
         a.handle_key(Key::Char('x'));
         assert!(!a.help);
         assert_eq!(a.handle_key(Key::Char('q')), Action::Quit);
+    }
+
+    #[test]
+    fn authorization_exchanges_are_http_rows_that_h_hides() {
+        let mut a = App::new("t", "l", "u", 100, 0);
+        a.apply_auth(1, 7, "POST", "/mcp", 401, Some(r#"Bearer realm="x""#));
+        a.apply_auth(
+            2,
+            8,
+            "GET",
+            "/.well-known/oauth-protected-resource",
+            200,
+            None,
+        );
+        let rows = a.visible();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(&*rows[0].method, "POST /mcp");
+        assert_eq!(rows[0].outcome.label(), "HTTP 401");
+        assert!(rows[0].outcome.is_error() && !rows[1].outcome.is_error());
+        assert_eq!(
+            rows[0].request.as_deref(),
+            Some(r#"WWW-Authenticate: Bearer realm="x""#)
+        );
+        a.handle_key(Key::Char('h'));
+        assert_eq!(a.filter, "-http");
+        assert_eq!(a.visible_len(), 0);
+        a.handle_key(Key::Char('h'));
+        assert_eq!(a.visible_len(), 2);
+        a.filter = "http error".into();
+        assert_eq!(a.visible_len(), 1);
     }
 
     #[test]

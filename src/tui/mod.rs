@@ -30,7 +30,8 @@ pub const FRAME: Duration = Duration::from_millis(100);
 pub const INTEREST: crate::events::Interest = crate::events::Interest::HTTP
     .and(crate::events::Interest::MESSAGE)
     .and(crate::events::Interest::CALL)
-    .and(crate::events::Interest::ANOMALY);
+    .and(crate::events::Interest::ANOMALY)
+    .and(crate::events::Interest::HTTP_AUTH);
 
 /// How often live events are taken off the bus.
 pub const DRAIN: Duration = Duration::from_millis(20);

@@ -545,7 +545,7 @@ fn status(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     f.render_widget(Paragraph::new(line), area);
 }
 
-pub const HELP: [(&str, &str); 17] = [
+pub const HELP: [(&str, &str); 18] = [
     ("↑/↓ j/k", "move (scroll in the detail pane)"),
     ("PgUp/PgDn", "move a page"),
     ("g / G", "first / newest (follow)"),
@@ -553,8 +553,9 @@ pub const HELP: [(&str, &str); 17] = [
     ("Tab", "next view: calls, anomalies, methods, sessions"),
     (
         "/",
-        "filter: method glob, error, anomaly, pending, session:…, id:…, text",
+        "filter: method glob, error, anomaly, pending, http / -http, session:…, id:…, text",
     ),
+    ("h", "hide / show the http rows (401/403, OAuth discovery)"),
     ("Esc", "close the detail pane, else clear the filter"),
     ("f", "follow the newest / pause"),
     ("c", "clear the list"),
