@@ -603,9 +603,14 @@ async fn typescript_sdk_client_and_server_everything_over_stdio() {
         "the sampling request was correlated with the client's reply"
     );
     let msgs: Vec<_> = rec.messages().collect();
+    let long_id = msgs
+        .iter()
+        .find(|m| m.target.as_deref() == Some("trigger-long-running-operation"))
+        .and_then(|m| m.id_text())
+        .unwrap();
     let result_at = msgs
         .iter()
-        .position(|m| m.id_text() == Some("4") && m.is_response())
+        .position(|m| m.id_text() == Some(long_id) && m.is_response())
         .unwrap();
     let progress_before = msgs[..result_at]
         .iter()
