@@ -267,6 +267,23 @@ async fn each_mcp_code_once_live_and_in_check() {
         recorded_auth, 3,
         "the recording holds the authorization exchanges"
     );
+    // `rpctap view` shows them as http rows.
+    let mut app = rpctap::tui::app::App::new("t", "l", "u", 1000, 0);
+    rpctap::tui::load_recording(&mut app, &rec);
+    let http: Vec<String> = app
+        .visible()
+        .iter()
+        .filter(|r| r.transport == "http")
+        .map(|r| format!("{} {}", r.method, r.outcome.label()))
+        .collect();
+    assert_eq!(
+        http,
+        vec![
+            "POST /auth HTTP 401",
+            "POST /auth HTTP 401",
+            "GET /.well-known/oauth-protected-resource HTTP 200"
+        ]
+    );
     assert_eq!(checked.exit, Some(1), "MCP errors fail check");
 }
 

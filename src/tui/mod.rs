@@ -294,6 +294,21 @@ pub fn apply_rec(app: &mut App, e: &RecEvent) {
                 content_type,
                 ..
             }) => app.apply_http_response(*exchange, *status, content_type.clone()),
+            RecEvent::Http(RecHttp::Auth {
+                ts,
+                exchange,
+                method,
+                path,
+                status,
+                www_authenticate,
+            }) => app.apply_auth(
+                *ts,
+                *exchange,
+                method,
+                path,
+                *status,
+                www_authenticate.as_deref(),
+            ),
             RecEvent::Anomaly(a) => app.apply_anomaly(
                 a.exchange,
                 a.scope.as_str().into(),
