@@ -296,6 +296,13 @@ impl RunningProxy {
         let _ = record_stop.send(true);
         if let Some(r) = recorder {
             match r.await {
+                Ok(Ok(stats)) if stats.lost > 0 => tracing::warn!(
+                    events = stats.events,
+                    lost = stats.lost,
+                    gaps = stats.gaps,
+                    files = stats.files,
+                    "recording closed; some events were not recorded"
+                ),
                 Ok(Ok(stats)) => tracing::info!(
                     events = stats.events,
                     gaps = stats.gaps,

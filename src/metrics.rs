@@ -292,7 +292,7 @@ impl Metrics {
         let recorder_lost = Counter::default();
         registry.register(
             "recorder_lost",
-            "Events the recording lost because its writer fell behind (each gap is marked in the file)",
+            "Events the recording lost because its writer fell behind or its file stopped taking writes (each gap is marked in the file)",
             recorder_lost.clone(),
         );
         let feed_dropped = Counter::default();

@@ -5,7 +5,9 @@
 //! they were. (An upstream that refuses connections, and a reset mid-reply on a kept
 //! connection, are in tests/proxy.rs.) Client side: clients that go away mid-request, mid-batch
 //! (split by a rate limit), mid-SSE reply, and after pipelining 100 calls — every call that
-//! reached the inspector ends exactly once, and nothing leaks.
+//! reached the inspector ends exactly once, and nothing leaks. rpctap's own faults: the
+//! recording's disk fills, the recording is moved or deleted underneath it (a `kill -9` under
+//! load is in tests/record.rs).
 
 mod common;
 
@@ -458,4 +460,157 @@ async fn clients_that_go_away_leave_every_call_one_outcome_and_nothing_behind() 
         outcomes.keys().any(|k| k.starts_with("\"p")),
         "some pipelined calls reached the proxy: {outcomes:?}"
     );
+}
+
+/// Sends `n` calls to the demo's `/jsonrpc` through `proxy`, eight at a time on kept
+/// connections; returns how many got their right result.
+async fn demo_calls(proxy: SocketAddr, n: usize) -> usize {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ok = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (next, ok) = (next.clone(), ok.clone());
+        tasks.push(tokio::spawn(async move {
+            let c = client();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let body = format!(
+                    r#"{{"jsonrpc":"2.0","method":"subtract","params":[{},2],"id":{i}}}"#,
+                    i + 2
+                );
+                let req = http::Request::post(format!("http://{proxy}/jsonrpc"))
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                    .unwrap();
+                let Ok(resp) = c.request(req).await else {
+                    continue;
+                };
+                let b = http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
+                let v: serde_json::Value = serde_json::from_slice(&b).unwrap_or_default();
+                if v["result"] == i && v["id"] == i {
+                    ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    ok.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The lines of stderr received so far that contain `what`.
+fn said(rx: &std::sync::mpsc::Receiver<String>, log: &mut Vec<String>, what: &str) -> usize {
+    log.extend(rx.try_iter());
+    log.iter().filter(|l| l.contains(what)).count()
+}
+
+/// rpctap's own fault: the recording's disk fills (here a file-size limit, as a small
+/// filesystem would: writes past it fail with EFBIG). The proxy keeps answering every call,
+/// says so once, counts what it could not record, and the file stays readable (its last line at
+/// most torn) and checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_the_recording_loses_lines_not_calls() {
+    let (demo, _d) = start_demo().await;
+    let tmp = Scratch::new("disk-full");
+    let file = tmp.join("full.jsonl");
+    let inner = proxy_cmd(&format!("http://{demo}"), true);
+    // `ulimit -f` (in 512-byte blocks in sh) caps every file the process writes; SIGXFSZ is
+    // ignored (as the shell's `trap ''` leaves it through exec), so a write past the cap fails
+    // with EFBIG instead of killing the process.
+    let mut argv: Vec<String> = vec![inner.get_program().to_string_lossy().into_owned()];
+    argv.extend(inner.get_args().map(|a| a.to_string_lossy().into_owned()));
+    argv.extend(["--record".into(), file.to_string_lossy().into_owned()]);
+    let quoted: Vec<String> = argv.iter().map(|a| format!("'{a}'")).collect();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "ulimit -f 256; trap '' XFSZ; exec {}",
+            quoted.join(" ")
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let (mut proc, addrs, rx) =
+        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
+    let mut log = Vec::new();
+    let n = 1500;
+    assert_eq!(
+        demo_calls(addrs[0], n).await,
+        n,
+        "every call answered, right"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let metrics = http_get(addrs[1], "/metrics").await;
+    let lost = metric(&metrics, "rpctap_recorder_lost_total");
+    assert!(lost > 0.0, "the lost lines are counted: {lost}");
+    assert_eq!(
+        said(&rx, &mut log, "recording writes fail"),
+        1,
+        "said once: {log:?}"
+    );
+    assert!(proc.term().success());
+    std::thread::sleep(Duration::from_millis(200));
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert!(len <= 256 * 512, "{len}");
+    let rec = rpctap::record::reader::read(&file).expect("the file stays readable");
+    assert!(
+        rec.warnings.len() <= 1,
+        "at most the torn line: {:?}",
+        rec.warnings
+    );
+    let answered = rec.calls().count();
+    assert!(
+        answered > 0 && answered < n,
+        "{answered} calls recorded of {n}"
+    );
+    let c = check_recording(&file);
+    assert_eq!(c.exit, Some(0), "{}", c.stdout);
+}
+
+/// rpctap's own fault: the recording is moved away (as log rotation does) and then deleted
+/// underneath it. Each time, within a second, rpctap starts a new file at the path (its header
+/// says `reopened`) and says so; the moved file keeps what was written before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_moved_or_deleted_underneath_goes_on_in_a_new_file() {
+    let (demo, _d) = start_demo().await;
+    let tmp = Scratch::new("moved");
+    let file = tmp.join("rec.jsonl");
+    let mut cmd = proxy_cmd(&format!("http://{demo}"), false);
+    cmd.arg("--record").arg(&file);
+    let (mut proc, addrs, rx) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    let mut log = Vec::new();
+    assert_eq!(demo_calls(addrs[0], 20).await, 20);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let moved = tmp.join("rec.jsonl.old");
+    std::fs::rename(&file, &moved).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(file.exists(), "a new file at the path");
+    assert_eq!(demo_calls(addrs[0], 30).await, 30);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::remove_file(&file).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(demo_calls(addrs[0], 40).await, 40);
+    assert!(proc.term().success());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(said(&rx, &mut log, "deleted or moved away"), 2, "{log:?}");
+    let old = rpctap::record::reader::read(&moved).unwrap();
+    assert_eq!(
+        old.calls().count(),
+        20,
+        "the moved file keeps the first calls"
+    );
+    let now = rpctap::record::reader::read(&file).unwrap();
+    assert_eq!(now.header["reopened"], true);
+    assert_eq!(
+        now.calls().count(),
+        40,
+        "the last calls are in the new file"
+    );
+    assert!(now.warnings.is_empty(), "{:?}", now.warnings);
 }

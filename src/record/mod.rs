@@ -6,6 +6,12 @@
 //! of its own takes the buffer every 10 ms, writes whole lines, flushes at least every 100 ms and
 //! at shutdown, rotates to numbered files at `max_bytes`, and turns any lines the full buffer
 //! could not take into an explicit `gap` record.
+//!
+//! The file's own faults do not stop the proxy. When writes fail (a full disk, a file-size
+//! limit, an I/O error), the writer says so once, counts every line it cannot write as lost, and
+//! tries again each second; when a write succeeds it closes any torn line and records a `gap`
+//! for what was lost. When the file is deleted or moved away underneath it (checked each second),
+//! it starts a new file at the same path, with a header saying `reopened`.
 
 pub mod export;
 pub mod reader;
@@ -39,6 +45,8 @@ pub struct LineBuffer {
     lost: AtomicU64,
     /// Lines it took.
     taken: AtomicU64,
+    /// Lines the writer took but could not write (the file's writes failed).
+    write_lost: AtomicU64,
 }
 
 thread_local! {
@@ -53,14 +61,16 @@ impl LineBuffer {
             cap,
             lost: AtomicU64::new(0),
             taken: AtomicU64::new(0),
+            write_lost: AtomicU64::new(0),
         })
     }
 
-    /// Lines taken and lines lost so far (for the metrics).
+    /// Lines taken and lines lost so far — by the full buffer or by failed writes (for the
+    /// metrics).
     pub fn counts(&self) -> (u64, u64) {
         (
             self.taken.load(Ordering::Relaxed),
-            self.lost.load(Ordering::Relaxed),
+            self.lost.load(Ordering::Relaxed) + self.write_lost.load(Ordering::Relaxed),
         )
     }
 
@@ -328,7 +338,75 @@ impl Writer {
     fn flush(&mut self) -> Result<(), RecordError> {
         self.out.flush().map_err(|e| self.err(e))
     }
+
+    /// Whether the file being written is no longer at its path (deleted, or moved away as log
+    /// rotation does).
+    fn moved_away(&self) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let open = self.out.get_ref().metadata();
+            let at = std::fs::metadata(part_path(&self.opts.path, self.part));
+            match (open, at) {
+                (Ok(o), Ok(a)) => o.ino() != a.ino() || o.dev() != a.dev(),
+                (Ok(_), Err(_)) => true,
+                _ => false,
+            }
+        }
+        #[cfg(not(unix))]
+        false
+    }
+
+    /// Starts a new file at the current part's path (after `moved_away`), its header marked
+    /// `reopened`.
+    fn reopen(&mut self) -> Result<(), RecordError> {
+        // What is buffered still belongs to the old file.
+        let _ = self.out.flush();
+        let path = part_path(&self.opts.path, self.part);
+        let f = create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+        self.out = BufWriter::with_capacity(256 << 10, f);
+        self.bytes = 0;
+        self.stats.files += 1;
+        if let Some(m) = self.meta.as_object_mut() {
+            m.insert("reopened".into(), serde_json::Value::Bool(true));
+        }
+        let r = self.header();
+        if let Some(m) = self.meta.as_object_mut() {
+            m.remove("reopened");
+        }
+        r
+    }
+
+    /// After a failed write: what the buffer still holds is dropped (counted as lost with its
+    /// round), so it is not written later out of order.
+    fn discard_buffer(&mut self) {
+        if let Ok(f) = self.out.get_ref().try_clone() {
+            let old = std::mem::replace(&mut self.out, BufWriter::with_capacity(256 << 10, f));
+            let _ = old.into_parts();
+        }
+    }
+
+    /// After failed writes: what was buffered is written if it can be, then a newline ends any
+    /// torn line and a `gap` records how many lines were lost.
+    fn resume(&mut self, lost: u64, why: &str) -> Result<(), RecordError> {
+        self.flush()?;
+        self.raw(b"\n")?;
+        let gap = json!({ "event": "gap", "ts": now_ns(), "lost": lost,
+            "message": format!("the recording's writes failed ({why}); these events were not recorded") });
+        self.raw_line(gap.to_string().as_bytes())?;
+        self.flush()
+    }
 }
+
+/// The file stopped taking writes: since when, why, and how many lines were lost since.
+struct Failing {
+    error: String,
+    lost: u64,
+    next_try: Instant,
+}
+
+/// How often a failing recording is tried again, and a written one checked for being moved away.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
 
 /// The writer's outcome, delivered when it is done.
 pub type Finished = tokio::sync::oneshot::Receiver<Result<RecordStats, RecordError>>;
@@ -364,8 +442,10 @@ fn run(
 ) -> Result<RecordStats, RecordError> {
     let mut lost_reported = 0u64;
     let mut last_flush = Instant::now();
+    let mut last_check = Instant::now();
     let mut dirty = false;
     let mut batch: Vec<u8> = Vec::new();
+    let mut failing: Option<Failing> = None;
     loop {
         // Stop asked, or nobody can publish any more (the bus is gone): write what is
         // waiting, then finish.
@@ -373,45 +453,124 @@ fn run(
             *stop.borrow() || stop.has_changed().is_err() || Arc::strong_count(&lines) == 1;
         batch.clear();
         lines.take(&mut batch);
+        if let Some(f) = &mut failing {
+            if Instant::now() >= f.next_try {
+                match w.resume(f.lost, &f.error) {
+                    Ok(()) => {
+                        tracing::warn!(path = %w.opts.path.display(), lost = f.lost, "recording resumed: writes succeed again");
+                        w.stats.gaps += 1;
+                        w.stats.lost += f.lost;
+                        failing = None;
+                    }
+                    Err(_) => f.next_try = Instant::now() + RETRY_EVERY,
+                }
+            }
+        }
+        if let Some(f) = &mut failing {
+            let n = memchr::memchr_iter(b'\n', &batch).count() as u64;
+            f.lost += n;
+            lines.write_lost.fetch_add(n, Ordering::Relaxed);
+            if closing {
+                w.stats.lost += f.lost;
+                return Ok(w.stats);
+            }
+            std::thread::sleep(DRAIN_EVERY);
+            continue;
+        }
+        if !closing && last_check.elapsed() >= RETRY_EVERY {
+            last_check = Instant::now();
+            if w.moved_away() {
+                tracing::warn!(path = %w.opts.path.display(), "the recording file was deleted or moved away: a new one continues at its path");
+                if let Err(e) = w.reopen() {
+                    tracing::error!(error = %e, "the recording could not be started again");
+                }
+            }
+        }
+        match write_round(
+            &mut w,
+            &lines,
+            &batch,
+            &mut lost_reported,
+            &mut dirty,
+            &mut last_flush,
+            closing,
+        ) {
+            Ok(()) => {}
+            Err(e) => {
+                // Said once; the lines of this round (some perhaps half written) count as lost.
+                let n = memchr::memchr_iter(b'\n', &batch).count() as u64;
+                tracing::error!(error = %e, "recording writes fail: the traffic goes on, and the events are counted as lost until writes succeed again");
+                lines.write_lost.fetch_add(n, Ordering::Relaxed);
+                w.discard_buffer();
+                failing = Some(Failing {
+                    error: match &e {
+                        RecordError::Write { source, .. } => source.to_string(),
+                        other => other.to_string(),
+                    },
+                    lost: n,
+                    next_try: Instant::now() + RETRY_EVERY,
+                });
+            }
+        }
+        if closing {
+            if let Some(f) = &failing {
+                w.stats.lost += f.lost;
+            }
+            return Ok(w.stats);
+        }
+        std::thread::sleep(DRAIN_EVERY);
+    }
+}
+
+/// One round of the writer: the batch, a gap for what the full buffer lost, a flush when due.
+fn write_round(
+    w: &mut Writer,
+    lines: &LineBuffer,
+    batch: &[u8],
+    lost_reported: &mut u64,
+    dirty: &mut bool,
+    last_flush: &mut Instant,
+    closing: bool,
+) -> Result<(), RecordError> {
+    {
         if !batch.is_empty() {
             // Every line in the batch ends with its newline: the batch is written whole, and
             // split into lines only when it would cross a rotation.
             // Counted with memchr: a byte-by-byte count was a large share of `--record`'s cost.
-            let n = memchr::memchr_iter(b'\n', &batch).count() as u64;
+            let n = memchr::memchr_iter(b'\n', batch).count() as u64;
             if w.fits(batch.len()) {
-                w.raw(&batch)?;
+                w.raw(batch)?;
             } else {
                 for line in batch.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                     w.line(line)?;
                 }
             }
             w.stats.events += n;
-            dirty = true;
+            *dirty = true;
         }
         let lost = lines.lost.load(Ordering::Relaxed);
-        if lost > lost_reported {
-            let gap = json!({ "event": "gap", "ts": now_ns(), "lost": lost - lost_reported,
+        if lost > *lost_reported {
+            let gap = json!({ "event": "gap", "ts": now_ns(), "lost": lost - *lost_reported,
                 "message": "the recorder fell behind; these events were not recorded" });
             w.line(gap.to_string().as_bytes())?;
             w.stats.gaps += 1;
-            w.stats.lost += lost - lost_reported;
-            tracing::warn!(lost = lost - lost_reported, "recording gap");
-            lost_reported = lost;
-            dirty = true;
+            w.stats.lost += lost - *lost_reported;
+            tracing::warn!(lost = lost - *lost_reported, "recording gap");
+            *lost_reported = lost;
+            *dirty = true;
         }
         // Flush when a round brought nothing new, at least every FLUSH_EVERY under load, and
         // at the end.
-        if dirty && (last_flush.elapsed() >= FLUSH_EVERY || batch.is_empty() || closing) {
+        if *dirty && (last_flush.elapsed() >= FLUSH_EVERY || batch.is_empty() || closing) {
             w.flush()?;
-            last_flush = Instant::now();
-            dirty = false;
+            *last_flush = Instant::now();
+            *dirty = false;
         }
         if closing {
             w.flush()?;
-            return Ok(w.stats);
         }
-        std::thread::sleep(DRAIN_EVERY);
     }
+    Ok(())
 }
 
 /// Writes one event as its recording line.
