@@ -387,7 +387,8 @@ impl ExchangeCtx {
         let method = env.method.clone()?;
         let inner = self.insp.clone();
         if dir == Direction::ClientToServer {
-            if capability::is_mcp_method(&method) {
+            // `ping` is everybody's method: alone it does not make a request MCP.
+            if capability::is_mcp_method(&method) && &*method != "ping" {
                 self.mcp_request = true;
             }
             self.routing_headers(env, &method, true, anomalies);
