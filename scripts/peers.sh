@@ -33,6 +33,8 @@ node_peers() { # node_peers PACKAGES...
 venv mcp1 'mcp<2' json-rpc werkzeug
 venv mcp2 'mcp>=2,<3'
 venv mitmproxy mitmproxy
+# JSON-RPC over WebSocket (tests/websocket.rs): the `websockets` library, deflate on by default.
+venv ws websockets==17.4
 # The Kubernetes API schemas, to validate config/kubernetes/ (tests/deploy.rs).
 venv k8s kubernetes-validate==1.37.0
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \

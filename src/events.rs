@@ -60,6 +60,8 @@ pub enum Transport {
     /// A line of the stdio transport (`rpctap stdio`): newline-delimited JSON-RPC on a child
     /// process's stdin and stdout.
     Stdio,
+    /// A text message of a WebSocket connection.
+    Ws,
 }
 
 /// Where ids are unique: an MCP session, or one HTTP exchange.

@@ -54,3 +54,4 @@ pub mod rpc;
 pub mod server;
 pub mod stdio;
 pub mod tui;
+pub mod ws;

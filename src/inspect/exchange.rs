@@ -365,10 +365,12 @@ impl ExchangeCtx {
         }
     }
 
-    /// One line of a stream (`begin_stream`), without its newline: a message or a batch in
-    /// direction `dir`. A line that is not JSON is flagged `PARSE_ERROR` with its first 200
-    /// characters, and the lines after it are inspected as usual. Blank lines are skipped.
+    /// One line of a stream (`begin_stream`), without its newline, or one text message of a
+    /// WebSocket (`begin_ws`): a message or a batch in direction `dir`. One that is not JSON is
+    /// flagged `PARSE_ERROR` with its first 200 characters, and those after it are inspected as
+    /// usual. Blank lines are skipped.
     pub fn line(&mut self, dir: Direction, line: Bytes) {
+        let t = self.transport;
         self.bytes += line.len() as u64 + 1;
         let text = line.strip_suffix(b"\r").unwrap_or(&line);
         if text.iter().all(u8::is_ascii_whitespace) {
@@ -382,10 +384,16 @@ impl ExchangeCtx {
             Body::ParseError(why) => {
                 let preview: String = String::from_utf8_lossy(text).chars().take(200).collect();
                 self.cur = Some((dir, None));
-                self.publish_unparsed_with(dir, line, None, Transport::Stdio);
-                let side = match dir {
-                    Direction::ServerToClient => "the server's stdout",
-                    Direction::ClientToServer => "the client's stdin",
+                self.publish_unparsed_with(dir, line, None, t);
+                let side = match (dir, t) {
+                    (Direction::ServerToClient, Transport::Ws) => {
+                        "a WebSocket message from the server"
+                    }
+                    (Direction::ClientToServer, Transport::Ws) => {
+                        "a WebSocket message from the client"
+                    }
+                    (Direction::ServerToClient, _) => "a line on the server's stdout",
+                    (Direction::ClientToServer, _) => "a line on the client's stdin",
                 };
                 flag(
                     &inner,
@@ -393,7 +401,7 @@ impl ExchangeCtx {
                     Code::ParseError,
                     None,
                     None,
-                    format!("a line on {side} is not JSON ({why}): {preview:?}"),
+                    format!("{side} is not JSON ({why}): {preview:?}"),
                 );
                 self.cur = None;
             }
@@ -405,7 +413,7 @@ impl ExchangeCtx {
                         self.notice_evicted(ev);
                     }
                 }
-                self.on_envelope_t(dir, env, None, None, Transport::Stdio);
+                self.on_envelope_t(dir, env, None, None, t);
             }
             Body::Batch(members) if members.is_empty() => {
                 self.cur = Some((dir, None));
@@ -423,27 +431,57 @@ impl ExchangeCtx {
             Body::Batch(members) => {
                 self.batch_len = Some(members.len() as u32);
                 for (i, env) in members.into_iter().enumerate() {
-                    self.on_envelope_t(dir, env, Some(i as u32), None, Transport::Stdio);
+                    self.on_envelope_t(dir, env, Some(i as u32), None, t);
                 }
                 self.batch_len = None;
             }
         }
     }
 
-    /// A stream's line longer than the inspection cap was passed on uninspected.
+    /// A stream's line (a WebSocket's message) longer than the inspection cap was passed on
+    /// uninspected.
     pub fn line_not_inspected(&mut self, dir: Direction, len: u64) {
         self.bytes += len + 1;
+        let what = if self.transport == Transport::Ws {
+            "a message"
+        } else {
+            "a line"
+        };
+        self.not_inspected(
+            dir,
+            format!(
+                "{what} of {len} bytes, larger than the inspection cap ({} bytes): passed on, not inspected",
+                self.insp.cfg.max_frame_bytes
+            ),
+        );
+    }
+
+    /// Something of the stream was passed on without being inspected, and why.
+    pub fn not_inspected(&mut self, dir: Direction, why: String) {
+        self.cur = Some((dir, None));
+        flag(&self.insp, self.site(), Code::NotInspected, None, None, why);
+        self.cur = None;
+    }
+
+    /// The stream's framing broke in direction `dir` (a WebSocket's bytes are not RFC 6455):
+    /// flagged `PARSE_ERROR`; what follows that way is passed on uninspected.
+    pub fn framing_error(&mut self, dir: Direction, why: &str) {
+        self.framing_error_said(
+            dir,
+            format!("WebSocket framing broke ({why}): the rest of this direction is passed on uninspected"),
+        );
+    }
+
+    /// Offline: a recorded framing error, said again as it was.
+    pub fn framing_error_said(&mut self, dir: Direction, message: String) {
         self.cur = Some((dir, None));
         flag(
             &self.insp,
             self.site(),
-            Code::NotInspected,
+            Code::ParseError,
             None,
             None,
-            format!(
-                "a line of {len} bytes, larger than the inspection cap ({} bytes): passed on, not inspected",
-                self.insp.cfg.max_frame_bytes
-            ),
+            message,
         );
         self.cur = None;
     }

@@ -422,6 +422,19 @@ impl Inspector {
         self.start_stream(id, session)
     }
 
+    /// Starts the inspection of WebSocket connection `exchange` (the number of its upgrade
+    /// request): one scope per connection, its text messages both ways fed by
+    /// [`ExchangeCtx::line`]; its pending calls end when it [`end`](ExchangeCtx::end)s.
+    pub fn begin_ws(&self, exchange: u64) -> ExchangeCtx {
+        self.inner
+            .next_exchange
+            .fetch_max(exchange + 1, Ordering::Relaxed);
+        let mut ctx = self.start_stream(exchange, "");
+        ctx.scope = Scope::Exchange(exchange);
+        ctx.transport = Transport::Ws;
+        ctx
+    }
+
     fn start_stream(&self, id: u64, session: &str) -> ExchangeCtx {
         ExchangeCtx {
             insp: self.inner.clone(),

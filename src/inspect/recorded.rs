@@ -170,6 +170,8 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
     let mut streams: HashMap<u64, (super::ExchangeCtx, Option<(Frame, Direction)>)> =
         HashMap::new();
     let stdio = header.get("transport").and_then(|t| t.as_str()) == Some("stdio");
+    // Exchanges answered 101: a WebSocket's messages follow on their number.
+    let mut upgraded: std::collections::HashSet<u64> = Default::default();
     for ev in events {
         if let Some(ts) = ev.ts() {
             let t = ts.saturating_sub(t0);
@@ -180,8 +182,16 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
             }
         }
         match ev {
-            RecEvent::Message(m) if m.transport == crate::events::Transport::Stdio => {
+            RecEvent::Message(m)
+                if matches!(
+                    m.transport,
+                    crate::events::Transport::Stdio | crate::events::Transport::Ws
+                ) =>
+            {
                 let (ctx, pending) = streams.entry(m.exchange).or_insert_with(|| {
+                    if m.transport == crate::events::Transport::Ws {
+                        return (insp.begin_ws(m.exchange), None);
+                    }
                     let sid = m.scope.strip_prefix("session:").unwrap_or(&m.scope);
                     (insp.begin_stream_numbered(m.exchange, sid), None)
                 });
@@ -199,28 +209,38 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                 }
             }
             RecEvent::Anomaly(a)
-                if a.code == "NOT_INSPECTED" && (stdio || streams.contains_key(&a.exchange)) =>
+                if (a.code == "NOT_INSPECTED"
+                    || (a.code == "PARSE_ERROR" && a.message.starts_with("WebSocket framing")))
+                    && (stdio
+                        || streams.contains_key(&a.exchange)
+                        || (upgraded.contains(&a.exchange) && !open.contains_key(&a.exchange))) =>
             {
                 let (ctx, pending) = streams.entry(a.exchange).or_insert_with(|| {
+                    if upgraded.contains(&a.exchange) {
+                        return (insp.begin_ws(a.exchange), None);
+                    }
                     let sid = a.scope.strip_prefix("session:").unwrap_or(&a.scope);
                     (insp.begin_stream_numbered(a.exchange, sid), None)
                 });
                 if let Some((mut f, d)) = pending.take() {
                     ctx.line(d, Bytes::from(f.text()));
                 }
-                {
-                    let len = a
-                        .message
-                        .strip_prefix("a line of ")
-                        .and_then(|r| r.split(' ').next())
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(0);
-                    ctx.line_not_inspected(a.direction.unwrap_or(Direction::ServerToClient), len);
+                let dir = a.direction.unwrap_or(Direction::ServerToClient);
+                let len = a
+                    .message
+                    .strip_prefix("a line of ")
+                    .or_else(|| a.message.strip_prefix("a message of "))
+                    .and_then(|r| r.split(' ').next())
+                    .and_then(|n| n.parse().ok());
+                match len {
+                    _ if a.code == "PARSE_ERROR" => ctx.framing_error_said(dir, a.message.clone()),
+                    Some(len) => ctx.line_not_inspected(dir, len),
+                    None => ctx.not_inspected(dir, a.message.clone()),
                 }
             }
             RecEvent::Http(RecHttp::End {
                 exchange, reason, ..
-            }) if streams.contains_key(exchange) => {
+            }) if streams.contains_key(exchange) && !open.contains_key(exchange) => {
                 if let Some((mut ctx, pending)) = streams.remove(exchange) {
                     if let Some((mut f, d)) = pending {
                         ctx.line(d, Bytes::from(f.text()));
@@ -329,6 +349,9 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                 local,
                 ..
             }) => {
+                if *status == 101 {
+                    upgraded.insert(*exchange);
+                }
                 let Some(o) = open.get_mut(exchange) else {
                     continue;
                 };

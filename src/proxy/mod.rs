@@ -221,6 +221,7 @@ impl Proxy {
             headers: Some(req.headers()),
         });
         let upgrade = headers::is_upgrade(req.headers());
+        let websocket = upgrade && crate::ws::is_websocket(req.headers());
         let lane = (req.version() <= http::Version::HTTP_11).then_some(&conn.lane);
         let is_rpc = req.method() == Method::POST
             && !upgrade
@@ -280,9 +281,17 @@ impl Proxy {
                     ),
                 );
             };
-            // Upgraded (WebSocket…): the two connections are spliced as raw bytes.
+            // Upgraded: the two connections are spliced as raw bytes — a WebSocket's with its
+            // messages inspected on the way (`crate::ws`).
             let upstream_up = hyper::upgrade::on(&mut resp);
-            tokio::spawn(splice(client_up, upstream_up));
+            let ws = websocket.then(|| {
+                (
+                    self.inner.inspector.begin_ws(ex.ctx.id),
+                    crate::ws::negotiated(resp.headers()),
+                    self.inner.inspector.config().max_frame_bytes,
+                )
+            });
+            tokio::spawn(splice(client_up, upstream_up, ws));
         }
         let permits = ex
             .plan
@@ -706,13 +715,24 @@ enum Early {
     Respond(Box<Response<ProxyBody>>),
 }
 
-/// Splices an upgraded client connection to the upgraded upstream connection, byte for byte.
-async fn splice(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+/// Splices an upgraded client connection to the upgraded upstream connection, byte for byte;
+/// with `ws` (the inspection, the negotiated extensions, the message cap) a WebSocket's copy is
+/// inspected.
+async fn splice(
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+    ws: Option<(crate::inspect::ExchangeCtx, crate::ws::Negotiated, usize)>,
+) {
     match (client.await, upstream.await) {
         (Ok(c), Ok(u)) => {
             let mut c = hyper_util::rt::TokioIo::new(c);
             let mut u = hyper_util::rt::TokioIo::new(u);
-            let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+            match ws {
+                Some((ctx, neg, cap)) => crate::ws::tee(c, u, ctx, neg, cap).await,
+                None => {
+                    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                }
+            }
         }
         (c, u) => tracing::debug!(
             client_ok = c.is_ok(),

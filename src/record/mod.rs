@@ -704,6 +704,7 @@ fn transport_name(t: crate::events::Transport) -> &'static str {
         crate::events::Transport::Sse => "sse",
         crate::events::Transport::LegacySse => "legacy-sse",
         crate::events::Transport::Stdio => "stdio",
+        crate::events::Transport::Ws => "ws",
     }
 }
 

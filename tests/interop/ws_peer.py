@@ -1,0 +1,87 @@
+"""JSON-RPC 2.0 over WebSocket with the `websockets` library (permessage-deflate on by default).
+
+usage: ws_peer.py server PORT [plain]      a JSON-RPC server
+       ws_peer.py client URL [plain]       a client; prints what it got as one JSON object
+`plain` turns compression off.
+
+Server methods: add (sum of params), echo (the params), subscribe (result "sub-1", then three
+`subscription` notifications carrying it), unsubscribe (true, and the notifications stop).
+Batches are answered as arrays; notifications get nothing.
+"""
+
+import asyncio
+import json
+import sys
+
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import serve
+
+
+def answer(req):
+    method, params, rid = req.get("method"), req.get("params"), req.get("id")
+    if method == "add":
+        out = {"result": sum(params)}
+    elif method == "echo":
+        out = {"result": params}
+    elif method == "subscribe":
+        out = {"result": "sub-1"}
+    elif method == "unsubscribe":
+        out = {"result": True}
+    else:
+        out = {"error": {"code": -32601, "message": "Method not found"}}
+    return None if rid is None else {"jsonrpc": "2.0", "id": rid, **out}
+
+
+async def handler(ws):
+    async for text in ws:
+        msg = json.loads(text)
+        if isinstance(msg, list):
+            replies = [r for r in (answer(m) for m in msg) if r]
+            if replies:
+                await ws.send(json.dumps(replies))
+            continue
+        reply = answer(msg)
+        if reply:
+            await ws.send(json.dumps(reply))
+        if msg.get("method") == "subscribe":
+            for i in range(3):
+                await ws.send(json.dumps({"jsonrpc": "2.0", "method": "subscription",
+                                          "params": {"subscription": "sub-1", "result": {"n": i}}}))
+
+
+async def server(port, compression):
+    async with serve(handler, "127.0.0.1", port, compression=compression, max_size=None):
+        await asyncio.Future()
+
+
+async def client(url, compression):
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        out["extensions"] = [type(e).__name__ for e in ws.protocol.extensions]
+
+        async def call(body):
+            await ws.send(json.dumps(body))
+            return json.loads(await ws.recv())
+
+        out["add"] = await call({"jsonrpc": "2.0", "method": "add", "params": [2, 3], "id": 1})
+        out["batch"] = await call([
+            {"jsonrpc": "2.0", "method": "add", "params": [1, 1], "id": 2},
+            {"jsonrpc": "2.0", "method": "notify", "params": [0]},
+            {"jsonrpc": "2.0", "method": "add", "params": [2, 2], "id": 3},
+        ])
+        out["subscribe"] = await call({"jsonrpc": "2.0", "method": "subscribe", "params": ["heads"], "id": 4})
+        out["notifications"] = [json.loads(await ws.recv()) for _ in range(3)]
+        big = "x" * 200_000
+        echoed = await call({"jsonrpc": "2.0", "method": "echo", "params": [big], "id": 5})
+        out["big"] = echoed["result"][0] == big
+        out["unsubscribe"] = await call({"jsonrpc": "2.0", "method": "unsubscribe", "params": ["sub-1"], "id": 6})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    role, where = sys.argv[1], sys.argv[2]
+    compression = None if "plain" in sys.argv[3:] else "deflate"
+    if role == "server":
+        asyncio.run(server(int(where), compression))
+    else:
+        asyncio.run(client(where, compression))

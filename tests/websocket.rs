@@ -1,0 +1,303 @@
+//! JSON-RPC over WebSocket through rpctap: a real peer (Python `websockets`, with and without
+//! permessage-deflate) gets identical results direct and proxied, every message is inspected and
+//! correlated, nothing is flagged, and the recording checks to the live codes; a misbehaving
+//! server (test code over raw TCP) gets its wrong id, its missing reply and its close, and its
+//! fragmented replies — split over TCP writes at every byte, with a ping inside — correlated.
+
+mod common;
+
+use common::*;
+use rpctap::events::{Direction, Event, HttpEvent, Transport};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
+    rpctap::cli::ProxyFlags {
+        record: Some(file.to_path_buf()),
+        ..Default::default()
+    }
+}
+
+/// Events until the WebSocket stream's own end (`http end` with a WebSocket reason).
+async fn drain_ws(p: &mut TestProxy) -> Vec<Arc<Event>> {
+    let mut out = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(10), p.events.rx.recv()).await
+    {
+        let end = matches!(&*e, Event::Http(HttpEvent::End { reason, .. }) if reason.contains("WebSocket"));
+        out.push(e);
+        if end {
+            break;
+        }
+    }
+    out
+}
+
+fn ws_messages(ev: &[Arc<Event>], dir: Direction) -> usize {
+    ev.iter()
+        .filter(|e| matches!(&***e, Event::Message(m) if m.transport == Transport::Ws && m.direction == dir))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_websockets_with_and_without_deflate_identical_inspected_and_checked() {
+    let env = installed("ws", &["websockets==17.4"]);
+    let py = env.join("bin/python");
+    let script = root().join("tests/interop/ws_peer.py");
+    let dir = Scratch::new("ws-interop");
+    for mode in ["deflate", "plain"] {
+        let port = free_port();
+        let mut server = std::process::Command::new(&py);
+        server
+            .arg(&script)
+            .args(["server", &port.to_string(), mode]);
+        let _server = Proc::spawn(server.stdout(std::process::Stdio::null()));
+        let up: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_listening(up).await;
+        let file = dir.join(format!("{mode}.jsonl"));
+        let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
+        let run = |url: String| {
+            let (py, script) = (py.clone(), script.clone());
+            tokio::task::spawn_blocking(move || {
+                let out = std::process::Command::new(py)
+                    .arg(script)
+                    .args(["client", &url, mode])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+            })
+        };
+        let direct = run(format!("ws://{up}/")).await.unwrap();
+        let via = run(format!("ws://{}/rpc", p.addr)).await.unwrap();
+        assert_eq!(direct, via, "{mode}: the same through rpctap");
+        assert_eq!(via["add"]["result"], 5);
+        assert_eq!(via["batch"].as_array().unwrap().len(), 2);
+        assert_eq!(via["notifications"][2]["params"]["result"]["n"], 2);
+        assert_eq!(via["big"], true);
+        let ext = if mode == "deflate" {
+            serde_json::json!(["PerMessageDeflate"])
+        } else {
+            serde_json::json!([])
+        };
+        assert_eq!(via["extensions"], ext, "{mode}");
+        let ev = drain_ws(&mut p).await;
+        // Every message inspected: add, the batch's three members, subscribe, echo (200 KB),
+        // unsubscribe; back: add, two batch replies, subscribe, three notifications, echo,
+        // unsubscribe.
+        assert_eq!(ws_messages(&ev, Direction::ClientToServer), 7, "{mode}");
+        assert_eq!(ws_messages(&ev, Direction::ServerToClient), 9, "{mode}");
+        assert!(anomalies(&ev).is_empty(), "{mode}: {:?}", anomalies(&ev));
+        let cs = calls(&ev);
+        assert_eq!(cs.len(), 6, "{mode}: {cs:?}");
+        assert!(
+            cs.iter()
+                .all(|c| c.outcome == rpctap::events::Outcome::Result
+                    && matches!(c.scope, rpctap::events::Scope::Exchange(_))),
+            "{mode}: {cs:?}"
+        );
+        drop(p.stop);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let c = check_recording(&file);
+        assert_eq!(c.exit, Some(0), "{}", c.stdout);
+        assert_eq!(c.codes, live_codes(&file));
+        assert_eq!(
+            c.matched, 6,
+            "{mode}: check matched every call: {}",
+            c.stdout
+        );
+        let rec = rpctap::record::reader::read(&file).unwrap();
+        assert_eq!(
+            rec.messages()
+                .filter(|m| m.transport == Transport::Ws)
+                .count(),
+            16,
+            "{mode}: recorded as ws messages (decompressed)"
+        );
+    }
+}
+
+/// A frame as a client (masked) or a server sends it.
+fn frame(fin: bool, opcode: u8, payload: &[u8], mask: bool) -> Vec<u8> {
+    let mut f = vec![(u8::from(fin) << 7) | opcode];
+    let m = if mask { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => f.push(m | n as u8),
+        n => {
+            f.push(m | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+    }
+    if mask {
+        let k = [7, 1, 9, 3];
+        f.extend_from_slice(&k);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
+    } else {
+        f.extend_from_slice(payload);
+    }
+    f
+}
+
+async fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await.unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// The misbehaving WebSocket server: what it does depends on the request path.
+async fn bad_ws_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let head = read_head(&mut s).await;
+                let case = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n").await.unwrap();
+                // The client's one call.
+                let mut dec = rpctap::ws::frame::Decoder::new(1 << 20, None);
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while got.is_empty() {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    dec.feed(&buf[..n], &mut got);
+                }
+                let reply = br#"{"jsonrpc":"2.0","id":1,"result":"fine"}"#;
+                match case.as_str() {
+                    "/wrong-id" => {
+                        let wrong = br#"{"jsonrpc":"2.0","id":2,"result":"fine"}"#;
+                        s.write_all(&frame(true, 1, wrong, false)).await.unwrap();
+                        s.write_all(&frame(true, 8, &[0x03, 0xe8], false))
+                            .await
+                            .unwrap();
+                    }
+                    "/no-reply" => {
+                        let mut close = vec![0x03, 0xf3]; // 1011
+                        close.extend_from_slice(b"server is going away");
+                        s.write_all(&frame(true, 8, &close, false)).await.unwrap();
+                    }
+                    "/bytewise" | "/ping-inside" => {
+                        let mut wire = frame(false, 1, &reply[..10], false);
+                        if case == "/ping-inside" {
+                            wire.extend(frame(true, 9, b"are you there", false));
+                        }
+                        wire.extend(frame(false, 0, &reply[10..20], false));
+                        wire.extend(frame(true, 0, &reply[20..], false));
+                        wire.extend(frame(true, 8, &[0x03, 0xe8], false));
+                        if case == "/bytewise" {
+                            for b in wire {
+                                s.write_all(&[b]).await.unwrap();
+                                s.flush().await.unwrap();
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
+                        } else {
+                            s.write_all(&wire).await.unwrap();
+                        }
+                    }
+                    _ => {}
+                }
+                // The server closes after its close frame.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() {
+    let up = bad_ws_server().await;
+    let dir = Scratch::new("ws-bad");
+    let file = dir.join("rec.jsonl");
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
+    let call = br#"{"jsonrpc":"2.0","method":"m","id":1}"#;
+    let cases: [(&str, Vec<&str>, Option<&str>); 4] = [
+        (
+            "/wrong-id",
+            vec!["MISSING_RESPONSE", "UNMATCHED_RESPONSE"],
+            None,
+        ),
+        (
+            "/no-reply",
+            vec!["MISSING_RESPONSE"],
+            Some("WebSocket closed by the server: 1011 server is going away"),
+        ),
+        ("/bytewise", vec![], None),
+        ("/ping-inside", vec![], None),
+    ];
+    for (path, want, reason) in cases {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").as_bytes()).await.unwrap();
+        let head = read_head(&mut s).await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{path}: {head}");
+        s.write_all(&frame(true, 1, call, true)).await.unwrap();
+        // Read the server's frames (passed through unchanged) until it closes.
+        let mut dec = rpctap::ws::frame::Decoder::new(1 << 20, None);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => dec.feed(&buf[..n], &mut got),
+                _ => break,
+            }
+            if got
+                .iter()
+                .any(|e| matches!(e, rpctap::ws::frame::WsEvent::Close { .. }))
+            {
+                break;
+            }
+        }
+        drop(s);
+        let ev = drain_ws(&mut p).await;
+        let mut codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
+        codes.sort();
+        assert_eq!(codes, want, "{path}");
+        let cs = calls(&ev);
+        assert_eq!(cs.len(), 1, "{path}: one outcome: {cs:?}");
+        match reason {
+            Some(r) => assert!(
+                matches!(&cs[0].outcome, rpctap::events::Outcome::Missing { reason } if reason == r),
+                "{path}: {:?}",
+                cs[0].outcome
+            ),
+            None if want.is_empty() => {
+                assert_eq!(cs[0].outcome, rpctap::events::Outcome::Result, "{path}");
+                let texts: Vec<_> = got
+                    .iter()
+                    .filter_map(|e| match e {
+                        rpctap::ws::frame::WsEvent::Text(t) => Some(t.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(
+                    texts,
+                    vec![bytes::Bytes::from_static(
+                        br#"{"jsonrpc":"2.0","id":1,"result":"fine"}"#
+                    )],
+                    "{path}: the client got the reply, byte for byte"
+                );
+            }
+            None => {}
+        }
+    }
+    drop(p.stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = check_recording(&file);
+    assert_eq!(c.codes, live_codes(&file), "{}", c.stdout);
+    assert_eq!(c.exit, Some(1));
+}
