@@ -23,8 +23,8 @@ pub enum WsEvent {
         len: u64,
     },
     /// A message larger than the cap (for a compressed one: inflating past it), passed on
-    /// uninspected; `len` is what was seen of it (inflated bytes when compressed, up to where
-    /// inflating stopped).
+    /// uninspected; `len` is its length on the wire (compressed, for a compressed one: how far
+    /// inflating got depends on how the bytes were cut, the wire length does not).
     Oversized {
         len: u64,
         compressed: bool,
@@ -80,6 +80,8 @@ struct Message {
     data: Vec<u8>,
     /// Bytes seen (inflated, when compressed).
     len: u64,
+    /// Payload bytes on the wire.
+    wire: u64,
     over: bool,
     /// Compressed, but the context is lost: not inflated at all.
     lost: bool,
@@ -232,6 +234,7 @@ impl Decoder {
                     compressed: rsv1,
                     data: Vec::new(),
                     len: 0,
+                    wire: 0,
                     over: false,
                     lost: rsv1 && self.context_lost,
                 });
@@ -258,6 +261,7 @@ impl Decoder {
         let Some(m) = &mut self.msg else {
             return Ok(());
         };
+        m.wire += chunk.len() as u64;
         if m.compressed {
             if m.lost || m.over {
                 m.len += chunk.len() as u64;
@@ -324,10 +328,10 @@ impl Decoder {
             }
         }
         out.push(if m.lost {
-            WsEvent::ContextLost { len: m.len }
+            WsEvent::ContextLost { len: m.wire }
         } else if m.over {
             WsEvent::Oversized {
-                len: m.len,
+                len: m.wire,
                 compressed: m.compressed,
             }
         } else if m.text {
@@ -543,12 +547,35 @@ mod tests {
                 len,
                 compressed: true,
             } => {
-                assert!(*len <= 2 << 20, "inflated no further than the cap: {len}")
+                assert_eq!(*len, z.len() as u64, "its wire length")
             }
             e => panic!("{e:?}"),
         }
         // Under context takeover the next compressed message cannot be inflated any more.
         assert!(matches!(out[1], WsEvent::ContextLost { .. }), "{out:?}");
+    }
+
+    /// Found by the `ws_frames` fuzz target: an oversized compressed message reported how far
+    /// inflating got, which depends on where the bytes were cut.
+    #[test]
+    fn an_oversized_compressed_message_is_reported_alike_however_it_is_cut() {
+        let mut c = Compress::new(Compression::default(), false);
+        let z = deflate(&mut c, &[b'q'; 5000]);
+        let wire = frame(true, true, 0x1, &z, None);
+        let whole = all(&mut Decoder::new(1000, Some(Deflate::default())), &wire);
+        let mut d = Decoder::new(1000, Some(Deflate::default()));
+        let mut cut = Vec::new();
+        for piece in wire.chunks(3) {
+            d.feed(piece, &mut cut);
+        }
+        assert_eq!(cut, whole);
+        assert_eq!(
+            whole,
+            vec![WsEvent::Oversized {
+                len: z.len() as u64,
+                compressed: true
+            }]
+        );
     }
 
     #[test]

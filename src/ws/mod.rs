@@ -174,7 +174,7 @@ fn apply(s: &mut Shared, dir: Direction, ev: WsEvent) {
         WsEvent::Oversized { len, compressed } => {
             if compressed {
                 s.ctx.not_inspected(dir, format!(
-                    "a compressed message inflating past the inspection cap (stopped at {len} bytes): passed on, not inspected"
+                    "a compressed message ({len} bytes on the wire) inflating past the inspection cap: passed on, not inspected"
                 ));
             } else {
                 s.ctx.line_not_inspected(dir, len);
