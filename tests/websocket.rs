@@ -96,6 +96,22 @@ async fn python_websockets_with_and_without_deflate_identical_inspected_and_chec
         assert!(anomalies(&ev).is_empty(), "{mode}: {:?}", anomalies(&ev));
         let cs = calls(&ev);
         assert_eq!(cs.len(), 6, "{mode}: {cs:?}");
+        // The subscription: its call, its three notifications and its unsubscribe carry its id.
+        let sub = |m: &str| {
+            cs.iter()
+                .find(|c| &*c.method == m)
+                .and_then(|c| c.target.as_deref().map(str::to_string))
+        };
+        assert_eq!(sub("subscribe").as_deref(), Some("sub-1"), "{mode}");
+        assert_eq!(sub("unsubscribe").as_deref(), Some("sub-1"), "{mode}");
+        let attributed = ev
+            .iter()
+            .filter(|e| matches!(&***e, Event::Message(m) if m.method.as_deref() == Some("subscription") && m.target.as_deref() == Some("sub-1")))
+            .count();
+        assert_eq!(
+            attributed, 3,
+            "{mode}: notifications attributed to their subscription"
+        );
         assert!(
             cs.iter()
                 .all(|c| c.outcome == rpctap::events::Outcome::Result

@@ -244,7 +244,18 @@ impl ExchangeCtx {
     ) {
         let inner = self.insp.clone();
         let method: Option<Arc<str>> = env.method.clone();
-        let target: Option<Arc<str>> = env.target.clone();
+        let mut target: Option<Arc<str>> = env.target.clone();
+        if self.stream && target.is_none() {
+            // A stream's subscriptions: an unsubscribe names its subscription, a notification
+            // that carries one is attributed to it.
+            target = match (&method, env.kind) {
+                (Some(m), Kind::Request) => Self::unsubscribe_target(m, &env),
+                (Some(_), Kind::Notification) if dir == Direction::ServerToClient => {
+                    self.subscription_of(&env)
+                }
+                _ => None,
+            };
+        }
         // For a response, the method of the call it answers (filled in below).
         let mut reply_method: Option<Arc<str>> = None;
         let mut reply_target: Option<Arc<str>> = None;
@@ -511,7 +522,7 @@ impl ExchangeCtx {
     pub(super) fn finish_reply(
         &mut self,
         key: &PendingKey,
-        p: Pending,
+        mut p: Pending,
         outcome: Outcome,
         env: &Envelope,
         mut extra: Vec<&'static str>,
@@ -519,6 +530,7 @@ impl ExchangeCtx {
         let inner = self.insp.clone();
         self.tool_result_rules(key, &p, env, &mut extra);
         self.mcp_reply_rules(key, &p, env, &mut extra);
+        self.subscription_reply(&mut p, env);
         self.reply_status_rules(key, &p, &mut extra);
         end_call(
             &inner,

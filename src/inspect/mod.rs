@@ -17,6 +17,7 @@ pub mod offline;
 pub mod recorded;
 pub mod schemas;
 pub mod sse;
+mod subscriptions;
 
 use crate::media::{contains_ignore_case, is_event_stream};
 use calls::*;
@@ -261,6 +262,8 @@ pub struct ExchangeCtx {
     /// The request's method and path, kept only while someone reads authorization exchanges
     /// (to name one if this turns out to be one).
     req_line: Option<Box<(Box<str>, Box<str>)>>,
+    /// A stream's live subscriptions (`eth_subscribe`…).
+    subs: Option<Box<subscriptions::Subscriptions>>,
 }
 
 impl Inspector {
@@ -401,6 +404,7 @@ impl Inspector {
                 .bus
                 .wants_in(Interest::HTTP_AUTH, id)
                 .then(|| Box::new((meta.method.into(), meta.path.into()))),
+            subs: None,
         };
         ctx.mcp_request_head(meta);
         ctx
@@ -462,6 +466,7 @@ impl Inspector {
             new_session: None,
             mcp_request: false,
             req_line: None,
+            subs: None,
         }
     }
 

@@ -1143,8 +1143,9 @@ pub enum Key {
 }
 
 /// The filter: `error`, `anomaly`, `pending`, `http` (only the authorization rows) or `-http`
-/// (all but them), `session:…`, `id:…`, `method:GLOB` or a token with `/` or `*` (a method
-/// glob), anything else is free text searched in the messages.
+/// (all but them), `session:…`, `id:…`, `subscription:…` (a subscription's call, notifications
+/// and unsubscribe), `method:GLOB` or a token with `/` or `*` (a method glob), anything else is
+/// free text searched in the messages.
 #[derive(Debug, Default)]
 pub struct Filter {
     error: bool,
@@ -1152,6 +1153,8 @@ pub struct Filter {
     pending: bool,
     /// Some(true): only `http` rows; Some(false): none of them.
     http: Option<bool>,
+    /// `subscription:ID`: the subscribe call, its notifications and its unsubscribe.
+    subscription: Option<String>,
     session: Option<String>,
     id: Option<String>,
     method: Option<globset::GlobMatcher>,
@@ -1172,6 +1175,9 @@ impl Filter {
                     f.session = Some(t["session:".len()..].to_string())
                 }
                 t if t.starts_with("id:") => f.id = Some(t["id:".len()..].to_string()),
+                t if t.starts_with("subscription:") => {
+                    f.subscription = Some(t["subscription:".len()..].to_string())
+                }
                 t if t.starts_with("method:") || t.contains('/') || t.contains('*') => {
                     let g = t.strip_prefix("method:").unwrap_or(t);
                     f.method = globset::Glob::new(g).ok().map(|g| g.compile_matcher());
@@ -1187,6 +1193,11 @@ impl Filter {
             && (!self.anomaly || !r.anomalies.is_empty())
             && (!self.pending || r.outcome == RowOutcome::Pending)
             && self.http.is_none_or(|h| h == (r.transport == "http"))
+            && self.subscription.as_ref().is_none_or(|s| {
+                r.target
+                    .as_deref()
+                    .is_some_and(|t| t.trim_matches('"') == s.trim_matches('"'))
+            })
             && self
                 .session
                 .as_ref()
