@@ -54,6 +54,9 @@ pub struct Deflate {
 /// The end of every compressed message, removed by the sender (RFC 7692 §7.2.1).
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
+/// Compressed bytes inflated at a time.
+const BLOCK: usize = 4096;
+
 #[derive(Debug)]
 enum State {
     /// Gathering a frame header.
@@ -82,6 +85,10 @@ struct Message {
     len: u64,
     /// Payload bytes on the wire.
     wire: u64,
+    /// Compressed bytes not inflated yet: they are inflated in blocks of [`BLOCK`] at fixed
+    /// offsets of the message, so the outcome (the cap reached, or bad data found) is the same
+    /// however the network cut the bytes.
+    zbuf: Vec<u8>,
     over: bool,
     /// Compressed, but the context is lost: not inflated at all.
     lost: bool,
@@ -235,6 +242,7 @@ impl Decoder {
                     data: Vec::new(),
                     len: 0,
                     wire: 0,
+                    zbuf: Vec::new(),
                     over: false,
                     lost: rsv1 && self.context_lost,
                 });
@@ -270,7 +278,19 @@ impl Decoder {
             let Some((_, inf)) = &mut self.deflate else {
                 return Ok(());
             };
-            inflate(inf, chunk, m, cap)
+            let mut chunk = chunk;
+            while !chunk.is_empty() && !m.over {
+                let take = (BLOCK - m.zbuf.len()).min(chunk.len());
+                m.zbuf.extend_from_slice(&chunk[..take]);
+                chunk = &chunk[take..];
+                if m.zbuf.len() == BLOCK {
+                    let block = std::mem::take(&mut m.zbuf);
+                    inflate(inf, &block, m, cap)?;
+                    m.zbuf = block;
+                    m.zbuf.clear();
+                }
+            }
+            Ok(())
         } else {
             m.len += chunk.len() as u64;
             if !m.over {
@@ -311,7 +331,9 @@ impl Decoder {
         };
         if m.compressed && !m.lost && !m.over {
             if let Some((_, inf)) = &mut self.deflate {
-                if let Err(e) = inflate(inf, &TAIL, &mut m, self.cap) {
+                let mut rest = std::mem::take(&mut m.zbuf);
+                rest.extend_from_slice(&TAIL);
+                if let Err(e) = inflate(inf, &rest, &mut m, self.cap) {
                     self.fail(e, out);
                     return;
                 }
@@ -576,6 +598,30 @@ mod tests {
                 compressed: true
             }]
         );
+    }
+
+    /// Found by the `ws_frames` fuzz target: bad compressed data after enough good data to
+    /// pass the cap was an error when it came in one read and an oversized message when cut.
+    #[test]
+    fn bad_compressed_data_past_the_cap_is_judged_alike_however_it_is_cut() {
+        let mut c = Compress::new(Compression::default(), false);
+        let mut z = deflate(
+            &mut c,
+            &(0..20_000u32)
+                .map(|i| (i * 7 % 251) as u8)
+                .collect::<Vec<_>>(),
+        );
+        z.extend_from_slice(&[0xff; 64]); // not deflate
+        let wire = frame(true, true, 0x1, &z, None);
+        let whole = all(&mut Decoder::new(1000, Some(Deflate::default())), &wire);
+        for n in [1, 7, 100, 5000] {
+            let mut d = Decoder::new(1000, Some(Deflate::default()));
+            let mut cut = Vec::new();
+            for piece in wire.chunks(n) {
+                d.feed(piece, &mut cut);
+            }
+            assert_eq!(cut, whole, "pieces of {n}");
+        }
     }
 
     #[test]
