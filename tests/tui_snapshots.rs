@@ -28,6 +28,11 @@ fn m(
         target: target.map(Into::into),
         raw: raw.into(),
         sse: scope.starts_with("session:"),
+        transport: if scope.starts_with("session:") {
+            "sse"
+        } else {
+            "json"
+        },
     }
 }
 

@@ -390,7 +390,11 @@ impl App {
                     method: m.method.clone(),
                     target: m.target.clone(),
                     raw: String::from_utf8_lossy(&m.message).into(),
-                    sse: m.transport != crate::events::Transport::Json,
+                    sse: matches!(
+                        m.transport,
+                        crate::events::Transport::Sse | crate::events::Transport::LegacySse
+                    ),
+                    transport: transport_label(m.transport),
                 });
             }
             Event::Call(c) => {
@@ -573,7 +577,7 @@ impl App {
                     request: Some(m.raw.clone()),
                     reply: None,
                     stream: vec![],
-                    transport: if m.sse { "sse" } else { "json" },
+                    transport: m.transport,
                 };
                 self.push_row(row);
                 if is_call {
@@ -1121,7 +1125,21 @@ pub struct MessageIn {
     pub method: Option<Text>,
     pub target: Option<Text>,
     pub raw: Text,
+    /// Carried by an SSE stream (its server notifications are also shown with its calls).
     pub sse: bool,
+    /// The transport's name for the detail pane (`json`, `sse`, `stdio`, `ws`).
+    pub transport: &'static str,
+}
+
+/// A transport's name as the dashboard shows it.
+pub fn transport_label(t: crate::events::Transport) -> &'static str {
+    use crate::events::Transport::*;
+    match t {
+        Json => "json",
+        Sse | LegacySse => "sse",
+        Stdio => "stdio",
+        Ws => "ws",
+    }
 }
 
 /// Keys the dashboard understands (independent of the terminal library).
@@ -1244,6 +1262,7 @@ mod tests {
             target: None,
             raw: raw.into(),
             sse: false,
+            transport: "json",
         }
     }
 
@@ -1408,6 +1427,7 @@ mod tests {
             target: None,
             raw: raw.into(),
             sse: false,
+            transport: "json",
         };
         a.apply_message(msg(true, Kind::Request, Some("1"), r#"{"id":1}"#));
         let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request"}}"#;
@@ -1448,6 +1468,7 @@ mod tests {
                     target: None,
                     raw: raw.into(),
                     sse: false,
+                    transport: "json",
                 });
             }
         }
