@@ -4,6 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "cuts.rs"]
+mod cuts;
 use rpctap::inspect::sse::SseDecoder;
 
 fn decode(cap: usize, pieces: &[&[u8]]) -> (Vec<String>, bool) {
@@ -21,15 +24,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let cap = 16 + (c as usize) * 16;
-    let (cuts, stream) = rest.split_at(rest.len().min(8));
+    let (stream, pieces) = cuts::cut(rest, 1, 64);
     let whole = decode(cap, &[stream]);
-    let mut pieces = Vec::new();
-    let mut at = 0;
-    for &k in cuts {
-        let next = (at + 1 + k as usize % 64).min(stream.len());
-        pieces.push(&stream[at..next]);
-        at = next;
-    }
-    pieces.push(&stream[at..]);
     assert_eq!(decode(cap, &pieces), whole);
 });

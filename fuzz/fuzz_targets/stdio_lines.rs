@@ -5,6 +5,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "cuts.rs"]
+mod cuts;
 use rpctap::stdio::{Lines, Piece};
 
 fn split(cap: usize, pieces: &[&[u8]]) -> (Vec<String>, usize) {
@@ -48,16 +51,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let cap = 1 + c as usize;
-    let (cuts, stream) = rest.split_at(rest.len().min(8));
+    let (stream, pieces) = cuts::cut(rest, 0, 32);
     let whole = split(cap, &[stream]);
-    let mut pieces = Vec::new();
-    let mut at = 0;
-    for &k in cuts {
-        let next = (at + k as usize % 32).min(stream.len());
-        pieces.push(&stream[at..next]);
-        at = next;
-    }
-    pieces.push(&stream[at..]);
     let chunked = split(cap, &pieces);
     assert_eq!(chunked, whole);
 });

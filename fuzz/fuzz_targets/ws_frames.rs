@@ -5,6 +5,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "cuts.rs"]
+mod cuts;
 use rpctap::ws::frame::{Decoder, Deflate, WsEvent};
 
 fn decode(cap: usize, deflate: Option<Deflate>, pieces: &[&[u8]]) -> Vec<WsEvent> {
@@ -23,23 +26,23 @@ fuzz_target!(|data: &[u8]| {
     let cap = 16 + (c as usize & 0x3f) * 64;
     let deflate = match c >> 6 {
         0 => None,
-        1 => Some(Deflate { no_context_takeover: false }),
-        _ => Some(Deflate { no_context_takeover: true }),
+        1 => Some(Deflate {
+            no_context_takeover: false,
+        }),
+        _ => Some(Deflate {
+            no_context_takeover: true,
+        }),
     };
-    let (cuts, stream) = rest.split_at(rest.len().min(8));
+    let (stream, pieces) = cuts::cut(rest, 1, 64);
     let whole = decode(cap, deflate, &[stream]);
     for e in &whole {
         if let WsEvent::Text(t) = e {
-            assert!(t.len() <= cap, "a kept message over the cap: {} > {cap}", t.len());
+            assert!(
+                t.len() <= cap,
+                "a kept message over the cap: {} > {cap}",
+                t.len()
+            );
         }
     }
-    let mut pieces = Vec::new();
-    let mut at = 0;
-    for &k in cuts {
-        let next = (at + 1 + k as usize % 64).min(stream.len());
-        pieces.push(&stream[at..next]);
-        at = next;
-    }
-    pieces.push(&stream[at..]);
     assert_eq!(decode(cap, deflate, &pieces), whole);
 });
