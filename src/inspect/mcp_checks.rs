@@ -230,12 +230,8 @@ impl ExchangeCtx {
         method: Option<&Arc<str>>,
         msg: String,
     ) {
-        let saved = self.cur;
-        let site = Site {
-            exchange: self.id,
-            scope: &self.scope,
-            at: saved.or(Some((dir, None))),
-        };
+        let mut site = self.site();
+        site.at = site.at.or(Some((dir, None)));
         flag(&self.insp, site, code, id, method, msg);
     }
 
@@ -325,6 +321,21 @@ impl ExchangeCtx {
         }
     }
 
+    /// A message from the client: an MCP method marks the request as MCP (for `MCP_AUTH`; `ping`
+    /// is everybody's method, alone it does not), and its routing headers are checked.
+    fn client_message(
+        &mut self,
+        env: &Envelope,
+        method: &Arc<str>,
+        is_request: bool,
+        anomalies: &mut Vec<&'static str>,
+    ) {
+        if capability::is_mcp_method(method) && &**method != "ping" {
+            self.mcp_request = true;
+        }
+        self.routing_headers(env, method, is_request, anomalies);
+    }
+
     /// The capability a message needs, against what the other side declared.
     fn capability_rule(
         &self,
@@ -387,11 +398,7 @@ impl ExchangeCtx {
         let method = env.method.clone()?;
         let inner = self.insp.clone();
         if dir == Direction::ClientToServer {
-            // `ping` is everybody's method: alone it does not make a request MCP.
-            if capability::is_mcp_method(&method) && &*method != "ping" {
-                self.mcp_request = true;
-            }
-            self.routing_headers(env, &method, true, anomalies);
+            self.client_message(env, &method, true, anomalies);
         }
         if &*method == "initialize" && dir == Direction::ClientToServer {
             if let Some(p) = params::<Initialize>(&env.raw) {
@@ -420,9 +427,7 @@ impl ExchangeCtx {
                 });
                 (s.mcp.handshake(), tool)
             });
-            let Some((handshake, tool_seen)) = seen else {
-                return self.progress_token(dir, env);
-            };
+            let (handshake, tool_seen) = seen.unwrap_or_default();
             self.capability_rule(&handshake, dir, env, &method, anomalies);
             if let Some((unknown, input)) = tool_seen {
                 let name = tool.unwrap_or_default();
@@ -499,10 +504,7 @@ impl ExchangeCtx {
         let inner = self.insp.clone();
         let mut sink = Vec::new();
         if dir == Direction::ClientToServer {
-            if capability::is_mcp_method(&method) {
-                self.mcp_request = true;
-            }
-            self.routing_headers(env, &method, false, &mut sink);
+            self.client_message(env, &method, false, &mut sink);
         }
         if let Scope::Session(sid) = &self.scope {
             let sid = sid.clone();

@@ -257,7 +257,8 @@ pub struct ExchangeCtx {
     init_caps: Option<capability::Caps>,
     /// The session this exchange's reply started (`Mcp-Session-Id` on an `initialize` reply).
     new_session: Option<Arc<str>>,
-    /// The request is MCP (an MCP method or MCP headers): a 401 to it is judged by `MCP_AUTH`.
+    /// The request carried an MCP method (with its MCP headers, which `mcp_response_head` reads
+    /// itself, a 401 to it is judged by `MCP_AUTH`).
     mcp_request: bool,
     /// The request's method and path, kept only while someone reads authorization exchanges
     /// (to name one if this turns out to be one).
@@ -396,7 +397,7 @@ impl Inspector {
             stream: false,
             cur: None,
             deferred: Vec::new(),
-            mcp_request: meta.session.is_some() || meta.protocol_version.is_some(),
+            mcp_request: false,
             mcp_hdr: mcp_checks::McpHeaders::from_meta(meta),
             init_caps: None,
             new_session: None,
