@@ -458,6 +458,40 @@ mod rules {
     }
 
     #[test]
+    fn a_challenge_configured_secret_is_redacted_in_the_auth_finding_too() {
+        let cfg = InspectConfig {
+            redact: std::sync::Arc::new(rpctap::redact::Redactor::new(
+                &["WWW-Authenticate".into()],
+                &[],
+            )),
+            ..Default::default()
+        };
+        let mut t = T::new(cfg);
+        let mut ex = t.insp.begin(&RequestMeta {
+            method: "POST",
+            path: "/mcp",
+            content_type: Some("application/json"),
+            ..Default::default()
+        });
+        ex.request_body(
+            &Bytes::from_static(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#),
+            true,
+        );
+        ex.response_head(&ResponseMeta {
+            status: 401,
+            www_authenticate: Some("Bearer realm=\"s3cret-tenant\""),
+            ..Default::default()
+        });
+        ex.end(EndReason::Complete);
+        let auth = only(&t.codes(), "MCP_AUTH");
+        assert_eq!(auth.len(), 1);
+        assert!(
+            auth[0].contains("[REDACTED]") && !auth[0].contains("s3cret"),
+            "{auth:?}"
+        );
+    }
+
+    #[test]
     fn an_unknown_tool_needs_every_page_and_list_changed_makes_the_list_stale() {
         let mut t = T::new(InspectConfig::default());
         t.open("P", "2025-06-18", "{}", r#"{"tools":{"listChanged":true}}"#);

@@ -747,12 +747,20 @@ impl ExchangeCtx {
             }
         }
         let mcp = self.mcp_request || self.mcp_hdr.is_some() || self.session_header.is_some();
-        self.publish_auth(status, www_authenticate, mcp);
+        // The challenge as events may show it (redacted when configured secret).
+        let shown = www_authenticate.map(|w| {
+            if inner.cfg.redact.is_secret_header("www-authenticate") {
+                crate::redact::REDACTED.to_string()
+            } else {
+                w.to_string()
+            }
+        });
+        self.publish_auth(status, shown.clone(), mcp);
         if status == 401 && mcp {
             let named =
                 www_authenticate.is_some_and(|w| contains_ignore_case(w, "resource_metadata"));
             if !named {
-                let why = match www_authenticate {
+                let why = match shown {
                     None => "no WWW-Authenticate header".to_string(),
                     Some(w) => format!("WWW-Authenticate: {w}"),
                 };
@@ -779,7 +787,7 @@ impl ExchangeCtx {
     /// An authorization exchange around an MCP endpoint — a `401`/`403` to an MCP request, or
     /// a discovery document — is published as its own event, so the dashboard, the log and the
     /// recording show it although it carries no JSON-RPC.
-    fn publish_auth(&mut self, status: u16, www_authenticate: Option<&str>, mcp: bool) {
+    fn publish_auth(&mut self, status: u16, www_authenticate: Option<String>, mcp: bool) {
         let Some(line) = self.req_line.take() else {
             return;
         };
@@ -788,14 +796,6 @@ impl ExchangeCtx {
         if !(discovery || (mcp && matches!(status, 401 | 403))) {
             return;
         }
-        let redact = &self.insp.cfg.redact;
-        let www_authenticate = www_authenticate.map(|w| {
-            if redact.is_secret_header("www-authenticate") {
-                "[REDACTED]".to_string()
-            } else {
-                w.to_string()
-            }
-        });
         self.insp.bus.publish(Event::Http(HttpEvent::Auth {
             ts: now_ns(),
             exchange: self.id,
