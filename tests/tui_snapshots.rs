@@ -27,11 +27,10 @@ fn m(
         method: method.map(Into::into),
         target: target.map(Into::into),
         raw: raw.into(),
-        sse: scope.starts_with("session:"),
         transport: if scope.starts_with("session:") {
-            "sse"
+            rpctap::events::Transport::Sse
         } else {
-            "json"
+            rpctap::events::Transport::Json
         },
     }
 }

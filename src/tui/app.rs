@@ -390,11 +390,7 @@ impl App {
                     method: m.method.clone(),
                     target: m.target.clone(),
                     raw: String::from_utf8_lossy(&m.message).into(),
-                    sse: matches!(
-                        m.transport,
-                        crate::events::Transport::Sse | crate::events::Transport::LegacySse
-                    ),
-                    transport: transport_label(m.transport),
+                    transport: m.transport,
                 });
             }
             Event::Call(c) => {
@@ -577,7 +573,7 @@ impl App {
                     request: Some(m.raw.clone()),
                     reply: None,
                     stream: vec![],
-                    transport: m.transport,
+                    transport: transport_label(m.transport),
                 };
                 self.push_row(row);
                 if is_call {
@@ -586,7 +582,12 @@ impl App {
                         .or_default()
                         .push_back(seq);
                     self.by_exchange.entry(m.exchange).or_default().push(seq);
-                } else if !m.c2s && m.sse {
+                } else if !m.c2s
+                    && matches!(
+                        m.transport,
+                        crate::events::Transport::Sse | crate::events::Transport::LegacySse
+                    )
+                {
                     // A server notification inside a stream: also shown with the calls it serves.
                     self.show_with_exchange(m.exchange, &m.raw);
                 }
@@ -1125,10 +1126,7 @@ pub struct MessageIn {
     pub method: Option<Text>,
     pub target: Option<Text>,
     pub raw: Text,
-    /// Carried by an SSE stream (its server notifications are also shown with its calls).
-    pub sse: bool,
-    /// The transport's name for the detail pane (`json`, `sse`, `stdio`, `ws`).
-    pub transport: &'static str,
+    pub transport: crate::events::Transport,
 }
 
 /// A transport's name as the dashboard shows it.
@@ -1261,8 +1259,7 @@ mod tests {
             method: method.map(Text::from),
             target: None,
             raw: raw.into(),
-            sse: false,
-            transport: "json",
+            transport: crate::events::Transport::Json,
         }
     }
 
@@ -1426,8 +1423,7 @@ mod tests {
             method: (kind == Kind::Request).then(|| Text::from("server/discover")),
             target: None,
             raw: raw.into(),
-            sse: false,
-            transport: "json",
+            transport: crate::events::Transport::Json,
         };
         a.apply_message(msg(true, Kind::Request, Some("1"), r#"{"id":1}"#));
         let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request"}}"#;
@@ -1467,8 +1463,7 @@ mod tests {
                     method: c2s.then(|| Text::from("m")),
                     target: None,
                     raw: raw.into(),
-                    sse: false,
-                    transport: "json",
+                    transport: crate::events::Transport::Json,
                 });
             }
         }

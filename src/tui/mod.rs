@@ -259,11 +259,7 @@ pub fn apply_rec(app: &mut App, e: &RecEvent) {
                 method: m.method.as_deref().map(Into::into),
                 target: m.target.as_deref().map(Into::into),
                 raw: m.message.get().into(),
-                sse: matches!(
-                    m.transport,
-                    crate::events::Transport::Sse | crate::events::Transport::LegacySse
-                ),
-                transport: app::transport_label(m.transport),
+                transport: m.transport,
             }),
             RecEvent::Call(c) => {
                 app.apply_call_at(

@@ -147,12 +147,15 @@ impl Decoder {
                     fin,
                 } => {
                     let n = (*remaining).min(bytes.len() as u64) as usize;
-                    let mut chunk = bytes[..n].to_vec();
-                    if let Some(m) = mask {
-                        for (i, b) in chunk.iter_mut().enumerate() {
-                            *b ^= m[((*offset + i as u64) % 4) as usize];
-                        }
-                    }
+                    // Only a masked payload (the client's) is copied, to unmask it.
+                    let chunk: std::borrow::Cow<'_, [u8]> = match mask {
+                        Some(m) => bytes[..n]
+                            .iter()
+                            .enumerate()
+                            .map(|(i, b)| b ^ m[((*offset + i as u64) % 4) as usize])
+                            .collect(),
+                        None => std::borrow::Cow::Borrowed(&bytes[..n]),
+                    };
                     *offset += n as u64;
                     *remaining -= n as u64;
                     bytes = &bytes[n..];
