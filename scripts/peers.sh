@@ -37,8 +37,9 @@ venv mitmproxy mitmproxy
 venv ws websockets==17.4
 # The Kubernetes API schemas, to validate config/kubernetes/ (tests/deploy.rs).
 venv k8s kubernetes-validate==1.37.0
+# ganache: a real Ethereum JSON-RPC node (tests/websocket.rs: eth_subscribe over WebSocket).
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \
-  @modelcontextprotocol/conformance@0.1.16 node@22
+  @modelcontextprotocol/conformance@0.1.16 node@22 ganache@7.9.2
 
 # Debian packages, by the command each provides: tmux (the dashboard's end-to-end tests), curl,
 # prometheus + promtool (tests/admin.rs scrapes /metrics with a real Prometheus), systemd's

@@ -29,7 +29,7 @@ use crate::cli::{LogFormat, StdioArgs};
 use crate::events::{BusBuilder, Direction};
 use crate::inspect::{EndReason, ExchangeCtx, Inspector};
 use crate::limit::Limiter;
-use crate::rpc::Body;
+use crate::proxy::limits::Forward;
 use bytes::Bytes;
 use std::io::{Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -175,63 +175,43 @@ fn inject(out: &Mutex<ClientOut>, line: &[u8]) -> std::io::Result<()> {
     }
 }
 
-/// What a client line became under the rate-limit rules.
-struct Limited {
-    /// What goes to the server (`None`: nothing).
-    forward: Option<Bytes>,
-    /// rpctap's own reply to the client (a line, with its newline).
-    reply: Option<Vec<u8>>,
-}
-
-/// Applies the rules to one client line (already inspected up to the refusals).
+/// Applies the rules to one client line (inspecting it): what goes to the server and
+/// rpctap's own reply, each a line with its newline.
 fn limit_line(limiter: &Limiter, ctx: &mut ExchangeCtx, line: Bytes, session: &str) -> Limited {
-    let parsed = crate::rpc::parse_body(&line);
-    if matches!(parsed, Body::ParseError(_)) {
-        ctx.line(Direction::ClientToServer, line.clone());
-        return Limited {
-            forward: Some(line),
-            reply: None,
-        };
-    }
     let headers = http::HeaderMap::new();
     let keys = crate::limit::RequestKeys {
         peer: std::net::IpAddr::from([127, 0, 0, 1]),
         session: Some(session),
         headers: &headers,
     };
-    let plan = crate::proxy::limits::plan(limiter, &parsed, &keys);
-    ctx.line(Direction::ClientToServer, line.clone());
-    for (i, r) in &plan.shadow {
-        let m = &plan.members[*i];
-        ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, true);
+    let l = crate::proxy::limits::limit_message(
+        limiter,
+        ctx,
+        Direction::ClientToServer,
+        line.clone(),
+        &keys,
+    );
+    let newline = |b: &[u8]| {
+        let mut v = b.to_vec();
+        v.push(b'\n');
+        v
+    };
+    Limited {
+        forward: match l.forward {
+            Forward::Unchanged => Some(line),
+            Forward::Smaller(b) => Some(Bytes::from(newline(&b))),
+            Forward::Nothing => None,
+        },
+        reply: l.reply.map(|r| newline(&r)),
     }
-    if !plan.any_refused() {
-        return Limited {
-            forward: Some(line),
-            reply: None,
-        };
-    }
-    for m in &plan.members {
-        if let Some(r) = &m.refused {
-            ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, false);
-        }
-    }
-    let replies = crate::proxy::limits::refusal_replies(&plan);
-    let reply = (!replies.is_empty()).then(|| {
-        let mut out = if plan.batch {
-            format!("[{}]", replies.join(",")).into_bytes()
-        } else {
-            replies.join("\n").into_bytes()
-        };
-        out.push(b'\n');
-        out
-    });
-    let forward = (!plan.all_refused()).then(|| {
-        let mut b = crate::proxy::limits::allowed_body(&plan).to_vec();
-        b.push(b'\n');
-        Bytes::from(b)
-    });
-    Limited { forward, reply }
+}
+
+/// What a client line became under the rate-limit rules.
+struct Limited {
+    /// What goes to the server (`None`: nothing).
+    forward: Option<Bytes>,
+    /// rpctap's own reply to the client (a line, with its newline).
+    reply: Option<Vec<u8>>,
 }
 
 /// How a process ended, as the reason of the calls it left unanswered.

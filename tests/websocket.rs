@@ -225,6 +225,21 @@ async fn bad_ws_server() -> SocketAddr {
                             s.write_all(&wire).await.unwrap();
                         }
                     }
+                    "/slow" => {
+                        // A fragmented reply, its second half 400 ms later: a refusal rpctap
+                        // puts in for the client must wait for its end.
+                        s.write_all(&frame(false, 1, &reply[..10], false))
+                            .await
+                            .unwrap();
+                        tokio::time::sleep(Duration::from_millis(400)).await;
+                        s.write_all(&frame(true, 0, &reply[10..], false))
+                            .await
+                            .unwrap();
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        s.write_all(&frame(true, 8, &[0x03, 0xe8], false))
+                            .await
+                            .unwrap();
+                    }
                     _ => {}
                 }
                 // The server closes after its close frame.
@@ -316,4 +331,171 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
     let c = check_recording(&file);
     assert_eq!(c.codes, live_codes(&file), "{}", c.stdout);
     assert_eq!(c.exit, Some(1));
+}
+
+/// Rate limits on a WebSocket: a rule letting 3 `add` through refuses the 4th and 5th, a batch
+/// member and a notification; rpctap answers the refused calls on the stream, the server never
+/// sees them, and — with permessage-deflate and context takeover, where leaving a message out
+/// would break the server's inflating — every later message still reaches the server intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_refuse_calls_on_the_stream_with_and_without_deflate() {
+    let env = installed("ws", &["websockets==17.4"]);
+    let py = env.join("bin/python");
+    let script = root().join("tests/interop/ws_peer.py");
+    let dir = Scratch::new("ws-limits");
+    for mode in ["deflate", "plain"] {
+        let port = free_port();
+        let mut server = std::process::Command::new(&py);
+        server
+            .arg(&script)
+            .args(["server", &port.to_string(), mode]);
+        let _server = Proc::spawn(server.stdout(std::process::Stdio::null()));
+        let up: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_listening(up).await;
+        let file = dir.join(format!("{mode}.jsonl"));
+        let flags = rpctap::cli::ProxyFlags {
+            limits: vec!["add=3/min".into()],
+            ..record_flags(&file)
+        };
+        let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+        let url = format!("ws://{}/rpc", p.addr);
+        let (py2, script2) = (py.clone(), script.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(py2)
+                .arg(script2)
+                .args(["limited", &url, mode])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for i in 1..=3 {
+            assert_eq!(v[i.to_string()]["result"], i + 1, "{mode}: {v}");
+        }
+        for i in ["4", "5", "6"] {
+            let e = &v[i]["error"];
+            assert_eq!(e["message"], "Rate limited", "{mode}: call {i}: {v}");
+            assert_eq!(e["data"]["limit"], "add=3/min", "{mode}");
+        }
+        let text = v["text"].as_str().unwrap();
+        assert_eq!(
+            v["7"]["result"][0], text,
+            "{mode}: the batch's allowed member"
+        );
+        for i in [8, 9] {
+            assert_eq!(
+                v[i.to_string()]["result"],
+                serde_json::json!([text, i]),
+                "{mode}"
+            );
+        }
+        assert_eq!(
+            v["10"]["result"]["add"], 3,
+            "{mode}: no refused call reached the server: {v}"
+        );
+        let ev = drain_ws(&mut p).await;
+        assert!(anomalies(&ev).is_empty(), "{mode}: {:?}", anomalies(&ev));
+        let cs = calls(&ev);
+        let refused: Vec<_> = cs
+            .iter()
+            .filter(|c| matches!(&c.outcome, rpctap::events::Outcome::Refused { rule } if rule == "add=3/min"))
+            .map(|c| c.id.to_string())
+            .collect();
+        assert_eq!(refused, ["4", "5", "6"], "{mode}: {cs:?}");
+        let answered = cs
+            .iter()
+            .filter(|c| c.outcome == rpctap::events::Outcome::Result)
+            .count();
+        assert_eq!(answered, 7, "{mode}: {cs:?}");
+        let refusals = ev
+            .iter()
+            .filter(|e| matches!(&***e, Event::Refusal(r) if !r.shadow))
+            .count();
+        assert_eq!(refusals, 4, "{mode}: three calls and the notification");
+        drop(p.stop);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let c = check_recording(&file);
+        assert_eq!(c.exit, Some(0), "{}", c.stdout);
+        assert_eq!(c.codes, live_codes(&file));
+    }
+}
+
+/// A refusal is put in between two of the server's messages, never inside one: the server is
+/// halfway through a fragmented reply when the client's second call is refused; the client gets
+/// the whole reply, then rpctap's error, as valid framing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_waits_for_the_end_of_the_servers_fragmented_message() {
+    let up = bad_ws_server().await;
+    let flags = rpctap::cli::ProxyFlags {
+        limits: vec!["m=1/min".into()],
+        ..Default::default()
+    };
+    let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").await.unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    s.write_all(&frame(
+        true,
+        1,
+        br#"{"jsonrpc":"2.0","method":"m","id":1}"#,
+        true,
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The second call, sent in two fragments with a ping between them.
+    let second = br#"{"jsonrpc":"2.0","method":"m","id":2}"#;
+    let mut wire = frame(false, 1, &second[..12], true);
+    wire.extend(frame(true, 9, b"ping", true));
+    wire.extend(frame(true, 0, &second[12..], true));
+    s.write_all(&wire).await.unwrap();
+    let mut dec = rpctap::ws::frame::Decoder::new(1 << 20, None);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got
+        .iter()
+        .any(|e| matches!(e, rpctap::ws::frame::WsEvent::Close { .. }))
+    {
+        match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => dec.feed(&buf[..n], &mut got),
+            _ => break,
+        }
+    }
+    use rpctap::ws::frame::WsEvent;
+    let texts: Vec<serde_json::Value> = got
+        .iter()
+        .filter_map(|e| match e {
+            WsEvent::Text(t) => Some(serde_json::from_slice(t).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !got.iter().any(|e| matches!(e, WsEvent::Error(_))),
+        "valid framing: {got:?}"
+    );
+    assert_eq!(texts.len(), 2, "{got:?}");
+    assert_eq!(
+        texts[0]["result"], "fine",
+        "the server's reply first, whole"
+    );
+    assert_eq!(texts[1]["id"], 2);
+    assert_eq!(texts[1]["error"]["message"], "Rate limited");
+    drop(s);
+    let ev = drain_ws(&mut p).await;
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    let cs = calls(&ev);
+    assert_eq!(cs.len(), 2, "{cs:?}");
+    assert!(cs
+        .iter()
+        .any(|c| c.outcome == rpctap::events::Outcome::Result));
+    assert!(cs.iter().any(
+        |c| matches!(&c.outcome, rpctap::events::Outcome::Refused { rule } if rule == "m=1/min")
+    ));
 }

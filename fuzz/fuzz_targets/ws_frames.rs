@@ -1,7 +1,8 @@
 //! The WebSocket frame decoder under any chunking: the first byte picks the message cap and
 //! whether (and how) permessage-deflate was negotiated, the next ones the split points; the
 //! events decoded from the pieces must be those decoded from the whole stream at once, and no
-//! kept message may exceed the cap (inflated ones included).
+//! kept message may exceed the cap (inflated ones included); fed frame by frame
+//! (`feed_frame`), the events are the same.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -45,4 +46,17 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert_eq!(decode(cap, deflate, &pieces), whole);
+    // Frame by frame (the rate-limited pump's way): the same events, and every frame's end is
+    // reported where the whole-stream decoding has it.
+    let mut d = Decoder::new(cap, deflate);
+    let mut stepped = Vec::new();
+    for p in &pieces {
+        let mut at = 0;
+        while at < p.len() {
+            let (k, _) = d.feed_frame(&p[at..], &mut stepped);
+            assert!(k > 0 && at + k <= p.len(), "feed_frame took {k} of {}", p.len() - at);
+            at += k;
+        }
+    }
+    assert_eq!(stepped, whole);
 });

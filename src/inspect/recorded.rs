@@ -311,10 +311,6 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                 }
             }
             RecEvent::Refusal(r) => {
-                let Some(o) = open.get_mut(&r.exchange) else {
-                    continue;
-                };
-                o.flush();
                 let id =
                     r.id.as_deref()
                         .and_then(|raw| Id::from_json_text(raw.get()));
@@ -325,7 +321,23 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     code: 0,
                     limit: 0,
                 };
-                o.ctx.refuse(id.as_ref(), &r.method, &refusal, r.shadow);
+                // A stream's (stdio, WebSocket) refusal follows the message it refused.
+                let ctx = match open.get_mut(&r.exchange) {
+                    Some(o) => {
+                        o.flush();
+                        &mut o.ctx
+                    }
+                    None => match streams.get_mut(&r.exchange) {
+                        Some((ctx, pending)) => {
+                            if let Some((mut f, d)) = pending.take() {
+                                ctx.line(d, Bytes::from(f.text()));
+                            }
+                            ctx
+                        }
+                        None => continue,
+                    },
+                };
+                ctx.refuse(id.as_ref(), &r.method, &refusal, r.shadow);
             }
             RecEvent::Anomaly(a) if a.code == "NOT_INSPECTED" => {
                 // The only trace of a frame too large to inspect: tell the inspector so.

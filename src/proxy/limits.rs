@@ -83,6 +83,74 @@ pub fn plan(limiter: &Limiter, parsed: &Body, keys: &RequestKeys<'_>) -> Plan {
     plan
 }
 
+/// What happens to one message of a stream (a stdio line, a WebSocket message) under the
+/// rules.
+#[derive(Debug)]
+pub struct Limited {
+    pub forward: Forward,
+    /// rpctap's own reply to the refused calls: one error, or a batch of them.
+    pub reply: Option<Vec<u8>>,
+}
+
+/// What of a stream's message goes on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// The message as it came.
+    Unchanged,
+    /// A batch without its refused members.
+    Smaller(Bytes),
+    /// Nothing: every member was refused.
+    Nothing,
+}
+
+/// Inspects one message of a stream in direction `dir` and applies the rules to it: refused
+/// calls end as refused in the inspector, shadow rules' would-be refusals are published.
+pub fn limit_message(
+    limiter: &Limiter,
+    ctx: &mut crate::inspect::ExchangeCtx,
+    dir: crate::events::Direction,
+    msg: Bytes,
+    keys: &RequestKeys<'_>,
+) -> Limited {
+    let unchanged = Limited {
+        forward: Forward::Unchanged,
+        reply: None,
+    };
+    let parsed = rpc::parse_body(&msg);
+    if limiter.is_empty() || matches!(parsed, Body::ParseError(_)) {
+        ctx.line(dir, msg);
+        return unchanged;
+    }
+    let plan = plan(limiter, &parsed, keys);
+    ctx.line(dir, msg);
+    for (i, r) in &plan.shadow {
+        let m = &plan.members[*i];
+        ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, true);
+    }
+    if !plan.any_refused() {
+        return unchanged;
+    }
+    for m in &plan.members {
+        if let Some(r) = &m.refused {
+            ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, false);
+        }
+    }
+    let replies = refusal_replies(&plan);
+    let reply = (!replies.is_empty()).then(|| {
+        if plan.batch {
+            format!("[{}]", replies.join(",")).into_bytes()
+        } else {
+            replies.join("\n").into_bytes()
+        }
+    });
+    let forward = if plan.all_refused() {
+        Forward::Nothing
+    } else {
+        Forward::Smaller(allowed_body(&plan))
+    };
+    Limited { forward, reply }
+}
+
 /// The JSON-RPC error rpctap answers a refused call with.
 pub fn refusal_reply(id: &Id, r: &Refusal) -> String {
     let secs = (r.retry_after.as_millis() as f64 / 1000.0).max(0.001);

@@ -228,6 +228,16 @@ impl Proxy {
             && content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
+        // A WebSocket's calls are limited by the upgrade request's keys.
+        let ws_limits = (websocket && !self.limiter().is_empty()).then(|| {
+            let me = self.clone();
+            crate::ws::Limits {
+                rules: Arc::new(move || me.limiter()),
+                peer: conn.peer.ip(),
+                session: session.clone(),
+                headers: parts.headers.clone(),
+            }
+        });
         let incoming = ClientBody::new(incoming, self.inner.opts.body_timeout);
         let mut ex = Exchange {
             ctx,
@@ -289,6 +299,7 @@ impl Proxy {
                     self.inner.inspector.begin_ws(ex.ctx.id),
                     crate::ws::negotiated(resp.headers()),
                     self.inner.inspector.config().max_frame_bytes,
+                    ws_limits,
                 )
             });
             tokio::spawn(splice(client_up, upstream_up, ws));
@@ -721,14 +732,19 @@ enum Early {
 async fn splice(
     client: hyper::upgrade::OnUpgrade,
     upstream: hyper::upgrade::OnUpgrade,
-    ws: Option<(crate::inspect::ExchangeCtx, crate::ws::Negotiated, usize)>,
+    ws: Option<(
+        crate::inspect::ExchangeCtx,
+        crate::ws::Negotiated,
+        usize,
+        Option<crate::ws::Limits>,
+    )>,
 ) {
     match (client.await, upstream.await) {
         (Ok(c), Ok(u)) => {
             let mut c = hyper_util::rt::TokioIo::new(c);
             let mut u = hyper_util::rt::TokioIo::new(u);
             match ws {
-                Some((ctx, neg, cap)) => crate::ws::tee(c, u, ctx, neg, cap).await,
+                Some((ctx, neg, cap, limits)) => crate::ws::tee(c, u, ctx, neg, cap, limits).await,
                 None => {
                     let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
                 }

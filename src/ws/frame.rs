@@ -22,6 +22,8 @@ pub enum WsEvent {
     Binary {
         len: u64,
     },
+    /// A whole binary message with its bytes (a decoder made with `keep_binary`).
+    BinaryData(Bytes),
     /// A message larger than the cap (for a compressed one: inflating past it), passed on
     /// uninspected; `len` is its length on the wire (compressed, for a compressed one: how far
     /// inflating got depends on how the bytes were cut, the wire length does not).
@@ -105,6 +107,22 @@ pub struct Decoder {
     context_lost: bool,
     msg: Option<Message>,
     control: Vec<u8>,
+    /// Frames ended so far, and what the last one was (`feed_frame` stops at each).
+    frames: u64,
+    last: Option<FrameEnd>,
+    /// Binary messages are kept (up to the cap) for whoever re-sends them.
+    keep_binary: bool,
+}
+
+/// What the frame that just ended was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameEnd {
+    /// A ping, pong or close frame.
+    Control,
+    /// A data frame that does not end its message.
+    Fragment,
+    /// The last frame of a message.
+    Final,
 }
 
 impl Decoder {
@@ -119,7 +137,60 @@ impl Decoder {
             context_lost: false,
             msg: None,
             control: Vec::new(),
+            frames: 0,
+            last: None,
+            keep_binary: false,
         }
+    }
+
+    /// Binary messages come out as [`WsEvent::BinaryData`] with their bytes (for a pump that
+    /// must re-send them), not only their length.
+    pub fn keep_binary(mut self) -> Self {
+        self.keep_binary = true;
+        self
+    }
+
+    /// Like [`feed`](Self::feed), but stops at the end of the current frame: returns how many
+    /// bytes of `bytes` were taken, and [`last_frame`](Self::last_frame) tells what ended (all
+    /// of them are taken once the framing failed).
+    pub fn feed_frame(
+        &mut self,
+        bytes: &[u8],
+        out: &mut Vec<WsEvent>,
+    ) -> (usize, Option<FrameEnd>) {
+        let start = self.frames;
+        let mut used = 0;
+        while used < bytes.len() {
+            let step = match &self.state {
+                State::Failed => bytes.len() - used,
+                State::Header => (header_len(&self.head) - self.head.len()).min(bytes.len() - used),
+                State::Payload { remaining, .. } => {
+                    (*remaining).min((bytes.len() - used) as u64) as usize
+                }
+            };
+            self.feed(&bytes[used..used + step], out);
+            used += step;
+            if self.frames != start {
+                return (used, self.last);
+            }
+        }
+        (used, None)
+    }
+
+    /// Whether the bytes fed so far end between two messages (no frame or fragmented message
+    /// begun): where another message may be put into the stream.
+    pub fn at_message_boundary(&self) -> bool {
+        matches!(self.state, State::Header) && self.head.is_empty() && self.msg.is_none()
+    }
+
+    /// Whether the bytes fed so far end inside a data frame's payload.
+    pub fn in_data_frame(&self) -> bool {
+        matches!(self.state, State::Payload { control: None, .. })
+    }
+
+    /// Whether the framing failed (nothing more is decoded).
+    pub fn failed(&self) -> bool {
+        matches!(self.state, State::Failed)
     }
 
     /// Feeds the next bytes (any split); the events they complete go to `out`.
@@ -310,6 +381,12 @@ impl Decoder {
 
     fn end_frame(&mut self, control: Option<u8>, fin: bool, out: &mut Vec<WsEvent>) {
         self.state = State::Header;
+        self.frames += 1;
+        self.last = Some(match (control, fin) {
+            (Some(_), _) => FrameEnd::Control,
+            (None, false) => FrameEnd::Fragment,
+            (None, true) => FrameEnd::Final,
+        });
         if let Some(op) = control {
             let p = std::mem::take(&mut self.control);
             out.push(match op {
@@ -361,6 +438,8 @@ impl Decoder {
             }
         } else if m.text {
             WsEvent::Text(Bytes::from(m.data))
+        } else if self.keep_binary {
+            WsEvent::BinaryData(Bytes::from(m.data))
         } else {
             WsEvent::Binary { len: m.len }
         });
@@ -426,41 +505,36 @@ fn inflate(
     }
 }
 
+/// One frame as a client (masked, `mask` given) or a server sends it (RFC 6455 §5.2).
+pub fn encode(fin: bool, rsv1: bool, opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => f.push(m | n as u8),
+        n if n <= 0xffff => {
+            f.push(m | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(m | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    match mask {
+        Some(k) => {
+            f.extend_from_slice(&k);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
+        }
+        None => f.extend_from_slice(payload),
+    }
+    f
+}
+
 #[cfg(test)]
 mod tests {
+    use super::encode as frame;
     use super::*;
     use flate2::{Compress, Compression, FlushCompress};
-
-    /// A frame as a client (masked) or server sends it.
-    pub fn frame(
-        fin: bool,
-        rsv1: bool,
-        opcode: u8,
-        payload: &[u8],
-        mask: Option<[u8; 4]>,
-    ) -> Vec<u8> {
-        let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
-        let m = if mask.is_some() { 0x80 } else { 0 };
-        match payload.len() {
-            n if n < 126 => f.push(m | n as u8),
-            n if n <= 0xffff => {
-                f.push(m | 126);
-                f.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                f.push(m | 127);
-                f.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        match mask {
-            Some(k) => {
-                f.extend_from_slice(&k);
-                f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
-            }
-            None => f.extend_from_slice(payload),
-        }
-        f
-    }
 
     fn all(dec: &mut Decoder, bytes: &[u8]) -> Vec<WsEvent> {
         let mut out = Vec::new();

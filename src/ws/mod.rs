@@ -3,15 +3,30 @@
 //! for byte in both directions as soon as bytes arrive, while a copy of each direction is decoded
 //! ([`frame::Decoder`]) into whole messages that the inspector reads as one stream, one scope
 //! per connection. A close frame or a dropped connection ends the calls still pending.
+//!
+//! Rate limits: with rules in force when the connection upgrades, the client's data frames are
+//! held until their message is whole (control frames pass at once; a message outgrowing the
+//! inspection cap streams on, uninspected and so unlimited), so that a refused call can be taken
+//! out. Its JSON-RPC error goes to the client as an unmasked text frame of rpctap's own, put in
+//! between two of the server's messages — the one case where rpctap writes into the stream. A
+//! batch with refused members goes on as a smaller batch in a frame of rpctap's (masked, not
+//! compressed), and the refused members' errors come as their own batch. Leaving out (or
+//! rewriting) a compressed message of a direction with context takeover would break the
+//! server's inflating of every later message (they may refer back to it): from the first such
+//! refusal on, rpctap re-sends that direction's data messages uncompressed, one frame each.
 
 pub mod frame;
 
 use crate::events::Direction;
 use crate::inspect::{EndReason, ExchangeCtx};
-use frame::{Decoder, Deflate, WsEvent};
+use crate::limit::Limiter;
+use crate::proxy::limits::{limit_message, Forward};
+use bytes::Bytes;
+use frame::{Decoder, Deflate, FrameEnd, WsEvent};
 use http::HeaderMap;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 /// Whether a request asks to become a WebSocket (`Upgrade: websocket`).
 pub fn is_websocket(h: &HeaderMap) -> bool {
@@ -76,10 +91,25 @@ struct Shared {
     close: Option<String>,
 }
 
+/// The rate limits of one WebSocket connection: the rules in force (read at each message, so
+/// a reload applies) and the keys of the upgrade request.
+pub struct Limits {
+    pub rules: Arc<dyn Fn() -> Arc<Limiter> + Send + Sync>,
+    pub peer: std::net::IpAddr,
+    pub session: Option<String>,
+    pub headers: HeaderMap,
+}
+
 /// Passes the upgraded connection through and inspects it; returns when both directions are
-/// done. `cap` is the largest message inspected.
-pub async fn tee<C, U>(client: C, upstream: U, ctx: ExchangeCtx, neg: Negotiated, cap: usize)
-where
+/// done. `cap` is the largest message inspected; `limits`, when rules are in force.
+pub async fn tee<C, U>(
+    client: C,
+    upstream: U,
+    ctx: ExchangeCtx,
+    neg: Negotiated,
+    cap: usize,
+    limits: Option<Limits>,
+) where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
@@ -94,21 +124,39 @@ where
         }
         None => true,
     };
+    let limits = limits.filter(|_| inspect);
     let (cr, cw) = tokio::io::split(client);
     let (ur, uw) = tokio::io::split(upstream);
-    let up = pump(
-        cr,
-        uw,
-        inspect.then(|| Decoder::new(cap, neg.client)),
-        shared.clone(),
-        Direction::ClientToServer,
-    );
+    // rpctap's own frames to the client (refusals), put in between the server's messages.
+    let (to_client, injected) = match limits {
+        Some(_) => {
+            let (tx, rx) = mpsc::channel(64);
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
+    let up = {
+        let shared = shared.clone();
+        async move {
+            match (limits, to_client) {
+                (Some(l), Some(tx)) => {
+                    let dec = Decoder::new(cap, neg.client).keep_binary();
+                    limited(cr, uw, dec, shared, l, neg.client, tx, cap).await;
+                }
+                _ => {
+                    let dec = inspect.then(|| Decoder::new(cap, neg.client));
+                    pump(cr, uw, dec, shared, Direction::ClientToServer, None).await;
+                }
+            }
+        }
+    };
     let down = pump(
         ur,
         cw,
         inspect.then(|| Decoder::new(cap, neg.server)),
         shared.clone(),
         Direction::ServerToClient,
+        injected,
     );
     // Each direction runs until its reader ends (passing the end on); when one side has gone,
     // the other gets a moment to finish its closing handshake.
@@ -132,30 +180,82 @@ fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     s.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The next frame rpctap puts in; never, without a channel.
+async fn next_injected(rx: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One direction: what is read is written on at once, then a copy decoded. The std mutex is
-/// taken only between awaits.
+/// taken only between awaits. `inject`: frames of rpctap's own to put in between two messages
+/// (the server's direction, with rate limits).
 async fn pump<R, W>(
     mut r: R,
     mut w: W,
     mut dec: Option<Decoder>,
     shared: Arc<Mutex<Shared>>,
     dir: Direction,
+    mut inject: Option<mpsc::Receiver<Bytes>>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; 16 << 10];
     let mut events = Vec::new();
-    loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+    'read: loop {
+        let between = dec.as_ref().is_some_and(Decoder::at_message_boundary);
+        let n = tokio::select! {
+            biased;
+            f = next_injected(&mut inject), if between && inject.is_some() => {
+                match f {
+                    Some(f) => {
+                        if w.write_all(&f).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => inject = None,
+                }
+                continue;
+            }
+            n = r.read(&mut buf) => match n {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
         };
-        if w.write_all(&buf[..n]).await.is_err() {
-            break;
+        let Some(d) = &mut dec else {
+            if w.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+            continue;
+        };
+        match &mut inject {
+            // A frame of rpctap's waits: the bytes go on frame by frame, and it goes in at the
+            // first boundary between two messages.
+            Some(rx) if !rx.is_empty() => {
+                let mut at = 0;
+                while at < n {
+                    let (k, _) = d.feed_frame(&buf[at..n], &mut events);
+                    if w.write_all(&buf[at..at + k]).await.is_err() {
+                        break 'read;
+                    }
+                    at += k;
+                    while d.at_message_boundary() {
+                        let Ok(f) = rx.try_recv() else { break };
+                        if w.write_all(&f).await.is_err() {
+                            break 'read;
+                        }
+                    }
+                }
+            }
+            _ => {
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                d.feed(&buf[..n], &mut events);
+            }
         }
-        let Some(d) = &mut dec else { continue };
-        d.feed(&buf[..n], &mut events);
         if events.is_empty() {
             continue;
         }
@@ -167,10 +267,210 @@ async fn pump<R, W>(
     let _ = w.shutdown().await;
 }
 
+/// Held bytes beyond the cap by this much mean the message cannot inflate to within the cap
+/// (deflate grows incompressible data by far less): it streams on, uninspected.
+fn hold_limit(cap: usize) -> usize {
+    cap + cap / 8 + 1024
+}
+
+/// The client's direction under rate limits: a data message is held until whole, then
+/// inspected and decided; control frames go on at once.
+#[allow(clippy::too_many_arguments)]
+async fn limited<R, W>(
+    mut r: R,
+    mut w: W,
+    mut dec: Decoder,
+    shared: Arc<Mutex<Shared>>,
+    lim: Limits,
+    deflate: Option<Deflate>,
+    to_client: mpsc::Sender<Bytes>,
+    cap: usize,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let dir = Direction::ClientToServer;
+    let takeover = deflate.is_some_and(|d| !d.no_context_takeover);
+    // From the first compressed message left out (with context takeover) on: data messages are
+    // re-sent uncompressed from what was decoded.
+    let mut rewrite = false;
+    // The current frame's bytes, and the current message's frames not yet passed on.
+    let (mut cur, mut held): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+    // The message outgrew the hold: its bytes (and anything between them) go on as they come.
+    let mut streaming = false;
+    let mut buf = vec![0u8; 16 << 10];
+    let mut events = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
+    let mut replies: Vec<Bytes> = Vec::new();
+    let mut fatal = false;
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut at = 0;
+        while at < n {
+            if dec.failed() {
+                // Not RFC 6455 framing: nothing can be decided any more; all goes on.
+                out.extend_from_slice(&buf[at..n]);
+                break;
+            }
+            let (k, end) = dec.feed_frame(&buf[at..n], &mut events);
+            let piece = &buf[at..at + k];
+            at += k;
+            if streaming {
+                out.extend_from_slice(piece);
+            } else if !(rewrite && dec.in_data_frame()) {
+                // (In rewrite mode a data frame's own bytes are dropped: its message is re-sent.)
+                cur.extend_from_slice(piece);
+            }
+            if rewrite
+                && (dec.in_data_frame()
+                    || matches!(end, Some(FrameEnd::Fragment | FrameEnd::Final)))
+            {
+                cur.clear();
+            }
+            match end {
+                Some(FrameEnd::Control) => out.append(&mut cur),
+                Some(FrameEnd::Fragment) => held.append(&mut cur),
+                Some(FrameEnd::Final) => {
+                    held.append(&mut cur);
+                    let was_streaming = std::mem::replace(&mut streaming, false);
+                    let compressed = held.first().is_some_and(|b| b & 0x40 != 0);
+                    {
+                        let mut s = lock(&shared);
+                        for ev in events.drain(..) {
+                            let keep_raw = !rewrite && !was_streaming;
+                            match ev {
+                                WsEvent::Text(t) if !was_streaming => {
+                                    let keys = crate::limit::RequestKeys {
+                                        peer: lim.peer,
+                                        session: lim.session.as_deref(),
+                                        headers: &lim.headers,
+                                    };
+                                    let l = limit_message(
+                                        &(lim.rules)(),
+                                        &mut s.ctx,
+                                        dir,
+                                        t.clone(),
+                                        &keys,
+                                    );
+                                    let dropped = l.forward != Forward::Unchanged;
+                                    match l.forward {
+                                        Forward::Unchanged if keep_raw => out.append(&mut held),
+                                        Forward::Unchanged => out.extend(frame::encode(
+                                            true,
+                                            false,
+                                            0x1,
+                                            &t,
+                                            Some(mask()),
+                                        )),
+                                        Forward::Smaller(b) => out.extend(frame::encode(
+                                            true,
+                                            false,
+                                            0x1,
+                                            &b,
+                                            Some(mask()),
+                                        )),
+                                        Forward::Nothing => {}
+                                    }
+                                    if dropped {
+                                        held.clear();
+                                        rewrite |= takeover && compressed;
+                                    }
+                                    replies.extend(l.reply.map(|r| {
+                                        Bytes::from(frame::encode(true, false, 0x1, &r, None))
+                                    }));
+                                }
+                                WsEvent::BinaryData(b) if rewrite => {
+                                    out.extend(frame::encode(true, false, 0x2, &b, Some(mask())));
+                                }
+                                WsEvent::BinaryData(_) => out.append(&mut held),
+                                WsEvent::Oversized { .. } | WsEvent::ContextLost { .. }
+                                    if rewrite =>
+                                {
+                                    // Not inflated, so it cannot be re-sent: the connection cannot
+                                    // go on.
+                                    s.ctx.not_inspected(dir, "a message too large to inspect after rpctap had to re-send the client's messages uncompressed: it cannot be passed on, and the connection is closed".into());
+                                    fatal = true;
+                                }
+                                other => {
+                                    if matches!(
+                                        other,
+                                        WsEvent::Oversized { .. } | WsEvent::ContextLost { .. }
+                                    ) && keep_raw
+                                    {
+                                        out.append(&mut held);
+                                    }
+                                    apply(&mut s, dir, other);
+                                }
+                            }
+                        }
+                    }
+                    held.clear();
+                    if fatal {
+                        // 1009: message too big (RFC 6455 §7.4.1), to both sides.
+                        let close = |m| frame::encode(true, false, 0x8, &1009u16.to_be_bytes(), m);
+                        let _ = w.write_all(&out).await;
+                        let _ = w.write_all(&close(Some(mask()))).await;
+                        let _ = w.shutdown().await;
+                        let _ = to_client.send(Bytes::from(close(None))).await;
+                        return;
+                    }
+                }
+                None => {
+                    if !streaming && !rewrite && held.len() + cur.len() > hold_limit(cap) {
+                        streaming = true;
+                        out.append(&mut held);
+                        out.append(&mut cur);
+                    }
+                }
+            }
+            if dec.failed() && !rewrite {
+                out.append(&mut held);
+                out.append(&mut cur);
+            }
+            if !events.is_empty() {
+                // Control frames' events (a close, a ping).
+                let mut s = lock(&shared);
+                for ev in events.drain(..) {
+                    apply(&mut s, dir, ev);
+                }
+            }
+        }
+        if !out.is_empty() {
+            if w.write_all(&out).await.is_err() {
+                break;
+            }
+            out.clear();
+        }
+        for f in replies.drain(..) {
+            if to_client.send(f).await.is_err() {
+                break;
+            }
+        }
+    }
+    // A message never finished: what the client sent goes on as it is.
+    if !rewrite {
+        held.append(&mut cur);
+        let _ = w.write_all(&held).await;
+    }
+    let _ = w.shutdown().await;
+}
+
+/// A masking key for a frame of rpctap's own to the server (RFC 6455 §5.3: unpredictable).
+fn mask() -> [u8; 4] {
+    let mut k = [0u8; 4];
+    if getrandom::fill(&mut k).is_err() {
+        k = [0x5a, 0xc3, 0x9e, 0x17];
+    }
+    k
+}
+
 fn apply(s: &mut Shared, dir: Direction, ev: WsEvent) {
     match ev {
         WsEvent::Text(t) => s.ctx.line(dir, t),
-        WsEvent::Binary { .. } | WsEvent::Ping | WsEvent::Pong => {}
+        WsEvent::Binary { .. } | WsEvent::BinaryData(_) | WsEvent::Ping | WsEvent::Pong => {}
         WsEvent::Oversized { len, compressed } => {
             if compressed {
                 s.ctx.not_inspected(dir, format!(

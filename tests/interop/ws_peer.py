@@ -2,10 +2,12 @@
 
 usage: ws_peer.py server PORT [plain]      a JSON-RPC server
        ws_peer.py client URL [plain]       a client; prints what it got as one JSON object
+       ws_peer.py limited URL [plain]      a client for a proxy refusing `add` after 3 calls
 `plain` turns compression off.
 
 Server methods: add (sum of params), echo (the params), subscribe (result "sub-1", then three
-`subscription` notifications carrying it), unsubscribe (true, and the notifications stop).
+`subscription` notifications carrying it), unsubscribe (true, and the notifications stop), stats (how many `add` calls and notifications
+reached the server).
 Batches are answered as arrays; notifications get nothing.
 """
 
@@ -17,9 +19,16 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 
 
+SEEN = {"add": 0}
+
+
 def answer(req):
     method, params, rid = req.get("method"), req.get("params"), req.get("id")
     if method == "add":
+        SEEN["add"] += 1
+    if method == "stats":
+        out = {"result": dict(SEEN)}
+    elif method == "add":
         out = {"result": sum(params)}
     elif method == "echo":
         out = {"result": params}
@@ -78,10 +87,47 @@ async def client(url, compression):
     print(json.dumps(out))
 
 
+async def limited(url, compression):
+    """Calls through a proxy whose rule lets 3 `add` through: the refused ones get rpctap's
+    error, everything else (compressed or not, after a refusal too) is answered by the server."""
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        async def recv_ids(n):
+            got = {}
+            while len(got) < n:
+                msg = json.loads(await ws.recv())
+                for m in msg if isinstance(msg, list) else [msg]:
+                    got[str(m["id"])] = m
+            return got
+
+        text = "the same words again and again, " * 40
+        for i in range(1, 6):
+            await ws.send(json.dumps({"jsonrpc": "2.0", "method": "add", "params": [i, 1], "id": i}))
+            out.update(await recv_ids(1))
+        # A batch: one refused member, one answered; two replies (rpctap's and the server's).
+        await ws.send(json.dumps([
+            {"jsonrpc": "2.0", "method": "add", "params": [1, 1], "id": 6},
+            {"jsonrpc": "2.0", "method": "echo", "params": [text], "id": 7},
+        ]))
+        out.update(await recv_ids(2))
+        # A refused notification is dropped; the calls after it (which the client compresses
+        # against what it sent before) reach the server intact.
+        await ws.send(json.dumps({"jsonrpc": "2.0", "method": "add", "params": [0, 0]}))
+        for i in (8, 9):
+            await ws.send(json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [text, i], "id": i}))
+            out.update(await recv_ids(1))
+        await ws.send(json.dumps({"jsonrpc": "2.0", "method": "stats", "id": 10}))
+        out.update(await recv_ids(1))
+        out["text"] = text
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
     role, where = sys.argv[1], sys.argv[2]
     compression = None if "plain" in sys.argv[3:] else "deflate"
     if role == "server":
         asyncio.run(server(int(where), compression))
+    elif role == "limited":
+        asyncio.run(limited(where, compression))
     else:
         asyncio.run(client(where, compression))
