@@ -419,15 +419,6 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
     }
 }
 
-/// The Node peers; `node@22` brings the Node 22 the conformance suite needs, without a system
-/// install.
-const NODE_PACKAGES: &[&str] = &[
-    "@modelcontextprotocol/server-everything@2026.8.31",
-    "@modelcontextprotocol/sdk@1.32.2",
-    "@modelcontextprotocol/conformance@0.1.16",
-    "node@22",
-];
-
 /// The npm packages `scripts/peers.sh` installed under target/interop/node.
 fn node_modules(packages: &[&str]) -> PathBuf {
     installed("node", packages)

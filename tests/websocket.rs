@@ -499,3 +499,84 @@ async fn a_refusal_waits_for_the_end_of_the_servers_fragmented_message() {
         |c| matches!(&c.outcome, rpctap::events::Outcome::Refused { rule } if rule == "m=1/min")
     ));
 }
+
+/// A real Ethereum JSON-RPC node (ganache, from npm) over WebSocket through rpctap: the block
+/// number, a batch, `eth_subscribe("newHeads")` with three blocks mined (`evm_mine`) and their
+/// three `eth_subscription` notifications, `eth_unsubscribe` — every call correlated, the
+/// notifications attributed to their subscription, nothing flagged, the recording clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ganache_newheads_subscription_is_correlated_and_attributed() {
+    let node = installed("node", NODE_PACKAGES);
+    let env = installed("ws", &["websockets==17.4"]);
+    let port = free_port();
+    let mut g = std::process::Command::new(node.join("node_modules/.bin/ganache"));
+    g.args([
+        "--server.host",
+        "127.0.0.1",
+        "--server.port",
+        &port.to_string(),
+        "--logging.quiet",
+    ]);
+    let _ganache = Proc::spawn(
+        g.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
+    let up: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_listening(up).await;
+    let dir = Scratch::new("ws-ganache");
+    let file = dir.join("eth.jsonl");
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
+    let url = format!("ws://{}/", p.addr);
+    let script = root().join("tests/interop/ws_peer.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env.join("bin/python"))
+            .arg(script)
+            .args(["eth", &url])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["blockNumber"]["result"], "0x0", "{v}");
+    assert_eq!(v["batch"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["heads"], serde_json::json!([1, 2, 3]), "{v}");
+    let sub = v["subscription"].as_str().unwrap().to_string();
+    assert_eq!(v["heads_subscription"], serde_json::json!([sub]));
+    assert_eq!(v["unsubscribe"]["result"], true);
+    assert_eq!(v["after"]["result"], "0x3");
+    let ev = drain_ws(&mut p).await;
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    let cs = calls(&ev);
+    assert_eq!(cs.len(), 9, "{cs:?}");
+    assert!(
+        cs.iter()
+            .all(|c| c.outcome == rpctap::events::Outcome::Result),
+        "{cs:?}"
+    );
+    let target = |m: &str| {
+        cs.iter()
+            .find(|c| &*c.method == m)
+            .and_then(|c| c.target.as_deref().map(str::to_string))
+    };
+    assert_eq!(target("eth_subscribe").as_deref(), Some(sub.as_str()));
+    assert_eq!(target("eth_unsubscribe").as_deref(), Some(sub.as_str()));
+    let heads = ev
+        .iter()
+        .filter(|e| matches!(&***e, Event::Message(m) if m.method.as_deref() == Some("eth_subscription") && m.target.as_deref() == Some(sub.as_str())))
+        .count();
+    assert_eq!(
+        heads, 3,
+        "the newHeads notifications under their subscription"
+    );
+    drop(p.stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = check_recording(&file);
+    assert_eq!(c.exit, Some(0), "{}", c.stdout);
+    assert_eq!(c.matched, 9, "{}", c.stdout);
+}

@@ -551,6 +551,14 @@ impl App {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 let is_call = m.kind != Kind::Notification && m.id.is_some();
+                let stream_target = match (&m.method, &m.target, m.transport) {
+                    (
+                        Some(method),
+                        Some(target),
+                        crate::events::Transport::Ws | crate::events::Transport::Stdio,
+                    ) => Some(Text::from(format!("{method} [{target}]"))),
+                    _ => None,
+                };
                 let id = m.id.unwrap_or_else(|| Text::from(""));
                 let row = Row {
                     seq,
@@ -582,6 +590,12 @@ impl App {
                         .or_default()
                         .push_back(seq);
                     self.by_exchange.entry(m.exchange).or_default().push(seq);
+                } else if !m.c2s && m.kind == Kind::Notification && stream_target.is_some() {
+                    // A subscription's notification (a WebSocket's `eth_subscription`, …):
+                    // counted in the methods view under its subscription.
+                    if let Some(key) = stream_target {
+                        self.method_mut(&key).count += self.sample.max(1);
+                    }
                 } else if !m.c2s
                     && matches!(
                         m.transport,
@@ -1659,5 +1673,25 @@ mod tests {
             (before.0 + 4, before.1 + 4)
         );
         assert_eq!(a.methods["nope"].count, 4);
+    }
+
+    #[test]
+    fn a_subscriptions_notifications_are_counted_under_it_in_the_methods_view() {
+        let mut a = App::new("t", "l", "u", 100, 0);
+        for _ in 0..3 {
+            let mut m = msg(
+                1,
+                false,
+                Kind::Notification,
+                None,
+                Some("eth_subscription"),
+                r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{}}}"#,
+            );
+            m.target = Some("0x1".into());
+            m.transport = crate::events::Transport::Ws;
+            a.apply_message(m);
+        }
+        assert_eq!(a.methods["eth_subscription [0x1]"].count, 3);
+        assert_eq!(a.methods.len(), 1);
     }
 }

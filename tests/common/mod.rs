@@ -602,6 +602,17 @@ pub fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The Node peers `scripts/peers.sh` installs under target/interop/node (its stamp); `node@22`
+/// brings the Node 22 the conformance suite needs, without a system install, `ganache` a real
+/// Ethereum JSON-RPC node.
+pub const NODE_PACKAGES: &[&str] = &[
+    "@modelcontextprotocol/server-everything@2026.8.31",
+    "@modelcontextprotocol/sdk@1.32.2",
+    "@modelcontextprotocol/conformance@0.1.16",
+    "node@22",
+    "ganache@7.9.2",
+];
+
 /// A peer folder under target/interop whose stamp names exactly `packages`.
 pub fn installed(name: &str, packages: &[&str]) -> std::path::PathBuf {
     let dir = root().join("target/interop").join(name);

@@ -3,6 +3,8 @@
 usage: ws_peer.py server PORT [plain]      a JSON-RPC server
        ws_peer.py client URL [plain]       a client; prints what it got as one JSON object
        ws_peer.py limited URL [plain]      a client for a proxy refusing `add` after 3 calls
+       ws_peer.py eth URL                  an Ethereum client (for ganache): block number, a
+                                           batch, newHeads over three mined blocks, unsubscribe
 `plain` turns compression off.
 
 Server methods: add (sum of params), echo (the params), subscribe (result "sub-1", then three
@@ -122,11 +124,48 @@ async def limited(url, compression):
     print(json.dumps(out))
 
 
+async def eth(url, compression):
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        out["extensions"] = [type(e).__name__ for e in ws.protocol.extensions]
+        pending = []  # notifications that came while waiting for a reply
+
+        async def call(body):
+            await ws.send(json.dumps(body))
+            while True:
+                msg = json.loads(await ws.recv())
+                if isinstance(msg, dict) and msg.get("method") == "eth_subscription":
+                    pending.append(msg)
+                    continue
+                return msg
+
+        out["blockNumber"] = await call({"jsonrpc": "2.0", "method": "eth_blockNumber", "params": [], "id": 1})
+        out["batch"] = await call([
+            {"jsonrpc": "2.0", "method": "eth_chainId", "params": [], "id": 2},
+            {"jsonrpc": "2.0", "method": "net_version", "params": [], "id": 3},
+        ])
+        sub = await call({"jsonrpc": "2.0", "method": "eth_subscribe", "params": ["newHeads"], "id": 4})
+        out["subscription"] = sub["result"]
+        for i in range(3):
+            out[f"mine{i}"] = await call({"jsonrpc": "2.0", "method": "evm_mine", "params": [], "id": 5 + i})
+        while len(pending) < 3:
+            msg = json.loads(await ws.recv())
+            if msg.get("method") == "eth_subscription":
+                pending.append(msg)
+        out["heads"] = [int(n["params"]["result"]["number"], 16) for n in pending]
+        out["heads_subscription"] = sorted({n["params"]["subscription"] for n in pending})
+        out["unsubscribe"] = await call({"jsonrpc": "2.0", "method": "eth_unsubscribe", "params": [sub["result"]], "id": 8})
+        out["after"] = await call({"jsonrpc": "2.0", "method": "eth_blockNumber", "params": [], "id": 9})
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
     role, where = sys.argv[1], sys.argv[2]
     compression = None if "plain" in sys.argv[3:] else "deflate"
     if role == "server":
         asyncio.run(server(int(where), compression))
+    elif role == "eth":
+        asyncio.run(eth(where, compression))
     elif role == "limited":
         asyncio.run(limited(where, compression))
     else:
