@@ -136,6 +136,77 @@ async fn python_websockets_with_and_without_deflate_identical_inspected_and_chec
             16,
             "{mode}: recorded as ws messages (decompressed)"
         );
+        // Exported as HAR: the WebSocket's messages as Chrome writes them, batches whole.
+        let out = rpctap()
+            .args(["export", "--format", "har", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let har: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let entry = har["log"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["_resourceType"] == "websocket")
+            .expect("a websocket entry");
+        let frames = entry["_webSocketMessages"].as_array().unwrap();
+        let sent = frames.iter().filter(|f| f["type"] == "send").count();
+        assert_eq!((sent, frames.len() - sent), (5, 8), "{mode}: {frames:?}");
+        let batches = frames
+            .iter()
+            .filter(|f| f["data"].as_str().is_some_and(|d| d.starts_with('[')))
+            .count();
+        assert_eq!(
+            batches, 2,
+            "{mode}: the batch and its reply, whole: {frames:?}"
+        );
+        // Replayed: a new WebSocket to the server, the six calls as recorded.
+        let out = rpctap()
+            .args([
+                "replay",
+                file.to_str().unwrap(),
+                "--target",
+                &format!("http://{up}"),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{mode}: replay: {text}");
+        assert!(
+            text.lines()
+                .last()
+                .unwrap_or("")
+                .starts_with("6 passed, 0 failed"),
+            "{mode}: {text}"
+        );
+        assert!(!text.contains("warning"), "{mode}: {text}");
+        // Served as a mock over WebSocket: the client gets what the server gave it, the
+        // subscription's notifications included.
+        let mock: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let _mock = Proc::spawn(
+            rpctap()
+                .args([
+                    "mock",
+                    file.to_str().unwrap(),
+                    "--listen",
+                    &mock.to_string(),
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+        );
+        wait_listening(mock).await;
+        let mut mocked = run(format!("ws://{mock}/rpc")).await.unwrap();
+        assert_eq!(
+            mocked["extensions"],
+            serde_json::json!([]),
+            "the mock offers no extension"
+        );
+        mocked["extensions"] = via["extensions"].clone();
+        assert_eq!(mocked, via, "{mode}: the mock answers as the server did");
     }
 }
 
@@ -579,4 +650,38 @@ async fn ganache_newheads_subscription_is_correlated_and_attributed() {
     let c = check_recording(&file);
     assert_eq!(c.exit, Some(0), "{}", c.stdout);
     assert_eq!(c.matched, 9, "{}", c.stdout);
+    // The recording as a mock node: the same answers, the mined blocks' heads after each
+    // `evm_mine` as recorded.
+    let mock: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let _mock = Proc::spawn(
+        rpctap()
+            .args([
+                "mock",
+                file.to_str().unwrap(),
+                "--listen",
+                &mock.to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
+    wait_listening(mock).await;
+    let url = format!("ws://{mock}/");
+    let env = installed("ws", &["websockets==17.4"]);
+    let script = root().join("tests/interop/ws_peer.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env.join("bin/python"))
+            .arg(script)
+            .args(["eth", &url])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mocked: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(mocked, v, "the mock answers as ganache did");
 }

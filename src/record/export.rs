@@ -2,6 +2,7 @@
 //! and HAR 1.2 for browsers' developer tools and mitmproxy.
 
 use super::reader::{RecHttp, RecMessage, Recording};
+use crate::events::Transport;
 use crate::rpc::Kind;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -265,10 +266,14 @@ pub fn har(rec: &Recording) -> Value {
             "headersSize": -1,
             "bodySize": req_text.len(),
         });
-        if !req_text.is_empty() {
+        // A WebSocket: its messages as Chrome's HAR writes them (`_webSocketMessages`), not as
+        // bodies.
+        let ws = status == 101 && msgs.iter().any(|m| m.transport == Transport::Ws);
+        if !req_text.is_empty() && !ws {
             request["postData"] = json!({ "mimeType": req_ct.unwrap_or_else(|| "application/json".into()), "text": req_text });
         }
-        entries.push(json!({
+        let resp_text = if ws { String::new() } else { resp_text };
+        let mut entry = json!({
             "startedDateTime": rfc3339(*ts),
             "time": (end.saturating_sub(*ts)) as f64 / 1e6,
             "request": request,
@@ -286,7 +291,24 @@ pub fn har(rec: &Recording) -> Value {
             "cache": {},
             "timings": { "send": 0, "wait": (rts.saturating_sub(*ts)) as f64 / 1e6, "receive": (end.saturating_sub(rts)) as f64 / 1e6 },
             "_rpctap": { "exchange": exchange, "methods": methods, "ids": ids, "anomalies": anomalies.get(exchange).cloned().unwrap_or_default() },
-        }));
+        });
+        if ws {
+            entry["_resourceType"] = json!("websocket");
+            let frames: Vec<Value> = super::reader::whole_messages(msgs.iter().copied())
+                .iter()
+                .map(|members| {
+                    let m = members[0];
+                    json!({
+                        "type": if m.is_c2s() { "send" } else { "receive" },
+                        "time": m.ts as f64 / 1e9,
+                        "opcode": 1,
+                        "data": super::reader::whole_text(members),
+                    })
+                })
+                .collect();
+            entry["_webSocketMessages"] = Value::Array(frames);
+        }
+        entries.push(entry);
     }
     json!({
         "log": {

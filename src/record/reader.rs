@@ -386,6 +386,41 @@ pub fn read(path: &Path) -> Result<Recording, RecordError> {
     Ok(rec)
 }
 
+/// The recorded messages as the wire carried them: each batch's members (recorded one by one)
+/// gathered back into one message, in order.
+pub fn whole_messages<'a>(
+    msgs: impl IntoIterator<Item = &'a RecMessage>,
+) -> Vec<Vec<&'a RecMessage>> {
+    let mut out: Vec<Vec<&RecMessage>> = Vec::new();
+    let mut open: Option<Vec<&RecMessage>> = None;
+    for m in msgs {
+        match (m.batch_index, m.batch_len) {
+            (Some(i), Some(n)) => {
+                let cur = open.get_or_insert_with(Vec::new);
+                cur.push(m);
+                if i + 1 >= n {
+                    out.extend(open.take());
+                }
+            }
+            _ => {
+                out.extend(open.take());
+                out.push(vec![m]);
+            }
+        }
+    }
+    out.extend(open.take());
+    out
+}
+
+/// One message's text from its members ([`whole_messages`]): a batch as an array.
+pub fn whole_text(members: &[&RecMessage]) -> String {
+    if members.len() == 1 && members[0].batch_index.is_none() {
+        return members[0].wire_text().into_owned();
+    }
+    let parts: Vec<String> = members.iter().map(|m| m.wire_text().into_owned()).collect();
+    format!("[{}]", parts.join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,11 @@
 //! the matching recorded request (same method and params, `_meta` ignored; on a tie, recording
 //! order), with the live request's id. JSON or SSE as the client accepts; notifications get
 //! 202/204; an unmatched request gets a JSON-RPC error naming the closest recorded method.
+//!
+//! A WebSocket upgrade is accepted (`tokio-tungstenite` over hyper's upgraded connection; no
+//! extension is offered): each text message is answered as a stdio line is, and the server
+//! notifications recorded between the call and the client's next message (a subscription's,
+//! such as `eth_subscription`) follow its reply.
 
 use crate::demo::DemoBody;
 use crate::record::reader::{RecMessage, Recording};
@@ -20,6 +25,8 @@ struct Reply {
     member: &'static str,
     value: String,
     sse: bool,
+    /// The server's notifications recorded after the call, before the client's next message.
+    then: Arc<[String]>,
 }
 
 /// The mock's index of the recording.
@@ -91,6 +98,14 @@ impl Mock {
                 !r.is_c2s() && r.is_response() && r.scope == m.scope && r.id_text() == m.id_text()
             });
             let Some(reply) = reply else { continue };
+            let then: Vec<String> = msgs[i + 1..]
+                .iter()
+                .take_while(|r| !(r.is_c2s() && r.scope == m.scope))
+                .filter(|r| {
+                    !r.is_c2s() && r.scope == m.scope && r.kind == crate::rpc::Kind::Notification
+                })
+                .map(|r| r.wire_text().into_owned())
+                .collect();
             let Ok(parts) = serde_json::from_str::<Parts>(reply.message.get()) else {
                 continue;
             };
@@ -103,6 +118,7 @@ impl Mock {
                 member,
                 value,
                 sse: reply.transport == crate::events::Transport::Sse,
+                then: then.into(),
             });
         }
         mock
@@ -128,8 +144,14 @@ impl Mock {
             .map(String::as_str)
     }
 
-    /// The reply text to one message, or `None` for notifications and responses.
+    /// The reply text to one message (and whether it was carried by SSE), or `None` for
+    /// notifications and responses.
     fn answer(&self, raw: &RawValue) -> Option<(String, bool)> {
+        self.answer_then(raw).map(|(r, sse, _)| (r, sse))
+    }
+
+    /// Like `answer`, with the notifications recorded after the call.
+    fn answer_then(&self, raw: &RawValue) -> Option<(String, bool, Arc<[String]>)> {
         let v: Value = serde_json::from_str(raw.get()).ok()?;
         let id = serde_json::from_str::<IdOnly>(raw.get())
             .ok()?
@@ -145,6 +167,7 @@ impl Mock {
                     r.member, r.value
                 ),
                 r.sse,
+                r.then,
             ));
         }
         let (code, message) = if self.methods.contains(&method) {
@@ -162,6 +185,7 @@ impl Mock {
         Some((
             format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#),
             false,
+            Arc::from(Vec::new()),
         ))
     }
 
@@ -190,26 +214,94 @@ impl Mock {
 
     /// The reply line to one line of the stdio transport.
     pub fn answer_line(&self, text: &str) -> Option<String> {
-        let Ok(top) = serde_json::from_str::<&RawValue>(text) else {
-            return Some(
-                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
-                    .into(),
-            );
-        };
-        if top.get().starts_with('[') {
-            let members = serde_json::from_str::<Vec<&RawValue>>(top.get()).unwrap_or_default();
-            let texts: Vec<String> = members
-                .iter()
-                .filter_map(|m| self.answer(m).map(|r| r.0))
-                .collect();
-            (!texts.is_empty()).then(|| format!("[{}]", texts.join(",")))
-        } else {
-            self.answer(top).map(|r| r.0)
-        }
+        self.answer_message(text).0
     }
 
-    pub async fn handle(&self, req: Request<crate::server::RequestBody>) -> Response<DemoBody> {
+    /// The reply to one message of a stream (a stdio line, a WebSocket message), and the
+    /// notifications recorded after its calls.
+    pub fn answer_message(&self, text: &str) -> (Option<String>, Vec<String>) {
+        let Ok(top) = serde_json::from_str::<&RawValue>(text) else {
+            let e =
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+            return (Some(e.into()), vec![]);
+        };
+        let (members, batch) = if top.get().starts_with('[') {
+            let m = serde_json::from_str::<Vec<&RawValue>>(top.get()).unwrap_or_default();
+            (m, true)
+        } else {
+            (vec![top], false)
+        };
+        let (mut texts, mut then) = (Vec::new(), Vec::new());
+        for m in &members {
+            if let Some((r, _, t)) = self.answer_then(m) {
+                texts.push(r);
+                then.extend(t.iter().cloned());
+            }
+        }
+        let reply = match (batch, texts.is_empty()) {
+            (_, true) => None,
+            (true, false) => Some(format!("[{}]", texts.join(","))),
+            (false, false) => texts.pop(),
+        };
+        (reply, then)
+    }
+
+    /// Answers a WebSocket upgrade (`101`) and serves the connection: each text message gets
+    /// its reply and then the notifications recorded after it.
+    fn websocket(
+        self: &Arc<Self>,
+        mut req: Request<crate::server::RequestBody>,
+    ) -> Response<DemoBody> {
+        use tokio_tungstenite::tungstenite::{
+            handshake::derive_accept_key, protocol::Role, Message,
+        };
+        let Some(key) = req.headers().get("sec-websocket-key") else {
+            return respond(StatusCode::BAD_REQUEST, None, Bytes::new());
+        };
+        let accept = derive_accept_key(key.as_bytes());
+        let on = hyper::upgrade::on(&mut req);
+        let me = self.clone();
+        tokio::spawn(async move {
+            use futures_util::{SinkExt, StreamExt};
+            let Ok(up) = on.await else { return };
+            let io = hyper_util::rt::TokioIo::new(up);
+            let ws =
+                tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+            let (mut sink, mut stream) = ws.split();
+            while let Some(Ok(m)) = stream.next().await {
+                let text = match m {
+                    Message::Text(t) => t,
+                    Message::Close(_) => break,
+                    // Pings are answered by tungstenite; binary messages carry no JSON-RPC.
+                    _ => continue,
+                };
+                let (reply, then) = me.answer_message(text.as_str());
+                for out in reply.into_iter().chain(then) {
+                    if sink.send(Message::text(out)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let mut r = respond(StatusCode::SWITCHING_PROTOCOLS, None, Bytes::new());
+        let h = r.headers_mut();
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        if let Ok(v) = HeaderValue::from_str(&accept) {
+            h.insert("sec-websocket-accept", v);
+        }
+        r
+    }
+
+    pub async fn handle(
+        self: &Arc<Self>,
+        req: Request<crate::server::RequestBody>,
+    ) -> Response<DemoBody> {
         let accepts_sse = crate::media::accepts_event_stream(req.headers());
+        if req.method() == Method::GET && crate::ws::is_websocket(req.headers()) {
+            return self.websocket(req);
+        }
         match *req.method() {
             Method::POST => {}
             Method::DELETE => return respond(StatusCode::OK, None, Bytes::new()),

@@ -6,7 +6,8 @@
 //! vocabulary testers know: Succeeded, Error reported, Rejected (HTTP N), No reply, or Mismatch
 //! with a path-by-path diff.
 //!
-//! The legacy HTTP+SSE transport (MCP 2024-11-05) is replayed too: a recorded `GET` stream is
+//! A recorded WebSocket is opened again on the target and its client messages sent in order
+//! ([`stream`]). The legacy HTTP+SSE transport (MCP 2024-11-05) is replayed too: a recorded `GET` stream is
 //! opened again on the target, its `endpoint` event gives the new session's POST URL, each
 //! recorded `POST …?sessionId=old` goes to that URL instead, and its replies are awaited on the
 //! stream.
@@ -14,6 +15,7 @@
 pub mod diff;
 pub mod mock;
 pub mod stdio;
+pub mod stream;
 
 use crate::events::{Direction, Outcome};
 use crate::inspect::sse::SseDecoder;
@@ -573,6 +575,22 @@ impl<'a> Replayer<'a> {
                     .warnings
                     .push(format!("exchange {}: legacy HTTP+SSE stream: {e}", ex.id)),
             }
+            return Ok(());
+        }
+        if ex.method == "GET" && ex.status == Some(101) {
+            // A WebSocket: opened again, its client messages sent in order.
+            let url = stream::ws_url(&self.origin, &target_path(&self.base, &ex.path));
+            let (extra, ignore, timeout) = (&self.extra, &self.opts.ignore, self.opts.timeout);
+            stream::ws(
+                &self.recorded,
+                &url,
+                extra,
+                &ex.c2s,
+                ignore,
+                timeout,
+                &mut self.report,
+            )
+            .await;
             return Ok(());
         }
         let replayable = (ex.method == "POST" && !ex.c2s.is_empty())
