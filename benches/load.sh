@@ -28,7 +28,7 @@ VENV=target/bench-venv
 if [ ! -x "$VENV/bin/mitmdump" ]; then
   python3 -m venv "$VENV" && "$VENV/bin/pip" install -q mitmproxy >/dev/null
 fi
-cargo build --release -q --bin rpctap --example hyper_floor
+cargo build --release -q --bin rpctap --example hyper_floor --example ws_bench
 BIN=target/release/rpctap
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
@@ -149,6 +149,53 @@ echo "rpctap/nginx CPU per request: $(r ${MCPU[rpctap]} ${MCPU[nginx]}); p50 rpc
 echo "rpctap/mitmproxy req/s: $(r ${MRPS[rpctap]} ${MRPS[mitmproxy]})"
 echo "the hyper floor (same stack, no inspection)/nginx: req/s $(r ${MRPS[hyper-floor]} ${MRPS[nginx]}), CPU per request $(r ${MCPU[hyper-floor]} ${MCPU[nginx]}); rpctap's own work: $(python3 -c "print(round(${MCPU[rpctap]} - ${MCPU[hyper-floor]}, 1))") µs CPU/request"
 echo "recording: $(wc -l < $WORK/rec.jsonl) lines, $(grep -c '"event":"gap"' $WORK/rec.jsonl || true) gap records"
+
+# WebSocket: JSON-RPC calls over one WebSocket per connection (one call at a time on each), a
+# tokio-tungstenite server and client (examples/ws_bench.rs): direct, through nginx (which
+# proxies an upgraded connection blind), through rpctap (every message inspected and
+# correlated) and rpctap with a limit rule (the client's messages held until whole).
+WS_CONNS=${WS_CONNS:-50}
+WU=$(free_port); target/release/examples/ws_bench server 127.0.0.1:$WU & PIDS+=($!); WU_PID=$!
+wait_port $WU
+WN=$(free_port)
+cat > $WORK/nginx-ws.conf <<NGX
+worker_processes 1;
+pid $WORK/nginx-ws.pid;
+error_log $WORK/nginx-ws.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  server {
+    listen 127.0.0.1:$WN;
+    location / { proxy_pass http://127.0.0.1:$WU; proxy_http_version 1.1; proxy_set_header Upgrade \$http_upgrade; proxy_set_header Connection "upgrade"; proxy_read_timeout 1h; }
+  }
+}
+NGX
+$NGINX -c $WORK/nginx-ws.conf -g 'daemon off;' & PIDS+=($!); WN_MASTER=$!
+WR=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$WR --upstream http://127.0.0.1:$WU & PIDS+=($!); WR_PID=$!
+WL=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$WL --upstream http://127.0.0.1:$WU --limit 'tools/call=1000000/s' & PIDS+=($!); WL_PID=$!
+for p in $WN $WR $WL; do wait_port $p; done
+sleep 0.3; WN_PID=$(pgrep -P $WN_MASTER | head -1)
+declare -A WRPS WP50 WP99 WCPU
+for r in $(seq 1 $ROUNDS); do
+  for n in direct nginx rpctap rpctap+limit; do
+    case $n in direct) port=$WU pid=$WU_PID ;; nginx) port=$WN pid=$WN_PID ;; rpctap) port=$WR pid=$WR_PID ;; *) port=$WL pid=$WL_PID ;; esac
+    c0=$(cpu_ticks $pid)
+    read -r rps p50 p99 errs < <(target/release/examples/ws_bench load ws://127.0.0.1:$port/ $WS_CONNS $SECS)
+    c1=$(cpu_ticks $pid)
+    cpu=$(python3 -c "print(round(($c1-$c0)*$TICK_US/max($rps*$SECS,1),1))")
+    echo "  ws $n: $rps calls/s, p50 $p50 µs, p99 $p99 µs, $cpu µs CPU/call, $errs errors" >&2
+    WRPS[$n]+="$rps "; WP50[$n]+="$p50 "; WP99[$n]+="$p99 "; WCPU[$n]+="$cpu "
+  done
+done
+echo
+echo "| WebSocket ($WS_CONNS connections, one call at a time each) | calls/s | p50 µs | p99 µs | CPU µs/call (of the proxy; direct: the server) |"
+echo "|---|---|---|---|---|"
+for n in direct nginx rpctap rpctap+limit; do
+  echo "| $n | $(median ${WRPS[$n]}) | $(median ${WP50[$n]}) | $(median ${WP99[$n]}) | $(median ${WCPU[$n]}) |"
+done
+echo
+echo "WebSocket rpctap/nginx calls/s: $(r $(median ${WRPS[rpctap]}) $(median ${WRPS[nginx]})); with a limit rule: $(r $(median ${WRPS[rpctap+limit]}) $(median ${WRPS[nginx]})); rpctap/direct: $(r $(median ${WRPS[rpctap]}) $(median ${WRPS[direct]}))"
 
 # SSE, per-event latency: a Python upstream writes 20 events 5 ms apart, each stamped with its
 # monotonic write time; the client reads them directly, through nginx (proxy_buffering off) and

@@ -293,6 +293,13 @@ pub enum HttpEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         www_authenticate: Option<String>,
     },
+    /// A WebSocket's binary message: shown, not parsed (its length, on the wire or inflated).
+    Binary {
+        ts: u64,
+        exchange: u64,
+        direction: Direction,
+        len: u64,
+    },
     End {
         ts: u64,
         exchange: u64,
@@ -393,6 +400,7 @@ impl Event {
             Event::Http(HttpEvent::End { .. }) => Interest::HTTP_END,
             Event::Http(HttpEvent::Response { .. }) => Interest::HTTP_STATUS,
             Event::Http(HttpEvent::Auth { .. }) => Interest::HTTP_AUTH,
+            Event::Http(HttpEvent::Binary { .. }) => Interest::MESSAGE,
             Event::Http(_) => Interest::HTTP_REQUEST,
             Event::Message(_) => Interest::MESSAGE,
             Event::Call(_) => Interest::CALL,
@@ -410,6 +418,7 @@ impl Event {
                 | HttpEvent::Response { exchange, .. }
                 | HttpEvent::Endpoint { exchange, .. }
                 | HttpEvent::Auth { exchange, .. }
+                | HttpEvent::Binary { exchange, .. }
                 | HttpEvent::End { exchange, .. },
             ) => Some(*exchange),
             Event::Message(m) => Some(m.exchange),

@@ -101,6 +101,16 @@ pub fn text_line(ev: &Event) -> Option<String> {
                 .map(|w| format!(" WWW-Authenticate: {w}"))
                 .unwrap_or_default()
         )),
+        Event::Http(crate::events::HttpEvent::Binary {
+            ts: t,
+            exchange,
+            direction,
+            len,
+        }) => Some(format!(
+            "{} #{exchange} ws {} binary message, {len} bytes (not parsed)",
+            ts(*t),
+            direction.arrow()
+        )),
         _ => None,
     }
 }

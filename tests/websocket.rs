@@ -296,6 +296,13 @@ async fn bad_ws_server() -> SocketAddr {
                             s.write_all(&wire).await.unwrap();
                         }
                     }
+                    "/binary" => {
+                        // A binary message first: shown, not parsed; then the reply.
+                        let mut wire = frame(true, 2, &[0, 1, 2, 3, 0xff], false);
+                        wire.extend(frame(true, 1, reply, false));
+                        wire.extend(frame(true, 8, &[0x03, 0xe8], false));
+                        s.write_all(&wire).await.unwrap();
+                    }
                     "/slow" => {
                         // A fragmented reply, its second half 400 ms later: a refusal rpctap
                         // puts in for the client must wait for its end.
@@ -328,7 +335,7 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
     let file = dir.join("rec.jsonl");
     let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
     let call = br#"{"jsonrpc":"2.0","method":"m","id":1}"#;
-    let cases: [(&str, Vec<&str>, Option<&str>); 4] = [
+    let cases: [(&str, Vec<&str>, Option<&str>); 5] = [
         (
             "/wrong-id",
             vec!["MISSING_RESPONSE", "UNMATCHED_RESPONSE"],
@@ -341,6 +348,7 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
         ),
         ("/bytewise", vec![], None),
         ("/ping-inside", vec![], None),
+        ("/binary", vec![], None),
     ];
     for (path, want, reason) in cases {
         let mut s = TcpStream::connect(p.addr).await.unwrap();
@@ -371,6 +379,22 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
         assert_eq!(codes, want, "{path}");
         let cs = calls(&ev);
         assert_eq!(cs.len(), 1, "{path}: one outcome: {cs:?}");
+        let binary: Vec<(Direction, u64)> = ev
+            .iter()
+            .filter_map(|e| match &**e {
+                Event::Http(HttpEvent::Binary { direction, len, .. }) => Some((*direction, *len)),
+                _ => None,
+            })
+            .collect();
+        let want_binary = if path == "/binary" {
+            vec![(Direction::ServerToClient, 5)]
+        } else {
+            vec![]
+        };
+        assert_eq!(
+            binary, want_binary,
+            "{path}: binary messages shown, not parsed"
+        );
         match reason {
             Some(r) => assert!(
                 matches!(&cs[0].outcome, rpctap::events::Outcome::Missing { reason } if reason == r),
@@ -402,6 +426,14 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
     let c = check_recording(&file);
     assert_eq!(c.codes, live_codes(&file), "{}", c.stdout);
     assert_eq!(c.exit, Some(1));
+    let rec = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        rec.lines()
+            .filter(|l| l.contains(r#""phase":"binary""#) && l.contains(r#""len":5"#))
+            .count(),
+        1,
+        "the binary message is on the record"
+    );
 }
 
 /// Rate limits on a WebSocket: a rule letting 3 `add` through refuses the 4th and 5th, a batch

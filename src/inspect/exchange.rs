@@ -456,6 +456,22 @@ impl ExchangeCtx {
         );
     }
 
+    /// A WebSocket's binary message of `len` bytes: shown (an event for whoever reads
+    /// messages), not parsed.
+    pub fn binary(&mut self, dir: Direction, len: u64) {
+        self.bytes += len;
+        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
+            self.insp
+                .bus
+                .publish(Event::Http(crate::events::HttpEvent::Binary {
+                    ts: now_ns(),
+                    exchange: self.id,
+                    direction: dir,
+                    len,
+                }));
+        }
+    }
+
     /// Something of the stream was passed on without being inspected, and why.
     pub fn not_inspected(&mut self, dir: Direction, why: String) {
         self.cur = Some((dir, None));

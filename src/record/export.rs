@@ -216,7 +216,10 @@ pub fn har(rec: &Recording) -> Value {
             RecHttp::End { ts, exchange, .. } => {
                 ends.insert(*exchange, *ts);
             }
-            RecHttp::Request { .. } | RecHttp::Endpoint { .. } | RecHttp::Auth { .. } => {}
+            RecHttp::Request { .. }
+            | RecHttp::Endpoint { .. }
+            | RecHttp::Auth { .. }
+            | RecHttp::Binary { .. } => {}
         }
     }
     for h in rec.http() {

@@ -796,6 +796,17 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             l.str("url", url);
             l.close();
         }
+        HttpEvent::Binary {
+            ts,
+            exchange,
+            direction,
+            len,
+        } => {
+            let mut l = head(out, "binary", *ts, *exchange);
+            l.name("direction", direction_name(*direction));
+            l.num("len", *len);
+            l.close();
+        }
         HttpEvent::Auth {
             ts,
             exchange,

@@ -54,6 +54,13 @@ pub enum RecHttp {
         #[serde(default)]
         www_authenticate: Option<String>,
     },
+    /// A WebSocket's binary message (shown, not parsed).
+    Binary {
+        ts: u64,
+        exchange: u64,
+        direction: Direction,
+        len: u64,
+    },
     End {
         ts: u64,
         exchange: u64,
@@ -68,6 +75,7 @@ impl RecHttp {
             | RecHttp::Response { ts, .. }
             | RecHttp::Endpoint { ts, .. }
             | RecHttp::Auth { ts, .. }
+            | RecHttp::Binary { ts, .. }
             | RecHttp::End { ts, .. } => *ts,
         }
     }
@@ -77,6 +85,7 @@ impl RecHttp {
             | RecHttp::Response { exchange, .. }
             | RecHttp::Endpoint { exchange, .. }
             | RecHttp::Auth { exchange, .. }
+            | RecHttp::Binary { exchange, .. }
             | RecHttp::End { exchange, .. } => *exchange,
         }
     }

@@ -205,7 +205,10 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
                         .map(|(_, v)| v.clone());
                 }
             }
-            RecHttp::End { .. } | RecHttp::Endpoint { .. } | RecHttp::Auth { .. } => {}
+            RecHttp::End { .. }
+            | RecHttp::Endpoint { .. }
+            | RecHttp::Auth { .. }
+            | RecHttp::Binary { .. } => {}
         }
     }
     for m in rec.messages().filter(|m| m.is_c2s()) {

@@ -447,6 +447,12 @@ impl App {
                     www_authenticate.as_deref(),
                 );
             }
+            Event::Http(crate::events::HttpEvent::Binary {
+                ts,
+                exchange,
+                direction,
+                len,
+            }) => self.apply_binary(*ts, *exchange, *direction, *len),
             Event::Anomaly(a) => {
                 self.apply_anomaly(
                     a.exchange,
@@ -496,6 +502,34 @@ impl App {
             reply: None,
             stream: vec![],
             transport: "http",
+        };
+        self.push_row(row);
+    }
+
+    /// A WebSocket's binary message: a row of its own (shown, not parsed).
+    pub fn apply_binary(&mut self, ts_ns: u64, exchange: u64, direction: Direction, len: u64) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let row = Row {
+            seq,
+            ts_ns,
+            exchange,
+            scope: format!("exchange:{exchange}").into(),
+            direction,
+            method: Text::from("(binary message)"),
+            target: None,
+            id: Text::from(""),
+            outcome: RowOutcome::Notification,
+            latency_us: None,
+            size: len as usize,
+            anomalies: vec![],
+            anomaly_text: vec![],
+            request: Some(
+                format!("a binary message of {len} bytes: not JSON-RPC, not parsed").into(),
+            ),
+            reply: None,
+            stream: vec![],
+            transport: "ws",
         };
         self.push_row(row);
     }
@@ -1693,5 +1727,19 @@ mod tests {
         }
         assert_eq!(a.methods["eth_subscription [0x1]"].count, 3);
         assert_eq!(a.methods.len(), 1);
+    }
+
+    #[test]
+    fn a_websocket_binary_message_is_a_row_of_its_own() {
+        let mut a = App::new("t", "l", "u", 100, 0);
+        a.apply(&Event::Http(crate::events::HttpEvent::Binary {
+            ts: 1,
+            exchange: 7,
+            direction: Direction::ServerToClient,
+            len: 5,
+        }));
+        let r = a.rows.back().expect("a row");
+        assert_eq!(&*r.method, "(binary message)");
+        assert_eq!((r.size, r.transport, r.exchange), (5, "ws", 7));
     }
 }

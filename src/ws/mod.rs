@@ -470,7 +470,9 @@ fn mask() -> [u8; 4] {
 fn apply(s: &mut Shared, dir: Direction, ev: WsEvent) {
     match ev {
         WsEvent::Text(t) => s.ctx.line(dir, t),
-        WsEvent::Binary { .. } | WsEvent::BinaryData(_) | WsEvent::Ping | WsEvent::Pong => {}
+        WsEvent::Binary { len } => s.ctx.binary(dir, len),
+        WsEvent::BinaryData(b) => s.ctx.binary(dir, b.len() as u64),
+        WsEvent::Ping | WsEvent::Pong => {}
         WsEvent::Oversized { len, compressed } => {
             if compressed {
                 s.ctx.not_inspected(dir, format!(
