@@ -43,9 +43,10 @@ node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotoc
 
 # Debian packages, by the command each provides: tmux (the dashboard's end-to-end tests), curl,
 # prometheus + promtool (tests/admin.rs scrapes /metrics with a real Prometheus), systemd's
-# systemd-analyze (tests/deploy.rs verifies config/systemd/).
+# systemd-analyze (tests/deploy.rs verifies config/systemd/), redis-server (tests/fleet.rs: limits
+# shared through Redis).
 missing=()
-for pair in tmux:tmux curl:curl prometheus:prometheus promtool:prometheus systemd-analyze:systemd; do
+for pair in tmux:tmux curl:curl prometheus:prometheus promtool:prometheus systemd-analyze:systemd redis-server:redis-server; do
   tool=${pair%%:*} pkg=${pair#*:}
   command -v "$tool" >/dev/null || [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
 done

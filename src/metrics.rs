@@ -133,6 +133,7 @@ struct Seen {
     recorder_lines: u64,
     recorder_lost: u64,
     feed_dropped: u64,
+    store_errors: u64,
     evicted_calls: u64,
     evicted_sessions: u64,
     evicted_schemas: u64,
@@ -199,6 +200,7 @@ pub struct Metrics {
     recorder_lines: Counter,
     recorder_lost: Counter,
     feed_dropped: Counter,
+    store_errors: Counter,
     evictions: Family<WhatLabel, Counter>,
     rss: Gauge,
     fds: Gauge,
@@ -295,6 +297,12 @@ impl Metrics {
             "Events the recording lost because its writer fell behind or its file stopped taking writes (each gap is marked in the file)",
             recorder_lost.clone(),
         );
+        let store_errors = Counter::default();
+        registry.register(
+            "limit_store_errors",
+            "Calls for which a shared rate-limit store (Redis) did not answer in time: their rules fell back to on_store_error",
+            store_errors.clone(),
+        );
         let feed_dropped = Counter::default();
         registry.register(
             "feed_dropped",
@@ -334,6 +342,7 @@ impl Metrics {
             recorder_lines,
             recorder_lost,
             feed_dropped,
+            store_errors,
             evictions,
             rss,
             fds,
@@ -394,6 +403,11 @@ impl Metrics {
                 s.schemas_evicted,
             );
         }
+        grow(
+            &self.store_errors,
+            &mut seen.store_errors,
+            crate::limit::store::STORE_ERRORS.load(Ordering::Relaxed),
+        );
         if let Some(f) = &src.feed {
             grow(&self.feed_dropped, &mut seen.feed_dropped, f.dropped());
         }

@@ -177,19 +177,22 @@ fn inject(out: &Mutex<ClientOut>, line: &[u8]) -> std::io::Result<()> {
 
 /// Applies the rules to one client line (inspecting it): what goes to the server and
 /// rpctap's own reply, each a line with its newline.
-fn limit_line(limiter: &Limiter, ctx: &mut ExchangeCtx, line: Bytes, session: &str) -> Limited {
+fn limit_line(
+    limiter: &Limiter,
+    ctx: &mut ExchangeCtx,
+    line: Bytes,
+    session: &str,
+    shared: Option<&mut crate::limit::SharedVerdicts>,
+) -> Limited {
     let headers = http::HeaderMap::new();
-    let keys = crate::limit::RequestKeys {
-        peer: std::net::IpAddr::from([127, 0, 0, 1]),
-        session: Some(session),
-        headers: &headers,
-    };
+    let keys = stdio_keys(session, &headers);
     let l = crate::proxy::limits::limit_message(
         limiter,
         ctx,
         Direction::ClientToServer,
         line.clone(),
         &keys,
+        shared,
     );
     let newline = |b: &[u8]| {
         let mut v = b.to_vec();
@@ -204,6 +207,26 @@ fn limit_line(limiter: &Limiter, ctx: &mut ExchangeCtx, line: Bytes, session: &s
         },
         reply: l.reply.map(|r| newline(&r)),
     }
+}
+
+/// A stdio session's keys: the local peer, the session.
+fn stdio_keys<'a>(session: &'a str, headers: &'a http::HeaderMap) -> crate::limit::RequestKeys<'a> {
+    crate::limit::RequestKeys {
+        peer: std::net::IpAddr::from([127, 0, 0, 1]),
+        session: Some(session),
+        headers,
+    }
+}
+
+/// The shared stores' verdicts for one client line.
+async fn ask_shared(
+    limiter: &Limiter,
+    line: &Bytes,
+    session: &str,
+) -> crate::limit::SharedVerdicts {
+    let headers = http::HeaderMap::new();
+    let parsed = crate::rpc::parse_body(line);
+    crate::proxy::limits::ask_shared(limiter, &parsed, &stdio_keys(session, &headers)).await
 }
 
 /// What a client line became under the rate-limit rules.
@@ -440,10 +463,12 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         let out = out.clone();
         let limiter = (!limiter.is_empty()).then_some(limiter);
         let session = session.clone();
+        let rt = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name("rpctap-stdin".into())
             .spawn(move || {
-                client_to_server(child_in, &ctx, &out, limiter.as_ref(), max, &session);
+                let l = limiter.as_ref();
+                client_to_server(child_in, &ctx, &out, l, max, &session, Some(&rt));
             })
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
     }
@@ -529,6 +554,7 @@ fn client_to_server(
     limiter: Option<&Limiter>,
     max: usize,
     session: &str,
+    rt: Option<&tokio::runtime::Handle>,
 ) {
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
@@ -558,25 +584,39 @@ fn client_to_server(
                 // Whole lines only, so that a refused call can be taken out.
                 let mut to_child: Vec<u8> = Vec::with_capacity(chunk.len());
                 let mut replies: Vec<Vec<u8>> = Vec::new();
+                let mut pieces = Vec::new();
+                lines.feed(chunk, &mut |p| pieces.push(p));
+                // Rules counted in a shared store are asked first, the session not locked.
+                let shared: Vec<Option<crate::limit::SharedVerdicts>> = pieces
+                    .iter()
+                    .map(|p| match (p, rt) {
+                        (Piece::Line(line), Some(rt)) if l.has_shared() => {
+                            Some(rt.block_on(ask_shared(l, line, session)))
+                        }
+                        _ => None,
+                    })
+                    .collect();
                 {
                     let mut c = locked(ctx);
-                    lines.feed(chunk, &mut |p| match p {
-                        Piece::Line(line) => {
-                            let r = limit_line(l, &mut c, line, session);
-                            if let Some(f) = r.forward {
-                                to_child.extend_from_slice(&f);
-                                if !f.ends_with(b"\n") {
-                                    to_child.push(b'\n');
+                    for (p, mut shared) in pieces.into_iter().zip(shared) {
+                        match p {
+                            Piece::Line(line) => {
+                                let r = limit_line(l, &mut c, line, session, shared.as_mut());
+                                if let Some(f) = r.forward {
+                                    to_child.extend_from_slice(&f);
+                                    if !f.ends_with(b"\n") {
+                                        to_child.push(b'\n');
+                                    }
                                 }
+                                replies.extend(r.reply);
                             }
-                            replies.extend(r.reply);
+                            Piece::Spill(b) => to_child.extend_from_slice(&b),
+                            Piece::LongEnd(n) => {
+                                c.line_not_inspected(dir, n);
+                                to_child.push(b'\n');
+                            }
                         }
-                        Piece::Spill(b) => to_child.extend_from_slice(&b),
-                        Piece::LongEnd(n) => {
-                            c.line_not_inspected(dir, n);
-                            to_child.push(b'\n');
-                        }
-                    });
+                    }
                 }
                 for r in replies {
                     if let Err(e) = inject(out, &r) {

@@ -3,9 +3,15 @@
 //! clear) or by MCP session; each a GCRA rate with burst (the `governor` crate) and/or a cap on
 //! calls in flight. `shadow` rules only count what they would refuse.
 //!
+//! A rule with `store = "redis://…"` keeps its counters in Redis, shared by every rpctap using
+//! it ([`store`]); the proxy asks the store for a request's calls at once (`ask_shared`) before
+//! deciding them.
+//!
 //! The limiter decides per call; the proxy splits batches, answers refusals and merges replies
 //! (see `proxy`). Idle keys are evicted by `retain`, which the proxy runs every second, so
 //! memory follows the keys active within a rule's replenish window, not traffic.
+
+pub mod store;
 
 use dashmap::DashMap;
 use globset::{Glob, GlobMatcher};
@@ -51,6 +57,17 @@ pub struct RuleSpec {
     pub status: Option<u16>,
     /// The JSON-RPC error code (default -32001).
     pub code: Option<i64>,
+    /// `redis://host:port[/db]`: the counters live there, shared by every rpctap using it.
+    pub store: Option<String>,
+    /// When the store does not answer in time: `local` (default), `allow` or `deny`.
+    pub on_store_error: Option<String>,
+    /// How many rpctap share the store: `local` fallback divides the rule's limits by it.
+    pub replicas: Option<u32>,
+    /// How long a call waits for the store (default 20ms).
+    pub store_timeout: Option<String>,
+    /// A shared concurrency lease's time to live (default 5min): a crashed rpctap's leases go
+    /// after it.
+    pub lease_ttl: Option<String>,
 }
 
 /// Rule errors, naming the rule and the setting.
@@ -114,16 +131,19 @@ enum KeyBy {
     Header(http::HeaderName),
 }
 
-/// A permit for one call in flight; released when dropped (the call ended).
+/// A permit for one call in flight; released when dropped (the call ended): a local count, or a
+/// lease in a shared store.
 #[derive(Debug)]
 pub struct Permit {
-    map: Arc<DashMap<u64, u32>>,
+    map: Option<Arc<DashMap<u64, u32>>>,
     key: u64,
+    _lease: Option<store::Lease>,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if let dashmap::mapref::entry::Entry::Occupied(mut o) = self.map.entry(self.key) {
+        let Some(map) = &self.map else { return };
+        if let dashmap::mapref::entry::Entry::Occupied(mut o) = map.entry(self.key) {
             if *o.get() <= 1 {
                 o.remove();
             } else {
@@ -151,7 +171,23 @@ struct Rule<C: Clock> {
     shadow: bool,
     status: Option<u16>,
     code: i64,
+    /// Counted in a shared store; `rate` and `concurrency` above are then the local fallback.
+    shared: Option<Shared>,
 }
+
+/// A shared rule's store side and its limits as the store counts them.
+struct Shared {
+    side: store::Shared,
+    /// The limit as written (for `RateLimit-Limit`): the rate's N, else the concurrency.
+    limit: u32,
+    interval_us: u64,
+    burst: u32,
+    cap: u32,
+    lease_ttl: Duration,
+}
+
+/// The store's verdicts for a request: (call index, rule index) → verdict.
+pub type SharedVerdicts = std::collections::HashMap<(usize, usize), store::Verdict>;
 
 /// What a call carries that rules match on.
 #[derive(Debug, Clone, Copy, Default)]
@@ -233,6 +269,8 @@ impl<C: Clock + Clone> Limiter<C> {
     /// Builds the rules with a given clock (tests pass a `FakeRelativeClock`).
     pub fn with_clock(specs: &[RuleSpec], default_code: i64, clock: C) -> Result<Self, RuleError> {
         let mut rules = Vec::new();
+        // One connection per store URL, whatever the number of rules using it.
+        let mut stores: std::collections::HashMap<String, Arc<store::Store>> = Default::default();
         for (i, s) in specs.iter().enumerate() {
             let name: Arc<str> = s
                 .name
@@ -257,10 +295,31 @@ impl<C: Clock + Clone> Limiter<C> {
                     )))
                 }
             };
+            // A shared rule's local fallback counts its share: the limits divided by `replicas`.
+            let div = match (&s.store, s.replicas) {
+                (None, Some(_)) | (None, None)
+                    if s.on_store_error.is_some()
+                        || s.replicas.is_some()
+                        || s.store_timeout.is_some()
+                        || s.lease_ttl.is_some() =>
+                {
+                    return Err(err(
+                        "on_store_error, replicas, store_timeout and lease_ttl need a `store`"
+                            .into(),
+                    ))
+                }
+                (_, Some(0)) => return Err(err("replicas must be at least 1".into())),
+                (Some(_), Some(r)) => r,
+                _ => 1,
+            };
             let rate = match &s.rate {
                 Some(r) => {
                     let (n, period) = parse_rate(r).map_err(err)?;
                     let burst = s.burst.unwrap_or(n);
+                    if burst == 0 {
+                        return Err(err("burst must be at least 1".into()));
+                    }
+                    let (n, burst) = ((n / div).max(1), (burst / div).max(1));
                     let burst = NonZeroU32::new(burst)
                         .ok_or_else(|| err("burst must be at least 1".into()))?;
                     let quota = Quota::with_period(period / n)
@@ -276,8 +335,57 @@ impl<C: Clock + Clone> Limiter<C> {
             };
             let concurrency = match s.concurrency {
                 Some(0) => return Err(err("concurrency must be at least 1".into())),
-                Some(n) => Some((n, Arc::new(DashMap::new()))),
+                Some(n) => Some(((n / div).max(1), Arc::new(DashMap::new()))),
                 None => None,
+            };
+            let shared = match &s.store {
+                None => None,
+                Some(url) => {
+                    if !url.starts_with("redis://") {
+                        return Err(err(format!(
+                            "store {url:?}: only redis://host:port[/db] is supported"
+                        )));
+                    }
+                    let st = match stores.get(url) {
+                        Some(st) => st.clone(),
+                        None => {
+                            let st = store::Store::open(url).map_err(err)?;
+                            stores.insert(url.clone(), st.clone());
+                            st
+                        }
+                    };
+                    let on_error =
+                        store::OnError::parse(s.on_store_error.as_deref().unwrap_or("local"))
+                            .map_err(err)?;
+                    let dur = |what: &str, v: &Option<String>, default: &str| {
+                        humantime::parse_duration(v.as_deref().unwrap_or(default))
+                            .map_err(|e| err(format!("{what}: {e}")))
+                    };
+                    let timeout = dur("store_timeout", &s.store_timeout, "20ms")?;
+                    let lease_ttl = dur("lease_ttl", &s.lease_ttl, "5min")?;
+                    let (interval_us, burst) = match &s.rate {
+                        Some(r) => {
+                            let (n, period) = parse_rate(r).map_err(err)?;
+                            (
+                                (period.as_micros() as u64 / u64::from(n)).max(1),
+                                s.burst.unwrap_or(n),
+                            )
+                        }
+                        None => (0, 0),
+                    };
+                    let limit = match &s.rate {
+                        Some(r) => parse_rate(r).map_err(err)?.0,
+                        None => s.concurrency.unwrap_or(0),
+                    };
+                    Some(Shared {
+                        side: store::Shared::new(st, &name, on_error, timeout),
+                        limit,
+                        interval_us,
+                        burst,
+                        cap: s.concurrency.unwrap_or(0),
+                        lease_ttl,
+                    })
+                }
             };
             if rate.is_none() && concurrency.is_none() {
                 return Err(err("set `rate` and/or `concurrency`".into()));
@@ -298,6 +406,7 @@ impl<C: Clock + Clone> Limiter<C> {
                 shadow: s.shadow,
                 status: s.status,
                 code: s.code.unwrap_or(default_code),
+                shared,
             });
         }
         Ok(Limiter {
@@ -332,6 +441,151 @@ impl<C: Clock + Clone> Limiter<C> {
         h.finish()
     }
 
+    /// A key's value as the shared store names it (hashed there): the same in every rpctap.
+    fn material(rule: &Rule<C>, keys: &RequestKeys<'_>) -> Vec<u8> {
+        match &rule.key {
+            KeyBy::Global => b"global".to_vec(),
+            KeyBy::Peer => format!("peer:{}", keys.peer).into_bytes(),
+            KeyBy::Session => format!("session:{}", keys.session.unwrap_or("")).into_bytes(),
+            KeyBy::Header(name) => {
+                let mut m = format!("header:{name}").into_bytes();
+                for v in keys.headers.get_all(name) {
+                    m.push(0);
+                    m.extend_from_slice(v.as_bytes());
+                }
+                m
+            }
+        }
+    }
+
+    /// Whether a rule matches a call.
+    fn matches(r: &Rule<C>, call: &CallInfo<'_>) -> bool {
+        r.method.as_ref().is_none_or(|g| g.is_match(call.method))
+            && r.tool
+                .as_ref()
+                .is_none_or(|g| call.tool.is_some_and(|t| g.is_match(t)))
+            && r.resource
+                .as_ref()
+                .is_none_or(|g| call.resource.is_some_and(|u| g.is_match(u)))
+    }
+
+    /// Whether any rule keeps its counters in a shared store.
+    pub fn has_shared(&self) -> bool {
+        self.rules.iter().any(|r| r.shared.is_some())
+    }
+
+    /// Asks the shared stores about a request's calls (`None`: a member that is not a call or
+    /// notification), all at once: one round trip per store. A key refused until T is refused
+    /// here until T without asking.
+    pub async fn ask_shared(
+        &self,
+        calls: &[Option<CallInfo<'_>>],
+        keys: &RequestKeys<'_>,
+    ) -> SharedVerdicts {
+        let mut out = SharedVerdicts::new();
+        let now = std::time::Instant::now();
+        type Group = (
+            Arc<store::Store>,
+            Duration,
+            Vec<store::Ask>,
+            Vec<(usize, usize)>,
+        );
+        let mut groups: Vec<Group> = Vec::new();
+        for (ci, call) in calls.iter().enumerate() {
+            let Some(call) = call else { continue };
+            for (ri, r) in self.rules.iter().enumerate() {
+                let Some(sh) = &r.shared else { continue };
+                if !Self::matches(r, call) {
+                    continue;
+                }
+                let key = self.key(ri, r, keys);
+                if let Some(d) = sh.side.refused(key, now) {
+                    out.insert(
+                        (ci, ri),
+                        store::Verdict::Refuse {
+                            retry: d,
+                            until: false,
+                        },
+                    );
+                    continue;
+                }
+                let (rate_key, lease_key) = sh.side.keys(&Self::material(r, keys));
+                let ask = store::Ask {
+                    rate_key,
+                    lease_key,
+                    interval_us: sh.interval_us,
+                    burst: sh.burst,
+                    cap: sh.cap,
+                    lease_ttl_ms: sh.lease_ttl.as_millis() as u64,
+                };
+                match groups
+                    .iter_mut()
+                    .find(|g| Arc::ptr_eq(&g.0, &sh.side.store))
+                {
+                    Some(g) => {
+                        g.1 = g.1.max(sh.side.timeout);
+                        g.2.push(ask);
+                        g.3.push((ci, ri));
+                    }
+                    None => groups.push((
+                        sh.side.store.clone(),
+                        sh.side.timeout,
+                        vec![ask],
+                        vec![(ci, ri)],
+                    )),
+                }
+            }
+        }
+        let answers =
+            futures_util::future::join_all(groups.iter().map(|(st, t, asks, _)| st.ask(asks, *t)))
+                .await;
+        for ((_, _, _, pos), verdicts) in groups.into_iter().zip(answers) {
+            out.extend(pos.into_iter().zip(verdicts));
+        }
+        out
+    }
+
+    fn refusal(r: &Rule<C>, retry_after: Duration, limit: u32) -> Refusal {
+        Refusal {
+            rule: r.name.clone(),
+            retry_after,
+            status: r.status,
+            code: r.code,
+            limit,
+        }
+    }
+
+    /// A rule's own local counting (for a shared rule: its fallback share).
+    fn local(&self, r: &Rule<C>, key: u64) -> (Option<Refusal>, Option<Permit>) {
+        let mut refusal: Option<Refusal> = None;
+        let mut permit = None;
+        if let Some((max, map)) = &r.concurrency {
+            let mut e = map.entry(key).or_insert(0);
+            if *e >= *max {
+                refusal = Some(Self::refusal(r, Duration::from_secs(1), *max));
+            } else if !r.shadow {
+                *e += 1;
+                permit = Some(Permit {
+                    map: Some(map.clone()),
+                    key,
+                    _lease: None,
+                });
+            }
+        }
+        if refusal.is_none() {
+            if let Some((lim, n, _)) = &r.rate {
+                if let Err(not_until) = lim.check_key(&key) {
+                    refusal = Some(Self::refusal(
+                        r,
+                        not_until.wait_time_from(self.clock.now()),
+                        *n,
+                    ));
+                }
+            }
+        }
+        (refusal, permit)
+    }
+
     /// Decides one call. Shadow rules' would-be refusals go to `shadow`.
     pub fn check(
         &self,
@@ -339,52 +593,55 @@ impl<C: Clock + Clone> Limiter<C> {
         keys: &RequestKeys<'_>,
         shadow: &mut Vec<Refusal>,
     ) -> Decision {
+        self.check_with(call, keys, shadow, None)
+    }
+
+    /// Like `check`, with the shared stores' verdicts for this call (its index in the request
+    /// and what `ask_shared` returned); a shared rule without a verdict falls back to its
+    /// `on_store_error`.
+    pub fn check_with(
+        &self,
+        call: &CallInfo<'_>,
+        keys: &RequestKeys<'_>,
+        shadow: &mut Vec<Refusal>,
+        mut verdicts: Option<(usize, &mut SharedVerdicts)>,
+    ) -> Decision {
         let mut permits = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
-            let matches = r.method.as_ref().is_none_or(|g| g.is_match(call.method))
-                && r.tool
-                    .as_ref()
-                    .is_none_or(|g| call.tool.is_some_and(|t| g.is_match(t)))
-                && r.resource
-                    .as_ref()
-                    .is_none_or(|g| call.resource.is_some_and(|u| g.is_match(u)));
-            if !matches {
+            if !Self::matches(r, call) {
                 continue;
             }
             let key = self.key(i, r, keys);
-            let mut refusal: Option<Refusal> = None;
-            let mut permit = None;
-            if let Some((max, map)) = &r.concurrency {
-                let mut e = map.entry(key).or_insert(0);
-                if *e >= *max {
-                    refusal = Some(Refusal {
-                        rule: r.name.clone(),
-                        retry_after: Duration::from_secs(1),
-                        status: r.status,
-                        code: r.code,
-                        limit: *max,
-                    });
-                } else if !r.shadow {
-                    *e += 1;
-                    permit = Some(Permit {
-                        map: map.clone(),
-                        key,
-                    });
-                }
-            }
-            if refusal.is_none() {
-                if let Some((lim, n, _)) = &r.rate {
-                    if let Err(not_until) = lim.check_key(&key) {
-                        refusal = Some(Refusal {
-                            rule: r.name.clone(),
-                            retry_after: not_until.wait_time_from(self.clock.now()),
-                            status: r.status,
-                            code: r.code,
-                            limit: *n,
-                        });
+            let (refusal, permit) = match &r.shared {
+                None => self.local(r, key),
+                Some(sh) => {
+                    let limit = sh.limit;
+                    let v = verdicts.as_mut().and_then(|(ci, v)| v.remove(&(*ci, i)));
+                    match v {
+                        Some(store::Verdict::Allow(lease)) => (
+                            None,
+                            lease.map(|l| Permit {
+                                map: None,
+                                key,
+                                _lease: Some(l),
+                            }),
+                        ),
+                        Some(store::Verdict::Refuse { retry, until }) => {
+                            if until {
+                                sh.side.remember(key, std::time::Instant::now() + retry);
+                            }
+                            (Some(Self::refusal(r, retry, limit)), None)
+                        }
+                        Some(store::Verdict::Unavailable) | None => match sh.side.on_error {
+                            store::OnError::Allow => (None, None),
+                            store::OnError::Deny => {
+                                (Some(Self::refusal(r, Duration::from_secs(1), limit)), None)
+                            }
+                            store::OnError::Local => self.local(r, key),
+                        },
                     }
                 }
-            }
+            };
             match (refusal, r.shadow) {
                 (Some(f), true) => shadow.push(f),
                 (Some(f), false) => return Decision::Refuse(f), // permits drop: released
@@ -397,6 +654,9 @@ impl<C: Clock + Clone> Limiter<C> {
     /// Evicts idle keys (those whose state equals a fresh one).
     pub fn retain(&self) {
         for r in &self.rules {
+            if let Some(sh) = &r.shared {
+                sh.side.retain();
+            }
             if let Some((lim, _, _)) = &r.rate {
                 lim.retain_recent();
                 lim.shrink_to_fit();

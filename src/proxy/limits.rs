@@ -51,8 +51,39 @@ fn info(e: &Envelope) -> CallInfo<'_> {
     }
 }
 
-/// Decides every request and notification of a parsed body.
-pub fn plan(limiter: &Limiter, parsed: &Body, keys: &RequestKeys<'_>) -> Plan {
+/// The calls and notifications of a parsed body, as the rules see them (`None` for the other
+/// members), in order.
+pub fn calls(parsed: &Body) -> Vec<Option<CallInfo<'_>>> {
+    let envs: Vec<&Envelope> = match parsed {
+        Body::Single(e) => vec![e],
+        Body::Batch(v) => v.iter().collect(),
+        Body::ParseError(_) => vec![],
+    };
+    envs.into_iter()
+        .map(|e| matches!(e.kind, Kind::Request | Kind::Notification).then(|| info(e)))
+        .collect()
+}
+
+/// The shared stores' verdicts for a parsed body (one round trip); empty without shared rules.
+pub async fn ask_shared(
+    limiter: &Limiter,
+    parsed: &Body,
+    keys: &RequestKeys<'_>,
+) -> crate::limit::SharedVerdicts {
+    if !limiter.has_shared() {
+        return Default::default();
+    }
+    limiter.ask_shared(&calls(parsed), keys).await
+}
+
+/// Decides every request and notification of a parsed body; `shared`, the shared stores'
+/// verdicts for it (`ask_shared`).
+pub fn plan(
+    limiter: &Limiter,
+    parsed: &Body,
+    keys: &RequestKeys<'_>,
+    mut shared: Option<&mut crate::limit::SharedVerdicts>,
+) -> Plan {
     let (envs, batch): (Vec<&Envelope>, bool) = match parsed {
         Body::Single(e) => (vec![e], false),
         Body::Batch(v) => (v.iter().collect(), true),
@@ -66,7 +97,8 @@ pub fn plan(limiter: &Limiter, parsed: &Body, keys: &RequestKeys<'_>) -> Plan {
         let mut refused = None;
         if matches!(e.kind, Kind::Request | Kind::Notification) {
             let mut shadow = Vec::new();
-            match limiter.check(&info(e), keys, &mut shadow) {
+            let verdicts = shared.as_deref_mut().map(|v| (i, v));
+            match limiter.check_with(&info(e), keys, &mut shadow, verdicts) {
                 Decision::Allow(p) => plan.permits.extend(p),
                 Decision::Refuse(r) => refused = Some(r),
             }
@@ -111,6 +143,7 @@ pub fn limit_message(
     dir: crate::events::Direction,
     msg: Bytes,
     keys: &RequestKeys<'_>,
+    shared: Option<&mut crate::limit::SharedVerdicts>,
 ) -> Limited {
     let unchanged = Limited {
         forward: Forward::Unchanged,
@@ -121,7 +154,7 @@ pub fn limit_message(
         ctx.line(dir, msg);
         return unchanged;
     }
-    let plan = plan(limiter, &parsed, keys);
+    let plan = plan(limiter, &parsed, keys, shared);
     ctx.line(dir, msg);
     for (i, r) in &plan.shadow {
         let m = &plan.members[*i];

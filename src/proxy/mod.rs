@@ -255,12 +255,26 @@ impl Proxy {
         } else {
             Ok(ReadAhead::NotRpc(incoming))
         };
-        let body =
-            match self.request_filter(&mut ex, &mut parts, read, conn.peer, session.as_deref()) {
-                Ok(body) => body,
-                Err(Early::Error(e)) => return self.error_reply(ex, e),
-                Err(Early::Respond(resp)) => return *resp,
-            };
+        // Rules counted in a shared store (Redis): asked before deciding, one round trip for the
+        // request's calls, bounded by the rules' store_timeout. Boxed: only such setups pay it.
+        let shared = match &read {
+            Ok(ReadAhead::Whole(b)) if self.limiter().has_shared() => Some(
+                Box::pin(self.ask_shared(b, &parts.headers, conn.peer, session.as_deref())).await,
+            ),
+            _ => None,
+        };
+        let body = match self.request_filter(
+            &mut ex,
+            &mut parts,
+            read,
+            conn.peer,
+            session.as_deref(),
+            shared,
+        ) {
+            Ok(body) => body,
+            Err(Early::Error(e)) => return self.error_reply(ex, e),
+            Err(Early::Respond(resp)) => return *resp,
+        };
         let is_head = parts.method == Method::HEAD;
         if let Err(e) = self.upstream_request(&mut parts, upgrade, lane.is_some(), conn) {
             return self.error_reply(ex, e);
@@ -332,6 +346,7 @@ impl Proxy {
         read: Result<ReadAhead, ClientBodyError>,
         peer: SocketAddr,
         session: Option<&str>,
+        mut shared: Option<crate::limit::SharedVerdicts>,
     ) -> Result<ForwardBody, Early> {
         let b = match read {
             Ok(ReadAhead::Whole(b)) => b,
@@ -363,7 +378,7 @@ impl Proxy {
             session,
             headers: &parts.headers,
         };
-        let p = limits::plan(&limiter, &parsed, &keys);
+        let p = limits::plan(&limiter, &parsed, &keys, shared.as_mut());
         ex.ctx.request_parsed(&b, parsed);
         for (i, r) in &p.shadow {
             let m = &p.members[*i];
@@ -404,6 +419,23 @@ impl Proxy {
         };
         ex.plan = Some(p);
         Ok(ForwardBody::full(body))
+    }
+
+    /// The shared stores' verdicts for a request body's calls.
+    async fn ask_shared(
+        &self,
+        body: &Bytes,
+        headers: &http::HeaderMap,
+        peer: SocketAddr,
+        session: Option<&str>,
+    ) -> crate::limit::SharedVerdicts {
+        let limiter = self.limiter();
+        let keys = crate::limit::RequestKeys {
+            peer: peer.ip(),
+            session,
+            headers,
+        };
+        limits::ask_shared(&limiter, &crate::rpc::parse_body(body), &keys).await
     }
 
     /// Phase 2, **upstream request**: the upstream's base path and origin-form target,

@@ -337,23 +337,37 @@ async fn limited<R, W>(
                     held.append(&mut cur);
                     let was_streaming = std::mem::replace(&mut streaming, false);
                     let compressed = held.first().is_some_and(|b| b & 0x40 != 0);
+                    let rules = (lim.rules)();
+                    let keys = crate::limit::RequestKeys {
+                        peer: lim.peer,
+                        session: lim.session.as_deref(),
+                        headers: &lim.headers,
+                    };
+                    // Rules counted in a shared store are asked first, outside the lock.
+                    let mut verdicts = None;
+                    if rules.has_shared() && !was_streaming {
+                        if let Some(WsEvent::Text(t)) =
+                            events.iter().find(|e| matches!(e, WsEvent::Text(_)))
+                        {
+                            let parsed = crate::rpc::parse_body(t);
+                            verdicts = Some(
+                                crate::proxy::limits::ask_shared(&rules, &parsed, &keys).await,
+                            );
+                        }
+                    }
                     {
                         let mut s = lock(&shared);
                         for ev in events.drain(..) {
                             let keep_raw = !rewrite && !was_streaming;
                             match ev {
                                 WsEvent::Text(t) if !was_streaming => {
-                                    let keys = crate::limit::RequestKeys {
-                                        peer: lim.peer,
-                                        session: lim.session.as_deref(),
-                                        headers: &lim.headers,
-                                    };
                                     let l = limit_message(
-                                        &(lim.rules)(),
+                                        &rules,
                                         &mut s.ctx,
                                         dir,
                                         t.clone(),
                                         &keys,
+                                        verdicts.as_mut(),
                                     );
                                     let dropped = l.forward != Forward::Unchanged;
                                     match l.forward {
