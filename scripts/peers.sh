@@ -35,6 +35,8 @@ venv mcp2 'mcp>=2,<3'
 venv mitmproxy mitmproxy
 # JSON-RPC over WebSocket (tests/websocket.rs): the `websockets` library, deflate on by default.
 venv ws websockets==17.4
+# An OTLP/HTTP receiver built on the official protobuf definitions (tests/otel.rs).
+venv otel opentelemetry-proto==1.45.2
 # The Kubernetes API schemas, to validate config/kubernetes/ (tests/deploy.rs).
 venv k8s kubernetes-validate==1.37.0
 # ganache: a real Ethereum JSON-RPC node (tests/websocket.rs: eth_subscribe over WebSocket).

@@ -132,6 +132,7 @@ pub struct RunningProxy {
     log: Option<crate::events::Subscription>,
     recorder: Option<crate::record::Finished>,
     record_stop: tokio::sync::watch::Sender<bool>,
+    otel: Option<crate::events::Subscription>,
 }
 
 impl RunningProxy {
@@ -166,6 +167,10 @@ impl RunningProxy {
             ),
             None => None,
         };
+        let otel = cfg
+            .otel
+            .as_ref()
+            .map(|o| bus.subscribe_to("otel", o.queue, crate::events::Interest::CALL));
         let (record_stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut record_lines = None;
         let recorder = match &cfg.record {
@@ -205,6 +210,7 @@ impl RunningProxy {
             log,
             recorder,
             record_stop,
+            otel,
         })
     }
 
@@ -223,6 +229,7 @@ impl RunningProxy {
             log,
             recorder,
             record_stop,
+            otel,
         } = self;
         let probe = ops.as_mut().map(|o| {
             o.run_feed();
@@ -242,6 +249,18 @@ impl RunningProxy {
                 r.shutting_down();
             }
         };
+        let otel_task = otel.zip(cfg.otel.clone()).map(|(sub, o)| {
+            let up = &cfg.proxy.upstream;
+            let host = up.host().unwrap_or("").trim_matches(['[', ']']).to_string();
+            let port = up
+                .port_u16()
+                .unwrap_or(if up.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                });
+            tokio::spawn(crate::otel::run(sub, o, Some((host, port))))
+        });
         let log_task = log.map(|sub| {
             let format = cfg.log;
             tokio::spawn(logsink::run(sub, format, std::io::stdout()))
@@ -317,6 +336,10 @@ impl RunningProxy {
             // The log ends when every sender (held by the inspector) is gone; don't wait forever
             // on connections that outlived the grace period.
             let _ = tokio::time::timeout(Duration::from_millis(500), t).await;
+        }
+        if let Some(t) = otel_task {
+            // The last spans are exported when the bus closes.
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
     }
 }

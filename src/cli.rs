@@ -116,6 +116,12 @@ pub struct StdioArgs {
     /// Most compiled MCP tool schemas kept (default 1000).
     #[arg(long, value_name = "N")]
     pub max_schemas: Option<usize>,
+    /// Export one OpenTelemetry span per call over OTLP/HTTP to this collector.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// The share of traces without a parent that are sampled, 0 to 1 (default 1).
+    #[arg(long, value_name = "RATIO")]
+    pub otlp_sample: Option<f64>,
     /// The server command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -140,6 +146,8 @@ impl StdioArgs {
             max_pending: self.max_pending,
             large_result: self.large_result,
             max_schemas: self.max_schemas,
+            otlp: self.otlp.clone(),
+            otlp_sample: self.otlp_sample,
             ..Default::default()
         }
     }
@@ -385,6 +393,18 @@ pub struct ProxyFlags {
     /// `--limit 'tools/call=10/s'`. Full rules go in the config file's `[[limit]]` tables.
     #[arg(long = "limit", value_name = "RULE")]
     pub limits: Vec<String>,
+    /// Export one OpenTelemetry span per call over OTLP/HTTP (protobuf) to this collector
+    /// (`http://HOST:4318`, or its full `/v1/traces` URL).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// The share of traces without a parent that are sampled, 0 to 1 (default 1; a parent's
+    /// decision is always followed).
+    #[arg(long, value_name = "RATIO")]
+    pub otlp_sample: Option<f64>,
+    /// Set the upstream request's `traceparent` to rpctap's span (rewrites that header; off:
+    /// headers pass unchanged).
+    #[arg(long)]
+    pub otlp_propagate: bool,
 }
 
 #[derive(Debug, Args)]

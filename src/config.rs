@@ -62,6 +62,9 @@ pub struct FileConfig {
     pub inspect: InspectFile,
     #[serde(default)]
     pub replay: ReplayFile,
+    /// `[otel]`: OpenTelemetry traces.
+    #[serde(default)]
+    pub otel: OtelFile,
     /// Rate-limit rules, `[[limit]]` tables.
     #[serde(default)]
     pub limit: Vec<RuleSpec>,
@@ -72,6 +75,22 @@ pub struct FileConfig {
     pub ready_path: Option<String>,
     pub ready_interval_secs: Option<f64>,
     pub metrics_max_labels: Option<usize>,
+}
+
+/// `[otel]`: one span per call, exported over OTLP/HTTP.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtelFile {
+    /// The collector (`http://HOST:4318` or its `/v1/traces` URL); `--otlp`.
+    pub endpoint: Option<String>,
+    /// The share of root traces sampled, 0 to 1 (default 1); `--otlp-sample`.
+    pub sample: Option<f64>,
+    /// Set the upstream request's `traceparent` to rpctap's span; `--otlp-propagate`.
+    pub propagate: Option<bool>,
+    /// The `service.name` of the spans (default `rpctap`).
+    pub service_name: Option<String>,
+    /// Finished calls waiting for export; beyond, dropped and counted (default 65536).
+    pub queue: Option<usize>,
 }
 
 /// `[replay]`: settings of `rpctap replay`.
@@ -133,6 +152,8 @@ pub struct ProxyConfig {
     pub flag_limits: Vec<RuleSpec>,
     /// The admin listener, when on.
     pub admin: Option<crate::admin::AdminConfig>,
+    /// OpenTelemetry traces, when on.
+    pub otel: Option<crate::otel::OtelConfig>,
 }
 
 /// The admin settings from flags over the file (`None`: no admin listener).
@@ -311,6 +332,34 @@ pub struct Shared {
     pub config_path: Option<PathBuf>,
     pub flag_limits: Vec<RuleSpec>,
     pub admin: Option<crate::admin::AdminConfig>,
+    pub otel: Option<crate::otel::OtelConfig>,
+}
+
+/// `--otlp*` over `[otel]`; `None` without an endpoint.
+fn otel_config(
+    flags: &ProxyFlags,
+    file: &FileConfig,
+) -> Result<Option<crate::otel::OtelConfig>, ConfigError> {
+    let Some(url) = flags.otlp.clone().or(file.otel.endpoint.clone()) else {
+        return Ok(None);
+    };
+    let sample = flags.otlp_sample.or(file.otel.sample).unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&sample) {
+        return Err(ConfigError::Invalid(format!(
+            "--otlp-sample {sample}: a share from 0 to 1"
+        )));
+    }
+    Ok(Some(crate::otel::OtelConfig {
+        endpoint: crate::otel::OtelConfig::endpoint_url(&url).map_err(ConfigError::Invalid)?,
+        sample,
+        propagate: flags.otlp_propagate || file.otel.propagate.unwrap_or(false),
+        service_name: file
+            .otel
+            .service_name
+            .clone()
+            .unwrap_or_else(|| "rpctap".into()),
+        queue: positive("[otel] queue", file.otel.queue.unwrap_or(65_536))?,
+    }))
 }
 
 /// Merges flags over the file over the defaults: the settings all modes share.
@@ -366,6 +415,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
             &[flags.redact_headers.clone(), file.redact_headers.clone()].concat(),
             &[flags.redact_paths.clone(), file.redact_paths.clone()].concat(),
         )),
+        trace: None, // set from `otel` below
     };
     let record = flags
         .record
@@ -412,6 +462,14 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
             "--record-max-bytes must be at least 1".into(),
         ));
     }
+    let otel = otel_config(flags, file)?;
+    let inspect = InspectConfig {
+        trace: otel.as_ref().map(|o| crate::otel::TraceSettings {
+            sample: o.sample,
+            propagate: o.propagate,
+        }),
+        ..inspect
+    };
     Ok(Shared {
         inspect,
         log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
@@ -421,6 +479,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         config_path: flags.config.clone(),
         flag_limits,
         admin: admin_config(flags, file)?,
+        otel,
     })
 }
 
@@ -458,6 +517,7 @@ pub fn resolve(
         config_path,
         flag_limits,
         admin,
+        otel,
     } = resolve_shared(flags, &file)?;
     Ok(ProxyConfig {
         listen,
@@ -513,6 +573,7 @@ pub fn resolve(
         config_path,
         flag_limits,
         admin,
+        otel,
     })
 }
 

@@ -224,6 +224,9 @@ pub struct CallEvent {
     pub request_index: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_index: Option<u32>,
+    /// Where the call came from, for its trace span (only with `--otlp`).
+    #[serde(skip)]
+    pub trace: Option<Arc<crate::otel::CallTrace>>,
 }
 
 /// Something wrong, flagged the moment it was visible.

@@ -377,6 +377,7 @@ mod tests {
             anomalies: vec![],
             request_index: None,
             response_index: None,
+            trace: None,
         })
     }
 

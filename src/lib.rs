@@ -46,6 +46,7 @@ pub mod limit;
 pub mod logsink;
 pub mod media;
 pub mod metrics;
+pub mod otel;
 pub mod proxy;
 pub mod record;
 pub mod redact;

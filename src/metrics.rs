@@ -134,6 +134,8 @@ struct Seen {
     recorder_lost: u64,
     feed_dropped: u64,
     store_errors: u64,
+    otel_dropped: u64,
+    otel_exported: u64,
     evicted_calls: u64,
     evicted_sessions: u64,
     evicted_schemas: u64,
@@ -201,6 +203,8 @@ pub struct Metrics {
     recorder_lost: Counter,
     feed_dropped: Counter,
     store_errors: Counter,
+    otel_dropped: Counter,
+    otel_exported: Counter,
     evictions: Family<WhatLabel, Counter>,
     rss: Gauge,
     fds: Gauge,
@@ -303,6 +307,18 @@ impl Metrics {
             "Calls for which a shared rate-limit store (Redis) did not answer in time: their rules fell back to on_store_error",
             store_errors.clone(),
         );
+        let otel_dropped = Counter::default();
+        registry.register(
+            "otel_dropped",
+            "Trace spans not exported: dropped at the exporter's queue or in a failed OTLP export",
+            otel_dropped.clone(),
+        );
+        let otel_exported = Counter::default();
+        registry.register(
+            "otel_exported",
+            "Trace spans exported over OTLP",
+            otel_exported.clone(),
+        );
         let feed_dropped = Counter::default();
         registry.register(
             "feed_dropped",
@@ -343,6 +359,8 @@ impl Metrics {
             recorder_lost,
             feed_dropped,
             store_errors,
+            otel_dropped,
+            otel_exported,
             evictions,
             rss,
             fds,
@@ -407,6 +425,16 @@ impl Metrics {
             &self.store_errors,
             &mut seen.store_errors,
             crate::limit::store::STORE_ERRORS.load(Ordering::Relaxed),
+        );
+        grow(
+            &self.otel_dropped,
+            &mut seen.otel_dropped,
+            crate::otel::DROPPED.load(Ordering::Relaxed),
+        );
+        grow(
+            &self.otel_exported,
+            &mut seen.otel_exported,
+            crate::otel::EXPORTED.load(Ordering::Relaxed),
         );
         if let Some(f) = &src.feed {
             grow(&self.feed_dropped, &mut seen.feed_dropped, f.dropped());

@@ -388,6 +388,10 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let session = format!("stdio-{pid}");
 
     let mut bus = BusBuilder::default();
+    let otel = shared.otel.clone().map(|o| {
+        let sub = bus.subscribe_to("otel", o.queue, crate::events::Interest::CALL);
+        (sub, o)
+    });
     let log = match shared.log {
         LogFormat::Off => None,
         LogFormat::Json => Some(bus.subscribe("log", 65_536)),
@@ -438,6 +442,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         o.run_feed();
         eprintln!("{}", o.banner());
     }
+    let otel_task = otel.map(|(sub, o)| tokio::spawn(crate::otel::run(sub, o, None)));
     let log_task = log.zip(log_out).map(|(sub, out)| {
         let format = shared.log;
         tokio::spawn(crate::logsink::run(sub, format, out))
@@ -524,6 +529,9 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             Ok(Err(e)) => eprintln!("rpctap: recording failed: {e}"),
             Err(e) => eprintln!("rpctap: recorder thread failed: {e}"),
         }
+    }
+    if let Some(t) = otel_task {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     if let Some(t) = log_task {
         let _ = tokio::time::timeout(Duration::from_millis(500), t).await;

@@ -72,6 +72,7 @@ pub(super) fn end_call(
             anomalies,
             request_index: p.index,
             response_index,
+            trace: p.trace,
         });
         match defer {
             Some(d) => d.push(ev),
@@ -281,6 +282,7 @@ impl ExchangeCtx {
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
                 let progress = self.mcp_request_checks(dir, &env, &mut anomalies);
+                let trace = self.call_trace(&env);
                 self.register_call(
                     dir,
                     id,
@@ -288,6 +290,7 @@ impl ExchangeCtx {
                     target.clone(),
                     anomalies,
                     progress,
+                    trace,
                 );
             }
             Kind::Notification => {
@@ -316,6 +319,7 @@ impl ExchangeCtx {
                             target.clone(),
                             vec![Code::InvalidEnvelope.as_str()],
                             None,
+                            self.trace.clone(),
                         );
                     }
                 }
@@ -361,6 +365,57 @@ impl ExchangeCtx {
         }
     }
 
+    /// A call's trace context: its own `params._meta.traceparent` when it has one, else the
+    /// exchange's (only with `--otlp`).
+    fn call_trace(&mut self, env: &Envelope) -> Option<Arc<crate::otel::CallTrace>> {
+        let base = self.trace.as_ref()?;
+        // The span id sent upstream (`--otlp-propagate`) is the first call's: a batch's other
+        // calls get spans of their own in the same trace.
+        let base = match base.propagated {
+            Some((t, _, sampled)) if self.trace_taken => Arc::new(crate::otel::CallTrace {
+                propagated: Some((t, crate::otel::new_span_id(), sampled)),
+                ..(**base).clone()
+            }),
+            _ => base.clone(),
+        };
+        self.trace_taken = true;
+        let base = &base;
+        if memchr::memmem::find(&env.raw, b"traceparent").is_none() {
+            return Some(base.clone());
+        }
+        #[derive(serde::Deserialize)]
+        struct P<'a> {
+            #[serde(borrow, default)]
+            params: Option<Q<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Q<'a> {
+            #[serde(borrow, rename = "_meta", default)]
+            meta: Option<M<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct M<'a> {
+            #[serde(borrow, default)]
+            traceparent: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            tracestate: Option<std::borrow::Cow<'a, str>>,
+        }
+        let m = serde_json::from_slice::<P<'_>>(&env.raw)
+            .ok()
+            .and_then(|p| p.params?.meta);
+        let parent = m.as_ref().and_then(|m| {
+            crate::otel::parse_traceparent(m.traceparent.as_deref()?, m.tracestate.as_deref())
+        });
+        match parent {
+            Some(p) => Some(Arc::new(crate::otel::CallTrace {
+                parent: Some(p),
+                ..(**base).clone()
+            })),
+            None => Some(base.clone()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn register_call(
         &mut self,
         dir: Direction,
@@ -369,6 +424,7 @@ impl ExchangeCtx {
         target: Option<Arc<str>>,
         mut anomalies: Vec<&'static str>,
         progress: Option<Box<str>>,
+        trace: Option<Arc<crate::otel::CallTrace>>,
     ) {
         let inner = self.insp.clone();
         self.mcp_request_rules(dir, &id, &method, &mut anomalies);
@@ -386,6 +442,7 @@ impl ExchangeCtx {
             extra: 0,
             index: self.cur.and_then(|c| c.1),
             progress,
+            trace,
         };
         let mut evicted = Vec::new();
         let res = inner.correlator.insert(key.clone(), p, &mut evicted);

@@ -41,6 +41,8 @@ pub struct Pending {
     pub index: Option<u32>,
     /// The request's `_meta.progressToken` (as JSON text), while it has one registered.
     pub progress: Option<Box<str>>,
+    /// Its trace context (only with `--otlp`).
+    pub trace: Option<Arc<crate::otel::CallTrace>>,
 }
 
 /// What `insert` did.
@@ -321,6 +323,7 @@ mod tests {
             extra: 0,
             index: None,
             progress: None,
+            trace: None,
         }
     }
 

@@ -52,6 +52,9 @@ pub struct InspectConfig {
     pub large_result: usize,
     /// The most compiled tool schemas kept (shared by every session); the oldest go first.
     pub max_schemas: usize,
+    /// Keep each call's trace context for its span (`--otlp`): the sampling share, and whether
+    /// rpctap propagates its own span upstream.
+    pub trace: Option<crate::otel::TraceSettings>,
 }
 
 impl Default for InspectConfig {
@@ -63,6 +66,7 @@ impl Default for InspectConfig {
             redact: Arc::new(Redactor::default()),
             large_result: 1 << 20,
             max_schemas: 1000,
+            trace: None,
         }
     }
 }
@@ -265,6 +269,10 @@ pub struct ExchangeCtx {
     req_line: Option<Box<(Box<str>, Box<str>)>>,
     /// A stream's live subscriptions (`eth_subscribe`…).
     subs: Option<Box<subscriptions::Subscriptions>>,
+    /// The request's trace context, for its calls' spans (only with `--otlp`).
+    pub trace: Option<Arc<crate::otel::CallTrace>>,
+    /// A call has taken the propagated span id.
+    trace_taken: bool,
 }
 
 impl Inspector {
@@ -406,6 +414,23 @@ impl Inspector {
                 .wants_in(Interest::HTTP_AUTH, id)
                 .then(|| Box::new((meta.method.into(), meta.path.into()))),
             subs: None,
+            trace: inner.cfg.trace.map(|t| {
+                let h = |n: &str| {
+                    meta.headers
+                        .and_then(|h| h.get(n))
+                        .and_then(|v| v.to_str().ok())
+                };
+                let parent = h("traceparent")
+                    .and_then(|tp| crate::otel::parse_traceparent(tp, h("tracestate")));
+                Arc::new(crate::otel::CallTrace::new(
+                    parent,
+                    meta.peer.map(Into::into),
+                    meta.protocol_version.map(Into::into),
+                    "http",
+                    t,
+                ))
+            }),
+            trace_taken: false,
         };
         ctx.mcp_request_head(meta);
         ctx
@@ -437,6 +462,9 @@ impl Inspector {
         let mut ctx = self.start_stream(exchange, "");
         ctx.scope = Scope::Exchange(exchange);
         ctx.transport = Transport::Ws;
+        if let Some(t) = &mut ctx.trace {
+            Arc::make_mut(t).transport = "websocket";
+        }
         ctx
     }
 
@@ -468,6 +496,13 @@ impl Inspector {
             mcp_request: false,
             req_line: None,
             subs: None,
+            trace: self.inner.cfg.trace.map(|_| {
+                Arc::new(crate::otel::CallTrace {
+                    transport: "stdio",
+                    ..Default::default()
+                })
+            }),
+            trace_taken: false,
         }
     }
 

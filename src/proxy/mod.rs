@@ -276,6 +276,13 @@ impl Proxy {
             Err(Early::Respond(resp)) => return *resp,
         };
         let is_head = parts.method == Method::HEAD;
+        // `--otlp-propagate`: the upstream's parent becomes rpctap's span (the one header rewrite
+        // asked for; without it trace headers pass unchanged).
+        if let Some(tp) = ex.ctx.trace.as_ref().and_then(|t| t.traceparent()) {
+            if let Ok(v) = HeaderValue::from_str(&tp) {
+                parts.headers.insert("traceparent", v);
+            }
+        }
         if let Err(e) = self.upstream_request(&mut parts, upgrade, lane.is_some(), conn) {
             return self.error_reply(ex, e);
         }

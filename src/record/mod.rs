@@ -1037,6 +1037,7 @@ mod tests {
             anomalies: vec!["DUPLICATE_ID", "UNSAFE_ID"],
             request_index: Some(0),
             response_index: Some(u32::MAX),
+            trace: None,
         };
         let mut calls = vec![base.clone()];
         for outcome in [
