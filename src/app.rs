@@ -259,7 +259,7 @@ impl RunningProxy {
                 } else {
                     80
                 });
-            tokio::spawn(crate::otel::run(sub, o, Some((host, port))))
+            crate::otel::spawn(sub, o, Some((host, port)))
         });
         let log_task = log.map(|sub| {
             let format = cfg.log;
@@ -339,7 +339,7 @@ impl RunningProxy {
         }
         if let Some(t) = otel_task {
             // The last spans are exported when the bus closes.
-            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+            crate::otel::finish(t, Duration::from_secs(5)).await;
         }
     }
 }

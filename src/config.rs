@@ -595,9 +595,24 @@ mod tests {
         // Its commented keys parse too, uncommented.
         let all = text
             .replace("# admin = ", "admin = ")
-            .replace("# ready_path = ", "ready_path = ");
+            .replace("# ready_path = ", "ready_path = ")
+            .replace("# endpoint = ", "endpoint = ");
         let f = FileConfig::parse(&all).unwrap();
         assert_eq!(f.admin.as_deref(), Some("127.0.0.1:9100"));
+        let o = otel_config(&ProxyFlags::default(), &f).unwrap().unwrap();
+        assert_eq!(o.endpoint, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!((o.sample, o.propagate, o.queue), (1.0, false, 65_536));
+        // The commented [[limit]] example, every key uncommented, is a valid rule (a shared one).
+        let example: String = text[text.find("# [[limit]]").unwrap()..]
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| !l.starts_with("Shared by") && !l.starts_with("limit_code"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let rules = FileConfig::parse(&example).unwrap().limit;
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].store.as_deref(), Some("redis://127.0.0.1:6379"));
+        crate::limit::Limiter::new(&rules, -32001).unwrap();
         let a = admin_config(&ProxyFlags::default(), &f).unwrap().unwrap();
         assert_eq!(a.ready_path.as_deref(), Some("/health"));
         assert_eq!(a.ready_interval, Duration::from_secs(5));

@@ -4,10 +4,12 @@
 //! bounded and drops (counted in `rpctap_otel_dropped_total`, with spans whose export failed).
 //!
 //! Span kinds: rpctap receives each call from its client, so the call is a `SERVER` span
-//! (the conventions' server side: it covers the time until the reply went back); forwarding it
-//! is a `CLIENT` child span — the leg an instrumented upstream's own `SERVER` span hangs under
-//! when `--otlp-propagate` sets `traceparent` to it. A refused call never went upstream: no
-//! child.
+//! (the conventions' server side: it covers the time until the reply went back). With
+//! `--otlp-propagate`, forwarding it is also a `CLIENT` child span — the span whose id goes
+//! upstream in `traceparent`, so an instrumented upstream's own `SERVER` span hangs under it.
+//! Without propagation there is no child: the upstream cannot see it, and rpctap times the
+//! call, not the leg, so it would repeat the `SERVER` span at twice the export cost. A refused
+//! call never went upstream: no child either.
 //!
 //! Attributes: the RPC conventions for JSON-RPC (`rpc.system` = `jsonrpc`, `rpc.method`,
 //! `rpc.jsonrpc.version`, `rpc.jsonrpc.request_id`, `rpc.jsonrpc.error_code` /
@@ -171,8 +173,27 @@ pub fn parse_traceparent(tp: &str, ts: Option<&str>) -> Option<SpanContext> {
     Some(SpanContext::new(trace, span, flags, true, state))
 }
 
+/// Spans per export at most (measured: larger batches convert and encode for milliseconds at a
+/// time on the worker, raising the proxy's p99; a thread of its own costs more in wake-ups).
+const BATCH: usize = 256;
+
+/// Starts the exporter as a task of the proxy's runtime.
+pub fn spawn(
+    sub: Subscription,
+    cfg: OtelConfig,
+    upstream: Option<(String, u16)>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(sub, cfg, upstream))
+}
+
+/// Waits (at most `limit`) for the exporter to send its last spans (it ends when the bus
+/// closes).
+pub async fn finish(h: tokio::task::JoinHandle<()>, limit: Duration) {
+    let _ = tokio::time::timeout(limit, h).await;
+}
+
 /// The exporter's task: reads finished calls from the bus until it closes, makes their spans,
-/// exports them in batches (at least every 200 ms while calls come).
+/// exports them in batches (every 200 ms, or at once when a batch is full).
 pub async fn run(mut sub: Subscription, cfg: OtelConfig, upstream: Option<(String, u16)>) {
     let mut exporter = match opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -218,7 +239,7 @@ pub async fn run(mut sub: Subscription, cfg: OtelConfig, upstream: Option<(Strin
         let drops = sub.dropped.load(Ordering::Relaxed);
         DROPPED.fetch_add(drops - seen_drops, Ordering::Relaxed);
         seen_drops = drops;
-        if !spans.is_empty() && (spans.len() >= 256 || !open || ticked) {
+        if !spans.is_empty() && (spans.len() >= BATCH || !open || ticked) {
             let n = spans.len() as u64;
             match exporter.export(std::mem::take(&mut spans)).await {
                 Ok(()) => {
@@ -282,15 +303,15 @@ impl Maker {
             .unwrap_or_default();
         let ctx = |id| SpanContext::new(trace_id, id, TraceFlags::SAMPLED, false, state.clone());
         let id = c.id.to_json_text();
-        let id_attr = id.trim_matches('"').to_string();
-        let mut attrs = vec![
+        let id: Arc<str> = id.trim_matches('"').into();
+        let method = Value::from(c.method.clone());
+        let mut attrs = Vec::with_capacity(16);
+        attrs.extend([
             KeyValue::new("rpc.system", "jsonrpc"),
-            KeyValue::new("rpc.method", c.method.to_string()),
+            KeyValue::new("rpc.method", method.clone()),
             KeyValue::new("rpc.jsonrpc.version", "2.0"),
-            KeyValue::new("rpc.jsonrpc.request_id", id_attr.clone()),
-            KeyValue::new("jsonrpc.request.id", id_attr),
-            KeyValue::new("jsonrpc.protocol.version", "2.0"),
-        ];
+            KeyValue::new("rpc.jsonrpc.request_id", Value::from(id.clone())),
+        ]);
         if let Some(t) = trace {
             let net = if t.transport == "stdio" {
                 "pipe"
@@ -308,7 +329,10 @@ impl Maker {
             }
         }
         if mcp {
-            attrs.push(KeyValue::new("mcp.method.name", c.method.to_string()));
+            // The MCP conventions' names (their JSON-RPC ones too).
+            attrs.push(KeyValue::new("mcp.method.name", method.clone()));
+            attrs.push(KeyValue::new("jsonrpc.request.id", Value::from(id)));
+            attrs.push(KeyValue::new("jsonrpc.protocol.version", "2.0"));
             if let Scope::Session(s) = &c.scope {
                 attrs.push(KeyValue::new("mcp.session.id", s.to_string()));
             }
@@ -317,14 +341,14 @@ impl Maker {
             }
             match (&*c.method, &c.target) {
                 ("tools/call", Some(t)) => {
-                    attrs.push(KeyValue::new("gen_ai.tool.name", t.to_string()));
+                    attrs.push(KeyValue::new("gen_ai.tool.name", Value::from(t.clone())));
                     attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
                 }
                 ("prompts/get", Some(t)) => {
-                    attrs.push(KeyValue::new("gen_ai.prompt.name", t.to_string()))
+                    attrs.push(KeyValue::new("gen_ai.prompt.name", Value::from(t.clone())))
                 }
                 (m, Some(t)) if m.starts_with("resources/") => {
-                    attrs.push(KeyValue::new("mcp.resource.uri", t.to_string()))
+                    attrs.push(KeyValue::new("mcp.resource.uri", Value::from(t.clone())))
                 }
                 _ => {}
             }
@@ -349,7 +373,6 @@ impl Maker {
             }
             None => Status::Unset,
         };
-        attrs.push(KeyValue::new("rpctap.outcome", c.outcome.label()));
         let mut events = SpanEvents::default();
         events.events = c
             .anomalies
@@ -363,7 +386,10 @@ impl Maker {
                 )
             })
             .collect();
-        let went_upstream = !matches!(c.outcome, Outcome::Refused { .. });
+        // The upstream leg only when it was propagated: without `--otlp-propagate` nothing can
+        // hang under it, and it would repeat the SERVER span's interval (rpctap times the call,
+        // not the leg) at twice the export cost.
+        let went_upstream = propagated.is_some() && !matches!(c.outcome, Outcome::Refused { .. });
         out.push(SpanData {
             span_context: ctx(server_id),
             parent_span_id: parent.as_ref().map_or(SpanId::INVALID, |p| p.span_id()),
@@ -394,7 +420,7 @@ impl Maker {
                 attributes: {
                     let mut a = vec![
                         KeyValue::new("rpc.system", "jsonrpc"),
-                        KeyValue::new("rpc.method", c.method.to_string()),
+                        KeyValue::new("rpc.method", method),
                     ];
                     if let Some((host, port)) = &self.upstream {
                         a.push(KeyValue::new("server.address", host.clone()));

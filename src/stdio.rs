@@ -442,7 +442,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         o.run_feed();
         eprintln!("{}", o.banner());
     }
-    let otel_task = otel.map(|(sub, o)| tokio::spawn(crate::otel::run(sub, o, None)));
+    let otel_task = otel.map(|(sub, o)| crate::otel::spawn(sub, o, None));
     let log_task = log.zip(log_out).map(|(sub, out)| {
         let format = shared.log;
         tokio::spawn(crate::logsink::run(sub, format, out))
@@ -531,7 +531,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         }
     }
     if let Some(t) = otel_task {
-        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        crate::otel::finish(t, Duration::from_secs(5)).await;
     }
     if let Some(t) = log_task {
         let _ = tokio::time::timeout(Duration::from_millis(500), t).await;

@@ -214,3 +214,38 @@ store = "{store}"
         "one shared limit again"
     );
 }
+
+/// The README's fleet example (`config/fleet.sh --check`): two sidecars, one Redis, one
+/// collector (the OTLP receiver on the official protobuf definitions): one limit, and spans.
+#[test]
+fn the_fleet_example_shares_one_limit_and_sends_spans() {
+    installed("otel", &["opentelemetry-proto==1.45.2"]);
+    // Five free ports in a row.
+    let base = (0..200)
+        .map(|_| free_port())
+        .find(|&b| {
+            b < 60_000 && (0..5).all(|i| std::net::TcpListener::bind(("127.0.0.1", b + i)).is_ok())
+        })
+        .expect("five free ports in a row");
+    let out = std::process::Command::new("bash")
+        .arg(root().join("config/fleet.sh"))
+        .arg("--check")
+        .env("BASE_PORT", base.to_string())
+        .env("RPCTAP", env!("CARGO_BIN_EXE_rpctap"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("allowed 10 of 20 calls through two sidecars"),
+        "{text}"
+    );
+    assert!(
+        text.contains("spans received: 20 (one per call"),
+        "{text}"
+    );
+}

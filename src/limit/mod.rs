@@ -868,4 +868,70 @@ mod tests {
             Some("tools/call")
         );
     }
+
+    #[test]
+    fn shared_rules_are_checked_and_name_the_same_keys_in_every_process() {
+        let bad = |spec: RuleSpec| Limiter::new(&[spec], DEFAULT_CODE).unwrap_err().message;
+        let shared = RuleSpec {
+            name: Some("s".into()),
+            rate: Some("10/min".into()),
+            key: Some("header:x-api-key".into()),
+            store: Some("redis://127.0.0.1:6379".into()),
+            ..Default::default()
+        };
+        assert!(bad(RuleSpec {
+            replicas: Some(2),
+            store: None,
+            ..shared.clone()
+        })
+        .contains("need a `store`"));
+        assert!(bad(RuleSpec {
+            on_store_error: Some("maybe".into()),
+            ..shared.clone()
+        })
+        .contains("allow, deny or local"));
+        assert!(bad(RuleSpec {
+            store: Some("memcached://x".into()),
+            ..shared.clone()
+        })
+        .contains("redis://"));
+        assert!(bad(RuleSpec {
+            store_timeout: Some("soon".into()),
+            ..shared.clone()
+        })
+        .contains("store_timeout"));
+        // Two limiters (two processes) name a key's value alike, and never in clear.
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "secret-key-1".parse().unwrap());
+        let names = || {
+            let l = Limiter::new(std::slice::from_ref(&shared), DEFAULT_CODE).unwrap();
+            let r = &l.rules[0];
+            r.shared
+                .as_ref()
+                .unwrap()
+                .side
+                .keys(&Limiter::material(r, &keys(&h)))
+        };
+        let (a, b) = (names(), names());
+        assert_eq!(a, b);
+        assert!(
+            a.0.starts_with("rpctap:limit:") && !a.0.contains("secret"),
+            "{a:?}"
+        );
+        // The local fallback counts a replica's share.
+        let l = Limiter::new(
+            &[RuleSpec {
+                replicas: Some(4),
+                rate: Some("8/min".into()),
+                ..shared
+            }],
+            DEFAULT_CODE,
+        )
+        .unwrap();
+        let mut shadow = vec![];
+        let allowed = (0..10)
+            .filter(|_| matches!(l.check(&CALL, &keys(&h), &mut shadow), Decision::Allow(_)))
+            .count();
+        assert_eq!(allowed, 2, "8 / 4 replicas, without the store's verdicts");
+    }
 }
