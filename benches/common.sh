@@ -26,3 +26,13 @@ request = function()
 end
 LUA
 }
+
+# median VALUE…: the median of wrk-style durations (123us, 1.2ms, 2s) or plain numbers, in µs.
+median() { python3 -c "
+import sys,re
+def us(v):
+    m=re.match(r'([0-9.]+)(us|ms|s)?$',v)
+    x=float(m.group(1)); u=m.group(2) or ''
+    return x*{'us':1,'ms':1000,'s':1e6,'':1}[u]
+vals=sorted(us(v) for v in sys.argv[1:])
+print(vals[len(vals)//2])" "$@"; }

@@ -93,14 +93,6 @@ for r in $(seq 1 $ROUNDS); do
     L50[$n]+="$p50 "; L99[$n]+="$p99 "
   done
 done
-median() { python3 -c "
-import sys,re
-def us(v):
-    m=re.match(r'([0-9.]+)(us|ms|s)?$',v)
-    x=float(m.group(1)); u=m.group(2) or ''
-    return x*{'us':1,'ms':1000,'s':1e6,'':1}[u]
-vals=sorted(us(v) for v in sys.argv[1:])
-print(vals[len(vals)//2])" $@; }
 r() { python3 -c "print(round($1/$2,3))"; }
 
 echo

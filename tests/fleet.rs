@@ -244,8 +244,5 @@ fn the_fleet_example_shares_one_limit_and_sends_spans() {
         text.contains("allowed 10 of 20 calls through two sidecars"),
         "{text}"
     );
-    assert!(
-        text.contains("spans received: 20 (one per call"),
-        "{text}"
-    );
+    assert!(text.contains("spans received: 20 (one per call"), "{text}");
 }

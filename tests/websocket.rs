@@ -41,41 +41,60 @@ fn ws_messages(ev: &[Arc<Event>], dir: Direction) -> usize {
         .count()
 }
 
+/// The Python `websockets` peer (tests/interop/ws_peer.py), from the `ws` venv.
+fn ws_peer() -> (std::path::PathBuf, std::path::PathBuf) {
+    let env = installed("ws", &["websockets==17.4"]);
+    (
+        env.join("bin/python"),
+        root().join("tests/interop/ws_peer.py"),
+    )
+}
+
+/// The peer's JSON-RPC server on a free port, `mode` `deflate` or `plain`.
+async fn ws_peer_server(mode: &str) -> (Proc, SocketAddr) {
+    let (py, script) = ws_peer();
+    let port = free_port();
+    let server = Proc::spawn(
+        std::process::Command::new(py)
+            .arg(script)
+            .args(["server", &port.to_string(), mode])
+            .stdout(std::process::Stdio::null()),
+    );
+    let up: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_listening(up).await;
+    (server, up)
+}
+
+/// Runs the peer as a client (`role`: client, limited, eth) against `url`; what it printed.
+async fn ws_peer_client(role: &str, url: String, mode: &str) -> serde_json::Value {
+    let (py, script) = ws_peer();
+    let args = [role.to_string(), url, mode.to_string()];
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(py)
+            .arg(script)
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{role} {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_websockets_with_and_without_deflate_identical_inspected_and_checked() {
-    let env = installed("ws", &["websockets==17.4"]);
-    let py = env.join("bin/python");
-    let script = root().join("tests/interop/ws_peer.py");
     let dir = Scratch::new("ws-interop");
     for mode in ["deflate", "plain"] {
-        let port = free_port();
-        let mut server = std::process::Command::new(&py);
-        server
-            .arg(&script)
-            .args(["server", &port.to_string(), mode]);
-        let _server = Proc::spawn(server.stdout(std::process::Stdio::null()));
-        let up: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        wait_listening(up).await;
+        let (_server, up) = ws_peer_server(mode).await;
         let file = dir.join(format!("{mode}.jsonl"));
         let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
-        let run = |url: String| {
-            let (py, script) = (py.clone(), script.clone());
-            tokio::task::spawn_blocking(move || {
-                let out = std::process::Command::new(py)
-                    .arg(script)
-                    .args(["client", &url, mode])
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-            })
-        };
-        let direct = run(format!("ws://{up}/")).await.unwrap();
-        let via = run(format!("ws://{}/rpc", p.addr)).await.unwrap();
+        let direct = ws_peer_client("client", format!("ws://{up}/"), mode).await;
+        let via = ws_peer_client("client", format!("ws://{}/rpc", p.addr), mode).await;
         assert_eq!(direct, via, "{mode}: the same through rpctap");
         assert_eq!(via["add"]["result"], 5);
         assert_eq!(via["batch"].as_array().unwrap().len(), 2);
@@ -199,7 +218,7 @@ async fn python_websockets_with_and_without_deflate_identical_inspected_and_chec
                 .stderr(std::process::Stdio::null()),
         );
         wait_listening(mock).await;
-        let mut mocked = run(format!("ws://{mock}/rpc")).await.unwrap();
+        let mut mocked = ws_peer_client("client", format!("ws://{mock}/rpc"), mode).await;
         assert_eq!(
             mocked["extensions"],
             serde_json::json!([]),
@@ -442,42 +461,16 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
 /// would break the server's inflating — every later message still reaches the server intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_refuse_calls_on_the_stream_with_and_without_deflate() {
-    let env = installed("ws", &["websockets==17.4"]);
-    let py = env.join("bin/python");
-    let script = root().join("tests/interop/ws_peer.py");
     let dir = Scratch::new("ws-limits");
     for mode in ["deflate", "plain"] {
-        let port = free_port();
-        let mut server = std::process::Command::new(&py);
-        server
-            .arg(&script)
-            .args(["server", &port.to_string(), mode]);
-        let _server = Proc::spawn(server.stdout(std::process::Stdio::null()));
-        let up: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        wait_listening(up).await;
+        let (_server, up) = ws_peer_server(mode).await;
         let file = dir.join(format!("{mode}.jsonl"));
         let flags = rpctap::cli::ProxyFlags {
             limits: vec!["add=3/min".into()],
             ..record_flags(&file)
         };
         let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
-        let url = format!("ws://{}/rpc", p.addr);
-        let (py2, script2) = (py.clone(), script.clone());
-        let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(py2)
-                .arg(script2)
-                .args(["limited", &url, mode])
-                .output()
-                .unwrap()
-        })
-        .await
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "{mode}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = ws_peer_client("limited", format!("ws://{}/rpc", p.addr), mode).await;
         for i in 1..=3 {
             assert_eq!(v[i.to_string()]["result"], i + 1, "{mode}: {v}");
         }
@@ -610,7 +603,6 @@ async fn a_refusal_waits_for_the_end_of_the_servers_fragmented_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ganache_newheads_subscription_is_correlated_and_attributed() {
     let node = installed("node", NODE_PACKAGES);
-    let env = installed("ws", &["websockets==17.4"]);
     let port = free_port();
     let mut g = std::process::Command::new(node.join("node_modules/.bin/ganache"));
     g.args([
@@ -629,23 +621,7 @@ async fn ganache_newheads_subscription_is_correlated_and_attributed() {
     let dir = Scratch::new("ws-ganache");
     let file = dir.join("eth.jsonl");
     let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
-    let url = format!("ws://{}/", p.addr);
-    let script = root().join("tests/interop/ws_peer.py");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env.join("bin/python"))
-            .arg(script)
-            .args(["eth", &url])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = ws_peer_client("eth", format!("ws://{}/", p.addr), "deflate").await;
     assert_eq!(v["blockNumber"]["result"], "0x0", "{v}");
     assert_eq!(v["batch"].as_array().unwrap().len(), 2, "{v}");
     assert_eq!(v["heads"], serde_json::json!([1, 2, 3]), "{v}");
@@ -697,23 +673,6 @@ async fn ganache_newheads_subscription_is_correlated_and_attributed() {
             .stderr(std::process::Stdio::null()),
     );
     wait_listening(mock).await;
-    let url = format!("ws://{mock}/");
-    let env = installed("ws", &["websockets==17.4"]);
-    let script = root().join("tests/interop/ws_peer.py");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env.join("bin/python"))
-            .arg(script)
-            .args(["eth", &url])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mocked: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mocked = ws_peer_client("eth", format!("ws://{mock}/"), "deflate").await;
     assert_eq!(mocked, v, "the mock answers as ganache did");
 }
