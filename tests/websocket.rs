@@ -41,6 +41,24 @@ fn ws_messages(ev: &[Arc<Event>], dir: Direction) -> usize {
         .count()
 }
 
+/// `rpctap mock FILE` on a free port.
+async fn mock_of(file: &std::path::Path) -> (Proc, SocketAddr) {
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let p = Proc::spawn(
+        rpctap()
+            .args([
+                "mock",
+                file.to_str().unwrap(),
+                "--listen",
+                &addr.to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
+    wait_listening(addr).await;
+    (p, addr)
+}
+
 /// The Python `websockets` peer (tests/interop/ws_peer.py), from the `ws` venv.
 fn ws_peer() -> (std::path::PathBuf, std::path::PathBuf) {
     let env = installed("ws", &["websockets==17.4"]);
@@ -205,19 +223,7 @@ async fn python_websockets_with_and_without_deflate_identical_inspected_and_chec
         assert!(!text.contains("warning"), "{mode}: {text}");
         // Served as a mock over WebSocket: the client gets what the server gave it, the
         // subscription's notifications included.
-        let mock: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let _mock = Proc::spawn(
-            rpctap()
-                .args([
-                    "mock",
-                    file.to_str().unwrap(),
-                    "--listen",
-                    &mock.to_string(),
-                ])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null()),
-        );
-        wait_listening(mock).await;
+        let (_mock, mock) = mock_of(&file).await;
         let mut mocked = ws_peer_client("client", format!("ws://{mock}/rpc"), mode).await;
         assert_eq!(
             mocked["extensions"],
@@ -660,19 +666,7 @@ async fn ganache_newheads_subscription_is_correlated_and_attributed() {
     assert_eq!(c.matched, 9, "{}", c.stdout);
     // The recording as a mock node: the same answers, the mined blocks' heads after each
     // `evm_mine` as recorded.
-    let mock: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let _mock = Proc::spawn(
-        rpctap()
-            .args([
-                "mock",
-                file.to_str().unwrap(),
-                "--listen",
-                &mock.to_string(),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null()),
-    );
-    wait_listening(mock).await;
+    let (_mock, mock) = mock_of(&file).await;
     let mocked = ws_peer_client("eth", format!("ws://{mock}/"), "deflate").await;
     assert_eq!(mocked, v, "the mock answers as ganache did");
 }

@@ -257,10 +257,13 @@ impl Proxy {
         };
         // Rules counted in a shared store (Redis): asked before deciding, one round trip for the
         // request's calls, bounded by the rules' store_timeout. Boxed: only such setups pay it.
-        let shared = match &read {
-            Ok(ReadAhead::Whole(b)) if self.limiter().has_shared() => Some(
-                Box::pin(self.ask_shared(b, &parts.headers, conn.peer, session.as_deref())).await,
-            ),
+        // The rules in force, read once for a body that will be decided.
+        let limiter = matches!(read, Ok(ReadAhead::Whole(_))).then(|| self.limiter());
+        let shared = match (&read, &limiter) {
+            (Ok(ReadAhead::Whole(b)), Some(l)) if l.has_shared() => {
+                let (peer, sid) = (conn.peer, session.as_deref());
+                Some(Box::pin(ask_shared(l, b, &parts.headers, peer, sid)).await)
+            }
             _ => None,
         };
         let body = match self.request_filter(
@@ -269,7 +272,7 @@ impl Proxy {
             read,
             conn.peer,
             session.as_deref(),
-            shared,
+            (limiter, shared),
         ) {
             Ok(body) => body,
             Err(Early::Error(e)) => return self.error_reply(ex, e),
@@ -353,7 +356,10 @@ impl Proxy {
         read: Result<ReadAhead, ClientBodyError>,
         peer: SocketAddr,
         session: Option<&str>,
-        mut shared: Option<crate::limit::SharedVerdicts>,
+        (limiter, mut shared): (
+            Option<Arc<crate::limit::Limiter>>,
+            Option<crate::limit::SharedVerdicts>,
+        ),
     ) -> Result<ForwardBody, Early> {
         let b = match read {
             Ok(ReadAhead::Whole(b)) => b,
@@ -375,7 +381,7 @@ impl Proxy {
         };
         let parsed = crate::rpc::parse_body(&b);
         ex.summary.body = Some(b.clone());
-        let limiter = self.limiter();
+        let limiter = limiter.unwrap_or_else(|| self.limiter());
         if limiter.is_empty() {
             ex.ctx.request_parsed(&b, parsed);
             return Ok(ForwardBody::full(b));
@@ -426,23 +432,6 @@ impl Proxy {
         };
         ex.plan = Some(p);
         Ok(ForwardBody::full(body))
-    }
-
-    /// The shared stores' verdicts for a request body's calls.
-    async fn ask_shared(
-        &self,
-        body: &Bytes,
-        headers: &http::HeaderMap,
-        peer: SocketAddr,
-        session: Option<&str>,
-    ) -> crate::limit::SharedVerdicts {
-        let limiter = self.limiter();
-        let keys = crate::limit::RequestKeys {
-            peer: peer.ip(),
-            session,
-            headers,
-        };
-        limits::ask_shared(&limiter, &crate::rpc::parse_body(body), &keys).await
     }
 
     /// Phase 2, **upstream request**: the upstream's base path and origin-form target,
@@ -763,6 +752,22 @@ enum Early {
     Error(ExchangeError),
     /// rpctap answers alone (every call refused).
     Respond(Box<Response<ProxyBody>>),
+}
+
+/// The shared stores' verdicts for a request body's calls.
+async fn ask_shared(
+    limiter: &crate::limit::Limiter,
+    body: &Bytes,
+    headers: &http::HeaderMap,
+    peer: SocketAddr,
+    session: Option<&str>,
+) -> crate::limit::SharedVerdicts {
+    let keys = crate::limit::RequestKeys {
+        peer: peer.ip(),
+        session,
+        headers,
+    };
+    limits::ask_shared(limiter, &crate::rpc::parse_body(body), &keys).await
 }
 
 /// Splices an upgraded client connection to the upgraded upstream connection, byte for byte;
