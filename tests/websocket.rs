@@ -670,3 +670,61 @@ async fn ganache_newheads_subscription_is_correlated_and_attributed() {
     let mocked = ws_peer_client("eth", format!("ws://{mock}/"), "deflate").await;
     assert_eq!(mocked, v, "the mock answers as ganache did");
 }
+
+/// Under rate limits, a message larger than the inspection cap is not held: it streams on
+/// (uncompressed, past the hold) or goes on as it came (compressed, inflating past the cap),
+/// flagged NOT_INSPECTED, and the client gets what it gets directly — the limits take nothing
+/// from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_limits_a_message_beyond_the_cap_passes_uninspected() {
+    for mode in ["deflate", "plain"] {
+        let (_server, up) = ws_peer_server(mode).await;
+        let flags = rpctap::cli::ProxyFlags {
+            limits: vec!["add=100/min".into()],
+            max_frame_bytes: Some(64 << 10),
+            ..Default::default()
+        };
+        let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+        let direct = ws_peer_client("client", format!("ws://{up}/"), mode).await;
+        let via = ws_peer_client("client", format!("ws://{}/rpc", p.addr), mode).await;
+        assert_eq!(direct, via, "{mode}");
+        assert_eq!(
+            via["big"], true,
+            "{mode}: the 200 KB echo went through whole"
+        );
+        let ev = drain_ws(&mut p).await;
+        let found: Vec<(&str, &str)> = ev
+            .iter()
+            .filter_map(|e| match &**e {
+                Event::Anomaly(a) => Some((a.code, a.message.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            found.iter().all(|a| a.0 == "NOT_INSPECTED"),
+            "{mode}: {found:?}"
+        );
+        let lost = found
+            .iter()
+            .filter(|a| a.1.contains("compression context"))
+            .count();
+        // The big call and its big reply: passed on, not inspected (so the call is not
+        // correlated, and its reply is rightly not flagged). Compressed with context takeover,
+        // the messages after them cannot be inflated either: the unsubscribe and its reply.
+        let (want_codes, want_lost, want_calls) = match mode {
+            "deflate" => (4, 2, 4),
+            _ => (2, 0, 5),
+        };
+        assert_eq!(
+            (found.len(), lost),
+            (want_codes, want_lost),
+            "{mode}: {found:?}"
+        );
+        let cs = calls(&ev);
+        assert_eq!(
+            cs.len(),
+            want_calls,
+            "{mode}: each inspected call has its outcome: {cs:?}"
+        );
+    }
+}
