@@ -113,7 +113,7 @@ impl CallTrace {
             let trace = parent
                 .as_ref()
                 .map_or_else(|| ids.new_trace_id(), SpanContext::trace_id);
-            let sampled = sampled(parent.as_ref(), trace, t.sample);
+            let sampled = sampled(&sampler(t.sample), parent.as_ref(), trace);
             (trace, ids.new_span_id(), sampled)
         });
         CallTrace {
@@ -137,14 +137,14 @@ pub fn new_span_id() -> SpanId {
     RandomIdGenerator::default().new_span_id()
 }
 
-/// The sampler's decision (parent-based, then the share by trace id).
+/// The sampler (parent-based, then the share by trace id).
 fn sampler(ratio: f64) -> Sampler {
     Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio)))
 }
 
-fn sampled(parent: Option<&SpanContext>, trace: TraceId, ratio: f64) -> bool {
+fn sampled(sampler: &Sampler, parent: Option<&SpanContext>, trace: TraceId) -> bool {
     let cx = parent.map(|p| opentelemetry::Context::new().with_remote_span_context(p.clone()));
-    sampler(ratio)
+    sampler
         .should_sample(cx.as_ref(), trace, "", &SpanKind::Server, &[], &[])
         .decision
         == SamplingDecision::RecordAndSample
@@ -214,7 +214,7 @@ pub async fn run(mut sub: Subscription, cfg: OtelConfig, upstream: Option<(Strin
             .build(),
     );
     let maker = Maker {
-        ratio: cfg.sample,
+        sampler: sampler(cfg.sample),
         ids: RandomIdGenerator::default(),
         upstream,
         scope: opentelemetry::InstrumentationScope::builder("rpctap")
@@ -264,7 +264,8 @@ pub async fn run(mut sub: Subscription, cfg: OtelConfig, upstream: Option<(Strin
 }
 
 struct Maker {
-    ratio: f64,
+    /// Built once: the parent-based sampler boxes its inner one.
+    sampler: Sampler,
     ids: RandomIdGenerator,
     /// The upstream's host and port (`None` for a stdio server).
     upstream: Option<(String, u16)>,
@@ -291,7 +292,7 @@ impl Maker {
             (None, Some((t, _, _))) => t,
             (None, None) => self.ids.new_trace_id(),
         };
-        if !sampled(parent.as_ref(), trace_id, self.ratio) {
+        if !sampled(&self.sampler, parent.as_ref(), trace_id) {
             return;
         }
         let end = SystemTime::UNIX_EPOCH + Duration::from_nanos(c.ts);

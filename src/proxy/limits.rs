@@ -51,13 +51,20 @@ fn info(e: &Envelope) -> CallInfo<'_> {
     }
 }
 
+/// A parsed body's messages and whether it is a batch (`None`: not JSON).
+fn members(parsed: &Body) -> Option<(Vec<&Envelope>, bool)> {
+    match parsed {
+        Body::Single(e) => Some((vec![e], false)),
+        Body::Batch(v) => Some((v.iter().collect(), true)),
+        Body::ParseError(_) => None,
+    }
+}
+
 /// The calls and notifications of a parsed body, as the rules see them (`None` for the other
 /// members), in order.
 pub fn calls(parsed: &Body) -> Vec<Option<CallInfo<'_>>> {
-    let envs: Vec<&Envelope> = match parsed {
-        Body::Single(e) => vec![e],
-        Body::Batch(v) => v.iter().collect(),
-        Body::ParseError(_) => vec![],
+    let Some((envs, _)) = members(parsed) else {
+        return vec![];
     };
     envs.into_iter()
         .map(|e| matches!(e.kind, Kind::Request | Kind::Notification).then(|| info(e)))
@@ -84,10 +91,8 @@ pub fn plan(
     keys: &RequestKeys<'_>,
     mut shared: Option<&mut crate::limit::SharedVerdicts>,
 ) -> Plan {
-    let (envs, batch): (Vec<&Envelope>, bool) = match parsed {
-        Body::Single(e) => (vec![e], false),
-        Body::Batch(v) => (v.iter().collect(), true),
-        Body::ParseError(_) => return Plan::default(),
+    let Some((envs, batch)) = members(parsed) else {
+        return Plan::default();
     };
     let mut plan = Plan {
         batch,
