@@ -155,10 +155,53 @@ impl Body for ForwardBody {
     }
 }
 
+/// The socket of a lean stream's upstream connection (plain TCP or TLS).
+pub type LeanIo = hyper_rustls::MaybeHttpsStream<hyper_util::rt::TokioIo<tokio::net::TcpStream>>;
+
+/// The upstream's reply body: read by hyper's client connection, or by rpctap itself on a lean
+/// stream's connection (`super::lean`; boxed: the rare case, and a TLS state is large).
+#[derive(Debug)]
+pub enum UpstreamBody {
+    Hyper(Incoming),
+    Lean(Box<super::lean::LeanBody<LeanIo>>),
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            UpstreamBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
+            UpstreamBody::Lean(b) => Pin::new(b.as_mut()).poll_frame(cx),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Hyper(b) => b.is_end_stream(),
+            UpstreamBody::Lean(b) => b.is_end_stream(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Hyper(b) => b.size_hint(),
+            UpstreamBody::Lean(b) => b.size_hint(),
+        }
+    }
+}
+
 /// The source of a reply body: the upstream's stream, or a body rpctap made (an error reply).
 #[derive(Debug)]
 pub enum ReplySource {
-    Upstream(Incoming),
+    Upstream(UpstreamBody),
     Made(Option<Bytes>),
 }
 
@@ -214,7 +257,7 @@ impl Body for TeeBody {
         let polled = match &mut this.src {
             ReplySource::Upstream(inc) => match Pin::new(inc).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(r) => r.map(|r| r.map_err(BoxError::from)),
+                Poll::Ready(r) => r,
             },
             ReplySource::Made(b) => b.take().map(|b| Ok(Frame::data(b))),
         };

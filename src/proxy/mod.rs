@@ -19,17 +19,17 @@
 
 pub mod body;
 pub mod headers;
+pub mod lean;
 pub mod limits;
 pub mod upstream;
 
 use crate::inspect::{ExchangeCtx, Inspector, RequestMeta, ResponseMeta};
 use crate::rpc::Id;
-use body::{ClientBody, ClientBodyError, ForwardBody, ReplySource, TeeBody};
+use body::{ClientBody, ClientBodyError, ForwardBody, ReplySource, TeeBody, UpstreamBody};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -482,7 +482,7 @@ impl Proxy {
     /// carry the exchange once more.
     fn response_filter(
         &self,
-        resp: Response<Incoming>,
+        resp: Response<UpstreamBody>,
         mut ex: Exchange,
         permits: Vec<crate::limit::Permit>,
         is_head: bool,
@@ -709,10 +709,10 @@ impl RequestSummary {
 /// Phase 3, **upstream**, its outcome: the response head, or why there is none — unreachable
 /// (502) or too slow (504).
 fn upstream_outcome(
-    sent: Option<Result<Response<Incoming>, String>>,
+    sent: Option<Result<Response<UpstreamBody>, String>>,
     limit: Duration,
     exchange: u64,
-) -> Result<Response<Incoming>, ExchangeError> {
+) -> Result<Response<UpstreamBody>, ExchangeError> {
     match sent {
         Some(Ok(r)) => Ok(r),
         Some(Err(why)) => {
@@ -740,7 +740,7 @@ enum Answer {
 struct Merge {
     plan: limits::Plan,
     rparts: http::response::Parts,
-    rbody: Incoming,
+    rbody: UpstreamBody,
     ctx: ExchangeCtx,
     accepts_sse: bool,
     permits: Vec<crate::limit::Permit>,

@@ -13,9 +13,8 @@
 //! the bundled webpki roots; `--upstream-insecure` skips certificate verification, off by
 //! default).
 
-use super::body::ForwardBody;
+use super::body::{ForwardBody, LeanIo, UpstreamBody};
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -274,15 +273,24 @@ impl Upstream {
         &self,
         mut req: Request<ForwardBody>,
         lane: Option<&Lane>,
-    ) -> Result<Response<Incoming>, String> {
+    ) -> Result<Response<UpstreamBody>, String> {
         let Some(lane) = lane else {
-            return self.pool.request(req).await.map_err(|e| describe(&e));
+            return (self.pool.request(req).await)
+                .map(|r| r.map(UpstreamBody::Hyper))
+                .map_err(|e| describe(&e));
         };
         // HTTP/1 on a connection of our own: the request target in origin form.
         if req.uri().scheme().is_some() {
             if let Some(pq) = req.uri().path_and_query().cloned() {
                 *req.uri_mut() = Uri::from(pq);
             }
+        }
+        // A long stream's request: on a connection of its own, read by rpctap (`lean`).
+        if super::lean::wants_lean(&req) {
+            let io = self.dial().await?;
+            let counted = crate::metrics::Counted::upstream(&self.conns);
+            let resp = super::lean::send(io, req, counted).await?;
+            return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
         }
         let upgrade = super::headers::is_upgrade(req.headers());
         let reused = match lane.take(self.idle_timeout) {
@@ -312,19 +320,23 @@ impl Upstream {
         if !upgrade {
             lane.put(sender, &self.idle);
         }
-        Ok(resp)
+        Ok(resp.map(UpstreamBody::Hyper))
     }
 
-    /// Opens a connection to the upstream for `lane`, whose task drives it.
-    async fn connect(&self, lane: &Lane) -> Result<http1::SendRequest<ForwardBody>, String> {
+    /// Opens a connection to the upstream (TCP, and TLS for `https`).
+    async fn dial(&self) -> Result<LeanIo, String> {
         let mut c = self.h1.clone();
         std::future::poll_fn(|cx| c.poll_ready(cx))
             .await
             .map_err(|e| format!("client error (Connect): {e}"))?;
-        let io = c
-            .call(self.target.clone())
+        c.call(self.target.clone())
             .await
-            .map_err(|e| format!("client error (Connect): {}", describe(&*e)))?;
+            .map_err(|e| format!("client error (Connect): {}", describe(&*e)))
+    }
+
+    /// Opens a connection to the upstream for `lane`, whose task drives it.
+    async fn connect(&self, lane: &Lane) -> Result<http1::SendRequest<ForwardBody>, String> {
+        let io = self.dial().await?;
         let (sender, conn) = http1::Builder::new()
             .handshake(io)
             .await
