@@ -184,7 +184,7 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
             .flat_map(|v| v.split(','))
             .map(str::trim)
             .filter(|c| !c.is_empty())
-            .last();
+            .next_back();
         // Chunked last: chunked framing; any other last coding: the body runs to the close.
         return Ok(match last {
             Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
