@@ -183,8 +183,7 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .next_back();
+            .rfind(|c| !c.is_empty());
         // Chunked last: chunked framing; any other last coding: the body runs to the close.
         return Ok(match last {
             Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
