@@ -512,6 +512,11 @@ impl Proxy {
                 permits,
             }));
         }
+        // An event stream may stay open for hours: on HTTP/1.1 the listener writes it on
+        // without hyper's connection (see `server::LongStream`).
+        if picked.content_type.is_some_and(crate::media::is_event_stream) {
+            rparts.extensions.insert(crate::server::LongStream);
+        }
         Answer::Stream(Response::from_parts(
             rparts,
             TeeBody::new(ReplySource::Upstream(rbody), Some(ex.ctx)).holding(permits),

@@ -1,7 +1,8 @@
 //! A client connection's counters and wrappers: [`ConnState`] (what the supervisor reads),
 //! written by the socket wrapper [`Watched`] (bytes arrived, replies flushed) and by the service
 //! ([`Active`] per exchange, [`RequestBody`] per unread body); [`Tracked`] keeps an exchange
-//! counted until its reply body is dropped, [`Exchange`] boxes the handler's future per request.
+//! counted until its reply body is dropped, [`Exchange`] boxes the handler's future per request
+//! and hands a long stream's body to the supervisor ([`LongStream`], [`Handoff`]).
 
 use hyper::body::{Body, Incoming};
 use hyper::Response;
@@ -18,26 +19,99 @@ use tokio::net::TcpStream;
 /// count. Boxed per request because hyper keeps its HTTP/1 connection's slot for this future
 /// allocated for the connection's whole life, at this type's size — kilobytes for the proxy's
 /// handler, a pointer this way — so an idle connection does not keep a handler's worth of memory.
-pub(super) struct Exchange<F> {
+pub(super) struct Exchange<F, B> {
     pub(super) fut: Pin<Box<F>>,
     pub(super) active: Option<Active>,
+    /// Where a long stream's body goes when it is handed off (see [`LongStream`]), with what
+    /// the request allowed: `None` when it may not be (not HTTP/1.1, a `HEAD`).
+    pub(super) handoff: Option<(Arc<Handoff<Tracked<B>>>, bool)>,
 }
 
-impl<F, B> Future for Exchange<F>
+impl<F, B> Future for Exchange<F, B>
 where
     F: Future<Output = Response<B>>,
+    B: Body,
 {
     type Output = Result<Response<Tracked<B>>, Infallible>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let resp = std::task::ready!(self.fut.as_mut().poll(cx));
-        match self.active.take() {
-            Some(active) => Poll::Ready(Ok(resp.map(|body| Tracked {
-                body,
-                _active: active,
-            }))),
+        let Some(active) = self.active.take() else {
             // Polled again after it was ready: hyper never does.
-            None => Poll::Pending,
+            return Poll::Pending;
+        };
+        if let Some((slot, request_keeps_alive)) = self.handoff.take() {
+            if handed_off(&resp, &active) {
+                let keep_alive = request_keeps_alive && !super::has_close(resp.headers());
+                let (parts, body) = resp.into_parts();
+                let tracked = Tracked {
+                    body: Slot::Here { body },
+                    _active: Some(active),
+                };
+                slot.put(Box::pin(tracked), keep_alive);
+                return Poll::Ready(Ok(Response::from_parts(
+                    parts,
+                    Tracked {
+                        body: Slot::Away,
+                        _active: None,
+                    },
+                )));
+            }
         }
+        Poll::Ready(Ok(resp.map(|body| Tracked {
+            body: Slot::Here { body },
+            _active: Some(active),
+        })))
+    }
+}
+
+/// Marks a reply (in its extensions) as a long stream — an SSE reply that may stay open for
+/// hours: on HTTP/1.1 its body is then written by the connection's supervisor after hyper has
+/// written the head, and hyper's connection (its read and write buffers, 16 KiB) is taken apart
+/// instead of kept for the stream's life. Only a reply hyper would send chunked qualifies (no
+/// `Content-Length`, no known size, a status with a body) and only when the request's body has
+/// been read; anything else is served by hyper as usual.
+#[derive(Clone, Copy, Debug)]
+pub struct LongStream;
+
+fn handed_off<B: Body>(resp: &Response<B>, active: &Active) -> bool {
+    let status = resp.status().as_u16();
+    resp.extensions().get::<LongStream>().is_some()
+        && (200..300).contains(&status)
+        && status != 204
+        && !resp.headers().contains_key(http::header::CONTENT_LENGTH)
+        && !resp.headers().contains_key(http::header::TRANSFER_ENCODING)
+        && resp.body().size_hint().exact().is_none()
+        && !resp.body().is_end_stream()
+        && active.0.bodies.load(Relaxed) == 0
+}
+
+/// A long stream's body handed from the exchange to the supervisor (at most one at a time: an
+/// HTTP/1 connection has one reply in flight). Std lock, held only to put or take.
+pub struct Handoff<T> {
+    slot: std::sync::Mutex<Option<(Pin<Box<T>>, bool)>>,
+}
+
+impl<T> Default for Handoff<T> {
+    fn default() -> Self {
+        Handoff {
+            slot: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl<T> Handoff<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Pin<Box<T>>, bool)>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn put(&self, body: Pin<Box<T>>, keep_alive: bool) {
+        *self.lock() = Some((body, keep_alive));
+    }
+    /// The body waiting to be taken over, and whether the connection stays open after it.
+    pub(super) fn take(&self) -> Option<(Pin<Box<T>>, bool)> {
+        self.lock().take()
+    }
+    pub(super) fn waiting(&self) -> bool {
+        self.lock().is_some()
     }
 }
 
@@ -156,8 +230,18 @@ pin_project_lite::pin_project! {
     /// A reply body that keeps its exchange counted active until it is dropped.
     pub struct Tracked<B> {
         #[pin]
-        body: B,
-        _active: Active,
+        body: Slot<B>,
+        _active: Option<Active>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A reply body, or (what hyper holds of a handed-off long stream) nothing: pending for ever,
+    /// never polled once the supervisor has taken the connection over.
+    #[project = SlotProj]
+    enum Slot<B> {
+        Here { #[pin] body: B },
+        Away,
     }
 }
 
@@ -169,15 +253,24 @@ impl<B: Body> Body for Tracked<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
-        self.project().body.poll_frame(cx)
+        match self.project().body.project() {
+            SlotProj::Here { body } => body.poll_frame(cx),
+            SlotProj::Away => Poll::Pending,
+        }
     }
     #[inline]
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        match &self.body {
+            Slot::Here { body } => body.is_end_stream(),
+            Slot::Away => false,
+        }
     }
     #[inline]
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        match &self.body {
+            Slot::Here { body } => body.size_hint(),
+            Slot::Away => http_body::SizeHint::new(),
+        }
     }
 }
 

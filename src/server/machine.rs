@@ -1,8 +1,8 @@
 //! A client connection's protocol state and its supervisor: [`Machine`] (HTTP/1 served by
-//! hyper and parked while idle, or HTTP/2), [`supervise`] (one timer for the header and
+//! hyper and parked while idle, a long stream written here, or HTTP/2), [`supervise`] (one timer for the header and
 //! keep-alive timeouts and the park looks; the drain signal).
 
-use super::conn::{ConnState, Watched};
+use super::conn::{ConnState, Handoff, Watched};
 use super::{
     BoxError, ConnLimits, ListenerStats, H2_MAX_LOCAL_RESETS, H2_MAX_PENDING_RESETS,
     HYPER_MAX_HEADERS,
@@ -50,9 +50,20 @@ type Io = TokioIo<Watched>;
 /// exchanges come, and **parked** when it has been idle a while (`PARK_AFTER`, a second): hyper's
 /// connection is taken apart (its read and write buffers, some 25 KiB, freed) and only the
 /// socket is kept until its next bytes arrive, when a new hyper connection picks up where the
-/// last one stopped. HTTP/2 (prior knowledge, seen from the first bytes) is served by one hyper
-/// connection for its life.
-pub enum Machine<S: hyper::service::HttpService<Incoming>> {
+/// last one stopped. A **long stream** (an SSE reply marked [`super::LongStream`]) is taken over
+/// the same way once hyper has written its head: its body is written here, chunk by chunk, and
+/// the connection parks when it ends. HTTP/2 (prior knowledge, seen from the first bytes) is
+/// served by one hyper connection for its life.
+pub struct Machine<S: hyper::service::HttpService<Incoming>> {
+    state: State<S>,
+    /// Where the exchange puts a long stream's body for the taking.
+    handoff: Arc<Handoff<S::ResBody>>,
+    conn: Arc<ConnState>,
+    /// The drain signal came: no keep-alive after the exchange in flight.
+    closing: bool,
+}
+
+enum State<S: hyper::service::HttpService<Incoming>> {
     /// Waiting for bytes with only the socket; `first`: nothing read yet, the protocol is still
     /// to be seen.
     Parked {
@@ -62,8 +73,26 @@ pub enum Machine<S: hyper::service::HttpService<Incoming>> {
     },
     H1(Pin<Box<hyper::server::conn::http1::UpgradeableConnection<Io, S>>>),
     H2(Pin<Box<hyper::server::conn::http2::Connection<Io, S, TokioExecutor>>>),
+    /// A long stream's body, written here (hyper's connection taken apart after the head).
+    Streaming(Box<Streaming<S>>),
     /// Closed (after a drain signal while parked), or between two of the above.
     Gone,
+}
+
+impl<S: hyper::service::HttpService<Incoming>> Machine<S> {
+    /// A new connection, nothing read yet.
+    pub fn new(io: Watched, svc: S, handoff: Arc<Handoff<S::ResBody>>) -> Self {
+        Machine {
+            conn: io.state.clone(),
+            state: State::Parked {
+                io,
+                first: true,
+                svc,
+            },
+            handoff,
+            closing: false,
+        }
+    }
 }
 
 /// An HTTP/1 connection idle this long (no exchange began, none in flight, all written) is
@@ -97,17 +126,17 @@ where
     B::Error: Into<BoxError>,
 {
     fn serving_h1(&self) -> bool {
-        matches!(self, Machine::H1(_))
+        matches!(self.state, State::H1(_))
     }
 
     fn parked(&self) -> bool {
-        matches!(self, Machine::Parked { first: false, .. })
+        matches!(self.state, State::Parked { first: false, .. })
     }
 
     fn poll(&mut self, cx: &mut Context<'_>, b: &Builders) -> Poll<Result<(), BoxError>> {
         loop {
-            match self {
-                Machine::Parked { io, first, .. } => {
+            match &mut self.state {
+                State::Parked { io, first, .. } => {
                     let h2 = if *first {
                         match std::task::ready!(io.poll_protocol(cx)) {
                             Ok(Some(h2)) => h2,
@@ -122,21 +151,52 @@ where
                         }
                         false
                     };
-                    let Machine::Parked { io, svc, .. } = std::mem::replace(self, Machine::Gone)
+                    let State::Parked { io, svc, .. } = std::mem::replace(&mut self.state, State::Gone)
                     else {
                         unreachable!("matched above")
                     };
-                    *self = if h2 {
-                        Machine::H2(Box::pin(b.h2.serve_connection(TokioIo::new(io), svc)))
+                    self.state = if h2 {
+                        State::H2(Box::pin(b.h2.serve_connection(TokioIo::new(io), svc)))
                     } else {
-                        Machine::H1(Box::pin(
+                        State::H1(Box::pin(
                             b.h1.serve_connection(TokioIo::new(io), svc).with_upgrades(),
                         ))
                     };
                 }
-                Machine::H1(c) => return c.as_mut().poll(cx).map_err(Into::into),
-                Machine::H2(c) => return c.as_mut().poll(cx).map_err(Into::into),
-                Machine::Gone => return Poll::Ready(Ok(())),
+                State::H1(c) => {
+                    let polled = c.as_mut().poll(cx).map_err(Into::into);
+                    // A long stream's head is out (flushed since its body was put aside): the
+                    // rest is written here.
+                    if polled.is_pending()
+                        && self.handoff.waiting()
+                        && !self.conn.dirty.load(Relaxed)
+                    {
+                        self.take_over();
+                        continue;
+                    }
+                    return polled;
+                }
+                State::H2(c) => return c.as_mut().poll(cx).map_err(Into::into),
+                State::Streaming(st) => {
+                    let keep_alive = match std::task::ready!(st.poll(cx)) {
+                        Ok(k) => k && !self.closing,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    };
+                    let State::Streaming(st) = std::mem::replace(&mut self.state, State::Gone)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    if !keep_alive {
+                        return Poll::Ready(Ok(()));
+                    }
+                    let Streaming { io, svc, .. } = *st;
+                    self.state = State::Parked {
+                        io,
+                        first: false,
+                        svc,
+                    };
+                }
+                State::Gone => return Poll::Ready(Ok(())),
             }
         }
     }
@@ -144,34 +204,190 @@ where
     /// The drain signal: a parked connection closes at once; a served one finishes the
     /// exchange in flight and closes instead of keeping alive.
     fn shutdown(&mut self) {
-        match self {
-            Machine::Parked { .. } => *self = Machine::Gone,
-            Machine::H1(c) => c.as_mut().graceful_shutdown(),
-            Machine::H2(c) => c.as_mut().graceful_shutdown(),
-            Machine::Gone => {}
+        self.closing = true;
+        match &mut self.state {
+            State::Parked { .. } => self.state = State::Gone,
+            State::H1(c) => c.as_mut().graceful_shutdown(),
+            State::H2(c) => c.as_mut().graceful_shutdown(),
+            State::Streaming(_) | State::Gone => {}
         }
     }
 
     /// Takes an idle HTTP/1 connection apart, keeping the socket and whatever hyper had read
     /// but not used (handed to the next connection first).
     fn park(&mut self) {
-        if !matches!(self, Machine::H1(_)) {
-            return;
-        }
-        let Machine::H1(c) = std::mem::replace(self, Machine::Gone) else {
-            unreachable!("matched above")
-        };
-        // `None` only once upgraded, when the connection has already resolved.
-        if let Some(parts) = Pin::into_inner(c).into_parts() {
-            let mut io = parts.io.into_inner();
-            if !parts.read_buf.is_empty() {
-                io.prefix = Some(parts.read_buf);
-            }
-            *self = Machine::Parked {
+        if let Some((io, svc)) = self.take_h1() {
+            self.state = State::Parked {
                 io,
                 first: false,
-                svc: parts.service,
+                svc,
             };
+        }
+    }
+}
+
+impl<S, B> Machine<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Unpin
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// Takes hyper's HTTP/1 connection apart: the socket (with whatever hyper had read but not
+    /// used, handed to the next connection first) and the service. `None` when not serving
+    /// HTTP/1, or once upgraded (the connection has then resolved).
+    fn take_h1(&mut self) -> Option<(Watched, S)> {
+        if !matches!(self.state, State::H1(_)) {
+            return None;
+        }
+        let State::H1(c) = std::mem::replace(&mut self.state, State::Gone) else {
+            unreachable!("matched above")
+        };
+        let parts = Pin::into_inner(c).into_parts()?;
+        let mut io = parts.io.into_inner();
+        if !parts.read_buf.is_empty() {
+            io.prefix = Some(parts.read_buf);
+        }
+        Some((io, parts.service))
+    }
+
+    /// Hands the long stream waiting in the slot to [`Streaming`].
+    fn take_over(&mut self) {
+        let Some((io, svc)) = self.take_h1() else {
+            return;
+        };
+        match self.handoff.take() {
+            Some((body, keep_alive)) => {
+                self.state = State::Streaming(Box::new(Streaming {
+                    io,
+                    svc,
+                    body: Some(body),
+                    out: Vec::new(),
+                    keep_alive,
+                    watch_close: true,
+                }));
+            }
+            None => {
+                self.state = State::Parked {
+                    io,
+                    first: false,
+                    svc,
+                }
+            }
+        }
+    }
+}
+
+/// A long stream written by the supervisor: each data frame of the body as one chunk of the
+/// chunked coding hyper began (`{size:X}\r\n`, the data, `\r\n`; `0\r\n\r\n` at the end — trailers
+/// are not sent, as hyper sends none to a client that did not ask with `TE: trailers`), a chunk
+/// written whole before the next frame is asked for. The client's side is watched for its
+/// close (the stream then ends, as with hyper: the body dropped, the exchange ended as the
+/// client's leaving); bytes it sends meanwhile wait for the next exchange.
+struct Streaming<S: hyper::service::HttpService<Incoming>> {
+    io: Watched,
+    svc: S,
+    /// `None` once it has ended (its last chunk being written).
+    body: Option<Pin<Box<S::ResBody>>>,
+    /// Pieces still to write.
+    out: Vec<bytes::Bytes>,
+    keep_alive: bool,
+    /// Still watching the client's side for its close (stops once it sends bytes).
+    watch_close: bool,
+}
+
+impl<S> Streaming<S>
+where
+    S: hyper::service::HttpService<Incoming>,
+    <S::ResBody as Body>::Error: Into<BoxError>,
+{
+    /// Writes the stream on; `Ready(Ok(keep_alive))` once its last chunk is out, or
+    /// `Ready(Ok(false))` when the client closed.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, BoxError>> {
+        use bytes::Buf;
+        loop {
+            if !self.out.is_empty() {
+                match self.poll_write_out(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                    Poll::Pending => return self.poll_client_close(cx),
+                }
+            }
+            let Some(body) = self.body.as_mut() else {
+                return Poll::Ready(Ok(self.keep_alive));
+            };
+            match body.as_mut().poll_frame(cx) {
+                Poll::Pending => return self.poll_client_close(cx),
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(mut data) => {
+                        let n = data.remaining();
+                        if n > 0 {
+                            self.out.push(bytes::Bytes::from(format!("{n:X}\r\n")));
+                            self.out.push(data.copy_to_bytes(n));
+                            self.out.push(bytes::Bytes::from_static(b"\r\n"));
+                        }
+                    }
+                    // Trailers end the body.
+                    Err(_) => self.finish(),
+                },
+                Poll::Ready(None) => self.finish(),
+                // As hyper does: the connection is closed without the last chunk, which tells
+                // the client the reply is incomplete.
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e.into())),
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        self.body = None;
+        self.out.push(bytes::Bytes::from_static(b"0\r\n\r\n"));
+    }
+
+    /// Writes the pending pieces (vectored), then flushes.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        use tokio::io::AsyncWrite;
+        while !self.out.is_empty() {
+            let slices: Vec<std::io::IoSlice<'_>> =
+                self.out.iter().map(|b| std::io::IoSlice::new(b)).collect();
+            let mut n = std::task::ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            while n > 0 {
+                let first = &mut self.out[0];
+                if n >= first.len() {
+                    n -= first.len();
+                    self.out.remove(0);
+                } else {
+                    bytes::Buf::advance(first, n);
+                    n = 0;
+                }
+            }
+        }
+        self.out = Vec::new();
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    /// Pending, unless the client has closed its side (`Ready(Ok(false))`) or the socket failed.
+    fn poll_client_close(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, BoxError>> {
+        if !self.watch_close || self.io.prefix.is_some() {
+            return Poll::Pending;
+        }
+        let mut one = [0u8; 1];
+        let mut rb = tokio::io::ReadBuf::new(&mut one);
+        match self.io.io.poll_peek(cx, &mut rb) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(0)) => Poll::Ready(Ok(false)),
+            Poll::Ready(Ok(_)) => {
+                self.watch_close = false;
+                Poll::Pending
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
         }
     }
 }

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 mod conn;
 mod machine;
 
-pub use conn::{ConnState, RequestBody, Tracked, Watched};
+pub use conn::{ConnState, Handoff, LongStream, RequestBody, Tracked, Watched};
 pub use machine::{supervise, Builders, Ended, Machine, Supervised};
 
 use conn::{Active, Exchange};
@@ -216,12 +216,19 @@ pub async fn serve_with<M, H, S, F, B>(
         let (h, companion) = per_connection(peer);
         let h = Arc::new(h);
         let svc_state = state.clone();
+        let handoff = Arc::new(Handoff::default());
+        let svc_handoff = handoff.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let active = Active::begin(&svc_state);
+            // A long stream may be handed to the supervisor only on HTTP/1.1, not for a HEAD.
+            let handoff = (req.version() == http::Version::HTTP_11
+                && req.method() != http::Method::HEAD)
+                .then(|| (svc_handoff.clone(), !has_close(req.headers())));
             let fut = h(req.map(|b| RequestBody::new(b, &svc_state)));
             Exchange {
                 fut: Box::pin(fut),
                 active: Some(active),
+                handoff,
             }
         });
         let io = Watched {
@@ -230,11 +237,7 @@ pub async fn serve_with<M, H, S, F, B>(
             state: state.clone(),
         };
         let conn = supervise(
-            Machine::Parked {
-                io,
-                first: true,
-                svc: service,
-            },
+            Machine::new(io, service, handoff),
             builders.clone(),
             drain_rx.clone(),
             state,
@@ -411,6 +414,16 @@ async fn refusal(
         http::HeaderValue::from_static(ct),
     );
     r
+}
+
+/// Whether a message's `Connection` header has the `close` option.
+pub(crate) fn has_close(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|o| o.trim().eq_ignore_ascii_case("close"))
 }
 
 /// Resolves on SIGINT or SIGTERM.
