@@ -199,6 +199,7 @@ pub struct Metrics {
     connections: Family<SideLabel, Gauge>,
     conns_closed: Family<ReasonLabel, Counter>,
     parked: Gauge,
+    streaming: Gauge,
     recorder_lines: Counter,
     recorder_lost: Counter,
     feed_dropped: Counter,
@@ -289,6 +290,12 @@ impl Metrics {
             "Idle HTTP/1 client connections parked (only their socket kept until their next request)",
             parked.clone(),
         );
+        let streaming = Gauge::default();
+        registry.register(
+            "connections_streaming",
+            "HTTP/1 client connections whose long stream (an SSE reply) rpctap writes without hyper's connection",
+            streaming.clone(),
+        );
         let recorder_lines = Counter::default();
         registry.register(
             "recorder_lines",
@@ -355,6 +362,7 @@ impl Metrics {
             connections,
             conns_closed,
             parked,
+            streaming,
             recorder_lines,
             recorder_lost,
             feed_dropped,
@@ -453,6 +461,8 @@ impl Metrics {
         }
         if let Some(l) = &src.listener {
             self.parked.set(l.parked.load(Ordering::Relaxed) as i64);
+            self.streaming
+                .set(l.streaming.load(Ordering::Relaxed) as i64);
             let seen = &mut *seen;
             for (reason, last, now) in [
                 ("refused", &mut seen.conns_refused, &l.refused),

@@ -13,6 +13,7 @@ use common::*;
 use rpctap::cli::ProxyFlags;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -645,4 +646,291 @@ async fn an_idle_connection_is_parked_and_served_again_on_its_next_request() {
     // The client closes a parked connection: no longer counted.
     drop(s);
     wait_parked(&p, 0, "after the client closed").await;
+}
+
+/// A raw upstream on loopback: each `GET`'s socket is handed to the test with the request head
+/// it read and the connection's number (0 for the first accepted), and the test writes the reply
+/// byte by byte as it likes; a `POST` is answered with a fixed JSON reply, on the same connection
+/// for as long as it stays open.
+async fn raw_upstream() -> (
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<(String, TcpStream)>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::Relaxed);
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match s.read(&mut byte).await {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    if head.starts_with("GET") {
+                        let _ = tx.send((head, s));
+                        return;
+                    }
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    let mut body = vec![0u8; len];
+                    if s.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let reply = r#"{"jsonrpc":"2.0","id":7,"result":5}"#;
+                    let out = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}", reply.len());
+                    if s.write_all(out.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, rx, accepted)
+}
+
+/// One chunk of the chunked coding.
+fn chunk(data: &str) -> String {
+    format!("{:X}\r\n{data}\r\n", data.len())
+}
+
+/// A chunked body's data so far, and whether its last chunk has come (assumes valid framing).
+fn dechunk(mut raw: &[u8]) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return (out, false);
+        };
+        let size = std::str::from_utf8(&raw[..eol])
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap();
+        let size = usize::from_str_radix(size.trim(), 16).unwrap();
+        if size == 0 {
+            return (out, raw[eol + 2..].starts_with(b"\r\n"));
+        }
+        let data = &raw[eol + 2..];
+        if data.len() < size + 2 {
+            out.extend_from_slice(&data[..data.len().min(size)]);
+            return (out, false);
+        }
+        out.extend_from_slice(&data[..size]);
+        raw = &data[size + 2..];
+    }
+}
+
+/// Reads `s` into `raw` until `done(head, body)` holds (5 s at most).
+async fn read_until(s: &mut TcpStream, raw: &mut Vec<u8>, done: impl Fn(&str, &[u8]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            if done(&String::from_utf8_lossy(&raw[..end]), &raw[end + 4..]) {
+                return;
+            }
+        }
+        let mut buf = [0u8; 4096];
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => raw.extend_from_slice(&buf[..n]),
+            other => panic!(
+                "no more bytes ({other:?}); so far: {:?}",
+                String::from_utf8_lossy(raw)
+            ),
+        }
+    }
+}
+
+/// Waits (up to 5 s) until the listener counts `n` long streams written without hyper.
+async fn wait_streaming(p: &TestProxy, n: usize, step: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.listener.streaming.load(Ordering::Relaxed) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{step}: streaming {} (want {n})",
+            p.listener.streaming.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const STREAM_GET: &str = "GET /mcp HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-First: 1\r\nX-Second: 2\r\n\r\n";
+const SSE_HEAD: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+const EV1: &str =
+    "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/one\"}\n\n";
+const EV2: &str =
+    "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/two\"}\n\n";
+
+/// A long stream (an MCP GET stream) holds neither of hyper's connections while it is open: the
+/// upstream leg is rpctap's own (the request head goes as it came, headers in order), the client
+/// leg is written by the listener once hyper has written the head (counted in
+/// `streaming`). Events pass unchanged and one by one — one cut across three writes too — and
+/// are inspected; when the stream ends the client's connection serves its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_holds_no_hyper_connection_passes_unchanged_and_the_connection_serves_on() {
+    let (up, mut gets, accepted) = raw_upstream().await;
+    let mut p = start_proxy_flags(&format!("http://{up}"), ProxyFlags::default()).await;
+    let mut c = TcpStream::connect(p.addr).await.unwrap();
+    // A call first: its upstream connection is kept for this client connection (its lane)...
+    c.write_all(request(CALL).as_bytes()).await.unwrap();
+    let (head, _) = read_response(&mut c).await.expect("served");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(accepted.load(Ordering::Relaxed), 1);
+    // ...and the stream goes on a connection of its own.
+    c.write_all(STREAM_GET.as_bytes()).await.unwrap();
+    let (head, mut u) = tokio::time::timeout(Duration::from_secs(5), gets.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(head.starts_with("GET /mcp HTTP/1.1\r\n"), "{head}");
+    assert_eq!(
+        accepted.load(Ordering::Relaxed),
+        2,
+        "the stream's own upstream connection"
+    );
+    assert!(head.contains("accept: text/event-stream\r\n"), "{head}");
+    let (a, b) = (
+        head.find("x-first: 1").unwrap(),
+        head.find("x-second: 2").unwrap(),
+    );
+    assert!(a < b, "headers in their order: {head}");
+    u.write_all(format!("{SSE_HEAD}{}", chunk(EV1)).as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    read_until(&mut c, &mut raw, |_, body| {
+        dechunk(body).0 == EV1.as_bytes()
+    })
+    .await;
+    let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-type: text/event-stream"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    wait_streaming(&p, 1, "the stream open").await;
+    // The second event cut across three writes: it comes whole, after the first.
+    let two = chunk(EV2);
+    for piece in [&two[..3], &two[3..20], &two[20..]] {
+        u.write_all(piece.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let both = format!("{EV1}{EV2}");
+    read_until(&mut c, &mut raw, |_, body| {
+        dechunk(body).0 == both.as_bytes()
+    })
+    .await;
+    u.write_all(b"0\r\n\r\n").await.unwrap();
+    read_until(&mut c, &mut raw, |_, body| dechunk(body).1).await;
+    wait_streaming(&p, 0, "the stream ended").await;
+    // The same connection serves the next request.
+    c.write_all(request(CALL).as_bytes()).await.unwrap();
+    let (head, body) = read_response(&mut c)
+        .await
+        .expect("served after the stream");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("\"result\":5"), "{body}");
+    // Both events were inspected.
+    let mut seen = Vec::new();
+    while let Ok(e) = p.events.rx.try_recv() {
+        if let rpctap::events::Event::Message(m) = &*e {
+            seen.push(format!("{m:?}"));
+        }
+    }
+    for method in ["notifications/one", "notifications/two"] {
+        assert!(
+            seen.iter().any(|m| m.contains(method)),
+            "{method} in {seen:?}"
+        );
+    }
+}
+
+/// A long stream whose client leaves: the listener ends it (the exchange ends, its upstream
+/// connection — rpctap's own — is closed) and counts it no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_whose_client_leaves_closes_its_upstream_connection() {
+    let (up, mut gets, _) = raw_upstream().await;
+    let p = start_proxy_flags(&format!("http://{up}"), ProxyFlags::default()).await;
+    let mut c = TcpStream::connect(p.addr).await.unwrap();
+    c.write_all(STREAM_GET.as_bytes()).await.unwrap();
+    let (_, mut u) = gets.recv().await.unwrap();
+    u.write_all(format!("{SSE_HEAD}{}", chunk(EV1)).as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    read_until(&mut c, &mut raw, |_, body| {
+        dechunk(body).0 == EV1.as_bytes()
+    })
+    .await;
+    wait_streaming(&p, 1, "the stream open").await;
+    drop(c);
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), u.read(&mut buf))
+        .await
+        .expect("the upstream connection closed after the client left");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    wait_streaming(&p, 0, "the client left").await;
+}
+
+/// Whatever framing the upstream gives a stream's reply — a length, none (to the close), chunks
+/// with extensions and trailers, an error status — the client gets the same body bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_streams_upstream_framing_is_read_whatever_it_is() {
+    let (up, mut gets, _) = raw_upstream().await;
+    let p = start_proxy_flags(&format!("http://{up}"), ProxyFlags::default()).await;
+    let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n";
+    let cases: Vec<(String, &str, bool)> = vec![
+        (format!("{sse}content-length: {}\r\n\r\n{EV1}", EV1.len()), EV1, false),
+        (format!("{sse}connection: close\r\n\r\n{EV1}{EV2}"), "", true),
+        (
+            format!("{sse}transfer-encoding: chunked\r\n\r\n{:X};ext=1\r\n{EV1}\r\n0\r\nx-t: 1\r\n\r\n", EV1.len()),
+            EV1,
+            false,
+        ),
+        (
+            "HTTP/1.1 405 Method Not Allowed\r\ncontent-type: text/plain\r\ncontent-length: 3\r\n\r\nno\n".to_string(),
+            "no\n",
+            false,
+        ),
+    ];
+    for (reply, want, close_delimited) in cases {
+        let mut c = TcpStream::connect(p.addr).await.unwrap();
+        c.write_all(STREAM_GET.as_bytes()).await.unwrap();
+        let (_, mut u) = gets.recv().await.unwrap();
+        u.write_all(reply.as_bytes()).await.unwrap();
+        let want = if close_delimited {
+            drop(u);
+            format!("{EV1}{EV2}")
+        } else {
+            want.to_string()
+        };
+        let mut raw = Vec::new();
+        read_until(&mut c, &mut raw, |head, body| {
+            if head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked")
+            {
+                let (data, ended) = dechunk(body);
+                ended && data == want.as_bytes()
+            } else {
+                body == want.as_bytes()
+            }
+        })
+        .await;
+    }
 }

@@ -514,7 +514,10 @@ impl Proxy {
         }
         // An event stream may stay open for hours: on HTTP/1.1 the listener writes it on
         // without hyper's connection (see `server::LongStream`).
-        if picked.content_type.is_some_and(crate::media::is_event_stream) {
+        if picked
+            .content_type
+            .is_some_and(crate::media::is_event_stream)
+        {
             rparts.extensions.insert(crate::server::LongStream);
         }
         Answer::Stream(Response::from_parts(

@@ -111,6 +111,8 @@ pub trait Supervised {
     fn serving_h1(&self) -> bool;
     /// Parked after an exchange (not: still waiting for its first bytes).
     fn parked(&self) -> bool;
+    /// Writing a long stream itself.
+    fn streaming(&self) -> bool;
 }
 
 impl<S, B> Supervised for Machine<S>
@@ -133,6 +135,10 @@ where
         matches!(self.state, State::Parked { first: false, .. })
     }
 
+    fn streaming(&self) -> bool {
+        matches!(self.state, State::Streaming(_))
+    }
+
     fn poll(&mut self, cx: &mut Context<'_>, b: &Builders) -> Poll<Result<(), BoxError>> {
         loop {
             match &mut self.state {
@@ -151,7 +157,8 @@ where
                         }
                         false
                     };
-                    let State::Parked { io, svc, .. } = std::mem::replace(&mut self.state, State::Gone)
+                    let State::Parked { io, svc, .. } =
+                        std::mem::replace(&mut self.state, State::Gone)
                     else {
                         unreachable!("matched above")
                     };
@@ -392,26 +399,28 @@ where
     }
 }
 
-/// Counts a connection in [`ListenerStats::parked`] while `on`.
-pub(super) struct ParkedGauge {
+/// Counts a connection in one of [`ListenerStats`]' gauges (`parked`, `streaming`) while `on`.
+pub(super) struct Gauge {
     stats: Arc<ListenerStats>,
+    which: fn(&ListenerStats) -> &std::sync::atomic::AtomicUsize,
     on: bool,
 }
 
-impl ParkedGauge {
+impl Gauge {
     fn set(&mut self, on: bool) {
         if on != self.on {
             self.on = on;
+            let g = (self.which)(&self.stats);
             if on {
-                self.stats.parked.fetch_add(1, Relaxed);
+                g.fetch_add(1, Relaxed);
             } else {
-                self.stats.parked.fetch_sub(1, Relaxed);
+                g.fetch_sub(1, Relaxed);
             }
         }
     }
 }
 
-impl Drop for ParkedGauge {
+impl Drop for Gauge {
     fn drop(&mut self) {
         self.set(false);
     }
@@ -482,7 +491,16 @@ pub async fn supervise(
     ));
     let mut quiet = 0u32;
     let mut seen = 0u32;
-    let mut parked_gauge = ParkedGauge { stats, on: false };
+    let mut parked_gauge = Gauge {
+        stats: stats.clone(),
+        which: |s| &s.parked,
+        on: false,
+    };
+    let mut streaming_gauge = Gauge {
+        stats,
+        which: |s| &s.streaming,
+        on: false,
+    };
     // The timer was polled (its waker registered) since it was last reset.
     let mut registered = false;
     std::future::poll_fn(move |cx| {
@@ -497,6 +515,7 @@ pub async fn supervise(
         loop {
             let polled = machine.poll(cx, &builders);
             parked_gauge.set(machine.parked());
+            streaming_gauge.set(machine.streaming());
             if let Poll::Ready(out) = polled {
                 return Poll::Ready(Ended::Conn(out));
             }

@@ -103,6 +103,9 @@ pub struct ListenerStats {
     pub idle_closed: AtomicU64,
     /// Idle HTTP/1 connections parked now (only their socket kept, see [`Machine`]).
     pub parked: AtomicUsize,
+    /// Long streams written by their connection's supervisor now, without hyper's connection
+    /// (see [`LongStream`]).
+    pub streaming: AtomicUsize,
 }
 
 /// How a listener serves: limits, grace period, counters.
