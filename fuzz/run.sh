@@ -4,7 +4,7 @@
 # executions, coverage (libFuzzer's `cov`), corpus size, and whether it found anything. Fails if
 # any target crashed, timed out or ran out of memory; the reproducer is under fuzz/artifacts/.
 #
-#   bash fuzz/run.sh 8                  # the CI smoke: 7 targets × 8 s
+#   bash fuzz/run.sh 8                  # the CI smoke: 8 targets × 8 s
 #   bash fuzz/run.sh 1800 envelope      # one target, 30 minutes
 #   RUNS=10000000 bash fuzz/run.sh 1800 # each target until 10 million executions or 30 minutes
 #
@@ -15,7 +15,7 @@ SECS=${1:-10}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(envelope sse stdio_lines recording check_document config ws_frames)
+  TARGETS=(envelope sse stdio_lines recording check_document config ws_frames chunked)
 fi
 rustup run nightly rustc --version >/dev/null 2>&1 || { echo "fuzz: no nightly toolchain (rustup run nightly)" >&2; exit 1; }
 if ! cargo fuzz --version >/dev/null 2>&1; then
