@@ -286,10 +286,15 @@ impl Upstream {
             }
         }
         // A long stream's request: on a connection of its own, read by rpctap (`lean`).
+        // Boxed: its state (a TLS stream among it) would otherwise make every request's future
+        // larger.
         if super::lean::wants_lean(&req) {
-            let io = self.dial().await?;
             let counted = crate::metrics::Counted::upstream(&self.conns);
-            let resp = super::lean::send(io, req, counted).await?;
+            let resp = Box::pin(async {
+                let io = self.dial().await?;
+                super::lean::send(io, req, counted).await
+            })
+            .await?;
             return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
         }
         let upgrade = super::headers::is_upgrade(req.headers());
