@@ -58,7 +58,9 @@ start() { # name flags… → sets PORT_name and PID_name
   eval "PORT_${name}=$port; PID_${name}=$!"
   wait_port $port
 }
-start plain
+# Both with the admin listener (the otlp row's counters are read from it): the rows differ by
+# --otlp alone.
+start plain --admin 127.0.0.1:$(free_port)
 OA=$(free_port)
 start otlp --otlp http://127.0.0.1:$SINK --admin 127.0.0.1:$OA
 start local --limit 'tools/call=1000000/s'
