@@ -681,14 +681,7 @@ async fn raw_upstream() -> (
                         let _ = tx.send((head, s));
                         return;
                     }
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap())
-                        })
-                        .unwrap_or(0);
+                    let len = content_length(&head);
                     let mut body = vec![0u8; len];
                     if s.read_exact(&mut body).await.is_err() {
                         return;
@@ -770,6 +763,20 @@ async fn wait_streaming(p: &TestProxy, n: usize, step: &str) {
     }
 }
 
+/// The upstream `u` answers the stream's head and first event; the client `c` gets them
+/// (`raw`: what it read), chunked, and the listener counts the stream as written without hyper.
+async fn first_event(p: &TestProxy, c: &mut TcpStream, u: &mut TcpStream, raw: &mut Vec<u8>) {
+    u.write_all(format!("{SSE_HEAD}{}", chunk(EV1)).as_bytes())
+        .await
+        .unwrap();
+    read_until(c, raw, |_, body| dechunk(body).0 == EV1.as_bytes()).await;
+    let head = String::from_utf8_lossy(raw).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-type: text/event-stream"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    wait_streaming(p, 1, "the stream open").await;
+}
+
 const STREAM_GET: &str = "GET /mcp HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-First: 1\r\nX-Second: 2\r\n\r\n";
 const SSE_HEAD: &str =
     "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
@@ -811,19 +818,8 @@ async fn a_long_stream_holds_no_hyper_connection_passes_unchanged_and_the_connec
         head.find("x-second: 2").unwrap(),
     );
     assert!(a < b, "headers in their order: {head}");
-    u.write_all(format!("{SSE_HEAD}{}", chunk(EV1)).as_bytes())
-        .await
-        .unwrap();
     let mut raw = Vec::new();
-    read_until(&mut c, &mut raw, |_, body| {
-        dechunk(body).0 == EV1.as_bytes()
-    })
-    .await;
-    let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
-    assert!(head.starts_with("http/1.1 200"), "{head}");
-    assert!(head.contains("content-type: text/event-stream"), "{head}");
-    assert!(head.contains("transfer-encoding: chunked"), "{head}");
-    wait_streaming(&p, 1, "the stream open").await;
+    first_event(&p, &mut c, &mut u, &mut raw).await;
     // The second event cut across three writes: it comes whole, after the first.
     let two = chunk(EV2);
     for piece in [&two[..3], &two[3..20], &two[20..]] {
@@ -869,15 +865,8 @@ async fn a_long_stream_whose_client_leaves_closes_its_upstream_connection() {
     let mut c = TcpStream::connect(p.addr).await.unwrap();
     c.write_all(STREAM_GET.as_bytes()).await.unwrap();
     let (_, mut u) = gets.recv().await.unwrap();
-    u.write_all(format!("{SSE_HEAD}{}", chunk(EV1)).as_bytes())
-        .await
-        .unwrap();
     let mut raw = Vec::new();
-    read_until(&mut c, &mut raw, |_, body| {
-        dechunk(body).0 == EV1.as_bytes()
-    })
-    .await;
-    wait_streaming(&p, 1, "the stream open").await;
+    first_event(&p, &mut c, &mut u, &mut raw).await;
     drop(c);
     let mut buf = [0u8; 64];
     let n = tokio::time::timeout(Duration::from_secs(5), u.read(&mut buf))

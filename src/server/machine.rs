@@ -233,17 +233,11 @@ where
     }
 }
 
-impl<S, B> Machine<S>
+impl<S> Machine<S>
 where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Unpin
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: hyper::service::HttpService<Incoming>,
+    S::ResBody: 'static,
+    <S::ResBody as Body>::Error: Into<BoxError>,
 {
     /// Takes hyper's HTTP/1 connection apart: the socket (with whatever hyper had read but not
     /// used, handed to the next connection first) and the service. `None` when not serving

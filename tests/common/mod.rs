@@ -628,6 +628,17 @@ pub fn installed(name: &str, packages: &[&str]) -> std::path::PathBuf {
 
 /// Reads one HTTP/1 response (head and a `Content-Length` body) from `s`; `None` if the
 /// connection closes first.
+/// An HTTP/1 head's `Content-Length` (0 without one).
+pub fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0)
+}
+
 pub async fn read_response(s: &mut tokio::net::TcpStream) -> Option<(String, String)> {
     read_responses(s, 1).await.and_then(|mut v| v.pop())
 }
@@ -647,14 +658,7 @@ pub async fn read_responses(
             let Some((head, rest)) = text.split_once("\r\n\r\n") else {
                 break;
             };
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse().unwrap())
-                })
-                .unwrap_or(0);
+            let len = content_length(head);
             if rest.len() < len {
                 break;
             }
