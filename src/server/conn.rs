@@ -86,15 +86,19 @@ fn handed_off<B: Body>(resp: &Response<B>, active: &Active) -> bool {
 }
 
 /// A long stream's body handed from the exchange to the supervisor (at most one at a time: an
-/// HTTP/1 connection has one reply in flight). Std lock, held only to put or take.
+/// HTTP/1 connection has one reply in flight). Std lock, held only to put or take; `full` says
+/// whether there is one without locking (the supervisor asks after every poll of hyper's
+/// connection).
 pub struct Handoff<T> {
     slot: std::sync::Mutex<Option<(Pin<Box<T>>, bool)>>,
+    full: AtomicBool,
 }
 
 impl<T> Default for Handoff<T> {
     fn default() -> Self {
         Handoff {
             slot: std::sync::Mutex::new(None),
+            full: AtomicBool::new(false),
         }
     }
 }
@@ -105,13 +109,15 @@ impl<T> Handoff<T> {
     }
     fn put(&self, body: Pin<Box<T>>, keep_alive: bool) {
         *self.lock() = Some((body, keep_alive));
+        self.full.store(true, Relaxed);
     }
     /// The body waiting to be taken over, and whether the connection stays open after it.
     pub(super) fn take(&self) -> Option<(Pin<Box<T>>, bool)> {
+        self.full.store(false, Relaxed);
         self.lock().take()
     }
     pub(super) fn waiting(&self) -> bool {
-        self.lock().is_some()
+        self.full.load(Relaxed)
     }
 }
 
