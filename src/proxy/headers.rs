@@ -18,14 +18,7 @@ static HOP_BY_HOP: [HeaderName; 8] = [
 /// Whether a request asks for a protocol upgrade (WebSocket…): then `Connection: upgrade` and
 /// `Upgrade` are kept so the upstream can answer 101.
 pub fn is_upgrade(h: &HeaderMap) -> bool {
-    h.contains_key(header::UPGRADE)
-        && h.get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
+    h.contains_key(header::UPGRADE) && crate::server::connection_has(h, "upgrade")
 }
 
 /// The MCP session header.

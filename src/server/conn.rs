@@ -41,7 +41,8 @@ where
         };
         if let Some((slot, request_keeps_alive)) = self.handoff.take() {
             if handed_off(&resp, &active) {
-                let keep_alive = request_keeps_alive && !super::has_close(resp.headers());
+                let keep_alive =
+                    request_keeps_alive && !super::connection_has(resp.headers(), "close");
                 let (parts, body) = resp.into_parts();
                 let tracked = Tracked {
                     body: Slot::Here { body },

@@ -226,7 +226,7 @@ pub async fn serve_with<M, H, S, F, B>(
             // A long stream may be handed to the supervisor only on HTTP/1.1, not for a HEAD.
             let handoff = (req.version() == http::Version::HTTP_11
                 && req.method() != http::Method::HEAD)
-                .then(|| (svc_handoff.clone(), !has_close(req.headers())));
+                .then(|| (svc_handoff.clone(), !connection_has(req.headers(), "close")));
             let fut = h(req.map(|b| RequestBody::new(b, &svc_state)));
             Exchange {
                 fut: Box::pin(fut),
@@ -419,14 +419,14 @@ async fn refusal(
     r
 }
 
-/// Whether a message's `Connection` header has the `close` option.
-pub(crate) fn has_close(headers: &http::HeaderMap) -> bool {
+/// Whether a message's `Connection` header lists `option` (`close`, `upgrade`), in any case.
+pub(crate) fn connection_has(headers: &http::HeaderMap, option: &str) -> bool {
     headers
         .get_all(http::header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|o| o.trim().eq_ignore_ascii_case("close"))
+        .any(|o| o.trim().eq_ignore_ascii_case(option))
 }
 
 /// Resolves on SIGINT or SIGTERM.
