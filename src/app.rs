@@ -490,18 +490,7 @@ pub async fn view(
     shutdown: impl Future<Output = ()>,
 ) -> Result<i32, OfflineError> {
     let rec = crate::record::reader::read(&args.file)?;
-    let listen = rec
-        .header
-        .get("listen")
-        .and_then(|v| v.as_str())
-        .unwrap_or("?")
-        .to_string();
-    let upstream = rec
-        .header
-        .get("upstream")
-        .and_then(|v| v.as_str())
-        .unwrap_or("?")
-        .to_string();
+    let (listen, upstream) = crate::tui::header_endpoints(&rec.header);
     let mut app = crate::tui::app::App::new(
         &format!("rpctap view {}", args.file.display()),
         &listen,

@@ -27,6 +27,10 @@
 //! - [`feed`] — the live event feed (NDJSON) that `/events` serves and `rpctap attach` reads.
 //! - [`metrics`] — Prometheus metrics, counted from the bus and read at scrape time.
 //! - [`admin`] — the admin listener: health, readiness, metrics, the feed, recent calls.
+//! - [`ws`] — JSON-RPC over WebSocket: RFC 6455 framing and permessage-deflate on the copy of
+//!   an upgraded connection (`ws::frame`), the tee and per-message limits (`ws`).
+//! - [`otel`] — OpenTelemetry traces (`--otlp`): W3C trace context on calls, spans encoded as
+//!   OTLP protobuf (`otel::wire`) and exported in batches off the proxy path.
 //! - [`stdio`] — `rpctap stdio`: a stdio server wrapped, its two pipes relayed and inspected.
 //! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
 //! - [`app`] — the subcommands wired together (what `main` calls).

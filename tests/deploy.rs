@@ -124,3 +124,35 @@ fn the_systemd_unit_verifies_cleanly() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The shipped binary is built stripped (it was 88 MB of mostly debug info); the `profiling`
+/// profile keeps the same code with symbols for perf and callgrind.
+#[test]
+fn the_release_profile_ships_stripped_and_profiling_keeps_symbols() {
+    let text = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let cargo: toml::Value = toml::from_str(&text).unwrap();
+    let profile = &cargo["profile"];
+    assert_eq!(profile["release"]["strip"].as_bool(), Some(true));
+    assert_eq!(profile["release"]["debug"].as_bool(), Some(false));
+    assert_eq!(profile["profiling"]["inherits"].as_str(), Some("release"));
+    assert_eq!(profile["profiling"]["strip"].as_bool(), Some(false));
+    assert_eq!(profile["profiling"]["debug"].as_integer(), Some(1));
+}
+
+/// `lib.rs`'s module map names every module the crate has.
+#[test]
+fn the_module_map_names_every_module() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let mods: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod "))
+        .map(|l| l.trim_end_matches(';'))
+        .collect();
+    assert!(mods.len() > 10, "{mods:?}");
+    for m in mods {
+        assert!(
+            lib.contains(&format!("//! - [`{m}`]")),
+            "src/lib.rs's module map does not name `{m}`"
+        );
+    }
+}

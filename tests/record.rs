@@ -636,3 +636,82 @@ async fn a_second_run_appends_to_a_recording_and_checks_apart() {
         assert_eq!(mode, 0o600);
     }
 }
+
+/// The session of the wrong-row report: `add` with a bad argument as id 3, an unknown tool as
+/// id 4, `echo` reusing id 3.
+async fn wrong_row_traffic(p: std::net::SocketAddr) {
+    let sid = mcp_session(p).await;
+    let h = [
+        ("content-type", "application/json"),
+        MCP_ACCEPT,
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add","arguments":{"a":"one","b":2}}}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#,
+    ] {
+        send(p, "POST", "/mcp", &h, body).await;
+    }
+}
+
+/// Each flagged call's row carries its own code, live and in `view`; the `anomaly` filter finds
+/// every flagged call.
+fn assert_own_rows(app: &mut rpctap::tui::app::App, how: &str) {
+    let codes = |target: &str| -> Vec<String> {
+        let r = app
+            .rows
+            .iter()
+            .find(|r| r.target.as_deref() == Some(target))
+            .unwrap_or_else(|| panic!("{how}: no row for {target}"));
+        r.anomalies.clone()
+    };
+    assert_eq!(codes("add"), ["MCP_INPUT_SCHEMA"], "{how}");
+    assert_eq!(codes("nope"), ["MCP_UNKNOWN_TOOL"], "{how}");
+    assert_eq!(codes("echo"), ["DUPLICATE_ID"], "{how}");
+    let text = |target: &str| {
+        app.rows
+            .iter()
+            .find(|r| r.target.as_deref() == Some(target))
+            .map(|r| r.anomaly_text.join("\n"))
+            .unwrap_or_default()
+    };
+    assert!(text("echo").contains("DUPLICATE_ID"), "{how}");
+    assert!(
+        !text("add").contains("DUPLICATE_ID"),
+        "{how}: {}",
+        text("add")
+    );
+    app.filter = "anomaly".into();
+    let mut flagged: Vec<String> = app
+        .visible()
+        .iter()
+        .filter_map(|r| r.target.as_deref().map(str::to_string))
+        .collect();
+    flagged.sort();
+    assert_eq!(flagged, ["add", "echo", "nope"], "{how}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_finding_is_pinned_on_its_own_row_live_and_in_view() {
+    let (up, _s) = start_demo().await;
+    // Live: the dashboard fed from the bus.
+    let mut p = start_proxy(&format!("http://{up}")).await;
+    wrong_row_traffic(p.addr).await;
+    let mut live = rpctap::tui::app::App::new("t", "l", "u", 1000, 0);
+    for e in p.drain().await {
+        live.apply(&e);
+    }
+    assert_own_rows(&mut live, "live");
+    // `view`: the recording of the same traffic, loaded as `rpctap view` loads it.
+    let dir = tmp("wrong-row");
+    let file = dir.join("s.jsonl");
+    record(up, &file, &[], wrong_row_traffic).await;
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let mut view = rpctap::tui::app::App::new("t", "l", "u", 1000, 0);
+    rpctap::tui::load_recording(&mut view, &rec);
+    assert_own_rows(&mut view, "view");
+    assert_dashboard_matches_calls(&file);
+}

@@ -32,6 +32,7 @@ fn m(
         } else {
             rpctap::events::Transport::Json
         },
+        batch_index: None,
     }
 }
 
@@ -132,23 +133,28 @@ fn app() -> App {
         Some("fail"),
         r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"fail","arguments":{}}}"#,
     ));
-    a.apply_anomaly(
-        4,
-        s.into(),
-        Some("6".into()),
-        "TOOL_ERROR",
-        "tool `fail` reported a failure (isError: true) inside a successful reply",
-        t0 + 4_000_000_000,
-    );
-    a.apply_call(
-        s.into(),
-        rpctap::events::Direction::ClientToServer,
-        "6".into(),
-        &"tools/call".into(),
-        RowOutcome::Result,
-        Some(700),
-        t0,
-    );
+    a.apply_anomaly(rpctap::tui::app::AnomalyIn {
+        ts_ns: t0 + 4_000_000_000,
+        exchange: 4,
+        scope: s.into(),
+        direction: Some(rpctap::events::Direction::ServerToClient),
+        batch_index: None,
+        id: Some("6".into()),
+        code: "TOOL_ERROR".into(),
+        message: "tool `fail` reported a failure (isError: true) inside a successful reply".into(),
+    });
+    a.apply_call_at(rpctap::tui::app::CallIn {
+        ts_ns: t0,
+        exchange: 4,
+        scope: s.into(),
+        direction: rpctap::events::Direction::ClientToServer,
+        id: "6".into(),
+        method: "tools/call".into(),
+        target: Some("fail".into()),
+        outcome: RowOutcome::Result,
+        latency_us: Some(700),
+        anomalies: vec!["TOOL_ERROR".into()],
+    });
     a.apply_message(m(
         5,
         5,

@@ -11,6 +11,9 @@ pub(super) struct Site<'a> {
     pub(super) exchange: u64,
     pub(super) scope: &'a Scope,
     pub(super) at: Option<(Direction, Option<u32>)>,
+    /// While a message is processed: where its findings wait, so that they are published after
+    /// the message itself (an observer can then pin each on the message it concerns).
+    pub(super) hold: Option<&'a std::cell::RefCell<Vec<Event>>>,
 }
 
 pub(super) fn flag(
@@ -23,7 +26,7 @@ pub(super) fn flag(
 ) {
     tracing::debug!(code = code.as_str(), exchange = site.exchange, scope = %site.scope, %message, "anomaly");
     if inner.bus.wants_in(Interest::ANOMALY, site.exchange) {
-        inner.bus.publish(Event::Anomaly(AnomalyEvent {
+        let ev = Event::Anomaly(AnomalyEvent {
             ts: now_ns(),
             exchange: site.exchange,
             scope: site.scope.clone(),
@@ -34,7 +37,11 @@ pub(super) fn flag(
             direction: site.at.map(|a| a.0),
             batch_index: site.at.and_then(|a| a.1),
             message,
-        }));
+        });
+        match site.hold {
+            Some(h) => h.borrow_mut().push(ev),
+            None => inner.bus.publish(ev),
+        }
     }
 }
 
@@ -90,9 +97,7 @@ pub(super) fn end_with_copies(
     response_index: Option<u32>,
     mut defer: Option<&mut Vec<Event>>,
 ) {
-    for _ in 0..=p.extra {
-        let mut one = p.clone();
-        one.extra = 0;
+    for one in p.each_copy() {
         end_call(
             inner,
             key,
@@ -113,10 +118,7 @@ pub(super) fn end_missing(
     reason: &str,
     anomaly: bool,
 ) {
-    let copies = 1 + p.extra;
-    for _ in 0..copies {
-        let mut p = p.clone();
-        p.extra = 0;
+    for p in p.each_copy() {
         let extra: &[&'static str] = if anomaly {
             flag(
                 inner,
@@ -124,6 +126,7 @@ pub(super) fn end_missing(
                     exchange: p.exchange,
                     scope: &key.scope,
                     at: Some((key.direction, p.index)),
+                    hold: None,
                 },
                 Code::MissingResponse,
                 Some(&key.id),
@@ -228,8 +231,14 @@ impl ExchangeCtx {
         transport: Transport,
     ) {
         self.cur = Some((dir, batch_index));
+        self.holding = true;
         self.on_envelope_inner(dir, env, batch_index, sse_id, transport);
+        self.holding = false;
         self.cur = None;
+        // The message first, then its findings, then the calls it ended.
+        for ev in self.held.get_mut().drain(..) {
+            self.insp.bus.publish(ev);
+        }
         for ev in self.deferred.drain(..) {
             self.insp.bus.publish(ev);
         }
@@ -439,7 +448,7 @@ impl ExchangeCtx {
             target,
             started: inner.clock.now(),
             anomalies,
-            extra: 0,
+            copies: Vec::new(),
             index: self.cur.and_then(|c| c.1),
             progress,
             trace,

@@ -35,14 +35,23 @@ pub struct Pending {
     pub started: Instant,
     /// Anomalies already flagged on the request (reported again with the outcome).
     pub anomalies: Vec<&'static str>,
-    /// More requests with the same key (duplicates) that also wait for a reply.
-    pub extra: u32,
+    /// Later requests with the same key (duplicates) that also wait for a reply, in order, each
+    /// with its own method, start and anomalies (`DUPLICATE_ID` among them).
+    pub copies: Vec<Pending>,
     /// The request's index in its batch.
     pub index: Option<u32>,
     /// The request's `_meta.progressToken` (as JSON text), while it has one registered.
     pub progress: Option<Box<str>>,
     /// Its trace context (only with `--otlp`).
     pub trace: Option<Arc<crate::otel::CallTrace>>,
+}
+
+impl Pending {
+    /// The call and each of its duplicates, oldest first, each without copies of its own.
+    pub fn each_copy(mut self) -> impl Iterator<Item = Pending> {
+        let copies = std::mem::take(&mut self.copies);
+        std::iter::once(self).chain(copies)
+    }
 }
 
 /// What `insert` did.
@@ -138,7 +147,9 @@ impl Correlator {
         }
         match self.pending.entry(key) {
             Entry::Occupied(mut o) => {
-                o.get_mut().extra += 1;
+                let mut p = p;
+                p.anomalies.push(super::anomaly::Code::DuplicateId.as_str());
+                o.get_mut().copies.push(p);
                 Inserted::Duplicate
             }
             Entry::Vacant(v) => {
@@ -179,11 +190,12 @@ impl Correlator {
     pub fn take(&self, key: &PendingKey) -> Option<Pending> {
         match self.pending.entry(key.clone()) {
             Entry::Occupied(mut o) => {
-                if o.get().extra > 0 {
-                    o.get_mut().extra -= 1;
-                    let mut p = o.get().clone();
-                    p.extra = 0;
-                    Some(p)
+                if !o.get().copies.is_empty() {
+                    // The oldest answers first; the next copy takes its place.
+                    let mut copies = std::mem::take(&mut o.get_mut().copies);
+                    let mut next = copies.remove(0);
+                    next.copies = copies;
+                    Some(std::mem::replace(o.get_mut(), next))
                 } else {
                     Some(o.remove())
                 }
@@ -320,7 +332,7 @@ mod tests {
             target: None,
             started: Instant::now(),
             anomalies: vec![],
-            extra: 0,
+            copies: Vec::new(),
             index: None,
             progress: None,
             trace: None,

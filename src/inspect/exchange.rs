@@ -11,6 +11,7 @@ impl ExchangeCtx {
             exchange: self.id,
             scope: &self.scope,
             at: self.cur,
+            hold: self.holding.then_some(&self.held),
         }
     }
 

@@ -254,6 +254,10 @@ pub struct ExchangeCtx {
     cur: Option<(Direction, Option<u32>)>,
     /// Call events waiting for the message event that caused them.
     deferred: Vec<Event>,
+    /// Anomaly events flagged on the message being processed, published right after it.
+    held: std::cell::RefCell<Vec<Event>>,
+    /// A message is being processed (`on_envelope_t`): findings wait in `held`.
+    holding: bool,
     /// The request's MCP headers, when it had any.
     mcp_hdr: Option<Box<mcp_checks::McpHeaders>>,
     /// The capabilities of this exchange's `initialize` request, until its reply names the
@@ -405,6 +409,8 @@ impl Inspector {
             stream: false,
             cur: None,
             deferred: Vec::new(),
+            held: Default::default(),
+            holding: false,
             mcp_request: false,
             mcp_hdr: mcp_checks::McpHeaders::from_meta(meta),
             init_caps: None,
@@ -490,6 +496,8 @@ impl Inspector {
             stream: true,
             cur: None,
             deferred: Vec::new(),
+            held: Default::default(),
+            holding: false,
             mcp_hdr: None,
             init_caps: None,
             new_session: None,

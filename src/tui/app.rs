@@ -101,10 +101,12 @@ impl Row {
             None => self.method.to_string(),
         }
     }
-    /// The scope as the list shows it: a session's first 8 characters, or `#exchange`.
+    /// The scope as the list shows it: a session id whole when it fits the column
+    /// (`stdio-4413`), else its first characters and `…`; `#exchange` without a session.
     pub fn scope_short(&self) -> String {
         match self.scope.strip_prefix("session:") {
-            Some(s) => s.chars().take(8).collect(),
+            Some(s) if s.chars().count() <= SCOPE_WIDTH => s.to_string(),
+            Some(s) => s.chars().take(SCOPE_WIDTH - 1).chain(['…']).collect(),
             None => format!("#{}", self.exchange),
         }
     }
@@ -162,8 +164,12 @@ impl View {
 pub enum Action {
     None,
     Quit,
-    /// Copy this text to the clipboard (OSC 52) and save it to a file.
-    CopyCurl(String),
+    /// Copy this text to the clipboard (OSC 52) and save it to a file; `what` names it for
+    /// the status line (`curl`, …).
+    Copy {
+        text: String,
+        what: &'static str,
+    },
     /// Write this exchange document to a file.
     Export(String),
     /// Re-send this request body to the upstream (proxy mode).
@@ -208,7 +214,14 @@ pub struct App {
     open: HashMap<(Text, Direction, Text), VecDeque<u64>>,
     /// exchange → seqs of its call rows (to attach stream messages).
     by_exchange: HashMap<u64, Vec<u64>>,
+    /// The newest messages applied: (exchange, direction, batch index, the row each went to).
+    /// The inspector publishes a message's findings right after it, so an anomaly about a
+    /// frame is pinned on the row of the frame it names.
+    recent: VecDeque<(u64, Direction, Option<u32>, Option<u64>)>,
+    /// Calls that ended (an outcome came), since the start; the list's rows also hold
+    /// notifications, counted in `notifications_total`.
     pub calls_total: u64,
+    pub notifications_total: u64,
     pub errors_total: u64,
     pub anomalies_total: u64,
     /// Calls ended per second, newest last (60 s).
@@ -239,12 +252,19 @@ pub struct App {
     pub filter: String,
     pub editing_filter: bool,
     pub filter_input: String,
+    /// A message for the status line; it clears itself `STATUS_FOR` after it was set (`say`).
     pub status: String,
+    status_at: u64,
     pub no_color: bool,
     pub page: usize,
 }
 
 const SSE_STREAM_KEEP: usize = 64;
+const RECENT_KEEP: usize = 64;
+/// The scope column's width.
+pub const SCOPE_WIDTH: usize = 10;
+/// How long a status message stays.
+const STATUS_FOR: u64 = 5_000_000_000;
 const LATENCY_WINDOW: usize = 10_000;
 
 impl App {
@@ -263,7 +283,9 @@ impl App {
             next_seq: 0,
             open: HashMap::default(),
             by_exchange: HashMap::default(),
+            recent: VecDeque::new(),
             calls_total: 0,
+            notifications_total: 0,
             errors_total: 0,
             anomalies_total: 0,
             per_second: VecDeque::from(vec![0; 60]),
@@ -286,6 +308,7 @@ impl App {
             editing_filter: false,
             filter_input: String::new(),
             status: String::new(),
+            status_at: 0,
             no_color: false,
             page: 10,
         }
@@ -303,9 +326,18 @@ impl App {
         self.rows.get(i)
     }
 
-    /// Advances the clock (the per-second buckets roll).
+    /// Shows a message in the status line for a few seconds.
+    pub fn say(&mut self, msg: impl Into<String>) {
+        self.status = msg.into();
+        self.status_at = self.now_ns;
+    }
+
+    /// Advances the clock (the per-second buckets roll, an old status message goes).
     pub fn tick(&mut self, now_ns: u64) {
         self.now_ns = now_ns;
+        if !self.status.is_empty() && now_ns.saturating_sub(self.status_at) >= STATUS_FOR {
+            self.status.clear();
+        }
         let sec = now_ns / 1_000_000_000;
         while self.current_second < sec {
             self.current_second += 1;
@@ -391,21 +423,21 @@ impl App {
                     target: m.target.clone(),
                     raw: String::from_utf8_lossy(&m.message).into(),
                     transport: m.transport,
+                    batch_index: m.batch_index,
                 });
             }
-            Event::Call(c) => {
-                self.apply_call_at(
-                    c.exchange,
-                    c.target.clone(),
-                    c.scope.to_string().into(),
-                    c.direction,
-                    c.id.to_json_text().into(),
-                    &c.method,
-                    RowOutcome::from(&c.outcome),
-                    c.latency_us,
-                    c.ts,
-                );
-            }
+            Event::Call(c) => self.apply_call_at(CallIn {
+                ts_ns: c.ts,
+                exchange: c.exchange,
+                scope: c.scope.to_string().into(),
+                direction: c.direction,
+                id: c.id.to_json_text().into(),
+                method: c.method.clone(),
+                target: c.target.clone(),
+                outcome: RowOutcome::from(&c.outcome),
+                latency_us: c.latency_us,
+                anomalies: c.anomalies.iter().map(|a| Text::from(*a)).collect(),
+            }),
             Event::Http(crate::events::HttpEvent::Request {
                 exchange,
                 method,
@@ -453,16 +485,16 @@ impl App {
                 direction,
                 len,
             }) => self.apply_binary(*ts, *exchange, *direction, *len),
-            Event::Anomaly(a) => {
-                self.apply_anomaly(
-                    a.exchange,
-                    a.scope.to_string().into(),
-                    a.id.as_ref().map(|i| i.to_json_text().into()),
-                    a.code,
-                    &a.message,
-                    a.ts,
-                );
-            }
+            Event::Anomaly(a) => self.apply_anomaly(AnomalyIn {
+                ts_ns: a.ts,
+                exchange: a.exchange,
+                scope: a.scope.to_string().into(),
+                direction: a.direction,
+                batch_index: a.batch_index,
+                id: a.id.as_ref().map(|i| i.to_json_text().into()),
+                code: a.code.into(),
+                message: a.message.clone(),
+            }),
             _ => {}
         }
     }
@@ -585,6 +617,9 @@ impl App {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 let is_call = m.kind != Kind::Notification && m.id.is_some();
+                if !is_call {
+                    self.notifications_total += self.sample.max(1);
+                }
                 let stream_target = match (&m.method, &m.target, m.transport) {
                     (
                         Some(method),
@@ -618,6 +653,7 @@ impl App {
                     transport: transport_label(m.transport),
                 };
                 self.push_row(row);
+                self.note_recent(m.exchange, dir, m.batch_index, Some(seq));
                 if is_call {
                     self.open
                         .entry((m.scope.clone(), dir, id))
@@ -654,6 +690,7 @@ impl App {
                         .copied()
                         .find(|s| self.row(*s).is_some_and(|r| r.reply.is_none()))
                 });
+                self.note_recent(m.exchange, dir, m.batch_index, seq);
                 if let Some(seq) = seq {
                     let raw = m.raw.clone();
                     self.add_detail(seq, |r| {
@@ -667,6 +704,15 @@ impl App {
                 }
             }
         }
+    }
+
+    /// Remembers which row a message went to (a bounded window: findings follow their message
+    /// closely, interleaved at most with other exchanges' events).
+    fn note_recent(&mut self, exchange: u64, dir: Direction, batch: Option<u32>, seq: Option<u64>) {
+        if self.recent.len() >= RECENT_KEEP {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((exchange, dir, batch, seq));
     }
 
     /// Shows a message with the calls of its exchange (in their detail's stream list).
@@ -708,7 +754,7 @@ impl App {
         self.methods.entry(method.clone()).or_default()
     }
 
-    /// Applies a call's outcome.
+    /// Applies a call's outcome (a test's shorthand: no exchange, target or findings).
     #[allow(clippy::too_many_arguments)]
     pub fn apply_call(
         &mut self,
@@ -720,27 +766,27 @@ impl App {
         latency_us: Option<u64>,
         ts: u64,
     ) {
-        self.apply_call_at(0, None, scope, dir, id, method, outcome, latency_us, ts);
+        self.apply_call_at(CallIn {
+            ts_ns: ts,
+            exchange: 0,
+            scope,
+            direction: dir,
+            id,
+            method: method.clone(),
+            target: None,
+            outcome,
+            latency_us,
+            anomalies: vec![],
+        });
     }
 
-    /// Applies a call's outcome, knowing its exchange and target: a call whose request row is
-    /// not here (a feed attached after the call began, a display event dropped) gets a row of
-    /// its own, made from the call.
-    #[allow(clippy::too_many_arguments)]
-    pub fn apply_call_at(
-        &mut self,
-        exchange: u64,
-        target: Option<Text>,
-        scope: Text,
-        dir: Direction,
-        id: Text,
-        method: &Text,
-        outcome: RowOutcome,
-        latency_us: Option<u64>,
-        ts: u64,
-    ) {
+    /// Applies a call's outcome: its row gets the outcome and every code the inspector raised
+    /// on it. A call whose request row is not here (a feed attached after the call began, a
+    /// display event dropped) gets a row of its own, made from the call.
+    pub fn apply_call_at(&mut self, c: CallIn) {
         // Under sampling each call shown stands for `sample` calls in the counters.
         let w = self.sample.max(1);
+        let (ts, latency_us, outcome) = (c.ts_ns, c.latency_us, c.outcome);
         self.calls_total += w;
         let err = outcome.is_error();
         if err {
@@ -755,7 +801,7 @@ impl App {
                 self.recent_latencies.pop_front();
             }
         }
-        let ms = self.method_mut(method);
+        let ms = self.method_mut(&c.method);
         ms.count += w;
         if err {
             ms.errors += w;
@@ -766,42 +812,58 @@ impl App {
             }
             ms.latencies.push(l);
         }
-        let s = self.session_mut(&scope);
+        let s = self.session_mut(&c.scope);
         s.calls += w;
         if err {
             s.errors += w;
         }
         s.last_ns = s.last_ns.max(ts);
-        let key = (scope, dir, id);
+        let key = (c.scope, c.direction, c.id);
         let seq = self.open.get_mut(&key).and_then(VecDeque::pop_front);
         if self.open.get(&key).is_some_and(VecDeque::is_empty) {
             self.open.remove(&key);
         }
+        let codes = c.anomalies;
         match seq {
             Some(seq) => {
                 if let Some(r) = self.row_mut(seq) {
                     r.outcome = outcome;
                     r.latency_us = latency_us;
+                    // An ended call is marked with exactly the codes the inspector gave it (the
+                    // ones pinned while it waited were provisional); findings about its
+                    // exchange stay in its detail.
+                    r.anomalies.clear();
+                    for code in codes {
+                        if !r.anomalies.iter().any(|a| **a == *code) {
+                            r.anomalies.push(code.to_string());
+                        }
+                    }
                 }
             }
             None => {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 let started = ts.saturating_sub(latency_us.unwrap_or(0) * 1000);
-                let (scope, _, id) = key;
+                let (scope, direction, id) = key;
+                let mut anomalies: Vec<String> = Vec::new();
+                for code in codes {
+                    if !anomalies.iter().any(|a| **a == *code) {
+                        anomalies.push(code.to_string());
+                    }
+                }
                 self.push_row(Row {
                     seq,
                     ts_ns: started,
-                    exchange,
+                    exchange: c.exchange,
                     scope,
-                    direction: dir,
-                    method: method.clone(),
-                    target,
+                    direction,
+                    method: c.method,
+                    target: c.target,
                     id,
                     outcome,
                     latency_us,
                     size: 0,
-                    anomalies: vec![],
+                    anomalies,
                     anomaly_text: vec![],
                     request: None,
                     reply: None,
@@ -812,38 +874,55 @@ impl App {
         }
     }
 
-    /// Applies an anomaly.
-    pub fn apply_anomaly(
-        &mut self,
-        exchange: u64,
-        scope: Text,
-        id: Option<Text>,
-        code: &str,
-        message: &str,
-        ts: u64,
-    ) {
+    /// Applies an anomaly: counted, listed, and pinned on the row of the message it concerns —
+    /// the message just applied when the finding names that frame (the inspector publishes a
+    /// message's findings right after it), else the newest row of its scope with its id, else
+    /// the newest row of its exchange.
+    pub fn apply_anomaly(&mut self, a: AnomalyIn) {
         self.anomalies_total += 1;
-        self.session_mut(&scope).anomalies += 1;
-        self.anomaly_rows
-            .push_back((ts, code.to_string(), scope.to_string(), message.to_string()));
+        self.session_mut(&a.scope).anomalies += 1;
+        self.anomaly_rows.push_back((
+            a.ts_ns,
+            a.code.to_string(),
+            a.scope.to_string(),
+            a.message.clone(),
+        ));
         if self.anomaly_rows.len() > self.max_rows {
             self.anomaly_rows.pop_front();
         }
-        // Mark the newest row of that exchange with that id.
-        let target = self
-            .rows
-            .iter()
-            .rev()
-            .take(10_000)
-            .find(|r| {
-                r.exchange == exchange && (id.is_none() || Some(&r.id) == id.as_ref())
-                    || (r.scope == scope && id.is_some() && Some(&r.id) == id.as_ref())
-            })
-            .map(|r| r.seq);
+        let id = a.id.as_ref();
+        let same_id = |r: &Row| id.is_none_or(|i| r.id == *i);
+        let just_applied = a.direction.and_then(|d| {
+            let &(_, dir, batch, seq) = self.recent.iter().rev().find(|m| m.0 == a.exchange)?;
+            let seq = seq.filter(|_| dir == d && batch == a.batch_index)?;
+            self.row(seq).filter(|r| same_id(r)).map(|r| r.seq)
+        });
+        let target = just_applied.or_else(|| {
+            let newest = |f: &dyn Fn(&Row) -> bool| {
+                self.rows
+                    .iter()
+                    .rev()
+                    .take(10_000)
+                    .find(|r| f(r))
+                    .map(|r| r.seq)
+            };
+            match id {
+                Some(i) => newest(&|r| {
+                    r.scope == a.scope && r.id == *i && a.direction.is_none_or(|d| r.direction == d)
+                })
+                .or_else(|| newest(&|r| r.scope == a.scope && r.id == *i)),
+                None => newest(&|r| r.exchange == a.exchange),
+            }
+        });
         if let Some(seq) = target {
             if let Some(r) = self.row_mut(seq) {
-                r.anomalies.push(code.to_string());
-                r.anomaly_text.push(format!("{code}: {message}"));
+                // A call that ended carries its call's codes (`apply_call_at`); a waiting call
+                // shows what was flagged so far, a notification or stray reply all of it.
+                let open = r.outcome == RowOutcome::Pending || r.id.is_empty();
+                if open && !r.anomalies.iter().any(|c| **c == *a.code) {
+                    r.anomalies.push(a.code.to_string());
+                }
+                r.anomaly_text.push(format!("{}: {}", a.code, a.message));
             }
         }
     }
@@ -859,7 +938,7 @@ impl App {
         if self.filter.trim().is_empty() {
             return self.rows.len();
         }
-        let f = Filter::parse(&self.filter);
+        let f = self.filter_parsed();
         self.rows.iter().filter(|r| f.matches(r)).count()
     }
 
@@ -869,13 +948,23 @@ impl App {
             let end = start.saturating_add(n).min(self.rows.len());
             return self.rows.range(start.min(end)..end).collect();
         }
-        let f = Filter::parse(&self.filter);
+        let f = self.filter_parsed();
         self.rows
             .iter()
             .filter(|r| f.matches(r))
             .skip(start)
             .take(n)
             .collect()
+    }
+
+    /// The applied filter (only a filter that parsed is ever applied).
+    fn filter_parsed(&self) -> Filter {
+        Filter::parse(&self.filter).unwrap_or_default()
+    }
+
+    /// Why the filter being typed cannot be read, if it cannot.
+    pub fn filter_error(&self) -> Option<String> {
+        Filter::parse(&self.filter_input).err()
     }
 
     fn list_len(&self) -> usize {
@@ -932,11 +1021,15 @@ impl App {
                     self.editing_filter = false;
                     self.filter_input.clear();
                 }
-                Key::Enter => {
-                    self.editing_filter = false;
-                    self.filter = std::mem::take(&mut self.filter_input);
-                    self.selected = 0;
-                }
+                Key::Enter => match Filter::parse(&self.filter_input) {
+                    Ok(_) => {
+                        self.editing_filter = false;
+                        self.filter = std::mem::take(&mut self.filter_input);
+                        self.selected = 0;
+                    }
+                    // Kept open, the reason beside what was typed.
+                    Err(why) => self.say(format!("filter not applied: {why}")),
+                },
                 Key::Backspace => {
                     self.filter_input.pop();
                 }
@@ -1020,7 +1113,7 @@ impl App {
             Key::Char('y') => {
                 if let Some(r) = self.selected_row() {
                     if let Some(req) = &r.request {
-                        return Action::CopyCurl(self.curl_command(r.exchange, req));
+                        return self.copy_request(r, req);
                     }
                 }
             }
@@ -1052,6 +1145,35 @@ impl App {
 
     /// A `curl` command that sends `req` as the call was sent: the recorded path and query, and
     /// its `Mcp-Session-Id` (the secrets the recording redacted are never in it).
+    /// What `y` copies for a row: the request as a `curl` command over HTTP; over stdio the
+    /// JSON-RPC line piped into the recorded command (curl cannot reach a stdio server); over
+    /// WebSocket the message itself (curl does not speak WebSocket).
+    fn copy_request(&self, r: &Row, req: &str) -> Action {
+        let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+        match r.transport {
+            "stdio" => {
+                let line = format!("printf '%s\\n' {}", q(req));
+                let text = if self.upstream.is_empty() {
+                    line
+                } else {
+                    format!("{line} | {}", self.upstream)
+                };
+                Action::Copy {
+                    text,
+                    what: "a line for the server's stdin",
+                }
+            }
+            "ws" => Action::Copy {
+                text: req.to_string(),
+                what: "the WebSocket message (curl does not apply)",
+            },
+            _ => Action::Copy {
+                text: self.curl_command(r.exchange, req),
+                what: "curl",
+            },
+        }
+    }
+
     pub fn curl_command(&self, exchange: u64, req: &str) -> String {
         let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
         let (path, session, version) = self.http.get(&exchange).map_or(("/", None, None), |h| {
@@ -1113,6 +1235,7 @@ impl App {
         self.rows.clear();
         self.open.clear();
         self.by_exchange.clear();
+        self.recent.clear();
         self.anomaly_rows.clear();
         self.detail_bytes = 0;
         self.selected = 0;
@@ -1175,6 +1298,39 @@ pub struct MessageIn {
     pub target: Option<Text>,
     pub raw: Text,
     pub transport: crate::events::Transport,
+    /// Its index in its batch, when batched.
+    pub batch_index: Option<u32>,
+}
+
+/// A call's end, as the dashboard applies it (live or from a recording).
+#[derive(Clone, Debug)]
+pub struct CallIn {
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: Text,
+    /// The direction of the request.
+    pub direction: Direction,
+    pub id: Text,
+    pub method: Text,
+    pub target: Option<Text>,
+    pub outcome: RowOutcome,
+    pub latency_us: Option<u64>,
+    /// Every code the inspector raised on the call (its `call` line's `anomalies`).
+    pub anomalies: Vec<Text>,
+}
+
+/// An anomaly, as the dashboard applies it (live or from a recording).
+#[derive(Clone, Debug)]
+pub struct AnomalyIn {
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: Text,
+    /// The frame it concerns: its direction and batch index (when it concerns one).
+    pub direction: Option<Direction>,
+    pub batch_index: Option<u32>,
+    pub id: Option<Text>,
+    pub code: Text,
+    pub message: String,
 }
 
 /// A transport's name as the dashboard shows it.
@@ -1206,82 +1362,159 @@ pub enum Key {
     ScrollDown,
 }
 
-/// The filter: `error`, `anomaly`, `pending`, `http` (only the authorization rows) or `-http`
-/// (all but them), `session:…`, `id:…`, `subscription:…` (a subscription's call, notifications
-/// and unsubscribe), `method:GLOB` or a token with `/` or `*` (a method glob), anything else is
-/// free text searched in the messages.
+/// The filter language (the Calls view's `/`): terms separated by spaces, all of which must
+/// hold (AND); `-term` negates one. A term is a word — `error` (the call failed: a JSON-RPC
+/// error, refused, rejected or missing), `anomaly` (flagged), `pending`, `http` (the
+/// authorization rows) — or `field:value`:
+/// `method:GLOB`, `tool:GLOB` (also `prompt:` and `resource:`: the call's target), `status:`
+/// (`ok`, `error`, `missing`, `refused`, `pending`, `flagged`, `notification`), `dir:` (`c2s`
+/// or `s2c`), `id:`, `session:` (part of the scope), `code:` (an anomaly code, a glob),
+/// `subscription:`; a token with `/` or `*` is a method glob; anything else is free text,
+/// searched in the method, target, id and both messages. A term it cannot read is an error that
+/// names it.
 #[derive(Debug, Default)]
 pub struct Filter {
-    error: bool,
-    anomaly: bool,
-    pending: bool,
-    /// Some(true): only `http` rows; Some(false): none of them.
-    http: Option<bool>,
-    /// `subscription:ID`: the subscribe call, its notifications and its unsubscribe.
-    subscription: Option<String>,
-    session: Option<String>,
-    id: Option<String>,
-    method: Option<globset::GlobMatcher>,
-    text: Vec<String>,
+    terms: Vec<(bool, Term)>,
+}
+
+#[derive(Debug)]
+enum Term {
+    Error,
+    Anomaly,
+    Pending,
+    Http,
+    Ok,
+    Missing,
+    Refused,
+    Notification,
+    Dir(Direction),
+    Id(String),
+    Session(String),
+    Subscription(String),
+    Method(globset::GlobMatcher),
+    Target(globset::GlobMatcher),
+    Code(globset::GlobMatcher),
+    Text(String),
+}
+
+/// The fields `field:value` knows.
+const FIELDS: &str = "method, tool, prompt, resource, status, dir, id, session, code, subscription";
+
+fn glob(field: &str, g: &str) -> Result<globset::GlobMatcher, String> {
+    globset::GlobBuilder::new(g)
+        .case_insensitive(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| format!("{field}:{g} is not a glob: {}", e.kind()))
 }
 
 impl Filter {
-    pub fn parse(s: &str) -> Filter {
+    pub fn parse(s: &str) -> Result<Filter, String> {
         let mut f = Filter::default();
         for tok in s.split_whitespace() {
-            match tok {
-                "error" | "errors" => f.error = true,
-                "anomaly" | "anomalies" => f.anomaly = true,
-                "pending" => f.pending = true,
-                "http" | "kind:http" => f.http = Some(true),
-                "-http" | "!http" => f.http = Some(false),
-                t if t.starts_with("session:") => {
-                    f.session = Some(t["session:".len()..].to_string())
-                }
-                t if t.starts_with("id:") => f.id = Some(t["id:".len()..].to_string()),
-                t if t.starts_with("subscription:") => {
-                    f.subscription = Some(t["subscription:".len()..].to_string())
-                }
-                t if t.starts_with("method:") || t.contains('/') || t.contains('*') => {
-                    let g = t.strip_prefix("method:").unwrap_or(t);
-                    f.method = globset::Glob::new(g).ok().map(|g| g.compile_matcher());
-                }
-                t => f.text.push(t.to_lowercase()),
-            }
+            let (neg, t) = match tok.strip_prefix('-').or_else(|| tok.strip_prefix('!')) {
+                Some(rest) if !rest.is_empty() => (true, rest),
+                _ => (false, tok),
+            };
+            f.terms.push((neg, Self::term(t)?));
         }
-        f
+        Ok(f)
+    }
+
+    fn term(t: &str) -> Result<Term, String> {
+        Ok(match t {
+            "error" | "errors" => Term::Error,
+            "anomaly" | "anomalies" | "flagged" => Term::Anomaly,
+            "pending" => Term::Pending,
+            "http" | "kind:http" => Term::Http,
+            _ => match t.split_once(':') {
+                // A URL or other text with a colon is text, not a field.
+                Some((field, value))
+                    if !field.is_empty()
+                        && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                        && !value.starts_with('/') =>
+                {
+                    if value.is_empty() {
+                        return Err(format!("{field}: needs a value"));
+                    }
+                    match field.to_ascii_lowercase().as_str() {
+                        "method" => Term::Method(glob(field, value)?),
+                        "tool" | "prompt" | "resource" | "target" => {
+                            Term::Target(glob(field, value)?)
+                        }
+                        "code" => Term::Code(glob(field, value)?),
+                        "id" => Term::Id(value.trim_matches('"').to_string()),
+                        "session" | "scope" => Term::Session(value.to_string()),
+                        "subscription" => Term::Subscription(value.trim_matches('"').to_string()),
+                        "dir" => match value.to_ascii_lowercase().as_str() {
+                            "c2s" | "c→s" | "client" | "in" => Term::Dir(Direction::ClientToServer),
+                            "s2c" | "s→c" | "server" | "out" => {
+                                Term::Dir(Direction::ServerToClient)
+                            }
+                            _ => return Err(format!("dir:{value}: use dir:c2s or dir:s2c")),
+                        },
+                        "status" => match value.to_ascii_lowercase().as_str() {
+                            "ok" | "result" => Term::Ok,
+                            "error" | "errors" | "failed" => Term::Error,
+                            "missing" => Term::Missing,
+                            "refused" => Term::Refused,
+                            "pending" => Term::Pending,
+                            "flagged" | "anomaly" => Term::Anomaly,
+                            "notification" | "notif" => Term::Notification,
+                            _ => {
+                                return Err(format!(
+                                    "status:{value}: use ok, error, missing, refused, pending, flagged or notification"
+                                ))
+                            }
+                        },
+                        _ => {
+                            return Err(format!(
+                                "unknown filter field `{field}:` (fields: {FIELDS})"
+                            ))
+                        }
+                    }
+                }
+                _ if t.contains('/') || t.contains('*') => Term::Method(glob("method", t)?),
+                _ => Term::Text(t.to_lowercase()),
+            },
+        })
     }
 
     pub fn matches(&self, r: &Row) -> bool {
-        (!self.error || r.outcome.is_error())
-            && (!self.anomaly || !r.anomalies.is_empty())
-            && (!self.pending || r.outcome == RowOutcome::Pending)
-            && self.http.is_none_or(|h| h == (r.transport == "http"))
-            && self.subscription.as_ref().is_none_or(|s| {
-                r.target
-                    .as_deref()
-                    .is_some_and(|t| t.trim_matches('"') == s.trim_matches('"'))
-            })
-            && self
-                .session
-                .as_ref()
-                .is_none_or(|s| r.scope.contains(s.as_str()))
-            && self
-                .id
-                .as_ref()
-                .is_none_or(|i| r.id.trim_matches('"') == i.trim_matches('"'))
-            && self.method.as_ref().is_none_or(|g| {
-                g.is_match(&*r.method) || r.target.as_ref().is_some_and(|t| g.is_match(&**t))
-            })
-            && self.text.iter().all(|t| {
-                r.request
-                    .as_ref()
-                    .is_some_and(|q| q.to_lowercase().contains(t))
-                    || r.reply
-                        .as_ref()
-                        .is_some_and(|q| q.to_lowercase().contains(t))
-                    || r.method.to_lowercase().contains(t)
-            })
+        self.terms.iter().all(|(neg, t)| Self::holds(t, r) != *neg)
+    }
+
+    fn holds(t: &Term, r: &Row) -> bool {
+        let target_is =
+            |g: &globset::GlobMatcher| r.target.as_ref().is_some_and(|t| g.is_match(&**t));
+        match t {
+            Term::Error => r.outcome.is_error(),
+            Term::Anomaly => !r.anomalies.is_empty(),
+            Term::Pending => r.outcome == RowOutcome::Pending,
+            Term::Http => r.transport == "http",
+            Term::Ok => r.outcome == RowOutcome::Result,
+            Term::Missing => matches!(r.outcome, RowOutcome::Missing(_)),
+            Term::Refused => matches!(r.outcome, RowOutcome::Refused(_)),
+            Term::Notification => r.outcome == RowOutcome::Notification,
+            Term::Dir(d) => r.direction == *d,
+            Term::Id(i) => r.id.trim_matches('"') == i,
+            Term::Session(s) => r.scope.contains(s.as_str()),
+            Term::Subscription(s) => r
+                .target
+                .as_deref()
+                .is_some_and(|t| t.trim_matches('"') == s),
+            Term::Method(g) => g.is_match(&*r.method) || target_is(g),
+            Term::Target(g) => target_is(g),
+            Term::Code(g) => r.anomalies.iter().any(|a| g.is_match(a)),
+            Term::Text(t) => {
+                let has = |s: &str| s.to_lowercase().contains(t.as_str());
+                has(&r.method)
+                    || r.target.as_deref().is_some_and(has)
+                    || has(&r.id)
+                    || r.request.as_deref().is_some_and(has)
+                    || r.reply.as_deref().is_some_and(has)
+            }
+        }
     }
 }
 
@@ -1308,6 +1541,7 @@ mod tests {
             target: None,
             raw: raw.into(),
             transport: crate::events::Transport::Json,
+            batch_index: None,
         }
     }
 
@@ -1472,6 +1706,7 @@ mod tests {
             target: None,
             raw: raw.into(),
             transport: crate::events::Transport::Json,
+            batch_index: None,
         };
         a.apply_message(msg(true, Kind::Request, Some("1"), r#"{"id":1}"#));
         let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request"}}"#;
@@ -1512,6 +1747,7 @@ mod tests {
                     target: None,
                     raw: raw.into(),
                     transport: crate::events::Transport::Json,
+                    batch_index: None,
                 });
             }
         }
@@ -1535,7 +1771,8 @@ mod tests {
         let ex = a.selected_row().unwrap().exchange;
         a.apply_http_request(ex, "POST", "/mcp?x=1", Some("sess'1"), Some("2025-06-18"));
         match a.handle_key(Key::Char('y')) {
-            Action::CopyCurl(c) => {
+            Action::Copy { text: c, what } => {
+                assert_eq!(what, "curl");
                 assert!(c.contains(&format!("'http://{}/mcp?x=1'", a.listen)), "{c}");
                 assert!(c.contains(r#"-H 'mcp-session-id: sess'\''1'"#), "{c}");
                 assert!(c.contains("-H 'mcp-protocol-version: 2025-06-18'"), "{c}");
@@ -1554,7 +1791,7 @@ mod tests {
         let mut a = app_with_calls();
         a.handle_key(Key::Char('g'));
         match a.handle_key(Key::Char('y')) {
-            Action::CopyCurl(c) => {
+            Action::Copy { text: c, .. } => {
                 assert!(c.starts_with("curl ") && c.contains(r#""method":"add""#))
             }
             other => panic!("{other:?}"),
@@ -1666,17 +1903,18 @@ mod tests {
     fn a_call_whose_request_was_not_seen_gets_a_row_of_its_own() {
         // A feed attached while the call was in flight: only its outcome arrives.
         let mut a = App::new("t", "l", "u", 100, 0);
-        a.apply_call_at(
-            7,
-            Some("add".into()),
-            "session:s1".into(),
-            Direction::ClientToServer,
-            "3".into(),
-            &"tools/call".into(),
-            RowOutcome::Result,
-            Some(1_500),
-            10_000_000,
-        );
+        a.apply_call_at(CallIn {
+            ts_ns: 10_000_000,
+            exchange: 7,
+            scope: "session:s1".into(),
+            direction: Direction::ClientToServer,
+            id: "3".into(),
+            method: "tools/call".into(),
+            target: Some("add".into()),
+            outcome: RowOutcome::Result,
+            latency_us: Some(1_500),
+            anomalies: vec!["TOOL_ERROR".into()],
+        });
         assert_eq!(a.rows.len(), 1);
         let r = &a.rows[0];
         assert_eq!((r.exchange, &*r.method, &*r.id), (7, "tools/call", "3"));
@@ -1684,6 +1922,7 @@ mod tests {
         assert_eq!(r.outcome, RowOutcome::Result);
         assert_eq!(r.ts_ns, 10_000_000 - 1_500_000, "when the call started");
         assert!(r.request.is_none());
+        assert_eq!(r.anomalies, ["TOOL_ERROR"], "the call's own findings");
         assert_eq!(a.calls_total, 1);
         assert_eq!(a.pending(), 0);
     }
@@ -1741,5 +1980,249 @@ mod tests {
         let r = a.rows.back().expect("a row");
         assert_eq!(&*r.method, "(binary message)");
         assert_eq!((r.size, r.transport, r.exchange), (5, "ws", 7));
+    }
+
+    fn filtered(a: &mut App, f: &str) -> Vec<String> {
+        a.filter = f.into();
+        a.visible()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}{}",
+                    r.method,
+                    r.target
+                        .as_deref()
+                        .map(|t| format!(" {t}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    /// An app with a tools/call that failed with a JSON-RPC error and was flagged, one that
+    /// succeeded, a plain call and a notification.
+    fn app_for_filters() -> App {
+        let mut a = App::new("t", "l", "u", 100, 0);
+        let call = |a: &mut App, ex: u64, id: &str, method: &str, target: Option<&str>| {
+            a.apply_message(MessageIn {
+                ts_ns: ex,
+                exchange: ex,
+                scope: "session:abc".into(),
+                c2s: true,
+                kind: Kind::Request,
+                id: Some(id.into()),
+                method: Some(method.into()),
+                target: target.map(Text::from),
+                raw: format!(r#"{{"id":{id},"method":"{method}"}}"#).into(),
+                transport: crate::events::Transport::Json,
+                batch_index: None,
+            });
+        };
+        call(&mut a, 1, "1", "tools/call", Some("add"));
+        call(&mut a, 2, "2", "tools/call", Some("echo"));
+        call(&mut a, 3, "3", "ping", None);
+        a.apply_message(MessageIn {
+            ts_ns: 4,
+            exchange: 4,
+            scope: "session:abc".into(),
+            c2s: false,
+            kind: Kind::Notification,
+            id: None,
+            method: Some("notifications/message".into()),
+            target: None,
+            raw: r#"{"method":"notifications/message"}"#.into(),
+            transport: crate::events::Transport::Json,
+            batch_index: None,
+        });
+        let end = |a: &mut App, ex: u64, id: &str, method: &str, outcome, anomalies: Vec<Text>| {
+            a.apply_call_at(CallIn {
+                ts_ns: ex + 10,
+                exchange: ex,
+                scope: "session:abc".into(),
+                direction: Direction::ClientToServer,
+                id: id.into(),
+                method: method.into(),
+                target: None,
+                outcome,
+                latency_us: Some(5),
+                anomalies,
+            })
+        };
+        end(
+            &mut a,
+            1,
+            "1",
+            "tools/call",
+            RowOutcome::Error(-32602),
+            vec!["MCP_INPUT_SCHEMA".into()],
+        );
+        end(&mut a, 2, "2", "tools/call", RowOutcome::Result, vec![]);
+        end(
+            &mut a,
+            3,
+            "3",
+            "ping",
+            RowOutcome::Missing("gone".into()),
+            vec!["MISSING_RESPONSE".into()],
+        );
+        a
+    }
+
+    #[test]
+    fn filter_terms_combine_with_and_and_negate() {
+        let mut a = app_for_filters();
+        assert_eq!(filtered(&mut a, "tools/* error"), ["tools/call add"]);
+        assert_eq!(
+            filtered(&mut a, "error anomaly"),
+            ["tools/call add", "ping"]
+        );
+        assert_eq!(filtered(&mut a, "error anomaly -ping"), ["tools/call add"]);
+        assert_eq!(filtered(&mut a, "tool:add"), ["tools/call add"]);
+        assert_eq!(filtered(&mut a, "tool:e*"), ["tools/call echo"]);
+        assert_eq!(
+            filtered(&mut a, "method:tools/call -tool:add"),
+            ["tools/call echo"]
+        );
+        assert_eq!(filtered(&mut a, "status:ok"), ["tools/call echo"]);
+        assert_eq!(filtered(&mut a, "status:missing"), ["ping"]);
+        assert_eq!(
+            filtered(&mut a, "status:flagged"),
+            ["tools/call add", "ping"]
+        );
+        assert_eq!(
+            filtered(&mut a, "status:notification"),
+            ["notifications/message"]
+        );
+        assert_eq!(filtered(&mut a, "dir:s2c"), ["notifications/message"]);
+        assert_eq!(filtered(&mut a, "-dir:s2c id:3"), ["ping"]);
+        assert_eq!(filtered(&mut a, "code:mcp_*"), ["tools/call add"]);
+        assert_eq!(filtered(&mut a, "session:ab echo"), ["tools/call echo"]);
+        assert_eq!(
+            filtered(&mut a, "code:MISSING_RESPONSE tools/*"),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_filter_that_cannot_be_read_says_why_and_is_not_applied() {
+        for (bad, says) in [
+            ("tool2:add", "unknown filter field `tool2:`"),
+            ("status:weird", "status:weird"),
+            ("dir:up", "dir:up"),
+            ("id:", "id: needs a value"),
+            ("method:[x", "not a glob"),
+        ] {
+            let e = Filter::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert!(
+            Filter::parse("http://host/x -http").is_ok(),
+            "a URL is text"
+        );
+        let mut a = app_for_filters();
+        a.handle_key(Key::Char('/'));
+        for c in "tol:add".chars() {
+            a.handle_key(Key::Char(c));
+        }
+        assert!(a
+            .filter_error()
+            .unwrap()
+            .contains("unknown filter field `tol:`"));
+        a.handle_key(Key::Enter);
+        assert!(a.editing_filter, "kept open to be mended");
+        assert!(a.status.contains("filter not applied"), "{}", a.status);
+        assert_eq!(a.filter, "");
+    }
+
+    #[test]
+    fn counters_say_what_they_count_and_status_messages_clear() {
+        let mut a = app_for_filters();
+        assert_eq!(
+            (a.calls_total, a.notifications_total, a.rows.len()),
+            (3, 1, 4)
+        );
+        a.say("re-sent through the proxy");
+        a.tick(a.now_ns + 1_000_000_000);
+        assert_eq!(a.status, "re-sent through the proxy");
+        a.tick(a.now_ns + STATUS_FOR);
+        assert_eq!(a.status, "", "a status message goes by itself");
+    }
+
+    #[test]
+    fn y_on_a_stdio_call_copies_a_line_for_the_command_and_on_websocket_the_message() {
+        let mut a = App::new("t", "stdio", "python3 server.py", 100, 0);
+        for (ex, t) in [
+            (1, crate::events::Transport::Stdio),
+            (2, crate::events::Transport::Ws),
+        ] {
+            a.apply_message(MessageIn {
+                ts_ns: ex,
+                exchange: ex,
+                scope: format!("exchange:{ex}").into(),
+                c2s: true,
+                kind: Kind::Request,
+                id: Some("1".into()),
+                method: Some("ping".into()),
+                target: None,
+                raw: r#"{"jsonrpc":"2.0","id":1,"method":"it's"}"#.into(),
+                transport: t,
+                batch_index: None,
+            });
+        }
+        a.handle_key(Key::Char('g'));
+        match a.handle_key(Key::Char('y')) {
+            Action::Copy { text, what } => {
+                assert_eq!(
+                    text,
+                    r#"printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"it'\''s"}' | python3 server.py"#
+                );
+                assert!(what.contains("stdin"), "{what}");
+                assert!(!text.contains("curl"));
+            }
+            other => panic!("{other:?}"),
+        }
+        a.handle_key(Key::Char('G'));
+        match a.handle_key(Key::Char('y')) {
+            Action::Copy { text, what } => {
+                assert_eq!(text, r#"{"jsonrpc":"2.0","id":1,"method":"it's"}"#);
+                assert!(what.contains("curl does not apply"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_stdio_recording_names_its_command_and_stdio_scopes_stay_apart() {
+        let h = serde_json::json!({"transport": "stdio", "command": ["python3", "server.py"]});
+        assert_eq!(
+            crate::tui::header_endpoints(&h),
+            ("stdio".to_string(), "python3 server.py".to_string())
+        );
+        let feed = serde_json::json!({"mode": "stdio", "command": ["npx", "x"]});
+        assert_eq!(crate::tui::header_endpoints(&feed).1, "npx x");
+        let proxy = serde_json::json!({"listen": "127.0.0.1:1", "upstream": "http://u"});
+        assert_eq!(crate::tui::header_endpoints(&proxy).0, "127.0.0.1:1");
+        let mut a = App::new("t", "l", "u", 100, 0);
+        for sc in [
+            "session:stdio-4413",
+            "session:stdio-4422",
+            "session:0f3c9a1e-77aa-4b",
+        ] {
+            a.apply_message(MessageIn {
+                ts_ns: 1,
+                exchange: 1,
+                scope: sc.into(),
+                c2s: true,
+                kind: Kind::Notification,
+                id: None,
+                method: Some("n".into()),
+                target: None,
+                raw: "{}".into(),
+                transport: crate::events::Transport::Stdio,
+                batch_index: None,
+            });
+        }
+        let shown: Vec<String> = a.rows.iter().map(Row::scope_short).collect();
+        assert_eq!(shown, ["stdio-4413", "stdio-4422", "0f3c9a1e-…"]);
     }
 }

@@ -13,7 +13,7 @@ pub mod ui;
 
 use crate::events::Subscription;
 use crate::record::reader::{RecEvent, RecHttp, Recording};
-use app::{Action, App, Key, MessageIn, RowOutcome};
+use app::{Action, AnomalyIn, App, CallIn, Key, MessageIn, RowOutcome};
 use base64::Engine;
 use crossterm::event::{Event as TermEvent, EventStream, KeyCode, KeyEventKind, MouseEventKind};
 use futures_util::StreamExt;
@@ -83,15 +83,15 @@ fn write_file(prefix: &str, ext: &str, text: &str) -> std::io::Result<String> {
 fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String> {
     match action {
         Action::None | Action::Quit => None,
-        Action::CopyCurl(curl) => {
-            let b64 = base64::engine::general_purpose::STANDARD.encode(curl.as_bytes());
+        Action::Copy { text, what } => {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
             let mut out = std::io::stdout();
             let _ = write!(out, "\x1b]52;c;{b64}\x07");
             let _ = out.flush();
             Some(
-                match write_file("rpctap-curl", "sh", &format!("{curl}\n")) {
-                    Ok(f) => format!("copied as curl (OSC 52) and saved to {f}"),
-                    Err(e) => format!("copied as curl (OSC 52); could not save: {e}"),
+                match write_file("rpctap-copy", "sh", &format!("{text}\n")) {
+                    Ok(f) => format!("copied {what} (OSC 52) and saved to {f}"),
+                    Err(e) => format!("copied {what} (OSC 52); could not save: {e}"),
                 },
             )
         }
@@ -160,6 +160,27 @@ pub fn load_recording(app: &mut App, rec: &Recording) {
     }
 }
 
+/// The `listen → upstream` the header names: a recording's header or a feed's. A stdio
+/// session's is `stdio` and its command line (the recording says `transport`, the feed `mode`).
+pub fn header_endpoints(h: &serde_json::Value) -> (String, String) {
+    let s = |k: &str| h.get(k).and_then(|v| v.as_str());
+    if s("mode") == Some("stdio") || s("transport") == Some("stdio") {
+        let command = h
+            .get("command")
+            .and_then(|c| c.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        return ("stdio".into(), command);
+    }
+    let or_unknown = |k: &str| s(k).unwrap_or("?").to_string();
+    (or_unknown("listen"), or_unknown("upstream"))
+}
+
 /// What the dashboard keeps about the feed it is attached to.
 #[derive(Debug, Default)]
 struct FeedState {
@@ -181,34 +202,15 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
             if st.started.is_some() && st.started != started {
                 app.clear();
                 st.shown_backlog = false;
-                app.status = "the attached rpctap restarted: showing the new process".into();
+                app.say("the attached rpctap restarted: showing the new process");
             } else {
                 app.status = String::new();
             }
             st.in_backlog = true;
             st.started = started;
-            let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(str::to_string);
-            match s("mode").as_deref() {
-                Some("stdio") => {
-                    app.listen = "stdio".into();
-                    app.upstream = h
-                        .get("command")
-                        .and_then(|c| c.as_array())
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|v| v.as_str())
-                                .collect::<Vec<_>>()
-                                .join(" ")
-                        })
-                        .unwrap_or_default();
-                    app.can_resend = false;
-                }
-                _ => {
-                    app.listen = s("listen").unwrap_or_default();
-                    app.upstream = s("upstream").unwrap_or_default();
-                    app.can_resend = true;
-                }
-            }
+            let (listen, upstream) = header_endpoints(&h);
+            app.can_resend = listen != "stdio";
+            (app.listen, app.upstream) = (listen, upstream);
             app.title = format!("{} — live", st.base_title);
         }
         FeedMsg::State(s) => {
@@ -260,20 +262,20 @@ pub fn apply_rec(app: &mut App, e: &RecEvent) {
                 target: m.target.as_deref().map(Into::into),
                 raw: m.message.get().into(),
                 transport: m.transport,
+                batch_index: m.batch_index,
             }),
-            RecEvent::Call(c) => {
-                app.apply_call_at(
-                    c.exchange,
-                    c.target.as_deref().map(Into::into),
-                    c.scope.as_str().into(),
-                    c.direction,
-                    c.id.get().into(),
-                    &c.method.as_str().into(),
-                    RowOutcome::from(&c.outcome),
-                    c.latency_us,
-                    c.ts,
-                );
-            }
+            RecEvent::Call(c) => app.apply_call_at(CallIn {
+                ts_ns: c.ts,
+                exchange: c.exchange,
+                scope: c.scope.as_str().into(),
+                direction: c.direction,
+                id: c.id.get().into(),
+                method: c.method.as_str().into(),
+                target: c.target.as_deref().map(Into::into),
+                outcome: RowOutcome::from(&c.outcome),
+                latency_us: c.latency_us,
+                anomalies: c.anomalies.iter().map(|a| a.as_str().into()).collect(),
+            }),
             RecEvent::Http(RecHttp::Request {
                 exchange,
                 method,
@@ -309,14 +311,16 @@ pub fn apply_rec(app: &mut App, e: &RecEvent) {
                 *status,
                 www_authenticate.as_deref(),
             ),
-            RecEvent::Anomaly(a) => app.apply_anomaly(
-                a.exchange,
-                a.scope.as_str().into(),
-                a.id.as_ref().map(|i| i.get().into()),
-                &a.code,
-                &a.message,
-                a.ts,
-            ),
+            RecEvent::Anomaly(a) => app.apply_anomaly(AnomalyIn {
+                ts_ns: a.ts,
+                exchange: a.exchange,
+                scope: a.scope.as_str().into(),
+                direction: a.direction,
+                batch_index: a.batch_index,
+                id: a.id.as_ref().map(|i| i.get().into()),
+                code: a.code.as_str().into(),
+                message: a.message.clone(),
+            }),
             _ => {}
         }
         let ts = match e {
@@ -427,7 +431,7 @@ pub async fn run(
                                 break;
                             }
                             if let Some(s) = perform(action, resend.as_ref(), &app) {
-                                app.status = s;
+                                app.say(s);
                             }
                         }
                     }

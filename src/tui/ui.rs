@@ -169,7 +169,11 @@ fn header(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 Style::default()
             },
         ),
-        Span::raw(format!(" open {} ", app.pending())),
+        Span::raw(format!(
+            " open {}  notif {} ",
+            app.pending(),
+            app.notifications_total
+        )),
         Span::styled(
             format!("anom {}", app.anomalies_total),
             if app.anomalies_total > 0 {
@@ -230,19 +234,20 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         .collect();
     let widths = [
         Constraint::Length(12),
-        Constraint::Length(8),
+        Constraint::Length(crate::tui::app::SCOPE_WIDTH as u16),
         Constraint::Length(3),
         Constraint::Min(12),
-        Constraint::Length(8),
+        Constraint::Length(6),
         Constraint::Length(12),
         Constraint::Length(8),
         Constraint::Length(6),
         Constraint::Length(1),
     ];
+    // Rows are calls and notifications alike; the header's `calls` counts calls that ended.
     let title = format!(
-        " {} of {} calls {}",
+        " {} of {} {}",
         shown,
-        app.rows.len(),
+        counted(app.rows.len() as u64, "row", "rows"),
         if app.follow { "(following) " } else { "" }
     );
     let table = Table::new(body, widths)
@@ -383,6 +388,23 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     );
 }
 
+/// `n thing` or `n things`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The anomalies list's title: what the list holds (after `c`, what came since), and the total
+/// since the start when that differs.
+fn anomalies_title(app: &App) -> String {
+    let listed = app.anomaly_rows.len() as u64;
+    let mut t = format!(" {}", counted(listed, "anomaly", "anomalies"));
+    if listed != app.anomalies_total {
+        t.push_str(&format!(" listed, {} since start", app.anomalies_total));
+    }
+    t.push(' ');
+    t
+}
+
 fn anomalies(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     let sel = app.selected_index();
     let height = area.height.saturating_sub(3) as usize;
@@ -414,7 +436,7 @@ fn anomalies(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     .block(
         Block::default()
             .borders(Borders::ALL)
-            .title(format!(" {} anomalies ", app.anomalies_total)),
+            .title(anomalies_title(app)),
     )
     .row_highlight_style(t.selected());
     let mut state = TableState::default();
@@ -515,11 +537,16 @@ fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
 
 fn status(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     let line = if app.editing_filter {
-        Line::from(vec![
+        let mut spans = vec![
             Span::styled("filter: ", t.bold()),
             Span::raw(app.filter_input.clone()),
-            Span::raw("▏ (Enter apply, Esc cancel)"),
-        ])
+            Span::raw("▏ "),
+        ];
+        match app.filter_error() {
+            Some(why) => spans.push(Span::styled(why, t.fg(Color::Red))),
+            None => spans.push(Span::raw("(Enter apply, Esc cancel)")),
+        }
+        Line::from(spans)
     } else {
         let mut spans = vec![];
         if !app.filter.is_empty() {

@@ -549,6 +549,7 @@ pub struct Checked {
 }
 
 pub fn check_recording(file: &std::path::Path) -> Checked {
+    assert_dashboard_matches_calls(file);
     let out = rpctap()
         .args(["check", file.to_str().unwrap()])
         .output()
@@ -581,6 +582,57 @@ pub fn check_recording(file: &std::path::Path) -> Checked {
         matched,
         stdout,
     }
+}
+
+/// The dashboard's differential standard, held for every recording a test checks: loaded as
+/// `rpctap view` loads it, the (call, code) pairs its rows show are exactly the pairs of the
+/// recording's `call` lines.
+pub fn assert_dashboard_matches_calls(file: &std::path::Path) {
+    use rpctap::tui::app::{App, RowOutcome};
+    type Pair = (String, String, String, String, String);
+    let rec = rpctap::record::reader::read(file).unwrap();
+    let mut app = App::new("t", "l", "u", 10_000_000, 0);
+    rpctap::tui::load_recording(&mut app, &rec);
+    let mut shown: Vec<Pair> = Vec::new();
+    for r in &app.rows {
+        if r.id.is_empty() || matches!(r.outcome, RowOutcome::Pending | RowOutcome::Http(_)) {
+            continue;
+        }
+        for code in &r.anomalies {
+            let dir = format!("{:?}", r.direction);
+            shown.push((
+                r.scope.to_string(),
+                dir,
+                r.id.to_string(),
+                r.method.to_string(),
+                code.clone(),
+            ));
+        }
+    }
+    let mut recorded: Vec<Pair> = Vec::new();
+    for c in rec.calls() {
+        let mut codes = c.anomalies.clone();
+        codes.sort();
+        codes.dedup();
+        for code in codes {
+            let dir = format!("{:?}", c.direction);
+            recorded.push((
+                c.scope.clone(),
+                dir,
+                c.id.get().to_string(),
+                c.method.clone(),
+                code,
+            ));
+        }
+    }
+    shown.sort();
+    recorded.sort();
+    assert_eq!(
+        shown,
+        recorded,
+        "the dashboard's rows show other findings than the call lines of {}",
+        file.display()
+    );
 }
 
 /// The client calls of a recording that ended with a reply (result or error).
