@@ -83,6 +83,8 @@ pub struct AdminConfig {
 pub enum AdminError {
     #[error("--admin {0} is not a loopback address: /events and /calls would expose the traffic; set --admin-token (or RPCTAP_ADMIN_TOKEN)")]
     TokenRequired(AdminAddr),
+    #[error("--admin {0}: another rpctap is serving on that socket (still answering); choose another path")]
+    InUse(AdminAddr),
     #[error("cannot listen on admin address {addr}: {source}")]
     Bind {
         addr: AdminAddr,
@@ -217,6 +219,9 @@ pub struct AdminState {
 pub struct AdminHandle {
     task: tokio::task::JoinHandle<()>,
     pub addr: AdminAddr,
+    /// A unix socket this process made: (its path, device, inode), removed at the end if it is
+    /// still that file (a later process may have replaced a socket it found dead).
+    owned: Option<(PathBuf, u64, u64)>,
 }
 
 impl AdminHandle {
@@ -228,6 +233,13 @@ impl AdminHandle {
 impl Drop for AdminHandle {
     fn drop(&mut self) {
         self.task.abort();
+        #[cfg(unix)]
+        if let Some((p, dev, ino)) = &self.owned {
+            use std::os::unix::fs::MetadataExt;
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.dev() == *dev && m.ino() == *ino) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
     }
 }
 
@@ -260,24 +272,35 @@ pub async fn start(cfg: &AdminConfig, state: AdminState) -> Result<AdminHandle, 
                     while conns.try_join_next().is_some() {}
                 }
             });
-            Ok(AdminHandle { task, addr })
+            Ok(AdminHandle {
+                task,
+                addr,
+                owned: None,
+            })
         }
         AdminAddr::Unix(p) => {
             #[cfg(unix)]
             {
-                // A stale socket file from a previous run is replaced.
+                // A socket whose process is gone (nothing answers) is replaced; a live one is
+                // never taken over.
                 if std::fs::symlink_metadata(p).is_ok_and(|m| {
                     use std::os::unix::fs::FileTypeExt;
                     m.file_type().is_socket()
                 }) {
+                    if std::os::unix::net::UnixStream::connect(p).is_ok() {
+                        return Err(AdminError::InUse(cfg.addr.clone()));
+                    }
                     let _ = std::fs::remove_file(p);
                 }
                 let l = tokio::net::UnixListener::bind(p).map_err(bind_err)?;
-                {
-                    use std::os::unix::fs::PermissionsExt;
+                let owned = {
+                    use std::os::unix::fs::{MetadataExt, PermissionsExt};
                     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))
                         .map_err(bind_err)?;
-                }
+                    std::fs::symlink_metadata(p)
+                        .ok()
+                        .map(|m| (p.clone(), m.dev(), m.ino()))
+                };
                 let task = tokio::spawn(async move {
                     let mut conns = tokio::task::JoinSet::new();
                     loop {
@@ -296,6 +319,7 @@ pub async fn start(cfg: &AdminConfig, state: AdminState) -> Result<AdminHandle, 
                 Ok(AdminHandle {
                     task,
                     addr: cfg.addr.clone(),
+                    owned,
                 })
             }
             #[cfg(not(unix))]
@@ -402,15 +426,24 @@ fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
             Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN),
         },
         "/calls" => {
-            let limit = req
+            let asked = req
                 .uri()
                 .query()
-                .and_then(|q| {
-                    q.split('&')
-                        .find_map(|kv| kv.strip_prefix("limit="))
-                        .and_then(|v| v.parse::<usize>().ok())
-                })
-                .unwrap_or(100);
+                .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("limit=")));
+            let limit = match asked.map(str::parse::<usize>) {
+                None => 100,
+                Some(Ok(n)) if n >= 1 => n,
+                Some(_) => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "limit={} is not a whole number ≥ 1\n",
+                            asked.unwrap_or_default()
+                        ),
+                        PLAIN,
+                    )
+                }
+            };
             let calls = st.feed.recent_calls(limit);
             let body = serde_json::to_vec(&calls).unwrap_or_else(|_| b"[]".to_vec());
             text(StatusCode::OK, body, "application/json")

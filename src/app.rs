@@ -36,8 +36,14 @@ impl AppError {
     /// 2 for usage errors, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
         match self {
-            AppError::Config(_) | AppError::Record(crate::record::RecordError::Exists { .. }) => 2,
-            AppError::Admin(crate::admin::AdminError::TokenRequired(_)) => 2,
+            AppError::Config(_)
+            | AppError::Record(
+                crate::record::RecordError::Exists { .. }
+                | crate::record::RecordError::IsDir { .. },
+            ) => 2,
+            AppError::Admin(
+                crate::admin::AdminError::TokenRequired(_) | crate::admin::AdminError::InUse(_),
+            ) => 2,
             AppError::Bind { .. }
             | AppError::Record(_)
             | AppError::Terminal(_)
@@ -619,6 +625,28 @@ pub enum OfflineError {
     /// Nothing to check or replay: exit 2, so CI does not take silence for success.
     #[error("no calls: {0}")]
     Empty(String),
+    /// A listen address that cannot be bound (`mock`): exit 1, as in every subcommand.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+impl OfflineError {
+    /// The one rule of every subcommand: 2 when the command line or its input is wrong, 1
+    /// when the run itself failed (an address that cannot be bound among them).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            OfflineError::Bind { .. } => 1,
+            OfflineError::Record(_)
+            | OfflineError::Config(_)
+            | OfflineError::Replay(_)
+            | OfflineError::Check(_)
+            | OfflineError::Io(_)
+            | OfflineError::Empty(_) => 2,
+        }
+    }
 }
 
 fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), OfflineError> {
@@ -745,7 +773,10 @@ pub async fn mock(
     }
     let listener = TcpListener::bind(args.listen)
         .await
-        .map_err(|e| OfflineError::Io(format!("cannot listen on {}: {e}", args.listen)))?;
+        .map_err(|source| OfflineError::Bind {
+            addr: args.listen,
+            source,
+        })?;
     eprintln!(
         "rpctap mock: serving {} recorded calls from {} on http://{}",
         mock.calls_known(),
@@ -812,11 +843,19 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         if docs.is_empty() {
             return Err(OfflineError::Empty(format!("{} is empty", args.file)));
         }
+        let mut anything = false;
         for d in docs {
             let r = check_document(d.as_bytes(), &limits)?;
+            anything |= r.request_count > 0 || !r.findings.is_empty();
             failed |= !r.passes_checks;
             out.push_str(&serde_json::to_string(&r).unwrap_or_default());
             out.push('\n');
+        }
+        if !anything {
+            return Err(OfflineError::Empty(format!(
+                "{}: no request or response in it",
+                args.file
+            )));
         }
     }
     write_out(None, &out)?;

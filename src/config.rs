@@ -292,6 +292,10 @@ fn secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
     }
 }
 
+fn above_zero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
 fn positive(name: &str, v: usize) -> Result<usize, ConfigError> {
     if v == 0 {
         Err(ConfigError::Invalid(format!("{name} must be at least 1")))
@@ -373,13 +377,18 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
                 .or(file.inspect.max_frame_bytes)
                 .unwrap_or(d.max_frame_bytes),
         )?,
-        call_timeout: secs(
+        call_timeout: above_zero(secs(
             "--call-timeout",
             flags
                 .call_timeout
                 .or(file.inspect.call_timeout_secs)
                 .unwrap_or(d.call_timeout.as_secs_f64()),
-        )?,
+        )?)
+        .ok_or_else(|| {
+            ConfigError::Invalid(
+                "--call-timeout must be above 0 (at 0 every call would end missing)".into(),
+            )
+        })?,
         limits: Limits {
             max_pending: positive(
                 "--max-pending",
@@ -519,6 +528,13 @@ pub fn resolve(
         admin,
         otel,
     } = resolve_shared(flags, &file)?;
+    if let Some(crate::admin::AdminAddr::Tcp(a)) = admin.as_ref().map(|a| &a.addr) {
+        if *a == listen && a.port() != 0 {
+            return Err(ConfigError::Invalid(format!(
+                "--admin {a} is the --listen address: the admin listener needs a port of its own"
+            )));
+        }
+    }
     Ok(ProxyConfig {
         listen,
         proxy: ProxyOptions {

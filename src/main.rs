@@ -1,5 +1,7 @@
 //! The `rpctap` binary: parse the command line, set up tracing, run the subcommand on a tokio
-//! runtime, map the outcome to an exit code (0 ok, 1 failure, 2 usage).
+//! runtime, map the outcome to an exit code — one rule for every subcommand: 0 ok, 1 the run
+//! failed (an address that cannot be bound, an I/O error while serving), 2 the command line or
+//! its input is wrong (a bad flag or config, a file that cannot be read, nothing to check).
 
 use clap::Parser;
 
@@ -56,7 +58,7 @@ fn main() {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("rpctap: {e}");
-                2
+                e.exit_code()
             }
         };
         match cli.command {

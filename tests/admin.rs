@@ -378,6 +378,11 @@ async fn the_feed_gives_a_late_client_the_recent_events_then_the_live_ones_and_c
         .map(|c| c["id"].as_u64().unwrap())
         .collect();
     assert_eq!(ids, vec![3, 4], "the most recent, newest last");
+    for bad in ["abc", "0", ""] {
+        let r = get(s.admin, &format!("/calls?limit={bad}"), None).await;
+        assert_eq!(r.status, 400, "limit={bad}");
+        assert!(r.text().contains("limit="), "{}", r.text());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,6 +112,7 @@ fn meaningless_flags_are_refused_naming_the_flag() {
         ("--redact-header", "bad header"),
         ("--redact-path", "params..x"),
         ("--listen", "nowhere"),
+        ("--call-timeout", "0"),
     ] {
         let o = run(&[
             "proxy",
@@ -189,5 +190,98 @@ fn exports_are_as_private_as_the_recording() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{format}");
+    }
+}
+
+#[test]
+fn an_empty_exchange_document_is_nothing_to_check() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(["check", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"request":[],"response":[]}"#)
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no calls"), "{}", stderr(&o));
+}
+
+/// One exit-code rule: an address that cannot be bound is 1 in every subcommand that listens,
+/// a command line that cannot work is 2 and names what is wrong.
+#[test]
+fn a_busy_address_is_exit_1_everywhere_and_bad_addresses_name_the_flag() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    for args in [
+        vec![
+            "proxy",
+            "--no-tui",
+            "--listen",
+            &addr,
+            "--upstream",
+            "http://127.0.0.1:9",
+        ],
+        vec!["demo-server", "--listen", &addr],
+        vec!["mock", DEMO, "--listen", &addr],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot listen on"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // --admin on the --listen address.
+    let free = free_port();
+    let same = format!("127.0.0.1:{free}");
+    let o = run(&[
+        "proxy",
+        "--no-tui",
+        "--listen",
+        &same,
+        "--admin",
+        &same,
+        "--upstream",
+        "http://127.0.0.1:9",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--admin") && stderr(&o).contains("--listen"),
+        "{}",
+        stderr(&o)
+    );
+    // --record naming a directory.
+    let d = scratch("recdir");
+    let o = run(&[
+        "proxy",
+        "--no-tui",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--record",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is a directory"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn replay_refuses_an_ignore_path_that_is_not_one() {
+    let (up, _s) = start_demo().await;
+    let target = format!("http://{up}");
+    for bad in ["result[", ""] {
+        let o = run(&["replay", DEMO, "--target", &target, "--ignore", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--ignore"), "{bad:?}: {}", stderr(&o));
     }
 }

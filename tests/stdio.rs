@@ -648,9 +648,52 @@ fn the_feed_and_recent_calls_on_a_unix_socket_and_the_export_of_a_stdio_recordin
         "200",
         "ready while the child runs"
     );
+    // A second rpctap on the same socket while the first is live: refused, naming it; the
+    // first still answers.
+    let second = rpctap()
+        .args(["stdio", "--admin"])
+        .arg(format!("unix:{}", sock.display()))
+        .args(["--", "cat"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(sock.to_str().unwrap()) && err.contains("another rpctap"),
+        "{err}"
+    );
+    let again = Command::new("curl")
+        .args([
+            "-s",
+            "--unix-socket",
+            sock.to_str().unwrap(),
+            "http://rpctap/readyz",
+        ])
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "the first is still reachable");
     stdin.write_all(b"\n").unwrap();
     drop(stdin);
     assert_eq!(p.0.wait().unwrap().code(), Some(0));
+    assert!(!sock.exists(), "its socket goes with it");
+    // A socket file whose process is gone is replaced.
+    let dead = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    drop(dead);
+    let o = rpctap()
+        .args(["stdio", "--admin"])
+        .arg(format!("unix:{}", sock.display()))
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!sock.exists());
 
     // The recording exports as exchange documents that `check` passes.
     let docs = rpctap()

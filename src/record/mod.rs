@@ -153,6 +153,8 @@ pub enum RecordError {
     Format { path: PathBuf, why: String },
     #[error("{path} exists: --record-append adds to it, --force overwrites it")]
     Exists { path: PathBuf },
+    #[error("--record {path} is a directory: give a file path (e.g. {path}/session.jsonl)")]
+    IsDir { path: PathBuf },
 }
 
 /// What the writer wrote.
@@ -218,6 +220,9 @@ struct Writer {
 impl Writer {
     fn open(opts: RecordOptions, mut meta: serde_json::Value) -> Result<Self, RecordError> {
         let path = part_path(&opts.path, 0);
+        if path.is_dir() {
+            return Err(RecordError::IsDir { path });
+        }
         let exists = path.exists();
         let (f, part, bytes) = match opts.mode {
             OpenMode::New if exists => {

@@ -39,6 +39,39 @@ enum Seg {
 pub struct Pattern(Vec<Seg>);
 
 impl Pattern {
+    /// Parses a path as `parse` does, refusing what is not one: an empty path, a `[` without
+    /// its `]`, an unterminated quoted key.
+    pub fn parse_checked(s: &str) -> Result<Pattern, String> {
+        if s.trim().is_empty() {
+            return Err("an empty path would ignore everything".into());
+        }
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'[' {
+                if b.get(i + 1) == Some(&b'"') {
+                    let mut j = i + 2;
+                    while j < b.len() && b[j] != b'"' {
+                        j += if b[j] == b'\\' { 2 } else { 1 };
+                    }
+                    if b.get(j + 1) != Some(&b']') {
+                        return Err(format!("the quoted key at {i} has no closing `\"]`"));
+                    }
+                    i = j + 2;
+                    continue;
+                }
+                match s[i..].find(']') {
+                    Some(1) => return Err(format!("`[]` at {i} names nothing")),
+                    Some(e) => i += e + 1,
+                    None => return Err(format!("the `[` at {i} has no `]`")),
+                }
+                continue;
+            }
+            i += 1;
+        }
+        Ok(Pattern::parse(s))
+    }
+
     /// Parses a path in the syntax the diff prints: `.key`, `[N]`, `*` / `[*]`, and
     /// `["any key"]` (a JSON string) for a key with dots, brackets, quotes, `*` or spaces —
     /// so a printed path can be pasted into `--ignore` as it is.
@@ -238,6 +271,21 @@ mod tests {
             Seg::Index(3),
             Seg::Key("text".into()),
         ]));
+    }
+
+    #[test]
+    fn a_path_that_is_not_one_is_refused() {
+        for bad in ["", " ", "result[", "result[]", r#"result["a"#, r#"x["a"x"#] {
+            assert!(Pattern::parse_checked(bad).is_err(), "{bad:?}");
+        }
+        for good in [
+            "result",
+            "result[0]",
+            "result[*].x",
+            r#"result._meta["a.b"].n"#,
+        ] {
+            assert!(Pattern::parse_checked(good).is_ok(), "{good:?}");
+        }
     }
 
     #[test]

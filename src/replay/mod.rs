@@ -118,6 +118,8 @@ pub enum ReplayError {
     /// The target cannot be reached at all: the server is down, not changed (exit 2).
     #[error("cannot reach the target {0}: {1}")]
     Unreachable(String, String),
+    #[error("bad --ignore {0:?}: {1}")]
+    Ignore(String, String),
 }
 
 /// Whether the target accepts a TCP connection (so "server down" is told apart from "server
@@ -537,12 +539,17 @@ impl<'a> Replayer<'a> {
                 .map_err(|e| ReplayError::Header(k.clone(), e.to_string()))?;
             extra.push((name, value));
         }
+        let ignore = opts
+            .ignore
+            .iter()
+            .map(|p| Pattern::parse_checked(p).map_err(|e| ReplayError::Ignore(p.clone(), e)))
+            .collect::<Result<Vec<_>, _>>()?;
         reachable(&opts.target, opts.timeout.min(Duration::from_secs(5))).await?;
         Ok(Replayer {
             opts,
             recorded: Recorded::new(rec),
             client: crate::proxy::upstream::build_client(Duration::from_secs(5), opts.insecure),
-            ignore: opts.ignore.iter().map(|p| Pattern::parse(p)).collect(),
+            ignore,
             extra,
             origin: format!(
                 "{}://{}",
