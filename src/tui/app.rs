@@ -252,9 +252,10 @@ pub struct App {
     pub filter: String,
     pub editing_filter: bool,
     pub filter_input: String,
-    /// A message for the status line; it clears itself `STATUS_FOR` after it was set (`say`).
+    /// A message for the status line: set through `say`, it clears itself `STATUS_FOR` later;
+    /// set directly (a standing hint), it stays.
     pub status: String,
-    status_at: u64,
+    status_at: Option<u64>,
     pub no_color: bool,
     pub page: usize,
 }
@@ -308,7 +309,7 @@ impl App {
             editing_filter: false,
             filter_input: String::new(),
             status: String::new(),
-            status_at: 0,
+            status_at: None,
             no_color: false,
             page: 10,
         }
@@ -329,14 +330,17 @@ impl App {
     /// Shows a message in the status line for a few seconds.
     pub fn say(&mut self, msg: impl Into<String>) {
         self.status = msg.into();
-        self.status_at = self.now_ns;
+        self.status_at = Some(self.now_ns);
     }
 
     /// Advances the clock (the per-second buckets roll, an old status message goes).
     pub fn tick(&mut self, now_ns: u64) {
         self.now_ns = now_ns;
-        if !self.status.is_empty() && now_ns.saturating_sub(self.status_at) >= STATUS_FOR {
-            self.status.clear();
+        if let Some(at) = self.status_at {
+            if now_ns.saturating_sub(at) >= STATUS_FOR {
+                self.status.clear();
+                self.status_at = None;
+            }
         }
         let sec = now_ns / 1_000_000_000;
         while self.current_second < sec {
@@ -1120,11 +1124,11 @@ impl App {
             Key::Char('e') => return Action::Export(self.export_document()),
             Key::Char('r') => {
                 if !self.can_resend {
-                    self.status = if self.listen == "stdio" {
-                        "re-send is unavailable for a stdio session: its stdin belongs to the client".into()
+                    self.say(if self.listen == "stdio" {
+                        "re-send is unavailable for a stdio session: its stdin belongs to the client"
                     } else {
-                        "re-send works in proxy mode only".into()
-                    };
+                        "re-send works in proxy mode only"
+                    });
                 } else if let Some(req) = self.selected_row().and_then(|r| r.request.clone()) {
                     let path = self
                         .selected_row()
@@ -2146,6 +2150,9 @@ mod tests {
         assert_eq!(a.status, "re-sent through the proxy");
         a.tick(a.now_ns + STATUS_FOR);
         assert_eq!(a.status, "", "a status message goes by itself");
+        a.status = "standing hint".into();
+        a.tick(a.now_ns + 10 * STATUS_FOR);
+        assert_eq!(a.status, "standing hint", "a hint set directly stays");
     }
 
     #[test]
