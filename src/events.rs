@@ -179,6 +179,9 @@ pub struct MessageEvent {
     /// The frame was not valid JSON: `message` is its text (as a JSON string).
     #[serde(skip_serializing_if = "is_false")]
     pub unparsed: bool,
+    /// It came in a WebSocket binary message (UTF-8 JSON all the same, so read as JSON-RPC).
+    #[serde(skip_serializing_if = "is_false")]
+    pub binary: bool,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -608,6 +608,18 @@ async fn a_refusal_waits_for_the_end_of_the_servers_fragmented_message() {
 /// notifications attributed to their subscription, nothing flagged, the recording clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ganache_newheads_subscription_is_correlated_and_attributed() {
+    ganache_case(&[], false).await;
+}
+
+/// The same with ganache started as users start it with `--server.wsBinary false` on its
+/// command line: it then answers every call in a binary frame (the flag's string value is
+/// truthy), which is UTF-8 JSON all the same — read as JSON-RPC, marked binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ganache_answering_in_binary_frames_is_inspected_all_the_same() {
+    ganache_case(&["--server.wsBinary", "false"], true).await;
+}
+
+async fn ganache_case(extra: &[&str], binary: bool) {
     let node = installed("node", NODE_PACKAGES);
     let port = free_port();
     let mut g = std::process::Command::new(node.join("node_modules/.bin/ganache"));
@@ -617,14 +629,15 @@ async fn ganache_newheads_subscription_is_correlated_and_attributed() {
         "--server.port",
         &port.to_string(),
         "--logging.quiet",
-    ]);
+    ])
+    .args(extra);
     let _ganache = Proc::spawn(
         g.stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null()),
     );
     let up: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_listening(up).await;
-    let dir = Scratch::new("ws-ganache");
+    let dir = Scratch::new(&format!("ws-ganache-{binary}"));
     let file = dir.join("eth.jsonl");
     let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
     let v = ws_peer_client("eth", format!("ws://{}/", p.addr), "deflate").await;
@@ -658,6 +671,23 @@ async fn ganache_newheads_subscription_is_correlated_and_attributed() {
     assert_eq!(
         heads, 3,
         "the newHeads notifications under their subscription"
+    );
+    let binary_replies = ev
+        .iter()
+        .filter(|e| matches!(&***e, Event::Message(m) if m.binary && m.direction == rpctap::events::Direction::ServerToClient))
+        .count();
+    if binary {
+        assert!(
+            binary_replies >= 9,
+            "every reply came binary: {binary_replies}"
+        );
+    } else {
+        assert_eq!(binary_replies, 0);
+    }
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(&**e, Event::Http(rpctap::events::HttpEvent::Binary { .. }))),
+        "no message left as an unread binary row"
     );
     drop(p.stop);
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -207,6 +207,7 @@ impl ExchangeCtx {
                 sse_id,
                 message,
                 unparsed,
+                binary: self.binary_frame,
             }));
         }
     }
@@ -370,6 +371,7 @@ impl ExchangeCtx {
                     None => env.raw,
                 },
                 unparsed: false,
+                binary: self.binary_frame,
             }));
         }
     }

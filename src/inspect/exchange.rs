@@ -457,6 +457,21 @@ impl ExchangeCtx {
         );
     }
 
+    /// A WebSocket's binary message: JSON-RPC when it is UTF-8 JSON (some servers — ganache with
+    /// `--server.wsBinary` — answer every call so; its message events are marked `binary`),
+    /// else shown as a binary message and not parsed.
+    pub fn binary_message(&mut self, dir: Direction, data: Bytes) {
+        let json = std::str::from_utf8(&data).is_ok()
+            && !matches!(rpc::parse_body(&data), Body::ParseError(_));
+        if json {
+            self.binary_frame = true;
+            self.line(dir, data);
+            self.binary_frame = false;
+        } else {
+            self.binary(dir, data.len() as u64);
+        }
+    }
+
     /// A WebSocket's binary message of `len` bytes: shown (an event for whoever reads
     /// messages), not parsed.
     pub fn binary(&mut self, dir: Direction, len: u64) {

@@ -258,6 +258,8 @@ pub struct ExchangeCtx {
     held: std::cell::RefCell<Vec<Event>>,
     /// A message is being processed (`on_envelope_t`): findings wait in `held`.
     holding: bool,
+    /// The frame being read came in a WebSocket binary message.
+    binary_frame: bool,
     /// The request's MCP headers, when it had any.
     mcp_hdr: Option<Box<mcp_checks::McpHeaders>>,
     /// The capabilities of this exchange's `initialize` request, until its reply names the
@@ -411,6 +413,7 @@ impl Inspector {
             deferred: Vec::new(),
             held: Default::default(),
             holding: false,
+            binary_frame: false,
             mcp_request: false,
             mcp_hdr: mcp_checks::McpHeaders::from_meta(meta),
             init_caps: None,
@@ -498,6 +501,7 @@ impl Inspector {
             deferred: Vec::new(),
             held: Default::default(),
             holding: false,
+            binary_frame: false,
             mcp_hdr: None,
             init_caps: None,
             new_session: None,

@@ -938,6 +938,10 @@ fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
         l.key("unparsed");
         l.0.extend_from_slice(b"true");
     }
+    if m.binary {
+        l.key("binary");
+        l.0.extend_from_slice(b"true");
+    }
     l.close();
     Ok(())
 }
@@ -1174,6 +1178,7 @@ mod tests {
                 br#"{"jsonrpc":"2.0","id":"x\u00e9","method":"m", "params" : [1, 2.50]}"#,
             ),
             unparsed: false,
+            binary: false,
         };
         let numeric = MessageEvent {
             id: Some(crate::rpc::Id::Num("12345678901234567890".into())),
@@ -1202,7 +1207,11 @@ mod tests {
             message: bytes::Bytes::from_static(b"[1, 2]"),
             ..minimal.clone()
         };
-        for m in [base, numeric, minimal, not_json, invalid_json] {
+        let binary = MessageEvent {
+            binary: true,
+            ..base.clone()
+        };
+        for m in [base, numeric, minimal, not_json, invalid_json, binary] {
             assert_written_as_serde_writes(Event::Message(m));
         }
     }

@@ -125,6 +125,9 @@ pub struct RecMessage {
     /// The frame was not JSON: `message` is a JSON string holding its text.
     #[serde(default)]
     pub unparsed: bool,
+    /// It came in a WebSocket binary message.
+    #[serde(default)]
+    pub binary: bool,
 }
 
 impl RecMessage {

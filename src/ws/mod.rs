@@ -144,7 +144,7 @@ pub async fn tee<C, U>(
                     limited(cr, uw, dec, shared, l, neg.client, tx, cap).await;
                 }
                 _ => {
-                    let dec = inspect.then(|| Decoder::new(cap, neg.client));
+                    let dec = inspect.then(|| Decoder::new(cap, neg.client).keep_binary());
                     pump(cr, uw, dec, shared, Direction::ClientToServer, None).await;
                 }
             }
@@ -153,7 +153,8 @@ pub async fn tee<C, U>(
     let down = pump(
         ur,
         cw,
-        inspect.then(|| Decoder::new(cap, neg.server)),
+        // Binary messages kept: one that holds UTF-8 JSON is JSON-RPC (ganache's wsBinary).
+        inspect.then(|| Decoder::new(cap, neg.server).keep_binary()),
         shared.clone(),
         Direction::ServerToClient,
         injected,
@@ -485,7 +486,7 @@ fn apply(s: &mut Shared, dir: Direction, ev: WsEvent) {
     match ev {
         WsEvent::Text(t) => s.ctx.line(dir, t),
         WsEvent::Binary { len } => s.ctx.binary(dir, len),
-        WsEvent::BinaryData(b) => s.ctx.binary(dir, b.len() as u64),
+        WsEvent::BinaryData(b) => s.ctx.binary_message(dir, b),
         WsEvent::Ping | WsEvent::Pong => {}
         WsEvent::Oversized { len, compressed } => {
             if compressed {
