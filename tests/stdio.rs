@@ -719,4 +719,24 @@ fn the_feed_and_recent_calls_on_a_unix_socket_and_the_export_of_a_stdio_recordin
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // As HAR: one entry per call, the request line and the reply line.
+    let har = rpctap()
+        .args(["export", file.to_str().unwrap(), "--format", "har"])
+        .output()
+        .unwrap();
+    assert!(har.status.success());
+    let har: serde_json::Value = serde_json::from_slice(&har.stdout).unwrap();
+    let entries = har["log"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{har:#}");
+    let e = &entries[0];
+    assert_eq!(e["request"]["url"], "stdio://sh/tools/list");
+    let sent: serde_json::Value =
+        serde_json::from_str(e["request"]["postData"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(sent["method"], "tools/list");
+    let got: serde_json::Value =
+        serde_json::from_str(e["response"]["content"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["result"]["n"], 1);
+    assert_eq!(e["response"]["status"], 200);
+    assert_eq!(e["_rpctap"]["transport"], "stdio");
+    assert_eq!(e["_rpctap"]["outcome"], "result");
 }

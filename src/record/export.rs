@@ -313,6 +313,7 @@ pub fn har(rec: &Recording) -> Value {
         }
         entries.push(entry);
     }
+    entries.extend(stdio_entries(rec));
     json!({
         "log": {
             "version": "1.2",
@@ -320,4 +321,104 @@ pub fn har(rec: &Recording) -> Value {
             "entries": entries,
         }
     })
+}
+
+/// A stdio session's traffic as HAR entries: HAR knows only HTTP, so each call is one entry —
+/// a `POST stdio://PROGRAM/METHOD` whose body is the request line and whose response (status
+/// 200, or 0 when the call ended without a reply) is the reply line — and each notification an
+/// entry with no response; `_rpctap` says `transport: stdio`, the direction, id, outcome and
+/// anomalies.
+fn stdio_entries(rec: &Recording) -> Vec<Value> {
+    use std::collections::VecDeque;
+    type Key = (String, bool, String);
+    let program = rec
+        .header
+        .get("command")
+        .and_then(|c| c.get(0))
+        .and_then(Value::as_str)
+        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+        .unwrap_or_else(|| "server".into());
+    let mut requests: HashMap<Key, VecDeque<&RecMessage>> = HashMap::new();
+    let mut replies: HashMap<Key, VecDeque<&RecMessage>> = HashMap::new();
+    let mut out = Vec::new();
+    let entry = |req: &RecMessage,
+                 reply: Option<&RecMessage>,
+                 call: Option<&super::reader::RecCall>| {
+        let method = req.method.as_deref().unwrap_or("");
+        let text = req.wire_text().into_owned();
+        let reply_text = reply
+            .map(|r| r.wire_text().into_owned())
+            .unwrap_or_default();
+        let status = if reply.is_some() { 200 } else { 0 };
+        let time = call.and_then(|c| c.latency_us).unwrap_or(0) as f64 / 1e3;
+        json!({
+            "startedDateTime": rfc3339(req.ts),
+            "time": time,
+            "request": {
+                "method": "POST",
+                "url": format!("stdio://{program}/{method}"),
+                "httpVersion": "stdio",
+                "cookies": [],
+                "headers": [],
+                "queryString": [],
+                "postData": { "mimeType": "application/json", "text": text },
+                "headersSize": -1,
+                "bodySize": text.len(),
+            },
+            "response": {
+                "status": status,
+                "statusText": "",
+                "httpVersion": "stdio",
+                "cookies": [],
+                "headers": [],
+                "content": { "size": reply_text.len(), "mimeType": "application/json", "text": reply_text },
+                "redirectURL": "",
+                "headersSize": -1,
+                "bodySize": reply_text.len(),
+            },
+            "cache": {},
+            "timings": { "send": 0, "wait": time, "receive": 0 },
+            "_rpctap": {
+                "transport": "stdio",
+                "direction": if req.is_c2s() { "c2s" } else { "s2c" },
+                "scope": req.scope,
+                "methods": [method],
+                "ids": req.id.as_ref().and_then(|i| serde_json::from_str::<Value>(i.get()).ok()).into_iter().collect::<Vec<_>>(),
+                "outcome": call.map(|c| c.outcome.label()),
+                "anomalies": call.map(|c| c.anomalies.clone()).unwrap_or_default(),
+            },
+        })
+    };
+    for e in &rec.events {
+        match e {
+            super::reader::RecEvent::Message(m) if m.transport == Transport::Stdio => {
+                let id = m.id_text().unwrap_or("").to_string();
+                match m.kind {
+                    Kind::Notification => out.push(entry(m, None, None)),
+                    Kind::Result | Kind::Error => replies
+                        .entry((m.scope.clone(), !m.is_c2s(), id))
+                        .or_default()
+                        .push_back(m),
+                    Kind::Request | Kind::Invalid => requests
+                        .entry((m.scope.clone(), m.is_c2s(), id))
+                        .or_default()
+                        .push_back(m),
+                }
+            }
+            super::reader::RecEvent::Call(c) => {
+                let key = (
+                    c.scope.clone(),
+                    c.direction == crate::events::Direction::ClientToServer,
+                    c.id.get().to_string(),
+                );
+                let Some(req) = requests.get_mut(&key).and_then(VecDeque::pop_front) else {
+                    continue;
+                };
+                let reply = replies.get_mut(&key).and_then(VecDeque::pop_front);
+                out.push(entry(req, reply, Some(c)));
+            }
+            _ => {}
+        }
+    }
+    out
 }
