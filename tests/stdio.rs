@@ -370,6 +370,49 @@ fn a_call_pending_when_the_child_exits_ends_missing_with_the_exit_status() {
     assert_eq!(check_recording(&file).codes, live_codes(&file));
 }
 
+/// A server→client request the client never answered, at a clean end of the session, names the
+/// client as the side that left it, not the server's exit.
+#[test]
+fn a_server_request_the_client_left_unanswered_names_the_client() {
+    let tmp = Scratch::new("stdio-unanswered");
+    let file = tmp.join("u.jsonl");
+    let mut p = Proc::spawn(
+        rpctap()
+            .args(["stdio", "--record", file.to_str().unwrap(), "--"])
+            .args([
+                "sh",
+                "-c",
+                r#"read l; echo '{"jsonrpc":"2.0","id":"r1","method":"roots/list"}'; echo '{"jsonrpc":"2.0","id":1,"result":{}}'; read l; exit 0"#,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    let mut stdin = p.0.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}\n")
+        .unwrap();
+    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut l = String::new();
+        std::io::BufRead::read_line(&mut out, &mut l).unwrap();
+    }
+    drop(stdin); // the client leaves without answering roots/list
+    assert_eq!(p.0.wait().unwrap().code(), Some(0));
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let roots = rec.calls().find(|c| c.method == "roots/list").unwrap();
+    match &roots.outcome {
+        rpctap::events::Outcome::Missing { reason } => {
+            assert!(
+                reason.starts_with("the client never answered it"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let list = rec.calls().find(|c| c.method == "tools/list").unwrap();
+    assert_eq!(list.outcome, rpctap::events::Outcome::Result);
+}
+
 /// A child that reports the signals it gets on stderr and exits 7 on SIGTERM.
 const TRAPPER: &str = r#"
 import signal, sys, time

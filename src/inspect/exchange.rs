@@ -532,10 +532,17 @@ impl ExchangeCtx {
         self.ended = true;
         let inner = self.insp.clone();
         if self.stream {
-            // The stream is the session: what is still pending (both ways) ends here.
+            // The stream is the session: what is still pending (both ways) ends here, each call
+            // naming the side that left it unanswered.
             let why = reason.describe();
+            let client_left =
+                format!("the client never answered it before the session ended ({why})");
             for (k, p) in inner.correlator.drain_scope(&self.scope) {
-                end_missing(&inner, &k, p, &why, true);
+                let why = match k.direction {
+                    Direction::ClientToServer => &why,
+                    Direction::ServerToClient => &client_left,
+                };
+                end_missing(&inner, &k, p, why, true);
             }
             if let Scope::Session(sid) = &self.scope {
                 inner.correlator.end_session(sid);
