@@ -519,8 +519,29 @@ pub async fn attach(
 ) -> Result<i32, OfflineError> {
     let target = crate::attach::FeedTarget::parse(&args.addr)
         .map_err(|e| OfflineError::Io(format!("attach: {e}")))?;
-    let (tx, rx) = tokio::sync::mpsc::channel(65_536);
+    let (tx, mut feed) = tokio::sync::mpsc::channel(65_536);
     let task = crate::attach::spawn(target.clone(), args.token.clone(), tx);
+    // A refusal (401: no token, or the wrong one) ends the attach before the dashboard opens:
+    // exit 2 with the reason, never a retry loop. Whatever came first is handed on.
+    let first = tokio::time::timeout(Duration::from_secs(3), feed.recv())
+        .await
+        .ok()
+        .flatten();
+    if let Some(crate::attach::FeedMsg::Refused(why)) = &first {
+        task.abort();
+        return Err(OfflineError::Io(format!("attach {}: {why}", target.addr)));
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(65_536);
+    let forward = tokio::spawn(async move {
+        if let Some(m) = first {
+            let _ = tx.send(m).await;
+        }
+        while let Some(m) = feed.recv().await {
+            if tx.send(m).await.is_err() {
+                return;
+            }
+        }
+    });
     let mut app = crate::tui::app::App::new(
         &format!("rpctap attach {}", target.addr),
         "?",
@@ -538,6 +559,7 @@ pub async fn attach(
     )
     .await;
     task.abort();
+    forward.abort();
     r.map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
     Ok(0)
 }

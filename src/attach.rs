@@ -19,6 +19,9 @@ pub enum FeedMsg {
     Event(Box<RecEvent>),
     /// The connection's state, for the header (e.g. "feed lost: …; reconnecting").
     State(String),
+    /// The admin listener refused this client (a token is needed, or the wrong one was
+    /// given): the task stops — retrying cannot help.
+    Refused(String),
 }
 
 /// Where the feed is.
@@ -89,6 +92,10 @@ pub fn spawn(
             }
             let why = match r {
                 Ok(()) => FeedError::Ended.to_string(),
+                Err(e @ FeedError::Unauthorized) => {
+                    let _ = tx.send(FeedMsg::Refused(e.to_string())).await;
+                    return;
+                }
                 Err(e) => e.to_string(),
             };
             let _ = tx

@@ -3,9 +3,9 @@
 //!
 //! It costs the proxy nothing while nobody watches: its bus subscription is *gated* — closed
 //! while no client is attached, so the inspector builds no event for it — and only a sink for
-//! ended calls runs, keeping the most recent ones (bounded) for `GET /calls` and for a client
-//! that attaches late. When a client attaches the gate opens: the client gets the header, the
-//! recent calls, a `{"event":"feed","live":true,"sample":1}` line, then every event from then
+//! ended calls and anomalies runs, keeping the most recent ones (bounded) for `GET /calls` and
+//! for a client that attaches late. When a client attaches the gate opens: the client gets the
+//! header, the recent calls and anomalies in their order, a `{"event":"feed","live":true,"sample":1}` line, then every event from then
 //! on — or, past the display budget (10,000 events/s, as the dashboard), whole exchanges one in
 //! k, announced by a `{"event":"feed","sample":k}` line. The queue is drained on a timer (the proxy's threads never wake this task per
 //! event); each event is serialized once, as its recording line (`record::write_line`, so a
@@ -15,11 +15,11 @@
 //!
 //! Wire format (NDJSON, `application/x-ndjson`): the header line
 //! `{"rpctap_feed":1,"version":…,"started":NS,"mode":"proxy","listen":…,"upstream":…}` (for
-//! `stdio`: `"mode":"stdio","command":[…],"pid":N`), the backlog's call lines, the live marker,
+//! `stdio`: `"mode":"stdio","command":[…],"pid":N`), the backlog's call and anomaly lines, the live marker,
 //! then one recording line per event. Lines carry what the recording carries (secrets already
 //! redacted).
 
-use crate::events::{CallEvent, Event, Interest, Sink, Subscription};
+use crate::events::{AnomalyEvent, CallEvent, Event, Interest, Sink, Subscription};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,6 +73,8 @@ struct Inner {
     /// The recent calls. A std lock of its own, held only to append one (on the publishing
     /// threads) or to copy them out: the drain's work never makes the proxy wait on it.
     calls: Mutex<VecDeque<CallEvent>>,
+    /// The recent anomalies (as many as calls), for a late client's counts and rows.
+    anomalies: Mutex<VecDeque<AnomalyEvent>>,
     /// The attached clients. A std lock, never held across an `.await`.
     clients: Mutex<Vec<Client>>,
     /// Open while a client is attached (the bus builds the feed's events only then).
@@ -128,6 +130,7 @@ impl Feed {
                 header: Bytes::from(header),
                 limits,
                 calls: Mutex::new(VecDeque::new()),
+                anomalies: Mutex::new(VecDeque::new()),
                 clients: Mutex::new(Vec::new()),
                 gate: Arc::new(AtomicBool::new(false)),
                 dropped: AtomicU64::new(0),
@@ -139,7 +142,10 @@ impl Feed {
 
     /// Puts the feed on `bus`: a gated subscription to every event, and a sink for ended calls.
     pub fn subscribe(&self, bus: &mut crate::events::BusBuilder) -> Subscription {
-        bus.sink(Interest::CALL, Arc::new(self.clone()));
+        bus.sink(
+            Interest::CALL.and(Interest::ANOMALY),
+            Arc::new(self.clone()),
+        );
         let sub = bus.subscribe_gated(
             "feed",
             BUS_QUEUE,
@@ -156,6 +162,13 @@ impl Feed {
 
     fn clients_locked(&self) -> std::sync::MutexGuard<'_, Vec<Client>> {
         self.inner.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn anomalies_locked(&self) -> std::sync::MutexGuard<'_, VecDeque<AnomalyEvent>> {
+        self.inner
+            .anomalies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn calls_locked(&self) -> std::sync::MutexGuard<'_, VecDeque<CallEvent>> {
@@ -297,12 +310,24 @@ impl Feed {
         if clients.len() >= self.inner.limits.max_clients {
             return Err(FeedError::TooManyClients(self.inner.limits.max_clients));
         }
-        let backlog: Vec<CallEvent> = self.calls_locked().iter().cloned().collect();
+        // The recent calls and anomalies, in the order they happened.
+        let mut backlog: Vec<Event> = self
+            .calls_locked()
+            .iter()
+            .cloned()
+            .map(Event::Call)
+            .collect();
+        backlog.extend(self.anomalies_locked().iter().cloned().map(Event::Anomaly));
+        backlog.sort_by_key(|e| match e {
+            Event::Call(c) => c.ts,
+            Event::Anomaly(a) => a.ts,
+            _ => 0,
+        });
         // The backlog may be larger than the queue: it goes first, whole.
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE + backlog.len() + 2);
         let _ = tx.try_send(self.inner.header.clone());
-        for c in backlog {
-            if let Some(line) = line_of(&Event::Call(c)) {
+        for e in backlog {
+            if let Some(line) = line_of(&e) {
                 let _ = tx.try_send(line);
             }
         }
@@ -334,19 +359,24 @@ impl Feed {
 }
 
 impl Sink for Feed {
-    /// Keeps the most recent ended calls (on the publishing thread: a clone and a short lock).
+    /// Keeps the most recent ended calls and anomalies (on the publishing thread: a clone and a
+    /// short lock).
     fn accept(&self, ev: &Event) {
-        let Event::Call(c) = ev else { return };
         let cap = self.inner.limits.recent_calls;
         if cap == 0 {
             return;
         }
-        let c = c.clone();
-        let mut calls = self.calls_locked();
-        if calls.len() >= cap {
-            calls.pop_front();
+        fn keep<T: Clone>(q: &mut VecDeque<T>, cap: usize, v: &T) {
+            if q.len() >= cap {
+                q.pop_front();
+            }
+            q.push_back(v.clone());
         }
-        calls.push_back(c);
+        match ev {
+            Event::Call(c) => keep(&mut self.calls_locked(), cap, c),
+            Event::Anomaly(a) => keep(&mut self.anomalies_locked(), cap, a),
+            _ => {}
+        }
     }
 }
 
@@ -474,5 +504,33 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("100 events"));
+    }
+
+    #[test]
+    fn a_late_client_gets_the_recent_anomalies_with_the_calls_in_their_order() {
+        let feed = Feed::new(serde_json::json!({"mode": "proxy"}), FeedLimits::default());
+        let anomaly = |ts: u64| {
+            Event::Anomaly(crate::events::AnomalyEvent {
+                ts,
+                exchange: 1,
+                scope: Scope::Exchange(1),
+                code: "UNMATCHED_RESPONSE",
+                severity: crate::events::Severity::Error,
+                id: None,
+                method: None,
+                direction: None,
+                batch_index: None,
+                message: "x".into(),
+            })
+        };
+        for e in [call(1), anomaly(2), call(3), anomaly(4)] {
+            feed.accept(&e);
+        }
+        let mut c = feed.attach().unwrap();
+        let got: Vec<String> = lines(&mut c)[1..5]
+            .iter()
+            .map(|l| format!("{}@{}", l["event"].as_str().unwrap(), l["ts"]))
+            .collect();
+        assert_eq!(got, ["call@1", "anomaly@2", "call@3", "anomaly@4"]);
     }
 }

@@ -446,6 +446,22 @@ async fn the_traffic_endpoints_need_a_token_off_loopback() {
         assert_eq!(get(admin, path, Some("s3cret-token-")).await.status, 401);
     }
     assert_eq!(get(admin, "/calls", Some("s3cret-token")).await.status, 200);
+    // `attach` without the token, or with the wrong one: exit 2 saying why, no retry loop.
+    for token in [None, Some("wrong")] {
+        let mut a = rpctap();
+        a.args(["attach", &admin.to_string()])
+            .env_remove("RPCTAP_ADMIN_TOKEN")
+            .stdin(Stdio::null());
+        if let Some(t) = token {
+            a.args(["--token", t]);
+        }
+        let started = std::time::Instant::now();
+        let out = a.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{token:?}: {err}");
+        assert!(err.contains("token"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
     // /events streams: read its head only.
     let resp = client()
         .request(

@@ -110,6 +110,10 @@ impl Row {
             None => format!("#{}", self.exchange),
         }
     }
+    /// The row was made from its call's end alone: its messages were never seen here.
+    pub fn messages_unseen(&self) -> bool {
+        self.transport == FROM_CALL
+    }
     fn detail_bytes(&self) -> usize {
         self.request.as_ref().map_or(0, |t| t.len())
             + self.reply.as_ref().map_or(0, |t| t.len())
@@ -262,6 +266,8 @@ pub struct App {
 
 const SSE_STREAM_KEEP: usize = 64;
 const RECENT_KEEP: usize = 64;
+/// The transport of a row made from a call whose messages were not seen.
+const FROM_CALL: &str = "-";
 /// The scope column's width.
 pub const SCOPE_WIDTH: usize = 10;
 /// How long a status message stays.
@@ -872,7 +878,7 @@ impl App {
                     request: None,
                     reply: None,
                     stream: vec![],
-                    transport: "-",
+                    transport: FROM_CALL,
                 });
             }
         }

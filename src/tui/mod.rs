@@ -207,6 +207,10 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
                 app.status = String::new();
             }
             st.in_backlog = true;
+            // `up` counts from the attached process's start, not from the attach.
+            if let Some(ns) = started.as_ref().and_then(serde_json::Value::as_u64) {
+                app.started_ns = ns;
+            }
             st.started = started;
             let (listen, upstream) = header_endpoints(&h);
             app.can_resend = listen != "stdio";
@@ -215,6 +219,10 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
         }
         FeedMsg::State(s) => {
             app.title = format!("{} — {s}", st.base_title);
+        }
+        FeedMsg::Refused(why) => {
+            app.title = format!("{} — refused", st.base_title);
+            app.status = why;
         }
         FeedMsg::Event(e) => {
             if let RecEvent::Other(v) = &*e {
@@ -488,5 +496,49 @@ mod tests {
         // It grows: up at once.
         assert_eq!(next_stride(4, 24_000.0), 10);
         assert_eq!(next_stride(1, 1e12), 1024, "capped");
+    }
+}
+
+#[cfg(test)]
+mod feed_tests {
+    use super::*;
+    use crate::attach::FeedMsg;
+
+    #[test]
+    fn an_attach_counts_from_the_process_start_and_shows_earlier_anomalies_and_calls_honestly() {
+        let mut app = App::new("a", "?", "?", 100, 9_000_000_000);
+        let mut st = FeedState::default();
+        let header = serde_json::json!({"rpctap_feed": 1, "started": 1_000_000_000u64, "mode": "proxy", "listen": "l", "upstream": "u"});
+        apply_feed(&mut app, &mut st, FeedMsg::Header(header));
+        assert_eq!(
+            app.started_ns, 1_000_000_000,
+            "up counts from the process's start"
+        );
+        let line =
+            |l: &str| FeedMsg::Event(Box::new(crate::record::reader::parse_line(l).unwrap()));
+        apply_feed(
+            &mut app,
+            &mut st,
+            line(
+                r#"{"event":"anomaly","ts":2,"exchange":1,"scope":"exchange:1","code":"UNMATCHED_RESPONSE","severity":"error","message":"m"}"#,
+            ),
+        );
+        apply_feed(
+            &mut app,
+            &mut st,
+            line(
+                r#"{"event":"call","ts":3,"exchange":2,"scope":"exchange:2","direction":"c2s","method":"add","id":1,"outcome":"result","latency_us":5,"anomalies":["TOOL_ERROR"]}"#,
+            ),
+        );
+        assert_eq!(app.anomalies_total, 1, "the backlog's anomalies count");
+        let r = &app.rows[0];
+        assert!(r.messages_unseen());
+        assert_eq!(r.anomalies, ["TOOL_ERROR"]);
+        apply_feed(
+            &mut app,
+            &mut st,
+            FeedMsg::Refused("the feed needs a token".into()),
+        );
+        assert!(app.status.contains("needs a token"));
     }
 }

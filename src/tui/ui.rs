@@ -222,7 +222,11 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 Cell::from(r.id.to_string()),
                 Cell::from(Span::styled(r.outcome.label(), outcome_style(t, r))),
                 Cell::from(r.latency_us.map(dur).unwrap_or_default()),
-                Cell::from(size(r.size)),
+                Cell::from(if r.messages_unseen() {
+                    "-".to_string()
+                } else {
+                    size(r.size)
+                }),
                 Cell::from(Span::styled(mark, t.fg(Color::Yellow).patch(t.bold()))),
             ])
             .style(if !r.anomalies.is_empty() {
@@ -349,12 +353,13 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                     t.fg(Color::Yellow),
                 )));
             }
+            const UNSEEN: &str = "(not seen here: the call began before this dashboard saw its messages — attached later, or display events dropped; a recording has them)";
+            const DROPPED: &str = "(text dropped: the detail budget keeps the newest calls)";
             lines.push(Line::from(Span::styled("request", t.bold())));
             match &r.request {
                 Some(q) => lines.extend(json_lines(q, t)),
-                None => lines.push(Line::from(
-                    "(text dropped: the detail budget keeps the newest calls)",
-                )),
+                None if r.messages_unseen() => lines.push(Line::from(UNSEEN)),
+                None => lines.push(Line::from(DROPPED)),
             }
             if !r.stream.is_empty() {
                 lines.push(Line::from(Span::styled(
@@ -371,7 +376,10 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             lines.push(Line::from(Span::styled("reply", t.bold())));
             match &r.reply {
                 Some(q) => lines.extend(json_lines(q, t)),
-                None => lines.push(Line::from("(none yet)")),
+                None if r.messages_unseen() => lines.push(Line::from(UNSEEN)),
+                None if r.outcome == RowOutcome::Pending => lines.push(Line::from("(none yet)")),
+                None if r.request.is_none() => lines.push(Line::from(DROPPED)),
+                None => lines.push(Line::from("(no reply)")),
             }
         }
     }
