@@ -285,3 +285,30 @@ async fn replay_refuses_an_ignore_path_that_is_not_one() {
         assert!(stderr(&o).contains("--ignore"), "{bad:?}: {}", stderr(&o));
     }
 }
+
+/// `mock` says on stderr which requests it could not match (the client gets a JSON-RPC error).
+#[test]
+fn mock_says_which_requests_it_could_not_match() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(["mock", DEMO, "--stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"no/such\"}\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"code\":-32601"), "{out}");
+    assert!(
+        stderr(&o).contains("no recorded call of `no/such`"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -266,8 +266,15 @@ async fn mock_serves_recorded_answers_with_the_clients_ids() {
     let r = send(addr, "POST", "/mcp", &h, r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2,"delay_ms":5},"_meta":{"progressToken":"other"}}}"#).await;
     assert_eq!(r.headers["content-type"], "text/event-stream");
     let d = sse_data(&r.text());
-    assert_eq!(d[0]["id"], 42);
-    assert_eq!(d[0]["result"]["content"][0]["text"], "done after 2 steps");
+    // The progress recorded inside the reply stream comes first, with the live token.
+    assert_eq!(d.len(), 3, "{d:?}");
+    for (i, p) in d[..2].iter().enumerate() {
+        assert_eq!(p["method"], "notifications/progress");
+        assert_eq!(p["params"]["progressToken"], "other");
+        assert_eq!(p["params"]["progress"], i as u64 + 1);
+    }
+    assert_eq!(d[2]["id"], 42);
+    assert_eq!(d[2]["result"]["content"][0]["text"], "done after 2 steps");
     // JSON when the client accepts only JSON.
     let r = send(
         addr,

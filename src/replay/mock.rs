@@ -1,7 +1,10 @@
 //! Serving a recording as the server (`rpctap mock`): each request gets the recorded reply of
 //! the matching recorded request (same method and params, `_meta` ignored; on a tie, recording
 //! order), with the live request's id. JSON or SSE as the client accepts; notifications get
-//! 202/204; an unmatched request gets a JSON-RPC error naming the closest recorded method.
+//! 202/204; an unmatched request gets a JSON-RPC error naming the closest recorded method, and a
+//! warning line on stderr. The server notifications recorded inside a call's reply (an SSE
+//! reply's progress and log events, a stdio server's lines before its answer) come before the
+//! reply again, a progress notification carrying the live request's `progressToken`.
 //!
 //! A WebSocket upgrade is accepted (`tokio-tungstenite` over hyper's upgraded connection; no
 //! extension is offered): each text message is answered as a stdio line is, and the server
@@ -25,7 +28,19 @@ struct Reply {
     member: &'static str,
     value: String,
     sse: bool,
-    /// The server's notifications recorded after the call, before the client's next message.
+    /// The server's notifications recorded inside the call's reply: after the request, before
+    /// the reply, in the same stream (an SSE reply's, a stdio session's).
+    before: Arc<[String]>,
+    /// The server's notifications recorded after the reply, before the client's next message.
+    then: Arc<[String]>,
+}
+
+/// What the mock answers to one message.
+struct Answer {
+    reply: String,
+    sse: bool,
+    /// Notifications to send before the reply (progress tokens already the live ones).
+    before: Vec<String>,
     then: Arc<[String]>,
 }
 
@@ -94,16 +109,32 @@ impl Mock {
             if !mock.methods.contains(&key.0) {
                 mock.methods.push(key.0.clone());
             }
-            let reply = msgs[i + 1..].iter().find(|r| {
-                !r.is_c2s() && r.is_response() && r.scope == m.scope && r.id_text() == m.id_text()
-            });
-            let Some(reply) = reply else { continue };
-            let then: Vec<String> = msgs[i + 1..]
+            let Some(j) = msgs[i + 1..]
+                .iter()
+                .position(|r| {
+                    !r.is_c2s()
+                        && r.is_response()
+                        && r.scope == m.scope
+                        && r.id_text() == m.id_text()
+                })
+                .map(|p| i + 1 + p)
+            else {
+                continue;
+            };
+            let reply = msgs[j];
+            let notification = |r: &&&RecMessage| {
+                !r.is_c2s() && r.scope == m.scope && r.kind == crate::rpc::Kind::Notification
+            };
+            let before: Vec<String> = msgs[i + 1..j]
+                .iter()
+                .filter(notification)
+                .filter(|r| r.exchange == reply.exchange)
+                .map(|r| r.wire_text().into_owned())
+                .collect();
+            let then: Vec<String> = msgs[j + 1..]
                 .iter()
                 .take_while(|r| !(r.is_c2s() && r.scope == m.scope))
-                .filter(|r| {
-                    !r.is_c2s() && r.scope == m.scope && r.kind == crate::rpc::Kind::Notification
-                })
+                .filter(notification)
                 .map(|r| r.wire_text().into_owned())
                 .collect();
             let Ok(parts) = serde_json::from_str::<Parts>(reply.message.get()) else {
@@ -118,6 +149,7 @@ impl Mock {
                 member,
                 value,
                 sse: reply.transport == crate::events::Transport::Sse,
+                before: before.into(),
                 then: then.into(),
             });
         }
@@ -144,14 +176,8 @@ impl Mock {
             .map(String::as_str)
     }
 
-    /// The reply text to one message (and whether it was carried by SSE), or `None` for
-    /// notifications and responses.
-    fn answer(&self, raw: &RawValue) -> Option<(String, bool)> {
-        self.answer_then(raw).map(|(r, sse, _)| (r, sse))
-    }
-
-    /// Like `answer`, with the notifications recorded after the call.
-    fn answer_then(&self, raw: &RawValue) -> Option<(String, bool, Arc<[String]>)> {
+    /// The answer to one message, or `None` for notifications and responses.
+    fn answer(&self, raw: &RawValue) -> Option<Answer> {
         let v: Value = serde_json::from_str(raw.get()).ok()?;
         let id = serde_json::from_str::<IdOnly>(raw.get())
             .ok()?
@@ -161,14 +187,16 @@ impl Mock {
         let method = v.get("method")?.as_str()?.to_string();
         let key = key_of(&v)?;
         if let Some(r) = self.lookup(&key) {
-            return Some((
-                format!(
+            let token = v.pointer("/params/_meta/progressToken");
+            return Some(Answer {
+                reply: format!(
                     r#"{{"jsonrpc":"2.0","id":{id},"{}":{}}}"#,
                     r.member, r.value
                 ),
-                r.sse,
-                r.then,
-            ));
+                sse: r.sse,
+                before: r.before.iter().map(|n| with_token(n, token)).collect(),
+                then: r.then,
+            });
         }
         let (code, message) = if self.methods.contains(&method) {
             (
@@ -181,12 +209,14 @@ impl Mock {
                 None => (-32601, format!("rpctap mock: no recorded call of `{method}`; the recording has no calls")),
             }
         };
+        tracing::warn!(%method, code, "{message}");
         let e = serde_json::json!({ "code": code, "message": message, "data": { "recorded_methods": self.methods } });
-        Some((
-            format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#),
-            false,
-            Arc::from(Vec::new()),
-        ))
+        Some(Answer {
+            reply: format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#),
+            sse: false,
+            before: Vec::new(),
+            then: Arc::from(Vec::new()),
+        })
     }
 
     /// Serves the stdio transport: a line in (a message or a batch), its reply line out (none
@@ -203,27 +233,29 @@ impl Mock {
             if text.is_empty() {
                 continue;
             }
-            if let Some(reply) = self.answer_line(text) {
-                output.write_all(reply.as_bytes())?;
+            let (before, reply, then) = self.answer_message(text);
+            for out in before.iter().chain(&reply).chain(&then) {
+                output.write_all(out.as_bytes())?;
                 output.write_all(b"\n")?;
-                output.flush()?;
             }
+            output.flush()?;
         }
         Ok(())
     }
 
     /// The reply line to one line of the stdio transport.
     pub fn answer_line(&self, text: &str) -> Option<String> {
-        self.answer_message(text).0
+        self.answer_message(text).1
     }
 
-    /// The reply to one message of a stream (a stdio line, a WebSocket message), and the
-    /// notifications recorded after its calls.
-    pub fn answer_message(&self, text: &str) -> (Option<String>, Vec<String>) {
+    /// The answer to one message of a stream (a stdio line, a WebSocket message): the
+    /// notifications recorded inside its calls' replies, the reply, and the notifications
+    /// recorded after them.
+    pub fn answer_message(&self, text: &str) -> (Vec<String>, Option<String>, Vec<String>) {
         let Ok(top) = serde_json::from_str::<&RawValue>(text) else {
             let e =
                 r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
-            return (Some(e.into()), vec![]);
+            return (vec![], Some(e.into()), vec![]);
         };
         let (members, batch) = if top.get().starts_with('[') {
             let m = serde_json::from_str::<Vec<&RawValue>>(top.get()).unwrap_or_default();
@@ -231,11 +263,12 @@ impl Mock {
         } else {
             (vec![top], false)
         };
-        let (mut texts, mut then) = (Vec::new(), Vec::new());
+        let (mut before, mut texts, mut then) = (Vec::new(), Vec::new(), Vec::new());
         for m in &members {
-            if let Some((r, _, t)) = self.answer_then(m) {
-                texts.push(r);
-                then.extend(t.iter().cloned());
+            if let Some(a) = self.answer(m) {
+                before.extend(a.before);
+                texts.push(a.reply);
+                then.extend(a.then.iter().cloned());
             }
         }
         let reply = match (batch, texts.is_empty()) {
@@ -243,7 +276,7 @@ impl Mock {
             (true, false) => Some(format!("[{}]", texts.join(","))),
             (false, false) => texts.pop(),
         };
-        (reply, then)
+        (before, reply, then)
     }
 
     /// Answers a WebSocket upgrade (`101`) and serves the connection: each text message gets
@@ -275,8 +308,8 @@ impl Mock {
                     // Pings are answered by tungstenite; binary messages carry no JSON-RPC.
                     _ => continue,
                 };
-                let (reply, then) = me.answer_message(text.as_str());
-                for out in reply.into_iter().chain(then) {
+                let (before, reply, then) = me.answer_message(text.as_str());
+                for out in before.into_iter().chain(reply).chain(then) {
                     if sink.send(Message::text(out)).await.is_err() {
                         return;
                     }
@@ -349,18 +382,26 @@ impl Mock {
             };
             return respond(status, None, Bytes::new());
         }
-        let sse = accepts_sse && replies.iter().all(|r| r.1);
-        let texts: Vec<String> = replies.into_iter().map(|r| r.0).collect();
+        let sse = accepts_sse && replies.iter().all(|r| r.sse);
+        let mut events = String::new();
+        let mut texts = Vec::new();
+        for r in replies {
+            for n in &r.before {
+                events.push_str(&format!("event: message\ndata: {n}\n\n"));
+            }
+            texts.push(r.reply);
+        }
         let payload = if batch {
             format!("[{}]", texts.join(","))
         } else {
             texts.join("")
         };
         let mut resp = if sse {
+            // The progress and log events recorded inside the reply stream, then the reply.
             respond(
                 StatusCode::OK,
                 Some("text/event-stream"),
-                Bytes::from(format!("event: message\ndata: {payload}\n\n")),
+                Bytes::from(format!("{events}event: message\ndata: {payload}\n\n")),
             )
         } else {
             respond(
@@ -376,6 +417,24 @@ impl Mock {
             }
         }
         resp
+    }
+}
+
+/// A recorded notification, a progress one carrying the live request's `progressToken` (the
+/// client knows its own token, not the recorded one).
+fn with_token(n: &str, token: Option<&Value>) -> String {
+    let Some(token) = token else {
+        return n.to_string();
+    };
+    match serde_json::from_str::<Value>(n) {
+        Ok(mut v)
+            if v.get("method").and_then(Value::as_str) == Some("notifications/progress")
+                && v.pointer("/params/progressToken").is_some() =>
+        {
+            v["params"]["progressToken"] = token.clone();
+            v.to_string()
+        }
+        _ => n.to_string(),
     }
 }
 
@@ -420,4 +479,39 @@ pub async fn run(
         std::time::Duration::from_secs(1),
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stdio session's progress and log lines before a reply come back before the mock's
+    /// reply, the progress with the live request's token.
+    #[test]
+    fn notifications_inside_a_stdio_reply_come_before_it_with_the_live_token() {
+        let lines = [
+            r#"{"rpctap_recording":1,"part":0,"transport":"stdio"}"#,
+            r#"{"event":"message","ts":1,"exchange":1,"scope":"session:stdio-1","direction":"c2s","transport":"stdio","kind":"request","id":1,"method":"tools/call","message":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":1}}}}"#,
+            r#"{"event":"message","ts":2,"exchange":1,"scope":"session:stdio-1","direction":"s2c","transport":"stdio","kind":"notification","method":"notifications/progress","message":{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}}"#,
+            r#"{"event":"message","ts":3,"exchange":1,"scope":"session:stdio-1","direction":"s2c","transport":"stdio","kind":"notification","method":"notifications/message","message":{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}}"#,
+            r#"{"event":"message","ts":4,"exchange":1,"scope":"session:stdio-1","direction":"s2c","transport":"stdio","kind":"result","id":1,"message":{"jsonrpc":"2.0","id":1,"result":{"ok":true}}}"#,
+        ];
+        let mut rec = Recording::default();
+        crate::record::reader::parse_part(&lines.join("\n"), "t", &mut rec, true).unwrap();
+        let mock = Mock::from_recording(&rec);
+        let (before, reply, then) = mock.answer_message(
+            r#"{"jsonrpc":"2.0","id":"live","method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"live-tok"}}}"#,
+        );
+        assert_eq!(before.len(), 2, "{before:?}");
+        let p: Value = serde_json::from_str(&before[0]).unwrap();
+        assert_eq!(p["params"]["progressToken"], "live-tok");
+        let l: Value = serde_json::from_str(&before[1]).unwrap();
+        assert_eq!(l["method"], "notifications/message");
+        let r: Value = serde_json::from_str(&reply.unwrap()).unwrap();
+        assert_eq!(
+            (r["id"].clone(), r["result"]["ok"].clone()),
+            ("live".into(), true.into())
+        );
+        assert!(then.is_empty());
+    }
 }
