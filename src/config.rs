@@ -473,7 +473,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
     }
     let otel = otel_config(flags, file)?;
     let inspect = InspectConfig {
-        trace: otel.as_ref().map(|o| crate::otel::TraceSettings {
+        trace: otel.as_ref().map(|o| crate::trace::TraceSettings {
             sample: o.sample,
             propagate: o.propagate,
         }),

@@ -229,7 +229,7 @@ pub struct CallEvent {
     pub response_index: Option<u32>,
     /// Where the call came from, for its trace span (only with `--otlp`).
     #[serde(skip)]
-    pub trace: Option<Arc<crate::otel::CallTrace>>,
+    pub trace: Option<Arc<crate::trace::CallTrace>>,
 }
 
 /// Something wrong, flagged the moment it was visible.

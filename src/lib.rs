@@ -29,8 +29,9 @@
 //! - [`admin`] — the admin listener: health, readiness, metrics, the feed, recent calls.
 //! - [`ws`] — JSON-RPC over WebSocket: RFC 6455 framing and permessage-deflate on the copy of
 //!   an upgraded connection (`ws::frame`), the tee and per-message limits (`ws`).
-//! - [`otel`] — OpenTelemetry traces (`--otlp`): W3C trace context on calls, spans encoded as
-//!   OTLP protobuf (`otel::wire`) and exported in batches off the proxy path.
+//! - [`trace`] — W3C trace context carried on calls (the event model and the exporter use it).
+//! - [`otel`] — OpenTelemetry traces (`--otlp`): spans encoded as OTLP protobuf (`otel::wire`)
+//!   and exported in batches off the proxy path.
 //! - [`stdio`] — `rpctap stdio`: a stdio server wrapped, its two pipes relayed and inspected.
 //! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
 //! - [`app`] — the subcommands wired together (what `main` calls).
@@ -58,5 +59,6 @@ pub mod replay;
 pub mod rpc;
 pub mod server;
 pub mod stdio;
+pub mod trace;
 pub mod tui;
 pub mod ws;

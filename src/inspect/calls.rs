@@ -378,13 +378,13 @@ impl ExchangeCtx {
 
     /// A call's trace context: its own `params._meta.traceparent` when it has one, else the
     /// exchange's (only with `--otlp`).
-    fn call_trace(&mut self, env: &Envelope) -> Option<Arc<crate::otel::CallTrace>> {
+    fn call_trace(&mut self, env: &Envelope) -> Option<Arc<crate::trace::CallTrace>> {
         let base = self.trace.as_ref()?;
         // The span id sent upstream (`--otlp-propagate`) is the first call's: a batch's other
         // calls get spans of their own in the same trace.
         let base = match base.propagated {
-            Some((t, _, sampled)) if self.trace_taken => Arc::new(crate::otel::CallTrace {
-                propagated: Some((t, crate::otel::new_span_id(), sampled)),
+            Some((t, _, sampled)) if self.trace_taken => Arc::new(crate::trace::CallTrace {
+                propagated: Some((t, crate::trace::new_span_id(), sampled)),
                 ..(**base).clone()
             }),
             _ => base.clone(),
@@ -415,10 +415,10 @@ impl ExchangeCtx {
             .ok()
             .and_then(|p| p.params?.meta);
         let parent = m.as_ref().and_then(|m| {
-            crate::otel::parse_traceparent(m.traceparent.as_deref()?, m.tracestate.as_deref())
+            crate::trace::parse_traceparent(m.traceparent.as_deref()?, m.tracestate.as_deref())
         });
         match parent {
-            Some(p) => Some(Arc::new(crate::otel::CallTrace {
+            Some(p) => Some(Arc::new(crate::trace::CallTrace {
                 parent: Some(p),
                 ..(**base).clone()
             })),
@@ -435,7 +435,7 @@ impl ExchangeCtx {
         target: Option<Arc<str>>,
         mut anomalies: Vec<&'static str>,
         progress: Option<Box<str>>,
-        trace: Option<Arc<crate::otel::CallTrace>>,
+        trace: Option<Arc<crate::trace::CallTrace>>,
     ) {
         let inner = self.insp.clone();
         self.mcp_request_rules(dir, &id, &method, &mut anomalies);

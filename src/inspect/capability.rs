@@ -165,30 +165,6 @@ pub fn needed(method: &str, dir: Direction, version: &str) -> Option<Need> {
     }
 }
 
-/// Whether `method` is one of MCP's (results of these calls are checked for size).
-pub fn is_mcp_method(method: &str) -> bool {
-    matches!(
-        method,
-        "initialize"
-            | "ping"
-            | "tools/list"
-            | "tools/call"
-            | "resources/list"
-            | "resources/read"
-            | "resources/templates/list"
-            | "resources/subscribe"
-            | "resources/unsubscribe"
-            | "prompts/list"
-            | "prompts/get"
-            | "logging/setLevel"
-            | "completion/complete"
-            | "sampling/createMessage"
-            | "elicitation/create"
-            | "roots/list"
-            | "server/discover"
-    ) || method.starts_with("notifications/")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,7 +43,7 @@ pub struct Pending {
     /// The request's `_meta.progressToken` (as JSON text), while it has one registered.
     pub progress: Option<Box<str>>,
     /// Its trace context (only with `--otlp`).
-    pub trace: Option<Arc<crate::otel::CallTrace>>,
+    pub trace: Option<Arc<crate::trace::CallTrace>>,
 }
 
 impl Pending {

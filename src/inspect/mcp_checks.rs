@@ -330,7 +330,7 @@ impl ExchangeCtx {
         is_request: bool,
         anomalies: &mut Vec<&'static str>,
     ) {
-        if capability::is_mcp_method(method) && &**method != "ping" {
+        if crate::rpc::is_mcp_method(method) && &**method != "ping" {
             self.mcp_request = true;
         }
         self.routing_headers(env, method, is_request, anomalies);
@@ -652,7 +652,7 @@ impl ExchangeCtx {
             }
             _ => {}
         }
-        if env.raw.len() > inner.cfg.large_result && capability::is_mcp_method(&p.method) {
+        if env.raw.len() > inner.cfg.large_result && crate::rpc::is_mcp_method(&p.method) {
             let parts = result::<ContentParts<'_>>(&env.raw);
             let mut where_ = Vec::new();
             if let Some(c) = &parts {

@@ -54,7 +54,7 @@ pub struct InspectConfig {
     pub max_schemas: usize,
     /// Keep each call's trace context for its span (`--otlp`): the sampling share, and whether
     /// rpctap propagates its own span upstream.
-    pub trace: Option<crate::otel::TraceSettings>,
+    pub trace: Option<crate::trace::TraceSettings>,
 }
 
 impl Default for InspectConfig {
@@ -276,7 +276,7 @@ pub struct ExchangeCtx {
     /// A stream's live subscriptions (`eth_subscribe`…).
     subs: Option<Box<subscriptions::Subscriptions>>,
     /// The request's trace context, for its calls' spans (only with `--otlp`).
-    pub trace: Option<Arc<crate::otel::CallTrace>>,
+    pub trace: Option<Arc<crate::trace::CallTrace>>,
     /// A call has taken the propagated span id.
     trace_taken: bool,
 }
@@ -430,8 +430,8 @@ impl Inspector {
                         .and_then(|v| v.to_str().ok())
                 };
                 let parent = h("traceparent")
-                    .and_then(|tp| crate::otel::parse_traceparent(tp, h("tracestate")));
-                Arc::new(crate::otel::CallTrace::new(
+                    .and_then(|tp| crate::trace::parse_traceparent(tp, h("tracestate")));
+                Arc::new(crate::trace::CallTrace::new(
                     parent,
                     meta.peer.map(Into::into),
                     meta.protocol_version.map(Into::into),
@@ -509,7 +509,7 @@ impl Inspector {
             req_line: None,
             subs: None,
             trace: self.inner.cfg.trace.map(|_| {
-                Arc::new(crate::otel::CallTrace {
+                Arc::new(crate::trace::CallTrace {
                     transport: "stdio",
                     ..Default::default()
                 })

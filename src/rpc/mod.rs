@@ -688,6 +688,31 @@ pub fn parse_body_reference(body: &Bytes) -> Body {
     out
 }
 
+/// Whether `method` is one of MCP's (the MCP method table: results of these calls are checked
+/// for size, their spans get MCP's attributes).
+pub fn is_mcp_method(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize"
+            | "ping"
+            | "tools/list"
+            | "tools/call"
+            | "resources/list"
+            | "resources/read"
+            | "resources/templates/list"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "prompts/list"
+            | "prompts/get"
+            | "logging/setLevel"
+            | "completion/complete"
+            | "sampling/createMessage"
+            | "elicitation/create"
+            | "roots/list"
+            | "server/discover"
+    ) || method.starts_with("notifications/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
