@@ -28,8 +28,8 @@ use crate::app::{AppError, Ops};
 use crate::cli::{LogFormat, StdioArgs};
 use crate::events::{BusBuilder, Direction};
 use crate::inspect::{EndReason, ExchangeCtx, Inspector};
+use crate::limit::enforce::Forward;
 use crate::limit::Limiter;
-use crate::proxy::limits::Forward;
 use bytes::Bytes;
 use std::io::{Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -186,7 +186,7 @@ fn limit_line(
 ) -> Limited {
     let headers = http::HeaderMap::new();
     let keys = stdio_keys(session, &headers);
-    let l = crate::proxy::limits::limit_message(
+    let l = crate::limit::enforce::limit_message(
         limiter,
         ctx,
         Direction::ClientToServer,
@@ -216,17 +216,6 @@ fn stdio_keys<'a>(session: &'a str, headers: &'a http::HeaderMap) -> crate::limi
         session: Some(session),
         headers,
     }
-}
-
-/// The shared stores' verdicts for one client line.
-async fn ask_shared(
-    limiter: &Limiter,
-    line: &Bytes,
-    session: &str,
-) -> crate::limit::SharedVerdicts {
-    let headers = http::HeaderMap::new();
-    let parsed = crate::rpc::parse_body(line);
-    crate::proxy::limits::ask_shared(limiter, &parsed, &stdio_keys(session, &headers)).await
 }
 
 /// What a client line became under the rate-limit rules.
@@ -599,7 +588,10 @@ fn client_to_server(
                     .iter()
                     .map(|p| match (p, rt) {
                         (Piece::Line(line), Some(rt)) if l.has_shared() => {
-                            Some(rt.block_on(ask_shared(l, line, session)))
+                            let headers = http::HeaderMap::new();
+                            let keys = stdio_keys(session, &headers);
+                            let parsed = crate::rpc::parse_body(line);
+                            Some(rt.block_on(crate::limit::enforce::ask_shared(l, &parsed, &keys)))
                         }
                         _ => None,
                     })

@@ -5,6 +5,16 @@
 
 use super::*;
 
+/// The rules' enforcement on a stream sees the inspector through this.
+impl crate::limit::enforce::Inspects for ExchangeCtx {
+    fn line(&mut self, dir: Direction, msg: Bytes) {
+        ExchangeCtx::line(self, dir, msg)
+    }
+    fn refuse(&mut self, id: Option<&Id>, method: &str, r: &crate::limit::Refusal, shadow: bool) {
+        ExchangeCtx::refuse(self, id, method, r, shadow)
+    }
+}
+
 impl ExchangeCtx {
     pub(super) fn site(&self) -> Site<'_> {
         Site {

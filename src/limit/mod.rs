@@ -11,6 +11,7 @@
 //! (see `proxy`). Idle keys are evicted by `retain`, which the proxy runs every second, so
 //! memory follows the keys active within a rule's replenish window, not traffic.
 
+pub mod enforce;
 pub mod store;
 
 use dashmap::DashMap;

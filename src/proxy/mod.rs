@@ -261,8 +261,13 @@ impl Proxy {
         let limiter = matches!(read, Ok(ReadAhead::Whole(_))).then(|| self.limiter());
         let shared = match (&read, &limiter) {
             (Ok(ReadAhead::Whole(b)), Some(l)) if l.has_shared() => {
-                let (peer, sid) = (conn.peer, session.as_deref());
-                Some(Box::pin(ask_shared(l, b, &parts.headers, peer, sid)).await)
+                let keys = crate::limit::RequestKeys {
+                    peer: conn.peer.ip(),
+                    session: session.as_deref(),
+                    headers: &parts.headers,
+                };
+                let parsed = crate::rpc::parse_body(b);
+                Some(Box::pin(crate::limit::enforce::ask_shared(l, &parsed, &keys)).await)
             }
             _ => None,
         };
@@ -391,7 +396,7 @@ impl Proxy {
             session,
             headers: &parts.headers,
         };
-        let p = limits::plan(&limiter, &parsed, &keys, shared.as_mut());
+        let p = crate::limit::enforce::plan(&limiter, &parsed, &keys, shared.as_mut());
         ex.ctx.request_parsed(&b, parsed);
         for (i, r) in &p.shadow {
             let m = &p.members[*i];
@@ -760,22 +765,6 @@ enum Early {
     Error(ExchangeError),
     /// rpctap answers alone (every call refused).
     Respond(Box<Response<ProxyBody>>),
-}
-
-/// The shared stores' verdicts for a request body's calls.
-async fn ask_shared(
-    limiter: &crate::limit::Limiter,
-    body: &Bytes,
-    headers: &http::HeaderMap,
-    peer: SocketAddr,
-    session: Option<&str>,
-) -> crate::limit::SharedVerdicts {
-    let keys = crate::limit::RequestKeys {
-        peer: peer.ip(),
-        session,
-        headers,
-    };
-    limits::ask_shared(limiter, &crate::rpc::parse_body(body), &keys).await
 }
 
 /// Splices an upgraded client connection to the upgraded upstream connection, byte for byte;

@@ -19,8 +19,8 @@ pub mod frame;
 
 use crate::events::Direction;
 use crate::inspect::{EndReason, ExchangeCtx};
+use crate::limit::enforce::{limit_message, Forward};
 use crate::limit::Limiter;
-use crate::proxy::limits::{limit_message, Forward};
 use bytes::Bytes;
 use frame::{Decoder, Deflate, FrameEnd, WsEvent};
 use http::HeaderMap;
@@ -352,7 +352,7 @@ async fn limited<R, W>(
                         {
                             let parsed = crate::rpc::parse_body(t);
                             verdicts = Some(
-                                crate::proxy::limits::ask_shared(&rules, &parsed, &keys).await,
+                                crate::limit::enforce::ask_shared(&rules, &parsed, &keys).await,
                             );
                         }
                     }

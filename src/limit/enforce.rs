@@ -1,0 +1,242 @@
+//! Enforcement of the rules on JSON-RPC messages, for every transport: each call of a parsed
+//! body decided (`plan`), the shared stores asked once per body (`ask_shared`), a stream's
+//! message (a stdio line, a WebSocket message) decided and inspected (`limit_message`), and
+//! rpctap's own replies to refused calls. HTTP's framing of the outcome (statuses, a merged
+//! batch reply) is `proxy::limits`'.
+//!
+//! It sees the inspector only through [`Inspects`], so the rules stay below the inspector.
+
+use super::{CallInfo, Decision, Limiter, Permit, Refusal, RequestKeys, SharedVerdicts};
+use crate::rpc::{self, Body, Envelope, Id, Kind};
+use bytes::Bytes;
+
+/// What enforcing the rules on a stream tells the inspector: the message itself, and each
+/// refusal (or, `shadow`, would-be refusal) of one of its members.
+pub trait Inspects {
+    fn line(&mut self, dir: crate::events::Direction, msg: Bytes);
+    fn refuse(&mut self, id: Option<&Id>, method: &str, refusal: &Refusal, shadow: bool);
+}
+
+/// One member of the request, as the plan sees it.
+#[derive(Debug)]
+pub struct Member {
+    pub raw: Bytes,
+    pub id: Option<Id>,
+    pub method: String,
+    pub is_call: bool,
+    pub refused: Option<Refusal>,
+}
+
+/// What to do with a request.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub batch: bool,
+    pub members: Vec<Member>,
+    pub permits: Vec<Permit>,
+    /// Shadow rules' would-be refusals: (member index, refusal).
+    pub shadow: Vec<(usize, Refusal)>,
+}
+
+impl Plan {
+    pub fn any_refused(&self) -> bool {
+        self.members.iter().any(|m| m.refused.is_some())
+    }
+    pub fn all_refused(&self) -> bool {
+        !self.members.is_empty() && self.members.iter().all(|m| m.refused.is_some())
+    }
+}
+
+fn info(e: &Envelope) -> CallInfo<'_> {
+    let method = e.method.as_deref().unwrap_or("");
+    let (tool, resource) = match method {
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            (None, e.target.as_deref())
+        }
+        _ => (e.target.as_deref(), None),
+    };
+    CallInfo {
+        method,
+        tool,
+        resource,
+    }
+}
+
+/// A parsed body's messages and whether it is a batch (`None`: not JSON).
+fn members(parsed: &Body) -> Option<(Vec<&Envelope>, bool)> {
+    match parsed {
+        Body::Single(e) => Some((vec![e], false)),
+        Body::Batch(v) => Some((v.iter().collect(), true)),
+        Body::ParseError(_) => None,
+    }
+}
+
+/// The calls and notifications of a parsed body, as the rules see them (`None` for the other
+/// members), in order.
+pub fn calls(parsed: &Body) -> Vec<Option<CallInfo<'_>>> {
+    let Some((envs, _)) = members(parsed) else {
+        return vec![];
+    };
+    envs.into_iter()
+        .map(|e| matches!(e.kind, Kind::Request | Kind::Notification).then(|| info(e)))
+        .collect()
+}
+
+/// The shared stores' verdicts for a parsed body (one round trip); empty without shared rules.
+pub async fn ask_shared(
+    limiter: &Limiter,
+    parsed: &Body,
+    keys: &RequestKeys<'_>,
+) -> SharedVerdicts {
+    if !limiter.has_shared() {
+        return Default::default();
+    }
+    limiter.ask_shared(&calls(parsed), keys).await
+}
+
+/// Decides every request and notification of a parsed body; `shared`, the shared stores'
+/// verdicts for it (`ask_shared`).
+pub fn plan(
+    limiter: &Limiter,
+    parsed: &Body,
+    keys: &RequestKeys<'_>,
+    mut shared: Option<&mut SharedVerdicts>,
+) -> Plan {
+    let Some((envs, batch)) = members(parsed) else {
+        return Plan::default();
+    };
+    let mut plan = Plan {
+        batch,
+        ..Default::default()
+    };
+    for (i, e) in envs.into_iter().enumerate() {
+        let mut refused = None;
+        if matches!(e.kind, Kind::Request | Kind::Notification) {
+            let mut shadow = Vec::new();
+            let verdicts = shared.as_deref_mut().map(|v| (i, v));
+            match limiter.check_with(&info(e), keys, &mut shadow, verdicts) {
+                Decision::Allow(p) => plan.permits.extend(p),
+                Decision::Refuse(r) => refused = Some(r),
+            }
+            plan.shadow.extend(shadow.into_iter().map(|r| (i, r)));
+        }
+        plan.members.push(Member {
+            raw: e.raw.clone(),
+            id: e.id.clone(),
+            method: e.method.as_deref().unwrap_or("").to_string(),
+            is_call: e.kind == Kind::Request,
+            refused,
+        });
+    }
+    plan
+}
+
+/// What happens to one message of a stream (a stdio line, a WebSocket message) under the
+/// rules.
+#[derive(Debug)]
+pub struct Limited {
+    pub forward: Forward,
+    /// rpctap's own reply to the refused calls: one error, or a batch of them.
+    pub reply: Option<Vec<u8>>,
+}
+
+/// What of a stream's message goes on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// The message as it came.
+    Unchanged,
+    /// A batch without its refused members.
+    Smaller(Bytes),
+    /// Nothing: every member was refused.
+    Nothing,
+}
+
+/// Inspects one message of a stream in direction `dir` and applies the rules to it: refused
+/// calls end as refused in the inspector, shadow rules' would-be refusals are published.
+pub fn limit_message(
+    limiter: &Limiter,
+    ctx: &mut impl Inspects,
+    dir: crate::events::Direction,
+    msg: Bytes,
+    keys: &RequestKeys<'_>,
+    shared: Option<&mut SharedVerdicts>,
+) -> Limited {
+    let unchanged = Limited {
+        forward: Forward::Unchanged,
+        reply: None,
+    };
+    let parsed = rpc::parse_body(&msg);
+    if limiter.is_empty() || matches!(parsed, Body::ParseError(_)) {
+        ctx.line(dir, msg);
+        return unchanged;
+    }
+    let plan = plan(limiter, &parsed, keys, shared);
+    ctx.line(dir, msg);
+    for (i, r) in &plan.shadow {
+        let m = &plan.members[*i];
+        ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, true);
+    }
+    if !plan.any_refused() {
+        return unchanged;
+    }
+    for m in &plan.members {
+        if let Some(r) = &m.refused {
+            ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, false);
+        }
+    }
+    let replies = refusal_replies(&plan);
+    let reply = (!replies.is_empty()).then(|| {
+        if plan.batch {
+            format!("[{}]", replies.join(",")).into_bytes()
+        } else {
+            replies.join("\n").into_bytes()
+        }
+    });
+    let forward = if plan.all_refused() {
+        Forward::Nothing
+    } else {
+        Forward::Smaller(allowed_body(&plan))
+    };
+    Limited { forward, reply }
+}
+
+/// The JSON-RPC error rpctap answers a refused call with.
+pub fn refusal_reply(id: &Id, r: &Refusal) -> String {
+    let secs = (r.retry_after.as_millis() as f64 / 1000.0).max(0.001);
+    rpc::error_reply(
+        id,
+        r.code,
+        "Rate limited",
+        Some(serde_json::json!({ "retry_after": secs, "limit": &*r.rule })),
+    )
+}
+
+/// The upstream request body with the refused members left out (a smaller batch).
+pub fn allowed_body(plan: &Plan) -> Bytes {
+    let parts: Vec<&[u8]> = plan
+        .members
+        .iter()
+        .filter(|m| m.refused.is_none())
+        .map(|m| &m.raw[..])
+        .collect();
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(p);
+    }
+    out.push(b']');
+    Bytes::from(out)
+}
+
+/// rpctap's own replies to the refused calls, in request order.
+pub fn refusal_replies(plan: &Plan) -> Vec<String> {
+    plan.members
+        .iter()
+        .filter_map(|m| match (&m.refused, m.is_call, &m.id) {
+            (Some(r), true, Some(id)) => Some(refusal_reply(id, r)),
+            _ => None,
+        })
+        .collect()
+}
