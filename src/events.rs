@@ -557,13 +557,26 @@ impl Subscriber {
 /// line into a bounded buffer). It must not block and must bound what it keeps.
 pub trait Sink: Send + Sync + std::fmt::Debug {
     fn accept(&self, ev: &Event);
+    /// Its name in a log line.
+    fn name(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
+}
+
+/// A sink on the bus, and whether it panicked (then it is dropped: mitmproxy's `safecall` —
+/// one failing observer is logged, the exchange and the other observers go on).
+#[derive(Debug)]
+struct SinkEntry {
+    interest: Interest,
+    sink: Arc<dyn Sink>,
+    dead: std::sync::atomic::AtomicBool,
 }
 
 /// Builds a [`Bus`]: subscribe everything first, then `build`.
 #[derive(Debug)]
 pub struct BusBuilder {
     subs: Vec<Subscriber>,
-    sinks: Vec<(Interest, Arc<dyn Sink>)>,
+    sinks: Vec<SinkEntry>,
     /// The exchange numbers the inspector hands out (strides change from the next one on).
     next_exchange: Arc<AtomicU64>,
 }
@@ -619,7 +632,11 @@ impl BusBuilder {
     }
     /// Adds a sink for the events `interest` names. A sink reads every exchange.
     pub fn sink(&mut self, interest: Interest, sink: Arc<dyn Sink>) {
-        self.sinks.push((interest, sink));
+        self.sinks.push(SinkEntry {
+            interest,
+            sink,
+            dead: Default::default(),
+        });
     }
 
     pub fn build(self) -> Bus {
@@ -627,7 +644,7 @@ impl BusBuilder {
             .subs
             .iter()
             .map(|s| s.interest)
-            .chain(self.sinks.iter().map(|s| s.0))
+            .chain(self.sinks.iter().map(|s| s.interest))
             .fold(Interest::NONE, |w, i| w.and(i));
         Bus {
             subs: Arc::from(self.subs),
@@ -642,7 +659,7 @@ impl BusBuilder {
 #[derive(Clone, Debug)]
 pub struct Bus {
     subs: Arc<[Subscriber]>,
-    sinks: Arc<[(Interest, Arc<dyn Sink>)]>,
+    sinks: Arc<[SinkEntry]>,
     /// What any subscriber or sink reads.
     wants: Interest,
     /// The next exchange number (the inspector takes its numbers from here).
@@ -671,7 +688,7 @@ impl Bus {
     /// share of the exchanges).
     pub fn wants_in(&self, interest: Interest, exchange: u64) -> bool {
         self.wants.contains(interest)
-            && (self.sinks.iter().any(|s| s.0.contains(interest))
+            && (self.sinks.iter().any(|s| s.interest.contains(interest))
                 || self.subs.iter().any(|s| s.reads(interest, Some(exchange))))
     }
 
@@ -680,9 +697,16 @@ impl Bus {
         if !self.wants.contains(kind) {
             return;
         }
-        for (interest, sink) in self.sinks.iter() {
-            if interest.contains(kind) {
-                sink.accept(&ev);
+        for s in self.sinks.iter() {
+            if s.interest.contains(kind) && !s.dead.load(Ordering::Relaxed) {
+                let ok =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.sink.accept(&ev)));
+                if ok.is_err() && !s.dead.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        observer = s.sink.name(),
+                        "an observer panicked: dropped, the others go on"
+                    );
+                }
             }
         }
         let exchange = ev.exchange();

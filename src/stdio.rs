@@ -24,7 +24,7 @@
 //! status (128+N for a signal, as a shell reports it). Calls still pending when the child has
 //! exited end `MISSING_RESPONSE` with the exit status as the reason.
 
-use crate::app::{AppError, Ops};
+use crate::app::AppError;
 use crate::cli::{LogFormat, StdioArgs};
 use crate::events::{BusBuilder, Direction};
 use crate::inspect::{EndReason, ExchangeCtx, Inspector};
@@ -377,65 +377,34 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let session = format!("stdio-{pid}");
 
     let mut bus = BusBuilder::default();
-    let otel = shared.otel.clone().map(|o| {
-        let sub = bus.subscribe_to("otel", o.queue, crate::events::Interest::CALL);
-        (sub, o)
-    });
-    let log = match shared.log {
-        LogFormat::Off => None,
-        LogFormat::Json => Some(bus.subscribe("log", 65_536)),
-        LogFormat::Text => Some(bus.subscribe_to("log", 65_536, crate::logsink::TEXT_INTEREST)),
+    let chain = crate::app::Chain {
+        log: shared.log,
+        log_out: log_out.unwrap_or_else(|| Box::new(std::io::sink())),
+        record: shared.record.clone(),
+        record_meta: serde_json::json!({
+            "transport": "stdio",
+            // The command line only: its environment is never recorded.
+            "command": &args.command,
+            "inspect": shared.inspect.recorded_json(),
+        }),
+        admin: shared.admin.clone(),
+        feed_header: serde_json::json!({ "mode": "stdio", "command": &args.command, "pid": pid }),
+        otel: shared.otel.clone(),
+        otel_upstream: None,
     };
-    let mut ops = match &shared.admin {
-        Some(a) => Some(
-            Ops::start(
-                a,
-                &mut bus,
-                serde_json::json!({ "mode": "stdio", "command": &args.command, "pid": pid }),
-            )
-            .await?,
-        ),
-        None => None,
-    };
-    let (record_stop, stop_rx) = tokio::sync::watch::channel(false);
-    let mut record_lines = None;
-    let recorder = match &shared.record {
-        Some(opts) => {
-            let lines = crate::record::LineBuffer::new(crate::record::BUFFER_BYTES);
-            record_lines = Some(lines.clone());
-            bus.sink(crate::events::Interest::ALL, lines.clone());
-            let meta = serde_json::json!({
-                "transport": "stdio",
-                // The command line only: its environment is never recorded.
-                "command": &args.command,
-                "inspect": shared.inspect.recorded_json(),
-            });
-            match crate::record::start(opts.clone(), meta, lines, stop_rx) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(e.into());
-                }
-            }
+    let mut observers = match crate::app::Observers::attach(chain, &mut bus).await {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
         }
-        None => None,
     };
     let inspector = Inspector::new(shared.inspect.clone(), bus.build());
-    if let Some(o) = ops.as_mut() {
-        o.metrics.set_sources(|s| {
-            s.inspector = Some(inspector.clone());
-            s.feed = Some(o.feed.clone());
-            s.recorder = record_lines;
-        });
-        o.run_feed();
+    observers.start(|s| s.inspector = Some(inspector.clone()));
+    if let Some(o) = &observers.ops {
         eprintln!("{}", o.banner());
     }
-    let otel_task = otel.map(|(sub, o)| crate::otel::spawn(sub, o, None));
-    let log_task = log.zip(log_out).map(|(sub, out)| {
-        let format = shared.log;
-        tokio::spawn(crate::logsink::run(sub, format, out))
-    });
     let sweeper = inspector.spawn_sweeper();
     let ctx = Arc::new(Mutex::new(inspector.begin_stream(&session)));
     let max = shared.inspect.max_frame_bytes;
@@ -480,7 +449,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
     }
     let signals = spawn_signal_forwarder(pid, caught);
-    let alive = ops.as_ref().map(|o| {
+    let alive = observers.ops.as_ref().map(|o| {
         let ready = o.ready.clone();
         let every = ready_interval(&shared);
         tokio::spawn(async move {
@@ -500,7 +469,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         a.abort();
     }
     let how = describe_exit(&status);
-    if let Some(o) = &ops {
+    if let Some(o) = &observers.ops {
         o.ready.failed(how.clone());
     }
     // What the child wrote before it exited is relayed and inspected before its calls end (a
@@ -511,25 +480,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     sweeper.abort();
     drop(ctx);
     drop(inspector);
-    let _ = record_stop.send(true);
-    if let Some(r) = recorder {
-        match r.await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => eprintln!("rpctap: recording failed: {e}"),
-            Err(e) => eprintln!("rpctap: recorder thread failed: {e}"),
-        }
-    }
-    if let Some(t) = otel_task {
-        crate::otel::finish(t, Duration::from_secs(5)).await;
-    }
-    if let Some(t) = log_task {
-        let _ = tokio::time::timeout(Duration::from_millis(500), t).await;
-    }
-    // A feed client gets the last events before the listener closes.
-    if ops.is_some() {
-        tokio::time::sleep(crate::feed::DRAIN * 2).await;
-    }
-    drop(ops);
+    observers.finish().await;
     Ok(exit_code(&status))
 }
 

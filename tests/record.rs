@@ -722,3 +722,57 @@ async fn every_finding_is_pinned_on_its_own_row_live_and_in_view() {
     assert_own_rows(&mut view, "view");
     assert_dashboard_matches_calls(&file);
 }
+
+/// An observer that panics at every call it sees.
+#[derive(Debug)]
+struct Panicky;
+
+impl rpctap::events::Sink for Panicky {
+    fn accept(&self, ev: &rpctap::events::Event) {
+        if matches!(ev, rpctap::events::Event::Call(_)) {
+            panic!("a broken observer");
+        }
+    }
+}
+
+/// One failing observer is dropped and the rest go on: the proxy answers every call and the
+/// recorder records every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_observer_leaves_the_proxy_answering_and_the_recorder_recording() {
+    let (up, _s) = start_demo().await;
+    let dir = tmp("panicky");
+    let file = dir.join("p.jsonl");
+    let flags = rpctap::cli::ProxyFlags {
+        record: Some(file.clone()),
+        log: Some(rpctap::cli::LogFormat::Off),
+        ..Default::default()
+    };
+    let cfg = rpctap::config::resolve(
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some(&format!("http://{up}")),
+        &flags,
+    )
+    .unwrap();
+    let mut bus = rpctap::events::BusBuilder::default();
+    bus.sink(rpctap::events::Interest::ALL, std::sync::Arc::new(Panicky));
+    let running = rpctap::app::RunningProxy::bind_with(cfg, bus)
+        .await
+        .unwrap();
+    let addr = running.local_addr().unwrap();
+    let (stop, sd) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(running.serve(async move {
+        let _ = sd.await;
+    }));
+    for i in 0..20 {
+        let r = post_json(
+            addr,
+            "/jsonrpc",
+            &format!(r#"{{"jsonrpc":"2.0","method":"add","params":[{i},1],"id":{i}}}"#),
+        )
+        .await;
+        assert_eq!(r.json()["result"], i + 1, "answered after the panic too");
+    }
+    let _ = stop.send(());
+    served.await.unwrap();
+    assert_eq!(answered_calls(&file), 20, "every call recorded");
+}

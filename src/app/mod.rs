@@ -7,12 +7,15 @@ use crate::demo::{self, DemoOptions};
 use crate::events::BusBuilder;
 use crate::inspect::Inspector;
 use crate::proxy::Proxy;
-use crate::{logsink, server};
+use crate::server;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+
+pub mod observers;
+pub use observers::{Chain, Observers};
 
 /// Errors at the edge of a subcommand.
 #[derive(Debug, thiserror::Error)]
@@ -132,13 +135,9 @@ pub struct RunningProxy {
     pub listener: TcpListener,
     pub proxy: Proxy,
     pub cfg: ProxyConfig,
-    pub ops: Option<Ops>,
     /// What the listener counts (connections refused, timed out), read by the metrics.
     pub listener_stats: Arc<server::ListenerStats>,
-    log: Option<crate::events::Subscription>,
-    recorder: Option<crate::record::Finished>,
-    record_stop: tokio::sync::watch::Sender<bool>,
-    otel: Option<crate::events::Subscription>,
+    pub observers: Observers,
 }
 
 impl RunningProxy {
@@ -151,72 +150,57 @@ impl RunningProxy {
         let listener = bind(cfg.listen).await?;
         raise_fd_limit(cfg.conn.max_connections, cfg.proxy.upstream_idle_max);
         let listener_stats = Arc::new(server::ListenerStats::default());
-        let log = match cfg.log {
-            LogFormat::Off => None,
-            // Every event as JSON.
-            LogFormat::Json => Some(bus.subscribe("log", 65_536)),
-            // Finished calls, notifications, anomalies, refusals, notices.
-            LogFormat::Text => Some(bus.subscribe_to("log", 65_536, crate::logsink::TEXT_INTEREST)),
-        };
-        let ops = match &cfg.admin {
-            Some(a) => Some(
-                Ops::start(
-                    a,
-                    &mut bus,
-                    serde_json::json!({
-                        "mode": "proxy",
-                        "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-                        "upstream": cfg.proxy.upstream.to_string(),
-                    }),
-                )
-                .await?,
-            ),
-            None => None,
-        };
-        let otel = cfg
-            .otel
-            .as_ref()
-            .map(|o| bus.subscribe_to("otel", o.queue, crate::events::Interest::CALL));
-        let (record_stop, stop_rx) = tokio::sync::watch::channel(false);
-        let mut record_lines = None;
-        let recorder = match &cfg.record {
-            Some(opts) => {
-                let lines = crate::record::LineBuffer::new(crate::record::BUFFER_BYTES);
-                record_lines = Some(lines.clone());
-                bus.sink(crate::events::Interest::ALL, lines.clone());
-                let meta = serde_json::json!({
-                    "listen": listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-                    "upstream": cfg.proxy.upstream.to_string(),
+        let listen = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let up = &cfg.proxy.upstream;
+        let host = up.host().unwrap_or("").trim_matches(['[', ']']).to_string();
+        let port = up
+            .port_u16()
+            .unwrap_or(if up.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            });
+        let mut observers = Observers::attach(
+            Chain {
+                log: cfg.log,
+                log_out: Box::new(std::io::stdout()),
+                record: cfg.record.clone(),
+                record_meta: serde_json::json!({
+                    "listen": listen,
+                    "upstream": up.to_string(),
                     // What `check` needs to decide as the live inspector did.
                     "inspect": cfg.inspect.recorded_json(),
-                });
-                Some(crate::record::start(opts.clone(), meta, lines, stop_rx)?)
-            }
-            None => None,
-        };
+                }),
+                admin: cfg.admin.clone(),
+                feed_header: serde_json::json!({
+                    "mode": "proxy",
+                    "listen": listen,
+                    "upstream": up.to_string(),
+                }),
+                otel: cfg.otel.clone(),
+                otel_upstream: Some((host, port)),
+            },
+            &mut bus,
+        )
+        .await?;
         let inspector = Inspector::new(cfg.inspect.clone(), bus.build());
         let limiter = crate::limit::Limiter::new(&cfg.limits, cfg.limit_code)
             .map_err(|e| config::ConfigError::Invalid(e.to_string()))?;
         let proxy = Proxy::new(cfg.proxy.clone(), inspector, limiter);
-        if let Some(o) = &ops {
-            o.metrics.set_sources(|s| {
-                s.inspector = Some(proxy.inspector().clone());
-                s.feed = Some(o.feed.clone());
-                s.recorder = record_lines;
-                s.connections = Some(proxy.connections().clone());
-                s.listener = Some(listener_stats.clone());
-            });
-        }
+        observers.start(|s| {
+            s.inspector = Some(proxy.inspector().clone());
+            s.connections = Some(proxy.connections().clone());
+            s.listener = Some(listener_stats.clone());
+        });
         Ok(RunningProxy {
             listener,
             proxy,
             cfg,
-            ops,
             listener_stats,
-            log,
-            recorder,
-            record_stop,
-            otel,
+            observers,
         })
     }
 
@@ -230,15 +214,10 @@ impl RunningProxy {
             listener,
             proxy,
             cfg,
-            mut ops,
             listener_stats,
-            log,
-            recorder,
-            record_stop,
-            otel,
+            observers,
         } = self;
-        let probe = ops.as_mut().map(|o| {
-            o.run_feed();
+        let probe = observers.ops.as_ref().map(|o| {
             let a = cfg.admin.as_ref();
             crate::admin::spawn_upstream_probe(
                 cfg.proxy.upstream.clone(),
@@ -247,7 +226,7 @@ impl RunningProxy {
                 o.ready.clone(),
             )
         });
-        let ready = ops.as_ref().map(|o| o.ready.clone());
+        let ready = observers.ops.as_ref().map(|o| o.ready.clone());
         let shutdown = async move {
             shutdown.await;
             // Readiness says so at once, while in-flight exchanges drain.
@@ -255,22 +234,6 @@ impl RunningProxy {
                 r.shutting_down();
             }
         };
-        let otel_task = otel.zip(cfg.otel.clone()).map(|(sub, o)| {
-            let up = &cfg.proxy.upstream;
-            let host = up.host().unwrap_or("").trim_matches(['[', ']']).to_string();
-            let port = up
-                .port_u16()
-                .unwrap_or(if up.scheme_str() == Some("https") {
-                    443
-                } else {
-                    80
-                });
-            crate::otel::spawn(sub, o, Some((host, port)))
-        });
-        let log_task = log.map(|sub| {
-            let format = cfg.log;
-            tokio::spawn(logsink::run(sub, format, std::io::stdout()))
-        });
         let sweeper = proxy.inspector().spawn_sweeper();
         let limit_sweeper = {
             let p = proxy.clone();
@@ -318,35 +281,7 @@ impl RunningProxy {
         }
         drop(proxy);
         // The recording is flushed whole before exit, even if a connection outlived the grace.
-        let _ = record_stop.send(true);
-        if let Some(r) = recorder {
-            match r.await {
-                Ok(Ok(stats)) if stats.lost > 0 => tracing::warn!(
-                    events = stats.events,
-                    lost = stats.lost,
-                    gaps = stats.gaps,
-                    files = stats.files,
-                    "recording closed; some events were not recorded"
-                ),
-                Ok(Ok(stats)) => tracing::info!(
-                    events = stats.events,
-                    gaps = stats.gaps,
-                    files = stats.files,
-                    "recording closed"
-                ),
-                Ok(Err(e)) => tracing::error!(error = %e, "recording failed"),
-                Err(e) => tracing::error!(error = %e, "recorder thread failed"),
-            }
-        }
-        if let Some(t) = log_task {
-            // The log ends when every sender (held by the inspector) is gone; don't wait forever
-            // on connections that outlived the grace period.
-            let _ = tokio::time::timeout(Duration::from_millis(500), t).await;
-        }
-        if let Some(t) = otel_task {
-            // The last spans are exported when the bus closes.
-            crate::otel::finish(t, Duration::from_secs(5)).await;
-        }
+        observers.finish().await;
     }
 }
 
@@ -441,7 +376,7 @@ async fn serve_maybe_tui(
                 running.cfg.proxy.upstream
             ),
         }
-        if let Some(o) = &running.ops {
+        if let Some(o) = &running.observers.ops {
             eprintln!("{}", o.banner());
         }
     };
