@@ -70,7 +70,7 @@ fn main() {
             Command::Check(a) => offline(app::check(a)),
             Command::Export(a) => offline(app::export(a)),
             Command::View(a) => offline(app::view(a, shutdown).await),
-            Command::Stdio(a) => match rpctap::stdio::run(a).await {
+            Command::Stdio(a) => match app::stdio::run(a).await {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("rpctap: {e}");

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 pub mod observers;
+pub mod stdio;
 pub use observers::{Chain, Observers};
 
 /// Errors at the edge of a subcommand.

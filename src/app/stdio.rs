@@ -1,0 +1,167 @@
+//! `rpctap stdio -- COMMAND …`: the stdio transport (`crate::stdio`) wired to the inspector and
+//! the observer chain: the child spawned, both relays started, the session ended with the
+//! child's exit, rpctap's exit code the child's.
+
+use super::{AppError, Chain, Observers};
+use crate::cli::{LogFormat, StdioArgs};
+use crate::events::BusBuilder;
+use crate::inspect::{EndReason, Inspector};
+use crate::limit::Limiter;
+use crate::stdio::child::{catch_signals, describe_exit, exit_code, spawn, spawn_signal_forwarder};
+use crate::stdio::relay::{client_to_server, locked, server_to_client, ClientOut};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `rpctap stdio`: returns the exit code (the child's status).
+pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
+    let flags = args.flags();
+    let file = crate::config::load_file(&flags)?;
+    let mut shared = crate::config::resolve_shared(&flags, &file)?;
+    // stdout is the client's: the log is off unless asked for, and then on stderr or a file.
+    if flags.log.is_none() && file.log.is_none() {
+        shared.log = LogFormat::Off;
+    }
+    let limiter = Limiter::new(&shared.limits, shared.limit_code)
+        .map_err(|e| crate::config::ConfigError::Invalid(e.to_string()))?;
+    let log_out: Option<Box<dyn Write + Send>> = match (&shared.log, &args.log_file) {
+        (LogFormat::Off, _) => None,
+        (_, Some(p)) => Some(Box::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| {
+                    crate::config::ConfigError::Invalid(format!("--log-file {}: {e}", p.display()))
+                })?,
+        )),
+        (_, None) => Some(Box::new(std::io::stderr())),
+    };
+
+    let caught = catch_signals();
+    let mut child = match spawn(&args.command) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rpctap: cannot run {:?}: {e}", args.command.join(" "));
+            return Ok(match e.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            });
+        }
+    };
+    let pid = child.id();
+    let session = format!("stdio-{pid}");
+
+    let mut bus = BusBuilder::default();
+    let chain = Chain {
+        log: shared.log,
+        log_out: log_out.unwrap_or_else(|| Box::new(std::io::sink())),
+        record: shared.record.clone(),
+        record_meta: serde_json::json!({
+            "transport": "stdio",
+            // The command line only: its environment is never recorded.
+            "command": &args.command,
+            "inspect": shared.inspect.recorded_json(),
+        }),
+        admin: shared.admin.clone(),
+        feed_header: serde_json::json!({ "mode": "stdio", "command": &args.command, "pid": pid }),
+        otel: shared.otel.clone(),
+        otel_upstream: None,
+    };
+    let mut observers = match Observers::attach(chain, &mut bus).await {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
+    let inspector = Inspector::new(shared.inspect.clone(), bus.build());
+    observers.start(|s| s.inspector = Some(inspector.clone()));
+    if let Some(o) = &observers.ops {
+        eprintln!("{}", o.banner());
+    }
+    let sweeper = inspector.spawn_sweeper();
+    let ctx = Arc::new(Mutex::new(inspector.begin_stream(&session)));
+    let max = shared.inspect.max_frame_bytes;
+    let out = Arc::new(Mutex::new(ClientOut::new()));
+
+    // Client → server.
+    let (Some(child_in), Some(mut child_out)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(AppError::Terminal(
+            "the child's pipes were not set up".into(),
+        ));
+    };
+    {
+        let ctx = ctx.clone();
+        let out = out.clone();
+        let limiter = (!limiter.is_empty()).then_some(limiter);
+        let session = session.clone();
+        let rt = tokio::runtime::Handle::current();
+        std::thread::Builder::new()
+            .name("rpctap-stdin".into())
+            .spawn(move || {
+                let l = limiter.as_ref();
+                client_to_server(child_in, &ctx, &out, l, max, &session, Some(&rt));
+            })
+            .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
+    }
+    // Server → client: ends at the child's stdout EOF.
+    let (s2c_done, s2c_rx) = tokio::sync::oneshot::channel::<()>();
+    {
+        let ctx = ctx.clone();
+        let out = out.clone();
+        std::thread::Builder::new()
+            .name("rpctap-stdout".into())
+            .spawn(move || {
+                server_to_client(&mut child_out, &ctx, &out, max);
+                let _ = s2c_done.send(());
+            })
+            .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
+    }
+    let signals = spawn_signal_forwarder(pid, caught);
+    let alive = observers.ops.as_ref().map(|o| {
+        let ready = o.ready.clone();
+        let every = ready_interval(&shared);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every / 2);
+            loop {
+                tick.tick().await;
+                ready.ok();
+            }
+        })
+    });
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .map_err(|e| AppError::Terminal(format!("waiting for the server: {e}")))?
+        .map_err(|e| AppError::Terminal(format!("waiting for the server: {e}")))?;
+    signals.abort();
+    if let Some(a) = alive {
+        a.abort();
+    }
+    let how = describe_exit(&status);
+    if let Some(o) = &observers.ops {
+        o.ready.failed(how.clone());
+    }
+    // What the child wrote before it exited is relayed and inspected before its calls end (a
+    // grandchild that keeps the pipe open gets two seconds).
+    let _ = tokio::time::timeout(Duration::from_secs(2), s2c_rx).await;
+    locked(&ctx).end(EndReason::Closed(how.clone()));
+    tracing::info!(pid, status = %how, "server exited");
+    sweeper.abort();
+    drop(ctx);
+    drop(inspector);
+    observers.finish().await;
+    Ok(exit_code(&status))
+}
+
+fn ready_interval(shared: &crate::config::Shared) -> Duration {
+    shared
+        .admin
+        .as_ref()
+        .map(|a| a.ready_interval)
+        .unwrap_or(Duration::from_secs(5))
+        .max(Duration::from_millis(50))
+}
