@@ -61,95 +61,20 @@ pub struct AttachArgs {
 
 #[derive(Debug, Args)]
 pub struct StdioArgs {
-    /// TOML config file; flags win over it (its HTTP-only settings do not apply).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Log format (default: off — stdout belongs to the client; the log goes to stderr or
-    /// --log-file).
-    #[arg(long, value_enum)]
-    pub log: Option<LogFormat>,
+    #[command(flatten)]
+    pub shared: SharedFlags,
     /// Write the log to this file instead of stderr.
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
-    /// Record the traffic to this JSON Lines file (created mode 0600).
-    #[arg(long, value_name = "FILE")]
-    pub record: Option<PathBuf>,
-    /// Add to an existing recording (a new run).
-    #[arg(long, requires = "record", conflicts_with = "force")]
-    pub record_append: bool,
-    /// Overwrite an existing recording.
-    #[arg(long, requires = "record")]
-    pub force: bool,
-    /// Rotate the recording when it reaches this size.
-    #[arg(long, value_name = "BYTES")]
-    pub record_max_bytes: Option<u64>,
-    /// Redact this JSON path inside messages (repeatable).
-    #[arg(long = "redact-path", value_name = "PATH")]
-    pub redact_paths: Vec<String>,
-    /// A rate limit, `METHOD_GLOB=N/UNIT` (repeatable); a refused call's error is written to
-    /// the client's stdout.
-    #[arg(long = "limit", value_name = "RULE")]
-    pub limits: Vec<String>,
-    /// Serve the live feed, metrics and probes here: `IP:PORT`, `:PORT` or `unix:PATH`.
-    #[arg(long, value_name = "ADDR")]
-    pub admin: Option<String>,
-    /// The bearer token /events and /calls require (needed on a non-loopback --admin).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "RPCTAP_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_token: Option<String>,
-    /// Largest line inspected, in bytes; longer lines pass uninspected.
-    #[arg(long, value_name = "BYTES")]
-    pub max_frame_bytes: Option<usize>,
-    /// Seconds a call may wait for its reply before it ends as missing.
-    #[arg(long, value_name = "SECS")]
-    pub call_timeout: Option<f64>,
-    /// Most calls waiting for a reply at once.
-    #[arg(long, value_name = "N")]
-    pub max_pending: Option<usize>,
-    /// An MCP result larger than this many bytes is flagged MCP_LARGE_RESULT (default 1 MiB).
-    #[arg(long, value_name = "BYTES")]
-    pub large_result: Option<usize>,
-    /// Most compiled MCP tool schemas kept (default 1000).
-    #[arg(long, value_name = "N")]
-    pub max_schemas: Option<usize>,
-    /// Export one OpenTelemetry span per call over OTLP/HTTP to this collector.
-    #[arg(long, value_name = "URL")]
-    pub otlp: Option<String>,
-    /// The share of traces without a parent that are sampled, 0 to 1 (default 1).
-    #[arg(long, value_name = "RATIO")]
-    pub otlp_sample: Option<f64>,
     /// The server command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
 impl StdioArgs {
-    /// The shared settings as `proxy`'s flags carry them.
+    /// The settings as `proxy`'s flags carry them (HTTP's own at their defaults).
     pub fn flags(&self) -> ProxyFlags {
-        ProxyFlags {
-            config: self.config.clone(),
-            log: self.log,
-            record: self.record.clone(),
-            record_append: self.record_append,
-            force: self.force,
-            record_max_bytes: self.record_max_bytes,
-            redact_paths: self.redact_paths.clone(),
-            limits: self.limits.clone(),
-            admin: self.admin.clone(),
-            admin_token: self.admin_token.clone(),
-            max_frame_bytes: self.max_frame_bytes,
-            call_timeout: self.call_timeout,
-            max_pending: self.max_pending,
-            large_result: self.large_result,
-            max_schemas: self.max_schemas,
-            otlp: self.otlp.clone(),
-            otlp_sample: self.otlp_sample,
-            ..Default::default()
-        }
+        self.shared.clone().into()
     }
 }
 
@@ -269,21 +194,96 @@ pub enum LogFormat {
     Off,
 }
 
-/// Flags shared by `proxy` and `demo`. Every one can also be set in the config file.
+/// Flags every subcommand that carries traffic shares (`proxy`, `demo`, `stdio`): declared once
+/// here and flattened into each. Every one can also be set in the config file.
 #[derive(Debug, Args, Default, Clone)]
-pub struct ProxyFlags {
-    /// TOML config file; flags win over it.
+pub struct SharedFlags {
+    /// TOML config file; flags win over it (for `stdio`, its HTTP-only settings do not apply).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Headless log format (for `stdio` off by default: stdout belongs to the client; the log
+    /// goes to stderr or --log-file).
+    #[arg(long, value_enum)]
+    pub log: Option<LogFormat>,
+    /// Record the traffic to this JSON Lines file (created mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Add to an existing recording: a new run with its own header after what is there
+    /// (without it, an existing FILE is refused).
+    #[arg(long, requires = "record", conflicts_with = "force")]
+    pub record_append: bool,
+    /// Overwrite an existing recording (and its rotated parts).
+    #[arg(long, requires = "record")]
+    pub force: bool,
+    /// Rotate the recording to FILE.1, FILE.2, … when it reaches this size.
+    #[arg(long, value_name = "BYTES")]
+    pub record_max_bytes: Option<u64>,
+    /// Redact this JSON path inside messages, e.g. `params.arguments.password` (repeatable;
+    /// `*` matches any key or index).
+    #[arg(long = "redact-path", value_name = "PATH")]
+    pub redact_paths: Vec<String>,
+    /// A quick rate limit keyed globally, `METHOD_GLOB=N/UNIT` (repeatable), e.g.
+    /// `--limit 'tools/call=10/s'`. Full rules go in the config file's `[[limit]]` tables.
+    #[arg(long = "limit", value_name = "RULE")]
+    pub limits: Vec<String>,
+    /// Serve /healthz, /readyz, /metrics, the live feed (/events) and /calls on this address:
+    /// `IP:PORT`, `:PORT` (loopback) or `unix:PATH`.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// The bearer token /events and /calls require (needed to start on a non-loopback --admin).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "RPCTAP_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+    /// Seconds between readiness probes.
+    #[arg(long, value_name = "SECS")]
+    pub ready_interval: Option<f64>,
+    /// Distinct values of the metrics' `method` and `target` labels before `other`.
+    #[arg(long, value_name = "N")]
+    pub metrics_max_labels: Option<usize>,
+    /// Largest message inspected (a body, an SSE event, a line), in bytes; larger ones pass
+    /// uninspected.
+    #[arg(long, value_name = "BYTES")]
+    pub max_frame_bytes: Option<usize>,
+    /// Seconds a call may wait for its reply before it ends as missing.
+    #[arg(long, value_name = "SECS")]
+    pub call_timeout: Option<f64>,
+    /// Most calls waiting for a reply at once (the oldest are ended as missing beyond it).
+    #[arg(long, value_name = "N")]
+    pub max_pending: Option<usize>,
+    /// Most MCP sessions remembered at once (the least recently seen is forgotten beyond it).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
+    /// An MCP result larger than this many bytes is flagged MCP_LARGE_RESULT (default 1 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub large_result: Option<usize>,
+    /// Most compiled MCP tool schemas kept, shared by all sessions (default 1000).
+    #[arg(long, value_name = "N")]
+    pub max_schemas: Option<usize>,
+    /// Export one OpenTelemetry span per call over OTLP/HTTP (protobuf) to this collector
+    /// (`http://HOST:4318`, or its full `/v1/traces` URL).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// The share of traces without a parent that are sampled, 0 to 1 (default 1; a parent's
+    /// decision is always followed).
+    #[arg(long, value_name = "RATIO")]
+    pub otlp_sample: Option<f64>,
+}
+
+/// `proxy`'s and `demo`'s flags: the shared ones and HTTP's own.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ProxyFlags {
+    #[command(flatten)]
+    pub shared: SharedFlags,
     /// Run headless (the default when stdout is not a terminal).
     #[arg(long)]
     pub no_tui: bool,
     /// Most calls the dashboard keeps (the newest).
     #[arg(long, value_name = "N")]
     pub max_rows: Option<usize>,
-    /// Headless log format.
-    #[arg(long, value_enum)]
-    pub log: Option<LogFormat>,
     /// Keep the client's Host header instead of the upstream's.
     #[arg(long)]
     pub preserve_host: bool,
@@ -329,82 +329,26 @@ pub struct ProxyFlags {
     /// Seconds to wait for a TCP/TLS connection to the upstream (then 502).
     #[arg(long, value_name = "SECS")]
     pub connect_timeout: Option<f64>,
-    /// Largest body or SSE event inspected, in bytes; larger ones pass uninspected.
-    #[arg(long, value_name = "BYTES")]
-    pub max_frame_bytes: Option<usize>,
-    /// Seconds a call may wait for its reply before it ends as missing.
-    #[arg(long, value_name = "SECS")]
-    pub call_timeout: Option<f64>,
-    /// Most calls waiting for a reply at once (the oldest are ended as missing beyond it).
-    #[arg(long, value_name = "N")]
-    pub max_pending: Option<usize>,
-    /// Most MCP sessions remembered at once (the least recently seen is forgotten beyond it).
-    #[arg(long, value_name = "N")]
-    pub max_sessions: Option<usize>,
-    /// An MCP result larger than this many bytes is flagged MCP_LARGE_RESULT (default 1 MiB).
-    #[arg(long, value_name = "BYTES")]
-    pub large_result: Option<usize>,
-    /// Most compiled MCP tool schemas kept, shared by all sessions (default 1000).
-    #[arg(long, value_name = "N")]
-    pub max_schemas: Option<usize>,
-    /// Record the traffic to this JSON Lines file (created mode 0600).
-    #[arg(long, value_name = "FILE")]
-    pub record: Option<PathBuf>,
-    /// Add to an existing recording: a new run with its own header after what is there
-    /// (without it, an existing FILE is refused).
-    #[arg(long, requires = "record", conflicts_with = "force")]
-    pub record_append: bool,
-    /// Overwrite an existing recording (and its rotated parts).
-    #[arg(long, requires = "record")]
-    pub force: bool,
-    /// Rotate the recording to FILE.1, FILE.2, … when it reaches this size.
-    #[arg(long, value_name = "BYTES")]
-    pub record_max_bytes: Option<u64>,
     /// Also redact this header everywhere (repeatable; Authorization, Proxy-Authorization,
     /// Cookie and Set-Cookie always are).
     #[arg(long = "redact-header", value_name = "NAME")]
     pub redact_headers: Vec<String>,
-    /// Redact this JSON path inside messages, e.g. `params.arguments.password` (repeatable;
-    /// `*` matches any key or index).
-    #[arg(long = "redact-path", value_name = "PATH")]
-    pub redact_paths: Vec<String>,
-    /// Serve /healthz, /readyz, /metrics, the live feed (/events) and /calls on this address:
-    /// `IP:PORT`, `:PORT` (loopback) or `unix:PATH`.
-    #[arg(long, value_name = "ADDR")]
-    pub admin: Option<String>,
-    /// The bearer token /events and /calls require (needed to start on a non-loopback --admin).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "RPCTAP_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_token: Option<String>,
     /// Readiness probes the upstream with GET of this path (default: a TCP connect).
     #[arg(long, value_name = "PATH")]
     pub ready_path: Option<String>,
-    /// Seconds between readiness probes.
-    #[arg(long, value_name = "SECS")]
-    pub ready_interval: Option<f64>,
-    /// Distinct values of the metrics' `method` and `target` labels before `other`.
-    #[arg(long, value_name = "N")]
-    pub metrics_max_labels: Option<usize>,
-    /// A quick rate limit keyed globally, `METHOD_GLOB=N/UNIT` (repeatable), e.g.
-    /// `--limit 'tools/call=10/s'`. Full rules go in the config file's `[[limit]]` tables.
-    #[arg(long = "limit", value_name = "RULE")]
-    pub limits: Vec<String>,
-    /// Export one OpenTelemetry span per call over OTLP/HTTP (protobuf) to this collector
-    /// (`http://HOST:4318`, or its full `/v1/traces` URL).
-    #[arg(long, value_name = "URL")]
-    pub otlp: Option<String>,
-    /// The share of traces without a parent that are sampled, 0 to 1 (default 1; a parent's
-    /// decision is always followed).
-    #[arg(long, value_name = "RATIO")]
-    pub otlp_sample: Option<f64>,
     /// Set the upstream request's `traceparent` to rpctap's span (rewrites that header; off:
     /// headers pass unchanged).
     #[arg(long)]
     pub otlp_propagate: bool,
+}
+
+impl From<SharedFlags> for ProxyFlags {
+    fn from(shared: SharedFlags) -> Self {
+        ProxyFlags {
+            shared,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -161,7 +161,7 @@ pub fn admin_config(
     flags: &ProxyFlags,
     file: &FileConfig,
 ) -> Result<Option<crate::admin::AdminConfig>, ConfigError> {
-    let Some(addr) = flags.admin.clone().or(file.admin.clone()) else {
+    let Some(addr) = flags.shared.admin.clone().or(file.admin.clone()) else {
         return Ok(None);
     };
     let addr = crate::admin::AdminAddr::parse(&addr)
@@ -177,6 +177,7 @@ pub fn admin_config(
     let ready_interval = secs(
         "--ready-interval",
         flags
+            .shared
             .ready_interval
             .or(file.ready_interval_secs)
             .unwrap_or(5.0),
@@ -184,12 +185,13 @@ pub fn admin_config(
     .max(Duration::from_millis(50));
     let cfg = crate::admin::AdminConfig {
         addr,
-        token: flags.admin_token.clone().filter(|t| !t.is_empty()),
+        token: flags.shared.admin_token.clone().filter(|t| !t.is_empty()),
         ready_path,
         ready_interval,
         max_label_values: positive(
             "--metrics-max-labels",
             flags
+                .shared
                 .metrics_max_labels
                 .or(file.metrics_max_labels)
                 .unwrap_or(crate::metrics::MAX_LABEL_VALUES),
@@ -344,10 +346,10 @@ fn otel_config(
     flags: &ProxyFlags,
     file: &FileConfig,
 ) -> Result<Option<crate::otel::OtelConfig>, ConfigError> {
-    let Some(url) = flags.otlp.clone().or(file.otel.endpoint.clone()) else {
+    let Some(url) = flags.shared.otlp.clone().or(file.otel.endpoint.clone()) else {
         return Ok(None);
     };
-    let sample = flags.otlp_sample.or(file.otel.sample).unwrap_or(1.0);
+    let sample = flags.shared.otlp_sample.or(file.otel.sample).unwrap_or(1.0);
     if !(0.0..=1.0).contains(&sample) {
         return Err(ConfigError::Invalid(format!(
             "--otlp-sample {sample}: a share from 0 to 1"
@@ -373,6 +375,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         max_frame_bytes: positive(
             "--max-frame-bytes",
             flags
+                .shared
                 .max_frame_bytes
                 .or(file.inspect.max_frame_bytes)
                 .unwrap_or(d.max_frame_bytes),
@@ -380,6 +383,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         call_timeout: above_zero(secs(
             "--call-timeout",
             flags
+                .shared
                 .call_timeout
                 .or(file.inspect.call_timeout_secs)
                 .unwrap_or(d.call_timeout.as_secs_f64()),
@@ -393,6 +397,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
             max_pending: positive(
                 "--max-pending",
                 flags
+                    .shared
                     .max_pending
                     .or(file.inspect.max_pending)
                     .unwrap_or(d.limits.max_pending),
@@ -400,6 +405,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
             max_sessions: positive(
                 "--max-sessions",
                 flags
+                    .shared
                     .max_sessions
                     .or(file.inspect.max_sessions)
                     .unwrap_or(d.limits.max_sessions),
@@ -409,6 +415,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         large_result: positive(
             "--large-result",
             flags
+                .shared
                 .large_result
                 .or(file.inspect.large_result_bytes)
                 .unwrap_or(d.large_result),
@@ -416,26 +423,28 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         max_schemas: positive(
             "--max-schemas",
             flags
+                .shared
                 .max_schemas
                 .or(file.inspect.max_schemas)
                 .unwrap_or(d.max_schemas),
         )?,
         redact: Arc::new(Redactor::new(
             &[flags.redact_headers.clone(), file.redact_headers.clone()].concat(),
-            &[flags.redact_paths.clone(), file.redact_paths.clone()].concat(),
+            &[flags.shared.redact_paths.clone(), file.redact_paths.clone()].concat(),
         )),
         trace: None, // set from `otel` below
     };
     let record = flags
+        .shared
         .record
         .clone()
         .or(file.record.clone())
         .map(|path| RecordOptions {
             path,
-            max_bytes: flags.record_max_bytes.or(file.record_max_bytes),
-            mode: if flags.record_append {
+            max_bytes: flags.shared.record_max_bytes.or(file.record_max_bytes),
+            mode: if flags.shared.record_append {
                 crate::record::OpenMode::Append
-            } else if flags.force {
+            } else if flags.shared.force {
                 crate::record::OpenMode::Overwrite
             } else {
                 crate::record::OpenMode::New
@@ -448,7 +457,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
             )));
         }
     }
-    for p in flags.redact_paths.iter().chain(&file.redact_paths) {
+    for p in flags.shared.redact_paths.iter().chain(&file.redact_paths) {
         if p.trim().is_empty() || p.split('.').any(|seg| seg.trim().is_empty()) {
             return Err(ConfigError::Invalid(format!(
                 "--redact-path {p:?} is not a path: dot-separated keys, e.g. params.arguments.password"
@@ -456,6 +465,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         }
     }
     let flag_limits = flags
+        .shared
         .limits
         .iter()
         .map(|l| RuleSpec::parse_flag(l))
@@ -481,11 +491,11 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
     };
     Ok(Shared {
         inspect,
-        log: flags.log.or(file.log).unwrap_or(LogFormat::Text),
+        log: flags.shared.log.or(file.log).unwrap_or(LogFormat::Text),
         record,
         limits,
         limit_code,
-        config_path: flags.config.clone(),
+        config_path: flags.shared.config.clone(),
         flag_limits,
         admin: admin_config(flags, file)?,
         otel,
@@ -494,7 +504,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
 
 /// Loads `--config` (an empty file config without it).
 pub fn load_file(flags: &ProxyFlags) -> Result<FileConfig, ConfigError> {
-    match &flags.config {
+    match &flags.shared.config {
         Some(p) => FileConfig::load(p),
         None => Ok(FileConfig::default()),
     }
@@ -644,7 +654,10 @@ mod tests {
             .unwrap_err()
             .contains("bogus"));
         let flags = ProxyFlags {
-            max_pending: Some(0),
+            shared: crate::cli::SharedFlags {
+                max_pending: Some(0),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let e = resolve(None, Some("http://127.0.0.1:1"), &flags).unwrap_err();
@@ -668,7 +681,10 @@ mod tests {
         )
         .unwrap();
         let flags = ProxyFlags {
-            config: Some(p),
+            shared: crate::cli::SharedFlags {
+                config: Some(p),
+                ..Default::default()
+            },
             grace: Some(1.0),
             ..Default::default()
         };

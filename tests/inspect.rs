@@ -195,7 +195,10 @@ async fn every_anomaly_code_is_flagged_once_with_the_right_id() {
 async fn oversized_frames_are_forwarded_and_flagged_not_inspected() {
     let (up, _u) = misbehaving_upstream().await;
     let flags = rpctap::cli::ProxyFlags {
-        max_frame_bytes: Some(1024),
+        shared: rpctap::cli::SharedFlags {
+            max_frame_bytes: Some(1024),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
@@ -416,7 +419,10 @@ async fn legacy_http_sse_transport_is_correlated_across_exchanges() {
     })
     .await;
     let flags = rpctap::cli::ProxyFlags {
-        call_timeout: Some(0.3),
+        shared: rpctap::cli::SharedFlags {
+            call_timeout: Some(0.3),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;

@@ -167,10 +167,11 @@ fn without_fastmcp_logging_rule(ev: &[Arc<Event>], sessions: usize) -> Vec<Strin
 }
 
 fn recording_proxy_flags(file: &Path) -> rpctap::cli::ProxyFlags {
-    rpctap::cli::ProxyFlags {
+    rpctap::cli::SharedFlags {
         record: Some(file.to_path_buf()),
         ..Default::default()
     }
+    .into()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,7 +41,10 @@ fn config(name: &str, text: &str) -> std::path::PathBuf {
 
 async fn proxy_with(up: std::net::SocketAddr, name: &str, toml: &str) -> TestProxy {
     let flags = rpctap::cli::ProxyFlags {
-        config: Some(config(name, toml)),
+        shared: rpctap::cli::SharedFlags {
+            config: Some(config(name, toml)),
+            ..Default::default()
+        },
         ..Default::default()
     };
     start_proxy_flags(&format!("http://{up}"), flags).await
@@ -51,7 +54,10 @@ async fn proxy_with(up: std::net::SocketAddr, name: &str, toml: &str) -> TestPro
 async fn quick_flag_rule_exact_counts() {
     let (up, _u, seen) = counting_upstream().await;
     let flags = rpctap::cli::ProxyFlags {
-        limits: vec!["add=2/min".into()],
+        shared: rpctap::cli::SharedFlags {
+            limits: vec!["add=2/min".into()],
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;

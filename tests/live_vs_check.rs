@@ -12,10 +12,11 @@ fn scratch(name: &str) -> Scratch {
 }
 
 fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
-    rpctap::cli::ProxyFlags {
+    rpctap::cli::SharedFlags {
         record: Some(file.to_path_buf()),
         ..Default::default()
     }
+    .into()
 }
 
 #[tokio::test]
@@ -146,7 +147,10 @@ async fn mcp_sessions_and_timeouts_get_the_same_codes_live_and_in_check() {
     let dir = scratch("mcp");
     let file = dir.join("rec.jsonl");
     let flags = rpctap::cli::ProxyFlags {
-        call_timeout: Some(0.3),
+        shared: rpctap::cli::SharedFlags {
+            call_timeout: Some(0.3),
+            ..record_flags(&file).shared
+        },
         ..record_flags(&file)
     };
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;

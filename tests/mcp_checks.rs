@@ -108,7 +108,10 @@ async fn each_mcp_code_once_live_and_in_check() {
     let dir = Scratch::new("mcp-checks");
     let file = dir.join("rec.jsonl");
     let flags = rpctap::cli::ProxyFlags {
-        record: Some(file.clone()),
+        shared: rpctap::cli::SharedFlags {
+            record: Some(file.clone()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;

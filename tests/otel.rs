@@ -48,9 +48,12 @@ async fn spans(out: &std::path::Path, n: usize) -> Vec<Value> {
 
 fn otel_flags(collector: SocketAddr, propagate: bool) -> rpctap::cli::ProxyFlags {
     rpctap::cli::ProxyFlags {
-        otlp: Some(format!("http://{collector}")),
+        shared: rpctap::cli::SharedFlags {
+            otlp: Some(format!("http://{collector}")),
+            limits: vec!["subtract=1/min".into()],
+            ..Default::default()
+        },
         otlp_propagate: propagate,
-        limits: vec!["subtract=1/min".into()],
         ..Default::default()
     }
 }

@@ -743,8 +743,11 @@ async fn a_panicking_observer_leaves_the_proxy_answering_and_the_recorder_record
     let dir = tmp("panicky");
     let file = dir.join("p.jsonl");
     let flags = rpctap::cli::ProxyFlags {
-        record: Some(file.clone()),
-        log: Some(rpctap::cli::LogFormat::Off),
+        shared: rpctap::cli::SharedFlags {
+            record: Some(file.clone()),
+            log: Some(rpctap::cli::LogFormat::Off),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let cfg = rpctap::config::resolve(

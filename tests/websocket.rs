@@ -15,10 +15,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
-    rpctap::cli::ProxyFlags {
+    rpctap::cli::SharedFlags {
         record: Some(file.to_path_buf()),
         ..Default::default()
     }
+    .into()
 }
 
 /// Events until the WebSocket stream's own end (`http end` with a WebSocket reason).
@@ -472,7 +473,10 @@ async fn rate_limits_refuse_calls_on_the_stream_with_and_without_deflate() {
         let (_server, up) = ws_peer_server(mode).await;
         let file = dir.join(format!("{mode}.jsonl"));
         let flags = rpctap::cli::ProxyFlags {
-            limits: vec!["add=3/min".into()],
+            shared: rpctap::cli::SharedFlags {
+                limits: vec!["add=3/min".into()],
+                ..record_flags(&file).shared
+            },
             ..record_flags(&file)
         };
         let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
@@ -535,7 +539,10 @@ async fn rate_limits_refuse_calls_on_the_stream_with_and_without_deflate() {
 async fn a_refusal_waits_for_the_end_of_the_servers_fragmented_message() {
     let up = bad_ws_server().await;
     let flags = rpctap::cli::ProxyFlags {
-        limits: vec!["m=1/min".into()],
+        shared: rpctap::cli::SharedFlags {
+            limits: vec!["m=1/min".into()],
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
@@ -710,8 +717,11 @@ async fn under_limits_a_message_beyond_the_cap_passes_uninspected() {
     for mode in ["deflate", "plain"] {
         let (_server, up) = ws_peer_server(mode).await;
         let flags = rpctap::cli::ProxyFlags {
-            limits: vec!["add=100/min".into()],
-            max_frame_bytes: Some(64 << 10),
+            shared: rpctap::cli::SharedFlags {
+                limits: vec!["add=100/min".into()],
+                max_frame_bytes: Some(64 << 10),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;

@@ -528,8 +528,8 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
     let upstream = format!("http://{demo_addr}");
     let mut flags = args.flags.clone();
     // The demo shows everything: the admin listener on a free loopback port unless given.
-    if flags.admin.is_none() {
-        flags.admin = Some("127.0.0.1:0".into());
+    if flags.shared.admin.is_none() {
+        flags.shared.admin = Some("127.0.0.1:0".into());
     }
     let cfg = config::resolve(Some(args.listen), Some(&upstream), &flags)?;
     let addr = args.listen;

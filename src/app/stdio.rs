@@ -19,7 +19,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let file = crate::config::load_file(&flags)?;
     let mut shared = crate::config::resolve_shared(&flags, &file)?;
     // stdout is the client's: the log is off unless asked for, and then on stderr or a file.
-    if flags.log.is_none() && file.log.is_none() {
+    if flags.shared.log.is_none() && file.log.is_none() {
         shared.log = LogFormat::Off;
     }
     let limiter = Limiter::new(&shared.limits, shared.limit_code)

@@ -130,7 +130,7 @@ pub async fn wait_pending(inspector: &Inspector, n: usize) {
 
 pub async fn start_proxy_flags(upstream: &str, flags: ProxyFlags) -> TestProxy {
     let mut flags = flags;
-    flags.log.get_or_insert(rpctap::cli::LogFormat::Off);
+    flags.shared.log.get_or_insert(rpctap::cli::LogFormat::Off);
     let cfg = rpctap::config::resolve(Some("127.0.0.1:0".parse().unwrap()), Some(upstream), &flags)
         .unwrap();
     let mut bus = BusBuilder::default();
