@@ -1,0 +1,843 @@
+//! The dashboard's state: plain data, updated by events and keys, rendered by `ui`.
+//!
+//! It keeps the newest `max_rows` calls (one row per JSON-RPC call or notification, each batch
+//! member and each message of an SSE stream its own row) and at most `max_detail_bytes` of
+//! message text for the detail pane: older rows keep their summary and lose their text first.
+//!
+//! Its rooms: this file holds the state and how events change it; `row` the rows and the
+//! inputs the events become; `keys` the views, selection and keys; `filter` the filter
+//! language; `export` what a row is copied or exported as.
+
+use crate::events::Direction;
+use crate::events::Event;
+use crate::rpc::Kind;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// The state's maps hash with foldhash: they are keyed by short strings and exchange numbers
+/// and touched several times per call, where SipHash's DoS resistance buys nothing (every map
+/// here is bounded).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Text the state shares between rows, maps and the detail pane: cloning it is a reference
+/// count, not a copy (a call's scope, id and method appear in several places).
+pub type Text = Arc<str>;
+
+mod export;
+mod filter;
+mod keys;
+mod row;
+#[cfg(test)]
+mod tests;
+
+pub use filter::Filter;
+pub use keys::{Action, Key, View};
+pub use row::{transport_label, AnomalyIn, CallIn, HttpMeta, MessageIn, Row, RowOutcome};
+
+#[derive(Clone, Debug, Default)]
+pub struct MethodStats {
+    pub count: u64,
+    pub errors: u64,
+    pub latencies: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SessionStats {
+    pub calls: u64,
+    pub errors: u64,
+    pub anomalies: u64,
+    pub last_ns: u64,
+}
+
+/// The dashboard's state.
+#[derive(Debug)]
+pub struct App {
+    pub title: String,
+    pub listen: String,
+    pub upstream: String,
+    /// `r` works only when rpctap proxies (not when viewing a recording).
+    pub can_resend: bool,
+    pub started_ns: u64,
+    pub now_ns: u64,
+    pub rows: VecDeque<Row>,
+    pub max_rows: usize,
+    pub max_detail_bytes: usize,
+    detail_bytes: usize,
+    next_seq: u64,
+    /// (scope, direction of the request, id) → seq of the pending row.
+    /// Duplicated ids queue up in order.
+    open: HashMap<(Text, Direction, Text), VecDeque<u64>>,
+    /// exchange → seqs of its call rows (to attach stream messages).
+    by_exchange: HashMap<u64, Vec<u64>>,
+    /// The newest messages applied: (exchange, direction, batch index, the row each went to).
+    /// The inspector publishes a message's findings right after it, so an anomaly about a
+    /// frame is pinned on the row of the frame it names.
+    recent: VecDeque<(u64, Direction, Option<u32>, Option<u64>)>,
+    /// Calls that ended (an outcome came), since the start; the list's rows also hold
+    /// notifications, counted in `notifications_total`.
+    pub calls_total: u64,
+    pub notifications_total: u64,
+    pub errors_total: u64,
+    pub anomalies_total: u64,
+    /// Calls ended per second, newest last (60 s).
+    pub per_second: VecDeque<u64>,
+    current_second: u64,
+    /// Recent latencies (µs) for the percentiles.
+    pub recent_latencies: VecDeque<u64>,
+    /// Per method; at most `max_rows` methods (the least used go first).
+    pub methods: HashMap<Text, MethodStats>,
+    /// Per MCP session; at most `max_rows` (the least recently seen go first).
+    pub sessions: HashMap<Text, SessionStats>,
+    /// All traffic without a session, together.
+    pub no_session: SessionStats,
+    pub anomaly_rows: VecDeque<(u64, String, String, String)>,
+    /// exchange → its HTTP request line and status (dropped with the exchange's rows).
+    pub http: HashMap<u64, HttpMeta>,
+    pub dropped: u64,
+    /// 1 when every exchange is shown; k when the dashboard shows one exchange in k (the
+    /// counters then count each call shown k times).
+    pub sample: u64,
+    pub view: View,
+    /// Index into the filtered list of the current view.
+    pub selected: usize,
+    pub follow: bool,
+    pub detail: bool,
+    pub detail_scroll: u16,
+    pub help: bool,
+    pub filter: String,
+    pub editing_filter: bool,
+    pub filter_input: String,
+    /// A message for the status line: set through `say`, it clears itself `STATUS_FOR` later;
+    /// set directly (a standing hint), it stays.
+    pub status: String,
+    status_at: Option<u64>,
+    pub no_color: bool,
+    pub page: usize,
+}
+
+const SSE_STREAM_KEEP: usize = 64;
+const RECENT_KEEP: usize = 64;
+/// The transport of a row made from a call whose messages were not seen.
+const FROM_CALL: &str = "-";
+/// The scope column's width.
+pub const SCOPE_WIDTH: usize = 10;
+/// How long a status message stays.
+const STATUS_FOR: u64 = 5_000_000_000;
+const LATENCY_WINDOW: usize = 10_000;
+
+impl App {
+    pub fn new(title: &str, listen: &str, upstream: &str, max_rows: usize, now_ns: u64) -> Self {
+        App {
+            title: title.to_string(),
+            listen: listen.to_string(),
+            upstream: upstream.to_string(),
+            can_resend: false,
+            started_ns: now_ns,
+            now_ns,
+            rows: VecDeque::new(),
+            max_rows: max_rows.max(1),
+            max_detail_bytes: 64 << 20,
+            detail_bytes: 0,
+            next_seq: 0,
+            open: HashMap::default(),
+            by_exchange: HashMap::default(),
+            recent: VecDeque::new(),
+            calls_total: 0,
+            notifications_total: 0,
+            errors_total: 0,
+            anomalies_total: 0,
+            per_second: VecDeque::from(vec![0; 60]),
+            current_second: now_ns / 1_000_000_000,
+            recent_latencies: VecDeque::new(),
+            methods: HashMap::default(),
+            sessions: HashMap::default(),
+            no_session: SessionStats::default(),
+            anomaly_rows: VecDeque::new(),
+            http: HashMap::default(),
+            dropped: 0,
+            sample: 1,
+            view: View::Calls,
+            selected: 0,
+            follow: true,
+            detail: false,
+            detail_scroll: 0,
+            help: false,
+            filter: String::new(),
+            editing_filter: false,
+            filter_input: String::new(),
+            status: String::new(),
+            status_at: None,
+            no_color: false,
+            page: 10,
+        }
+    }
+
+    fn row_mut(&mut self, seq: u64) -> Option<&mut Row> {
+        let first = self.rows.front()?.seq;
+        let i = seq.checked_sub(first)? as usize;
+        self.rows.get_mut(i)
+    }
+
+    pub fn row(&self, seq: u64) -> Option<&Row> {
+        let first = self.rows.front()?.seq;
+        let i = seq.checked_sub(first)? as usize;
+        self.rows.get(i)
+    }
+
+    /// Shows a message in the status line for a few seconds.
+    pub fn say(&mut self, msg: impl Into<String>) {
+        self.status = msg.into();
+        self.status_at = Some(self.now_ns);
+    }
+
+    /// Advances the clock (the per-second buckets roll, an old status message goes).
+    pub fn tick(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+        if let Some(at) = self.status_at {
+            if now_ns.saturating_sub(at) >= STATUS_FOR {
+                self.status.clear();
+                self.status_at = None;
+            }
+        }
+        let sec = now_ns / 1_000_000_000;
+        while self.current_second < sec {
+            self.current_second += 1;
+            self.per_second.push_back(0);
+            if self.per_second.len() > 60 {
+                self.per_second.pop_front();
+            }
+            if sec - self.current_second > 60 {
+                self.current_second = sec;
+            }
+        }
+    }
+
+    fn push_row(&mut self, row: Row) -> u64 {
+        let seq = row.seq;
+        self.detail_bytes += row.detail_bytes();
+        self.rows.push_back(row);
+        while self.rows.len() > self.max_rows {
+            if let Some(old) = self.rows.pop_front() {
+                self.detail_bytes -= old.detail_bytes();
+                if old.outcome == RowOutcome::Pending {
+                    // Its outcome never came (or was among the dropped display events): the
+                    // row goes, and so does its place in the open calls.
+                    let key = (old.scope.clone(), old.direction, old.id.clone());
+                    if let Some(q) = self.open.get_mut(&key) {
+                        q.retain(|s| *s != old.seq);
+                        if q.is_empty() {
+                            self.open.remove(&key);
+                        }
+                    }
+                }
+                self.by_exchange.remove(&old.exchange);
+                if self.rows.front().is_none_or(|r| r.exchange != old.exchange) {
+                    self.http.remove(&old.exchange);
+                }
+            }
+            if !self.follow && self.selected > 0 {
+                self.selected -= 1;
+            }
+        }
+        self.enforce_detail_budget();
+        seq
+    }
+
+    fn enforce_detail_budget(&mut self) {
+        let mut i = 0;
+        while self.detail_bytes > self.max_detail_bytes && i < self.rows.len() {
+            let r = &mut self.rows[i];
+            let b = r.detail_bytes();
+            if b > 0 {
+                r.request = None;
+                r.reply = None;
+                r.stream.clear();
+                self.detail_bytes -= b;
+            }
+            i += 1;
+        }
+    }
+
+    fn add_detail(&mut self, seq: u64, f: impl FnOnce(&mut Row)) {
+        let mut delta = 0isize;
+        if let Some(r) = self.row_mut(seq) {
+            let before = r.detail_bytes() as isize;
+            f(r);
+            delta = r.detail_bytes() as isize - before;
+        }
+        self.detail_bytes = (self.detail_bytes as isize + delta).max(0) as usize;
+        self.enforce_detail_budget();
+    }
+
+    /// Applies one bus event.
+    pub fn apply(&mut self, ev: &Event) {
+        match ev {
+            Event::Message(m) => {
+                self.apply_message(MessageIn {
+                    ts_ns: m.ts,
+                    exchange: m.exchange,
+                    scope: m.scope.to_string().into(),
+                    c2s: m.direction == crate::events::Direction::ClientToServer,
+                    kind: m.kind,
+                    id: m.id.as_ref().map(|i| i.to_json_text().into()),
+                    method: m.method.clone(),
+                    target: m.target.clone(),
+                    raw: String::from_utf8_lossy(&m.message).into(),
+                    transport: m.transport,
+                    batch_index: m.batch_index,
+                });
+            }
+            Event::Call(c) => self.apply_call_at(CallIn {
+                ts_ns: c.ts,
+                exchange: c.exchange,
+                scope: c.scope.to_string().into(),
+                direction: c.direction,
+                id: c.id.to_json_text().into(),
+                method: c.method.clone(),
+                target: c.target.clone(),
+                outcome: RowOutcome::from(&c.outcome),
+                latency_us: c.latency_us,
+                anomalies: c.anomalies.iter().map(|a| Text::from(*a)).collect(),
+            }),
+            Event::Http(crate::events::HttpEvent::Request {
+                exchange,
+                method,
+                path,
+                session,
+                protocol_version,
+                ..
+            }) => {
+                self.apply_http_request(
+                    *exchange,
+                    method,
+                    path,
+                    session.as_deref(),
+                    protocol_version.as_deref(),
+                );
+            }
+            Event::Http(crate::events::HttpEvent::Response {
+                exchange,
+                status,
+                content_type,
+                ..
+            }) => {
+                self.apply_http_response(*exchange, *status, content_type.clone());
+            }
+            Event::Http(crate::events::HttpEvent::Auth {
+                ts,
+                exchange,
+                method,
+                path,
+                status,
+                www_authenticate,
+            }) => {
+                self.apply_auth(
+                    *ts,
+                    *exchange,
+                    method,
+                    path,
+                    *status,
+                    www_authenticate.as_deref(),
+                );
+            }
+            Event::Http(crate::events::HttpEvent::Binary {
+                ts,
+                exchange,
+                direction,
+                len,
+            }) => self.apply_binary(*ts, *exchange, *direction, *len),
+            Event::Anomaly(a) => self.apply_anomaly(AnomalyIn {
+                ts_ns: a.ts,
+                exchange: a.exchange,
+                scope: a.scope.to_string().into(),
+                direction: a.direction,
+                batch_index: a.batch_index,
+                id: a.id.as_ref().map(|i| i.to_json_text().into()),
+                code: a.code.into(),
+                message: a.message.clone(),
+            }),
+            _ => {}
+        }
+    }
+
+    /// An authorization exchange around an MCP endpoint: a row of its own (kind `http`), its
+    /// challenge in the detail pane. `-http` in the filter (or `h`) hides these rows.
+    pub fn apply_auth(
+        &mut self,
+        ts_ns: u64,
+        exchange: u64,
+        method: &str,
+        path: &str,
+        status: u16,
+        www_authenticate: Option<&str>,
+    ) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let detail: Text = match www_authenticate {
+            Some(w) => format!("WWW-Authenticate: {w}").into(),
+            None => Text::from(""),
+        };
+        let row = Row {
+            seq,
+            ts_ns,
+            exchange,
+            scope: format!("exchange:{exchange}").into(),
+            direction: Direction::ClientToServer,
+            method: format!("{method} {path}").into(),
+            target: None,
+            id: Text::from(""),
+            outcome: RowOutcome::Http(status),
+            latency_us: None,
+            size: 0,
+            anomalies: vec![],
+            anomaly_text: vec![],
+            request: (!detail.is_empty()).then_some(detail),
+            reply: None,
+            stream: vec![],
+            transport: "http",
+        };
+        self.push_row(row);
+    }
+
+    /// A WebSocket's binary message: a row of its own (shown, not parsed).
+    pub fn apply_binary(&mut self, ts_ns: u64, exchange: u64, direction: Direction, len: u64) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let row = Row {
+            seq,
+            ts_ns,
+            exchange,
+            scope: format!("exchange:{exchange}").into(),
+            direction,
+            method: Text::from("(binary message)"),
+            target: None,
+            id: Text::from(""),
+            outcome: RowOutcome::Notification,
+            latency_us: None,
+            size: len as usize,
+            anomalies: vec![],
+            anomaly_text: vec![],
+            request: Some(
+                format!("a binary message of {len} bytes: not JSON-RPC, not parsed").into(),
+            ),
+            reply: None,
+            stream: vec![],
+            transport: "ws",
+        };
+        self.push_row(row);
+    }
+
+    pub fn apply_http_request(
+        &mut self,
+        exchange: u64,
+        method: &str,
+        path: &str,
+        session: Option<&str>,
+        protocol_version: Option<&str>,
+    ) {
+        if self.http.len() >= self.max_rows * 2 {
+            // Exchanges without rows (GET pages…) must not accumulate.
+            let min = exchange.saturating_sub(self.max_rows as u64);
+            self.http.retain(|k, _| *k > min);
+        }
+        self.http.insert(
+            exchange,
+            HttpMeta {
+                method: method.to_string(),
+                path: path.to_string(),
+                session: session.map(str::to_string),
+                protocol_version: protocol_version.map(str::to_string),
+                ..Default::default()
+            },
+        );
+    }
+
+    pub fn apply_http_response(
+        &mut self,
+        exchange: u64,
+        status: u16,
+        content_type: Option<String>,
+    ) {
+        if let Some(h) = self.http.get_mut(&exchange) {
+            h.status = Some(status);
+            h.content_type = content_type;
+        }
+    }
+
+    /// Applies one message (live or from a recording).
+    pub fn apply_message(&mut self, m: MessageIn) {
+        let dir = if m.c2s {
+            Direction::ClientToServer
+        } else {
+            Direction::ServerToClient
+        };
+        match m.kind {
+            Kind::Request | Kind::Notification | Kind::Invalid
+                if m.method.is_some() || m.kind != Kind::Invalid =>
+            {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let is_call = m.kind != Kind::Notification && m.id.is_some();
+                if !is_call {
+                    self.notifications_total += self.sample.max(1);
+                }
+                let stream_target = match (&m.method, &m.target, m.transport) {
+                    (
+                        Some(method),
+                        Some(target),
+                        crate::events::Transport::Ws | crate::events::Transport::Stdio,
+                    ) => Some(Text::from(format!("{method} [{target}]"))),
+                    _ => None,
+                };
+                let id = m.id.unwrap_or_else(|| Text::from(""));
+                let row = Row {
+                    seq,
+                    ts_ns: m.ts_ns,
+                    exchange: m.exchange,
+                    scope: m.scope.clone(),
+                    direction: dir,
+                    method: m.method.unwrap_or_else(|| Text::from("")),
+                    target: m.target,
+                    id: id.clone(),
+                    outcome: if is_call {
+                        RowOutcome::Pending
+                    } else {
+                        RowOutcome::Notification
+                    },
+                    latency_us: None,
+                    size: m.raw.len(),
+                    anomalies: vec![],
+                    anomaly_text: vec![],
+                    request: Some(m.raw.clone()),
+                    reply: None,
+                    stream: vec![],
+                    transport: transport_label(m.transport),
+                };
+                self.push_row(row);
+                self.note_recent(m.exchange, dir, m.batch_index, Some(seq));
+                if is_call {
+                    self.open
+                        .entry((m.scope.clone(), dir, id))
+                        .or_default()
+                        .push_back(seq);
+                    self.by_exchange.entry(m.exchange).or_default().push(seq);
+                } else if !m.c2s && m.kind == Kind::Notification && stream_target.is_some() {
+                    // A subscription's notification (a WebSocket's `eth_subscription`, …):
+                    // counted in the methods view under its subscription.
+                    if let Some(key) = stream_target {
+                        self.method_mut(&key).count += self.sample.max(1);
+                    }
+                } else if !m.c2s
+                    && matches!(
+                        m.transport,
+                        crate::events::Transport::Sse | crate::events::Transport::LegacySse
+                    )
+                {
+                    // A server notification inside a stream: also shown with the calls it serves.
+                    self.show_with_exchange(m.exchange, &m.raw);
+                }
+                self.session_touch(&m.scope, m.ts_ns);
+            }
+            _ => {
+                // A response: attach to its call.
+                let req_dir = dir.reverse();
+                let key = (
+                    m.scope.clone(),
+                    req_dir,
+                    m.id.unwrap_or_else(|| Text::from("")),
+                );
+                let seq = self.open.get(&key).and_then(|q| {
+                    q.iter()
+                        .copied()
+                        .find(|s| self.row(*s).is_some_and(|r| r.reply.is_none()))
+                });
+                self.note_recent(m.exchange, dir, m.batch_index, seq);
+                if let Some(seq) = seq {
+                    let raw = m.raw.clone();
+                    self.add_detail(seq, |r| {
+                        r.size += raw.len();
+                        r.reply = Some(raw);
+                    });
+                } else {
+                    // A reply the inspector could not attach to a call (id null, an unknown id,
+                    // not JSON): shown with the calls of its exchange, so its body is never lost.
+                    self.show_with_exchange(m.exchange, &m.raw);
+                }
+            }
+        }
+    }
+
+    /// Remembers which row a message went to (a bounded window: findings follow their message
+    /// closely, interleaved at most with other exchanges' events).
+    fn note_recent(&mut self, exchange: u64, dir: Direction, batch: Option<u32>, seq: Option<u64>) {
+        if self.recent.len() >= RECENT_KEEP {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((exchange, dir, batch, seq));
+    }
+
+    /// Shows a message with the calls of its exchange (in their detail's stream list).
+    fn show_with_exchange(&mut self, exchange: u64, raw: &Text) {
+        for s in self.by_exchange.get(&exchange).cloned().unwrap_or_default() {
+            self.add_detail(s, |r| {
+                if r.stream.len() < SSE_STREAM_KEEP {
+                    r.stream.push(raw.clone());
+                }
+            });
+        }
+    }
+
+    fn session_touch(&mut self, scope: &Text, ts: u64) {
+        let s = self.session_mut(scope);
+        s.last_ns = s.last_ns.max(ts);
+    }
+
+    /// A scope's statistics: an MCP session's own, made on first sight, or — for traffic
+    /// without a session, scoped per exchange — the one "(no session)" line. The session map is
+    /// held to `max_rows` sessions: past that, the least recently seen eighth goes (amortized:
+    /// the sort runs once per `max_rows / 8` new sessions).
+    fn session_mut(&mut self, scope: &Text) -> &mut SessionStats {
+        if !scope.starts_with("session:") {
+            return &mut self.no_session;
+        }
+        if !self.sessions.contains_key(scope) {
+            make_room(&mut self.sessions, self.max_rows, |s| s.last_ns);
+        }
+        self.sessions.entry(scope.clone()).or_default()
+    }
+
+    /// A method's statistics, made on first sight; at most `max_rows` methods (a peer can send
+    /// any number of names): past that, the least used eighth goes.
+    fn method_mut(&mut self, method: &Text) -> &mut MethodStats {
+        if !self.methods.contains_key(method) {
+            make_room(&mut self.methods, self.max_rows, |m| m.count);
+        }
+        self.methods.entry(method.clone()).or_default()
+    }
+
+    /// Applies a call's outcome (a test's shorthand: no exchange, target or findings).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_call(
+        &mut self,
+        scope: Text,
+        dir: Direction,
+        id: Text,
+        method: &Text,
+        outcome: RowOutcome,
+        latency_us: Option<u64>,
+        ts: u64,
+    ) {
+        self.apply_call_at(CallIn {
+            ts_ns: ts,
+            exchange: 0,
+            scope,
+            direction: dir,
+            id,
+            method: method.clone(),
+            target: None,
+            outcome,
+            latency_us,
+            anomalies: vec![],
+        });
+    }
+
+    /// Applies a call's outcome: its row gets the outcome and every code the inspector raised
+    /// on it. A call whose request row is not here (a feed attached after the call began, a
+    /// display event dropped) gets a row of its own, made from the call.
+    pub fn apply_call_at(&mut self, c: CallIn) {
+        // Under sampling each call shown stands for `sample` calls in the counters.
+        let w = self.sample.max(1);
+        let (ts, latency_us, outcome) = (c.ts_ns, c.latency_us, c.outcome);
+        self.calls_total += w;
+        let err = outcome.is_error();
+        if err {
+            self.errors_total += w;
+        }
+        if let Some(b) = self.per_second.back_mut() {
+            *b += w;
+        }
+        if let Some(l) = latency_us {
+            self.recent_latencies.push_back(l);
+            if self.recent_latencies.len() > LATENCY_WINDOW {
+                self.recent_latencies.pop_front();
+            }
+        }
+        let ms = self.method_mut(&c.method);
+        ms.count += w;
+        if err {
+            ms.errors += w;
+        }
+        if let Some(l) = latency_us {
+            if ms.latencies.len() >= 2048 {
+                ms.latencies.remove(0);
+            }
+            ms.latencies.push(l);
+        }
+        let s = self.session_mut(&c.scope);
+        s.calls += w;
+        if err {
+            s.errors += w;
+        }
+        s.last_ns = s.last_ns.max(ts);
+        let key = (c.scope, c.direction, c.id);
+        let seq = self.open.get_mut(&key).and_then(VecDeque::pop_front);
+        if self.open.get(&key).is_some_and(VecDeque::is_empty) {
+            self.open.remove(&key);
+        }
+        let codes = c.anomalies;
+        match seq {
+            Some(seq) => {
+                if let Some(r) = self.row_mut(seq) {
+                    r.outcome = outcome;
+                    r.latency_us = latency_us;
+                    // An ended call is marked with exactly the codes the inspector gave it (the
+                    // ones pinned while it waited were provisional); findings about its
+                    // exchange stay in its detail.
+                    r.anomalies.clear();
+                    for code in codes {
+                        if !r.anomalies.iter().any(|a| **a == *code) {
+                            r.anomalies.push(code.to_string());
+                        }
+                    }
+                }
+            }
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let started = ts.saturating_sub(latency_us.unwrap_or(0) * 1000);
+                let (scope, direction, id) = key;
+                let mut anomalies: Vec<String> = Vec::new();
+                for code in codes {
+                    if !anomalies.iter().any(|a| **a == *code) {
+                        anomalies.push(code.to_string());
+                    }
+                }
+                self.push_row(Row {
+                    seq,
+                    ts_ns: started,
+                    exchange: c.exchange,
+                    scope,
+                    direction,
+                    method: c.method,
+                    target: c.target,
+                    id,
+                    outcome,
+                    latency_us,
+                    size: 0,
+                    anomalies,
+                    anomaly_text: vec![],
+                    request: None,
+                    reply: None,
+                    stream: vec![],
+                    transport: FROM_CALL,
+                });
+            }
+        }
+    }
+
+    /// Applies an anomaly: counted, listed, and pinned on the row of the message it concerns —
+    /// the message just applied when the finding names that frame (the inspector publishes a
+    /// message's findings right after it), else the newest row of its scope with its id, else
+    /// the newest row of its exchange.
+    pub fn apply_anomaly(&mut self, a: AnomalyIn) {
+        self.anomalies_total += 1;
+        self.session_mut(&a.scope).anomalies += 1;
+        self.anomaly_rows.push_back((
+            a.ts_ns,
+            a.code.to_string(),
+            a.scope.to_string(),
+            a.message.clone(),
+        ));
+        if self.anomaly_rows.len() > self.max_rows {
+            self.anomaly_rows.pop_front();
+        }
+        let id = a.id.as_ref();
+        let same_id = |r: &Row| id.is_none_or(|i| r.id == *i);
+        let just_applied = a.direction.and_then(|d| {
+            let &(_, dir, batch, seq) = self.recent.iter().rev().find(|m| m.0 == a.exchange)?;
+            let seq = seq.filter(|_| dir == d && batch == a.batch_index)?;
+            self.row(seq).filter(|r| same_id(r)).map(|r| r.seq)
+        });
+        let target = just_applied.or_else(|| {
+            let newest = |f: &dyn Fn(&Row) -> bool| {
+                self.rows
+                    .iter()
+                    .rev()
+                    .take(10_000)
+                    .find(|r| f(r))
+                    .map(|r| r.seq)
+            };
+            match id {
+                Some(i) => newest(&|r| {
+                    r.scope == a.scope && r.id == *i && a.direction.is_none_or(|d| r.direction == d)
+                })
+                .or_else(|| newest(&|r| r.scope == a.scope && r.id == *i)),
+                None => newest(&|r| r.exchange == a.exchange),
+            }
+        });
+        if let Some(seq) = target {
+            if let Some(r) = self.row_mut(seq) {
+                // A call that ended carries its call's codes (`apply_call_at`); a waiting call
+                // shows what was flagged so far, a notification or stray reply all of it.
+                let open = r.outcome == RowOutcome::Pending || r.id.is_empty();
+                if open && !r.anomalies.iter().any(|c| **c == *a.code) {
+                    r.anomalies.push(a.code.to_string());
+                }
+                r.anomaly_text.push(format!("{}: {}", a.code, a.message));
+            }
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.open.clear();
+        self.by_exchange.clear();
+        self.recent.clear();
+        self.anomaly_rows.clear();
+        self.detail_bytes = 0;
+        self.selected = 0;
+        self.follow = true;
+    }
+
+    /// p50, p95, p99 of recent latencies, in µs.
+    pub fn percentiles(&self) -> Option<(u64, u64, u64)> {
+        percentiles(self.recent_latencies.iter().copied().collect())
+    }
+
+    pub fn pending(&self) -> usize {
+        self.open.values().map(VecDeque::len).sum()
+    }
+
+    pub fn calls_per_second(&self) -> u64 {
+        // the last complete second
+        let n = self.per_second.len();
+        if n >= 2 {
+            self.per_second[n - 2]
+        } else {
+            0
+        }
+    }
+}
+
+/// Makes room for one more entry in a map held to `cap` entries: when full, the eighth with the
+/// lowest `rank` goes (one sort per `cap / 8` insertions).
+fn make_room<V>(map: &mut HashMap<Text, V>, cap: usize, rank: impl Fn(&V) -> u64) {
+    if map.len() < cap {
+        return;
+    }
+    let mut ranked: Vec<(u64, Text)> = map.iter().map(|(k, v)| (rank(v), k.clone())).collect();
+    ranked.sort_unstable();
+    for (_, k) in ranked.iter().take((cap / 8).max(1)) {
+        map.remove(k);
+    }
+}
+
+/// p50, p95, p99 of a sample.
+pub fn percentiles(mut v: Vec<u64>) -> Option<(u64, u64, u64)> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    Some((at(0.50), at(0.95), at(0.99)))
+}

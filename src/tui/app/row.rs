@@ -1,0 +1,180 @@
+//! The rows of the call list, and what a live event or a recording line becomes before the
+//! state applies it.
+
+use super::{Text, FROM_CALL, SCOPE_WIDTH};
+use crate::events::{Direction, Outcome};
+use crate::rpc::Kind;
+
+/// A row's outcome, for display.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RowOutcome {
+    Pending,
+    Notification,
+    Result,
+    Error(i64),
+    Refused(String),
+    Rejected(u16),
+    Missing(String),
+    /// An `http` row: an authorization exchange around an MCP endpoint, and its status.
+    Http(u16),
+}
+
+impl From<&Outcome> for RowOutcome {
+    fn from(o: &Outcome) -> Self {
+        match o {
+            Outcome::Result => RowOutcome::Result,
+            Outcome::Error { code, .. } => RowOutcome::Error(*code),
+            Outcome::Refused { rule } => RowOutcome::Refused(rule.clone()),
+            Outcome::Rejected { status } => RowOutcome::Rejected(*status),
+            Outcome::Missing { reason } => RowOutcome::Missing(reason.clone()),
+        }
+    }
+}
+
+impl RowOutcome {
+    pub fn label(&self) -> String {
+        match self {
+            RowOutcome::Pending => "pending".into(),
+            RowOutcome::Notification => "notif".into(),
+            RowOutcome::Result => "result".into(),
+            RowOutcome::Error(c) => format!("error {c}"),
+            RowOutcome::Refused(_) => "refused".into(),
+            RowOutcome::Rejected(s) => format!("HTTP {s}"),
+            RowOutcome::Missing(_) => "missing".into(),
+            RowOutcome::Http(s) => format!("HTTP {s}"),
+        }
+    }
+    pub fn is_error(&self) -> bool {
+        matches!(
+            self,
+            RowOutcome::Error(_)
+                | RowOutcome::Refused(_)
+                | RowOutcome::Rejected(_)
+                | RowOutcome::Missing(_)
+        ) || matches!(self, RowOutcome::Http(s) if *s >= 400)
+    }
+}
+
+/// One row of the call list.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub seq: u64,
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: Text,
+    /// `c→s` or `s→c`.
+    pub direction: Direction,
+    pub method: Text,
+    pub target: Option<Text>,
+    /// Exact id text, or empty for notifications.
+    pub id: Text,
+    pub outcome: RowOutcome,
+    pub latency_us: Option<u64>,
+    pub size: usize,
+    pub anomalies: Vec<String>,
+    pub anomaly_text: Vec<String>,
+    pub request: Option<Text>,
+    pub reply: Option<Text>,
+    /// Other messages of the same SSE stream (progress notifications…), in order.
+    pub stream: Vec<Text>,
+    pub transport: &'static str,
+}
+
+impl Row {
+    pub fn display_method(&self) -> String {
+        match &self.target {
+            Some(t) => format!("{} {}", self.method, t),
+            None => self.method.to_string(),
+        }
+    }
+    /// The scope as the list shows it: a session id whole when it fits the column
+    /// (`stdio-4413`), else its first characters and `…`; `#exchange` without a session.
+    pub fn scope_short(&self) -> String {
+        match self.scope.strip_prefix("session:") {
+            Some(s) if s.chars().count() <= SCOPE_WIDTH => s.to_string(),
+            Some(s) => s.chars().take(SCOPE_WIDTH - 1).chain(['…']).collect(),
+            None => format!("#{}", self.exchange),
+        }
+    }
+    /// The row was made from its call's end alone: its messages were never seen here.
+    pub fn messages_unseen(&self) -> bool {
+        self.transport == FROM_CALL
+    }
+    pub(super) fn detail_bytes(&self) -> usize {
+        self.request.as_ref().map_or(0, |t| t.len())
+            + self.reply.as_ref().map_or(0, |t| t.len())
+            + self.stream.iter().map(|t| t.len()).sum::<usize>()
+    }
+}
+
+/// The HTTP side of an exchange, for the detail pane.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpMeta {
+    pub method: String,
+    pub path: String,
+    /// The request's `Mcp-Session-Id` (re-sending a call sends it again).
+    pub session: Option<String>,
+    /// The request's `MCP-Protocol-Version` (sent again too).
+    pub protocol_version: Option<String>,
+    pub status: Option<u16>,
+    pub content_type: Option<String>,
+}
+
+/// A message as the dashboard takes it (from a live event or a recording line).
+#[derive(Clone, Debug)]
+pub struct MessageIn {
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: Text,
+    pub c2s: bool,
+    pub kind: Kind,
+    pub id: Option<Text>,
+    pub method: Option<Text>,
+    pub target: Option<Text>,
+    pub raw: Text,
+    pub transport: crate::events::Transport,
+    /// Its index in its batch, when batched.
+    pub batch_index: Option<u32>,
+}
+
+/// A call's end, as the dashboard applies it (live or from a recording).
+#[derive(Clone, Debug)]
+pub struct CallIn {
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: Text,
+    /// The direction of the request.
+    pub direction: Direction,
+    pub id: Text,
+    pub method: Text,
+    pub target: Option<Text>,
+    pub outcome: RowOutcome,
+    pub latency_us: Option<u64>,
+    /// Every code the inspector raised on the call (its `call` line's `anomalies`).
+    pub anomalies: Vec<Text>,
+}
+
+/// An anomaly, as the dashboard applies it (live or from a recording).
+#[derive(Clone, Debug)]
+pub struct AnomalyIn {
+    pub ts_ns: u64,
+    pub exchange: u64,
+    pub scope: Text,
+    /// The frame it concerns: its direction and batch index (when it concerns one).
+    pub direction: Option<Direction>,
+    pub batch_index: Option<u32>,
+    pub id: Option<Text>,
+    pub code: Text,
+    pub message: String,
+}
+
+/// A transport's name as the dashboard shows it.
+pub fn transport_label(t: crate::events::Transport) -> &'static str {
+    use crate::events::Transport::*;
+    match t {
+        Json => "json",
+        Sse | LegacySse => "sse",
+        Stdio => "stdio",
+        Ws => "ws",
+    }
+}

@@ -1,0 +1,710 @@
+//! The state's transitions, without a terminal.
+
+use super::*;
+
+fn msg(
+    ex: u64,
+    c2s: bool,
+    kind: Kind,
+    id: Option<&str>,
+    method: Option<&str>,
+    raw: &str,
+) -> MessageIn {
+    MessageIn {
+        ts_ns: 1_000_000_000 * ex,
+        exchange: ex,
+        scope: format!("exchange:{ex}").into(),
+        c2s,
+        kind,
+        id: id.map(Text::from),
+        method: method.map(Text::from),
+        target: None,
+        raw: raw.into(),
+        transport: crate::events::Transport::Json,
+        batch_index: None,
+    }
+}
+
+fn app_with_calls() -> App {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    a.apply_message(msg(
+        1,
+        true,
+        Kind::Request,
+        Some("1"),
+        Some("add"),
+        r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#,
+    ));
+    a.apply_message(msg(
+        1,
+        false,
+        Kind::Result,
+        Some("1"),
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"result":3}"#,
+    ));
+    a.apply_call(
+        "exchange:1".into(),
+        Direction::ClientToServer,
+        "1".into(),
+        &"add".into(),
+        RowOutcome::Result,
+        Some(1500),
+        1,
+    );
+    a.apply_message(msg(
+        2,
+        true,
+        Kind::Request,
+        Some("2"),
+        Some("nope"),
+        r#"{"jsonrpc":"2.0","method":"nope","id":2}"#,
+    ));
+    a.apply_message(msg(
+        3,
+        true,
+        Kind::Notification,
+        None,
+        Some("log"),
+        r#"{"jsonrpc":"2.0","method":"log"}"#,
+    ));
+    a
+}
+
+#[test]
+fn pending_rows_update_in_place() {
+    let mut a = app_with_calls();
+    assert_eq!(a.rows.len(), 3);
+    assert_eq!(a.rows[1].outcome, RowOutcome::Pending);
+    assert_eq!(a.pending(), 1);
+    a.apply_message(msg(
+        2,
+        false,
+        Kind::Error,
+        Some("2"),
+        None,
+        r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"x"}}"#,
+    ));
+    a.apply_call(
+        "exchange:2".into(),
+        Direction::ClientToServer,
+        "2".into(),
+        &"nope".into(),
+        RowOutcome::Error(-32601),
+        Some(900),
+        2,
+    );
+    assert_eq!(a.rows[1].outcome, RowOutcome::Error(-32601));
+    assert!(a.rows[1].reply.is_some());
+    assert_eq!((a.pending(), a.calls_total, a.errors_total), (0, 2, 1));
+}
+
+#[test]
+fn keys_move_filter_and_views() {
+    let mut a = app_with_calls();
+    assert!(a.follow);
+    assert_eq!(&*a.selected_row().unwrap().method, "log");
+    a.handle_key(Key::Up);
+    assert!(!a.follow);
+    assert_eq!(&*a.selected_row().unwrap().method, "nope");
+    a.handle_key(Key::Char('g'));
+    assert_eq!(&*a.selected_row().unwrap().method, "add");
+    a.handle_key(Key::Char('G'));
+    assert!(a.follow);
+    // filter: pending
+    a.handle_key(Key::Char('/'));
+    for c in "pending".chars() {
+        a.handle_key(Key::Char(c));
+    }
+    assert!(a.editing_filter);
+    a.handle_key(Key::Enter);
+    assert_eq!(a.visible().len(), 1);
+    assert_eq!(&*a.visible()[0].method, "nope");
+    a.handle_key(Key::Esc);
+    assert_eq!(a.visible().len(), 3);
+    a.filter = "add*".into();
+    assert_eq!(a.visible().len(), 1);
+    a.filter = "id:2".into();
+    assert_eq!(&*a.visible()[0].method, "nope");
+    a.filter = "params".into(); // free text in the messages
+    assert_eq!(a.visible().len(), 1);
+    a.filter.clear();
+    assert_eq!(a.handle_key(Key::Tab), Action::None);
+    assert_eq!(a.view, View::Anomalies);
+    a.handle_key(Key::Tab);
+    a.handle_key(Key::Tab);
+    a.handle_key(Key::Tab);
+    assert_eq!(a.view, View::Calls);
+    assert_eq!(a.handle_key(Key::Char('?')), Action::None);
+    assert!(a.help);
+    a.handle_key(Key::Char('x'));
+    assert!(!a.help);
+    assert_eq!(a.handle_key(Key::Char('q')), Action::Quit);
+}
+
+#[test]
+fn authorization_exchanges_are_http_rows_that_h_hides() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    a.apply_auth(1, 7, "POST", "/mcp", 401, Some(r#"Bearer realm="x""#));
+    a.apply_auth(
+        2,
+        8,
+        "GET",
+        "/.well-known/oauth-protected-resource",
+        200,
+        None,
+    );
+    let rows = a.visible();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(&*rows[0].method, "POST /mcp");
+    assert_eq!(rows[0].outcome.label(), "HTTP 401");
+    assert!(rows[0].outcome.is_error() && !rows[1].outcome.is_error());
+    assert_eq!(
+        rows[0].request.as_deref(),
+        Some(r#"WWW-Authenticate: Bearer realm="x""#)
+    );
+    a.handle_key(Key::Char('h'));
+    assert_eq!(a.filter, "-http");
+    assert_eq!(a.visible_len(), 0);
+    a.handle_key(Key::Char('h'));
+    assert_eq!(a.visible_len(), 2);
+    a.filter = "http error".into();
+    assert_eq!(a.visible_len(), 1);
+}
+
+#[test]
+fn a_reply_that_matches_no_call_is_shown_with_its_exchange() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let msg = |c2s: bool, kind: Kind, id: Option<&str>, raw: &str| MessageIn {
+        ts_ns: 1,
+        exchange: 9,
+        scope: "exchange:9".into(),
+        c2s,
+        kind,
+        id: id.map(Text::from),
+        method: (kind == Kind::Request).then(|| Text::from("server/discover")),
+        target: None,
+        raw: raw.into(),
+        transport: crate::events::Transport::Json,
+        batch_index: None,
+    };
+    a.apply_message(msg(true, Kind::Request, Some("1"), r#"{"id":1}"#));
+    let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request"}}"#;
+    a.apply_message(msg(false, Kind::Error, Some("null"), body));
+    let r = a.rows.back().unwrap();
+    assert!(r.reply.is_none());
+    assert_eq!(
+        r.stream,
+        vec![Text::from(body)],
+        "the unattached body is there"
+    );
+}
+
+#[test]
+fn export_without_a_filter_gives_one_document_per_scope() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    for (ex, scope) in [(1, "exchange:1"), (2, "exchange:2"), (3, "session:s")] {
+        for (c2s, kind, raw) in [
+            (
+                true,
+                Kind::Request,
+                r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#,
+            ),
+            (
+                false,
+                Kind::Result,
+                r#"{"jsonrpc":"2.0","id":1,"result":1}"#,
+            ),
+        ] {
+            a.apply_message(MessageIn {
+                ts_ns: 1,
+                exchange: ex,
+                scope: scope.into(),
+                c2s,
+                kind,
+                id: Some("1".into()),
+                method: c2s.then(|| Text::from("m")),
+                target: None,
+                raw: raw.into(),
+                transport: crate::events::Transport::Json,
+                batch_index: None,
+            });
+        }
+    }
+    let out = a.export_document();
+    let docs: Vec<&str> = out.lines().collect();
+    assert_eq!(docs.len(), 3, "{out}");
+    for d in docs {
+        let r = crate::inspect::offline::check_document(
+            d.as_bytes(),
+            &crate::inspect::offline::CheckLimits::default(),
+        )
+        .unwrap();
+        assert!(r.findings.is_empty(), "no false DUPLICATE_ID: {d}");
+    }
+}
+
+#[test]
+fn curl_and_resend_use_the_calls_path_and_session() {
+    let mut a = app_with_calls();
+    a.handle_key(Key::Char('g'));
+    let ex = a.selected_row().unwrap().exchange;
+    a.apply_http_request(ex, "POST", "/mcp?x=1", Some("sess'1"), Some("2025-06-18"));
+    match a.handle_key(Key::Char('y')) {
+        Action::Copy { text: c, what } => {
+            assert_eq!(what, "curl");
+            assert!(c.contains(&format!("'http://{}/mcp?x=1'", a.listen)), "{c}");
+            assert!(c.contains(r#"-H 'mcp-session-id: sess'\''1'"#), "{c}");
+            assert!(c.contains("-H 'mcp-protocol-version: 2025-06-18'"), "{c}");
+        }
+        other => panic!("{other:?}"),
+    }
+    a.can_resend = true;
+    match a.handle_key(Key::Char('r')) {
+        Action::Resend { path, .. } => assert_eq!(path, "/mcp?x=1"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn actions_carry_what_the_loop_needs() {
+    let mut a = app_with_calls();
+    a.handle_key(Key::Char('g'));
+    match a.handle_key(Key::Char('y')) {
+        Action::Copy { text: c, .. } => {
+            assert!(c.starts_with("curl ") && c.contains(r#""method":"add""#))
+        }
+        other => panic!("{other:?}"),
+    }
+    a.handle_key(Key::Enter);
+    match a.handle_key(Key::Char('e')) {
+        Action::Export(d) => {
+            let v: serde_json::Value = serde_json::from_str(&d).unwrap();
+            assert_eq!(v["request"][0]["method"], "add");
+            assert_eq!(v["response"][0]["result"], 3);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        a.handle_key(Key::Char('r')),
+        Action::None,
+        "no re-send when viewing"
+    );
+    a.can_resend = true;
+    assert!(matches!(
+        a.handle_key(Key::Char('r')),
+        Action::Resend { .. }
+    ));
+    a.handle_key(Key::Char('c'));
+    assert!(a.rows.is_empty());
+}
+
+#[test]
+fn memory_is_bounded() {
+    let mut a = App::new("t", "l", "u", 1000, 0);
+    a.max_detail_bytes = 100_000;
+    let big = "x".repeat(1000);
+    for i in 0..10_000u64 {
+        a.apply_message(msg(
+            i,
+            true,
+            Kind::Request,
+            Some(&i.to_string()),
+            Some("m"),
+            &big,
+        ));
+        a.apply_call(
+            format!("exchange:{i}").into(),
+            Direction::ClientToServer,
+            i.to_string().into(),
+            &"m".into(),
+            RowOutcome::Result,
+            Some(i),
+            i,
+        );
+    }
+    assert_eq!(a.rows.len(), 1000);
+    let kept: usize = a.rows.iter().filter(|r| r.request.is_some()).count();
+    assert!((90..=100).contains(&kept), "{kept}");
+    assert_eq!(a.pending(), 0);
+    assert!(a.recent_latencies.len() <= LATENCY_WINDOW);
+}
+
+#[test]
+fn percentiles_are_right() {
+    assert_eq!(percentiles((1..=100).collect()), Some((51, 95, 99)));
+    assert_eq!(percentiles(vec![]), None);
+}
+
+#[test]
+fn scope_and_method_tables_stay_bounded_under_any_traffic() {
+    // Clients can open any number of sessions, and a peer can invent method names.
+    let mut a = App::new("t", "l", "u", 100, 0);
+    for i in 0..5_000u64 {
+        let method = format!("m{i}");
+        a.apply_message(msg(
+            i,
+            true,
+            Kind::Request,
+            Some("1"),
+            Some(&method),
+            r#"{"jsonrpc":"2.0","method":"m","id":1}"#,
+        ));
+        a.apply_call(
+            format!("session:{i}").into(),
+            Direction::ClientToServer,
+            "1".into(),
+            &method.as_str().into(),
+            RowOutcome::Result,
+            Some(10),
+            i * 1_000_000_000,
+        );
+    }
+    assert!(a.sessions.len() <= 100, "{}", a.sessions.len());
+    assert!(a.methods.len() <= 100, "{}", a.methods.len());
+    // The newest survive; traffic without a session is one line.
+    assert!(a.sessions.contains_key("session:4999"));
+    assert_eq!(a.no_session.calls, 0);
+    assert!(a.no_session.last_ns > 0, "the requests had exchange scopes");
+    assert!(a.methods.contains_key("m4999"));
+    assert_eq!(a.calls_total, 5_000);
+    assert!(a.rows.len() <= 100);
+    // The calls' outcomes named other scopes: their request rows stayed pending, and each
+    // outcome got a row of its own (no request seen); evicted rows leave the open calls.
+    assert!(a
+        .rows
+        .iter()
+        .all(|r| (r.outcome == RowOutcome::Pending) == r.request.is_some()));
+    let pending_rows = a.rows.iter().filter(|r| r.request.is_some()).count();
+    assert_eq!(a.pending(), pending_rows);
+}
+
+#[test]
+fn a_call_whose_request_was_not_seen_gets_a_row_of_its_own() {
+    // A feed attached while the call was in flight: only its outcome arrives.
+    let mut a = App::new("t", "l", "u", 100, 0);
+    a.apply_call_at(CallIn {
+        ts_ns: 10_000_000,
+        exchange: 7,
+        scope: "session:s1".into(),
+        direction: Direction::ClientToServer,
+        id: "3".into(),
+        method: "tools/call".into(),
+        target: Some("add".into()),
+        outcome: RowOutcome::Result,
+        latency_us: Some(1_500),
+        anomalies: vec!["TOOL_ERROR".into()],
+    });
+    assert_eq!(a.rows.len(), 1);
+    let r = &a.rows[0];
+    assert_eq!((r.exchange, &*r.method, &*r.id), (7, "tools/call", "3"));
+    assert_eq!(r.display_method(), "tools/call add");
+    assert_eq!(r.outcome, RowOutcome::Result);
+    assert_eq!(r.ts_ns, 10_000_000 - 1_500_000, "when the call started");
+    assert!(r.request.is_none());
+    assert_eq!(r.anomalies, ["TOOL_ERROR"], "the call's own findings");
+    assert_eq!(a.calls_total, 1);
+    assert_eq!(a.pending(), 0);
+}
+
+#[test]
+fn under_sampling_each_call_shown_counts_for_the_stride() {
+    let mut a = app_with_calls();
+    let before = (a.calls_total, a.errors_total);
+    a.sample = 4;
+    a.apply_call(
+        "exchange:2".into(),
+        Direction::ClientToServer,
+        "2".into(),
+        &"nope".into(),
+        RowOutcome::Error(-32601),
+        Some(900),
+        2,
+    );
+    assert_eq!(
+        (a.calls_total, a.errors_total),
+        (before.0 + 4, before.1 + 4)
+    );
+    assert_eq!(a.methods["nope"].count, 4);
+}
+
+#[test]
+fn a_subscriptions_notifications_are_counted_under_it_in_the_methods_view() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    for _ in 0..3 {
+        let mut m = msg(
+            1,
+            false,
+            Kind::Notification,
+            None,
+            Some("eth_subscription"),
+            r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{}}}"#,
+        );
+        m.target = Some("0x1".into());
+        m.transport = crate::events::Transport::Ws;
+        a.apply_message(m);
+    }
+    assert_eq!(a.methods["eth_subscription [0x1]"].count, 3);
+    assert_eq!(a.methods.len(), 1);
+}
+
+#[test]
+fn a_websocket_binary_message_is_a_row_of_its_own() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    a.apply(&Event::Http(crate::events::HttpEvent::Binary {
+        ts: 1,
+        exchange: 7,
+        direction: Direction::ServerToClient,
+        len: 5,
+    }));
+    let r = a.rows.back().expect("a row");
+    assert_eq!(&*r.method, "(binary message)");
+    assert_eq!((r.size, r.transport, r.exchange), (5, "ws", 7));
+}
+
+fn filtered(a: &mut App, f: &str) -> Vec<String> {
+    a.filter = f.into();
+    a.visible()
+        .iter()
+        .map(|r| {
+            format!(
+                "{}{}",
+                r.method,
+                r.target
+                    .as_deref()
+                    .map(|t| format!(" {t}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// An app with a tools/call that failed with a JSON-RPC error and was flagged, one that
+/// succeeded, a plain call and a notification.
+fn app_for_filters() -> App {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let call = |a: &mut App, ex: u64, id: &str, method: &str, target: Option<&str>| {
+        a.apply_message(MessageIn {
+            ts_ns: ex,
+            exchange: ex,
+            scope: "session:abc".into(),
+            c2s: true,
+            kind: Kind::Request,
+            id: Some(id.into()),
+            method: Some(method.into()),
+            target: target.map(Text::from),
+            raw: format!(r#"{{"id":{id},"method":"{method}"}}"#).into(),
+            transport: crate::events::Transport::Json,
+            batch_index: None,
+        });
+    };
+    call(&mut a, 1, "1", "tools/call", Some("add"));
+    call(&mut a, 2, "2", "tools/call", Some("echo"));
+    call(&mut a, 3, "3", "ping", None);
+    a.apply_message(MessageIn {
+        ts_ns: 4,
+        exchange: 4,
+        scope: "session:abc".into(),
+        c2s: false,
+        kind: Kind::Notification,
+        id: None,
+        method: Some("notifications/message".into()),
+        target: None,
+        raw: r#"{"method":"notifications/message"}"#.into(),
+        transport: crate::events::Transport::Json,
+        batch_index: None,
+    });
+    let end = |a: &mut App, ex: u64, id: &str, method: &str, outcome, anomalies: Vec<Text>| {
+        a.apply_call_at(CallIn {
+            ts_ns: ex + 10,
+            exchange: ex,
+            scope: "session:abc".into(),
+            direction: Direction::ClientToServer,
+            id: id.into(),
+            method: method.into(),
+            target: None,
+            outcome,
+            latency_us: Some(5),
+            anomalies,
+        })
+    };
+    end(
+        &mut a,
+        1,
+        "1",
+        "tools/call",
+        RowOutcome::Error(-32602),
+        vec!["MCP_INPUT_SCHEMA".into()],
+    );
+    end(&mut a, 2, "2", "tools/call", RowOutcome::Result, vec![]);
+    end(
+        &mut a,
+        3,
+        "3",
+        "ping",
+        RowOutcome::Missing("gone".into()),
+        vec!["MISSING_RESPONSE".into()],
+    );
+    a
+}
+
+#[test]
+fn filter_terms_combine_with_and_and_negate() {
+    let mut a = app_for_filters();
+    assert_eq!(filtered(&mut a, "tools/* error"), ["tools/call add"]);
+    assert_eq!(
+        filtered(&mut a, "error anomaly"),
+        ["tools/call add", "ping"]
+    );
+    assert_eq!(filtered(&mut a, "error anomaly -ping"), ["tools/call add"]);
+    assert_eq!(filtered(&mut a, "tool:add"), ["tools/call add"]);
+    assert_eq!(filtered(&mut a, "tool:e*"), ["tools/call echo"]);
+    assert_eq!(
+        filtered(&mut a, "method:tools/call -tool:add"),
+        ["tools/call echo"]
+    );
+    assert_eq!(filtered(&mut a, "status:ok"), ["tools/call echo"]);
+    assert_eq!(filtered(&mut a, "status:missing"), ["ping"]);
+    assert_eq!(
+        filtered(&mut a, "status:flagged"),
+        ["tools/call add", "ping"]
+    );
+    assert_eq!(
+        filtered(&mut a, "status:notification"),
+        ["notifications/message"]
+    );
+    assert_eq!(filtered(&mut a, "dir:s2c"), ["notifications/message"]);
+    assert_eq!(filtered(&mut a, "-dir:s2c id:3"), ["ping"]);
+    assert_eq!(filtered(&mut a, "code:mcp_*"), ["tools/call add"]);
+    assert_eq!(filtered(&mut a, "session:ab echo"), ["tools/call echo"]);
+    assert_eq!(
+        filtered(&mut a, "code:MISSING_RESPONSE tools/*"),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_filter_that_cannot_be_read_says_why_and_is_not_applied() {
+    for (bad, says) in [
+        ("tool2:add", "unknown filter field `tool2:`"),
+        ("status:weird", "status:weird"),
+        ("dir:up", "dir:up"),
+        ("id:", "id: needs a value"),
+        ("method:[x", "not a glob"),
+    ] {
+        let e = Filter::parse(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    assert!(
+        Filter::parse("http://host/x -http").is_ok(),
+        "a URL is text"
+    );
+    let mut a = app_for_filters();
+    a.handle_key(Key::Char('/'));
+    for c in "tol:add".chars() {
+        a.handle_key(Key::Char(c));
+    }
+    assert!(a
+        .filter_error()
+        .unwrap()
+        .contains("unknown filter field `tol:`"));
+    a.handle_key(Key::Enter);
+    assert!(a.editing_filter, "kept open to be mended");
+    assert!(a.status.contains("filter not applied"), "{}", a.status);
+    assert_eq!(a.filter, "");
+}
+
+#[test]
+fn counters_say_what_they_count_and_status_messages_clear() {
+    let mut a = app_for_filters();
+    assert_eq!(
+        (a.calls_total, a.notifications_total, a.rows.len()),
+        (3, 1, 4)
+    );
+    a.say("re-sent through the proxy");
+    a.tick(a.now_ns + 1_000_000_000);
+    assert_eq!(a.status, "re-sent through the proxy");
+    a.tick(a.now_ns + STATUS_FOR);
+    assert_eq!(a.status, "", "a status message goes by itself");
+    a.status = "standing hint".into();
+    a.tick(a.now_ns + 10 * STATUS_FOR);
+    assert_eq!(a.status, "standing hint", "a hint set directly stays");
+}
+
+#[test]
+fn y_on_a_stdio_call_copies_a_line_for_the_command_and_on_websocket_the_message() {
+    let mut a = App::new("t", "stdio", "python3 server.py", 100, 0);
+    for (ex, t) in [
+        (1, crate::events::Transport::Stdio),
+        (2, crate::events::Transport::Ws),
+    ] {
+        a.apply_message(MessageIn {
+            ts_ns: ex,
+            exchange: ex,
+            scope: format!("exchange:{ex}").into(),
+            c2s: true,
+            kind: Kind::Request,
+            id: Some("1".into()),
+            method: Some("ping".into()),
+            target: None,
+            raw: r#"{"jsonrpc":"2.0","id":1,"method":"it's"}"#.into(),
+            transport: t,
+            batch_index: None,
+        });
+    }
+    a.handle_key(Key::Char('g'));
+    match a.handle_key(Key::Char('y')) {
+        Action::Copy { text, what } => {
+            assert_eq!(
+                text,
+                r#"printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"it'\''s"}' | python3 server.py"#
+            );
+            assert!(what.contains("stdin"), "{what}");
+            assert!(!text.contains("curl"));
+        }
+        other => panic!("{other:?}"),
+    }
+    a.handle_key(Key::Char('G'));
+    match a.handle_key(Key::Char('y')) {
+        Action::Copy { text, what } => {
+            assert_eq!(text, r#"{"jsonrpc":"2.0","id":1,"method":"it's"}"#);
+            assert!(what.contains("curl does not apply"), "{what}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_stdio_recording_names_its_command_and_stdio_scopes_stay_apart() {
+    let h = serde_json::json!({"transport": "stdio", "command": ["python3", "server.py"]});
+    assert_eq!(
+        crate::tui::header_endpoints(&h),
+        ("stdio".to_string(), "python3 server.py".to_string())
+    );
+    let feed = serde_json::json!({"mode": "stdio", "command": ["npx", "x"]});
+    assert_eq!(crate::tui::header_endpoints(&feed).1, "npx x");
+    let proxy = serde_json::json!({"listen": "127.0.0.1:1", "upstream": "http://u"});
+    assert_eq!(crate::tui::header_endpoints(&proxy).0, "127.0.0.1:1");
+    let mut a = App::new("t", "l", "u", 100, 0);
+    for sc in [
+        "session:stdio-4413",
+        "session:stdio-4422",
+        "session:0f3c9a1e-77aa-4b",
+    ] {
+        a.apply_message(MessageIn {
+            ts_ns: 1,
+            exchange: 1,
+            scope: sc.into(),
+            c2s: true,
+            kind: Kind::Notification,
+            id: None,
+            method: Some("n".into()),
+            target: None,
+            raw: "{}".into(),
+            transport: crate::events::Transport::Stdio,
+            batch_index: None,
+        });
+    }
+    let shown: Vec<String> = a.rows.iter().map(Row::scope_short).collect();
+    assert_eq!(shown, ["stdio-4413", "stdio-4422", "0f3c9a1e-…"]);
+}
