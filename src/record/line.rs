@@ -1,0 +1,604 @@
+//! The line encoder: one event as its recording line. The usual events of an exchange are
+//! written field by field (byte for byte what serde's derive writes; the tests hold them to it),
+//! the others through serde.
+
+use crate::events::{Event, MessageEvent};
+
+/// Writes one event as its recording line.
+///
+/// The lines of an exchange's usual events — HTTP request/response/end, messages, calls — are
+/// written field by field, byte for byte what serde's derive writes (tests hold them to that):
+/// serde writes these nested, internally tagged and flattened shapes through its generic map
+/// path, and re-validates messages the parser already accepted. Other events take serde.
+pub fn write_line(out: &mut Vec<u8>, ev: &Event) -> serde_json::Result<()> {
+    match ev {
+        Event::Message(m) => message_line(out, m),
+        Event::Http(h) => http_line(out, h),
+        Event::Call(c) => call_line(out, c),
+        other => serde_json::to_writer(out, other),
+    }
+}
+
+/// Appends one JSON object's members to a line.
+struct Line<'a>(&'a mut Vec<u8>);
+
+impl Line<'_> {
+    /// `{"event":"<event>"`.
+    fn open<'a>(out: &'a mut Vec<u8>, event: &str) -> Line<'a> {
+        out.extend_from_slice(b"{\"event\":\"");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'"');
+        Line(out)
+    }
+    // Inlined into each caller, where `name` is a literal: its copy becomes a few moves of
+    // known length instead of a call.
+    #[inline(always)]
+    fn key(&mut self, name: &str) {
+        self.0.reserve(name.len() + 4);
+        self.0.extend_from_slice(b",\"");
+        self.0.extend_from_slice(name.as_bytes());
+        self.0.extend_from_slice(b"\":");
+    }
+    #[inline(always)]
+    fn str(&mut self, name: &str, v: &str) {
+        self.key(name);
+        json_str(self.0, v);
+    }
+    /// A string known to need no escaping (a fixed name).
+    #[inline(always)]
+    fn name(&mut self, name: &str, v: &str) {
+        self.key(name);
+        self.0.push(b'"');
+        self.0.extend_from_slice(v.as_bytes());
+        self.0.push(b'"');
+    }
+    #[inline(always)]
+    fn num(&mut self, name: &str, v: impl itoa::Integer) {
+        self.key(name);
+        self.0
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+    /// `Scope`'s text written in place when nothing in it needs escaping (serde's `Serialize`
+    /// builds the text first, on every line).
+    fn scope(&mut self, scope: &crate::events::Scope) -> serde_json::Result<()> {
+        use crate::events::Scope;
+        self.key("scope");
+        match scope {
+            Scope::Exchange(n) => {
+                self.0.extend_from_slice(b"\"exchange:");
+                self.0
+                    .extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
+                self.0.push(b'"');
+                Ok(())
+            }
+            Scope::Session(id) if is_plain(id) => {
+                self.0.extend_from_slice(b"\"session:");
+                self.0.extend_from_slice(id.as_bytes());
+                self.0.push(b'"');
+                Ok(())
+            }
+            other => serde_json::to_writer(&mut *self.0, other),
+        }
+    }
+    fn id(&mut self, id: &crate::rpc::Id) -> serde_json::Result<()> {
+        self.key("id");
+        match id {
+            crate::rpc::Id::Str(s) => {
+                json_str(self.0, s);
+                Ok(())
+            }
+            // An integer literal as is; any other number through serde, which checks it is one.
+            crate::rpc::Id::Num(n) if crate::rpc::is_integer_literal(n) => {
+                self.0.extend_from_slice(n.as_bytes());
+                Ok(())
+            }
+            other => serde_json::to_writer(&mut *self.0, other),
+        }
+    }
+    fn close(self) {
+        self.0.push(b'}');
+    }
+}
+
+/// A JSON string, byte for byte what serde_json writes: copied as is when nothing in it needs
+/// escaping (no control character, quote or backslash — nearly every header, path and name),
+/// else serde_json's escaping.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    if is_plain(s) {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(out, s);
+    }
+}
+
+/// Whether `s` needs no escaping in a JSON string (no control character, quote or backslash).
+fn is_plain(s: &str) -> bool {
+    // No early exit: a loop LLVM can vectorize, and strings here are short.
+    !s.bytes().fold(false, |esc, b| {
+        esc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
+}
+
+fn direction_name(d: crate::events::Direction) -> &'static str {
+    match d {
+        crate::events::Direction::ClientToServer => "c2s",
+        crate::events::Direction::ServerToClient => "s2c",
+    }
+}
+
+fn transport_name(t: crate::events::Transport) -> &'static str {
+    match t {
+        crate::events::Transport::Json => "json",
+        crate::events::Transport::Sse => "sse",
+        crate::events::Transport::LegacySse => "legacy-sse",
+        crate::events::Transport::Stdio => "stdio",
+        crate::events::Transport::Ws => "ws",
+    }
+}
+
+fn kind_name(k: crate::rpc::Kind) -> &'static str {
+    match k {
+        crate::rpc::Kind::Request => "request",
+        crate::rpc::Kind::Notification => "notification",
+        crate::rpc::Kind::Result => "result",
+        crate::rpc::Kind::Error => "error",
+        crate::rpc::Kind::Invalid => "invalid",
+    }
+}
+
+/// An HTTP event's line.
+fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Result<()> {
+    use crate::events::HttpEvent;
+    fn head<'a>(out: &'a mut Vec<u8>, phase: &str, ts: u64, exchange: u64) -> Line<'a> {
+        let mut l = Line::open(out, "http");
+        l.name("phase", phase);
+        l.num("ts", ts);
+        l.num("exchange", exchange);
+        l
+    }
+    fn headers(l: &mut Line<'_>, h: &crate::events::Headers) {
+        l.key("headers");
+        l.0.push(b'[');
+        for (i, (k, v)) in h.0.iter().enumerate() {
+            if i > 0 {
+                l.0.push(b',');
+            }
+            l.0.push(b'[');
+            // A header name is a lower-case token: nothing in it needs escaping.
+            l.0.push(b'"');
+            l.0.extend_from_slice(k.as_str().as_bytes());
+            l.0.extend_from_slice(b"\",");
+            match v.to_str() {
+                Ok(text) => json_str(l.0, text), // visible ASCII (the usual case)
+                Err(_) => json_str(l.0, &String::from_utf8_lossy(v.as_bytes())),
+            }
+            l.0.push(b']');
+        }
+        l.0.push(b']');
+    }
+    match h {
+        HttpEvent::Request {
+            ts,
+            exchange,
+            method,
+            path,
+            peer,
+            session,
+            protocol_version,
+            headers: hs,
+        } => {
+            let mut l = head(out, "request", *ts, *exchange);
+            l.str("method", method);
+            l.str("path", path);
+            l.str("peer", peer);
+            if let Some(s) = session {
+                l.str("session", s);
+            }
+            if let Some(v) = protocol_version {
+                l.str("protocol_version", v);
+            }
+            headers(&mut l, hs);
+            l.close();
+        }
+        HttpEvent::Response {
+            ts,
+            exchange,
+            status,
+            content_type,
+            headers: hs,
+            local,
+        } => {
+            let mut l = head(out, "response", *ts, *exchange);
+            l.num("status", *status);
+            if let Some(ct) = content_type {
+                l.str("content_type", ct);
+            }
+            headers(&mut l, hs);
+            if let Some(why) = local {
+                l.str("local", why);
+            }
+            l.close();
+        }
+        HttpEvent::Endpoint { ts, exchange, url } => {
+            let mut l = head(out, "endpoint", *ts, *exchange);
+            l.str("url", url);
+            l.close();
+        }
+        HttpEvent::Binary {
+            ts,
+            exchange,
+            direction,
+            len,
+        } => {
+            let mut l = head(out, "binary", *ts, *exchange);
+            l.name("direction", direction_name(*direction));
+            l.num("len", *len);
+            l.close();
+        }
+        HttpEvent::Auth {
+            ts,
+            exchange,
+            method,
+            path,
+            status,
+            www_authenticate,
+        } => {
+            let mut l = head(out, "auth", *ts, *exchange);
+            l.str("method", method);
+            l.str("path", path);
+            l.num("status", *status);
+            if let Some(w) = www_authenticate {
+                l.str("www_authenticate", w);
+            }
+            l.close();
+        }
+        HttpEvent::End {
+            ts,
+            exchange,
+            reason,
+            bytes,
+        } => {
+            let mut l = head(out, "end", *ts, *exchange);
+            l.str("reason", reason);
+            l.num("bytes", *bytes);
+            l.close();
+        }
+    }
+    Ok(())
+}
+
+/// A call's line (its outcome's members flattened into it).
+fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Result<()> {
+    use crate::events::Outcome;
+    let mut l = Line::open(out, "call");
+    l.num("ts", c.ts);
+    l.num("exchange", c.exchange);
+    l.scope(&c.scope)?;
+    l.name("direction", direction_name(c.direction));
+    l.str("method", &c.method);
+    if let Some(t) = &c.target {
+        l.str("target", t);
+    }
+    l.id(&c.id)?;
+    match &c.outcome {
+        Outcome::Result => l.name("outcome", "result"),
+        Outcome::Error { code, message } => {
+            l.name("outcome", "error");
+            l.num("code", *code);
+            l.str("message", message);
+        }
+        Outcome::Refused { rule } => {
+            l.name("outcome", "refused");
+            l.str("rule", rule);
+        }
+        Outcome::Rejected { status } => {
+            l.name("outcome", "rejected");
+            l.num("status", *status);
+        }
+        Outcome::Missing { reason } => {
+            l.name("outcome", "missing");
+            l.str("reason", reason);
+        }
+    }
+    if let Some(v) = c.latency_us {
+        l.num("latency_us", v);
+    }
+    l.key("anomalies");
+    l.0.push(b'[');
+    for (i, a) in c.anomalies.iter().enumerate() {
+        if i > 0 {
+            l.0.push(b',');
+        }
+        json_str(l.0, a);
+    }
+    l.0.push(b']');
+    if let Some(v) = c.request_index {
+        l.num("request_index", v);
+    }
+    if let Some(v) = c.response_index {
+        l.num("response_index", v);
+    }
+    l.close();
+    Ok(())
+}
+
+/// A message event's line. A message of any kind but `invalid` is a slice the JSON parser
+/// accepted (or the redactor's re-serialization of one), so it goes out as is; an invalid one
+/// may not be JSON and takes the checked path.
+fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
+    let mut l = Line::open(out, "message");
+    l.num("ts", m.ts);
+    l.num("exchange", m.exchange);
+    l.scope(&m.scope)?;
+    l.name("direction", direction_name(m.direction));
+    l.name("transport", transport_name(m.transport));
+    l.name("kind", kind_name(m.kind));
+    if let Some(id) = &m.id {
+        l.id(id)?;
+    }
+    if let Some(v) = &m.method {
+        l.str("method", v);
+    }
+    if let Some(v) = &m.target {
+        l.str("target", v);
+    }
+    if let Some(v) = m.batch_index {
+        l.num("batch_index", v);
+    }
+    if let Some(v) = m.batch_len {
+        l.num("batch_len", v);
+    }
+    if let Some(v) = &m.sse_id {
+        l.str("sse_id", v);
+    }
+    l.key("message");
+    if m.kind == crate::rpc::Kind::Invalid {
+        serde_json::to_writer(&mut *l.0, &crate::events::RawMessage(&m.message))?;
+    } else {
+        l.0.extend_from_slice(&m.message);
+    }
+    if m.unparsed {
+        l.key("unparsed");
+        l.0.extend_from_slice(b"true");
+    }
+    if m.binary {
+        l.key("binary");
+        l.0.extend_from_slice(b"true");
+    }
+    l.close();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Event;
+
+    #[test]
+    fn fixed_names_are_serdes() {
+        use crate::events::{Direction, Transport};
+        use crate::rpc::Kind;
+        let q = |n: &str| format!("\"{n}\"");
+        for d in [Direction::ClientToServer, Direction::ServerToClient] {
+            assert_eq!(serde_json::to_string(&d).unwrap(), q(direction_name(d)));
+        }
+        for t in [
+            Transport::Json,
+            Transport::Sse,
+            Transport::LegacySse,
+            Transport::Stdio,
+        ] {
+            assert_eq!(serde_json::to_string(&t).unwrap(), q(transport_name(t)));
+        }
+        for k in [
+            Kind::Request,
+            Kind::Notification,
+            Kind::Result,
+            Kind::Error,
+            Kind::Invalid,
+        ] {
+            assert_eq!(serde_json::to_string(&k).unwrap(), q(kind_name(k)));
+        }
+    }
+
+    /// The recorder's line for `ev` is byte for byte what serde writes for it.
+    fn assert_written_as_serde_writes(ev: Event) {
+        let mut fast = Vec::new();
+        write_line(&mut fast, &ev).unwrap();
+        let slow = serde_json::to_vec(&ev).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&fast),
+            String::from_utf8_lossy(&slow)
+        );
+    }
+
+    #[test]
+    fn call_lines_are_what_serde_writes() {
+        use crate::events::{CallEvent, Direction, Outcome, Scope};
+        use crate::rpc::Id;
+        let base = CallEvent {
+            ts: 1_796_015_737_927_874_787,
+            exchange: 12,
+            scope: Scope::Session("s\"1\u{7}".into()),
+            direction: Direction::ServerToClient,
+            method: "sampling/createMessage".into(),
+            target: Some("t\\x".into()),
+            id: Id::Str("a\u{e9}\n".into()),
+            outcome: Outcome::Result,
+            latency_us: Some(2871),
+            anomalies: vec!["DUPLICATE_ID", "UNSAFE_ID"],
+            request_index: Some(0),
+            response_index: Some(u32::MAX),
+            trace: None,
+        };
+        let mut calls = vec![base.clone()];
+        for outcome in [
+            Outcome::Error {
+                code: -32601,
+                message: "Method \"x\" not found".into(),
+            },
+            Outcome::Refused {
+                rule: "tools/*=10/s".into(),
+            },
+            Outcome::Rejected { status: 429 },
+            Outcome::Missing {
+                reason: "no reply within 30 s".into(),
+            },
+        ] {
+            calls.push(CallEvent {
+                outcome,
+                scope: Scope::Exchange(u64::MAX),
+                direction: Direction::ClientToServer,
+                target: None,
+                id: Id::Num("12345678901234567890".into()),
+                latency_us: None,
+                anomalies: vec![],
+                request_index: None,
+                response_index: None,
+                ..base.clone()
+            });
+        }
+        // Ids written in place or through serde, and a session scope that needs no escaping.
+        for n in ["0", "-0", "-7", "42", "1.5", "1e3", "01", "-", "", "x"] {
+            calls.push(CallEvent {
+                id: Id::Num(n.into()),
+                scope: Scope::Session("f3e7159a43955c476660e7949b898fe7".into()),
+                ..base.clone()
+            });
+        }
+        calls.push(CallEvent {
+            id: Id::Null,
+            ..base
+        });
+        for c in calls {
+            assert_written_as_serde_writes(Event::Call(c));
+        }
+    }
+
+    #[test]
+    fn http_lines_are_what_serde_writes() {
+        use crate::events::{Headers, HttpEvent};
+        let mut hm = http::HeaderMap::new();
+        hm.insert("host", http::HeaderValue::from_static("127.0.0.1:9000"));
+        hm.append("x-a", http::HeaderValue::from_static("say \"hi\" \\ there"));
+        hm.append("x-a", http::HeaderValue::from_static("second"));
+        hm.insert(
+            "x-bin",
+            http::HeaderValue::from_bytes(b"caf\xe9\t").unwrap(),
+        );
+        let events = [
+            HttpEvent::Request {
+                ts: 1_796_015_737_927_874_787,
+                exchange: 3,
+                method: "POST".into(),
+                path: "/mcp?sessionId=a\"b".into(),
+                peer: "[::1]:4000".into(),
+                session: Some("s\u{e9}ss\u{1}".into()),
+                protocol_version: Some("2025-06-18".into()),
+                headers: Headers(hm.clone()),
+            },
+            HttpEvent::Request {
+                ts: 1,
+                exchange: 0,
+                method: "GET".into(),
+                path: "/".into(),
+                peer: String::new(),
+                session: None,
+                protocol_version: None,
+                headers: Headers::default(),
+            },
+            HttpEvent::Response {
+                ts: 2,
+                exchange: 3,
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                headers: Headers(hm),
+                local: None,
+            },
+            HttpEvent::Response {
+                ts: 2,
+                exchange: 3,
+                status: 502,
+                content_type: None,
+                headers: Headers::default(),
+                local: Some("upstream unreachable: \"refused\"".into()),
+            },
+            HttpEvent::Endpoint {
+                ts: 3,
+                exchange: 4,
+                url: "/messages/?session_id=a\"b".into(),
+            },
+            HttpEvent::End {
+                ts: 5,
+                exchange: u64::MAX,
+                reason: "client went away: \"reset\"".into(),
+                bytes: 1 << 40,
+            },
+        ];
+        for h in events {
+            assert_written_as_serde_writes(Event::Http(h));
+        }
+    }
+
+    #[test]
+    fn message_lines_are_what_serde_writes() {
+        use crate::events::{Direction, Scope, Transport};
+        use crate::rpc::Kind;
+        let base = MessageEvent {
+            ts: 1_796_015_737_927_874_787,
+            exchange: 7,
+            scope: Scope::Session("ab\"c".into()),
+            direction: Direction::ServerToClient,
+            transport: Transport::Sse,
+            kind: Kind::Request,
+            id: Some(crate::rpc::Id::Str("x\u{e9}\"".into())),
+            method: Some("tools/call".into()),
+            target: Some("se\u{e9}arch \"q\"".into()),
+            batch_index: Some(3),
+            batch_len: Some(5),
+            sse_id: Some("ev-1\n".into()),
+            message: bytes::Bytes::from_static(
+                br#"{"jsonrpc":"2.0","id":"x\u00e9","method":"m", "params" : [1, 2.50]}"#,
+            ),
+            unparsed: false,
+            binary: false,
+        };
+        let numeric = MessageEvent {
+            id: Some(crate::rpc::Id::Num("12345678901234567890".into())),
+            kind: Kind::Result,
+            ..base.clone()
+        };
+        let minimal = MessageEvent {
+            scope: Scope::Exchange(9),
+            id: None,
+            method: None,
+            target: None,
+            batch_index: None,
+            batch_len: None,
+            sse_id: None,
+            kind: Kind::Notification,
+            ..base.clone()
+        };
+        let not_json = MessageEvent {
+            kind: Kind::Invalid,
+            message: bytes::Bytes::from_static(b"{\"jsonrpc\": \xff"),
+            unparsed: true,
+            ..minimal.clone()
+        };
+        let invalid_json = MessageEvent {
+            kind: Kind::Invalid,
+            message: bytes::Bytes::from_static(b"[1, 2]"),
+            ..minimal.clone()
+        };
+        let binary = MessageEvent {
+            binary: true,
+            ..base.clone()
+        };
+        for m in [base, numeric, minimal, not_json, invalid_json, binary] {
+            assert_written_as_serde_writes(Event::Message(m));
+        }
+    }
+}
