@@ -11,11 +11,22 @@
 //! opened again on the target, its `endpoint` event gives the new session's POST URL, each
 //! recorded `POST …?sessionId=old` goes to that URL instead, and its replies are awaited on the
 //! stream.
+//!
+//! Its rooms: this file holds the options, the reports' types and the driver; `legacy` the
+//! legacy HTTP+SSE client, `judge` a call's verdict, `report` the JUnit and text reports,
+//! `stream` the driver for message streams (stdio, WebSocket), `diff` the structural diff.
 
 pub mod diff;
+mod judge;
+mod legacy;
 pub mod mock;
+mod report;
 pub mod stdio;
 pub mod stream;
+
+use judge::judge;
+use legacy::{legacy_session, LegacyStream};
+pub use report::{junit, text};
 
 use crate::events::{Direction, Outcome};
 use crate::inspect::sse::SseDecoder;
@@ -368,136 +379,6 @@ fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
     out
 }
 
-/// A legacy HTTP+SSE stream opened again on the target: where to POST, and the replies that
-/// arrive on it.
-struct LegacyStream {
-    /// The path and query of the new session's POST endpoint.
-    endpoint: String,
-    replies: tokio::sync::mpsc::UnboundedReceiver<rpc::Envelope>,
-    /// Replies that came before they were waited for, by id text.
-    early: HashMap<String, rpc::Envelope>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for LegacyStream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl LegacyStream {
-    /// Opens the stream (`GET uri`) and waits for its `endpoint` event.
-    async fn open(
-        client: &crate::proxy::upstream::UpstreamClient,
-        uri: &str,
-        extra: &[(HeaderName, HeaderValue)],
-        timeout: Duration,
-    ) -> Result<LegacyStream, String> {
-        let mut b = Request::get(uri).header(http::header::ACCEPT, "text/event-stream");
-        for (k, v) in extra {
-            b = b.header(k, v);
-        }
-        let req = b
-            .body(ForwardBody::empty())
-            .map_err(|e| format!("cannot build the stream request: {e}"))?;
-        let resp = tokio::time::timeout(timeout, client.request(req))
-            .await
-            .map_err(|_| format!("the stream did not open within {timeout:?}"))?
-            .map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("the stream was refused: HTTP {}", resp.status()));
-        }
-        let (endpoint_tx, endpoint_rx) = tokio::sync::oneshot::channel::<String>();
-        let (tx, replies) = tokio::sync::mpsc::unbounded_channel();
-        let mut body = resp.into_body();
-        let task = tokio::spawn(async move {
-            let mut endpoint_tx = Some(endpoint_tx);
-            let mut d = SseDecoder::new(64 << 20);
-            while let Some(Ok(frame)) = body.frame().await {
-                let Some(chunk) = frame.data_ref() else {
-                    continue;
-                };
-                let mut events = Vec::new();
-                d.feed(chunk, |e| events.push(e));
-                for e in events {
-                    match e.kind() {
-                        "endpoint" => {
-                            if let Some(t) = endpoint_tx.take() {
-                                let _ = t.send(String::from_utf8_lossy(&e.data).trim().to_string());
-                            }
-                        }
-                        "message" => {
-                            let envs = match rpc::parse_body(&e.data) {
-                                Body::Single(e) => vec![e],
-                                Body::Batch(v) => v,
-                                Body::ParseError(_) => vec![],
-                            };
-                            for env in envs.into_iter().filter(|e| e.kind.is_response()) {
-                                let _ = tx.send(env);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        });
-        let endpoint = match tokio::time::timeout(timeout, endpoint_rx).await {
-            Ok(Ok(e)) => e,
-            _ => {
-                task.abort();
-                return Err("the stream sent no `endpoint` event".into());
-            }
-        };
-        // The endpoint may be a full URL or a path.
-        let endpoint = match endpoint.parse::<Uri>() {
-            Ok(u) if u.scheme().is_some() => u
-                .path_and_query()
-                .map(|p| p.as_str().to_string())
-                .unwrap_or(endpoint),
-            _ => endpoint,
-        };
-        Ok(LegacyStream {
-            endpoint,
-            replies,
-            early: HashMap::new(),
-            task,
-        })
-    }
-
-    /// Waits until a reply for each of `ids` came on the stream, or `deadline`.
-    async fn wait_for(
-        &mut self,
-        ids: &[String],
-        deadline: tokio::time::Instant,
-    ) -> HashMap<String, rpc::Envelope> {
-        let mut out = HashMap::new();
-        loop {
-            for id in ids {
-                if let Some(e) = self.early.remove(id) {
-                    out.insert(id.clone(), e);
-                }
-            }
-            if ids.iter().all(|id| out.contains_key(id)) {
-                return out;
-            }
-            match tokio::time::timeout_at(deadline, self.replies.recv()).await {
-                Ok(Some(env)) => {
-                    if let Some(id) = &env.id {
-                        self.early.entry(id.to_json_text()).or_insert(env);
-                    }
-                }
-                _ => return out,
-            }
-        }
-    }
-}
-
-/// The session parameter of a legacy POST path: `sessionId` (TypeScript SDK) or `session_id`
-/// (Python SDK).
-fn legacy_session(path: &str) -> Option<&str> {
-    crate::inspect::session_param(path.split_once('?')?.1)
-}
-
 /// Replays `rec` against `opts.target`: the recorded exchanges in order, each sent
 /// (`Replayer::send`) and its calls judged against the recording (`Replayer::judge`).
 pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, ReplayError> {
@@ -757,164 +638,6 @@ impl<'a> Replayer<'a> {
             latency_ms,
         )
     }
-}
-
-/// One call's verdict: what came back against what the recording holds.
-fn judge(
-    recorded_calls: &Recorded<'_>,
-    ignore: &[Pattern],
-    exchange: u64,
-    call: &RecMessage,
-    status: Option<u16>,
-    replies: &HashMap<String, rpc::Envelope>,
-    latency_ms: f64,
-) -> CallReport {
-    let this = recorded_calls;
-    let id = call.id_text().unwrap_or("null").to_string();
-    let rec_outcome = this.outcome(call);
-    let rec_reply = this.reply(call);
-    let recorded = match (&rec_outcome, rec_reply) {
-        (Outcome::Result, _) => "Succeeded".to_string(),
-        (Outcome::Error { .. }, Some(r)) => format!(
-            "Error reported ({})",
-            member(r.message.get(), "error")
-                .and_then(|e| e.get("code").cloned())
-                .unwrap_or_default()
-        ),
-        (Outcome::Rejected { status }, _) => format!("Rejected (HTTP {status})"),
-        (Outcome::Refused { .. }, _) => "Refused".to_string(),
-        _ => "No reply".to_string(),
-    };
-    // A null-id error answers the whole request when there is no reply of its own.
-    let got = replies.get(&id).or_else(|| replies.get("null"));
-    let (verdict, pass, diffs) = match got {
-        None => {
-            let v = match status {
-                Some(s) if !(200..300).contains(&s) => Verdict::Rejected { status: s },
-                _ => Verdict::NoReply,
-            };
-            let pass = match (&v, &rec_outcome) {
-                (Verdict::Rejected { status }, Outcome::Rejected { status: rec }) => status == rec,
-                (Verdict::NoReply, Outcome::Missing { .. }) => true,
-                _ => false,
-            };
-            (v, pass, vec![])
-        }
-        Some(env) => {
-            let actual_raw = std::str::from_utf8(&env.raw).unwrap_or("");
-            let (key, v) = if env.kind == Kind::Error {
-                ("error", Verdict::ErrorReported)
-            } else {
-                ("result", Verdict::Succeeded)
-            };
-            let expected = rec_reply.and_then(|r| member(r.message.get(), key));
-            let actual = member(actual_raw, key);
-            let mut diffs = if expected.is_none() {
-                // The recorded reply was the other kind (or none).
-                let other = if key == "error" { "result" } else { "error" };
-                diff::diff(
-                    other,
-                    rec_reply
-                        .and_then(|r| member(r.message.get(), other))
-                        .as_ref(),
-                    None,
-                    ignore,
-                )
-                .into_iter()
-                .chain(diff::diff(key, None, actual.as_ref(), ignore))
-                .collect()
-            } else {
-                diff::diff(key, expected.as_ref(), actual.as_ref(), ignore)
-            };
-            if expected.is_none() && rec_reply.is_none() && diffs.is_empty() {
-                diffs.push(Diff {
-                    path: "$".into(),
-                    expected: recorded.clone(),
-                    actual: v.to_string(),
-                });
-            }
-            if diffs.is_empty() {
-                (v, true, diffs)
-            } else {
-                (Verdict::Mismatch, false, diffs)
-            }
-        }
-    };
-    CallReport {
-        exchange,
-        scope: call.scope.clone(),
-        method: call.method.clone().unwrap_or_default(),
-        target: call.target.clone(),
-        id,
-        verdict,
-        recorded,
-        pass,
-        diffs,
-        latency_ms,
-    }
-}
-
-/// JUnit XML: one test case per call.
-pub fn junit(report: &Report) -> String {
-    use quick_junit::{NonSuccessKind, Report as JReport, TestCase, TestCaseStatus, TestSuite};
-    let mut suite = TestSuite::new(format!("rpctap replay against {}", report.target));
-    for c in &report.calls {
-        let status = if c.pass {
-            TestCaseStatus::success()
-        } else {
-            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
-            s.set_message(format!("{} (recorded: {})", c.verdict, c.recorded));
-            s.set_type(c.verdict.to_string());
-            s.set_description(
-                c.diffs
-                    .iter()
-                    .map(|d| d.to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            );
-            s
-        };
-        let mut tc = TestCase::new(c.name(), status);
-        tc.set_classname(c.scope.clone());
-        tc.set_time(Duration::from_secs_f64(c.latency_ms / 1e3));
-        suite.add_test_case(tc);
-    }
-    let mut r = JReport::new("rpctap");
-    r.add_test_suite(suite);
-    r.to_string().unwrap_or_default()
-}
-
-/// The human-readable report.
-pub fn text(report: &Report) -> String {
-    let mut s = String::new();
-    for c in &report.calls {
-        let mark = if c.pass { "ok  " } else { "FAIL" };
-        s.push_str(&format!(
-            "{mark} {:<40} {} ({:.1} ms)",
-            c.name(),
-            c.verdict,
-            c.latency_ms
-        ));
-        if !c.pass {
-            s.push_str(&format!("  recorded: {}", c.recorded));
-        }
-        s.push('\n');
-        for d in &c.diffs {
-            s.push_str(&format!("       {d}\n"));
-        }
-    }
-    for w in &report.warnings {
-        s.push_str(&format!("warning: {w}\n"));
-    }
-    s.push_str(&format!(
-        "{} passed, {} failed ({} calls in {} exchanges against {})\n",
-        report.passed,
-        report.failed,
-        report.calls.len(),
-        report.exchanges,
-        report.target
-    ));
-    s
 }
 
 #[cfg(test)]
