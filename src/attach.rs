@@ -4,7 +4,8 @@
 //! with the reader's types) and the connection's state.
 
 use crate::admin::AdminAddr;
-use crate::record::reader::{parse_line, RecEvent};
+use crate::events::Event;
+use crate::record::reader::parse_line;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
@@ -16,7 +17,9 @@ use tokio::sync::mpsc;
 pub enum FeedMsg {
     /// Connected: the feed's header line (mode, listen, upstream or command, start time).
     Header(serde_json::Value),
-    Event(Box<RecEvent>),
+    Event(Box<Event>),
+    /// The feed's own markers (`{"event":"feed",…}`): the live point, the sampling stride.
+    Marker(serde_json::Value),
     /// The connection's state, for the header (e.g. "feed lost: …; reconnecting").
     State(String),
     /// The admin listener refused this client (a token is needed, or the wrong one was
@@ -169,6 +172,11 @@ async fn stream_once(
                 match serde_json::from_str::<serde_json::Value>(&line) {
                     Ok(h) if h.get("rpctap_feed").is_some() => FeedMsg::Header(h),
                     _ => return Err(FeedError::Http("not an rpctap feed".into())),
+                }
+            } else if line.starts_with("{\"event\":\"feed\"") {
+                match serde_json::from_str::<serde_json::Value>(&line) {
+                    Ok(v) => FeedMsg::Marker(v),
+                    Err(_) => continue,
                 }
             } else {
                 match parse_line(&line) {

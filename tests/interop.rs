@@ -589,7 +589,7 @@ async fn typescript_sdk_client_and_server_everything_over_stdio() {
         .contains("sampled by the test client"));
     let rec = rpctap::record::reader::read(&file).unwrap();
     assert!(
-        rec.calls().any(|c| c.method == "sampling/createMessage"
+        rec.calls().any(|c| &*c.method == "sampling/createMessage"
             && c.direction == rpctap::events::Direction::ServerToClient
             && c.outcome == rpctap::events::Outcome::Result),
         "the sampling request was correlated with the client's reply"
@@ -602,7 +602,7 @@ async fn typescript_sdk_client_and_server_everything_over_stdio() {
         .unwrap();
     let result_at = msgs
         .iter()
-        .position(|m| m.id_text() == Some(long_id) && m.is_response())
+        .position(|m| m.id_text().as_ref() == Some(&long_id) && m.is_response())
         .unwrap();
     let progress_before = msgs[..result_at]
         .iter()
@@ -874,7 +874,7 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
         .events
         .iter()
         .filter_map(|e| match e {
-            rpctap::record::reader::RecEvent::Anomaly(a) => Some(a.code.clone()),
+            rpctap::events::Event::Anomaly(a) => Some(a.code.to_string()),
             _ => None,
         })
         .collect();

@@ -264,7 +264,7 @@ async fn each_mcp_code_once_live_and_in_check() {
     let rec = rpctap::record::reader::read(&file).unwrap();
     let recorded_auth = rec
         .http()
-        .filter(|h| matches!(h, rpctap::record::reader::RecHttp::Auth { .. }))
+        .filter(|h| matches!(h, rpctap::events::HttpEvent::Auth { .. }))
         .count();
     assert_eq!(
         recorded_auth, 3,

@@ -377,7 +377,7 @@ async fn kill_9_under_load_loses_at_most_the_flush_interval() {
         rec.warnings
     );
     let recorded: std::collections::HashSet<String> =
-        rec.calls().map(|c| c.id.get().to_string()).collect();
+        rec.calls().map(|c| c.id.to_json_text()).collect();
     let answered = answered.lock().unwrap().clone();
     let before: Vec<u64> = answered
         .iter()

@@ -59,7 +59,7 @@ fn call_outcomes(file: &Path) -> Vec<(String, String, String)> {
         .map(|c| {
             (
                 format!("{:?}", c.direction),
-                c.method.clone(),
+                c.method.to_string(),
                 c.outcome.label(),
             )
         })
@@ -183,7 +183,7 @@ fn a_banner_on_the_servers_stdout_is_flagged_once_and_later_calls_still_correlat
         .events
         .iter()
         .filter_map(|e| match e {
-            rpctap::record::reader::RecEvent::Anomaly(a) if a.code == "PARSE_ERROR" => Some(a),
+            rpctap::events::Event::Anomaly(a) if a.code == "PARSE_ERROR" => Some(a),
             _ => None,
         })
         .collect();
@@ -301,9 +301,9 @@ fn bytes_pass_through_exactly_and_a_partial_line_before_its_newline() {
         2,
         "{live:?}"
     );
-    let big_seen = rec.messages().any(|m| {
-        m.method.as_deref() == Some("notifications/message") && m.message.get().len() > 4 << 20
-    });
+    let big_seen = rec
+        .messages()
+        .any(|m| m.method.as_deref() == Some("notifications/message") && m.message.len() > 4 << 20);
     assert!(big_seen, "the 4 MiB line was inspected whole");
     assert!(rec.messages().any(|m| m.method.as_deref() == Some("last")));
     assert_eq!(check_recording(&file).codes, live);
@@ -399,7 +399,7 @@ fn a_server_request_the_client_left_unanswered_names_the_client() {
     drop(stdin); // the client leaves without answering roots/list
     assert_eq!(p.0.wait().unwrap().code(), Some(0));
     let rec = rpctap::record::reader::read(&file).unwrap();
-    let roots = rec.calls().find(|c| c.method == "roots/list").unwrap();
+    let roots = rec.calls().find(|c| &*c.method == "roots/list").unwrap();
     match &roots.outcome {
         rpctap::events::Outcome::Missing { reason } => {
             assert!(
@@ -409,7 +409,7 @@ fn a_server_request_the_client_left_unanswered_names_the_client() {
         }
         other => panic!("{other:?}"),
     }
-    let list = rec.calls().find(|c| c.method == "tools/list").unwrap();
+    let list = rec.calls().find(|c| &*c.method == "tools/list").unwrap();
     assert_eq!(list.outcome, rpctap::events::Outcome::Result);
 }
 
@@ -580,11 +580,8 @@ fn rate_limits_refuse_a_call_on_stdio_with_an_error_line_to_the_client() {
         .any(|l| l["id"] == 1 && l["method"] == "tools/call"));
     assert!(lines.iter().any(|l| l["id"] == 3 && l["method"] == "ping"));
     let rec = rpctap::record::reader::read(&file).unwrap();
-    assert!(
-        rec.calls()
-            .any(|c| c.id.get() == "2"
-                && matches!(c.outcome, rpctap::events::Outcome::Refused { .. }))
-    );
+    assert!(rec.calls().any(|c| c.id.to_json_text() == "2"
+        && matches!(c.outcome, rpctap::events::Outcome::Refused { .. })));
 }
 
 #[test]

@@ -92,6 +92,28 @@ impl std::fmt::Display for Scope {
     }
 }
 
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let t = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Scope::parse(&t).ok_or_else(|| {
+            serde::de::Error::custom(format!("{t:?} is not a scope (session:ID or exchange:N)"))
+        })
+    }
+}
+
+impl Scope {
+    /// The scope its `Display` text names (`session:ID`, `exchange:N`).
+    pub fn parse(t: &str) -> Option<Scope> {
+        if let Some(s) = t.strip_prefix("session:") {
+            return Some(Scope::Session(s.into()));
+        }
+        t.strip_prefix("exchange:")?
+            .parse()
+            .ok()
+            .map(Scope::Exchange)
+    }
+}
+
 impl Serialize for Scope {
     /// As its `Display` text, made without the formatting machinery (the JSON log writes every
     /// scope this way; the recorder writes its own in place and comes here only to escape).
@@ -155,7 +177,7 @@ impl Outcome {
 }
 
 /// One JSON-RPC message seen on the wire.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MessageEvent {
     pub ts: u64,
     pub exchange: u64,
@@ -163,28 +185,105 @@ pub struct MessageEvent {
     pub direction: Direction,
     pub transport: Transport,
     pub kind: Kind,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub id: Option<Id>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<Arc<str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Arc<str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_index: Option<u32>,
     /// The number of members of the batch this message is part of (with `batch_index`), so a
     /// reader can tell where one frame ends.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_len: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sse_id: Option<String>,
-    #[serde(serialize_with = "ser_raw")]
+    /// The message's bytes as they were on the wire. Written as JSON when they are JSON, else
+    /// as a string (with `unparsed`); read back into the same bytes (`record::reader`).
+    #[serde(serialize_with = "ser_raw", deserialize_with = "de_raw")]
     pub message: Bytes,
     /// The frame was not valid JSON: `message` is its text (as a JSON string).
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub unparsed: bool,
     /// It came in a WebSocket binary message (UTF-8 JSON all the same, so read as JSON-RPC).
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub binary: bool,
+}
+
+impl MessageEvent {
+    pub fn is_c2s(&self) -> bool {
+        self.direction == Direction::ClientToServer
+    }
+    pub fn is_response(&self) -> bool {
+        self.kind.is_response()
+    }
+    /// The id as exact JSON text.
+    pub fn id_text(&self) -> Option<String> {
+        self.id.as_ref().map(Id::to_json_text)
+    }
+    /// The frame's text as it was on the wire.
+    pub fn wire_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.message)
+    }
+    /// The message as JSON text: itself when it was JSON, else its text as a JSON string (as
+    /// the recording writes it).
+    pub fn json_text(&self) -> std::borrow::Cow<'_, str> {
+        if self.unparsed {
+            serde_json::to_string(&RawMessage(&self.message))
+                .unwrap_or_default()
+                .into()
+        } else {
+            String::from_utf8_lossy(&self.message)
+        }
+    }
+    /// An empty batch (`[]`): a frame with no message in it.
+    pub fn is_empty_batch(&self) -> bool {
+        self.batch_len == Some(0)
+    }
+}
+
+/// An id that is there, `null` included (`Some(Id::Null)`, not `None`: a reply with id null
+/// is not a notification).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Id>, D::Error> {
+    Id::deserialize(d).map(Some)
+}
+
+/// A message's JSON text, read back as the bytes it stands for (an `unparsed` message's string
+/// is decoded by the reader, which sees the flag).
+fn de_raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+    let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+    Ok(Bytes::from(raw.get().to_owned()))
+}
+
+/// The codes of a call read back: the model keeps names (codes, a notice's kind) `&'static`, so
+/// a read name is interned once — at most [`INTERNED`] distinct ones (a recording of the known
+/// vocabulary needs a few dozen); past that, `"(other)"`.
+fn de_static_vec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<&'static str>, D::Error> {
+    let v = Vec::<std::borrow::Cow<'de, str>>::deserialize(d)?;
+    Ok(v.iter().map(|t| intern(t)).collect())
+}
+
+/// How many distinct names `intern` keeps.
+pub const INTERNED: usize = 1024;
+
+/// The `&'static` copy of a name (see `de_static_vec`).
+pub fn intern(t: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(n) = names.iter().find(|n| **n == t) {
+        return n;
+    }
+    if names.len() >= INTERNED {
+        return "(other)";
+    }
+    let n: &'static str = Box::leak(t.to_owned().into_boxed_str());
+    names.push(n);
+    n
 }
 
 fn is_false(b: &bool) -> bool {
@@ -209,7 +308,7 @@ impl Serialize for RawMessage<'_> {
 }
 
 /// A call (a request with an id) that ended.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CallEvent {
     pub ts: u64,
     pub exchange: u64,
@@ -217,18 +316,19 @@ pub struct CallEvent {
     /// The direction of the request.
     pub direction: Direction,
     pub method: Arc<str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Arc<str>>,
     pub id: Id,
     #[serde(flatten)]
     pub outcome: Outcome,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_us: Option<u64>,
+    #[serde(default, deserialize_with = "de_static_vec")]
     pub anomalies: Vec<&'static str>,
     /// The request's index in its batch, and the reply's in its batch (when batched).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_index: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_index: Option<u32>,
     /// Where the call came from, for its trace span (only with `--otlp`).
     #[serde(skip)]
@@ -243,20 +343,56 @@ pub struct AnomalyEvent {
     pub scope: Scope,
     pub code: &'static str,
     pub severity: Severity,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Id>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<Arc<str>>,
     /// The frame it concerns: its direction and batch index.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direction: Option<Direction>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_index: Option<u32>,
     pub message: String,
 }
 
+impl<'de> Deserialize<'de> for AnomalyEvent {
+    /// As written; the code is interned (see `intern`).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Read {
+            ts: u64,
+            exchange: u64,
+            scope: Scope,
+            code: String,
+            severity: Severity,
+            #[serde(default, deserialize_with = "present")]
+            id: Option<Id>,
+            #[serde(default)]
+            method: Option<Arc<str>>,
+            #[serde(default)]
+            direction: Option<Direction>,
+            #[serde(default)]
+            batch_index: Option<u32>,
+            message: String,
+        }
+        let r = Read::deserialize(d)?;
+        Ok(AnomalyEvent {
+            ts: r.ts,
+            exchange: r.exchange,
+            scope: r.scope,
+            code: intern(&r.code),
+            severity: r.severity,
+            id: r.id,
+            method: r.method,
+            direction: r.direction,
+            batch_index: r.batch_index,
+            message: r.message,
+        })
+    }
+}
+
 /// The HTTP side of an exchange.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "lowercase")]
 pub enum HttpEvent {
     Request {
@@ -264,25 +400,28 @@ pub enum HttpEvent {
         exchange: u64,
         method: String,
         path: String,
+        #[serde(default)]
         peer: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
         /// The request's `MCP-Protocol-Version`.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         protocol_version: Option<String>,
         /// Headers, secrets redacted; written as (name, value) pairs.
+        #[serde(default)]
         headers: Headers,
     },
     Response {
         ts: u64,
         exchange: u64,
         status: u16,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         content_type: Option<String>,
+        #[serde(default)]
         headers: Headers,
         /// Set when rpctap answered itself (the upstream was unreachable or too slow, or the
         /// request could not be read): why. The upstream never saw or never answered the calls.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         local: Option<String>,
     },
     /// A legacy HTTP+SSE stream announced the URL its client must POST messages to.
@@ -299,7 +438,7 @@ pub enum HttpEvent {
         path: String,
         status: u16,
         /// The challenge (redacted if configured secret).
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         www_authenticate: Option<String>,
     },
     /// A WebSocket's binary message: shown, not parsed (its length, on the wire or inflated).
@@ -313,8 +452,32 @@ pub enum HttpEvent {
         ts: u64,
         exchange: u64,
         reason: String,
+        #[serde(default)]
         bytes: u64,
     },
+}
+
+impl HttpEvent {
+    pub fn ts(&self) -> u64 {
+        match self {
+            HttpEvent::Request { ts, .. }
+            | HttpEvent::Response { ts, .. }
+            | HttpEvent::Endpoint { ts, .. }
+            | HttpEvent::Auth { ts, .. }
+            | HttpEvent::Binary { ts, .. }
+            | HttpEvent::End { ts, .. } => *ts,
+        }
+    }
+    pub fn exchange(&self) -> u64 {
+        match self {
+            HttpEvent::Request { exchange, .. }
+            | HttpEvent::Response { exchange, .. }
+            | HttpEvent::Endpoint { exchange, .. }
+            | HttpEvent::Auth { exchange, .. }
+            | HttpEvent::Binary { exchange, .. }
+            | HttpEvent::End { exchange, .. } => *exchange,
+        }
+    }
 }
 
 /// An HTTP message's headers with secrets already redacted (made by
@@ -322,6 +485,42 @@ pub enum HttpEvent {
 /// event costs no string copies; it is written as `[[name, value], …]` (values as lossy UTF-8).
 #[derive(Clone, Debug, Default)]
 pub struct Headers(pub http::HeaderMap);
+
+impl Headers {
+    /// The first value of a header, as text.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(|v| v.to_str().ok())
+    }
+    /// (name, value) pairs, values as lossy UTF-8.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl<'de> Deserialize<'de> for Headers {
+    /// From `[[name, value], …]`; a pair that is not a valid header is left out.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let pairs = Vec::<(String, String)>::deserialize(d)?;
+        let mut map = http::HeaderMap::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            if let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_str(&v),
+            ) {
+                map.append(k, v);
+            }
+        }
+        Ok(Headers(map))
+    }
+}
 
 impl Serialize for Headers {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -341,18 +540,50 @@ pub struct NoticeEvent {
     pub message: String,
 }
 
+impl<'de> Deserialize<'de> for NoticeEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Read {
+            ts: u64,
+            what: String,
+            message: String,
+        }
+        let r = Read::deserialize(d)?;
+        Ok(NoticeEvent {
+            ts: r.ts,
+            what: intern(&r.what),
+            message: r.message,
+        })
+    }
+}
+
+/// Lines the recording lost (the recorder fell behind, or its writes failed): written by the
+/// recorder's writer, never published.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GapEvent {
+    pub ts: u64,
+    pub lost: u64,
+    pub message: String,
+}
+
 /// A call or notification refused by a rate-limit rule (or, `shadow`, one a shadow rule would
 /// have refused).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RefusalEvent {
     pub ts: u64,
     pub exchange: u64,
     pub scope: Scope,
     pub method: Arc<str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub id: Option<Id>,
     pub rule: Arc<str>,
+    #[serde(default)]
     pub shadow: bool,
+    #[serde(default)]
     pub retry_after_ms: u64,
 }
 
@@ -366,6 +597,8 @@ pub enum Event {
     Anomaly(AnomalyEvent),
     Refusal(RefusalEvent),
     Notice(NoticeEvent),
+    /// Only in recordings (see [`GapEvent`]).
+    Gap(GapEvent),
 }
 
 mod bus;
@@ -387,7 +620,7 @@ impl Event {
             Event::Call(_) => Interest::CALL,
             Event::Anomaly(_) => Interest::ANOMALY,
             Event::Refusal(_) => Interest::REFUSAL,
-            Event::Notice(_) => Interest::NOTICE,
+            Event::Notice(_) | Event::Gap(_) => Interest::NOTICE,
         }
     }
 
@@ -406,7 +639,20 @@ impl Event {
             Event::Call(c) => Some(c.exchange),
             Event::Anomaly(a) => Some(a.exchange),
             Event::Refusal(r) => Some(r.exchange),
-            Event::Notice(_) => None,
+            Event::Notice(_) | Event::Gap(_) => None,
+        }
+    }
+
+    /// The event's time (ns since the epoch).
+    pub fn ts(&self) -> u64 {
+        match self {
+            Event::Http(h) => h.ts(),
+            Event::Message(m) => m.ts,
+            Event::Call(c) => c.ts,
+            Event::Anomaly(a) => a.ts,
+            Event::Refusal(r) => r.ts,
+            Event::Notice(n) => n.ts,
+            Event::Gap(g) => g.ts,
         }
     }
 }

@@ -10,7 +10,8 @@
 use super::offline::{CheckResult, Finding, Match};
 use super::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
 use crate::events::{BusBuilder, Direction, Event, Interest, Outcome, Severity, Sink};
-use crate::record::reader::{header_value, RecEvent, RecHttp, RecMessage, Recording};
+use crate::events::{HttpEvent, MessageEvent};
+use crate::record::reader::{header_value, Recording};
 use crate::rpc::{Id, Kind};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -128,7 +129,7 @@ impl Open {
 }
 
 /// Adds a message to a frame; returns whether the frame is now whole.
-fn add(frame: &mut Frame, m: &RecMessage) -> bool {
+fn add(frame: &mut Frame, m: &MessageEvent) -> bool {
     frame.parts.push(m.wire_text().into_owned());
     frame.sse_id = m.sse_id.clone();
     match (m.batch_index, m.batch_len) {
@@ -145,6 +146,14 @@ fn add(frame: &mut Frame, m: &RecMessage) -> bool {
     }
 }
 
+/// A stream's session id as its scope names it (`session:ID`).
+fn session_id(scope: &crate::events::Scope) -> String {
+    match scope {
+        crate::events::Scope::Session(s) => s.to_string(),
+        other => other.to_string(),
+    }
+}
+
 fn end_reason(reason: &str) -> EndReason {
     match reason {
         "complete" => EndReason::Complete,
@@ -154,7 +163,7 @@ fn end_reason(reason: &str) -> EndReason {
 }
 
 /// Feeds one run of a recording through a fresh inspector; returns the events it published.
-pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> {
+pub fn reinspect(header: &serde_json::Value, events: &[Event]) -> Vec<Event> {
     let mut bus = BusBuilder::default();
     let out = Arc::new(Collect::default());
     bus.sink(Interest::ALL, out.clone());
@@ -163,7 +172,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
         .clamp(Duration::from_millis(10), Duration::from_secs(1))
         .as_nanos() as u64;
     let insp = Inspector::offline(cfg, bus.build());
-    let t0 = events.iter().find_map(RecEvent::ts).unwrap_or(0);
+    let t0 = events.first().map_or(0, Event::ts);
     let mut last_sweep = 0u64;
     let mut open: HashMap<u64, Open> = HashMap::new();
     // stdio sessions: their lines, each fed whole (a batch's members gathered first).
@@ -173,16 +182,14 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
     // Exchanges answered 101: a WebSocket's messages follow on their number.
     let mut upgraded: std::collections::HashSet<u64> = Default::default();
     for ev in events {
-        if let Some(ts) = ev.ts() {
-            let t = ts.saturating_sub(t0);
-            insp.set_time(t);
-            if t >= last_sweep + sweep_every {
-                insp.sweep();
-                last_sweep = t;
-            }
+        let t = ev.ts().saturating_sub(t0);
+        insp.set_time(t);
+        if t >= last_sweep + sweep_every {
+            insp.sweep();
+            last_sweep = t;
         }
         match ev {
-            RecEvent::Message(m)
+            Event::Message(m)
                 if matches!(
                     m.transport,
                     crate::events::Transport::Stdio | crate::events::Transport::Ws
@@ -192,8 +199,10 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     if m.transport == crate::events::Transport::Ws {
                         return (insp.begin_ws(m.exchange), None);
                     }
-                    let sid = m.scope.strip_prefix("session:").unwrap_or(&m.scope);
-                    (insp.begin_stream_numbered(m.exchange, sid), None)
+                    (
+                        insp.begin_stream_numbered(m.exchange, &session_id(&m.scope)),
+                        None,
+                    )
                 });
                 let dir = m.direction;
                 if pending.as_ref().is_some_and(|(_, d)| *d != dir) {
@@ -208,7 +217,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     }
                 }
             }
-            RecEvent::Anomaly(a)
+            Event::Anomaly(a)
                 if (a.code == "NOT_INSPECTED"
                     || (a.code == "PARSE_ERROR" && a.message.starts_with("WebSocket framing")))
                     && (stdio
@@ -219,8 +228,10 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     if upgraded.contains(&a.exchange) {
                         return (insp.begin_ws(a.exchange), None);
                     }
-                    let sid = a.scope.strip_prefix("session:").unwrap_or(&a.scope);
-                    (insp.begin_stream_numbered(a.exchange, sid), None)
+                    (
+                        insp.begin_stream_numbered(a.exchange, &session_id(&a.scope)),
+                        None,
+                    )
                 });
                 if let Some((mut f, d)) = pending.take() {
                     ctx.line(d, Bytes::from(f.text()));
@@ -238,7 +249,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     None => ctx.not_inspected(dir, a.message.clone()),
                 }
             }
-            RecEvent::Http(RecHttp::End {
+            Event::Http(HttpEvent::End {
                 exchange, reason, ..
             }) if streams.contains_key(exchange) && !open.contains_key(exchange) => {
                 if let Some((mut ctx, pending)) = streams.remove(exchange) {
@@ -248,7 +259,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     ctx.end(EndReason::Closed(reason.clone()));
                 }
             }
-            RecEvent::Http(RecHttp::Request {
+            Event::Http(HttpEvent::Request {
                 exchange,
                 method,
                 path,
@@ -286,7 +297,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     },
                 );
             }
-            RecEvent::Message(m) => {
+            Event::Message(m) => {
                 let Some(o) = open.get_mut(&m.exchange) else {
                     continue;
                 };
@@ -310,12 +321,10 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     }
                 }
             }
-            RecEvent::Refusal(r) => {
-                let id =
-                    r.id.as_deref()
-                        .and_then(|raw| Id::from_json_text(raw.get()));
+            Event::Refusal(r) => {
+                let id = r.id.clone();
                 let refusal = crate::limit::Refusal {
-                    rule: r.rule.as_str().into(),
+                    rule: r.rule.clone(),
                     retry_after: Duration::from_millis(r.retry_after_ms),
                     status: None,
                     code: 0,
@@ -339,7 +348,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                 };
                 ctx.refuse(id.as_ref(), &r.method, &refusal, r.shadow);
             }
-            RecEvent::Anomaly(a) if a.code == "NOT_INSPECTED" => {
+            Event::Anomaly(a) if a.code == "NOT_INSPECTED" => {
                 // The only trace of a frame too large to inspect: tell the inspector so.
                 let Some(o) = open.get_mut(&a.exchange) else {
                     continue;
@@ -353,7 +362,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     o.ctx.reply_not_inspected();
                 }
             }
-            RecEvent::Http(RecHttp::Response {
+            Event::Http(HttpEvent::Response {
                 exchange,
                 status,
                 content_type,
@@ -380,7 +389,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                     }),
                 }
             }
-            RecEvent::Http(RecHttp::Endpoint { exchange, url, .. }) => {
+            Event::Http(HttpEvent::Endpoint { exchange, url, .. }) => {
                 let Some(o) = open.get_mut(exchange) else {
                     continue;
                 };
@@ -389,7 +398,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[RecEvent]) -> Vec<Event> 
                 o.ctx
                     .response_data(format!("event: endpoint\n{data}\n").as_bytes());
             }
-            RecEvent::Http(RecHttp::End {
+            Event::Http(HttpEvent::End {
                 exchange, reason, ..
             }) => {
                 if let Some(mut o) = open.remove(exchange) {

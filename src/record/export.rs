@@ -1,8 +1,9 @@
 //! Exports of a recording: exchange documents (seed 004's input format, chunked to its limits)
 //! and HAR 1.2 for browsers' developer tools and mitmproxy.
 
-use super::reader::{RecHttp, RecMessage, Recording};
+use super::reader::Recording;
 use crate::events::Transport;
+use crate::events::{Event, HttpEvent, MessageEvent};
 use crate::rpc::Kind;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -11,8 +12,8 @@ use std::time::{Duration, UNIX_EPOCH};
 /// A call and its replies (or a lone notification, or a lone reply): never split.
 #[derive(Debug, Default, Clone)]
 struct Unit<'a> {
-    requests: Vec<&'a RecMessage>,
-    responses: Vec<&'a RecMessage>,
+    requests: Vec<&'a MessageEvent>,
+    responses: Vec<&'a MessageEvent>,
 }
 
 impl Unit<'_> {
@@ -20,7 +21,7 @@ impl Unit<'_> {
         self.requests
             .iter()
             .chain(&self.responses)
-            .map(|m| m.message.get().len() + 1)
+            .map(|m| m.message.len() + 1)
             .sum()
     }
 }
@@ -28,10 +29,10 @@ impl Unit<'_> {
 /// The client→server requests and notifications of one scope, with the server's replies to
 /// them, grouped in units. Server→client requests and the client's replies are left out: an
 /// exchange document has one direction of calls.
-fn units<'a>(messages: &[&'a RecMessage]) -> Vec<Unit<'a>> {
+fn units<'a>(messages: &[&'a MessageEvent]) -> Vec<Unit<'a>> {
     let mut units: Vec<Unit<'a>> = Vec::new();
     // id text → unit indices of calls still waiting, oldest first
-    let mut open: HashMap<&'a str, std::collections::VecDeque<usize>> = HashMap::new();
+    let mut open: HashMap<String, std::collections::VecDeque<usize>> = HashMap::new();
     for &m in messages.iter().filter(|m| !m.is_empty_batch()) {
         match (m.is_c2s(), m.kind) {
             (true, Kind::Request | Kind::Notification | Kind::Invalid) => {
@@ -46,7 +47,7 @@ fn units<'a>(messages: &[&'a RecMessage]) -> Vec<Unit<'a>> {
             (false, Kind::Result | Kind::Error | Kind::Invalid) => {
                 let slot = m
                     .id_text()
-                    .and_then(|id| open.get_mut(id))
+                    .and_then(|id| open.get_mut(&id))
                     .and_then(|v| v.pop_front());
                 match slot {
                     Some(i) => units[i].responses.push(m),
@@ -63,13 +64,13 @@ fn units<'a>(messages: &[&'a RecMessage]) -> Vec<Unit<'a>> {
 }
 
 fn doc(units: &[Unit<'_>]) -> String {
-    let req: Vec<&str> = units
+    let req: Vec<std::borrow::Cow<'_, str>> = units
         .iter()
-        .flat_map(|u| u.requests.iter().map(|m| m.message.get()))
+        .flat_map(|u| u.requests.iter().map(|m| m.json_text()))
         .collect();
-    let resp: Vec<&str> = units
+    let resp: Vec<std::borrow::Cow<'_, str>> = units
         .iter()
-        .flat_map(|u| u.responses.iter().map(|m| m.message.get()))
+        .flat_map(|u| u.responses.iter().map(|m| m.json_text()))
         .collect();
     format!(
         "{{\"request\":[{}],\"response\":[{}]}}",
@@ -79,12 +80,12 @@ fn doc(units: &[Unit<'_>]) -> String {
 }
 
 /// Every scope's messages, scopes in order of first appearance (one pass over the recording).
-fn by_scope(rec: &Recording) -> Vec<(&str, Vec<&RecMessage>)> {
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    let mut out: Vec<(&str, Vec<&RecMessage>)> = Vec::new();
+fn by_scope(rec: &Recording) -> Vec<(String, Vec<&MessageEvent>)> {
+    let mut index: HashMap<&crate::events::Scope, usize> = HashMap::new();
+    let mut out: Vec<(String, Vec<&MessageEvent>)> = Vec::new();
     for m in rec.messages() {
-        let i = *index.entry(m.scope.as_str()).or_insert_with(|| {
-            out.push((m.scope.as_str(), Vec::new()));
+        let i = *index.entry(&m.scope).or_insert_with(|| {
+            out.push((m.scope.to_string(), Vec::new()));
             out.len() - 1
         });
         out[i].1.push(m);
@@ -148,7 +149,7 @@ fn header_list(h: &[(String, String)]) -> Vec<Value> {
         .collect()
 }
 
-fn body_text(msgs: &[&RecMessage], sse: bool) -> String {
+fn body_text(msgs: &[&MessageEvent], sse: bool) -> String {
     if sse {
         msgs.iter()
             .map(|m| {
@@ -157,18 +158,18 @@ fn body_text(msgs: &[&RecMessage], sse: bool) -> String {
                     .as_ref()
                     .map(|i| format!("id: {i}\n"))
                     .unwrap_or_default();
-                format!("event: message\n{id}data: {}\n\n", m.message.get())
+                format!("event: message\n{id}data: {}\n\n", m.json_text())
             })
             .collect()
     } else if msgs.len() == 1 && msgs[0].batch_index.is_none() {
-        msgs[0].message.get().to_string()
+        msgs[0].json_text().to_string()
     } else if msgs.is_empty() {
         String::new()
     } else {
         format!(
             "[{}]",
             msgs.iter()
-                .map(|m| m.message.get())
+                .map(|m| m.json_text())
                 .collect::<Vec<_>>()
                 .join(",")
         )
@@ -185,14 +186,14 @@ pub fn har(rec: &Recording) -> Value {
     let mut entries = Vec::new();
     let mut anomalies: HashMap<u64, Vec<String>> = HashMap::new();
     for e in &rec.events {
-        if let super::reader::RecEvent::Anomaly(a) = e {
+        if let Event::Anomaly(a) = e {
             anomalies
                 .entry(a.exchange)
                 .or_default()
-                .push(a.code.clone());
+                .push(a.code.to_string());
         }
     }
-    let mut by_exchange: HashMap<u64, Vec<&RecMessage>> = HashMap::new();
+    let mut by_exchange: HashMap<u64, Vec<&MessageEvent>> = HashMap::new();
     for m in rec.messages() {
         by_exchange.entry(m.exchange).or_default().push(m);
     }
@@ -200,7 +201,7 @@ pub fn har(rec: &Recording) -> Value {
     let mut ends: HashMap<u64, u64> = HashMap::new();
     for h in rec.http() {
         match h {
-            RecHttp::Response {
+            HttpEvent::Response {
                 ts,
                 exchange,
                 status,
@@ -210,20 +211,20 @@ pub fn har(rec: &Recording) -> Value {
             } => {
                 responses.insert(
                     *exchange,
-                    (*status, content_type.clone(), headers.clone(), *ts),
+                    (*status, content_type.clone(), headers.pairs(), *ts),
                 );
             }
-            RecHttp::End { ts, exchange, .. } => {
+            HttpEvent::End { ts, exchange, .. } => {
                 ends.insert(*exchange, *ts);
             }
-            RecHttp::Request { .. }
-            | RecHttp::Endpoint { .. }
-            | RecHttp::Auth { .. }
-            | RecHttp::Binary { .. } => {}
+            HttpEvent::Request { .. }
+            | HttpEvent::Endpoint { .. }
+            | HttpEvent::Auth { .. }
+            | HttpEvent::Binary { .. } => {}
         }
     }
     for h in rec.http() {
-        let RecHttp::Request {
+        let HttpEvent::Request {
             ts,
             exchange,
             method,
@@ -235,7 +236,7 @@ pub fn har(rec: &Recording) -> Value {
             continue;
         };
         let msgs = by_exchange.get(exchange).cloned().unwrap_or_default();
-        let (req_msgs, resp_msgs): (Vec<&RecMessage>, Vec<&RecMessage>) =
+        let (req_msgs, resp_msgs): (Vec<&MessageEvent>, Vec<&MessageEvent>) =
             msgs.iter().partition(|m| m.is_c2s());
         let (status, ct, rheaders, rts) =
             responses
@@ -243,28 +244,25 @@ pub fn har(rec: &Recording) -> Value {
                 .cloned()
                 .unwrap_or((0, None, vec![], *ts));
         let sse = ct.as_deref().is_some_and(crate::media::is_event_stream);
-        let req_ct = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
-            .map(|(_, v)| v.clone());
+        let req_ct = headers.get("content-type").map(str::to_string);
         let req_text = body_text(&req_msgs, false);
         let resp_text = body_text(&resp_msgs, sse);
         let end = ends.get(exchange).copied().unwrap_or(rts);
-        let mut methods: Vec<String> = msgs.iter().filter_map(|m| m.method.clone()).collect();
+        let mut methods: Vec<String> = msgs
+            .iter()
+            .filter_map(|m| m.method.as_deref().map(str::to_string))
+            .collect();
         methods.dedup();
         let ids: Vec<Value> = req_msgs
             .iter()
-            .filter_map(|m| {
-                m.id.as_ref()
-                    .and_then(|i| serde_json::from_str(i.get()).ok())
-            })
+            .filter_map(|m| m.id.as_ref().and_then(|i| serde_json::to_value(i).ok()))
             .collect();
         let mut request = json!({
             "method": method,
             "url": format!("http://{listen}{path}"),
             "httpVersion": "HTTP/1.1",
             "cookies": [],
-            "headers": header_list(headers),
+            "headers": header_list(&headers.pairs()),
             "queryString": [],
             "headersSize": -1,
             "bodySize": req_text.len(),
@@ -338,12 +336,12 @@ fn stdio_entries(rec: &Recording) -> Vec<Value> {
         .and_then(Value::as_str)
         .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
         .unwrap_or_else(|| "server".into());
-    let mut requests: HashMap<Key, VecDeque<&RecMessage>> = HashMap::new();
-    let mut replies: HashMap<Key, VecDeque<&RecMessage>> = HashMap::new();
+    let mut requests: HashMap<Key, VecDeque<&MessageEvent>> = HashMap::new();
+    let mut replies: HashMap<Key, VecDeque<&MessageEvent>> = HashMap::new();
     let mut out = Vec::new();
-    let entry = |req: &RecMessage,
-                 reply: Option<&RecMessage>,
-                 call: Option<&super::reader::RecCall>| {
+    let entry = |req: &MessageEvent,
+                 reply: Option<&MessageEvent>,
+                 call: Option<&crate::events::CallEvent>| {
         let method = req.method.as_deref().unwrap_or("");
         let text = req.wire_text().into_owned();
         let reply_text = reply
@@ -381,9 +379,9 @@ fn stdio_entries(rec: &Recording) -> Vec<Value> {
             "_rpctap": {
                 "transport": "stdio",
                 "direction": if req.is_c2s() { "c2s" } else { "s2c" },
-                "scope": req.scope,
+                "scope": req.scope.to_string(),
                 "methods": [method],
-                "ids": req.id.as_ref().and_then(|i| serde_json::from_str::<Value>(i.get()).ok()).into_iter().collect::<Vec<_>>(),
+                "ids": req.id.as_ref().and_then(|i| serde_json::to_value(i).ok()).into_iter().collect::<Vec<_>>(),
                 "outcome": call.map(|c| c.outcome.label()),
                 "anomalies": call.map(|c| c.anomalies.clone()).unwrap_or_default(),
             },
@@ -391,25 +389,25 @@ fn stdio_entries(rec: &Recording) -> Vec<Value> {
     };
     for e in &rec.events {
         match e {
-            super::reader::RecEvent::Message(m) if m.transport == Transport::Stdio => {
-                let id = m.id_text().unwrap_or("").to_string();
+            Event::Message(m) if m.transport == Transport::Stdio => {
+                let id = m.id_text().unwrap_or_default();
                 match m.kind {
                     Kind::Notification => out.push(entry(m, None, None)),
                     Kind::Result | Kind::Error => replies
-                        .entry((m.scope.clone(), !m.is_c2s(), id))
+                        .entry((m.scope.to_string(), !m.is_c2s(), id))
                         .or_default()
                         .push_back(m),
                     Kind::Request | Kind::Invalid => requests
-                        .entry((m.scope.clone(), m.is_c2s(), id))
+                        .entry((m.scope.to_string(), m.is_c2s(), id))
                         .or_default()
                         .push_back(m),
                 }
             }
-            super::reader::RecEvent::Call(c) => {
+            Event::Call(c) => {
                 let key = (
-                    c.scope.clone(),
+                    c.scope.to_string(),
                     c.direction == crate::events::Direction::ClientToServer,
-                    c.id.get().to_string(),
+                    c.id.to_json_text(),
                 );
                 let Some(req) = requests.get_mut(&key).and_then(VecDeque::pop_front) else {
                     continue;

@@ -413,6 +413,156 @@ mod tests {
             String::from_utf8_lossy(&fast),
             String::from_utf8_lossy(&slow)
         );
+        assert_round_trips(&ev);
+    }
+
+    /// One model both ways: an event written as its line and read back is the same event — its
+    /// line, written again, is byte for byte the first.
+    fn assert_round_trips(ev: &Event) {
+        let mut first = Vec::new();
+        write_line(&mut first, ev).unwrap();
+        let text = String::from_utf8(first.clone()).unwrap();
+        let back =
+            crate::record::reader::parse_line(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let mut again = Vec::new();
+        write_line(&mut again, &back).unwrap();
+        assert_eq!(text, String::from_utf8_lossy(&again));
+        assert_eq!(back.ts(), ev.ts());
+    }
+
+    #[test]
+    fn every_event_kind_reads_back_as_written() {
+        use crate::events::*;
+        use crate::rpc::Id;
+        let scope = Scope::Session("s\"1".into());
+        let events = vec![
+            Event::Anomaly(AnomalyEvent {
+                ts: 1,
+                exchange: 2,
+                scope: scope.clone(),
+                code: "DUPLICATE_ID",
+                severity: Severity::Error,
+                id: Some(Id::Str("a\u{e9}".into())),
+                method: Some("m".into()),
+                direction: Some(Direction::ClientToServer),
+                batch_index: Some(1),
+                message: "why \"quoted\"".into(),
+            }),
+            Event::Anomaly(AnomalyEvent {
+                ts: 1,
+                exchange: 2,
+                scope: Scope::Exchange(2),
+                code: "A_CODE_OF_A_LATER_VERSION",
+                severity: Severity::Warning,
+                id: None,
+                method: None,
+                direction: None,
+                batch_index: None,
+                message: String::new(),
+            }),
+            Event::Refusal(RefusalEvent {
+                ts: 3,
+                exchange: 4,
+                scope: scope.clone(),
+                method: "tools/call".into(),
+                id: Some(Id::Num("12345678901234567890".into())),
+                rule: "add=1/min".into(),
+                shadow: true,
+                retry_after_ms: 250,
+            }),
+            Event::Notice(NoticeEvent {
+                ts: 5,
+                what: "pending_evicted",
+                message: "3 calls".into(),
+            }),
+            Event::Gap(GapEvent {
+                ts: 6,
+                lost: 8,
+                message: "behind".into(),
+            }),
+            Event::Http(HttpEvent::Endpoint {
+                ts: 7,
+                exchange: 8,
+                url: "/messages?sessionId=x".into(),
+            }),
+            Event::Http(HttpEvent::Auth {
+                ts: 7,
+                exchange: 8,
+                method: "POST".into(),
+                path: "/mcp".into(),
+                status: 401,
+                www_authenticate: Some("Bearer".into()),
+            }),
+            Event::Http(HttpEvent::Binary {
+                ts: 7,
+                exchange: 8,
+                direction: Direction::ServerToClient,
+                len: 99,
+            }),
+            Event::Message(MessageEvent {
+                ts: 9,
+                exchange: 10,
+                scope: Scope::Exchange(10),
+                direction: Direction::ServerToClient,
+                transport: Transport::Ws,
+                kind: crate::rpc::Kind::Result,
+                id: Some(Id::Null),
+                method: None,
+                target: None,
+                batch_index: None,
+                batch_len: None,
+                sse_id: None,
+                message: bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":null,"result":1}"#),
+                unparsed: false,
+                binary: true,
+            }),
+        ];
+        for ev in &events {
+            assert_round_trips(ev);
+        }
+        // A frame that was not JSON reads back as its own bytes.
+        let text = r#"{"event":"message","ts":1,"exchange":1,"scope":"exchange:1","direction":"s2c","transport":"stdio","kind":"invalid","message":"not json \" here","unparsed":true}"#;
+        match crate::record::reader::parse_line(text).unwrap() {
+            Event::Message(m) => {
+                assert_eq!(&m.message[..], b"not json \" here");
+                assert_eq!(m.json_text(), r#""not json \" here""#);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        /// Any id, method and scope survive the line both ways.
+        #[test]
+        fn messages_read_back_as_written(
+            num in proptest::bool::ANY,
+            id in "[a-z0-9\u{e9}\\\"]{0,12}",
+            n in 0u64..u64::MAX,
+            method in "[ -~\u{e9}]{0,16}",
+            sid in "[ -~]{1,12}",
+        ) {
+            use crate::events::*;
+            let id = if num { crate::rpc::Id::Num(n.to_string().into()) } else { crate::rpc::Id::Str(id.into()) };
+            let raw = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method}).to_string();
+            let ev = Event::Message(MessageEvent {
+                ts: n,
+                exchange: n,
+                scope: Scope::Session(sid.into()),
+                direction: Direction::ClientToServer,
+                transport: Transport::Sse,
+                kind: crate::rpc::Kind::Request,
+                id: Some(id),
+                method: Some(method.into()),
+                target: None,
+                batch_index: Some(0),
+                batch_len: Some(1),
+                sse_id: Some("e".into()),
+                message: bytes::Bytes::from(raw),
+                unparsed: false,
+                binary: false,
+            });
+            assert_round_trips(&ev);
+        }
     }
 
     #[test]

@@ -283,9 +283,9 @@ mod tests {
         assert_eq!((stats.events, stats.lost, stats.gaps), (2, 8, 1));
         let rec = reader::read(&path).unwrap();
         let gap = rec.events.iter().find_map(|e| match e {
-            reader::RecEvent::Other(v) if v["event"] == "gap" => Some(v.clone()),
+            Event::Gap(g) => Some(g.lost),
             _ => None,
         });
-        assert_eq!(gap.unwrap()["lost"], 8);
+        assert_eq!(gap, Some(8));
     }
 }

@@ -7,20 +7,20 @@ pub(super) fn judge(
     recorded_calls: &Recorded<'_>,
     ignore: &[Pattern],
     exchange: u64,
-    call: &RecMessage,
+    call: &MessageEvent,
     status: Option<u16>,
     replies: &HashMap<String, rpc::Envelope>,
     latency_ms: f64,
 ) -> CallReport {
     let this = recorded_calls;
-    let id = call.id_text().unwrap_or("null").to_string();
+    let id = call.id_text().unwrap_or_else(|| "null".into());
     let rec_outcome = this.outcome(call);
     let rec_reply = this.reply(call);
     let recorded = match (&rec_outcome, rec_reply) {
         (Outcome::Result, _) => "Succeeded".to_string(),
         (Outcome::Error { .. }, Some(r)) => format!(
             "Error reported ({})",
-            member(r.message.get(), "error")
+            member(&r.json_text(), "error")
                 .and_then(|e| e.get("code").cloned())
                 .unwrap_or_default()
         ),
@@ -50,7 +50,7 @@ pub(super) fn judge(
             } else {
                 ("result", Verdict::Succeeded)
             };
-            let expected = rec_reply.and_then(|r| member(r.message.get(), key));
+            let expected = rec_reply.and_then(|r| member(&r.json_text(), key));
             let actual = member(actual_raw, key);
             let mut diffs = if expected.is_none() {
                 // The recorded reply was the other kind (or none).
@@ -58,7 +58,7 @@ pub(super) fn judge(
                 diff::diff(
                     other,
                     rec_reply
-                        .and_then(|r| member(r.message.get(), other))
+                        .and_then(|r| member(&r.json_text(), other))
                         .as_ref(),
                     None,
                     ignore,
@@ -85,9 +85,9 @@ pub(super) fn judge(
     };
     CallReport {
         exchange,
-        scope: call.scope.clone(),
-        method: call.method.clone().unwrap_or_default(),
-        target: call.target.clone(),
+        scope: call.scope.to_string(),
+        method: call.method.as_deref().unwrap_or_default().to_string(),
+        target: call.target.as_deref().map(str::to_string),
         id,
         verdict,
         recorded,

@@ -12,7 +12,8 @@
 //! such as `eth_subscription`) follow its reply.
 
 use crate::demo::DemoBody;
-use crate::record::reader::{RecMessage, Recording};
+use crate::events::MessageEvent;
+use crate::record::reader::Recording;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -97,12 +98,12 @@ fn key_of(m: &Value) -> Option<(String, String)> {
 impl Mock {
     pub fn from_recording(rec: &Recording) -> Self {
         let mut mock = Mock::default();
-        let msgs: Vec<&RecMessage> = rec.messages().collect();
+        let msgs: Vec<&MessageEvent> = rec.messages().collect();
         for (i, m) in msgs.iter().enumerate() {
             if !(m.is_c2s() && m.kind == crate::rpc::Kind::Request) {
                 continue;
             }
-            let Ok(v) = serde_json::from_str::<Value>(m.message.get()) else {
+            let Ok(v) = serde_json::from_str::<Value>(&m.json_text()) else {
                 continue;
             };
             let Some(key) = key_of(&v) else { continue };
@@ -122,7 +123,7 @@ impl Mock {
                 continue;
             };
             let reply = msgs[j];
-            let notification = |r: &&&RecMessage| {
+            let notification = |r: &&&MessageEvent| {
                 !r.is_c2s() && r.scope == m.scope && r.kind == crate::rpc::Kind::Notification
             };
             let before: Vec<String> = msgs[i + 1..j]
@@ -137,7 +138,8 @@ impl Mock {
                 .filter(notification)
                 .map(|r| r.wire_text().into_owned())
                 .collect();
-            let Ok(parts) = serde_json::from_str::<Parts>(reply.message.get()) else {
+            let text = reply.json_text();
+            let Ok(parts) = serde_json::from_str::<Parts>(&text) else {
                 continue;
             };
             let (member, value) = match (parts.result, parts.error) {

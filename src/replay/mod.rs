@@ -29,9 +29,10 @@ use legacy::{legacy_session, LegacyStream};
 pub use report::{junit, text};
 
 use crate::events::{Direction, Outcome};
+use crate::events::{HttpEvent, MessageEvent};
 use crate::inspect::sse::SseDecoder;
 use crate::proxy::body::ForwardBody;
-use crate::record::reader::{RecHttp, RecMessage, Recording};
+use crate::record::reader::Recording;
 use crate::rpc::{self, Body, Kind};
 use bytes::Bytes;
 use diff::{Diff, Pattern};
@@ -176,7 +177,7 @@ struct Exchange<'a> {
     headers: Vec<(String, String)>,
     status: Option<u16>,
     resp_session: Option<String>,
-    c2s: Vec<&'a RecMessage>,
+    c2s: Vec<&'a MessageEvent>,
 }
 
 fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
@@ -184,7 +185,7 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
     let mut index: HashMap<u64, usize> = HashMap::new();
     for h in rec.http() {
         match h {
-            RecHttp::Request {
+            HttpEvent::Request {
                 exchange,
                 method,
                 path,
@@ -198,13 +199,13 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
                     method: method.clone(),
                     path: path.clone(),
                     session: session.clone(),
-                    headers: headers.clone(),
+                    headers: headers.pairs(),
                     status: None,
                     resp_session: None,
                     c2s: vec![],
                 });
             }
-            RecHttp::Response {
+            HttpEvent::Response {
                 exchange,
                 status,
                 headers,
@@ -212,16 +213,13 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
             } => {
                 if let Some(&i) = index.get(exchange) {
                     list[i].status = Some(*status);
-                    list[i].resp_session = headers
-                        .iter()
-                        .find(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id"))
-                        .map(|(_, v)| v.clone());
+                    list[i].resp_session = headers.get("mcp-session-id").map(str::to_string);
                 }
             }
-            RecHttp::End { .. }
-            | RecHttp::Endpoint { .. }
-            | RecHttp::Auth { .. }
-            | RecHttp::Binary { .. } => {}
+            HttpEvent::End { .. }
+            | HttpEvent::Endpoint { .. }
+            | HttpEvent::Auth { .. }
+            | HttpEvent::Binary { .. } => {}
         }
     }
     for m in rec.messages().filter(|m| m.is_c2s()) {
@@ -235,13 +233,13 @@ fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
 /// The request body as the client sent it (batch members joined in order).
 fn body_of(ex: &Exchange<'_>) -> String {
     if ex.c2s.len() == 1 && ex.c2s[0].batch_index.is_none() {
-        return ex.c2s[0].message.get().to_string();
+        return ex.c2s[0].json_text().to_string();
     }
     format!(
         "[{}]",
         ex.c2s
             .iter()
-            .map(|m| m.message.get())
+            .map(|m| m.json_text())
             .collect::<Vec<_>>()
             .join(",")
     )
@@ -264,12 +262,12 @@ const SKIP_HEADERS: [&str; 10] = [
 /// What the recording says about its calls, indexed once (a lookup per call, not a scan of the
 /// recording: replay stays linear in its size).
 struct Recorded<'a> {
-    /// (exchange, id text) → the call's recorded outcome.
-    outcomes: HashMap<(u64, &'a str), &'a Outcome>,
-    /// (scope, id text) → the server's replies with that id, in order.
-    replies: HashMap<(&'a str, &'a str), Vec<&'a RecMessage>>,
+    /// (exchange, id) → the call's recorded outcome.
+    outcomes: HashMap<(u64, &'a crate::rpc::Id), &'a Outcome>,
+    /// (scope, id) → the server's replies with that id, in order.
+    replies: HashMap<(&'a crate::events::Scope, &'a crate::rpc::Id), Vec<&'a MessageEvent>>,
     /// exchange → its first error reply with id null (it answered the whole request).
-    null_errors: HashMap<u64, &'a RecMessage>,
+    null_errors: HashMap<u64, &'a MessageEvent>,
     /// Exchanges answered with an event stream.
     streams: std::collections::HashSet<u64>,
 }
@@ -286,23 +284,21 @@ impl<'a> Recorded<'a> {
             .calls()
             .filter(|c| c.direction == Direction::ClientToServer)
         {
-            r.outcomes
-                .entry((c.exchange, c.id.get()))
-                .or_insert(&c.outcome);
+            r.outcomes.entry((c.exchange, &c.id)).or_insert(&c.outcome);
         }
         for m in rec.messages().filter(|m| !m.is_c2s()) {
-            match m.id_text() {
-                Some(id) if m.is_response() && id != "null" => {
+            match &m.id {
+                Some(id) if m.is_response() && *id != crate::rpc::Id::Null => {
                     r.replies.entry((&m.scope, id)).or_default().push(m)
                 }
-                None | Some("null") if m.kind == Kind::Error => {
+                None | Some(crate::rpc::Id::Null) if m.kind == Kind::Error => {
                     r.null_errors.entry(m.exchange).or_insert(m);
                 }
                 _ => {}
             }
         }
         for h in rec.http() {
-            if let RecHttp::Response {
+            if let HttpEvent::Response {
                 exchange,
                 content_type: Some(ct),
                 ..
@@ -318,11 +314,11 @@ impl<'a> Recorded<'a> {
 
     /// The recorded reply to `call`: in its own exchange if there is one, else the first later
     /// reply with its id in its scope, else a null-id error that answered its whole request.
-    fn reply(&self, call: &RecMessage) -> Option<&'a RecMessage> {
-        let id = call.id_text()?;
+    fn reply(&self, call: &MessageEvent) -> Option<&'a MessageEvent> {
+        let id = call.id.as_ref()?;
         let later = self
             .replies
-            .get(&(call.scope.as_str(), id))
+            .get(&(&call.scope, id))
             .into_iter()
             .flatten()
             .filter(|m| m.ts >= call.ts);
@@ -334,8 +330,9 @@ impl<'a> Recorded<'a> {
             .or_else(|| self.null_errors.get(&call.exchange).copied())
     }
 
-    fn outcome(&self, call: &RecMessage) -> Outcome {
-        call.id_text()
+    fn outcome(&self, call: &MessageEvent) -> Outcome {
+        call.id
+            .as_ref()
             .and_then(|id| self.outcomes.get(&(call.exchange, id)))
             .map(|o| (*o).clone())
             .unwrap_or(Outcome::Missing {
@@ -523,7 +520,7 @@ impl<'a> Replayer<'a> {
                     .c2s
                     .iter()
                     .filter(|m| m.kind == Kind::Request)
-                    .filter_map(|m| m.id_text().map(str::to_string))
+                    .filter_map(|m| m.id_text())
                     .collect();
                 let deadline = tokio::time::Instant::from_std(t0 + self.opts.timeout);
                 replies.extend(stream.wait_for(&ids, deadline).await);
@@ -623,7 +620,7 @@ impl<'a> Replayer<'a> {
     fn judge(
         &self,
         exchange: u64,
-        call: &RecMessage,
+        call: &MessageEvent,
         status: Option<u16>,
         replies: &HashMap<String, rpc::Envelope>,
         latency_ms: f64,

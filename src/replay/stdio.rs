@@ -3,7 +3,8 @@
 
 use super::stream::{drive, from_server, FromServer, Peer};
 use super::{Recorded, ReplayError, Report};
-use crate::record::reader::{RecMessage, Recording};
+use crate::events::MessageEvent;
+use crate::record::reader::Recording;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -70,7 +71,7 @@ pub async fn replay(
         target: shown.clone(),
         ..Default::default()
     };
-    let msgs: Vec<&RecMessage> = rec.messages().collect();
+    let msgs: Vec<&MessageEvent> = rec.messages().collect();
     drive(
         &Recorded::new(rec),
         &msgs,

@@ -10,7 +10,8 @@
 
 use super::diff::Pattern;
 use super::{judge, Recorded, Report};
-use crate::record::reader::{whole_messages, whole_text, RecMessage};
+use crate::events::MessageEvent;
+use crate::record::reader::{whole_messages, whole_text};
 use crate::rpc::{self, Body, Kind};
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -54,7 +55,7 @@ pub(super) struct Peer {
 /// Sends the client's messages of `msgs` through `peer` and judges the replies into `report`.
 pub(super) async fn drive(
     recorded: &Recorded<'_>,
-    msgs: &[&RecMessage],
+    msgs: &[&MessageEvent],
     ignore: &[String],
     timeout: Duration,
     mut peer: Peer,
@@ -96,7 +97,7 @@ pub(super) async fn drive(
                 .warnings
                 .push("the connection to the server closed".into());
         }
-        let calls: Vec<&RecMessage> = members
+        let calls: Vec<&MessageEvent> = members
             .iter()
             .copied()
             .filter(|m| {
@@ -111,7 +112,7 @@ pub(super) async fn drive(
         let deadline = t0 + timeout;
         while calls
             .iter()
-            .any(|c| c.id_text().is_some_and(|id| !replies.contains_key(id)))
+            .any(|c| c.id_text().is_some_and(|id| !replies.contains_key(&id)))
         {
             let left = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout(left, peer.rx.recv()).await {
@@ -131,7 +132,7 @@ pub(super) async fn drive(
                 latency_ms,
             );
             if let Some(id) = call.id_text() {
-                replies.remove(id);
+                replies.remove(&id);
             }
             if c.pass {
                 report.passed += 1;
@@ -171,7 +172,7 @@ pub(super) async fn ws(
     recorded: &Recorded<'_>,
     url: &str,
     headers: &[(http::HeaderName, http::HeaderValue)],
-    msgs: &[&RecMessage],
+    msgs: &[&MessageEvent],
     ignore: &[String],
     timeout: Duration,
     report: &mut Report,

@@ -96,6 +96,14 @@ impl serde::Serialize for Id {
     }
 }
 
+/// An id read back from its JSON (a recording's, a feed's): kept exactly as the wire had it.
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        Id::from_raw(raw.get().trim()).map_err(serde::de::Error::custom)
+    }
+}
+
 fn is_number_literal(s: &str) -> bool {
     !s.is_empty()
         && serde_json::from_str::<&RawValue>(s)

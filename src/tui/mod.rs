@@ -11,9 +11,10 @@
 pub mod app;
 pub mod ui;
 
+use crate::events::Event;
 use crate::events::Subscription;
-use crate::record::reader::{RecEvent, RecHttp, Recording};
-use app::{Action, AnomalyIn, App, CallIn, Key, MessageIn, RowOutcome};
+use crate::record::reader::Recording;
+use app::{Action, App, Key};
 use base64::Engine;
 use crossterm::event::{Event as TermEvent, EventStream, KeyCode, KeyEventKind, MouseEventKind};
 use futures_util::StreamExt;
@@ -153,7 +154,7 @@ pub enum Source {
 /// Applies a recording to a fresh state (for `rpctap view`).
 pub fn load_recording(app: &mut App, rec: &Recording) {
     for e in &rec.events {
-        apply_rec(app, e);
+        apply_seen(app, e);
     }
     if let Some(first) = rec.messages().next() {
         app.started_ns = first.ts;
@@ -224,121 +225,45 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
             app.title = format!("{} — refused", st.base_title);
             app.status = why;
         }
+        FeedMsg::Marker(v) => {
+            if v.get("live").is_some() {
+                st.in_backlog = false;
+                st.shown_backlog = true;
+            }
+            if let Some(k) = v.get("sample").and_then(|k| k.as_u64()) {
+                app.sample = k.max(1);
+            }
+        }
         FeedMsg::Event(e) => {
-            if let RecEvent::Other(v) = &*e {
-                if v.get("event").and_then(|x| x.as_str()) == Some("feed") {
-                    if v.get("live").is_some() {
-                        st.in_backlog = false;
-                        st.shown_backlog = true;
-                    }
-                    if let Some(k) = v.get("sample").and_then(|k| k.as_u64()) {
-                        app.sample = k.max(1);
-                    }
-                    return;
-                }
-                if v.get("what").and_then(|w| w.as_str()) == Some("feed_dropped") {
-                    let n = v
-                        .get("message")
-                        .and_then(|m| m.as_str())
-                        .and_then(|m| m.split(' ').next())
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .unwrap_or(0);
-                    app.dropped += n;
+            if let Event::Notice(n) = &*e {
+                if n.what == "feed_dropped" {
+                    let lost = n
+                        .message
+                        .split(' ')
+                        .next()
+                        .and_then(|n| n.parse::<u64>().ok());
+                    app.dropped += lost.unwrap_or(0);
                 }
                 return;
             }
             if st.in_backlog && st.shown_backlog {
                 return; // a reconnect to the same process: its recent calls are on screen
             }
-            apply_rec(app, &e);
+            apply_seen(app, &e);
         }
     }
 }
 
-/// Applies one recorded (or fed) event.
-pub fn apply_rec(app: &mut App, e: &RecEvent) {
-    {
-        match e {
-            RecEvent::Message(m) => app.apply_message(MessageIn {
-                ts_ns: m.ts,
-                exchange: m.exchange,
-                scope: m.scope.as_str().into(),
-                c2s: m.is_c2s(),
-                kind: m.kind,
-                id: m.id_text().map(Into::into),
-                method: m.method.as_deref().map(Into::into),
-                target: m.target.as_deref().map(Into::into),
-                raw: m.message.get().into(),
-                transport: m.transport,
-                batch_index: m.batch_index,
-            }),
-            RecEvent::Call(c) => app.apply_call_at(CallIn {
-                ts_ns: c.ts,
-                exchange: c.exchange,
-                scope: c.scope.as_str().into(),
-                direction: c.direction,
-                id: c.id.get().into(),
-                method: c.method.as_str().into(),
-                target: c.target.as_deref().map(Into::into),
-                outcome: RowOutcome::from(&c.outcome),
-                latency_us: c.latency_us,
-                anomalies: c.anomalies.iter().map(|a| a.as_str().into()).collect(),
-            }),
-            RecEvent::Http(RecHttp::Request {
-                exchange,
-                method,
-                path,
-                session,
-                protocol_version,
-                ..
-            }) => app.apply_http_request(
-                *exchange,
-                method,
-                path,
-                session.as_deref(),
-                protocol_version.as_deref(),
-            ),
-            RecEvent::Http(RecHttp::Response {
-                exchange,
-                status,
-                content_type,
-                ..
-            }) => app.apply_http_response(*exchange, *status, content_type.clone()),
-            RecEvent::Http(RecHttp::Auth {
-                ts,
-                exchange,
-                method,
-                path,
-                status,
-                www_authenticate,
-            }) => app.apply_auth(
-                *ts,
-                *exchange,
-                method,
-                path,
-                *status,
-                www_authenticate.as_deref(),
-            ),
-            RecEvent::Anomaly(a) => app.apply_anomaly(AnomalyIn {
-                ts_ns: a.ts,
-                exchange: a.exchange,
-                scope: a.scope.as_str().into(),
-                direction: a.direction,
-                batch_index: a.batch_index,
-                id: a.id.as_ref().map(|i| i.get().into()),
-                code: a.code.as_str().into(),
-                message: a.message.clone(),
-            }),
-            _ => {}
-        }
-        let ts = match e {
-            RecEvent::Message(m) => m.ts,
-            RecEvent::Call(c) => c.ts,
-            _ => 0,
-        };
-        if ts > app.now_ns {
-            app.tick(ts);
-        }
+/// Applies one event of a recording or a feed, the clock following its time.
+fn apply_seen(app: &mut App, e: &Event) {
+    app.apply(e);
+    let ts = match e {
+        Event::Message(m) => m.ts,
+        Event::Call(c) => c.ts,
+        _ => 0,
+    };
+    if ts > app.now_ns {
+        app.tick(ts);
     }
 }
 

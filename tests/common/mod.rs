@@ -530,8 +530,10 @@ pub fn live_codes(file: &std::path::Path) -> Codes {
     let rec = rpctap::record::reader::read(file).unwrap();
     let mut out = Codes::new();
     for e in &rec.events {
-        if let rpctap::record::reader::RecEvent::Anomaly(a) = e {
-            out.entry(a.scope.clone()).or_default().push(a.code.clone());
+        if let Event::Anomaly(a) = e {
+            out.entry(a.scope.to_string())
+                .or_default()
+                .push(a.code.to_string());
         }
     }
     out.values_mut().for_each(|v| v.sort());
@@ -617,11 +619,11 @@ pub fn assert_dashboard_matches_calls(file: &std::path::Path) {
         for code in codes {
             let dir = format!("{:?}", c.direction);
             recorded.push((
-                c.scope.clone(),
+                c.scope.to_string(),
                 dir,
-                c.id.get().to_string(),
-                c.method.clone(),
-                code,
+                c.id.to_json_text(),
+                c.method.to_string(),
+                code.to_string(),
             ));
         }
     }
