@@ -92,7 +92,7 @@ fn benches(c: &mut Criterion) {
     for calls in [5_000, 20_000] {
         let text = recording(calls);
         let parse = |t: &str| {
-            let mut rec = rpctap::record::reader::Recording::default();
+            let mut rec = rpctap::record::reader::Capture::default();
             rpctap::record::reader::parse_part(t, "bench", &mut rec, true).unwrap();
             rec
         };

@@ -6,7 +6,7 @@ use crate::inspect::correlator::Limits;
 use crate::inspect::InspectConfig;
 use crate::limit::RuleSpec;
 use crate::proxy::ProxyOptions;
-use crate::record::RecordOptions;
+use crate::record::Options;
 use crate::redact::Redactor;
 use http::Uri;
 use serde::Deserialize;
@@ -142,7 +142,7 @@ pub struct ProxyConfig {
     pub grace: Duration,
     /// The listener's connection limits.
     pub conn: crate::server::ConnLimits,
-    pub record: Option<RecordOptions>,
+    pub record: Option<Options>,
     /// The rate-limit rules: the `--limit` flags' first, then the file's.
     pub limits: Vec<RuleSpec>,
     pub limit_code: i64,
@@ -332,7 +332,7 @@ pub fn parse_upstream(s: &str) -> Result<Uri, ConfigError> {
 pub struct Shared {
     pub inspect: InspectConfig,
     pub log: LogFormat,
-    pub record: Option<RecordOptions>,
+    pub record: Option<Options>,
     pub limits: Vec<RuleSpec>,
     pub limit_code: i64,
     pub config_path: Option<PathBuf>,
@@ -439,7 +439,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         .record
         .clone()
         .or(file.record.clone())
-        .map(|path| RecordOptions {
+        .map(|path| Options {
             path,
             max_bytes: flags.shared.record_max_bytes.or(file.record_max_bytes),
             mode: if flags.shared.record_append {

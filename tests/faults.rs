@@ -249,7 +249,7 @@ fn metric(text: &str, name: &str) -> f64 {
 
 /// `rpctap proxy` (the real binary) in front of `upstream`, recording to a scratch file, with its
 /// admin listener; `extra` flags added.
-struct Recorded {
+struct Expected {
     proc: Proc,
     listen: SocketAddr,
     admin: SocketAddr,
@@ -259,7 +259,7 @@ struct Recorded {
     _tmp: Scratch,
 }
 
-fn recorded_proxy(upstream: SocketAddr, name: &str, extra: &[&str]) -> Recorded {
+fn recorded_proxy(upstream: SocketAddr, name: &str, extra: &[&str]) -> Expected {
     let tmp = Scratch::new(name);
     let file = tmp.join("faults.jsonl");
     let mut cmd = proxy_cmd(&format!("http://{upstream}"), true);
@@ -267,7 +267,7 @@ fn recorded_proxy(upstream: SocketAddr, name: &str, extra: &[&str]) -> Recorded 
     let (proc, addrs, _rest) =
         spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
     let baseline = fds(proc.id());
-    Recorded {
+    Expected {
         proc,
         listen: addrs[0],
         admin: addrs[1],
@@ -277,7 +277,7 @@ fn recorded_proxy(upstream: SocketAddr, name: &str, extra: &[&str]) -> Recorded 
     }
 }
 
-impl Recorded {
+impl Expected {
     /// Waits (up to 10 s) until nothing is left: no pending call, no client connection, no more
     /// descriptors than at the start; then stops the proxy, which flushes the recording.
     async fn assert_nothing_left_and_stop(&mut self) {

@@ -12,6 +12,6 @@ fuzz_target!(|data: &[u8]| {
     for line in text.lines() {
         let _ = rpctap::record::reader::parse_line(line);
     }
-    let mut rec = rpctap::record::reader::Recording::default();
+    let mut rec = rpctap::record::reader::Capture::default();
     let _ = rpctap::record::reader::parse_part(text, "fuzz.jsonl", &mut rec, true);
 });

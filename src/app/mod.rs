@@ -29,7 +29,7 @@ pub enum AppError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Record(#[from] crate::record::RecordError),
+    Record(#[from] crate::record::Error),
     #[error("terminal: {0}")]
     Terminal(String),
     #[error(transparent)]
@@ -42,8 +42,7 @@ impl AppError {
         match self {
             AppError::Config(_)
             | AppError::Record(
-                crate::record::RecordError::Exists { .. }
-                | crate::record::RecordError::IsDir { .. },
+                crate::record::Error::Exists { .. } | crate::record::Error::IsDir { .. },
             ) => 2,
             AppError::Admin(
                 crate::admin::AdminError::TokenRequired(_) | crate::admin::AdminError::InUse(_),
@@ -571,7 +570,7 @@ fn demo_banner(addr: SocketAddr, demo_addr: SocketAddr) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum OfflineError {
     #[error(transparent)]
-    Record(#[from] crate::record::RecordError),
+    Record(#[from] crate::record::Error),
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     #[error(transparent)]
@@ -770,7 +769,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     let mut failed = false;
     if first.contains("\"rpctap_recording\"") {
         let rec = if args.file == "-" {
-            let mut rec = crate::record::reader::Recording::default();
+            let mut rec = crate::record::reader::Capture::default();
             crate::record::reader::parse_part(&text, "stdin", &mut rec, true)
                 .map_err(|why| OfflineError::Io(format!("stdin: {why}")))?;
             rec

@@ -27,7 +27,7 @@ pub struct Chain {
     /// Where log lines go: stdout for the proxy; stderr or a file for `stdio`, whose stdout is
     /// the client's.
     pub log_out: Box<dyn Write + Send>,
-    pub record: Option<crate::record::RecordOptions>,
+    pub record: Option<crate::record::Options>,
     /// The recording's header: what the run is (its listen address and upstream, or command).
     pub record_meta: serde_json::Value,
     pub admin: Option<crate::admin::AdminConfig>,

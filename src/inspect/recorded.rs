@@ -11,7 +11,7 @@ use super::offline::{CheckResult, Finding, Match};
 use super::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
 use crate::events::{BusBuilder, Direction, Event, Interest, Outcome, Severity, Sink};
 use crate::events::{HttpEvent, MessageEvent};
-use crate::record::reader::{header_value, Recording};
+use crate::record::reader::{header_value, Capture};
 use crate::rpc::{Id, Kind};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -440,7 +440,7 @@ fn id_text(id: &Option<Id>) -> Option<String> {
 
 /// Checks a whole recording: each scope's result, scopes in order of first appearance (scopes
 /// of a later appended run are named as they were, after the earlier run's).
-pub fn check_recording(rec: &Recording) -> Vec<(String, CheckResult)> {
+pub fn check_recording(rec: &Capture) -> Vec<(String, CheckResult)> {
     let mut out = Vec::new();
     for (header, events) in rec.run_slices() {
         out.extend(results(reinspect(header, events)));

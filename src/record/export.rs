@@ -1,7 +1,7 @@
 //! Exports of a recording: exchange documents (seed 004's input format, chunked to its limits)
 //! and HAR 1.2 for browsers' developer tools and mitmproxy.
 
-use super::reader::Recording;
+use super::reader::Capture;
 use crate::events::Transport;
 use crate::events::{Event, HttpEvent, MessageEvent};
 use crate::rpc::Kind;
@@ -80,7 +80,7 @@ fn doc(units: &[Unit<'_>]) -> String {
 }
 
 /// Every scope's messages, scopes in order of first appearance (one pass over the recording).
-fn by_scope(rec: &Recording) -> Vec<(String, Vec<&MessageEvent>)> {
+fn by_scope(rec: &Capture) -> Vec<(String, Vec<&MessageEvent>)> {
     let mut index: HashMap<&crate::events::Scope, usize> = HashMap::new();
     let mut out: Vec<(String, Vec<&MessageEvent>)> = Vec::new();
     for m in rec.messages() {
@@ -96,7 +96,7 @@ fn by_scope(rec: &Recording) -> Vec<(String, Vec<&MessageEvent>)> {
 /// Exchange documents for every scope, each within `max_envelopes` per side and `max_bytes`.
 /// Returns the documents and warnings (a single call larger than the limits goes alone).
 pub fn exchange_documents(
-    rec: &Recording,
+    rec: &Capture,
     max_envelopes: usize,
     max_bytes: usize,
 ) -> (Vec<String>, Vec<String>) {
@@ -177,7 +177,7 @@ fn body_text(msgs: &[&MessageEvent], sse: bool) -> String {
 }
 
 /// HAR 1.2: one entry per HTTP exchange, annotated with `_rpctap` (methods, ids, anomalies).
-pub fn har(rec: &Recording) -> Value {
+pub fn har(rec: &Capture) -> Value {
     let listen = rec
         .header
         .get("listen")
@@ -326,7 +326,7 @@ pub fn har(rec: &Recording) -> Value {
 /// 200, or 0 when the call ended without a reply) is the reply line — and each notification an
 /// entry with no response; `_rpctap` says `transport: stdio`, the direction, id, outcome and
 /// anomalies.
-fn stdio_entries(rec: &Recording) -> Vec<Value> {
+fn stdio_entries(rec: &Capture) -> Vec<Value> {
     use std::collections::VecDeque;
     type Key = (String, bool, String);
     let program = rec

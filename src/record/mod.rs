@@ -125,7 +125,7 @@ impl Sink for LineBuffer {
 }
 
 #[derive(Clone, Debug)]
-pub struct RecordOptions {
+pub struct Options {
     pub path: PathBuf,
     /// Rotate when a file reaches this size.
     pub max_bytes: Option<u64>,
@@ -147,7 +147,7 @@ pub enum OpenMode {
 
 /// Recording errors, naming the file.
 #[derive(Debug, thiserror::Error)]
-pub enum RecordError {
+pub enum Error {
     #[error("cannot write recording {path}: {source}")]
     Write {
         path: PathBuf,
@@ -168,7 +168,7 @@ pub enum RecordError {
 
 /// What the writer wrote.
 #[derive(Debug, Default, Clone)]
-pub struct RecordStats {
+pub struct Stats {
     pub events: u64,
     pub gaps: u64,
     pub lost: u64,
@@ -176,17 +176,17 @@ pub struct RecordStats {
 }
 
 /// The writer's outcome, delivered when it is done.
-pub type Finished = tokio::sync::oneshot::Receiver<Result<RecordStats, RecordError>>;
+pub type Finished = tokio::sync::oneshot::Receiver<Result<Stats, Error>>;
 
 /// Opens the recording (so a bad path fails before the proxy starts) and starts the writer
 /// thread, which writes what `lines` collects until `stop` fires or the bus is gone; its outcome
 /// comes on the returned channel. The file writes block, so they stay off the runtime's threads.
 pub fn start(
-    opts: RecordOptions,
+    opts: Options,
     meta: serde_json::Value,
     lines: Arc<LineBuffer>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<Finished, RecordError> {
+) -> Result<Finished, Error> {
     let path = opts.path.clone();
     let w = Writer::open(opts, meta)?;
     let (done, finished) = tokio::sync::oneshot::channel();
@@ -195,7 +195,7 @@ pub fn start(
         .spawn(move || {
             let _ = done.send(run(w, lines, stop));
         })
-        .map_err(|source| RecordError::Write { path, source })?;
+        .map_err(|source| Error::Write { path, source })?;
     Ok(finished)
 }
 
@@ -267,7 +267,7 @@ mod tests {
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let task = start(
-            RecordOptions {
+            Options {
                 path: path.clone(),
                 max_bytes: None,
                 mode: OpenMode::Overwrite,

@@ -3,7 +3,7 @@
 //! `export`, `replay` and `mock` read live. A torn line (the last one after a `kill -9`) is
 //! skipped with a warning; ids and messages are kept exactly as the wire had them.
 
-use super::{part_path, RecordError};
+use super::{part_path, Error};
 use crate::events::{CallEvent, Event, HttpEvent, MessageEvent};
 use serde::Deserialize;
 use std::path::Path;
@@ -21,7 +21,7 @@ struct Tag<'a> {
 
 /// A whole recording, all parts.
 #[derive(Debug, Default)]
-pub struct Recording {
+pub struct Capture {
     pub header: serde_json::Value,
     pub events: Vec<Event>,
     /// Where each run of rpctap that wrote into this recording starts: the index of its first
@@ -31,7 +31,7 @@ pub struct Recording {
     pub warnings: Vec<String>,
 }
 
-impl Recording {
+impl Capture {
     pub fn messages(&self) -> impl Iterator<Item = &MessageEvent> {
         self.events.iter().filter_map(|e| match e {
             Event::Message(m) => Some(m),
@@ -103,7 +103,7 @@ pub fn parse_line(line: &str) -> Result<Event, String> {
 }
 
 /// Parses the text of one part into `rec`.
-pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> Result<(), String> {
+pub fn parse_part(text: &str, name: &str, rec: &mut Capture, first: bool) -> Result<(), String> {
     let mut lines = text.split('\n').peekable();
     let header = lines.next().unwrap_or("");
     let h: serde_json::Value = serde_json::from_str(header)
@@ -165,18 +165,18 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Recording, first: bool) -> R
 }
 
 /// Reads a recording and its rotated parts (`FILE`, `FILE.1`, …).
-pub fn read(path: &Path) -> Result<Recording, RecordError> {
-    let mut rec = Recording::default();
+pub fn read(path: &Path) -> Result<Capture, Error> {
+    let mut rec = Capture::default();
     let mut n = 0;
     loop {
         let p = part_path(path, n);
         let text = match std::fs::read(&p) {
             Ok(b) => String::from_utf8_lossy(&b).into_owned(),
             Err(e) if n > 0 && e.kind() == std::io::ErrorKind::NotFound => break,
-            Err(source) => return Err(RecordError::Read { path: p, source }),
+            Err(source) => return Err(Error::Read { path: p, source }),
         };
         parse_part(&text, &p.display().to_string(), &mut rec, n == 0).map_err(|why| {
-            RecordError::Format {
+            Error::Format {
                 path: p.clone(),
                 why,
             }
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn torn_last_line_is_skipped() {
         let text = "{\"rpctap_recording\":1}\n{\"event\":\"message\",\"ts\":1,\"exchange\":1,\"scope\":\"exchange:1\",\"direction\":\"c2s\",\"transport\":\"json\",\"kind\":\"request\",\"id\":1.0,\"method\":\"m\",\"message\":{\"jsonrpc\":\"2.0\",\"id\":1.0,\"method\":\"m\"}}\n{\"event\":\"call\",\"ts\":";
-        let mut rec = Recording::default();
+        let mut rec = Capture::default();
         parse_part(text, "t", &mut rec, true).unwrap();
         assert_eq!(rec.events.len(), 1);
         assert_eq!(rec.warnings.len(), 1);
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn not_a_recording_is_a_clear_error() {
-        let mut rec = Recording::default();
+        let mut rec = Capture::default();
         assert!(parse_part("{\"request\":[]}\n", "t", &mut rec, true)
             .unwrap_err()
             .contains("rpctap_recording"));

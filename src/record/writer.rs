@@ -48,27 +48,24 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
 }
 
 pub(super) struct Writer {
-    opts: RecordOptions,
+    opts: Options,
     meta: serde_json::Value,
     out: BufWriter<File>,
     part: u32,
     bytes: u64,
-    stats: RecordStats,
+    stats: Stats,
 }
 
 impl Writer {
-    pub(super) fn open(
-        opts: RecordOptions,
-        mut meta: serde_json::Value,
-    ) -> Result<Self, RecordError> {
+    pub(super) fn open(opts: Options, mut meta: serde_json::Value) -> Result<Self, Error> {
         let path = part_path(&opts.path, 0);
         if path.is_dir() {
-            return Err(RecordError::IsDir { path });
+            return Err(Error::IsDir { path });
         }
         let exists = path.exists();
         let (f, part, bytes) = match opts.mode {
             OpenMode::New if exists => {
-                return Err(RecordError::Exists { path });
+                return Err(Error::Exists { path });
             }
             OpenMode::Append if exists => {
                 // The last part, so rotation goes on numbering after it.
@@ -77,7 +74,7 @@ impl Writer {
                     last += 1;
                 }
                 let p = part_path(&opts.path, last);
-                let f = append_private(&p).map_err(|source| RecordError::Write {
+                let f = append_private(&p).map_err(|source| Error::Write {
                     path: p.clone(),
                     source,
                 })?;
@@ -94,8 +91,7 @@ impl Writer {
                         n += 1;
                     }
                 }
-                let f =
-                    create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+                let f = create_private(&path).map_err(|source| Error::Write { path, source })?;
                 (f, 0, 0)
             }
         };
@@ -105,7 +101,7 @@ impl Writer {
             out: BufWriter::with_capacity(256 << 10, f),
             part,
             bytes,
-            stats: RecordStats {
+            stats: Stats {
                 files: 1,
                 ..Default::default()
             },
@@ -118,14 +114,14 @@ impl Writer {
         Ok(w)
     }
 
-    fn err(&self, source: std::io::Error) -> RecordError {
-        RecordError::Write {
+    fn err(&self, source: std::io::Error) -> Error {
+        Error::Write {
             path: part_path(&self.opts.path, self.part),
             source,
         }
     }
 
-    fn header(&mut self) -> Result<(), RecordError> {
+    fn header(&mut self) -> Result<(), Error> {
         let mut h = json!({
             "rpctap_recording": FORMAT_VERSION,
             "rpctap_version": env!("CARGO_PKG_VERSION"),
@@ -141,7 +137,7 @@ impl Writer {
         self.raw_line(line.as_bytes())
     }
 
-    fn raw_line(&mut self, line: &[u8]) -> Result<(), RecordError> {
+    fn raw_line(&mut self, line: &[u8]) -> Result<(), Error> {
         self.out.write_all(line).map_err(|e| self.err(e))?;
         self.out.write_all(b"\n").map_err(|e| self.err(e))?;
         self.bytes += line.len() as u64 + 1;
@@ -156,13 +152,13 @@ impl Writer {
     }
 
     /// Whole lines, newlines included.
-    fn raw(&mut self, lines: &[u8]) -> Result<(), RecordError> {
+    fn raw(&mut self, lines: &[u8]) -> Result<(), Error> {
         self.out.write_all(lines).map_err(|e| self.err(e))?;
         self.bytes += lines.len() as u64;
         Ok(())
     }
 
-    fn line(&mut self, line: &[u8]) -> Result<(), RecordError> {
+    fn line(&mut self, line: &[u8]) -> Result<(), Error> {
         if let Some(max) = self.opts.max_bytes {
             if self.bytes + line.len() as u64 + 1 > max && self.bytes > 0 {
                 self.rotate()?;
@@ -171,18 +167,18 @@ impl Writer {
         self.raw_line(line)
     }
 
-    fn rotate(&mut self) -> Result<(), RecordError> {
+    fn rotate(&mut self) -> Result<(), Error> {
         self.out.flush().map_err(|e| self.err(e))?;
         self.part += 1;
         let path = part_path(&self.opts.path, self.part);
-        let f = create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+        let f = create_private(&path).map_err(|source| Error::Write { path, source })?;
         self.out = BufWriter::with_capacity(256 << 10, f);
         self.bytes = 0;
         self.stats.files += 1;
         self.header()
     }
 
-    fn flush(&mut self) -> Result<(), RecordError> {
+    fn flush(&mut self) -> Result<(), Error> {
         self.out.flush().map_err(|e| self.err(e))
     }
 
@@ -206,11 +202,11 @@ impl Writer {
 
     /// Starts a new file at the current part's path (after `moved_away`), its header marked
     /// `reopened`.
-    fn reopen(&mut self) -> Result<(), RecordError> {
+    fn reopen(&mut self) -> Result<(), Error> {
         // What is buffered still belongs to the old file.
         let _ = self.out.flush();
         let path = part_path(&self.opts.path, self.part);
-        let f = create_private(&path).map_err(|source| RecordError::Write { path, source })?;
+        let f = create_private(&path).map_err(|source| Error::Write { path, source })?;
         self.out = BufWriter::with_capacity(256 << 10, f);
         self.bytes = 0;
         self.stats.files += 1;
@@ -235,7 +231,7 @@ impl Writer {
 
     /// After failed writes: what was buffered is written if it can be, then a newline ends any
     /// torn line and a `gap` records how many lines were lost.
-    fn resume(&mut self, lost: u64, why: &str) -> Result<(), RecordError> {
+    fn resume(&mut self, lost: u64, why: &str) -> Result<(), Error> {
         self.flush()?;
         self.raw(b"\n")?;
         let gap = json!({ "event": "gap", "ts": now_ns(), "lost": lost,
@@ -262,7 +258,7 @@ pub(super) fn run(
     mut w: Writer,
     lines: Arc<LineBuffer>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<RecordStats, RecordError> {
+) -> Result<Stats, Error> {
     let mut lost_reported = 0u64;
     let mut last_flush = Instant::now();
     let mut last_check = Instant::now();
@@ -327,7 +323,7 @@ pub(super) fn run(
                 w.discard_buffer();
                 failing = Some(Failing {
                     error: match &e {
-                        RecordError::Write { source, .. } => source.to_string(),
+                        Error::Write { source, .. } => source.to_string(),
                         other => other.to_string(),
                     },
                     lost: n,
@@ -354,7 +350,7 @@ fn write_round(
     dirty: &mut bool,
     last_flush: &mut Instant,
     closing: bool,
-) -> Result<(), RecordError> {
+) -> Result<(), Error> {
     {
         if !batch.is_empty() {
             // Every line in the batch ends with its newline: the batch is written whole, and

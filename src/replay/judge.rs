@@ -4,7 +4,7 @@ use super::*;
 
 /// One call's verdict: what came back against what the recording holds.
 pub(super) fn judge(
-    recorded_calls: &Recorded<'_>,
+    recorded_calls: &Expected<'_>,
     ignore: &[Pattern],
     exchange: u64,
     call: &MessageEvent,

@@ -13,7 +13,7 @@
 
 use crate::demo::DemoBody;
 use crate::events::MessageEvent;
-use crate::record::reader::Recording;
+use crate::record::reader::Capture;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -96,7 +96,7 @@ fn key_of(m: &Value) -> Option<(String, String)> {
 }
 
 impl Mock {
-    pub fn from_recording(rec: &Recording) -> Self {
+    pub fn from_recording(rec: &Capture) -> Self {
         let mut mock = Mock::default();
         let msgs: Vec<&MessageEvent> = rec.messages().collect();
         for (i, m) in msgs.iter().enumerate() {
@@ -498,7 +498,7 @@ mod tests {
             r#"{"event":"message","ts":3,"exchange":1,"scope":"session:stdio-1","direction":"s2c","transport":"stdio","kind":"notification","method":"notifications/message","message":{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}}"#,
             r#"{"event":"message","ts":4,"exchange":1,"scope":"session:stdio-1","direction":"s2c","transport":"stdio","kind":"result","id":1,"message":{"jsonrpc":"2.0","id":1,"result":{"ok":true}}}"#,
         ];
-        let mut rec = Recording::default();
+        let mut rec = Capture::default();
         crate::record::reader::parse_part(&lines.join("\n"), "t", &mut rec, true).unwrap();
         let mock = Mock::from_recording(&rec);
         let (before, reply, then) = mock.answer_message(

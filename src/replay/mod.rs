@@ -32,7 +32,7 @@ use crate::events::{Direction, Outcome};
 use crate::events::{HttpEvent, MessageEvent};
 use crate::inspect::sse::SseDecoder;
 use crate::proxy::body::ForwardBody;
-use crate::record::reader::Recording;
+use crate::record::reader::Capture;
 use crate::rpc::{self, Body, Kind};
 use bytes::Bytes;
 use diff::{Diff, Pattern};
@@ -180,7 +180,7 @@ struct Exchange<'a> {
     c2s: Vec<&'a MessageEvent>,
 }
 
-fn exchanges(rec: &Recording) -> Vec<Exchange<'_>> {
+fn exchanges(rec: &Capture) -> Vec<Exchange<'_>> {
     let mut list: Vec<Exchange<'_>> = Vec::new();
     let mut index: HashMap<u64, usize> = HashMap::new();
     for h in rec.http() {
@@ -261,7 +261,7 @@ const SKIP_HEADERS: [&str; 10] = [
 /// The recorded reply (s2c response) to a c2s call, found in its scope after it.
 /// What the recording says about its calls, indexed once (a lookup per call, not a scan of the
 /// recording: replay stays linear in its size).
-struct Recorded<'a> {
+struct Expected<'a> {
     /// (exchange, id) → the call's recorded outcome.
     outcomes: HashMap<(u64, &'a crate::rpc::Id), &'a Outcome>,
     /// (scope, id) → the server's replies with that id, in order.
@@ -272,9 +272,9 @@ struct Recorded<'a> {
     streams: std::collections::HashSet<u64>,
 }
 
-impl<'a> Recorded<'a> {
-    fn new(rec: &'a Recording) -> Self {
-        let mut r = Recorded {
+impl<'a> Expected<'a> {
+    fn new(rec: &'a Capture) -> Self {
+        let mut r = Expected {
             outcomes: HashMap::new(),
             replies: HashMap::new(),
             null_errors: HashMap::new(),
@@ -378,7 +378,7 @@ fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
 
 /// Replays `rec` against `opts.target`: the recorded exchanges in order, each sent
 /// (`Replayer::send`) and its calls judged against the recording (`Replayer::judge`).
-pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, ReplayError> {
+pub async fn replay(rec: &Capture, opts: &ReplayOptions) -> Result<Report, ReplayError> {
     let mut r = Replayer::new(rec, opts).await?;
     for ex in exchanges(rec) {
         r.exchange(&ex).await?;
@@ -389,7 +389,7 @@ pub async fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<Report, Rep
 /// A replay in progress.
 struct Replayer<'a> {
     opts: &'a ReplayOptions,
-    recorded: Recorded<'a>,
+    recorded: Expected<'a>,
     client: crate::proxy::upstream::UpstreamClient,
     ignore: Vec<Pattern>,
     /// `--header`s.
@@ -408,7 +408,7 @@ struct Replayer<'a> {
 
 impl<'a> Replayer<'a> {
     /// Checks the options and that the target answers at all.
-    async fn new(rec: &'a Recording, opts: &'a ReplayOptions) -> Result<Self, ReplayError> {
+    async fn new(rec: &'a Capture, opts: &'a ReplayOptions) -> Result<Self, ReplayError> {
         let mut extra = Vec::new();
         for (k, v) in &opts.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
@@ -425,7 +425,7 @@ impl<'a> Replayer<'a> {
         reachable(&opts.target, opts.timeout.min(Duration::from_secs(5))).await?;
         Ok(Replayer {
             opts,
-            recorded: Recorded::new(rec),
+            recorded: Expected::new(rec),
             client: crate::proxy::upstream::build_client(Duration::from_secs(5), opts.insecure),
             ignore,
             extra,

@@ -2,16 +2,16 @@
 //! lines are written to its stdin in order, by the stream driver ([`super::stream`]).
 
 use super::stream::{drive, from_server, FromServer, Peer};
-use super::{Recorded, ReplayError, Report};
+use super::{Expected, ReplayError, Report};
 use crate::events::MessageEvent;
-use crate::record::reader::Recording;
+use crate::record::reader::Capture;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 /// The command a stdio recording was made with (its header's `command`).
-pub fn recorded_command(rec: &Recording) -> Option<Vec<String>> {
+pub fn recorded_command(rec: &Capture) -> Option<Vec<String>> {
     let c = rec.header.get("command")?.as_array()?;
     let v: Vec<String> = c
         .iter()
@@ -21,13 +21,13 @@ pub fn recorded_command(rec: &Recording) -> Option<Vec<String>> {
 }
 
 /// Whether a recording was made by `rpctap stdio`.
-pub fn is_stdio(rec: &Recording) -> bool {
+pub fn is_stdio(rec: &Capture) -> bool {
     rec.header.get("transport").and_then(|t| t.as_str()) == Some("stdio")
 }
 
 /// Replays a stdio recording against `command`.
 pub async fn replay(
-    rec: &Recording,
+    rec: &Capture,
     command: &[String],
     ignore: &[String],
     timeout: Duration,
@@ -73,7 +73,7 @@ pub async fn replay(
     };
     let msgs: Vec<&MessageEvent> = rec.messages().collect();
     drive(
-        &Recorded::new(rec),
+        &Expected::new(rec),
         &msgs,
         ignore,
         timeout,

@@ -9,7 +9,7 @@
 //! path), with `tokio-tungstenite`.
 
 use super::diff::Pattern;
-use super::{judge, Recorded, Report};
+use super::{judge, Expected, Report};
 use crate::events::MessageEvent;
 use crate::record::reader::{whole_messages, whole_text};
 use crate::rpc::{self, Body, Kind};
@@ -54,7 +54,7 @@ pub(super) struct Peer {
 
 /// Sends the client's messages of `msgs` through `peer` and judges the replies into `report`.
 pub(super) async fn drive(
-    recorded: &Recorded<'_>,
+    recorded: &Expected<'_>,
     msgs: &[&MessageEvent],
     ignore: &[String],
     timeout: Duration,
@@ -169,7 +169,7 @@ pub(super) fn ws_url(origin: &str, path: &str) -> String {
 /// `url`, with the extra headers. A connection that cannot be opened is a warning, and its
 /// calls get no reply.
 pub(super) async fn ws(
-    recorded: &Recorded<'_>,
+    recorded: &Expected<'_>,
     url: &str,
     headers: &[(http::HeaderName, http::HeaderValue)],
     msgs: &[&MessageEvent],

@@ -13,7 +13,7 @@ pub mod ui;
 
 use crate::events::Event;
 use crate::events::Subscription;
-use crate::record::reader::Recording;
+use crate::record::reader::Capture;
 use app::{Action, App, Key};
 use base64::Engine;
 use crossterm::event::{Event as TermEvent, EventStream, KeyCode, KeyEventKind, MouseEventKind};
@@ -152,7 +152,7 @@ pub enum Source {
 }
 
 /// Applies a recording to a fresh state (for `rpctap view`).
-pub fn load_recording(app: &mut App, rec: &Recording) {
+pub fn load_recording(app: &mut App, rec: &Capture) {
     for e in &rec.events {
         apply_seen(app, e);
     }
@@ -287,7 +287,7 @@ pub async fn run(
     source: Option<Source>,
     shutdown: impl Future<Output = ()>,
     resend: Option<Resend>,
-    recording: Option<&Recording>,
+    recording: Option<&Capture>,
 ) -> std::io::Result<()> {
     let (mut sub, mut feed) = match source {
         Some(Source::Bus(s)) => (Some(s), None),
