@@ -128,11 +128,10 @@ thread_local! {
 /// Called when a runtime thread has nothing to do (tokio's `on_thread_park`): at most once per
 /// [`GIVE_BACK_EVERY`], lets mimalloc purge what this thread freed (`mi_collect(true)`: the
 /// delayed purges it would otherwise do only on a later allocation, and the pages it keeps for
-/// reuse — `false` left 2 to 17 KiB per parked idle connection resident, by chance, against 2
-/// with `true`; benches/RESULTS.md "Session 11"). Without it, the memory of a
-/// burst of connections that has since closed stays resident for the life of an idle process
-/// (benches/RESULTS.md, session 7: 300 MiB after 4,000 connections closed, ~45 MiB with it). A
-/// busy thread rarely parks, and then at most once a second: nothing on the hot path.
+/// reuse, which `false` leaves resident by chance). Without it, the memory of a burst of
+/// connections that has since closed stays resident for the life of an idle process
+/// (benches/RESULTS.md has the measurements). A busy thread rarely parks, and then at most once a
+/// second: nothing on the hot path.
 pub fn give_back_when_idle() {
     LAST_GIVE_BACK.with(|last| {
         let now = std::time::Instant::now();

@@ -16,13 +16,18 @@
 //!   (`inspect::exchange`), calls and their outcomes (`calls`), MCP rules (`mcp`), the SSE
 //!   decoder, the correlator, the anomaly codes; `inspect::offline` checks exchange documents
 //!   and `inspect::recorded` feeds a recording back through the same inspector.
-//! - [`events`] — the one event model and the never-blocking bus observers subscribe to.
-//! - [`limit`] — rate-limit rules and their state (GCRA via `governor`, concurrency permits).
-//! - [`record`] — the recording: writer (a bus sink), reader (into the event types), exports.
+//! - [`events`] — the one event model (what the inspector publishes, the recorder writes, the
+//!   reader reads back and every observer takes: `Serialize` and `Deserialize`), the
+//!   never-blocking bus (`events::bus`) and display sampling (`events::sample`).
+//! - [`limit`] — rate-limit rules and their state (GCRA via `governor`, concurrency permits,
+//!   the shared store), and their enforcement on every transport's messages (`limit::enforce`).
+//! - [`record`] — the recording: the sink and `start` (`record`), the file writer (`writer`), the
+//!   line encoder (`line`), the reader (into the event model), exports.
 //! - [`redact`] — secrets replaced before any observer sees an event.
 //! - [`replay`] — regression runs against a server (`replay`), a recording served as a mock.
 //! - [`logsink`] — the headless log printer (`--log text|json`).
-//! - [`tui`] — the dashboard: plain-data state (`tui::app`), rendering (`tui::ui`), the loop.
+//! - [`tui`] — the dashboard: plain-data state (`tui::app`: rows, keys, the filter language,
+//!   copy/export), rendering (`tui::ui`), the loop (`tui`).
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
 //! - [`feed`] — the live event feed (NDJSON) that `/events` serves and `rpctap attach` reads.
 //! - [`metrics`] — Prometheus metrics, counted from the bus and read at scrape time.
@@ -32,9 +37,10 @@
 //! - [`trace`] — W3C trace context carried on calls (the event model and the exporter use it).
 //! - [`otel`] — OpenTelemetry traces (`--otlp`): spans encoded as OTLP protobuf (`otel::wire`)
 //!   and exported in batches off the proxy path.
-//! - [`stdio`] — `rpctap stdio`: a stdio server wrapped, its two pipes relayed and inspected.
+//! - [`stdio`] — the stdio transport: line framing, the two relays, the child process.
 //! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
-//! - [`app`] — the subcommands wired together (what `main` calls).
+//! - [`app`] — the subcommands wired together (what `main` calls): one observer chain for every
+//!   subcommand that carries traffic (`app::observers`), `stdio`'s wiring (`app::stdio`).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;

@@ -6,7 +6,8 @@
 use clap::Parser;
 
 /// mimalloc: the proxy path allocates small, short-lived buffers per request (headers, frames,
-/// events); glibc's malloc showed ~8% of the proxy's CPU under load in `perf`.
+/// events), where glibc's malloc was a visible share of the proxy's CPU under load (perf;
+/// benches/RESULTS.md).
 #[global_allocator]
 static GLOBAL: rpctap::alloc::Mimalloc = rpctap::alloc::Mimalloc;
 use rpctap::cli::{Cli, Command};

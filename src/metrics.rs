@@ -175,7 +175,7 @@ impl Bounded {
 
 /// Handles already made, by label values, behind a fast hash: prometheus-client's `Family`
 /// hashes its label sets with SipHash under a lock on every lookup (most of the metrics' cost per
-/// call in callgrind); a counter or histogram handle is an `Arc`, so it is looked up there once
+/// call); a counter or histogram handle is an `Arc`, so it is looked up there once
 /// per label set and kept here.
 type Cache<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;
 

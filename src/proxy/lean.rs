@@ -3,9 +3,9 @@
 //! connection of its own, written and read here instead of by hyper's client connection.
 //!
 //! Why not hyper: a hyper client connection keeps, for as long as it lives, a read buffer and a
-//! write buffer (8 KiB each), its request channel (an 11 KiB block of request slots) and its
-//! state (3.5 KiB) — ~32 KiB per open stream, most of what an idle stream cost (heaptrack,
-//! benches/RESULTS.md "Session 11"). Here an open stream holds its socket, the framing state and
+//! write buffer, its request channel (a block of request slots) and its state — most of what an
+//! idle stream cost (heaptrack; benches/RESULTS.md). Here an open stream holds its socket, the
+//! framing state and
 //! no buffer while it waits: a read goes to the stack and is copied out once, into the frame.
 //! No crate fits: hyper's own decoder is private, and a separate HTTP client would bring back
 //! what this removes.
