@@ -13,6 +13,20 @@ fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
 }
 
+/// Runs the binary with `input` on its stdin.
+fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -195,21 +209,7 @@ fn exports_are_as_private_as_the_recording() {
 
 #[test]
 fn an_empty_exchange_document_is_nothing_to_check() {
-    use std::io::Write;
-    let mut child = Command::new(BIN)
-        .args(["check", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"request":[],"response":[]}"#)
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = run_with_stdin(&["check", "-"], br#"{"request":[],"response":[]}"#);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("no calls"), "{}", stderr(&o));
 }
@@ -289,21 +289,10 @@ async fn replay_refuses_an_ignore_path_that_is_not_one() {
 /// `mock` says on stderr which requests it could not match (the client gets a JSON-RPC error).
 #[test]
 fn mock_says_which_requests_it_could_not_match() {
-    use std::io::Write;
-    let mut child = Command::new(BIN)
-        .args(["mock", DEMO, "--stdio"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"no/such\"}\n")
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = run_with_stdin(
+        &["mock", DEMO, "--stdio"],
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"no/such\"}\n",
+    );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("\"code\":-32601"), "{out}");
     assert!(

@@ -68,12 +68,7 @@ async fn demo_traffic(p: std::net::SocketAddr) {
     )
     .await;
     let sid = mcp_session(p).await;
-    let h = [
-        ("content-type", "application/json"),
-        MCP_ACCEPT,
-        ("mcp-session-id", sid.as_str()),
-        ("mcp-protocol-version", "2025-06-18"),
-    ];
+    let h = mcp_headers(&sid);
     send(
         p,
         "POST",
@@ -648,12 +643,7 @@ async fn a_second_run_appends_to_a_recording_and_checks_apart() {
 /// id 4, `echo` reusing id 3.
 async fn wrong_row_traffic(p: std::net::SocketAddr) {
     let sid = mcp_session(p).await;
-    let h = [
-        ("content-type", "application/json"),
-        MCP_ACCEPT,
-        ("mcp-session-id", sid.as_str()),
-        ("mcp-protocol-version", "2025-06-18"),
-    ];
+    let h = mcp_headers(&sid);
     for body in [
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add","arguments":{"a":"one","b":2}}}"#,

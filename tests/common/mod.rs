@@ -269,6 +269,16 @@ pub fn sse_data(body: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The headers of a request in MCP session `sid` (protocol 2025-06-18).
+pub fn mcp_headers(sid: &str) -> [(&str, &str); 4] {
+    [
+        ("content-type", "application/json"),
+        MCP_ACCEPT,
+        ("mcp-session-id", sid),
+        ("mcp-protocol-version", "2025-06-18"),
+    ]
+}
+
 /// Opens an MCP session on `addr` (initialize + initialized); returns the session id.
 pub async fn mcp_session(addr: SocketAddr) -> String {
     mcp_session_with(addr, "2025-06-18").await.0
