@@ -848,8 +848,7 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
     ];
     assert_eq!(per_example, expected);
     drop(proxy.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // The recording checks with exactly the deliberate findings, and replays with 0 failures.
+    proxy.served.await.unwrap(); // the recording is whole once the proxy has finished
     let out = Command::new(BIN)
         .args(["check", file.to_str().unwrap()])
         .output()

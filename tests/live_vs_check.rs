@@ -123,7 +123,7 @@ async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
         }
     }
     drop(p.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
     assert_eq!(
         live_codes(&file),
         want,
@@ -209,7 +209,7 @@ async fn mcp_sessions_and_timeouts_get_the_same_codes_live_and_in_check() {
         ],
     );
     drop(p.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
     let want = live_codes(&file);
     assert_eq!(
         want.get("session:sess-A").map(Vec::len),
@@ -241,7 +241,7 @@ async fn rpctaps_own_answers_are_not_the_servers_errors_live_or_in_check() {
         c[0].outcome
     );
     drop(p.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
     let Checked {
         codes: checked,
         exit,

@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
 
 const SID: &str = "sess-mcp-1";
 const VERSION: &str = "2025-06-18";
@@ -253,7 +252,7 @@ async fn each_mcp_code_once_live_and_in_check() {
         2
     );
     drop(p.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
     let live = live_codes(&file);
     let checked = check_recording(&file);
     assert_eq!(checked.codes, live, "check finds exactly the live codes");

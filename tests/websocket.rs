@@ -157,7 +157,7 @@ async fn python_websockets_with_and_without_deflate_identical_inspected_and_chec
             "{mode}: {cs:?}"
         );
         drop(p.stop);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        p.served.await.unwrap(); // the recording is whole once the proxy has finished
         let c = check_recording(&file);
         assert_eq!(c.exit, Some(0), "{}", c.stdout);
         assert_eq!(c.codes, live_codes(&file));
@@ -448,7 +448,7 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
         }
     }
     drop(p.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
     let c = check_recording(&file);
     assert_eq!(c.codes, live_codes(&file), "{}", c.stdout);
     assert_eq!(c.exit, Some(1));
@@ -525,7 +525,7 @@ async fn rate_limits_refuse_calls_on_the_stream_with_and_without_deflate() {
             .count();
         assert_eq!(refusals, 4, "{mode}: three calls and the notification");
         drop(p.stop);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        p.served.await.unwrap(); // the recording is whole once the proxy has finished
         let c = check_recording(&file);
         assert_eq!(c.exit, Some(0), "{}", c.stdout);
         assert_eq!(c.codes, live_codes(&file));
@@ -697,7 +697,7 @@ async fn ganache_case(extra: &[&str], binary: bool) {
         "no message left as an unread binary row"
     );
     drop(p.stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
     let c = check_recording(&file);
     assert_eq!(c.exit, Some(0), "{}", c.stdout);
     assert_eq!(c.matched, 9, "{}", c.stdout);

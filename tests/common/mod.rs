@@ -86,6 +86,9 @@ pub struct TestProxy {
     pub listener: Arc<rpctap::server::ListenerStats>,
     pub events: Subscription,
     pub stop: Stop,
+    /// The proxy's serve task: it ends once the proxy has drained and every observer finished
+    /// (the recording flushed whole). `drop(p.stop); p.served.await` waits for exactly that.
+    pub served: tokio::task::JoinHandle<()>,
 }
 
 impl TestProxy {
@@ -140,13 +143,14 @@ pub async fn start_proxy_flags(upstream: &str, flags: ProxyFlags) -> TestProxy {
     let inspector = running.proxy.inspector().clone();
     let listener = running.listener_stats.clone();
     let (stop, sd) = stop_pair();
-    tokio::spawn(running.serve(sd));
+    let served = tokio::spawn(running.serve(sd));
     TestProxy {
         addr,
         inspector,
         listener,
         events,
         stop,
+        served,
     }
 }
 
