@@ -434,9 +434,47 @@ impl std::ops::Deref for Scratch {
 }
 
 impl Drop for Scratch {
+    /// Every recording a test wrote here is held to the dashboard's differential standard
+    /// before it goes (unless the test already failed).
     fn drop(&mut self) {
+        if !std::thread::panicking() {
+            for file in recordings_in(&self.0) {
+                assert_dashboard_matches_calls(&file);
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The recordings (first parts) under `dir`: files whose first line is a recording header.
+fn recordings_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let rotated = p
+                .extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| x.chars().all(|c| c.is_ascii_digit()));
+            let mut head = [0u8; 19];
+            let head = std::fs::File::open(&p)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+                .is_ok()
+                && head.starts_with(b"{\"rpctap_recording\"");
+            if head && !rotated {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 /// The rpctap binary, as a command to run.
