@@ -318,11 +318,7 @@ impl Feed {
             .map(Event::Call)
             .collect();
         backlog.extend(self.anomalies_locked().iter().cloned().map(Event::Anomaly));
-        backlog.sort_by_key(|e| match e {
-            Event::Call(c) => c.ts,
-            Event::Anomaly(a) => a.ts,
-            _ => 0,
-        });
+        backlog.sort_by_key(Event::ts);
         // The backlog may be larger than the queue: it goes first, whole.
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE + backlog.len() + 2);
         let _ = tx.try_send(self.inner.header.clone());

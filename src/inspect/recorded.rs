@@ -11,7 +11,7 @@ use super::offline::{CheckResult, Finding, Match};
 use super::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
 use crate::events::{BusBuilder, Direction, Event, Interest, Outcome, Severity, Sink};
 use crate::events::{HttpEvent, MessageEvent};
-use crate::record::reader::{header_value, Capture};
+use crate::record::reader::Capture;
 use crate::rpc::{Id, Kind};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -278,11 +278,11 @@ pub fn reinspect(header: &serde_json::Value, events: &[Event]) -> Vec<Event> {
                         method,
                         path: p,
                         query: q,
-                        content_type: header_value(headers, "content-type"),
+                        content_type: headers.get("content-type"),
                         session: session.as_deref(),
                         protocol_version: protocol_version.as_deref(),
-                        mcp_method: header_value(headers, "mcp-method"),
-                        mcp_name: header_value(headers, "mcp-name"),
+                        mcp_method: headers.get("mcp-method"),
+                        mcp_name: headers.get("mcp-name"),
                         peer: None,
                         headers: None,
                     },
@@ -382,9 +382,9 @@ pub fn reinspect(header: &serde_json::Value, events: &[Event]) -> Vec<Event> {
                     None => o.ctx.response_head(&ResponseMeta {
                         status: *status,
                         content_type: content_type.as_deref(),
-                        session: header_value(headers, "mcp-session-id"),
+                        session: headers.get("mcp-session-id"),
                         content_length: None,
-                        www_authenticate: header_value(headers, "www-authenticate"),
+                        www_authenticate: headers.get("www-authenticate"),
                         headers: None,
                     }),
                 }

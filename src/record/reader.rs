@@ -8,11 +8,6 @@ use crate::events::{CallEvent, Event, HttpEvent, MessageEvent};
 use serde::Deserialize;
 use std::path::Path;
 
-/// A first value of a header, by name in any letter case.
-pub fn header_value<'a>(headers: &'a crate::events::Headers, name: &str) -> Option<&'a str> {
-    headers.get(name)
-}
-
 #[derive(Deserialize)]
 struct Tag<'a> {
     #[serde(borrow)]
@@ -50,17 +45,6 @@ impl Capture {
             _ => None,
         })
     }
-    /// Scopes in order of first appearance.
-    pub fn scopes(&self) -> Vec<crate::events::Scope> {
-        let mut out: Vec<crate::events::Scope> = Vec::new();
-        for m in self.messages() {
-            if !out.contains(&m.scope) {
-                out.push(m.scope.clone());
-            }
-        }
-        out
-    }
-
     /// The runs: each run's header and its events.
     pub fn run_slices(&self) -> Vec<(&serde_json::Value, &[Event])> {
         if self.runs.is_empty() {
