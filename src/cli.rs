@@ -12,8 +12,9 @@ use std::path::PathBuf;
     about = "A transparent, inspecting reverse proxy for JSON-RPC 2.0 and MCP"
 )]
 pub struct Cli {
+    /// Without one: `watch` on a terminal, this help elsewhere.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -40,6 +41,112 @@ pub enum Command {
     Stdio(StdioArgs),
     /// Open the dashboard on a running rpctap's live feed (its `--admin` address).
     Attach(AttachArgs),
+    /// The dashboard over every rpctap on this machine: live shims and proxies joined with
+    /// `--hub`, and the newest past sessions.
+    Watch(WatchArgs),
+    /// List the sessions in the state directory, live and ended.
+    Sessions(SessionsArgs),
+    /// Open a session (its name, a unique prefix of it, or a label: its newest), a recording
+    /// file, or `-` (a recording on stdin) in the dashboard.
+    Open(OpenArgs),
+    /// Delete ended sessions older than an age.
+    Prune(PruneArgs),
+    /// Wrap (or unwrap) every stdio server of a desktop client's MCP config in `rpctap stdio`.
+    Config(ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// How many past sessions are loaded at start (the newest).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub history: usize,
+    /// Most calls kept in the list.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_rows: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// One JSON array (name, label, command, pid, live, started, recording, bytes, calls,
+    /// errors, anomalies).
+    #[arg(long)]
+    pub json: bool,
+    /// Most sessions listed (the newest).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct OpenArgs {
+    /// A session name or prefix, a label, a file, or `-` for stdin.
+    pub session: String,
+    /// Most calls kept in the list.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_rows: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// The age beyond which an ended session goes, e.g. `30d`, `12h`, `90min` (required: there
+    /// is no default).
+    #[arg(long, value_name = "AGE", value_parser = parse_duration)]
+    pub older_than: std::time::Duration,
+    /// List what would go, delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Delete without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub action: ConfigAction,
+}
+
+/// Desktop clients whose MCP config `config wrap` knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClientKind {
+    /// Claude Desktop's `claude_desktop_config.json`.
+    ClaudeDesktop,
+    /// Claude Code's project `.mcp.json`.
+    ClaudeCode,
+    /// Cursor's `~/.cursor/mcp.json` (or a project's `.cursor/mcp.json`).
+    Cursor,
+    /// VS Code's `.vscode/mcp.json` (its `servers` key).
+    Vscode,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Make each stdio server run through `rpctap stdio --label NAME --` (idempotent; the file
+    /// is backed up first).
+    Wrap(WrapArgs),
+    /// Undo `wrap`: the file as it was (byte for byte when it was not edited since).
+    Unwrap(WrapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WrapArgs {
+    /// The config file (default: the client's usual location; every client's found one
+    /// without --client).
+    pub file: Option<PathBuf>,
+    /// Which client's default location to use.
+    #[arg(long, value_enum)]
+    pub client: Option<ClientKind>,
+    /// Print the change as a diff, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The rpctap the wrapped entries run (default: this one's absolute path).
+    #[arg(long, value_name = "PATH")]
+    pub rpctap: Option<PathBuf>,
+}
+
+/// A duration as users write it: `30d`, `12h`, `90min`, `2s`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration (e.g. 30d, 12h, 90min): {e}"))
 }
 
 #[derive(Debug, Args)]
@@ -63,6 +170,16 @@ pub struct AttachArgs {
 pub struct StdioArgs {
     #[command(flatten)]
     pub shared: SharedFlags,
+    /// The name the server is shown by (default: the script, package or binary the command
+    /// runs).
+    #[arg(long, value_name = "NAME")]
+    pub label: Option<String>,
+    /// Do not record this session (by default it is recorded into the state directory).
+    #[arg(long, conflicts_with = "record")]
+    pub no_record: bool,
+    /// Stay out of the hub: no session file, no registration, no live feed unless --admin.
+    #[arg(long)]
+    pub no_hub: bool,
     /// Write the log to this file instead of stderr.
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -359,6 +476,17 @@ pub struct ProxyArgs {
     /// The server to proxy (http:// or https://, optionally with a base path).
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
+    /// Join this machine's hub: record into the state directory (unless --record or
+    /// --no-record), serve the live feed on a socket there (unless --admin) and register, so
+    /// that `rpctap watch` shows this proxy beside the stdio shims.
+    #[arg(long)]
+    pub hub: bool,
+    /// The name this proxy is shown by in the hub (default: its upstream's host).
+    #[arg(long, value_name = "NAME", requires = "hub")]
+    pub label: Option<String>,
+    /// With --hub: do not record.
+    #[arg(long, requires = "hub", conflicts_with = "record")]
+    pub no_record: bool,
     #[command(flatten)]
     pub flags: ProxyFlags,
 }

@@ -52,6 +52,7 @@ pub mod config;
 pub mod demo;
 pub mod events;
 pub mod feed;
+pub mod hub;
 pub mod inspect;
 pub mod limit;
 pub mod logsink;

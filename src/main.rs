@@ -15,6 +15,21 @@ use rpctap::{app, server};
 
 fn main() {
     let cli = Cli::parse();
+    // Bare `rpctap`: the dashboard over this machine's sessions on a terminal, the help
+    // elsewhere (a script gets a clear answer, not a screen it cannot use).
+    let command = match cli.command {
+        Some(c) => c,
+        None if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
+            Command::Watch(rpctap::cli::WatchArgs {
+                history: 100,
+                max_rows: 100_000,
+            })
+        }
+        None => {
+            let _ = <Cli as clap::CommandFactory>::command().print_help();
+            std::process::exit(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RPCTAP_LOG")
@@ -62,7 +77,7 @@ fn main() {
                 e.exit_code()
             }
         };
-        match cli.command {
+        match command {
             Command::Proxy(a) => served(app::proxy(a, shutdown).await),
             Command::Demo(a) => served(app::demo(a, shutdown).await),
             Command::DemoServer(a) => served(app::demo_server(a, shutdown).await),
@@ -79,6 +94,11 @@ fn main() {
                 }
             },
             Command::Attach(a) => offline(app::attach(a, shutdown).await),
+            Command::Watch(a) => offline(app::hub::watch(a, shutdown).await),
+            Command::Sessions(a) => offline(app::hub::sessions(a)),
+            Command::Open(a) => offline(app::hub::open(a, shutdown).await),
+            Command::Prune(a) => offline(app::hub::prune(a)),
+            Command::Config(a) => offline(app::wrap::config(a)),
         }
     });
     // Connections still open after the grace period must not hold the exit.

@@ -21,6 +21,58 @@ pub struct Redactor {
     headers: Vec<String>,
     /// JSON paths inside a message, as segments (`*` matches any key or index).
     paths: Vec<Vec<String>>,
+    /// Whether the secrets preset is on: every object key that names a secret, at any depth
+    /// ([`is_secret_key`]).
+    preset: bool,
+}
+
+/// Headers the preset adds to [`ALWAYS`].
+pub const PRESET_HEADERS: [&str; 7] = [
+    "x-api-key",
+    "api-key",
+    "x-auth-token",
+    "x-access-token",
+    "private-token",
+    "x-goog-api-key",
+    "x-amz-security-token",
+];
+
+/// Whether an object key names a secret, under the preset: `authorization`, `cookie`,
+/// `set-cookie`, `credentials`, `bearer`, or a key ending in `token`, `secret`, `password`,
+/// `passwd`, `apikey`, `privatekey` (any letter case, `_` and `-` ignored: `apiKey`, `API_KEY`,
+/// `client_secret`, `githubToken`) — except MCP's own `progressToken`.
+pub fn is_secret_key(key: &str) -> bool {
+    let mut n = [0u8; 64];
+    let mut len = 0;
+    for b in key.bytes().filter(u8::is_ascii_alphanumeric) {
+        if len == n.len() {
+            return false;
+        }
+        n[len] = b.to_ascii_lowercase();
+        len += 1;
+    }
+    let n = &n[..len];
+    if n == b"progresstoken" {
+        return false;
+    }
+    [
+        &b"authorization"[..],
+        b"cookie",
+        b"setcookie",
+        b"credentials",
+        b"bearer",
+    ]
+    .contains(&n)
+        || [
+            &b"token"[..],
+            b"secret",
+            b"password",
+            b"passwd",
+            b"apikey",
+            b"privatekey",
+        ]
+        .iter()
+        .any(|s| n.ends_with(s))
 }
 
 impl Redactor {
@@ -42,7 +94,21 @@ impl Redactor {
                 })
                 .filter(|p: &Vec<String>| !p.is_empty())
                 .collect(),
+            preset: false,
         }
+    }
+
+    /// Turns the secrets preset on: its headers ([`PRESET_HEADERS`]) and every key that names
+    /// a secret ([`is_secret_key`]), at any depth of a message.
+    pub fn with_preset(mut self) -> Self {
+        self.preset = true;
+        self.headers
+            .extend(PRESET_HEADERS.iter().map(|h| h.to_string()));
+        self
+    }
+
+    pub fn preset(&self) -> bool {
+        self.preset
     }
 
     pub fn is_secret_header(&self, name: &str) -> bool {
@@ -61,14 +127,16 @@ impl Redactor {
         crate::events::Headers(out)
     }
 
+    /// Whether messages may be rewritten (paths, or the preset's keys).
     pub fn has_paths(&self) -> bool {
-        !self.paths.is_empty()
+        !self.paths.is_empty() || self.preset
     }
 
     /// The message with every configured path replaced, or `None` when nothing matched (then
     /// the original bytes are kept verbatim).
     pub fn message(&self, raw: &[u8]) -> Option<Vec<u8>> {
-        if self.paths.is_empty() {
+        let keys = self.preset && may_hold_a_secret_key(raw);
+        if self.paths.is_empty() && !keys {
             return None;
         }
         let mut v: Value = serde_json::from_slice(raw).ok()?;
@@ -76,12 +144,59 @@ impl Redactor {
         for p in &self.paths {
             changed |= redact_path(&mut v, p);
         }
+        if keys {
+            changed |= redact_keys(&mut v);
+        }
         if changed {
             serde_json::to_vec(&v).ok()
         } else {
             None
         }
     }
+}
+
+/// A cheap pass over the bytes before any parse: no secret key can be there without one of
+/// these (in any letter case).
+fn may_hold_a_secret_key(raw: &[u8]) -> bool {
+    const HINTS: [&[u8]; 8] = [
+        b"token",
+        b"secret",
+        b"passw",
+        b"apikey",
+        b"api_key",
+        b"authorization",
+        b"cookie",
+        b"key",
+    ];
+    let lower: Vec<u8> = raw.iter().map(u8::to_ascii_lowercase).collect();
+    HINTS
+        .iter()
+        .any(|h| memchr::memmem::find(&lower, h).is_some())
+        || memchr::memmem::find(&lower, b"credentials").is_some()
+        || memchr::memmem::find(&lower, b"bearer").is_some()
+}
+
+fn redact_keys(v: &mut Value) -> bool {
+    let mut changed = false;
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m.iter_mut() {
+                if is_secret_key(k) && !matches!(child, Value::Null) {
+                    *child = Value::String(REDACTED.into());
+                    changed = true;
+                } else {
+                    changed |= redact_keys(child);
+                }
+            }
+        }
+        Value::Array(a) => {
+            for child in a.iter_mut() {
+                changed |= redact_keys(child);
+            }
+        }
+        _ => {}
+    }
+    changed
 }
 
 fn redact_path(v: &mut Value, path: &[String]) -> bool {
@@ -135,6 +250,42 @@ mod tests {
         assert!(r
             .message(br#"{"jsonrpc":"2.0","id":1,"result":5}"#)
             .is_none());
+    }
+
+    #[test]
+    fn the_preset_finds_secret_keys_at_any_depth_and_spares_the_rest() {
+        let r = Redactor::new(&[], &[]).with_preset();
+        let out = r
+            .message(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"f","arguments":{"apiKey":"sk-test-123","nested":[{"Authorization":"Bearer xyz"}],"client_secret":"cs","maxTokens":5},"_meta":{"progressToken":"p1"}}}"#)
+            .unwrap();
+        let s = String::from_utf8(out).unwrap();
+        for gone in ["sk-test-123", "Bearer xyz", "\"cs\""] {
+            assert!(!s.contains(gone), "{gone} in {s}");
+        }
+        for kept in [
+            "\"maxTokens\":5",
+            "\"progressToken\":\"p1\"",
+            "\"name\":\"f\"",
+        ] {
+            assert!(s.contains(kept), "{kept} missing in {s}");
+        }
+        assert!(r
+            .message(br#"{"jsonrpc":"2.0","id":1,"result":{"ok":true}}"#)
+            .is_none());
+        assert!(r.is_secret_header("X-Api-Key"));
+        assert!(!Redactor::new(&[], &[]).is_secret_header("X-Api-Key"));
+        for k in [
+            "GITHUB_TOKEN",
+            "password",
+            "Set-Cookie",
+            "privateKey",
+            "x-api-key",
+        ] {
+            assert!(is_secret_key(k), "{k}");
+        }
+        for k in ["progressToken", "tokens", "keyboard", "name", "monkey"] {
+            assert!(!is_secret_key(k), "{k}");
+        }
     }
 
     #[test]

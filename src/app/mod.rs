@@ -14,8 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
+pub mod hub;
 pub mod observers;
 pub mod stdio;
+pub mod wrap;
 pub use observers::{Chain, Observers};
 
 /// Errors at the edge of a subcommand.
@@ -130,6 +132,14 @@ impl Drop for Ops {
     }
 }
 
+/// A header with the hub's part added.
+fn with_meta(mut v: serde_json::Value, meta: &Option<serde_json::Value>) -> serde_json::Value {
+    if let Some(m) = meta {
+        hub::merge(&mut v, m.clone());
+    }
+    v
+}
+
 /// A proxy ready to serve: its listener bound, its inspector and observers built.
 pub struct RunningProxy {
     pub listener: TcpListener,
@@ -168,18 +178,24 @@ impl RunningProxy {
                 log: cfg.log,
                 log_out: Box::new(std::io::stdout()),
                 record: cfg.record.clone(),
-                record_meta: serde_json::json!({
-                    "listen": listen,
-                    "upstream": up.to_string(),
-                    // What `check` needs to decide as the live inspector did.
-                    "inspect": cfg.inspect.recorded_json(),
-                }),
+                record_meta: with_meta(
+                    serde_json::json!({
+                        "listen": listen,
+                        "upstream": up.to_string(),
+                        // What `check` needs to decide as the live inspector did.
+                        "inspect": cfg.inspect.recorded_json(),
+                    }),
+                    &cfg.session_meta,
+                ),
                 admin: cfg.admin.clone(),
-                feed_header: serde_json::json!({
-                    "mode": "proxy",
-                    "listen": listen,
-                    "upstream": up.to_string(),
-                }),
+                feed_header: with_meta(
+                    serde_json::json!({
+                        "mode": "proxy",
+                        "listen": listen,
+                        "upstream": up.to_string(),
+                    }),
+                    &cfg.session_meta,
+                ),
                 otel: cfg.otel.clone(),
                 otel_upstream: Some((host, port)),
             },
@@ -346,7 +362,25 @@ fn spawn_reloader(proxy: Proxy, cfg: ProxyConfig) -> tokio::task::JoinHandle<()>
 
 /// `rpctap proxy`.
 pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
-    let cfg = config::resolve(args.listen, args.upstream.as_deref(), &args.flags)?;
+    let mut cfg = config::resolve(args.listen, args.upstream.as_deref(), &args.flags)?;
+    // `--hub`: this proxy beside the machine's stdio shims in `rpctap watch`.
+    let plan = if args.hub {
+        let up = cfg.proxy.upstream.to_string();
+        let label = args
+            .label
+            .as_deref()
+            .or(cfg.proxy.upstream.host())
+            .map(crate::hub::command::sanitize)
+            .unwrap_or_else(|| "proxy".into());
+        let command = vec![cfg.listen.to_string(), up];
+        hub::prepare(label, "proxy", command, args.no_record, (&mut cfg).into())
+    } else {
+        None
+    };
+    cfg.session_meta = plan.as_ref().map(hub::Plan::meta);
+    let _registered = plan
+        .as_ref()
+        .and_then(|p| p.register(&cfg.admin, &cfg.record));
     serve_maybe_tui(cfg, "rpctap", shutdown, None, None).await
 }
 
@@ -431,14 +465,19 @@ pub async fn view(
     shutdown: impl Future<Output = ()>,
 ) -> Result<i32, OfflineError> {
     let rec = crate::record::reader::read(&args.file)?;
+    let title = format!("rpctap view {}", args.file.display());
+    view_capture(rec, &title, args.max_rows, shutdown).await
+}
+
+/// The dashboard over one recording (`view`, `open`).
+pub async fn view_capture(
+    rec: crate::record::reader::Capture,
+    title: &str,
+    max_rows: usize,
+    shutdown: impl Future<Output = ()>,
+) -> Result<i32, OfflineError> {
     let (listen, upstream) = crate::tui::header_endpoints(&rec.header);
-    let mut app = crate::tui::app::App::new(
-        &format!("rpctap view {}", args.file.display()),
-        &listen,
-        &upstream,
-        args.max_rows,
-        0,
-    );
+    let mut app = crate::tui::app::App::new(title, &listen, &upstream, max_rows, 0);
     crate::tui::load_recording(&mut app, &rec);
     app.follow = false;
     crate::tui::run(app, None, shutdown, None, Some(&rec))

@@ -1,6 +1,7 @@
 //! `rpctap stdio -- COMMAND …`: the stdio transport (`crate::stdio`) wired to the inspector and
-//! the observer chain: the child spawned, both relays started, the session ended with the
-//! child's exit, rpctap's exit code the child's.
+//! the observer chain: the child spawned, both relays and its stderr's started, the session
+//! ended with the child's exit, rpctap's exit code the child's. Unless `--no-hub`, the session
+//! joins the hub (`super::hub`): recorded into the state directory, its feed on a socket there.
 
 use super::{AppError, Chain, Observers};
 use crate::cli::{LogFormat, StdioArgs};
@@ -38,6 +39,29 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         (_, None) => Some(Box::new(std::io::stderr())),
     };
 
+    // What the recording, the feed and the hub hold of the command: its secrets scrubbed (and
+    // those secrets scrubbed from its stderr too). Its environment is never recorded.
+    let (command, secrets) = crate::hub::command::scrub(&args.command);
+    let label = args
+        .label
+        .as_deref()
+        .map(crate::hub::command::sanitize)
+        .unwrap_or_else(|| crate::hub::command::label_of(&args.command));
+    let mut plan = if args.no_hub {
+        None
+    } else {
+        super::hub::prepare(
+            label.clone(),
+            "stdio",
+            command.clone(),
+            args.no_record,
+            (&mut shared).into(),
+        )
+    };
+    if args.no_record {
+        shared.record = None;
+    }
+
     let caught = catch_signals();
     let mut child = match spawn(&args.command) {
         Ok(c) => c,
@@ -50,35 +74,60 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         }
     };
     let pid = child.id();
-    let session = format!("stdio-{pid}");
-
-    let mut bus = BusBuilder::default();
-    let chain = Chain {
-        log: shared.log,
-        log_out: log_out.unwrap_or_else(|| Box::new(std::io::sink())),
-        record: shared.record.clone(),
-        record_meta: serde_json::json!({
-            "transport": "stdio",
-            // The command line only: its environment is never recorded.
-            "command": &args.command,
-            "inspect": shared.inspect.recorded_json(),
-        }),
-        admin: shared.admin.clone(),
-        feed_header: serde_json::json!({ "mode": "stdio", "command": &args.command, "pid": pid }),
-        otel: shared.otel.clone(),
-        otel_upstream: None,
+    let session = match &plan {
+        Some(p) => p.name.clone(),
+        None => format!("stdio-{pid}"),
     };
-    let mut observers = match Observers::attach(chain, &mut bus).await {
-        Ok(o) => o,
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e);
+    let hub_meta = plan.as_ref().map(|p| p.meta());
+    let chain = |shared: &crate::config::Shared, log_out: Box<dyn Write + Send>| {
+        let mut record_meta = serde_json::json!({
+            "transport": "stdio",
+            "command": &command,
+            "pid": pid,
+            "label": &label,
+            "inspect": shared.inspect.recorded_json(),
+        });
+        let mut feed_header = serde_json::json!({ "mode": "stdio", "command": &command, "pid": pid, "label": &label });
+        if let Some(m) = &hub_meta {
+            super::hub::merge(&mut record_meta, m.clone());
+            super::hub::merge(&mut feed_header, m.clone());
+        }
+        Chain {
+            log: shared.log,
+            log_out,
+            record: shared.record.clone(),
+            record_meta,
+            admin: shared.admin.clone(),
+            feed_header,
+            otel: shared.otel.clone(),
+            otel_upstream: None,
         }
     };
+    let sink = || -> Box<dyn Write + Send> { Box::new(std::io::sink()) };
+    let mut log_out = log_out;
+    let mut bus = BusBuilder::default();
+    let mut observers = loop {
+        let out = log_out.take().unwrap_or_else(sink);
+        match Observers::attach(chain(&shared, out), &mut bus).await {
+            Ok(o) => break o,
+            // What the hub added failed (a full disk, a socket path too long): the session
+            // goes on without it, as without the hub.
+            Err(e) if plan.as_mut().is_some_and(|p| p.give_up(&mut shared, &e)) => {
+                bus = BusBuilder::default();
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
+    };
+    let registered = plan
+        .as_ref()
+        .and_then(|p| p.register(&shared.admin, &shared.record));
     let inspector = Inspector::new(shared.inspect.clone(), bus.build());
     observers.start(|s| s.inspector = Some(inspector.clone()));
-    if let Some(o) = &observers.ops {
+    if let (Some(o), None) = (&observers.ops, &plan) {
         eprintln!("{}", o.banner());
     }
     let sweeper = inspector.spawn_sweeper();
@@ -121,6 +170,32 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             })
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
     }
+    // The server's stderr: passed on unchanged, each line a bounded `stderr` event.
+    let stderr_done = child.stderr.take().and_then(|err| {
+        let inspector = inspector.clone();
+        let scope = crate::events::Scope::Session(session.as_str().into());
+        std::thread::Builder::new()
+            .name("rpctap-stderr".into())
+            .spawn(move || {
+                crate::stdio::relay::server_stderr(
+                    err,
+                    std::io::stderr(),
+                    crate::events::STDERR_LINE_MAX,
+                    |line, cut| {
+                        let text = String::from_utf8_lossy(line);
+                        inspector.publish(crate::events::Event::Stderr(
+                            crate::events::StderrEvent {
+                                ts: crate::events::now_ns(),
+                                scope: scope.clone(),
+                                line: crate::hub::command::scrub_text(&text, &secrets),
+                                cut,
+                            },
+                        ));
+                    },
+                );
+            })
+            .ok()
+    });
     let signals = spawn_signal_forwarder(pid, caught);
     let alive = observers.ops.as_ref().map(|o| {
         let ready = o.ready.clone();
@@ -148,12 +223,22 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     // What the child wrote before it exited is relayed and inspected before its calls end (a
     // grandchild that keeps the pipe open gets two seconds).
     let _ = tokio::time::timeout(Duration::from_secs(2), s2c_rx).await;
+    if let Some(t) = stderr_done {
+        // Its last lines are in the recording before the session ends (a grandchild holding
+        // the pipe is not waited for).
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::task::spawn_blocking(move || t.join()),
+        )
+        .await;
+    }
     locked(&ctx).end(EndReason::Closed(how.clone()));
     tracing::info!(pid, status = %how, "server exited");
     sweeper.abort();
     drop(ctx);
     drop(inspector);
     observers.finish().await;
+    drop(registered);
     Ok(exit_code(&status))
 }
 

@@ -32,6 +32,8 @@ impl Interest {
     pub const NOTICE: Interest = Interest(1 << 7);
     /// Authorization exchanges around MCP endpoints ([`HttpEvent::Auth`]).
     pub const HTTP_AUTH: Interest = Interest(1 << 9);
+    /// What a wrapped stdio server writes on its stderr.
+    pub const STDERR: Interest = Interest(1 << 10);
     pub const NONE: Interest = Interest(0);
     pub const ALL: Interest = Interest(u16::MAX);
 

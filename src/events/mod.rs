@@ -587,6 +587,20 @@ pub struct RefusalEvent {
     pub retry_after_ms: u64,
 }
 
+/// A line the wrapped stdio server wrote on its stderr (passed to rpctap's stderr unchanged;
+/// this copy is bounded: a longer line is cut at [`STDERR_LINE_MAX`] bytes and marked `cut`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StderrEvent {
+    pub ts: u64,
+    pub scope: Scope,
+    pub line: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
+}
+
+/// The longest stderr line kept whole in an event.
+pub const STDERR_LINE_MAX: usize = 4096;
+
 /// Everything an observer can see.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
@@ -597,6 +611,7 @@ pub enum Event {
     Anomaly(AnomalyEvent),
     Refusal(RefusalEvent),
     Notice(NoticeEvent),
+    Stderr(StderrEvent),
     /// Only in recordings (see [`GapEvent`]).
     Gap(GapEvent),
 }
@@ -621,6 +636,7 @@ impl Event {
             Event::Anomaly(_) => Interest::ANOMALY,
             Event::Refusal(_) => Interest::REFUSAL,
             Event::Notice(_) | Event::Gap(_) => Interest::NOTICE,
+            Event::Stderr(_) => Interest::STDERR,
         }
     }
 
@@ -639,7 +655,7 @@ impl Event {
             Event::Call(c) => Some(c.exchange),
             Event::Anomaly(a) => Some(a.exchange),
             Event::Refusal(r) => Some(r.exchange),
-            Event::Notice(_) | Event::Gap(_) => None,
+            Event::Notice(_) | Event::Gap(_) | Event::Stderr(_) => None,
         }
     }
 
@@ -653,6 +669,7 @@ impl Event {
             Event::Refusal(r) => r.ts,
             Event::Notice(n) => n.ts,
             Event::Gap(g) => g.ts,
+            Event::Stderr(s) => s.ts,
         }
     }
 }

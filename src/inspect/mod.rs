@@ -341,6 +341,11 @@ impl Inspector {
         }
     }
 
+    /// Publishes an event that belongs to no exchange (a stdio server's stderr line).
+    pub fn publish(&self, ev: Event) {
+        self.inner.bus.publish(ev);
+    }
+
     pub fn config(&self) -> &InspectConfig {
         &self.inner.cfg
     }

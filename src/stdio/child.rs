@@ -39,7 +39,7 @@ pub fn spawn(command: &[String]) -> std::io::Result<Child> {
     cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::piped());
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;

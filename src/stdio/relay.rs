@@ -278,3 +278,83 @@ fn inspect_piece(c: &mut ExchangeCtx, dir: Direction, p: Piece) {
         Piece::LongEnd(n) => c.line_not_inspected(dir, n),
     }
 }
+
+/// The server's stderr: every chunk passed to rpctap's stderr as it comes (unchanged), and each
+/// line handed to `line` (at most `max` bytes of it, then `cut` is true; the rest of a longer
+/// line is passed on but not kept). Ends at EOF.
+pub fn server_stderr(
+    mut from: impl Read,
+    mut to: impl Write,
+    max: usize,
+    mut line: impl FnMut(&[u8], bool),
+) {
+    let mut buf = vec![0u8; 8 << 10];
+    let mut cur: Vec<u8> = Vec::new();
+    let mut cut = false;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let chunk = &buf[..n];
+        // What the server says reaches the client's stderr first, whatever happens to the copy.
+        let _ = to.write_all(chunk).and_then(|()| to.flush());
+        for part in chunk.split_inclusive(|b| *b == b'\n') {
+            let (body, ends) = match part.strip_suffix(b"\n") {
+                Some(b) => (b, true),
+                None => (part, false),
+            };
+            let room = max.saturating_sub(cur.len());
+            if body.len() > room {
+                cut = true;
+            }
+            cur.extend_from_slice(&body[..body.len().min(room)]);
+            if ends {
+                let text = cur.strip_suffix(b"\r").unwrap_or(&cur);
+                line(text, cut);
+                cur.clear();
+                cut = false;
+            }
+        }
+    }
+    if !cur.is_empty() {
+        line(&cur, cut);
+    }
+}
+
+#[cfg(test)]
+mod stderr_tests {
+    use super::server_stderr;
+
+    #[test]
+    fn stderr_passes_unchanged_and_its_lines_are_bounded() {
+        let input = b"one\r\ntwo is long\nthr".to_vec();
+        let mut passed = Vec::new();
+        let mut lines = Vec::new();
+        // Read in 3-byte pieces: lines are whole across reads.
+        struct Slow(std::io::Cursor<Vec<u8>>);
+        impl std::io::Read for Slow {
+            fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+                let n = b.len().min(3);
+                self.0.read(&mut b[..n])
+            }
+        }
+        server_stderr(
+            Slow(std::io::Cursor::new(input.clone())),
+            &mut passed,
+            6,
+            |l, cut| lines.push((String::from_utf8_lossy(l).into_owned(), cut)),
+        );
+        assert_eq!(passed, input, "the client's stderr gets every byte");
+        assert_eq!(
+            lines,
+            [
+                ("one".to_string(), false),
+                ("two is".to_string(), true),
+                ("thr".to_string(), false)
+            ]
+        );
+    }
+}

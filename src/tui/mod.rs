@@ -149,6 +149,42 @@ fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String>
 pub enum Source {
     Bus(Subscription),
     Feed(tokio::sync::mpsc::Receiver<crate::attach::FeedMsg>),
+    /// `rpctap watch`: many sources, live and past.
+    Watch(tokio::sync::mpsc::Receiver<crate::hub::watch::WatchMsg>),
+}
+
+/// Applies one message of `watch`.
+pub fn apply_watch(app: &mut App, msg: crate::hub::watch::WatchMsg) {
+    use crate::hub::watch::WatchMsg;
+    match msg {
+        WatchMsg::Server { src, info } => {
+            let n = app.add_server(app::ServerInfo {
+                name: info.name.as_str().into(),
+                label: info.label.as_str().into(),
+                command: info.command.join(" "),
+                pid: info.pid,
+                live: info.live,
+                last_ns: info.started,
+                ..Default::default()
+            });
+            debug_assert_eq!(n, src, "sources are numbered in order");
+        }
+        WatchMsg::Event { src, event } => {
+            app.apply_from(src, &event);
+        }
+        WatchMsg::Ended { src, why } => {
+            if let Some(s) = app.server(src) {
+                let was_live = std::mem::replace(&mut s.live, false);
+                let label = s.label.clone();
+                if let Some(why) = why {
+                    app.say(format!("{label}: {why}"));
+                } else if was_live {
+                    app.say(format!("{label} ended"));
+                }
+            }
+        }
+        WatchMsg::Note(n) => app.say(n),
+    }
 }
 
 /// Applies a recording to a fresh state (for `rpctap view`).
@@ -289,10 +325,11 @@ pub async fn run(
     resend: Option<Resend>,
     recording: Option<&Capture>,
 ) -> std::io::Result<()> {
-    let (mut sub, mut feed) = match source {
-        Some(Source::Bus(s)) => (Some(s), None),
-        Some(Source::Feed(f)) => (None, Some(f)),
-        None => (None, None),
+    let (mut sub, mut feed, mut watch) = match source {
+        Some(Source::Bus(s)) => (Some(s), None, None),
+        Some(Source::Feed(f)) => (None, Some(f), None),
+        Some(Source::Watch(w)) => (None, None, Some(w)),
+        None => (None, None, None),
     };
     let mut feed_state = FeedState {
         base_title: app.title.clone(),
@@ -319,7 +356,16 @@ pub async fn run(
     let mut window_events = 0u64;
     loop {
         tokio::select! {
-            _ = drain.tick(), if sub.is_some() || feed.is_some() => {
+            _ = drain.tick(), if sub.is_some() || feed.is_some() || watch.is_some() => {
+                if let Some(w) = watch.as_mut() {
+                    // Bounded per tick: a big backfill never freezes the keys.
+                    for _ in 0..20_000 {
+                        match w.try_recv() {
+                            Ok(msg) => apply_watch(&mut app, msg),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 if let Some(f) = feed.as_mut() {
                     while let Ok(msg) = f.try_recv() {
                         apply_feed(&mut app, &mut feed_state, msg);

@@ -106,7 +106,9 @@ pub fn draw(f: &mut Frame, app: &App) {
         }
         View::Anomalies => anomalies(f, app, &t, chunks[2]),
         View::Methods => methods(f, app, &t, chunks[2]),
+        View::Sessions if !app.servers.is_empty() => servers(f, app, &t, chunks[2]),
         View::Sessions => sessions(f, app, &t, chunks[2]),
+        View::Stderr => stderr(f, app, &t, chunks[2]),
     }
     status(f, app, &t, chunks[3]);
     if app.help {
@@ -538,6 +540,113 @@ fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     .row_highlight_style(t.selected());
     let mut state = TableState::default();
     if !list.is_empty() {
+        state.select(Some(app.selected_index()));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+/// `watch`'s servers: one line per session, live ones first (Enter shows its calls).
+fn servers(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let list = app.servers_sorted();
+    let rows: Vec<TRow> = list
+        .iter()
+        .map(|s| {
+            TRow::new(vec![
+                Cell::from(s.label.to_string()),
+                Cell::from(Span::styled(
+                    if s.live { "live" } else { "ended" },
+                    if s.live {
+                        t.fg(Color::Green)
+                    } else {
+                        Style::default()
+                    },
+                )),
+                Cell::from(s.pid.map(|p| p.to_string()).unwrap_or_default()),
+                Cell::from(s.calls.to_string()),
+                Cell::from(Span::styled(
+                    s.errors.to_string(),
+                    if s.errors > 0 {
+                        t.fg(Color::Red)
+                    } else {
+                        Style::default()
+                    },
+                )),
+                Cell::from(s.anomalies.to_string()),
+                Cell::from(if s.last_ns > 0 {
+                    clock(s.last_ns)
+                } else {
+                    String::new()
+                }),
+                Cell::from(s.command.clone()),
+            ])
+        })
+        .collect();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(18),
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Length(6),
+            Constraint::Length(6),
+            Constraint::Length(9),
+            Constraint::Length(12),
+            Constraint::Min(10),
+        ],
+    )
+    .header(
+        TRow::new(vec![
+            "server",
+            "state",
+            "pid",
+            "calls",
+            "errors",
+            "anomalies",
+            "last seen",
+            "command",
+        ])
+        .style(t.bold()),
+    )
+    .block(
+        Block::default()
+            .borders(Borders::ALL)
+            .title(" servers (Enter: its calls) "),
+    )
+    .row_highlight_style(t.selected());
+    let mut state = TableState::default();
+    if !list.is_empty() {
+        state.select(Some(app.selected_index()));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+/// The servers' stderr lines, newest last.
+fn stderr(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let rows: Vec<TRow> = app
+        .stderr
+        .iter()
+        .map(|(ts, server, line)| {
+            TRow::new(vec![
+                Cell::from(clock(*ts)),
+                Cell::from(server.to_string()),
+                Cell::from(line.to_string()),
+            ])
+        })
+        .collect();
+    let n = rows.len();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(12),
+            Constraint::Length(12),
+            Constraint::Min(20),
+        ],
+    )
+    .header(TRow::new(vec!["time", "server", "stderr"]).style(t.bold()))
+    .block(Block::default().borders(Borders::ALL).title(" stderr "))
+    .row_highlight_style(t.selected());
+    let mut state = TableState::default();
+    if n > 0 {
         state.select(Some(app.selected_index()));
     }
     f.render_stateful_widget(table, area, &mut state);

@@ -11,7 +11,7 @@ use crate::events::Direction;
 /// `method:GLOB`, `tool:GLOB` (also `prompt:` and `resource:`: the call's target), `status:`
 /// (`ok`, `error`, `missing`, `refused`, `pending`, `flagged`, `notification`), `dir:` (`c2s`
 /// or `s2c`), `id:`, `session:` (part of the scope), `code:` (an anomaly code, a glob),
-/// `subscription:`; a token with `/` or `*` is a method glob; anything else is free text,
+/// `subscription:`, `server:` (a `watch` server's label or session name, a glob); a token with `/` or `*` is a method glob; anything else is free text,
 /// searched in the method, target, id and both messages. A term it cannot read is an error that
 /// names it.
 #[derive(Debug, Default)]
@@ -36,11 +36,13 @@ enum Term {
     Method(globset::GlobMatcher),
     Target(globset::GlobMatcher),
     Code(globset::GlobMatcher),
+    Server(globset::GlobMatcher),
     Text(String),
 }
 
 /// The fields `field:value` knows.
-const FIELDS: &str = "method, tool, prompt, resource, status, dir, id, session, code, subscription";
+const FIELDS: &str =
+    "method, tool, prompt, resource, status, dir, id, session, code, subscription, server";
 
 fn glob(field: &str, g: &str) -> Result<globset::GlobMatcher, String> {
     globset::GlobBuilder::new(g)
@@ -85,6 +87,7 @@ impl Filter {
                             Term::Target(glob(field, value)?)
                         }
                         "code" => Term::Code(glob(field, value)?),
+                        "server" | "label" => Term::Server(glob(field, value)?),
                         "id" => Term::Id(value.trim_matches('"').to_string()),
                         "session" | "scope" => Term::Session(value.to_string()),
                         "subscription" => Term::Subscription(value.trim_matches('"').to_string()),
@@ -148,6 +151,14 @@ impl Filter {
             Term::Method(g) => g.is_match(&*r.method) || target_is(g),
             Term::Target(g) => target_is(g),
             Term::Code(g) => r.anomalies.iter().any(|a| g.is_match(a)),
+            // The label, or the session's name (a shim's scope is its session).
+            Term::Server(g) => {
+                g.is_match(&*r.server)
+                    || r.scope
+                        .strip_prefix("session:")
+                        .is_some_and(|s| g.is_match(s))
+                    || r.scope.rsplit_once('@').is_some_and(|(_, s)| g.is_match(s))
+            }
             Term::Text(t) => {
                 let has = |s: &str| s.to_lowercase().contains(t.as_str());
                 has(&r.method)

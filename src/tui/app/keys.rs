@@ -11,16 +11,25 @@ pub enum View {
     Anomalies,
     Methods,
     Sessions,
+    /// What stdio servers wrote on their stderr.
+    Stderr,
 }
 
 impl View {
-    pub const ALL: [View; 4] = [View::Calls, View::Anomalies, View::Methods, View::Sessions];
+    pub const ALL: [View; 5] = [
+        View::Calls,
+        View::Anomalies,
+        View::Methods,
+        View::Sessions,
+        View::Stderr,
+    ];
     pub fn title(self) -> &'static str {
         match self {
             View::Calls => "Calls",
             View::Anomalies => "Anomalies",
             View::Methods => "Methods",
             View::Sessions => "Sessions",
+            View::Stderr => "Stderr",
         }
     }
     fn next(self) -> View {
@@ -28,7 +37,8 @@ impl View {
             View::Calls => View::Anomalies,
             View::Anomalies => View::Methods,
             View::Methods => View::Sessions,
-            View::Sessions => View::Calls,
+            View::Sessions => View::Stderr,
+            View::Stderr => View::Calls,
         }
     }
 }
@@ -117,7 +127,9 @@ impl App {
             View::Calls => self.visible_len(),
             View::Anomalies => self.anomaly_rows.len(),
             View::Methods => self.methods.len(),
+            View::Sessions if !self.servers.is_empty() => self.servers.len(),
             View::Sessions => self.sessions.len() + usize::from(self.no_session.last_ns > 0),
+            View::Stderr => self.stderr.len(),
         }
     }
 
@@ -215,6 +227,16 @@ impl App {
             }
             Key::Char('G') | Key::End => {
                 self.follow = true;
+            }
+            // In the servers' list, Enter opens one: its calls.
+            Key::Enter if self.view == View::Sessions && !self.servers.is_empty() => {
+                let i = self.selected_index();
+                if let Some(name) = self.servers_sorted().get(i).map(|s| s.name.clone()) {
+                    self.filter = format!("server:{name}");
+                    self.view = View::Calls;
+                    self.selected = 0;
+                    self.follow = true;
+                }
             }
             Key::Enter => {
                 self.detail = !self.detail;

@@ -27,12 +27,14 @@ mod export;
 mod filter;
 mod keys;
 mod row;
+mod servers;
 #[cfg(test)]
 mod tests;
 
 pub use filter::Filter;
 pub use keys::{Action, Key, View};
 pub use row::{transport_label, AnomalyIn, CallIn, HttpMeta, MessageIn, Row, RowOutcome};
+pub use servers::{ServerInfo, SOURCE_SHIFT};
 
 #[derive(Clone, Debug, Default)]
 pub struct MethodStats {
@@ -113,6 +115,13 @@ pub struct App {
     status_at: Option<u64>,
     pub no_color: bool,
     pub page: usize,
+    /// The source of the events being applied: 0 for the one source of `proxy`, `view` or
+    /// `attach`; for `watch`, 1 + the index of its server in `servers`.
+    src: u64,
+    /// The servers `watch` shows (empty for one source).
+    pub servers: Vec<ServerInfo>,
+    /// The newest stderr lines of stdio servers: (time, server, line).
+    pub stderr: VecDeque<(u64, Text, Text)>,
 }
 
 const SSE_STREAM_KEEP: usize = 64;
@@ -169,6 +178,9 @@ impl App {
             status_at: None,
             no_color: false,
             page: 10,
+            src: 0,
+            servers: Vec::new(),
+            stderr: VecDeque::new(),
         }
     }
 
@@ -275,8 +287,8 @@ impl App {
             Event::Message(m) => {
                 self.apply_message(MessageIn {
                     ts_ns: m.ts,
-                    exchange: m.exchange,
-                    scope: m.scope.to_string().into(),
+                    exchange: self.ex(m.exchange),
+                    scope: self.scope_of(&m.scope),
                     c2s: m.direction == crate::events::Direction::ClientToServer,
                     kind: m.kind,
                     id: m.id.as_ref().map(|i| i.to_json_text().into()),
@@ -289,8 +301,8 @@ impl App {
             }
             Event::Call(c) => self.apply_call_at(CallIn {
                 ts_ns: c.ts,
-                exchange: c.exchange,
-                scope: c.scope.to_string().into(),
+                exchange: self.ex(c.exchange),
+                scope: self.scope_of(&c.scope),
                 direction: c.direction,
                 id: c.id.to_json_text().into(),
                 method: c.method.clone(),
@@ -308,7 +320,7 @@ impl App {
                 ..
             }) => {
                 self.apply_http_request(
-                    *exchange,
+                    self.ex(*exchange),
                     method,
                     path,
                     session.as_deref(),
@@ -321,7 +333,7 @@ impl App {
                 content_type,
                 ..
             }) => {
-                self.apply_http_response(*exchange, *status, content_type.clone());
+                self.apply_http_response(self.ex(*exchange), *status, content_type.clone());
             }
             Event::Http(crate::events::HttpEvent::Auth {
                 ts,
@@ -333,7 +345,7 @@ impl App {
             }) => {
                 self.apply_auth(
                     *ts,
-                    *exchange,
+                    self.ex(*exchange),
                     method,
                     path,
                     *status,
@@ -345,17 +357,18 @@ impl App {
                 exchange,
                 direction,
                 len,
-            }) => self.apply_binary(*ts, *exchange, *direction, *len),
+            }) => self.apply_binary(*ts, self.ex(*exchange), *direction, *len),
             Event::Anomaly(a) => self.apply_anomaly(AnomalyIn {
                 ts_ns: a.ts,
-                exchange: a.exchange,
-                scope: a.scope.to_string().into(),
+                exchange: self.ex(a.exchange),
+                scope: self.scope_of(&a.scope),
                 direction: a.direction,
                 batch_index: a.batch_index,
                 id: a.id.as_ref().map(|i| i.to_json_text().into()),
                 code: a.code.into(),
                 message: a.message.clone(),
             }),
+            Event::Stderr(e) => self.apply_stderr(e.ts, &e.line),
             _ => {}
         }
     }
@@ -395,6 +408,7 @@ impl App {
             reply: None,
             stream: vec![],
             transport: "http",
+            server: self.server_label(),
         };
         self.push_row(row);
     }
@@ -423,6 +437,7 @@ impl App {
             reply: None,
             stream: vec![],
             transport: "ws",
+            server: self.server_label(),
         };
         self.push_row(row);
     }
@@ -512,6 +527,7 @@ impl App {
                     reply: None,
                     stream: vec![],
                     transport: transport_label(m.transport),
+                    server: self.server_label(),
                 };
                 self.push_row(row);
                 self.note_recent(m.exchange, dir, m.batch_index, Some(seq));
@@ -679,6 +695,11 @@ impl App {
             s.errors += w;
         }
         s.last_ns = s.last_ns.max(ts);
+        if let Some(sv) = self.server_mut() {
+            sv.calls += w;
+            sv.errors += u64::from(err) * w;
+            sv.last_ns = sv.last_ns.max(ts);
+        }
         let key = (c.scope, c.direction, c.id);
         let seq = self.open.get_mut(&key).and_then(VecDeque::pop_front);
         if self.open.get(&key).is_some_and(VecDeque::is_empty) {
@@ -730,6 +751,7 @@ impl App {
                     reply: None,
                     stream: vec![],
                     transport: FROM_CALL,
+                    server: self.server_label(),
                 });
             }
         }
@@ -742,6 +764,9 @@ impl App {
     pub fn apply_anomaly(&mut self, a: AnomalyIn) {
         self.anomalies_total += 1;
         self.session_mut(&a.scope).anomalies += 1;
+        if let Some(sv) = self.server_mut() {
+            sv.anomalies += 1;
+        }
         self.anomaly_rows.push_back((
             a.ts_ns,
             a.code.to_string(),

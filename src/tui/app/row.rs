@@ -78,6 +78,8 @@ pub struct Row {
     /// Other messages of the same SSE stream (progress notifications…), in order.
     pub stream: Vec<Text>,
     pub transport: &'static str,
+    /// The server's label under `watch` (empty with one source).
+    pub server: Text,
 }
 
 impl Row {
@@ -90,10 +92,22 @@ impl Row {
     /// The scope as the list shows it: a session id whole when it fits the column
     /// (`stdio-4413`), else its first characters and `…`; `#exchange` without a session.
     pub fn scope_short(&self) -> String {
+        // Under `watch` the column names the server: each shim is one session.
+        if !self.server.is_empty() {
+            return match self.server.chars().count() <= SCOPE_WIDTH {
+                true => self.server.to_string(),
+                false => self
+                    .server
+                    .chars()
+                    .take(SCOPE_WIDTH - 1)
+                    .chain(['…'])
+                    .collect(),
+            };
+        }
         match self.scope.strip_prefix("session:") {
             Some(s) if s.chars().count() <= SCOPE_WIDTH => s.to_string(),
             Some(s) => s.chars().take(SCOPE_WIDTH - 1).chain(['…']).collect(),
-            None => format!("#{}", self.exchange),
+            None => format!("#{}", self.exchange & ((1 << super::SOURCE_SHIFT) - 1)),
         }
     }
     /// The row was made from its call's end alone: its messages were never seen here.

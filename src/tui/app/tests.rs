@@ -134,6 +134,8 @@ fn keys_move_filter_and_views() {
     a.handle_key(Key::Tab);
     a.handle_key(Key::Tab);
     a.handle_key(Key::Tab);
+    assert_eq!(a.view, View::Stderr);
+    a.handle_key(Key::Tab);
     assert_eq!(a.view, View::Calls);
     assert_eq!(a.handle_key(Key::Char('?')), Action::None);
     assert!(a.help);
@@ -707,4 +709,61 @@ fn a_stdio_recording_names_its_command_and_stdio_scopes_stay_apart() {
     }
     let shown: Vec<String> = a.rows.iter().map(Row::scope_short).collect();
     assert_eq!(shown, ["stdio-4413", "stdio-4422", "0f3c9a1e-…"]);
+}
+
+#[test]
+fn many_sources_keep_their_calls_apart_and_the_server_filter_finds_them() {
+    let line = |l: &str| crate::record::reader::parse_line(l).unwrap();
+    let req = |ts: u64| {
+        line(&format!(
+            r#"{{"event":"message","ts":{ts},"exchange":1,"scope":"exchange:1","direction":"c2s","transport":"json","kind":"request","id":1,"method":"add","message":{{"jsonrpc":"2.0","id":1,"method":"add"}}}}"#
+        ))
+    };
+    let call = |ts: u64, outcome: &str| {
+        line(&format!(
+            r#"{{"event":"call","ts":{ts},"exchange":1,"scope":"exchange:1","direction":"c2s","method":"add","id":1,"outcome":{outcome},"latency_us":5}}"#
+        ))
+    };
+    let mut a = App::new("w", "hub", "h", 100, 0);
+    let server = |name: &str, label: &str| ServerInfo {
+        name: name.into(),
+        label: label.into(),
+        live: true,
+        ..Default::default()
+    };
+    let one = a.add_server(server("weather-1", "weather"));
+    let two = a.add_server(server("git-2", "git"));
+    // Both processes number their first exchange 1 and their first call id 1.
+    a.apply_from(one, &req(1));
+    a.apply_from(two, &req(2));
+    a.apply_from(two, &call(3, r#""error","code":-32000,"message":"x""#));
+    a.apply_from(one, &call(4, r#""result""#));
+    assert_eq!(a.rows.len(), 2, "one row per call, not merged");
+    let by = |label: &str| a.rows.iter().find(|r| &*r.server == label).unwrap();
+    assert_eq!(by("weather").outcome, RowOutcome::Result);
+    assert_eq!(by("git").outcome, RowOutcome::Error(-32000));
+    assert_eq!(by("git").scope_short(), "git");
+    assert_ne!(by("git").scope, by("weather").scope);
+    assert_eq!((a.servers[1].calls, a.servers[1].errors), (1, 1));
+    a.filter = "server:weather".into();
+    assert_eq!(a.visible().len(), 1);
+    a.filter = "server:git-*".into();
+    assert_eq!(&*a.visible()[0].server, "git");
+    a.filter.clear();
+    // The servers' list: Enter shows one server's calls.
+    a.view = View::Sessions;
+    a.servers[0].live = false;
+    assert_eq!(&*a.servers_sorted()[0].name, "git-2", "live servers first");
+    a.handle_key(Key::Enter);
+    assert_eq!((a.view, a.filter.as_str()), (View::Calls, "server:git-2"));
+    assert_eq!(a.visible().len(), 1);
+    // Stderr lines keep their server.
+    a.apply_from(
+        one,
+        &line(r#"{"event":"stderr","ts":5,"scope":"session:weather-1","line":"listening"}"#),
+    );
+    assert_eq!(
+        a.stderr.back().map(|s| (&*s.1, &*s.2)),
+        Some(("weather", "listening"))
+    );
 }
