@@ -8,6 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/peers.sh
+# Sessions the tests' stdio shims record by default go here, not into the user's state directory
+# (the hub's own tests set a home of their own).
+export RPCTAP_HOME="$PWD/target/test-home"
+rm -rf "$RPCTAP_HOME"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

@@ -147,6 +147,7 @@ impl Plan {
         &self,
         admin: &Option<crate::admin::AdminConfig>,
         record: &Option<crate::record::Options>,
+        server_pid: Option<u32>,
     ) -> Option<Registered> {
         let feed = admin.as_ref()?.addr.to_string();
         let r = Registration {
@@ -155,6 +156,7 @@ impl Plan {
             mode: self.mode.into(),
             command: self.command.clone(),
             pid: std::process::id(),
+            server_pid,
             started: self
                 .started
                 .duration_since(SystemTime::UNIX_EPOCH)

@@ -380,7 +380,7 @@ pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Resul
     cfg.session_meta = plan.as_ref().map(hub::Plan::meta);
     let _registered = plan
         .as_ref()
-        .and_then(|p| p.register(&cfg.admin, &cfg.record));
+        .and_then(|p| p.register(&cfg.admin, &cfg.record, None));
     serve_maybe_tui(cfg, "rpctap", shutdown, None, None).await
 }
 

@@ -124,7 +124,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     };
     let registered = plan
         .as_ref()
-        .and_then(|p| p.register(&shared.admin, &shared.record));
+        .and_then(|p| p.register(&shared.admin, &shared.record, Some(pid)));
     let inspector = Inspector::new(shared.inspect.clone(), bus.build());
     observers.start(|s| s.inspector = Some(inspector.clone()));
     if let (Some(o), None) = (&observers.ops, &plan) {

@@ -85,7 +85,7 @@ fn run(a: WrapArgs, wrapping: bool) -> Result<i32, OfflineError> {
         } else {
             unwrapped(&text, &backup).map_err(|e| err(format!("{shown}: {e}")))?
         };
-        say(&shown.to_string(), &changes);
+        say(&shown.to_string(), &changes, wrapping);
         if new == text {
             println!("{shown}: nothing to change");
             continue;
@@ -158,7 +158,7 @@ fn same_after_wrap(orig: &str, current: &str) -> bool {
     }
 }
 
-fn say(file: &str, changes: &[Change]) {
+fn say(file: &str, changes: &[Change], wrapping: bool) {
     let list = |f: fn(&Change) -> Option<&String>| {
         changes
             .iter()
@@ -176,7 +176,8 @@ fn say(file: &str, changes: &[Change]) {
         _ => None,
     });
     if !wrapped.is_empty() {
-        println!("{file}: {wrapped}");
+        let verb = if wrapping { "wraps" } else { "unwraps" };
+        println!("{file}: {verb} {wrapped}");
     }
     if !remote.is_empty() {
         println!("{file}: left alone (URL servers, not stdio): {remote}");

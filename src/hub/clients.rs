@@ -75,9 +75,15 @@ fn parse(text: &str) -> Result<(Value, bool), ClientError> {
     }
 }
 
-/// JSON with comments (`//`, `/* */`) and trailing commas, as plain JSON (strings untouched).
+/// JSON with comments (`//`, `/* */`) and trailing commas, as plain JSON (strings untouched):
+/// comments go first, then the commas they may have hidden.
 fn strip_jsonc(text: &str) -> String {
-    let b = text.as_bytes();
+    let plain = rewrite(text.as_bytes(), false);
+    String::from_utf8_lossy(&rewrite(&plain, true)).into_owned()
+}
+
+/// One pass over `b` outside strings: drops comments, or (`commas`) trailing commas.
+fn rewrite(b: &[u8], commas: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -91,20 +97,20 @@ fn strip_jsonc(text: &str) -> String {
                 i = (i + 1).min(b.len());
                 out.extend_from_slice(&b[start..i]);
             }
-            b'/' if b.get(i + 1) == Some(&b'/') => {
+            b'/' if !commas && b.get(i + 1) == Some(&b'/') => {
                 while i < b.len() && b[i] != b'\n' {
                     i += 1;
                 }
             }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
+            b'/' if !commas && b.get(i + 1) == Some(&b'*') => {
                 i += 2;
                 while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
                     i += 1;
                 }
                 i = (i + 2).min(b.len());
             }
-            b',' => {
-                // A comma followed only by blanks (or comments) and a closing bracket goes.
+            b',' if commas => {
+                // A comma followed only by blanks and a closing bracket goes.
                 let mut j = i + 1;
                 while j < b.len() && b[j].is_ascii_whitespace() {
                     j += 1;
@@ -120,7 +126,7 @@ fn strip_jsonc(text: &str) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// The original's indentation (its first indented line's), for the rewritten file.

@@ -134,7 +134,11 @@ pub struct Registration {
     pub mode: String,
     /// The wrapped command, its secrets scrubbed (stdio), or `[listen, upstream]` (proxy).
     pub command: Vec<String>,
+    /// rpctap's own pid (the registration lives as long as it does).
     pub pid: u32,
+    /// The wrapped server's pid (stdio).
+    #[serde(default)]
+    pub server_pid: Option<u32>,
     /// Start, ns since the epoch.
     pub started: u64,
     /// The live feed's admin address, as `attach` takes it (`unix:PATH` in the runtime
@@ -265,9 +269,8 @@ impl Home {
             let Some(mut s) = summarize(&path) else {
                 continue;
             };
-            if let Some(r) = live.iter().find(|r| r.name == s.name) {
+            if live.iter().any(|r| r.name == s.name) {
                 s.live = true;
-                s.pid = Some(r.pid);
             }
             out.push(s);
         }
@@ -278,7 +281,7 @@ impl Home {
                     label: r.label.clone(),
                     mode: r.mode.clone(),
                     command: r.command.clone(),
-                    pid: Some(r.pid),
+                    pid: r.server_pid.or(Some(r.pid)),
                     started: r.started,
                     live: true,
                     recording: r.recording.clone(),

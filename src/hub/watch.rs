@@ -89,7 +89,7 @@ pub fn spawn(
                     label: r.label.clone(),
                     mode: r.mode.clone(),
                     command: r.command.clone(),
-                    pid: Some(r.pid),
+                    pid: r.server_pid.or(Some(r.pid)),
                     started: r.started,
                     live: true,
                     recording: r.recording.clone(),

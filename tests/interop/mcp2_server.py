@@ -1,12 +1,13 @@
 """An MCP server built with the official Python SDK 2.x (MCPServer), for rpctap's interop tests.
 
-usage: mcp2_server.py MODE PORT   (MODE: sse | json | stateless | stateless-json)
+usage: mcp2_server.py MODE PORT   (MODE: sse | json | stateless | stateless-json | stdio)
 """
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 
-mode, port = sys.argv[1], int(sys.argv[2])
+mode = sys.argv[1]
+port = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 server = MCPServer("interop-py2")
 
 
@@ -40,6 +41,10 @@ def readme() -> str:
 def greet(name: str) -> str:
     return f"Say hello to {name}."
 
+
+if mode == "stdio":
+    server.run(transport="stdio")
+    sys.exit(0)
 
 server.run(
     transport="streamable-http",

@@ -9,6 +9,7 @@ front, and compare.
 """
 import asyncio
 import json
+import os
 import sys
 
 from mcp import ClientSession, StdioServerParameters
@@ -36,7 +37,9 @@ async def main(command, args):
             model="interop-model",
         )
 
-    params = StdioServerParameters(command=command, args=args)
+    # The environment passes whole (a host passes its config's `env`): the test's RPCTAP_HOME
+    # keeps the shims' sessions out of the real home.
+    params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
     async with stdio_client(params) as (read, write):
         async with ClientSession(
             read, write, logging_callback=on_log, sampling_callback=on_sampling
