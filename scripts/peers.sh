@@ -29,23 +29,23 @@ node_peers() { # node_peers PACKAGES...
   printf '%s' "$want" >"$dir/rpctap-installed"
 }
 
-# Keep these lists in step with tests/common/peers.rs (the tests compare the stamps).
+# Keep these lists in step with tests/it/common.rs (the tests compare the stamps).
 venv mcp1 'mcp<2' json-rpc werkzeug
 venv mcp2 'mcp>=2,<3'
 venv mitmproxy mitmproxy
-# JSON-RPC over WebSocket (tests/websocket.rs): the `websockets` library, deflate on by default.
+# JSON-RPC over WebSocket (tests/it/websocket.rs): the `websockets` library, deflate on by default.
 venv ws websockets==17.4
-# An OTLP/HTTP receiver built on the official protobuf definitions (tests/otel.rs).
+# An OTLP/HTTP receiver built on the official protobuf definitions (tests/it/otel.rs).
 venv otel opentelemetry-proto==1.45.2
-# The Kubernetes API schemas, to validate config/kubernetes/ (tests/deploy.rs).
+# The Kubernetes API schemas, to validate config/kubernetes/ (tests/it/deploy.rs).
 venv k8s kubernetes-validate==1.37.0
-# ganache: a real Ethereum JSON-RPC node (tests/websocket.rs: eth_subscribe over WebSocket).
+# ganache: a real Ethereum JSON-RPC node (tests/it/websocket.rs: eth_subscribe over WebSocket).
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \
   @modelcontextprotocol/conformance@0.1.16 node@22 ganache@7.9.2
 
 # Debian packages, by the command each provides: tmux (the dashboard's end-to-end tests), curl,
-# prometheus + promtool (tests/admin.rs scrapes /metrics with a real Prometheus), systemd's
-# systemd-analyze (tests/deploy.rs verifies config/systemd/), redis-server (tests/fleet.rs: limits
+# prometheus + promtool (tests/it/admin.rs scrapes /metrics with a real Prometheus), systemd's
+# systemd-analyze (tests/it/deploy.rs verifies config/systemd/), redis-server (tests/it/fleet.rs: limits
 # shared through Redis).
 missing=()
 for pair in tmux:tmux curl:curl prometheus:prometheus promtool:prometheus systemd-analyze:systemd redis-server:redis-server; do

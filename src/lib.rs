@@ -39,8 +39,14 @@
 //!   and exported in batches off the proxy path.
 //! - [`stdio`] — the stdio transport: line framing, the two relays, the child process.
 //! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
+//! - [`hub`] — where every rpctap on this machine records its sessions and registers its live
+//!   feed (the state and runtime directories), sessions listed, found, pruned and capped; a
+//!   wrapped command's label and scrubbed secrets (`hub::command`), `watch`'s sources
+//!   (`hub::watch`), desktop clients' MCP configs wrapped and unwrapped (`hub::clients`).
 //! - [`app`] — the subcommands wired together (what `main` calls): one observer chain for every
-//!   subcommand that carries traffic (`app::observers`), `stdio`'s wiring (`app::stdio`).
+//!   subcommand that carries traffic (`app::observers`), `stdio`'s wiring (`app::stdio`), joining
+//!   the hub and its subcommands (`app::hub`: `watch`, `sessions`, `open`, `prune`), `config
+//!   wrap|unwrap` (`app::wrap`).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;

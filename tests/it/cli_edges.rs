@@ -1,0 +1,301 @@
+//! The binary at the edges a new user hits first: nothing to check or replay, a server that is
+//! down, a target typed with the recorded path, an existing recording, flags that mean nothing.
+
+use crate::common::*;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
+const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/recordings/demo.jsonl");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+/// Runs the binary with `input` on its stdin.
+fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("edges-{name}"))
+}
+
+#[test]
+fn nothing_to_check_or_replay_is_exit_2_saying_so() {
+    let d = scratch("empty");
+    let empty = d.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let o = run(&["check", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no calls"), "{}", stderr(&o));
+    // A recording with a header and no calls.
+    let rec = d.join("none.jsonl");
+    std::fs::write(&rec, "{\"rpctap_recording\":1,\"part\":0}\n").unwrap();
+    for cmd in [
+        vec!["check", rec.to_str().unwrap()],
+        vec![
+            "replay",
+            rec.to_str().unwrap(),
+            "--target",
+            "http://127.0.0.1:9",
+        ],
+    ] {
+        let o = run(&cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}");
+        assert!(stderr(&o).contains("no calls"), "{cmd:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{cmd:?}");
+    }
+}
+
+#[test]
+fn replay_against_a_server_that_is_down_is_exit_2_in_one_line() {
+    let port = free_port();
+    let o = run(&[
+        "replay",
+        DEMO,
+        "--target",
+        &format!("http://127.0.0.1:{port}"),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach the target"), "{err}");
+    assert!(o.stdout.is_empty(), "no per-call verdicts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_target_with_the_recorded_path_is_not_doubled() {
+    let (addr, _stop) = start_demo().await;
+    let target = format!("http://{addr}/jsonrpc");
+    let o = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args(["replay", DEMO, "--target", &target])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    // The demo recording's /jsonrpc calls reach /jsonrpc (not /jsonrpc/jsonrpc, a 404 each).
+    assert!(
+        out.lines()
+            .any(|l| l.contains("subtract") && l.starts_with("ok ")),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_existing_recording_is_never_overwritten_by_accident() {
+    let d = scratch("exists");
+    let f = d.join("r.jsonl");
+    std::fs::write(&f, "keep me\n").unwrap();
+    let o = run(&[
+        "proxy",
+        "--no-tui",
+        "--listen",
+        ":0",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--record",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--record-append"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "keep me\n");
+}
+
+#[test]
+fn meaningless_flags_are_refused_naming_the_flag() {
+    for (flag, value) in [
+        ("--limit", "=1/min"),
+        ("--redact-header", "bad header"),
+        ("--redact-path", "params..x"),
+        ("--listen", "nowhere"),
+        ("--call-timeout", "0"),
+    ] {
+        let o = run(&[
+            "proxy",
+            "--no-tui",
+            "--upstream",
+            "http://127.0.0.1:9",
+            flag,
+            value,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(stderr(&o).contains(flag), "{flag}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn demo_on_a_busy_port_fails_without_announcing_itself() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let o = Command::new(BIN)
+        .args(["demo", "--no-tui", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("cannot listen on"), "{err}");
+    assert!(
+        !err.contains("Press Ctrl-C"),
+        "no banner before the bind: {err}"
+    );
+}
+
+#[test]
+fn headless_proxy_says_where_it_listens_before_any_call() {
+    use std::io::{BufRead, BufReader};
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args([
+            "proxy",
+            "--no-tui",
+            "--listen",
+            &format!(":{port}"),
+            "--upstream",
+            "http://127.0.0.1:9",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.contains(&format!("http://127.0.0.1:{port}")) && line.contains("127.0.0.1:9"),
+        "{line}"
+    );
+}
+
+#[test]
+fn exports_are_as_private_as_the_recording() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = scratch("private");
+    for (format, name) in [("exchange", "x.jsonl"), ("har", "x.har")] {
+        let out = d.join(name);
+        let o = run(&[
+            "export",
+            DEMO,
+            "--format",
+            format,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{format}");
+    }
+}
+
+#[test]
+fn an_empty_exchange_document_is_nothing_to_check() {
+    let o = run_with_stdin(&["check", "-"], br#"{"request":[],"response":[]}"#);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no calls"), "{}", stderr(&o));
+}
+
+/// One exit-code rule: an address that cannot be bound is 1 in every subcommand that listens,
+/// a command line that cannot work is 2 and names what is wrong.
+#[test]
+fn a_busy_address_is_exit_1_everywhere_and_bad_addresses_name_the_flag() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    for args in [
+        vec![
+            "proxy",
+            "--no-tui",
+            "--listen",
+            &addr,
+            "--upstream",
+            "http://127.0.0.1:9",
+        ],
+        vec!["demo-server", "--listen", &addr],
+        vec!["mock", DEMO, "--listen", &addr],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot listen on"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // --admin on the --listen address.
+    let free = free_port();
+    let same = format!("127.0.0.1:{free}");
+    let o = run(&[
+        "proxy",
+        "--no-tui",
+        "--listen",
+        &same,
+        "--admin",
+        &same,
+        "--upstream",
+        "http://127.0.0.1:9",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--admin") && stderr(&o).contains("--listen"),
+        "{}",
+        stderr(&o)
+    );
+    // --record naming a directory.
+    let d = scratch("recdir");
+    let o = run(&[
+        "proxy",
+        "--no-tui",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--record",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is a directory"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn replay_refuses_an_ignore_path_that_is_not_one() {
+    let (up, _s) = start_demo().await;
+    let target = format!("http://{up}");
+    for bad in ["result[", ""] {
+        let o = run(&["replay", DEMO, "--target", &target, "--ignore", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--ignore"), "{bad:?}: {}", stderr(&o));
+    }
+}
+
+/// `mock` says on stderr which requests it could not match (the client gets a JSON-RPC error).
+#[test]
+fn mock_says_which_requests_it_could_not_match() {
+    let o = run_with_stdin(
+        &["mock", DEMO, "--stdio"],
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"no/such\"}\n",
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"code\":-32601"), "{out}");
+    assert!(
+        stderr(&o).contains("no recorded call of `no/such`"),
+        "{}",
+        stderr(&o)
+    );
+}

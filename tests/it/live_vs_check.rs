@@ -1,0 +1,274 @@
+//! One inspector, live and offline: the misbehaving upstream's whole repertoire goes through a
+//! recording proxy, and for every case the codes the live inspector flagged (the recording's
+//! `anomaly` lines) are exactly the codes `rpctap check` finds in the recording — per scope.
+
+use crate::common::*;
+use std::time::Duration;
+
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("lvc-{name}"))
+}
+
+fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
+    rpctap::cli::SharedFlags {
+        record: Some(file.to_path_buf()),
+        ..Default::default()
+    }
+    .into()
+}
+
+#[tokio::test]
+async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
+    let call1 = r#"{"jsonrpc":"2.0","method":"m","id":1}"#;
+    let batch12 =
+        r#"[{"jsonrpc":"2.0","method":"m","id":1},{"jsonrpc":"2.0","method":"m","id":2}]"#;
+    let tool =
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t","arguments":{}},"id":1}"#;
+    // (case, request body, the codes its scope must get — live and in check)
+    let table: Vec<(&str, String, Vec<&str>)> = vec![
+        ("dup", format!("[{call1},{call1}]"), vec!["DUPLICATE_ID"]),
+        (
+            "unmatched",
+            format!("[{call1}]"),
+            vec!["UNMATCHED_RESPONSE"],
+        ),
+        ("type", call1.into(), vec!["ID_TYPE_MISMATCH"]),
+        ("missing", batch12.into(), vec!["MISSING_RESPONSE"]),
+        (
+            "notif",
+            format!(r#"[{call1},{{"jsonrpc":"2.0","method":"n"}}]"#),
+            vec!["NOTIFICATION_REPLY"],
+        ),
+        ("batch", format!("[{call1}]"), vec!["INVALID_BATCH_REPLY"]),
+        // A batch of two answered by one object: the single reply also answers neither call.
+        (
+            "batch",
+            r#"[{"jsonrpc":"2.0","method":"m","id":7},{"jsonrpc":"2.0","method":"m","id":8}]"#
+                .into(),
+            vec![
+                "INVALID_BATCH_REPLY",
+                "MISSING_RESPONSE",
+                "MISSING_RESPONSE",
+                "UNMATCHED_RESPONSE",
+            ],
+        ),
+        (
+            "invalid",
+            r#"{"jsonrpc":"1.0","method":"m","id":1}"#.into(),
+            vec!["INVALID_ENVELOPE"],
+        ),
+        ("invalid-reply", call1.into(), vec!["INVALID_ENVELOPE"]),
+        ("parse", call1.into(), vec!["PARSE_ERROR"]),
+        ("nullid", call1.into(), vec!["NULL_ID_RESPONSE"]),
+        (
+            "unsafe",
+            r#"{"jsonrpc":"2.0","method":"m","id":12345678901234567890}"#.into(),
+            vec!["UNSAFE_ID"],
+        ),
+        // A JSON-RPC error carried by HTTP 500.
+        ("status", call1.into(), vec!["HTTP_STATUS"]),
+        (
+            "notif-status",
+            r#"{"jsonrpc":"2.0","method":"n"}"#.into(),
+            vec!["HTTP_STATUS"],
+        ),
+        ("tool", tool.into(), vec!["TOOL_ERROR"]),
+        // A reply body that is not JSON.
+        (
+            "notjson",
+            call1.into(),
+            vec!["MISSING_RESPONSE", "PARSE_ERROR"],
+        ),
+        (
+            "empty-batch",
+            format!("[{call1}]"),
+            vec!["INVALID_ENVELOPE", "MISSING_RESPONSE"],
+        ),
+        // The client's body is not JSON, and the server answers it as if it were a call.
+        (
+            "default",
+            "{not json".into(),
+            vec!["PARSE_ERROR", "UNMATCHED_RESPONSE"],
+        ),
+        ("reject", call1.into(), vec![]),
+    ];
+    let (up, _u) = misbehaving_upstream().await;
+    let dir = scratch("table");
+    let file = dir.join("rec.jsonl");
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
+    let mut want = Codes::new();
+    for (n, (name, body, codes)) in table.iter().enumerate() {
+        let h = [("content-type", "application/json"), MCP_ACCEPT];
+        let _ = send(
+            p.addr,
+            "POST",
+            &format!("/rpc?case={name}"),
+            &h,
+            body.clone(),
+        )
+        .await;
+        let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        got.sort();
+        assert_eq!(got, codes.clone(), "case {name} (#{n}) live");
+        if !codes.is_empty() {
+            want.insert(
+                format!("exchange:{}", n + 1),
+                codes.iter().map(|c| c.to_string()).collect(),
+            );
+        }
+    }
+    drop(p.stop);
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
+    assert_eq!(
+        live_codes(&file),
+        want,
+        "the recording holds the live codes"
+    );
+    let Checked {
+        codes: checked,
+        exit,
+        ..
+    } = check_recording(&file);
+    assert_eq!(
+        checked, want,
+        "check of the recording finds exactly the live codes"
+    );
+    assert_eq!(exit, Some(1), "error findings make check fail");
+}
+
+#[tokio::test]
+async fn mcp_sessions_and_timeouts_get_the_same_codes_live_and_in_check() {
+    let (up, _u) = misbehaving_upstream().await;
+    let dir = scratch("mcp");
+    let file = dir.join("rec.jsonl");
+    let flags = rpctap::cli::ProxyFlags {
+        shared: rpctap::cli::SharedFlags {
+            call_timeout: Some(0.3),
+            ..record_flags(&file).shared
+        },
+        ..record_flags(&file)
+    };
+    let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let h = |sid: Option<&'static str>| {
+        let mut h = vec![("content-type", "application/json"), MCP_ACCEPT];
+        if let Some(s) = sid {
+            h.push(("mcp-session-id", s));
+            h.push(("mcp-protocol-version", "2025-06-18"));
+        }
+        h
+    };
+    let steps: [(&str, Option<&'static str>, &str); 5] = [
+        (
+            "init",
+            None,
+            r#"{"jsonrpc":"2.0","method":"initialize","params":{},"id":0}"#,
+        ),
+        (
+            "early",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"tools/list","id":1}"#,
+        ),
+        (
+            "changed",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"ping","id":2}"#,
+        ),
+        (
+            "early",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"ping","id":1}"#,
+        ),
+        // Answered 202 in a session: the reply never comes, the call times out.
+        (
+            "accepted",
+            Some("sess-A"),
+            r#"{"jsonrpc":"2.0","method":"ping","id":3}"#,
+        ),
+    ];
+    for (case, sid, body) in steps {
+        let _ = send(p.addr, "POST", &format!("/rpc?case={case}"), &h(sid), body).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the call timeout passes for id 3
+    let mut live: Vec<String> = anomalies(&p.drain().await)
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    live.sort();
+    assert_eq!(
+        live,
+        vec![
+            "DUPLICATE_ID",
+            "MCP_EARLY_REQUEST",
+            "MCP_SESSION_CHANGED",
+            "MISSING_RESPONSE"
+        ],
+    );
+    drop(p.stop);
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
+    let want = live_codes(&file);
+    assert_eq!(
+        want.get("session:sess-A").map(Vec::len),
+        Some(4),
+        "{want:?}"
+    );
+    let checked = check_recording(&file).codes;
+    assert_eq!(checked, want, "the timeout falls where it did live");
+}
+
+#[tokio::test]
+async fn rpctaps_own_answers_are_not_the_servers_errors_live_or_in_check() {
+    // Nothing listens on the upstream's port: each call gets rpctap's 502 with its id, and ends
+    // missing ("upstream unreachable") — no HTTP_STATUS against a server that never answered.
+    let dir = scratch("down");
+    let file = dir.join("rec.jsonl");
+    let port = free_port();
+    let mut p = start_proxy_flags(&format!("http://127.0.0.1:{port}"), record_flags(&file)).await;
+    let r = post_json(p.addr, "/rpc", r#"{"jsonrpc":"2.0","method":"m","id":5}"#).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.json()["id"], 5);
+    assert_eq!(r.json()["error"]["code"], -32003);
+    let ev = p.drain().await;
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    let c = calls(&ev);
+    assert!(
+        matches!(&c[0].outcome, rpctap::events::Outcome::Missing { reason } if reason.contains("unreachable")),
+        "{:?}",
+        c[0].outcome
+    );
+    drop(p.stop);
+    p.served.await.unwrap(); // the recording is whole once the proxy has finished
+    let Checked {
+        codes: checked,
+        exit,
+        ..
+    } = check_recording(&file);
+    assert!(checked.is_empty(), "{checked:?}");
+    assert_eq!(exit, Some(0));
+}
+
+#[tokio::test]
+async fn an_unreadable_request_gets_an_id_null_error() {
+    // A chunked body cut off by a bad chunk header: rpctap cannot read it and says so, with the
+    // id null the specification gives a request whose id could not be read.
+    let (up, _u) = misbehaving_upstream().await;
+    let p = start_proxy(&format!("http://{up}")).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"POST /rpc HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"jso\r\nzz\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    eprintln!("{text}");
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    let json_start = body.find('{').unwrap_or(0);
+    let v: serde_json::Value =
+        serde_json::from_str(body[json_start..].trim_end_matches(['\r', '\n', '0'])).unwrap();
+    assert_eq!(v["id"], serde_json::Value::Null);
+    assert_eq!(v["error"]["code"], -32005);
+}

@@ -1,0 +1,277 @@
+//! OpenTelemetry traces against a real OTLP/HTTP receiver built on the official protobuf
+//! definitions (`opentelemetry-proto` from PyPI, tests/interop/otlp_receiver.py): for known
+//! traffic, the spans' names, kinds, attributes, parents, events and statuses; an unsampled
+//! parent gives no span; `--otlp-propagate` sets the upstream's `traceparent` to rpctap's
+//! `CLIENT` span (the upstream leg, made only then), and without it the header passes unchanged.
+
+use crate::common::*;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const T1: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const T2: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+const UNSAMPLED: &str = "00-11111111111111111111111111111111-2222222222222222-00";
+
+fn receiver(dir: &Scratch) -> (Proc, SocketAddr, std::path::PathBuf) {
+    let env = installed("otel", &["opentelemetry-proto==1.45.2"]);
+    let port = free_port();
+    let out = dir.join("spans.jsonl");
+    let p = Proc::spawn(
+        std::process::Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/otlp_receiver.py"))
+            .arg(port.to_string())
+            .arg(&out)
+            .stdout(std::process::Stdio::null()),
+    );
+    (p, format!("127.0.0.1:{port}").parse().unwrap(), out)
+}
+
+/// The spans received, once at least `n` have come (10 s at most).
+async fn spans(out: &std::path::Path, n: usize) -> Vec<Value> {
+    for _ in 0..100 {
+        let v: Vec<Value> = std::fs::read_to_string(out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if v.len() >= n {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {n} spans: {:?}", std::fs::read_to_string(out));
+}
+
+fn otel_flags(collector: SocketAddr, propagate: bool) -> rpctap::cli::ProxyFlags {
+    rpctap::cli::ProxyFlags {
+        shared: rpctap::cli::SharedFlags {
+            otlp: Some(format!("http://{collector}")),
+            limits: vec!["subtract=1/min".into()],
+            ..Default::default()
+        },
+        otlp_propagate: propagate,
+        ..Default::default()
+    }
+}
+
+// Span kinds in OTLP: 2 SERVER, 3 CLIENT; status codes: 0 unset, 2 error.
+const SERVER: i64 = 2;
+const CLIENT: i64 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
+    let dir = Scratch::new("otel");
+    let (_r, collector, out) = receiver(&dir);
+    wait_listening(collector).await;
+    let (demo, _d) = start_demo().await;
+    let p = start_proxy_flags(&format!("http://{demo}"), otel_flags(collector, false)).await;
+    let json = |tp: &'static str| [("content-type", "application/json"), ("traceparent", tp)];
+    // A JSON-RPC call under a sampled parent.
+    let r = send(
+        p.addr,
+        "POST",
+        "/jsonrpc",
+        &json(T1),
+        r#"{"jsonrpc":"2.0","method":"add","params":[1,2],"id":1}"#,
+    )
+    .await;
+    assert_eq!(r.json()["result"], 3);
+    // An error reply, no parent.
+    post_json(
+        p.addr,
+        "/jsonrpc",
+        r#"{"jsonrpc":"2.0","method":"nope","id":"e1"}"#,
+    )
+    .await;
+    // Under an unsampled parent: no span.
+    send(
+        p.addr,
+        "POST",
+        "/jsonrpc",
+        &json(UNSAMPLED),
+        r#"{"jsonrpc":"2.0","method":"add","params":[5,5],"id":7}"#,
+    )
+    .await;
+    // Refused by a rate-limit rule: a span, no upstream leg.
+    for id in [2, 3] {
+        post_json(
+            p.addr,
+            "/jsonrpc",
+            &format!(r#"{{"jsonrpc":"2.0","method":"subtract","params":[3,1],"id":{id}}}"#),
+        )
+        .await;
+    }
+    // MCP: a tool call whose `_meta.traceparent` is its parent, and a failing tool (an
+    // anomaly: a span event).
+    let sid = mcp_session(p.addr).await;
+    let mcp = [
+        ("content-type", "application/json"),
+        MCP_ACCEPT,
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hi"}},"_meta":{{"traceparent":"{T2}"}}}}}}"#
+    );
+    assert_eq!(send(p.addr, "POST", "/mcp", &mcp, call).await.status, 200);
+    let fail = r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"fail","arguments":{}}}"#;
+    assert_eq!(send(p.addr, "POST", "/mcp", &mcp, fail).await.status, 200);
+
+    // add, nope, subtract ×2, initialize, echo, fail: one SERVER span each (no CLIENT leg
+    // without --otlp-propagate).
+    let all = spans(&out, 7).await;
+    let server = |name: &str| -> Vec<&Value> {
+        all.iter()
+            .filter(|s| s["name"] == name && s["kind"] == SERVER)
+            .collect()
+    };
+    let child_of = |s: &Value| -> Vec<&Value> {
+        all.iter()
+            .filter(|c| c["parent_span_id"] == s["span_id"] && c["kind"] == CLIENT)
+            .collect()
+    };
+    assert!(all
+        .iter()
+        .all(|s| s["service"] == "rpctap" && s["scope"] == "rpctap"));
+
+    let add = server("add");
+    assert_eq!(add.len(), 1, "the unsampled call has no span: {add:?}");
+    let add = add[0];
+    assert_eq!(add["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(
+        add["parent_span_id"], "00f067aa0ba902b7",
+        "the traceparent's span"
+    );
+    assert_eq!(add["status"], 0);
+    let a = &add["attributes"];
+    assert_eq!(a["rpc.system"], "jsonrpc");
+    assert_eq!(a["rpc.method"], "add");
+    assert_eq!(a["rpc.jsonrpc.version"], "2.0");
+    assert_eq!(a["rpc.jsonrpc.request_id"], "1");
+    assert_eq!(a["network.protocol.name"], "http");
+    assert_eq!(a["client.address"], "127.0.0.1");
+    assert!(a.get("mcp.method.name").is_none(), "not an MCP method");
+    assert!(
+        all.iter().all(|s| s["kind"] == SERVER),
+        "no CLIENT leg without propagation: {all:?}"
+    );
+    assert!(child_of(add).is_empty());
+
+    let nope = server("nope")[0];
+    assert_eq!(nope["status"], 2, "an error reply is an error status");
+    assert_eq!(nope["parent_span_id"], "", "no parent: a root span");
+    assert_eq!(nope["attributes"]["rpc.jsonrpc.error_code"], -32601);
+    assert_eq!(nope["attributes"]["error.type"], "-32601");
+    assert_eq!(nope["attributes"]["rpc.jsonrpc.request_id"], "e1");
+
+    let sub = server("subtract");
+    assert_eq!(sub.len(), 2);
+    let refused: Vec<_> = sub
+        .iter()
+        .filter(|s| s["attributes"]["error.type"] == "rate_limited")
+        .collect();
+    assert_eq!(refused.len(), 1, "{sub:?}");
+    assert_eq!(refused[0]["status"], 2);
+    assert!(
+        child_of(refused[0]).is_empty(),
+        "a refused call never went upstream"
+    );
+
+    let echo = server("tools/call echo");
+    assert_eq!(echo.len(), 1, "span name `{{mcp.method.name}} {{target}}`");
+    let echo = echo[0];
+    assert_eq!(
+        echo["trace_id"], "0af7651916cd43dd8448eb211c80319c",
+        "_meta.traceparent"
+    );
+    assert_eq!(echo["parent_span_id"], "b7ad6b7169203331");
+    let e = &echo["attributes"];
+    assert_eq!(e["mcp.method.name"], "tools/call");
+    assert_eq!(e["mcp.session.id"], sid.as_str());
+    assert_eq!(e["mcp.protocol.version"], "2025-06-18");
+    assert_eq!(e["gen_ai.tool.name"], "echo");
+    assert_eq!(e["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(e["jsonrpc.request.id"], "11");
+
+    let fail = server("tools/call fail")[0];
+    assert_eq!(
+        fail["events"],
+        serde_json::json!(["TOOL_ERROR"]),
+        "anomalies as events"
+    );
+    assert_eq!(fail["status"], 2);
+    assert_eq!(fail["attributes"]["error.type"], "tool_error");
+    assert_eq!(server("initialize").len(), 1);
+}
+
+/// What the upstream got as `traceparent`, per call.
+type Seen = Arc<Mutex<Vec<Option<String>>>>;
+
+async fn header_upstream() -> (SocketAddr, Stop, Seen) {
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    let (addr, stop) = start_upstream(move |parts, _body| {
+        s.lock().unwrap().push(
+            parts
+                .headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        );
+        Box::pin(async { json_reply(200, r#"{"jsonrpc":"2.0","id":1,"result":true}"#) })
+    })
+    .await;
+    (addr, stop, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_headers_pass_unchanged_unless_propagation_is_asked_for() {
+    let dir = Scratch::new("otel-prop");
+    let (_r, collector, out) = receiver(&dir);
+    wait_listening(collector).await;
+    let body = r#"{"jsonrpc":"2.0","method":"m","id":1}"#;
+    let h = [("content-type", "application/json"), ("traceparent", T1)];
+
+    let (up, _u, seen) = header_upstream().await;
+    let p = start_proxy_flags(&format!("http://{up}"), otel_flags(collector, false)).await;
+    send(p.addr, "POST", "/", &h, body).await;
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        vec![Some(T1.to_string())],
+        "unchanged"
+    );
+    drop(p);
+
+    let (up, _u, seen) = header_upstream().await;
+    let p = start_proxy_flags(&format!("http://{up}"), otel_flags(collector, true)).await;
+    send(p.addr, "POST", "/", &h, body).await;
+    post_json(p.addr, "/", body).await; // no parent: a new trace, propagated too
+    let got = seen.lock().unwrap().clone();
+    // The first proxy's one span, then two SERVER and two CLIENT spans.
+    let all = spans(&out, 5).await;
+    let client = |tp: &str| {
+        let parts: Vec<&str> = tp.split('-').collect();
+        all.iter()
+            .find(|s| s["kind"] == CLIENT && s["span_id"] == parts[2] && s["trace_id"] == parts[1])
+            .cloned()
+    };
+    let first = got[0].clone().expect("a traceparent upstream");
+    assert!(
+        first.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "{first}"
+    );
+    assert_ne!(first, T1, "rewritten to rpctap's span");
+    assert!(first.ends_with("-01"));
+    let leg = client(&first).expect("the propagated id is rpctap's CLIENT span");
+    assert_eq!(leg["attributes"]["server.address"], "127.0.0.1");
+    assert_eq!(leg["attributes"]["server.port"], up.port() as i64);
+    let server = all
+        .iter()
+        .find(|s| s["span_id"] == leg["parent_span_id"])
+        .unwrap();
+    assert_eq!(server["parent_span_id"], "00f067aa0ba902b7");
+    let second = got[1].clone().expect("a root trace is propagated too");
+    assert!(client(&second).is_some(), "{second}: {all:?}");
+}
