@@ -837,3 +837,18 @@ pub fn line_with(screen: &str, what: &str) -> String {
         .unwrap_or("")
         .to_string()
 }
+
+/// Whether `ok` comes to hold within `timeout` (looked at every 20 ms): a wait for something
+/// observable, never a fixed sleep.
+pub fn eventually(timeout: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    loop {
+        if ok() {
+            return true;
+        }
+        if t0.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

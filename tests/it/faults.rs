@@ -543,8 +543,15 @@ async fn a_full_disk_under_the_recording_loses_lines_not_calls() {
         n,
         "every call answered, right"
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let metrics = http_get(addrs[1], "/metrics").await;
+    // The recorder counts what it lost once its writes fail (within its flush period).
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = http_get(addrs[1], "/metrics").await;
+        if metric(&metrics, "rpctap_recorder_lost_total") > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let lost = metric(&metrics, "rpctap_recorder_lost_total");
     assert!(lost > 0.0, "the lost lines are counted: {lost}");
     assert_eq!(
@@ -583,16 +590,24 @@ async fn a_recording_moved_or_deleted_underneath_goes_on_in_a_new_file() {
     cmd.arg("--record").arg(&file);
     let (mut proc, addrs, rx) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
     let mut log = Vec::new();
+    let calls_in = |f: &std::path::Path| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .matches("{\"event\":\"call\"")
+            .count()
+    };
     assert_eq!(demo_calls(addrs[0], 20).await, 20);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(eventually(Duration::from_secs(3), || calls_in(&file) == 20));
     let moved = tmp.join("rec.jsonl.old");
     std::fs::rename(&file, &moved).unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(file.exists(), "a new file at the path");
+    assert!(
+        eventually(Duration::from_secs(3), || file.exists()),
+        "a new file at the path"
+    );
     assert_eq!(demo_calls(addrs[0], 30).await, 30);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(eventually(Duration::from_secs(3), || calls_in(&file) == 30));
     std::fs::remove_file(&file).unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(eventually(Duration::from_secs(3), || file.exists()));
     assert_eq!(demo_calls(addrs[0], 40).await, 40);
     assert!(proc.term().success());
     std::thread::sleep(Duration::from_millis(200));

@@ -38,7 +38,7 @@ fn demo_dashboard_shows_calls_and_restores_the_terminal() {
         "--norc",
         "--noprofile",
     ]);
-    std::thread::sleep(Duration::from_millis(300));
+    t.wait_for("READY$", Duration::from_secs(5));
     let bin = env!("CARGO_BIN_EXE_rpctap");
     t.cmd(&[
         "send-keys",
@@ -170,7 +170,7 @@ fn tmux_session(name: &str) -> Tmux {
         "--norc",
         "--noprofile",
     ]);
-    std::thread::sleep(Duration::from_millis(300));
+    t.wait_for("READY$", Duration::from_secs(5));
     t
 }
 
