@@ -103,11 +103,14 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             otel_upstream: None,
         }
     };
-    let sink = || -> Box<dyn Write + Send> { Box::new(std::io::sink()) };
-    let mut log_out = log_out;
+    // One writer for every attempt below (a retry must not lose the log).
+    let log_out = log_out.map(|w| SharedWriter(Arc::new(Mutex::new(w))));
     let mut bus = BusBuilder::default();
     let mut observers = loop {
-        let out = log_out.take().unwrap_or_else(sink);
+        let out: Box<dyn Write + Send> = match &log_out {
+            Some(w) => Box::new(w.clone()),
+            None => Box::new(std::io::sink()),
+        };
         match Observers::attach(chain(&shared, out), &mut bus).await {
             Ok(o) => break o,
             // What the hub added failed (a full disk, a socket path too long): the session
@@ -240,6 +243,19 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     observers.finish().await;
     drop(registered);
     Ok(exit_code(&status))
+}
+
+/// The log's writer, shared by the attempts to attach the observers.
+#[derive(Clone)]
+struct SharedWriter(Arc<Mutex<Box<dyn Write + Send>>>);
+
+impl Write for SharedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        locked(&self.0).write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        locked(&self.0).flush()
+    }
 }
 
 fn ready_interval(shared: &crate::config::Shared) -> Duration {

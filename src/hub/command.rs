@@ -44,10 +44,20 @@ pub fn label_of(command: &[String]) -> String {
             while let Some(n) = words.peek() {
                 if RUNNER_WORDS.contains(n) {
                     words.next();
-                } else if *n == "-m" {
+                } else if *n == "-m" || *n == "-c" {
+                    // `python -m module`; `sh -c 'exec node srv.js'`: its first word that is
+                    // not a runner.
                     words.next();
                     if let Some(m) = words.next() {
-                        chosen = Some(m.to_string());
+                        let inner: Vec<String> = m
+                            .split_whitespace()
+                            .filter(|w| *w != "exec")
+                            .map(str::to_string)
+                            .collect();
+                        chosen = Some(match inner.len() {
+                            0 | 1 => m.to_string(),
+                            _ => label_of(&inner),
+                        });
                     }
                     break;
                 } else if n.starts_with('-') {
@@ -265,6 +275,12 @@ mod tests {
         ] {
             assert_eq!(label_of(&c(cmd)), label, "{cmd}");
         }
+        let sh = [
+            "sh".to_string(),
+            "-c".into(),
+            "exec node /srv/weather/index.js --port 1".into(),
+        ];
+        assert_eq!(label_of(&sh), "weather");
         assert_eq!(sanitize("a b/c:d"), "a-b-c-d");
         assert_eq!(sanitize(&"x".repeat(50)).len(), 32);
     }

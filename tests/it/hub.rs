@@ -108,16 +108,39 @@ fn three_wrapped_servers_run_twice_by_the_python_sdk_client_and_every_session_is
         "the rest stays"
     );
 
-    // The client spawns the wrapped command lines as written, three at once, twice.
+    // The client spawns the wrapped command lines as written, three at once, twice; the second
+    // time its sessions stay open until the listing has shown them live beside the first three.
+    let hold = home.join("hold");
     for round in 0..2 {
-        let out = Command::new(py1())
+        let mut client = Command::new(py1());
+        client
             .arg(script("mcp_multi_client.py"))
             .arg(&config)
             .env("HOME", &*home)
             .env_remove("RPCTAP_HOME")
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if round == 1 {
+            client.arg(&hold);
+        }
+        let client = client.spawn().unwrap();
+        if round == 1 {
+            let mut list = vec![];
+            let shown = eventually(Duration::from_secs(20), || {
+                list = sessions_json(&home);
+                let live = list
+                    .iter()
+                    .filter(|s| s["live"] == true && s["calls"].as_u64() >= Some(4))
+                    .count();
+                list.len() == 6 && live == 3
+            });
+            assert!(shown, "six sessions, three of them live: {list:#?}");
+            for s in list.iter().filter(|s| s["live"] == false) {
+                assert!(s["calls"].as_u64().unwrap() >= 4, "{s}");
+            }
+            std::fs::write(&hold, "").unwrap();
+        }
+        let out = client.wait_with_output().unwrap();
         assert!(
             out.status.success(),
             "round {round}: {}",
@@ -457,7 +480,7 @@ fn secrets_reach_no_session_file_log_or_feed_line() {
         &[
             INIT,
             INITIALIZED,
-            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"_meta":{"apiKey":"sk-test-123","authorization":"Bearer tok-abc-777"}}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2,"apiKey":"sk-test-123"},"_meta":{"apiKey":"sk-test-123","authorization":"Bearer tok-abc-777"}}}"#,
         ],
     );
     assert!(replies[1].contains("\"3\""), "{replies:?}");
@@ -672,6 +695,25 @@ fn watch_shows_shims_live_marks_a_killed_one_ended_within_2s_and_backfills_them_
     );
     t.cmd(&["send-keys", "-t", "t", "q"]);
     t.wait_for("READY$", Duration::from_secs(5));
+
+    // Post-mortem from elsewhere: a session piped into `open -`.
+    let hub =
+        rpctap::hub::Home::resolve(|k| (k == "HOME").then(|| home.as_os_str().to_owned())).unwrap();
+    let file = hub.find("beta").unwrap();
+    t.cmd(&["send-keys", "-t", "t", "clear", "Enter"]);
+    t.cmd(&[
+        "send-keys",
+        "-t",
+        "t",
+        &format!("cat {} | {bin} open -", file.display()),
+        "Enter",
+    ]);
+    let screen = t.wait_for("tools/call add", Duration::from_secs(5));
+    assert!(
+        screen.contains("rpctap open -") && screen.contains("result"),
+        "{screen}"
+    );
+    t.cmd(&["send-keys", "-t", "t", "q"]);
 }
 
 #[test]
@@ -696,6 +738,35 @@ fn a_broken_state_directory_never_stops_a_shim_and_stale_registrations_are_clean
         "{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n"
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("warning: the hub is unavailable"));
+
+    // A home so deep that its socket's path cannot be bound (unix sockets take ~108 bytes):
+    // the hub's parts are dropped, said, and the relay goes on.
+    let deep = home.join("d".repeat(120));
+    let mut c = rpctap();
+    c.env("RPCTAP_HOME", &deep)
+        .args(["stdio", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"y"}}"#).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "{\"jsonrpc\":\"2.0\",\"method\":\"y\"}\n"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("going on without them"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // A registration whose process is gone (a shim killed with -9 before it could clean up):
     // removed by whoever looks, with its socket.
