@@ -307,7 +307,7 @@ fn config_wrap_and_unwrap_for_each_client_are_idempotent_and_byte_exact() {
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{client}: {said}");
         assert!(
-            said.contains(&format!("+ ")) && said.contains("dry run, nothing written"),
+            said.contains("+ ") && said.contains("dry run, nothing written"),
             "{client}: {said}"
         );
         assert_eq!(
