@@ -53,6 +53,17 @@ pub enum Command {
     Prune(PruneArgs),
     /// Wrap (or unwrap) every stdio server of a desktop client's MCP config in `rpctap stdio`.
     Config(ConfigArgs),
+    /// Print a shell completion script: `source <(rpctap completions bash)`.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff): `rpctap man | man -l -`.
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, powershell or elvish.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +175,10 @@ pub struct AttachArgs {
     /// Most calls kept in the list.
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     pub max_rows: usize,
+    /// Print the feed as the headless log does (`--log text`: a line per call, notification and
+    /// finding) instead of the dashboard; the default when stdout is not a terminal.
+    #[arg(long)]
+    pub text: bool,
 }
 
 #[derive(Debug, Args)]
@@ -209,7 +224,12 @@ pub struct ReplayArgs {
     /// The recording (rotated parts FILE.1, FILE.2… are read too).
     pub file: PathBuf,
     /// The server to replay against (an HTTP recording).
-    #[arg(long, value_name = "URL", conflicts_with = "target_command")]
+    #[arg(
+        long,
+        short = 't',
+        value_name = "URL",
+        conflicts_with = "target_command"
+    )]
     pub target: Option<String>,
     /// A stdio recording: replay against the command after `--` (default: the recorded one).
     #[arg(long)]
@@ -222,10 +242,10 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "PATH")]
     pub ignore: Vec<String>,
     /// Config file with a `[replay] ignore = [...]` list of volatile paths.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Seconds to wait for each reply.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    /// How long to wait for each reply (`30s`).
+    #[arg(long, value_name = "DURATION", default_value_t = 30.0, value_parser = crate::units::secs)]
     pub timeout: f64,
     /// An extra request header, `Name: value` (repeatable; e.g. the Authorization the recording
     /// redacted).
@@ -247,7 +267,12 @@ pub struct MockArgs {
     /// The recording to serve.
     pub file: PathBuf,
     /// Address to listen on.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
+    #[arg(
+        long,
+        short = 'l',
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9000"
+    )]
     pub listen: SocketAddr,
     /// Serve as a stdio server instead: requests on stdin, replies on stdout (one JSON-RPC
     /// message per line).
@@ -260,7 +285,7 @@ pub struct CheckArgs {
     /// An exchange document (JSON, or JSON Lines of documents), a recording, or `-` for stdin.
     pub file: String,
     /// Largest document, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 100_000)]
+    #[arg(long, value_name = "SIZE", default_value_t = 100_000, value_parser = crate::units::size_usize)]
     pub max_bytes: usize,
     /// Deepest nesting.
     #[arg(long, value_name = "N", default_value_t = 20)]
@@ -292,7 +317,7 @@ pub struct ExportArgs {
     #[arg(long, value_name = "N", default_value_t = 200)]
     pub max_envelopes: usize,
     /// Largest exchange document, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 100_000)]
+    #[arg(long, value_name = "SIZE", default_value_t = 100_000, value_parser = crate::units::size_usize)]
     pub max_bytes: usize,
     /// Write here instead of stdout.
     #[arg(long, short, value_name = "FILE")]
@@ -316,14 +341,14 @@ pub enum LogFormat {
 #[derive(Debug, Args, Default, Clone)]
 pub struct SharedFlags {
     /// TOML config file; flags win over it (for `stdio`, its HTTP-only settings do not apply).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Headless log format (for `stdio` off by default: stdout belongs to the client; the log
     /// goes to stderr or --log-file).
     #[arg(long, value_enum)]
     pub log: Option<LogFormat>,
     /// Record the traffic to this JSON Lines file (created mode 0600).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, short = 'r', value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Add to an existing recording: a new run with its own header after what is there
     /// (without it, an existing FILE is refused).
@@ -333,7 +358,7 @@ pub struct SharedFlags {
     #[arg(long, requires = "record")]
     pub force: bool,
     /// Rotate the recording to FILE.1, FILE.2, … when it reaches this size.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size)]
     pub record_max_bytes: Option<u64>,
     /// Redact this JSON path inside messages, e.g. `params.arguments.password` (repeatable;
     /// `*` matches any key or index).
@@ -355,18 +380,18 @@ pub struct SharedFlags {
         hide_env_values = true
     )]
     pub admin_token: Option<String>,
-    /// Seconds between readiness probes.
-    #[arg(long, value_name = "SECS")]
+    /// Time between readiness probes (`5s`; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub ready_interval: Option<f64>,
     /// Distinct values of the metrics' `method` and `target` labels before `other`.
     #[arg(long, value_name = "N")]
     pub metrics_max_labels: Option<usize>,
     /// Largest message inspected (a body, an SSE event, a line), in bytes; larger ones pass
     /// uninspected.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size_usize)]
     pub max_frame_bytes: Option<usize>,
-    /// Seconds a call may wait for its reply before it ends as missing.
-    #[arg(long, value_name = "SECS")]
+    /// How long a call may wait for its reply before it ends as missing (`5m`, `30s`…).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub call_timeout: Option<f64>,
     /// Most calls waiting for a reply at once (the oldest are ended as missing beyond it).
     #[arg(long, value_name = "N")]
@@ -375,7 +400,7 @@ pub struct SharedFlags {
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
     /// An MCP result larger than this many bytes is flagged MCP_LARGE_RESULT (default 1 MiB).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size_usize)]
     pub large_result: Option<usize>,
     /// Most compiled MCP tool schemas kept, shared by all sessions (default 1000).
     #[arg(long, value_name = "N")]
@@ -407,35 +432,35 @@ pub struct ProxyFlags {
     /// Do not verify the upstream's TLS certificate.
     #[arg(long)]
     pub upstream_insecure: bool,
-    /// Seconds in-flight exchanges get to finish after SIGINT/SIGTERM.
-    #[arg(long, value_name = "SECS")]
+    /// How long in-flight exchanges get to finish after SIGINT/SIGTERM (`30s`).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub grace: Option<f64>,
     /// Seconds to wait for the upstream's response headers (then 504).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub upstream_timeout: Option<f64>,
     /// Most upstream connections kept alive between requests; idle client connections beyond it
     /// hold none (default 64).
     #[arg(long, value_name = "N")]
     pub upstream_idle_max: Option<usize>,
     /// Seconds a kept upstream connection may sit unused before it is closed (default 90).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub upstream_idle_timeout: Option<f64>,
     /// Most client connections at once; beyond it a new one gets a 503 and is closed
     /// (default 10000).
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
     /// Seconds a client has to send a whole request head (default 10).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub header_timeout: Option<f64>,
     /// Seconds a request body may bring nothing before the exchange ends with 408 (default 30).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub body_timeout: Option<f64>,
     /// Seconds a client connection may sit with no exchange before it is closed (default 300;
     /// an open reply stream, such as SSE, is an exchange).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub keepalive_timeout: Option<f64>,
     /// Largest request head in bytes, HTTP/1 and HTTP/2 (default 65536; 431 beyond it).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size_usize)]
     pub max_header_bytes: Option<usize>,
     /// Most header fields in an HTTP/1 request (default 100; 431 beyond it).
     #[arg(long, value_name = "N")]
@@ -444,7 +469,7 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "N")]
     pub h2_max_streams: Option<u32>,
     /// Seconds to wait for a TCP/TLS connection to the upstream (then 502).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub connect_timeout: Option<f64>,
     /// Also redact this header everywhere (repeatable; Authorization, Proxy-Authorization,
     /// Cookie and Set-Cookie always are).
@@ -471,10 +496,10 @@ impl From<SharedFlags> for ProxyFlags {
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     /// Address to listen on: `IP:PORT`, `localhost:PORT` or `:PORT` (loopback).
-    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    #[arg(long, short = 'l', value_name = "ADDR", value_parser = parse_listen)]
     pub listen: Option<SocketAddr>,
     /// The server to proxy (http:// or https://, optionally with a base path).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, short = 'u', value_name = "URL")]
     pub upstream: Option<String>,
     /// Join this machine's hub: record into the state directory (unless --record or
     /// --no-record), serve the live feed on a socket there (unless --admin) and register, so
@@ -494,7 +519,7 @@ pub struct ProxyArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Address the proxy listens on: `IP:PORT`, `localhost:PORT` or `:PORT` (loopback).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
+    #[arg(long, short = 'l', value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub listen: SocketAddr,
     #[command(flatten)]
     pub flags: ProxyFlags,
@@ -557,5 +582,83 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn proxy(args: &[&str]) -> ProxyArgs {
+        let mut v = vec!["rpctap", "proxy"];
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v).unwrap().command {
+            Some(Command::Proxy(p)) => p,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn durations_and_sizes_take_units_and_equal_their_bare_forms() {
+        let a = proxy(&[
+            "--grace",
+            "30s",
+            "--call-timeout",
+            "5m",
+            "--max-frame-bytes",
+            "16MiB",
+            "--record-max-bytes",
+            "1M",
+            "--upstream-timeout",
+            "250ms",
+            "--ready-interval",
+            "1h",
+        ]);
+        let b = proxy(&[
+            "--grace",
+            "30",
+            "--call-timeout",
+            "300",
+            "--max-frame-bytes",
+            "16777216",
+            "--record-max-bytes",
+            "1048576",
+            "--upstream-timeout",
+            "0.25",
+            "--ready-interval",
+            "3600",
+        ]);
+        for p in [&a, &b] {
+            assert_eq!(p.flags.grace, Some(30.0));
+            assert_eq!(p.flags.shared.call_timeout, Some(300.0));
+            assert_eq!(p.flags.shared.max_frame_bytes, Some(16 << 20));
+            assert_eq!(p.flags.shared.record_max_bytes, Some(1 << 20));
+            assert_eq!(p.flags.upstream_timeout, Some(0.25));
+            assert_eq!(p.flags.shared.ready_interval, Some(3600.0));
+        }
+        let e = Cli::try_parse_from(["rpctap", "proxy", "--grace", "soon"]).unwrap_err();
+        assert!(e.to_string().contains("not a duration"), "{e}");
+        let e = Cli::try_parse_from(["rpctap", "proxy", "--max-frame-bytes", "16 parsecs"])
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown size unit"), "{e}");
+    }
+
+    #[test]
+    fn the_common_options_have_short_flags() {
+        let p = proxy(&[
+            "-l", ":9", "-u", "http://x", "-r", "f.jsonl", "-c", "c.toml",
+        ]);
+        assert_eq!(p.listen.map(|a| a.port()), Some(9));
+        assert_eq!(p.upstream.as_deref(), Some("http://x"));
+        assert_eq!(
+            p.flags.shared.record.as_deref(),
+            Some(std::path::Path::new("f.jsonl"))
+        );
+        assert_eq!(
+            p.flags.shared.config.as_deref(),
+            Some(std::path::Path::new("c.toml"))
+        );
+        match Cli::try_parse_from(["rpctap", "replay", "f", "-t", "http://y"])
+            .unwrap()
+            .command
+        {
+            Some(Command::Replay(r)) => assert_eq!(r.target.as_deref(), Some("http://y")),
+            other => panic!("{other:?}"),
+        }
     }
 }

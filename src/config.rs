@@ -40,19 +40,28 @@ pub struct FileConfig {
     pub max_rows: Option<usize>,
     pub preserve_host: Option<bool>,
     pub upstream_insecure: Option<bool>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub grace_secs: Option<f64>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub upstream_timeout_secs: Option<f64>,
     pub upstream_idle_max: Option<usize>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub upstream_idle_timeout_secs: Option<f64>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub connect_timeout_secs: Option<f64>,
     pub max_connections: Option<usize>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub header_timeout_secs: Option<f64>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub body_timeout_secs: Option<f64>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub keepalive_timeout_secs: Option<f64>,
+    #[serde(default, deserialize_with = "crate::units::de_size_usize")]
     pub max_header_bytes: Option<usize>,
     pub max_headers: Option<usize>,
     pub h2_max_streams: Option<u32>,
     pub record: Option<PathBuf>,
+    #[serde(default, deserialize_with = "crate::units::de_size")]
     pub record_max_bytes: Option<u64>,
     #[serde(default)]
     pub redact_headers: Vec<String>,
@@ -73,6 +82,7 @@ pub struct FileConfig {
     /// The admin listener's address (`IP:PORT`, `:PORT` or `unix:PATH`).
     pub admin: Option<String>,
     pub ready_path: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub ready_interval_secs: Option<f64>,
     pub metrics_max_labels: Option<usize>,
 }
@@ -105,10 +115,13 @@ pub struct ReplayFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InspectFile {
+    #[serde(default, deserialize_with = "crate::units::de_size_usize")]
     pub max_frame_bytes: Option<usize>,
+    #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub call_timeout_secs: Option<f64>,
     pub max_pending: Option<usize>,
     pub max_sessions: Option<usize>,
+    #[serde(default, deserialize_with = "crate::units::de_size_usize")]
     pub large_result_bytes: Option<usize>,
     pub max_schemas: Option<usize>,
 }
@@ -278,41 +291,6 @@ pub fn conn_limits(
 }
 
 /// A timeout: seconds > 0 (a zero timeout would close every connection at once).
-/// A size as users write it: `1048576`, `512K`, `16MiB`, `1.5GB`, `2 GiB` — `K`/`M`/`G`/`T`
-/// alone and with `iB` are powers of 1024, with `B` (`KB`, `MB`…) powers of 1000.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 1048576, 512K, 16MiB, 1GB)"))?;
-    let unit = unit.trim();
-    let mul: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => {
-            return Err(format!(
-                "{s:?}: unknown size unit {unit:?} (B, K, KiB, KB, M, MiB, MB, G…)"
-            ))
-        }
-    };
-    let v = n * mul;
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(v.round() as u64)
-}
-
 fn positive_secs(name: &str, v: f64) -> Result<Duration, ConfigError> {
     match secs(name, v)? {
         d if d < Duration::from_millis(10) => Err(ConfigError::Invalid(format!(
@@ -644,21 +622,6 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_as_users_write_them() {
-        assert_eq!(parse_size("1048576"), Ok(1 << 20));
-        assert_eq!(parse_size("512K"), Ok(512 << 10));
-        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_size("1.5GB"), Ok(1_500_000_000));
-        assert_eq!(parse_size("2 GiB"), Ok(2 << 30));
-        assert!(parse_size("12 parsecs")
-            .unwrap_err()
-            .contains("unknown size unit"));
-        assert!(parse_size("lots").is_err());
-    }
 
     use super::*;
 

@@ -47,6 +47,7 @@
 //!   subcommand that carries traffic (`app::observers`), `stdio`'s wiring (`app::stdio`), joining
 //!   the hub and its subcommands (`app::hub`: `watch`, `sessions`, `open`, `prune`), `config
 //!   wrap|unwrap` (`app::wrap`).
+//! - [`units`] — durations and sizes as users write them, one syntax for flags and config keys.
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;
@@ -74,4 +75,5 @@ pub mod server;
 pub mod stdio;
 pub mod trace;
 pub mod tui;
+pub mod units;
 pub mod ws;

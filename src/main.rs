@@ -99,6 +99,8 @@ fn main() {
             Command::Open(a) => offline(app::hub::open(a, shutdown).await),
             Command::Prune(a) => offline(app::hub::prune(a)),
             Command::Config(a) => offline(app::wrap::config(a)),
+            Command::Completions(a) => offline(app::completions(a)),
+            Command::Man => offline(app::man()),
         }
     });
     // Connections still open after the grace period must not hold the exit.

@@ -381,7 +381,7 @@ pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Resul
     let _registered = plan
         .as_ref()
         .and_then(|p| p.register(&cfg.admin, &cfg.record, None));
-    serve_maybe_tui(cfg, "rpctap", shutdown, None, None).await
+    serve_maybe_tui(cfg, "rpctap", shutdown, None).await
 }
 
 /// Whether the dashboard runs: not `--no-tui`, and stdout is a terminal.
@@ -396,7 +396,6 @@ async fn serve_maybe_tui(
     mut cfg: ProxyConfig,
     title: &str,
     shutdown: impl Future<Output = ()>,
-    hint: Option<String>,
     banner: Option<&dyn Fn(SocketAddr) -> String>,
 ) -> Result<(), AppError> {
     // Said once the listener is bound (never before a bind that fails), on stderr: stdout is the
@@ -417,6 +416,9 @@ async fn serve_maybe_tui(
     if !use_tui(&cfg) {
         let running = RunningProxy::bind(cfg).await?;
         say(&running);
+        if banner.is_some() {
+            eprintln!("Press Ctrl-C to stop.");
+        }
         running.serve(shutdown).await;
         return Ok(());
     }
@@ -425,8 +427,18 @@ async fn serve_maybe_tui(
     let mut bus = BusBuilder::default();
     let sub = bus.subscribe_to("dashboard", 65_536, crate::tui::INTEREST);
     let running = RunningProxy::bind_with(cfg, bus).await?;
-    if banner.is_some() {
-        say(&running);
+    // The banner goes inside the dashboard (the empty list's placeholder): printed before it
+    // opens, it would be hidden until quitting.
+    let mut intro: Vec<String> = Vec::new();
+    if let Some(b) = banner {
+        let addr = running.local_addr().unwrap_or(running.cfg.listen);
+        intro.extend(b(addr).lines().map(str::to_string));
+        if let Some(o) = &running.observers.ops {
+            intro.push(String::new());
+            intro.push(o.banner().trim_start_matches("rpctap: ").to_string());
+        }
+        intro.push(String::new());
+        intro.push("Every call shows up here as a row. `?` lists the keys, `q` quits.".into());
     }
     let listen = running
         .local_addr()
@@ -443,9 +455,7 @@ async fn serve_maybe_tui(
     let mut app =
         crate::tui::app::App::new(title, &listen, &upstream, max_rows, crate::events::now_ns());
     app.can_resend = true;
-    if let Some(h) = hint {
-        app.status = h;
-    }
+    app.intro = intro;
     let result = crate::tui::run(
         app,
         Some(crate::tui::Source::Bus(sub)),
@@ -486,6 +496,29 @@ pub async fn view_capture(
     Ok(0)
 }
 
+/// `rpctap completions SHELL`: the completion script, from the one clap definition.
+pub fn completions(args: crate::cli::CompletionsArgs) -> Result<i32, OfflineError> {
+    let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
+    clap_complete::generate(args.shell, &mut cmd, "rpctap", &mut std::io::stdout());
+    Ok(0)
+}
+
+/// `rpctap man`: the manual page (roff): the options, and every subcommand with what it does.
+pub fn man() -> Result<i32, OfflineError> {
+    let cmd = <crate::cli::Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .map_err(|e| OfflineError::Io(format!("man: {e}")))?;
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    match so.write_all(&out).and_then(|()| so.flush()) {
+        Ok(()) => Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        Err(e) => Err(OfflineError::Io(format!("man: {e}"))),
+    }
+}
+
 /// `rpctap attach ADDR`: the dashboard on a running rpctap's live feed.
 pub async fn attach(
     args: crate::cli::AttachArgs,
@@ -504,6 +537,12 @@ pub async fn attach(
     if let Some(crate::attach::FeedMsg::Refused(why)) = &first {
         task.abort();
         return Err(OfflineError::Io(format!("attach {}: {why}", target.addr)));
+    }
+    // Without a terminal (or with --text): the feed as the headless log prints it.
+    if args.text || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        let r = tail_feed(first, feed, shutdown).await;
+        task.abort();
+        return r;
     }
     let (tx, rx) = tokio::sync::mpsc::channel(65_536);
     let forward = tokio::spawn(async move {
@@ -538,6 +577,47 @@ pub async fn attach(
     Ok(0)
 }
 
+/// `attach --text`: each event of the feed as a `--log text` line on stdout until the feed's
+/// process is gone for good, `shutdown`, or stdout closes (`| head`: a clean exit).
+async fn tail_feed(
+    first: Option<crate::attach::FeedMsg>,
+    mut feed: tokio::sync::mpsc::Receiver<crate::attach::FeedMsg>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<i32, OfflineError> {
+    use crate::attach::FeedMsg;
+    use std::io::Write;
+    tokio::pin!(shutdown);
+    let mut next = first;
+    loop {
+        let msg = match next.take() {
+            Some(m) => m,
+            None => tokio::select! {
+                m = feed.recv() => match m {
+                    Some(m) => m,
+                    None => return Ok(0),
+                },
+                () = &mut shutdown => return Ok(0),
+            },
+        };
+        match msg {
+            FeedMsg::Event(e) => {
+                let Some(line) = crate::logsink::text_line(&e) else {
+                    continue;
+                };
+                let mut out = std::io::stdout().lock();
+                match writeln!(out, "{line}").and_then(|()| out.flush()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+                    Err(e) => return Err(OfflineError::Io(format!("stdout: {e}"))),
+                }
+            }
+            FeedMsg::State(s) => eprintln!("rpctap: {s}"),
+            FeedMsg::Refused(why) => return Err(OfflineError::Io(why)),
+            FeedMsg::Header(_) | FeedMsg::Marker(_) => {}
+        }
+    }
+}
+
 /// `rpctap demo-server`.
 pub async fn demo_server(
     args: DemoServerArgs,
@@ -570,7 +650,6 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
         flags.shared.admin = Some("127.0.0.1:0".into());
     }
     let cfg = config::resolve(Some(args.listen), Some(&upstream), &flags)?;
-    let addr = args.listen;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let demo_task = tokio::spawn(async move {
         let mut rx = stop_rx;
@@ -584,9 +663,8 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
         )
         .await;
     });
-    let hint = format!("try: curl -s http://{addr}/jsonrpc -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"method\":\"add\",\"params\":[1,2],\"id\":1}}'");
     let banner = move |bound: SocketAddr| demo_banner(bound, demo_addr);
-    let served = serve_maybe_tui(cfg, "rpctap demo", shutdown, Some(hint), Some(&banner)).await;
+    let served = serve_maybe_tui(cfg, "rpctap demo", shutdown, Some(&banner)).await;
     let _ = stop_tx.send(true);
     let _ = demo_task.await;
     served?;
@@ -600,8 +678,7 @@ fn demo_banner(addr: SocketAddr, demo_addr: SocketAddr) -> String {
          \x20 curl -s http://{addr}/jsonrpc -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"method\":\"add\",\"params\":[1,2,4],\"id\":1}}'\n\
          \x20 curl -s http://{addr}/jsonrpc -H 'content-type: application/json' -d '[{{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[\"x\"],\"id\":\"a\"}},{{\"jsonrpc\":\"2.0\",\"method\":\"nope\",\"id\":\"b\"}}]'\n\
          \x20 curl -s http://{addr}/jsonrpc -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"method\":\"sleep\",\"params\":{{\"ms\":500}},\"id\":2}}'\n\
-         \x20 curl -si http://{addr}/mcp -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' -d '{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"curl\",\"version\":\"1\"}}}}}}'\n\
-         Press Ctrl-C to stop."
+         \x20 curl -si http://{addr}/mcp -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' -d '{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"curl\",\"version\":\"1\"}}}}}}'"
     )
 }
 

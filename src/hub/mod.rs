@@ -430,7 +430,7 @@ impl Home {
 pub fn max_bytes_from_env() -> Result<u64, String> {
     match std::env::var("RPCTAP_STATE_MAX_BYTES") {
         Ok(v) if !v.trim().is_empty() => {
-            crate::config::parse_size(&v).map_err(|e| format!("RPCTAP_STATE_MAX_BYTES={v:?}: {e}"))
+            crate::units::size(&v).map_err(|e| format!("RPCTAP_STATE_MAX_BYTES={v:?}: {e}"))
         }
         _ => Ok(DEFAULT_MAX_BYTES),
     }

@@ -112,7 +112,7 @@ pub fn draw(f: &mut Frame, app: &App) {
     }
     status(f, app, &t, chunks[3]);
     if app.help {
-        help(f, &t, area);
+        help(f, app, &t, area);
     }
 }
 
@@ -207,7 +207,13 @@ fn outcome_style(t: &Theme, r: &Row) -> Style {
 }
 
 fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    if app.rows.is_empty() && !app.intro.is_empty() {
+        return intro(f, app, t, area);
+    }
     let shown = app.visible_len();
+    // Below 100 columns the time drops its milliseconds and the size column goes, so that the
+    // method keeps room for its tool's name.
+    let narrow = area.width < 100;
     let sel = app.selected_index();
     let height = area.height.saturating_sub(3) as usize;
     let start = if sel >= height { sel + 1 - height } else { 0 };
@@ -216,39 +222,61 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         .into_iter()
         .map(|r| {
             let mark = if r.anomalies.is_empty() { " " } else { "!" };
-            TRow::new(vec![
-                Cell::from(clock(r.ts_ns)),
+            // A call still waiting shows how long it has waited, counting.
+            let latency = match (r.latency_us, &r.outcome) {
+                (Some(l), _) => dur(l),
+                (None, RowOutcome::Pending) if app.now_ns > r.ts_ns => {
+                    format!("{}…", dur((app.now_ns - r.ts_ns) / 1000))
+                }
+                _ => String::new(),
+            };
+            let mut time = clock(r.ts_ns);
+            if narrow {
+                time.truncate(8);
+            }
+            let mut cells = vec![
+                Cell::from(time),
                 Cell::from(r.scope_short()),
                 Cell::from(r.direction.arrow()),
                 Cell::from(r.display_method()),
                 Cell::from(r.id.to_string()),
                 Cell::from(Span::styled(r.outcome.label(), outcome_style(t, r))),
-                Cell::from(r.latency_us.map(dur).unwrap_or_default()),
-                Cell::from(if r.messages_unseen() {
+                Cell::from(latency),
+            ];
+            if !narrow {
+                cells.push(Cell::from(if r.messages_unseen() {
                     "-".to_string()
                 } else {
                     size(r.size)
-                }),
-                Cell::from(Span::styled(mark, t.fg(Color::Yellow).patch(t.bold()))),
-            ])
-            .style(if !r.anomalies.is_empty() {
+                }));
+            }
+            cells.push(Cell::from(Span::styled(
+                mark,
+                t.fg(Color::Yellow).patch(t.bold()),
+            )));
+            TRow::new(cells).style(if !r.anomalies.is_empty() {
                 t.fg(Color::Yellow)
             } else {
                 Style::default()
             })
         })
         .collect();
-    let widths = [
-        Constraint::Length(12),
+    let mut widths = vec![
+        Constraint::Length(if narrow { 8 } else { 12 }),
         Constraint::Length(crate::tui::app::SCOPE_WIDTH as u16),
         Constraint::Length(3),
         Constraint::Min(12),
         Constraint::Length(6),
         Constraint::Length(12),
-        Constraint::Length(8),
-        Constraint::Length(6),
-        Constraint::Length(1),
+        Constraint::Length(9),
     ];
+    let mut head = vec!["time", "scope", "dir", "method", "id", "outcome", "latency"];
+    if !narrow {
+        widths.push(Constraint::Length(6));
+        head.push("size");
+    }
+    widths.push(Constraint::Length(1));
+    head.push("!");
     // Rows are calls and notifications alike; the header's `calls` counts calls that ended.
     let title = format!(
         " {} of {} {}",
@@ -257,12 +285,7 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         if app.follow { "(following) " } else { "" }
     );
     let table = Table::new(body, widths)
-        .header(
-            TRow::new(vec![
-                "time", "scope", "dir", "method", "id", "outcome", "latency", "size", "!",
-            ])
-            .style(t.bold()),
-        )
+        .header(TRow::new(head).style(t.bold()))
         .block(Block::default().borders(Borders::ALL).title(title))
         .row_highlight_style(t.selected());
     let mut state = TableState::default();
@@ -424,12 +447,12 @@ fn anomalies(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         .iter()
         .skip(start)
         .take(height.max(1))
-        .map(|(ts, code, scope, msg)| {
+        .map(|a| {
             TRow::new(vec![
-                Cell::from(clock(*ts)),
-                Cell::from(Span::styled(code.clone(), t.fg(Color::Yellow))),
-                Cell::from(scope.chars().take(16).collect::<String>()),
-                Cell::from(msg.clone()),
+                Cell::from(clock(a.ts_ns)),
+                Cell::from(Span::styled(a.code.clone(), t.fg(Color::Yellow))),
+                Cell::from(a.scope.chars().take(16).collect::<String>()),
+                Cell::from(a.message.clone()),
             ])
         })
         .collect();
@@ -457,24 +480,28 @@ fn anomalies(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
 }
 
 fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
-    let mut list: Vec<(&super::app::Text, &super::app::MethodStats)> = app.methods.iter().collect();
-    list.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+    let list = app.methods_sorted();
     let rows: Vec<TRow> = list
         .iter()
         .map(|(m, s)| {
-            let (p50, _, p99) = percentiles(s.latencies.clone()).unwrap_or((0, 0, 0));
+            let (p50, p95, p99) = percentiles(s.latencies.clone()).unwrap_or((0, 0, 0));
+            let rate = if s.count > 0 {
+                format!("{:.1}%", s.errors as f64 * 100.0 / s.count as f64)
+            } else {
+                "-".into()
+            };
+            let red = if s.errors > 0 {
+                t.fg(Color::Red)
+            } else {
+                Style::default()
+            };
             TRow::new(vec![
                 Cell::from(m.to_string()),
                 Cell::from(s.count.to_string()),
-                Cell::from(Span::styled(
-                    s.errors.to_string(),
-                    if s.errors > 0 {
-                        t.fg(Color::Red)
-                    } else {
-                        Style::default()
-                    },
-                )),
+                Cell::from(Span::styled(s.errors.to_string(), red)),
+                Cell::from(Span::styled(rate, red)),
                 Cell::from(dur(p50)),
+                Cell::from(dur(p95)),
                 Cell::from(dur(p99)),
             ])
         })
@@ -483,14 +510,31 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         rows,
         [
             Constraint::Min(20),
-            Constraint::Length(8),
-            Constraint::Length(8),
+            Constraint::Length(7),
+            Constraint::Length(7),
+            Constraint::Length(7),
+            Constraint::Length(9),
             Constraint::Length(9),
             Constraint::Length(9),
         ],
     )
-    .header(TRow::new(vec!["method", "calls", "errors", "p50", "p99"]).style(t.bold()))
-    .block(Block::default().borders(Borders::ALL).title(" per method "))
+    .header(
+        TRow::new(vec![
+            "method / tool",
+            "calls",
+            "errors",
+            "err %",
+            "p50",
+            "p95",
+            "p99",
+        ])
+        .style(t.bold()),
+    )
+    .block(
+        Block::default()
+            .borders(Borders::ALL)
+            .title(" per method and tool (Enter: its calls) "),
+    )
     .row_highlight_style(t.selected());
     let mut state = TableState::default();
     if !list.is_empty() {
@@ -500,12 +544,7 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
 }
 
 fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
-    let mut list: Vec<(&str, &super::app::SessionStats)> =
-        app.sessions.iter().map(|(k, v)| (&**k, v)).collect();
-    list.sort_by(|a, b| b.1.last_ns.cmp(&a.1.last_ns).then(a.0.cmp(b.0)));
-    if app.no_session.last_ns > 0 {
-        list.push(("(no session)", &app.no_session));
-    }
+    let list = app.sessions_sorted();
     let rows: Vec<TRow> = list
         .iter()
         .map(|(s, st)| {
@@ -680,10 +719,16 @@ fn status(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         if !app.status.is_empty() {
             spans.push(Span::styled(format!("{}  ", app.status), t.fg(Color::Cyan)));
         }
-        spans.push(Span::styled(
-            "? help  / filter  Enter detail  Tab view  q quit",
-            t.fg(Color::DarkGray),
-        ));
+        // The key hints as long as the line has room, else just the way to all of them.
+        let used: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+        let back = if app.back.is_some() { "Esc back  " } else { "" };
+        let full = format!("{back}? help  / filter  Enter detail  Tab view  q quit");
+        let hints = if used + full.chars().count() <= area.width as usize {
+            full
+        } else {
+            format!("{back}? help")
+        };
+        spans.push(Span::styled(hints, t.fg(Color::DarkGray)));
         Line::from(spans)
     };
     f.render_widget(Paragraph::new(line), area);
@@ -693,14 +738,23 @@ pub const HELP: [(&str, &str); 18] = [
     ("↑/↓ j/k", "move (scroll in the detail pane)"),
     ("PgUp/PgDn", "move a page"),
     ("g / G", "first / newest (follow)"),
-    ("Enter", "open / close the detail pane"),
-    ("Tab", "next view: calls, anomalies, methods, sessions"),
+    (
+        "Enter",
+        "the detail pane; on an anomaly, method, session or server: its calls",
+    ),
+    (
+        "Tab",
+        "next view: calls, anomalies, methods, sessions (servers), stderr",
+    ),
     (
         "/",
-        "filter: method glob, error, anomaly, pending, http / -http, session:…, id:…, text",
+        "filter, terms ANDed, -term negates: error anomaly pending http, method: tool: status: dir: id: session: server: code:, a method glob, text",
     ),
     ("h", "hide / show the http rows (401/403, OAuth discovery)"),
-    ("Esc", "close the detail pane, else clear the filter"),
+    (
+        "Esc",
+        "close the detail pane, else back to where Enter came from, else clear the filter",
+    ),
     ("f", "follow the newest / pause"),
     ("c", "clear the list"),
     (
@@ -722,9 +776,39 @@ pub const HELP: [(&str, &str); 18] = [
     ("", "NO_COLOR=1 turns colours off"),
 ];
 
-fn help(f: &mut Frame, t: &Theme, area: Rect) {
-    let w = area.width.min(78);
-    let h = (HELP.len() as u16 + 2).min(area.height);
+/// The empty list's placeholder: what to do first (the demo's curl commands, how to attach).
+fn intro(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let mut lines: Vec<Line> = vec![
+        Line::from(Span::styled("No calls yet.", t.bold())),
+        Line::from(""),
+    ];
+    lines.extend(app.intro.iter().map(|l| Line::from(l.clone())));
+    f.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" getting started "),
+        ),
+        area,
+    );
+}
+
+fn help(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    // As wide as its longest line (or the screen), as tall as it needs (or the screen): it
+    // scrolls with ↑/↓ when the screen is short.
+    let longest = HELP
+        .iter()
+        .map(|(_, d)| 13 + d.chars().count() as u16)
+        .max()
+        .unwrap_or(40);
+    let w = area.width.min(longest + 2);
+    // Lines as wrapped at this width: the height and how far it scrolls.
+    let inner = w.saturating_sub(2).max(1) as usize;
+    let wrapped: u16 = HELP
+        .iter()
+        .map(|(_, d)| (13 + d.chars().count()).div_ceil(inner) as u16)
+        .sum();
+    let h = (wrapped + 2).min(area.height);
     let r = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -740,9 +824,18 @@ fn help(f: &mut Frame, t: &Theme, area: Rect) {
             ])
         })
         .collect();
+    let max_scroll = (wrapped + 2).saturating_sub(h);
+    let title = if max_scroll > 0 {
+        " keys (↑/↓ scroll) "
+    } else {
+        " keys "
+    };
     f.render_widget(Clear, r);
     f.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" keys ")),
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .scroll((app.help_scroll.min(max_scroll), 0))
+            .block(Block::default().borders(Borders::ALL).title(title)),
         r,
     );
 }

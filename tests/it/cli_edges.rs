@@ -299,3 +299,107 @@ fn mock_says_which_requests_it_could_not_match() {
         stderr(&o)
     );
 }
+
+#[test]
+fn bash_completion_sources_cleanly_and_completes_subcommands_and_flags() {
+    let script = run(&["completions", "bash"]);
+    assert!(script.status.success());
+    let dir = Scratch::new("completions");
+    let file = dir.join("rpctap.bash");
+    std::fs::write(&file, &script.stdout).unwrap();
+    // What bash does on `rpctap pro<TAB>` and `rpctap proxy --upst<TAB>`.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -e; source {f}; \
+             COMP_WORDS=(rpctap pro); COMP_CWORD=1; COMP_LINE='rpctap pro'; COMP_POINT=10; \
+             _rpctap rpctap pro rpctap; echo \"1:${{COMPREPLY[*]}}\"; \
+             COMP_WORDS=(rpctap proxy --upst); COMP_CWORD=2; COMP_LINE='rpctap proxy --upst'; COMP_POINT=19; \
+             _rpctap rpctap --upst proxy; echo \"2:${{COMPREPLY[*]}}\"",
+            f = file.display()
+        ))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", stderr(&out));
+    let first = said.lines().find(|l| l.starts_with("1:")).unwrap_or("");
+    assert!(
+        first.split_whitespace().any(|w| w.ends_with("proxy")),
+        "{said}"
+    );
+    let second = said.lines().find(|l| l.starts_with("2:")).unwrap_or("");
+    assert!(second.contains("--upstream"), "{said}");
+    for shell in ["zsh", "fish", "powershell", "elvish"] {
+        let o = run(&["completions", shell]);
+        assert!(o.status.success() && o.stdout.len() > 1000, "{shell}");
+    }
+}
+
+#[test]
+fn the_man_page_renders() {
+    let page = run(&["man"]);
+    assert!(page.status.success());
+    let dir = Scratch::new("man");
+    let file = dir.join("rpctap.1");
+    std::fs::write(&file, &page.stdout).unwrap();
+    let out = Command::new("man")
+        .arg("-l")
+        .arg(&file)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .expect("man is installed by scripts/peers.sh (Debian's man-db)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for want in ["rpctap", "SUBCOMMANDS", "proxy", "watch", "completions"] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_without_a_terminal_tails_the_feed_and_exits_cleanly_into_head() {
+    let (demo, _d) = start_demo().await;
+    let mut cmd = proxy_cmd(&format!("http://{demo}"), true);
+    let (mut proxy, addrs, _err) =
+        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
+    for id in 0..5 {
+        let r = post_json(
+            addrs[0],
+            "/jsonrpc",
+            &format!(r#"{{"jsonrpc":"2.0","method":"add","params":[1,{id}],"id":{id}}}"#),
+        )
+        .await;
+        assert_eq!(r.json()["result"], 1 + id);
+    }
+    // The backlog alone fills `head`; attach's next line meets a closed pipe and exits 0.
+    let admin = addrs[1].to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "set -o pipefail; timeout 10 {BIN} attach {admin} | head -n 3"
+            ))
+            .output()
+            .unwrap()
+    });
+    let addr = addrs[0];
+    let more = tokio::spawn(async move {
+        for id in 5..40 {
+            post_json(
+                addr,
+                "/jsonrpc",
+                &format!(r#"{{"jsonrpc":"2.0","method":"add","params":[1,{id}],"id":{id}}}"#),
+            )
+            .await;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    let out = out.await.unwrap();
+    more.abort();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines.iter().all(|l| l.contains("add")), "log lines: {text}");
+    proxy.term();
+}

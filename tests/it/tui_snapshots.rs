@@ -1,5 +1,6 @@
-//! Screens of the dashboard at 80×24 and 160×48, one per view, with deterministic state (fixed
-//! timestamps and ids), rendered by ratatui's TestBackend and compared with insta snapshots.
+//! Screens of the dashboard at 80×24, 120×40 and 200×50, one per view (and the demo's
+//! getting-started panel), with deterministic state (fixed timestamps and ids), rendered by
+//! ratatui's TestBackend and compared with insta snapshots.
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -199,7 +200,7 @@ fn screen(a: &App, w: u16, h: u16) -> String {
 
 #[test]
 fn every_view_at_two_sizes() {
-    for (w, h) in [(80u16, 24u16), (160, 48)] {
+    for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
         let mut a = app();
         insta::assert_snapshot!(format!("calls_{w}x{h}"), screen(&a, w, h));
         a.handle_key(Key::Up);
@@ -228,5 +229,26 @@ fn every_view_at_two_sizes() {
         insta::assert_snapshot!(format!("filtered_{w}x{h}"), screen(&a, w, h));
         a.handle_key(Key::Char('?'));
         insta::assert_snapshot!(format!("help_{w}x{h}"), screen(&a, w, h));
+    }
+}
+
+#[test]
+fn the_demo_opens_on_its_instructions() {
+    for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
+        let mut a = App::new(
+            "rpctap demo",
+            "127.0.0.1:8080",
+            "http://127.0.0.1:9000/",
+            100,
+            1_796_000_000_000_000_000,
+        );
+        a.intro = vec![
+            "rpctap demo: proxy on http://127.0.0.1:8080 → demo server on http://127.0.0.1:9000".into(),
+            "Try, in another terminal:".into(),
+            "  curl -s http://127.0.0.1:8080/jsonrpc -H 'content-type: application/json' -d '{\"jsonrpc\":\"2.0\",\"method\":\"add\",\"params\":[1,2,4],\"id\":1}'".into(),
+            String::new(),
+            "admin on http://127.0.0.1:9100 (/healthz /readyz /metrics /events /calls); watch it with: rpctap attach 127.0.0.1:9100".into(),
+        ];
+        insta::assert_snapshot!(format!("intro_{w}x{h}"), screen(&a, w, h));
     }
 }

@@ -2,7 +2,7 @@
 //! asks the event loop to carry out (I/O stays out of the state).
 
 use super::filter::Filter;
-use super::{App, Row};
+use super::{App, Back, Row, NO_SESSION};
 
 /// The tabs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,7 +128,7 @@ impl App {
             View::Anomalies => self.anomaly_rows.len(),
             View::Methods => self.methods.len(),
             View::Sessions if !self.servers.is_empty() => self.servers.len(),
-            View::Sessions => self.sessions.len() + usize::from(self.no_session.last_ns > 0),
+            View::Sessions => self.sessions_sorted().len(),
             View::Stderr => self.stderr.len(),
         }
     }
@@ -170,6 +170,48 @@ impl App {
         self.detail_scroll = 0;
     }
 
+    fn remember(&mut self) {
+        self.back = Some(Back {
+            view: self.view,
+            filter: self.filter.clone(),
+            selected: self.selected_index(),
+            follow: self.follow,
+        });
+    }
+
+    /// The Calls view with `filter`, the newest selected; Esc comes back here.
+    fn open_calls(&mut self, filter: String) {
+        self.remember();
+        self.view = View::Calls;
+        self.filter = filter;
+        self.selected = 0;
+        self.follow = true;
+        self.detail = false;
+    }
+
+    /// The call an anomaly was pinned on, selected in the unfiltered Calls view.
+    fn open_anomaly(&mut self) {
+        let i = self.selected_index();
+        let Some(a) = self.anomaly_rows.get(i) else {
+            return;
+        };
+        let Some(pos) = a
+            .row
+            .and_then(|seq| Some(seq.checked_sub(self.rows.front()?.seq)? as usize))
+            .filter(|p| *p < self.rows.len())
+        else {
+            self.say("that finding's call is no longer in the list");
+            return;
+        };
+        self.remember();
+        self.view = View::Calls;
+        self.filter.clear();
+        self.selected = pos;
+        self.follow = false;
+        self.detail = true;
+        self.detail_scroll = 0;
+    }
+
     /// Handles a key; returns what the event loop should do.
     pub fn handle_key(&mut self, key: Key) -> Action {
         if self.editing_filter {
@@ -196,9 +238,21 @@ impl App {
             return Action::None;
         }
         if self.help {
-            self.help = false;
-            if key == Key::Char('q') {
-                return Action::Quit;
+            // The popup scrolls; any other key closes it.
+            match key {
+                Key::Up | Key::Char('k') | Key::ScrollUp => {
+                    self.help_scroll = self.help_scroll.saturating_sub(1)
+                }
+                Key::Down | Key::Char('j') | Key::ScrollDown => {
+                    self.help_scroll = self.help_scroll.saturating_add(1)
+                }
+                Key::PageUp => self.help_scroll = self.help_scroll.saturating_sub(10),
+                Key::PageDown => self.help_scroll = self.help_scroll.saturating_add(10),
+                Key::Char('q') => return Action::Quit,
+                _ => {
+                    self.help = false;
+                    self.help_scroll = 0;
+                }
             }
             return Action::None;
         }
@@ -232,10 +286,30 @@ impl App {
             Key::Enter if self.view == View::Sessions && !self.servers.is_empty() => {
                 let i = self.selected_index();
                 if let Some(name) = self.servers_sorted().get(i).map(|s| s.name.clone()) {
-                    self.filter = format!("server:{name}");
-                    self.view = View::Calls;
-                    self.selected = 0;
-                    self.follow = true;
+                    self.open_calls(format!("server:{name}"));
+                }
+            }
+            // Enter on a summary opens the calls behind it (Esc comes back).
+            Key::Enter if self.view == View::Anomalies => self.open_anomaly(),
+            Key::Enter if self.view == View::Methods => {
+                let i = self.selected_index();
+                if let Some(key) = self.methods_sorted().get(i).map(|(k, _)| k.to_string()) {
+                    let filter = match key.split_once(' ') {
+                        Some((m, t)) => format!("method:{m} tool:{t}"),
+                        None => format!("method:{key}"),
+                    };
+                    self.open_calls(filter);
+                }
+            }
+            Key::Enter if self.view == View::Sessions => {
+                let i = self.selected_index();
+                if let Some(scope) = self.sessions_sorted().get(i).map(|(k, _)| k.to_string()) {
+                    let filter = if scope == NO_SESSION {
+                        "session:exchange:".to_string()
+                    } else {
+                        format!("session:{}", scope.trim_start_matches("session:"))
+                    };
+                    self.open_calls(filter);
                 }
             }
             Key::Enter => {
@@ -253,6 +327,11 @@ impl App {
             Key::Esc => {
                 if self.detail {
                     self.detail = false;
+                } else if let Some(b) = self.back.take() {
+                    self.view = b.view;
+                    self.filter = b.filter;
+                    self.selected = b.selected;
+                    self.follow = b.follow;
                 } else {
                     self.filter.clear();
                 }

@@ -43,6 +43,25 @@ pub struct MethodStats {
     pub latencies: Vec<u64>,
 }
 
+/// One line of the Anomalies view, and the call row it was pinned on (Enter goes there).
+#[derive(Clone, Debug)]
+pub struct AnomalyRow {
+    pub ts_ns: u64,
+    pub code: String,
+    pub scope: String,
+    pub message: String,
+    pub row: Option<u64>,
+}
+
+/// Where Enter came from (Esc goes back): the view, its filter and selection.
+#[derive(Clone, Debug)]
+pub struct Back {
+    pub view: View,
+    pub filter: String,
+    pub selected: usize,
+    pub follow: bool,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct SessionStats {
     pub calls: u64,
@@ -92,7 +111,7 @@ pub struct App {
     pub sessions: HashMap<Text, SessionStats>,
     /// All traffic without a session, together.
     pub no_session: SessionStats,
-    pub anomaly_rows: VecDeque<(u64, String, String, String)>,
+    pub anomaly_rows: VecDeque<AnomalyRow>,
     /// exchange → its HTTP request line and status (dropped with the exchange's rows).
     pub http: HashMap<u64, HttpMeta>,
     pub dropped: u64,
@@ -122,12 +141,20 @@ pub struct App {
     pub servers: Vec<ServerInfo>,
     /// The newest stderr lines of stdio servers: (time, server, line).
     pub stderr: VecDeque<(u64, Text, Text)>,
+    /// Set by Enter on an Anomalies, Methods or Sessions row; Esc returns to it.
+    pub back: Option<Back>,
+    /// Shown in place of the empty call list (the demo's instructions).
+    pub intro: Vec<String>,
+    /// The help popup's first line shown.
+    pub help_scroll: u16,
 }
 
 const SSE_STREAM_KEEP: usize = 64;
 const RECENT_KEEP: usize = 64;
 /// The transport of a row made from a call whose messages were not seen.
 const FROM_CALL: &str = "-";
+/// The Sessions view's line for traffic without an MCP session.
+pub const NO_SESSION: &str = "(no session)";
 /// The scope column's width.
 pub const SCOPE_WIDTH: usize = 10;
 /// How long a status message stays.
@@ -181,6 +208,9 @@ impl App {
             src: 0,
             servers: Vec::new(),
             stderr: VecDeque::new(),
+            back: None,
+            intro: Vec::new(),
+            help_scroll: 0,
         }
     }
 
@@ -678,7 +708,12 @@ impl App {
                 self.recent_latencies.pop_front();
             }
         }
-        let ms = self.method_mut(&c.method);
+        // Per tool, prompt or resource: `tools/call search` apart from `tools/call fetch`.
+        let key = match &c.target {
+            Some(t) => Text::from(format!("{} {t}", c.method)),
+            None => c.method.clone(),
+        };
+        let ms = self.method_mut(&key);
         ms.count += w;
         if err {
             ms.errors += w;
@@ -767,13 +802,7 @@ impl App {
         if let Some(sv) = self.server_mut() {
             sv.anomalies += 1;
         }
-        self.anomaly_rows.push_back((
-            a.ts_ns,
-            a.code.to_string(),
-            a.scope.to_string(),
-            a.message.clone(),
-        ));
-        if self.anomaly_rows.len() > self.max_rows {
+        if self.anomaly_rows.len() >= self.max_rows {
             self.anomaly_rows.pop_front();
         }
         let id = a.id.as_ref();
@@ -811,6 +840,13 @@ impl App {
                 r.anomaly_text.push(format!("{}: {}", a.code, a.message));
             }
         }
+        self.anomaly_rows.push_back(AnomalyRow {
+            ts_ns: a.ts_ns,
+            code: a.code.to_string(),
+            scope: a.scope.to_string(),
+            message: a.message,
+            row: target,
+        });
     }
 
     pub fn clear(&mut self) {
@@ -822,6 +858,24 @@ impl App {
         self.detail_bytes = 0;
         self.selected = 0;
         self.follow = true;
+    }
+
+    /// The Methods view's lines: the most called first.
+    pub fn methods_sorted(&self) -> Vec<(&Text, &MethodStats)> {
+        let mut list: Vec<(&Text, &MethodStats)> = self.methods.iter().collect();
+        list.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+        list
+    }
+
+    /// The Sessions view's lines: the most recently seen first, then "(no session)".
+    pub fn sessions_sorted(&self) -> Vec<(&str, &SessionStats)> {
+        let mut list: Vec<(&str, &SessionStats)> =
+            self.sessions.iter().map(|(k, v)| (&**k, v)).collect();
+        list.sort_by(|a, b| b.1.last_ns.cmp(&a.1.last_ns).then(a.0.cmp(b.0)));
+        if self.no_session.last_ns > 0 {
+            list.push((NO_SESSION, &self.no_session));
+        }
+        list
     }
 
     /// p50, p95, p99 of recent latencies, in µs.

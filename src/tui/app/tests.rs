@@ -767,3 +767,122 @@ fn many_sources_keep_their_calls_apart_and_the_server_filter_finds_them() {
         Some(("weather", "listening"))
     );
 }
+
+/// Two tools called in one session, one failing with a finding; returns the state.
+fn app_with_tools() -> App {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    for (ex, id, tool) in [(1u64, "1", "add"), (2, "2", "echo"), (3, "3", "add")] {
+        a.apply_message(MessageIn {
+            ts_ns: ex * 1_000_000_000,
+            exchange: ex,
+            scope: "session:abc".into(),
+            c2s: true,
+            kind: Kind::Request,
+            id: Some(id.into()),
+            method: Some("tools/call".into()),
+            target: Some(tool.into()),
+            raw: format!(r#"{{"id":{id},"method":"tools/call"}}"#).into(),
+            transport: crate::events::Transport::Json,
+            batch_index: None,
+        });
+        if ex == 3 {
+            a.apply_anomaly(AnomalyIn {
+                ts_ns: ex * 1_000_000_000,
+                exchange: ex,
+                scope: "session:abc".into(),
+                direction: Some(Direction::ClientToServer),
+                batch_index: None,
+                id: Some(id.into()),
+                code: "MCP_INPUT_SCHEMA".into(),
+                message: "b is missing".into(),
+            });
+        }
+        a.apply_call_at(CallIn {
+            ts_ns: ex * 1_000_000_000 + 5_000,
+            exchange: ex,
+            scope: "session:abc".into(),
+            direction: Direction::ClientToServer,
+            id: id.into(),
+            method: "tools/call".into(),
+            target: Some(tool.into()),
+            outcome: if ex == 3 {
+                RowOutcome::Error(-32602)
+            } else {
+                RowOutcome::Result
+            },
+            latency_us: Some(5),
+            anomalies: if ex == 3 {
+                vec!["MCP_INPUT_SCHEMA".into()]
+            } else {
+                vec![]
+            },
+        });
+    }
+    a
+}
+
+#[test]
+fn enter_on_a_summary_opens_the_calls_behind_it_and_esc_comes_back() {
+    let mut a = app_with_tools();
+    // Methods are per tool.
+    let names: Vec<String> = a
+        .methods_sorted()
+        .iter()
+        .map(|(k, _)| k.to_string())
+        .collect();
+    assert_eq!(names, ["tools/call add", "tools/call echo"]);
+    assert_eq!(a.methods["tools/call add"].errors, 1);
+
+    // From an Anomalies row to its call, detail open.
+    a.view = View::Anomalies;
+    a.handle_key(Key::Enter);
+    assert_eq!(a.view, View::Calls);
+    let r = a.selected_row().unwrap();
+    assert_eq!((&*r.id, r.target.as_deref()), ("3", Some("add")));
+    assert!(a.detail);
+    a.handle_key(Key::Esc); // the detail first
+    a.handle_key(Key::Esc); // then back
+    assert_eq!(a.view, View::Anomalies);
+
+    // From a Methods row to that tool's calls.
+    a.view = View::Methods;
+    a.selected = 0;
+    a.handle_key(Key::Enter);
+    assert_eq!(
+        (a.view, a.filter.as_str()),
+        (View::Calls, "method:tools/call tool:add")
+    );
+    let ids: Vec<&str> = a.visible().iter().map(|r| &*r.id).collect();
+    assert_eq!(ids, ["1", "3"]);
+    a.handle_key(Key::Esc);
+    assert_eq!((a.view, a.filter.as_str()), (View::Methods, ""));
+
+    // From a Sessions row to its calls.
+    a.view = View::Sessions;
+    a.selected = 0;
+    a.handle_key(Key::Enter);
+    assert_eq!(a.filter, "session:abc");
+    assert_eq!(a.visible().len(), 3);
+    a.handle_key(Key::Esc);
+    assert_eq!(a.view, View::Sessions);
+    // Esc again, with nowhere to go back to: clears the filter, as before.
+    a.filter = "error".into();
+    a.view = View::Calls;
+    a.handle_key(Key::Esc);
+    assert!(a.filter.is_empty());
+}
+
+#[test]
+fn the_help_popup_scrolls_and_any_other_key_closes_it() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    a.handle_key(Key::Char('?'));
+    a.handle_key(Key::Down);
+    a.handle_key(Key::Char('j'));
+    assert!(a.help);
+    assert_eq!(a.help_scroll, 2);
+    a.handle_key(Key::Up);
+    assert_eq!(a.help_scroll, 1);
+    a.handle_key(Key::Char('x'));
+    assert!(!a.help);
+    assert_eq!(a.help_scroll, 0);
+}
