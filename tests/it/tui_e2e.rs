@@ -323,3 +323,91 @@ fn attach_shows_a_stdio_session_from_its_backlog_and_refuses_resend() {
     drop(stdin);
     stdio.term();
 }
+
+/// A new user's first minute: the demo opens on its own instructions, and following them — the
+/// curl command and the attach line as the dashboard shows them — works.
+#[test]
+fn the_demo_is_followed_from_its_own_instructions_inside_the_dashboard() {
+    assert!(tmux_available());
+    let port = free_port();
+    let t = Tmux(format!("rpctap-first-{}", std::process::id()));
+    t.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "240",
+        "-y",
+        "40",
+        "env",
+        "PS1=READY$ ",
+        "bash",
+        "--norc",
+        "--noprofile",
+    ]);
+    t.wait_for("READY$", Duration::from_secs(5));
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    t.cmd(&[
+        "send-keys",
+        "-t",
+        "t",
+        &format!("{bin} demo --listen 127.0.0.1:{port}"),
+        "Enter",
+    ]);
+    let screen = t.wait_for("getting started", Duration::from_secs(10));
+    // The panel's lines, without its border.
+    let panel: Vec<String> = screen
+        .lines()
+        .map(|l| {
+            l.trim_matches(|c: char| c == '│' || c.is_whitespace())
+                .to_string()
+        })
+        .collect();
+    let curl = panel
+        .iter()
+        .find(|l| l.starts_with("curl -s http://") && l.contains("\"add\""))
+        .unwrap_or_else(|| panic!("no curl line on screen:\n{screen}"))
+        .clone();
+    let attach = panel
+        .iter()
+        .find_map(|l| l.split("watch it with: ").nth(1))
+        .unwrap_or_else(|| panic!("no attach line on screen:\n{screen}"))
+        .to_string();
+    assert!(screen.contains("`q` quits"), "{screen}");
+    let out = Command::new("sh").arg("-c").arg(&curl).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"result\":7"),
+        "{curl}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let screen = t.wait_for_line(&["add", "result"], Duration::from_secs(5));
+    assert!(
+        !screen.contains("getting started"),
+        "the list replaces the panel:\n{screen}"
+    );
+    // The attach line, as shown, in a pipe: the call as a log line.
+    let attach = attach.replacen("rpctap", bin, 1);
+    let mut tail = Command::new("sh")
+        .arg("-c")
+        .arg(format!("timeout 10 {attach} | head -n 1"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once `head` has its line, the next call's line meets the closed pipe and attach ends.
+    let mut done = None;
+    for _ in 0..50 {
+        Command::new("sh").arg("-c").arg(&curl).output().unwrap();
+        if let Some(status) = tail.try_wait().unwrap() {
+            done = Some(status);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(done.is_some_and(|s| s.success()), "attach did not end");
+    let mut line = String::new();
+    std::io::Read::read_to_string(&mut tail.stdout.take().unwrap(), &mut line).unwrap();
+    assert!(line.contains("add"), "{attach}: {line}");
+    t.cmd(&["send-keys", "-t", "t", "q"]);
+    t.wait_for("READY$", Duration::from_secs(5));
+}
