@@ -93,7 +93,9 @@ pub fn draw(f: &mut Frame, app: &App) {
     );
     match app.view {
         View::Calls => {
-            if app.detail {
+            if app.detail && app.detail_full {
+                detail(f, app, &t, chunks[2]);
+            } else if app.detail {
                 let parts = Layout::default()
                     .direction(Direction::Vertical)
                     .constraints([Constraint::Percentage(40), Constraint::Percentage(60)])
@@ -113,6 +115,9 @@ pub fn draw(f: &mut Frame, app: &App) {
     status(f, app, &t, chunks[3]);
     if app.help {
         help(f, app, &t, area);
+    }
+    if app.info {
+        info(f, app, &t, area);
     }
 }
 
@@ -408,16 +413,80 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             }
         }
     }
+    // `/` in the detail: the lines holding the text stand out, and the view goes to the one
+    // `n` has reached.
+    let mut scroll = app.detail_scroll;
+    let mut title = " detail (↑/↓ scroll, / find, z full screen, Esc close) ".to_string();
+    let find = app.find.to_lowercase();
+    if !find.is_empty() {
+        let hits: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.to_string().to_lowercase().contains(&find))
+            .map(|(i, _)| i)
+            .collect();
+        for &i in &hits {
+            let l = std::mem::take(&mut lines[i]);
+            lines[i] = l.patch_style(t.selected());
+        }
+        title = match hits.len() {
+            0 => format!(" detail: {:?} not found ", app.find),
+            n => {
+                let k = app.find_hit % n;
+                scroll = hits[k].saturating_sub(2) as u16;
+                format!(
+                    " detail: {:?} {}/{} (n next, Esc clear) ",
+                    app.find,
+                    k + 1,
+                    n
+                )
+            }
+        };
+    }
+    if app.editing_find {
+        title = format!(" find: {}▏ (Enter, Esc) ", app.find_input);
+    }
     f.render_widget(
         Paragraph::new(lines)
-            .block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .title(" detail (↑/↓ scroll, Esc close) "),
-            )
+            .block(Block::default().borders(Borders::ALL).title(title))
             .wrap(Wrap { trim: false })
-            .scroll((app.detail_scroll, 0)),
+            .scroll((scroll, 0)),
         area,
+    );
+}
+
+/// `i`: what both sides of the selected session declared at `initialize` (or
+/// `server/discover`), and what was used against it.
+fn info(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let lines: Vec<Line> = app
+        .session_info()
+        .into_iter()
+        .map(|l| {
+            if l.starts_with('✗') {
+                Line::from(Span::styled(l, t.fg(Color::Yellow)))
+            } else if !l.starts_with(' ') && l.ends_with(':') {
+                Line::from(Span::styled(l, t.bold()))
+            } else {
+                Line::from(l)
+            }
+        })
+        .collect();
+    let w = area.width.min(100);
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" declared and used (any key closes) "),
+        ),
+        r,
     );
 }
 
@@ -734,7 +803,7 @@ fn status(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     f.render_widget(Paragraph::new(line), area);
 }
 
-pub const HELP: [(&str, &str); 18] = [
+pub const HELP: [(&str, &str); 20] = [
     ("↑/↓ j/k", "move (scroll in the detail pane)"),
     ("PgUp/PgDn", "move a page"),
     ("g / G", "first / newest (follow)"),
@@ -751,6 +820,14 @@ pub const HELP: [(&str, &str); 18] = [
         "filter, terms ANDed, -term negates: error anomaly pending http, method: tool: status: dir: id: session: server: code:, a method glob, text",
     ),
     ("h", "hide / show the http rows (401/403, OAuth discovery)"),
+    (
+        "z / /",
+        "in the detail: full screen / find in the frame (n next)",
+    ),
+    (
+        "i",
+        "what the selected call's session declared at initialize, and what it used",
+    ),
     (
         "Esc",
         "close the detail pane, else back to where Enter came from, else clear the filter",

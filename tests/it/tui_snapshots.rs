@@ -252,3 +252,25 @@ fn the_demo_opens_on_its_instructions() {
         insta::assert_snapshot!(format!("intro_{w}x{h}"), screen(&a, w, h));
     }
 }
+
+#[test]
+fn the_full_screen_detail_with_a_find_and_the_declarations_popup() {
+    for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
+        let mut a = app();
+        for _ in 0..3 {
+            a.handle_key(Key::Up);
+        }
+        a.handle_key(Key::Enter);
+        a.handle_key(Key::Char('z'));
+        a.handle_key(Key::Char('/'));
+        for c in "progress".chars() {
+            a.handle_key(Key::Char(c));
+        }
+        a.handle_key(Key::Enter);
+        insta::assert_snapshot!(format!("detail_full_find_{w}x{h}"), screen(&a, w, h));
+        a.handle_key(Key::Esc);
+        a.handle_key(Key::Esc);
+        a.handle_key(Key::Char('i'));
+        insta::assert_snapshot!(format!("info_{w}x{h}"), screen(&a, w, h));
+    }
+}

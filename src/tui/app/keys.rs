@@ -237,6 +237,33 @@ impl App {
             }
             return Action::None;
         }
+        if self.editing_find {
+            match key {
+                Key::Esc => {
+                    self.editing_find = false;
+                    self.find_input.clear();
+                }
+                Key::Enter => {
+                    self.editing_find = false;
+                    self.find = std::mem::take(&mut self.find_input);
+                    self.find_hit = 0;
+                }
+                Key::Backspace => {
+                    self.find_input.pop();
+                }
+                Key::Char(c) => self.find_input.push(c),
+                _ => {}
+            }
+            return Action::None;
+        }
+        if self.info {
+            self.info = false;
+            return if key == Key::Char('q') {
+                Action::Quit
+            } else {
+                Action::None
+            };
+        }
         if self.help {
             // The popup scrolls; any other key closes it.
             match key {
@@ -261,6 +288,7 @@ impl App {
             Key::Char('?') => self.help = true,
             Key::Up | Key::Char('k') => {
                 if self.detail {
+                    self.find.clear();
                     self.detail_scroll = self.detail_scroll.saturating_sub(1);
                 } else {
                     self.move_by(-1)
@@ -268,6 +296,7 @@ impl App {
             }
             Key::Down | Key::Char('j') => {
                 if self.detail {
+                    self.find.clear();
                     self.detail_scroll = self.detail_scroll.saturating_add(1);
                 } else {
                     self.move_by(1)
@@ -320,13 +349,26 @@ impl App {
                 self.view = self.view.next();
                 self.selected = 0;
             }
+            // In the detail pane `/` finds in the frame; elsewhere it filters the list.
+            Key::Char('/') if self.detail && self.view == View::Calls => {
+                self.editing_find = true;
+                self.find_input = self.find.clone();
+            }
             Key::Char('/') => {
                 self.editing_filter = true;
                 self.filter_input = self.filter.clone();
             }
+            Key::Char('n') if self.detail && !self.find.is_empty() => {
+                self.find_hit = self.find_hit.wrapping_add(1);
+            }
+            Key::Char('z') if self.detail => self.detail_full = !self.detail_full,
+            Key::Char('i') => self.info = true,
             Key::Esc => {
-                if self.detail {
+                if self.detail && !self.find.is_empty() {
+                    self.find.clear();
+                } else if self.detail {
                     self.detail = false;
+                    self.detail_full = false;
                 } else if let Some(b) = self.back.take() {
                     self.view = b.view;
                     self.filter = b.filter;

@@ -6,7 +6,8 @@
 //!
 //! Its rooms: this file holds the state and how events change it; `row` the rows and the
 //! inputs the events become; `keys` the views, selection and keys; `filter` the filter
-//! language; `export` what a row is copied or exported as.
+//! language; `export` what a row is copied or exported as; `servers` many sources under
+//! `watch`; `info` what a session declared and used.
 
 use crate::events::Direction;
 use crate::events::Event;
@@ -25,6 +26,7 @@ pub type Text = Arc<str>;
 
 mod export;
 mod filter;
+mod info;
 mod keys;
 mod row;
 mod servers;
@@ -147,6 +149,16 @@ pub struct App {
     pub intro: Vec<String>,
     /// The help popup's first line shown.
     pub help_scroll: u16,
+    /// The detail pane over the whole list (`z`).
+    pub detail_full: bool,
+    /// Text searched in the detail pane (`/` there), its input while typed, and the match `n`
+    /// has reached.
+    pub find: String,
+    pub find_input: String,
+    pub editing_find: bool,
+    pub find_hit: usize,
+    /// The declarations popup (`i`).
+    pub info: bool,
 }
 
 const SSE_STREAM_KEEP: usize = 64;
@@ -211,6 +223,12 @@ impl App {
             back: None,
             intro: Vec::new(),
             help_scroll: 0,
+            detail_full: false,
+            find: String::new(),
+            find_input: String::new(),
+            editing_find: false,
+            find_hit: 0,
+            info: false,
         }
     }
 

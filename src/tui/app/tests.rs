@@ -886,3 +886,86 @@ fn the_help_popup_scrolls_and_any_other_key_closes_it() {
     assert!(!a.help);
     assert_eq!(a.help_scroll, 0);
 }
+
+#[test]
+fn the_info_popup_holds_what_was_used_against_what_was_declared() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let s = "session:s1";
+    let m = |ex: u64, c2s: bool, kind: Kind, id: Option<&str>, method: Option<&str>, raw: &str| {
+        let mut m = msg(ex, c2s, kind, id, method, raw);
+        m.scope = s.into();
+        m
+    };
+    a.apply_message(m(1, true, Kind::Request, Some("0"), Some("initialize"),
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"cli","version":"1.0"}}}"#));
+    a.apply_message(m(1, false, Kind::Result, Some("0"), None,
+        r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"srv","version":"2.1"}}}"#));
+    a.apply_call(
+        s.into(),
+        Direction::ClientToServer,
+        "0".into(),
+        &"initialize".into(),
+        RowOutcome::Result,
+        Some(5),
+        1,
+    );
+    a.apply_message(m(
+        2,
+        true,
+        Kind::Request,
+        Some("1"),
+        Some("tools/call"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
+    ));
+    a.apply_message(m(
+        3,
+        false,
+        Kind::Notification,
+        None,
+        Some("notifications/message"),
+        r#"{"jsonrpc":"2.0","method":"notifications/message"}"#,
+    ));
+    a.follow = false;
+    a.selected = 0;
+    a.handle_key(Key::Char('i'));
+    assert!(a.info);
+    let lines = a.session_info().join("\n");
+    for want in [
+        "session: session:s1",
+        "cli 1.0 — asks protocol 2025-06-18",
+        "capabilities: roots",
+        "srv 2.1 — protocol 2025-06-18",
+        "capabilities: tools",
+        "✓ tools: tools/call ×1",
+        "✗ logging: notifications/message ×1 — not declared by the server",
+    ] {
+        assert!(lines.contains(want), "{want} missing in:\n{lines}");
+    }
+    a.handle_key(Key::Char('x'));
+    assert!(!a.info, "any key closes it");
+}
+
+#[test]
+fn find_in_the_detail_steps_through_matches_and_esc_clears_it_first() {
+    let mut a = app_with_calls();
+    a.handle_key(Key::Enter);
+    assert!(a.detail);
+    a.handle_key(Key::Char('/'));
+    assert!(
+        a.editing_find && !a.editing_filter,
+        "/ in the detail finds, not filters"
+    );
+    for c in "jsonrpc".chars() {
+        a.handle_key(Key::Char(c));
+    }
+    a.handle_key(Key::Enter);
+    assert_eq!((a.find.as_str(), a.find_hit), ("jsonrpc", 0));
+    a.handle_key(Key::Char('n'));
+    assert_eq!(a.find_hit, 1);
+    a.handle_key(Key::Char('z'));
+    assert!(a.detail_full);
+    a.handle_key(Key::Esc);
+    assert!(a.find.is_empty() && a.detail, "the find goes first");
+    a.handle_key(Key::Esc);
+    assert!(!a.detail && !a.detail_full);
+}
