@@ -373,6 +373,29 @@ fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
     bool::from(given.as_bytes().ct_eq(token.as_bytes()))
 }
 
+/// `/events?filter=…` (the filter language, URL-encoded): `Ok(None)` without one, a 400 naming
+/// the term it cannot read.
+fn events_filter(
+    req: &Request<Incoming>,
+) -> Result<Option<crate::filter::Filter>, Response<AdminBody>> {
+    let Some(q) = req.uri().query() else {
+        return Ok(None);
+    };
+    let Some(text) = form_urlencoded::parse(q.as_bytes())
+        .find(|(k, _)| k == "filter")
+        .map(|(_, v)| v.into_owned())
+    else {
+        return Ok(None);
+    };
+    crate::filter::Filter::parse(&text)
+        .map(|f| (!f.is_empty()).then_some(f))
+        .map_err(|why| text_400(format!("filter {text:?}: {why}\n")))
+}
+
+fn text_400(body: String) -> Response<AdminBody> {
+    text(StatusCode::BAD_REQUEST, body, "text/plain; charset=utf-8")
+}
+
 fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
     const PLAIN: &str = "text/plain; charset=utf-8";
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -405,7 +428,11 @@ fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
             );
             r
         }
-        "/events" => match st.feed.attach() {
+        "/events" => match events_filter(&req).and_then(|f| {
+            st.feed
+                .attach_filtered(f)
+                .map_err(|e| text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN))
+        }) {
             Ok(client) => {
                 let stream = futures_util::stream::unfold(client.rx, |mut rx| async move {
                     rx.recv()
@@ -423,7 +450,7 @@ fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
                 );
                 r
             }
-            Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN),
+            Err(refused) => refused,
         },
         "/calls" => {
             let asked = req

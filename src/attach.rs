@@ -33,9 +33,18 @@ pub struct FeedTarget {
     pub addr: AdminAddr,
     /// The `Host` header and the text shown.
     pub host: String,
+    /// The feed's path and query: `/events`, or `/events?filter=…`.
+    pub path: String,
 }
 
 impl FeedTarget {
+    /// Asks the feed for only what `filter` (the filter language) matches.
+    pub fn with_filter(mut self, filter: &str) -> Self {
+        let q: String = form_urlencoded::byte_serialize(filter.as_bytes()).collect();
+        self.path = format!("/events?filter={q}");
+        self
+    }
+
     /// `http://HOST:PORT[/…]`, `IP:PORT`, `:PORT` or `unix:PATH`.
     pub fn parse(s: &str) -> Result<FeedTarget, String> {
         let bare = s
@@ -61,7 +70,11 @@ impl FeedTarget {
             AdminAddr::Tcp(a) => a.to_string(),
             AdminAddr::Unix(_) => "localhost".to_string(),
         };
-        Ok(FeedTarget { addr, host })
+        Ok(FeedTarget {
+            addr,
+            host,
+            path: "/events".into(),
+        })
     }
 }
 
@@ -117,7 +130,7 @@ async fn stream_once(
     backoff: &mut Duration,
 ) -> Result<(), FeedError> {
     let req = {
-        let mut b = http::Request::get("/events")
+        let mut b = http::Request::get(target.path.as_str())
             .header(http::header::HOST, &target.host)
             .header(http::header::ACCEPT, "application/x-ndjson");
         if let Some(t) = token {

@@ -179,6 +179,10 @@ pub struct AttachArgs {
     /// finding) instead of the dashboard; the default when stdout is not a terminal.
     #[arg(long)]
     pub text: bool,
+    /// Only what this filter matches (the dashboard's filter language, e.g. `tool:search
+    /// error`), asked of the feed itself.
+    #[arg(long, value_name = "FILTER")]
+    pub filter: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -65,6 +65,8 @@ struct Client {
     tx: mpsc::Sender<Bytes>,
     dropped: u64,
     reported: u64,
+    /// `?filter=`: only the events it matches (its backlog too).
+    filter: Option<crate::filter::Filter>,
 }
 
 struct Inner {
@@ -247,18 +249,24 @@ impl Feed {
     /// Hands a batch of events to the clients (emptying it); forgets clients that left, and
     /// closes the gate when none is left.
     pub fn push(&self, batch: &mut Vec<Arc<Event>>) {
-        // Serialized before the clients' lock is taken.
-        let lines: Vec<Bytes> = if self.is_open() {
-            batch.iter().filter_map(|ev| line_of(ev)).collect()
+        // Serialized before the clients' lock is taken (once, whatever the clients' filters).
+        let lines: Vec<(Arc<Event>, Bytes)> = if self.is_open() {
+            batch
+                .drain(..)
+                .filter_map(|ev| line_of(&ev).map(|l| (ev, l)))
+                .collect()
         } else {
             Vec::new()
         };
         batch.clear();
         let mut clients = self.clients_locked();
         if !clients.is_empty() {
-            for line in lines {
+            for (ev, line) in lines {
                 let mut dropped = 0;
                 for c in clients.iter_mut() {
+                    if c.filter.as_ref().is_some_and(|f| !f.matches(&*ev)) {
+                        continue;
+                    }
                     if let Err(mpsc::error::TrySendError::Full(_)) = c.tx.try_send(line.clone()) {
                         c.dropped += 1;
                         dropped += 1;
@@ -305,6 +313,14 @@ impl Feed {
     /// Attaches a client: its queue holds the header, the recent calls and the live marker,
     /// then live lines.
     pub fn attach(&self) -> Result<FeedClient, FeedError> {
+        self.attach_filtered(None)
+    }
+
+    /// Like [`Feed::attach`], the client getting only the events `filter` matches.
+    pub fn attach_filtered(
+        &self,
+        filter: Option<crate::filter::Filter>,
+    ) -> Result<FeedClient, FeedError> {
         let mut clients = self.clients_locked();
         clients.retain(|c| !c.tx.is_closed());
         if clients.len() >= self.inner.limits.max_clients {
@@ -323,6 +339,9 @@ impl Feed {
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE + backlog.len() + 2);
         let _ = tx.try_send(self.inner.header.clone());
         for e in backlog {
+            if filter.as_ref().is_some_and(|f| !f.matches(&e)) {
+                continue;
+            }
             if let Some(line) = line_of(&e) {
                 let _ = tx.try_send(line);
             }
@@ -335,6 +354,7 @@ impl Feed {
             tx,
             dropped: 0,
             reported: 0,
+            filter,
         });
         self.inner.gate.store(true, Ordering::Relaxed);
         Ok(FeedClient { rx })

@@ -29,6 +29,8 @@
 //! - [`tui`] — the dashboard: plain-data state (`tui::app`: rows, keys, the filter language,
 //!   copy/export), rendering (`tui::ui`), the loop (`tui`).
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
+//! - [`filter`] — the filter language (terms ANDed, `-` negates, `field:value`), matching the
+//!   dashboard's rows and the feed's events alike.
 //! - [`feed`] — the live event feed (NDJSON) that `/events` serves and `rpctap attach` reads.
 //! - [`metrics`] — Prometheus metrics, counted from the bus and read at scrape time.
 //! - [`admin`] — the admin listener: health, readiness, metrics, the feed, recent calls.
@@ -59,6 +61,7 @@ pub mod config;
 pub mod demo;
 pub mod events;
 pub mod feed;
+pub mod filter;
 pub mod hub;
 pub mod inspect;
 pub mod limit;

@@ -524,8 +524,14 @@ pub async fn attach(
     args: crate::cli::AttachArgs,
     shutdown: impl Future<Output = ()>,
 ) -> Result<i32, OfflineError> {
-    let target = crate::attach::FeedTarget::parse(&args.addr)
+    let mut target = crate::attach::FeedTarget::parse(&args.addr)
         .map_err(|e| OfflineError::Io(format!("attach: {e}")))?;
+    if let Some(f) = &args.filter {
+        // Refused here, naming the term, rather than by the feed.
+        crate::filter::Filter::parse(f)
+            .map_err(|why| OfflineError::Io(format!("--filter {f:?}: {why}")))?;
+        target = target.with_filter(f);
+    }
     let (tx, mut feed) = tokio::sync::mpsc::channel(65_536);
     let task = crate::attach::spawn(target.clone(), args.token.clone(), tx);
     // A refusal (401: no token, or the wrong one) ends the attach before the dashboard opens:

@@ -403,3 +403,49 @@ async fn attach_without_a_terminal_tails_the_feed_and_exits_cleanly_into_head() 
     assert!(lines.iter().all(|l| l.contains("add")), "log lines: {text}");
     proxy.term();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_and_the_feed_take_the_filter_language() {
+    let (demo, _d) = start_demo().await;
+    let mut cmd = proxy_cmd(&format!("http://{demo}"), true);
+    let (mut proxy, addrs, _err) =
+        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
+    for id in 0..4 {
+        let method = if id % 2 == 0 { "add" } else { "nope" };
+        post_json(
+            addrs[0],
+            "/jsonrpc",
+            &format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":[1,2],"id":{id}}}"#),
+        )
+        .await;
+    }
+    // Only the failed calls, from the feed itself (its backlog here).
+    let admin = addrs[1].to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "timeout 3 {BIN} attach {admin} --filter 'error -method:add'"
+            ))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let calls: Vec<&str> = text.lines().filter(|l| l.contains(" id=")).collect();
+    assert_eq!(calls.len(), 2, "{text}");
+    assert!(calls.iter().all(|l| l.contains("nope")), "{text}");
+    // A filter it cannot read: said, exit 2; and the feed's own answer.
+    let o = run(&["attach", &addrs[1].to_string(), "--filter", "bogus:x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("unknown filter field `bogus:`"),
+        "{}",
+        stderr(&o)
+    );
+    let r = send(addrs[1], "GET", "/events?filter=bogus%3Ax", &[], "").await;
+    assert_eq!(r.status.as_u16(), 400);
+    assert!(r.text().contains("unknown filter field"), "{}", r.text());
+    proxy.term();
+}

@@ -1,8 +1,8 @@
 //! The views, the selection and the keys: what a key does to the state, and the action it
 //! asks the event loop to carry out (I/O stays out of the state).
 
-use super::filter::Filter;
 use super::{App, Back, Row, NO_SESSION};
+use crate::filter::Filter;
 
 /// The tabs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +94,7 @@ impl App {
             return self.rows.len();
         }
         let f = self.filter_parsed();
-        self.rows.iter().filter(|r| f.matches(r)).count()
+        self.rows.iter().filter(|r| f.matches(*r)).count()
     }
 
     /// `n` rows of the Calls view from position `start`.
@@ -106,7 +106,7 @@ impl App {
         let f = self.filter_parsed();
         self.rows
             .iter()
-            .filter(|r| f.matches(r))
+            .filter(|r| f.matches(*r))
             .skip(start)
             .take(n)
             .collect()

@@ -33,7 +33,7 @@ mod servers;
 #[cfg(test)]
 mod tests;
 
-pub use filter::Filter;
+pub use crate::filter::Filter;
 pub use keys::{Action, Key, View};
 pub use row::{transport_label, AnomalyIn, CallIn, HttpMeta, MessageIn, Row, RowOutcome};
 pub use servers::{ServerInfo, SOURCE_SHIFT};
