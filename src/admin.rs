@@ -375,9 +375,7 @@ fn authorized(req: &Request<Incoming>, token: Option<&str>) -> bool {
 
 /// `/events?filter=…` (the filter language, URL-encoded): `Ok(None)` without one, a 400 naming
 /// the term it cannot read.
-fn events_filter(
-    req: &Request<Incoming>,
-) -> Result<Option<crate::filter::Filter>, Response<AdminBody>> {
+fn events_filter(req: &Request<Incoming>) -> Result<Option<crate::filter::Filter>, String> {
     let Some(q) = req.uri().query() else {
         return Ok(None);
     };
@@ -389,11 +387,7 @@ fn events_filter(
     };
     crate::filter::Filter::parse(&text)
         .map(|f| (!f.is_empty()).then_some(f))
-        .map_err(|why| text_400(format!("filter {text:?}: {why}\n")))
-}
-
-fn text_400(body: String) -> Response<AdminBody> {
-    text(StatusCode::BAD_REQUEST, body, "text/plain; charset=utf-8")
+        .map_err(|why| format!("filter {text:?}: {why}\n"))
 }
 
 fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
@@ -428,11 +422,13 @@ fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
             );
             r
         }
-        "/events" => match events_filter(&req).and_then(|f| {
-            st.feed
-                .attach_filtered(f)
-                .map_err(|e| text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN))
-        }) {
+        "/events" => match events_filter(&req)
+            .map_err(|why| (StatusCode::BAD_REQUEST, why))
+            .and_then(|f| {
+                st.feed
+                    .attach_filtered(f)
+                    .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")))
+            }) {
             Ok(client) => {
                 let stream = futures_util::stream::unfold(client.rx, |mut rx| async move {
                     rx.recv()
@@ -450,7 +446,7 @@ fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
                 );
                 r
             }
-            Err(refused) => refused,
+            Err((status, why)) => text(status, why, PLAIN),
         },
         "/calls" => {
             let asked = req
