@@ -26,9 +26,12 @@ use std::time::Duration;
 /// How often the screen is redrawn.
 pub const FRAME: Duration = Duration::from_millis(100);
 
-/// The events the dashboard reads: HTTP heads without their headers, messages, calls,
-/// anomalies.
+/// The events the dashboard reads: HTTP heads with their headers (for the detail pane; built
+/// only for the exchanges the dashboard shows, so past its sampling budget they cost nothing
+/// more), messages, calls, anomalies, stderr lines.
 pub const INTEREST: crate::events::Interest = crate::events::Interest::HTTP
+    .and(crate::events::Interest::HTTP_HEADERS)
+    .and(crate::events::Interest::STDERR)
     .and(crate::events::Interest::MESSAGE)
     .and(crate::events::Interest::CALL)
     .and(crate::events::Interest::ANOMALY)

@@ -363,6 +363,21 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                         .unwrap_or_else(|| "…".into()),
                     h.content_type.as_deref().unwrap_or("")
                 )));
+                for (title, list) in [
+                    ("request headers", &h.request_headers),
+                    ("response headers", &h.response_headers),
+                ] {
+                    if list.is_empty() {
+                        continue;
+                    }
+                    lines.push(Line::from(Span::styled(title, t.bold())));
+                    for (k, v) in list {
+                        lines.push(Line::from(vec![
+                            Span::styled(format!("  {k}: "), t.fg(Color::Blue)),
+                            Span::raw(v.clone()),
+                        ]));
+                    }
+                }
             }
             lines.push(Line::from(format!(
                 "exchange #{} · {} · {} · {}",

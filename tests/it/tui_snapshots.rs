@@ -199,7 +199,7 @@ fn screen(a: &App, w: u16, h: u16) -> String {
 }
 
 #[test]
-fn every_view_at_two_sizes() {
+fn every_view_at_three_sizes() {
     for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
         let mut a = app();
         insta::assert_snapshot!(format!("calls_{w}x{h}"), screen(&a, w, h));

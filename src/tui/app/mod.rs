@@ -159,9 +159,13 @@ pub struct App {
     pub find_hit: usize,
     /// The declarations popup (`i`).
     pub info: bool,
+    /// The exchanges whose headers are kept, oldest first.
+    with_headers: VecDeque<u64>,
 }
 
 const SSE_STREAM_KEEP: usize = 64;
+/// Exchanges whose headers the detail pane can show (about 0.5 KiB each).
+pub const HEADERS_KEEP: usize = 4096;
 const RECENT_KEEP: usize = 64;
 /// The transport of a row made from a call whose messages were not seen.
 const FROM_CALL: &str = "-";
@@ -229,6 +233,7 @@ impl App {
             editing_find: false,
             find_hit: 0,
             info: false,
+            with_headers: VecDeque::new(),
         }
     }
 
@@ -365,23 +370,29 @@ impl App {
                 path,
                 session,
                 protocol_version,
+                headers,
                 ..
             }) => {
+                let x = self.ex(*exchange);
                 self.apply_http_request(
-                    self.ex(*exchange),
+                    x,
                     method,
                     path,
                     session.as_deref(),
                     protocol_version.as_deref(),
                 );
+                self.keep_headers(x, headers, true);
             }
             Event::Http(crate::events::HttpEvent::Response {
                 exchange,
                 status,
                 content_type,
+                headers,
                 ..
             }) => {
-                self.apply_http_response(self.ex(*exchange), *status, content_type.clone());
+                let x = self.ex(*exchange);
+                self.apply_http_response(x, *status, content_type.clone());
+                self.keep_headers(x, headers, false);
             }
             Event::Http(crate::events::HttpEvent::Auth {
                 ts,
@@ -513,6 +524,34 @@ impl App {
                 ..Default::default()
             },
         );
+    }
+
+    /// Keeps an exchange's headers for the detail pane, for the newest [`HEADERS_KEEP`]
+    /// exchanges (an older one keeps its request line and status).
+    fn keep_headers(&mut self, exchange: u64, headers: &crate::events::Headers, request: bool) {
+        let pairs = headers.pairs();
+        if pairs.is_empty() {
+            return;
+        }
+        let Some(h) = self.http.get_mut(&exchange) else {
+            return;
+        };
+        if h.request_headers.is_empty() && h.response_headers.is_empty() {
+            self.with_headers.push_back(exchange);
+        }
+        if request {
+            h.request_headers = pairs;
+        } else {
+            h.response_headers = pairs;
+        }
+        while self.with_headers.len() > HEADERS_KEEP {
+            if let Some(old) = self.with_headers.pop_front() {
+                if let Some(h) = self.http.get_mut(&old) {
+                    h.request_headers = Vec::new();
+                    h.response_headers = Vec::new();
+                }
+            }
+        }
     }
 
     pub fn apply_http_response(

@@ -132,6 +132,9 @@ pub struct HttpMeta {
     pub protocol_version: Option<String>,
     pub status: Option<u16>,
     pub content_type: Option<String>,
+    /// Both heads' headers, secrets redacted (kept for the newest exchanges only).
+    pub request_headers: Vec<(String, String)>,
+    pub response_headers: Vec<(String, String)>,
 }
 
 /// A message as the dashboard takes it (from a live event or a recording line).

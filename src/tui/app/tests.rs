@@ -969,3 +969,31 @@ fn find_in_the_detail_steps_through_matches_and_esc_clears_it_first() {
     a.handle_key(Key::Esc);
     assert!(!a.detail && !a.detail_full);
 }
+
+#[test]
+fn the_detail_has_both_heads_headers_for_the_newest_exchanges() {
+    let mut a = App::new("t", "l", "u", 10_000, 0);
+    let line = |l: &str| crate::record::reader::parse_line(l).unwrap();
+    for x in 1..=(HEADERS_KEEP as u64 + 1) {
+        a.apply(&line(&format!(r#"{{"event":"http","phase":"request","ts":{x},"exchange":{x},"method":"POST","path":"/mcp","headers":[["content-type","application/json"],["authorization","[REDACTED]"]]}}"#)));
+        a.apply(&line(&format!(r#"{{"event":"http","phase":"response","ts":{x},"exchange":{x},"status":200,"headers":[["mcp-session-id","s1"]]}}"#)));
+    }
+    let newest = &a.http[&(HEADERS_KEEP as u64 + 1)];
+    assert_eq!(
+        newest.request_headers,
+        [
+            ("content-type".to_string(), "application/json".to_string()),
+            ("authorization".to_string(), "[REDACTED]".to_string())
+        ]
+    );
+    assert_eq!(
+        newest.response_headers,
+        [("mcp-session-id".to_string(), "s1".to_string())]
+    );
+    let oldest = &a.http[&1];
+    assert!(
+        oldest.request_headers.is_empty(),
+        "bounded: the oldest exchange's went"
+    );
+    assert_eq!(oldest.status, Some(200), "its request line and status stay");
+}
