@@ -154,10 +154,11 @@ pub struct WrapArgs {
     pub rpctap: Option<PathBuf>,
 }
 
-/// A duration as users write it: `30d`, `12h`, `90min`, `2s`.
+/// A duration as every flag takes it (`30d`, `12h`, `90min`, `2s`, a bare number of seconds).
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{s:?} is not a duration (e.g. 30d, 12h, 90min): {e}"))
+    crate::units::secs(s).and_then(|v| {
+        std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("{s:?} is out of range"))
+    })
 }
 
 #[derive(Debug, Args)]
@@ -534,9 +535,9 @@ pub struct DemoServerArgs {
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
-    /// Cap of the `sleep` method, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 30_000)]
-    pub max_delay_ms: u64,
+    /// Cap of the `sleep` method (`30s`; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::secs)]
+    pub max_delay: f64,
     /// Make `add` answer one more than the sum (a "changed server" for regression tests).
     #[arg(long)]
     pub alter_add: bool,

@@ -112,6 +112,7 @@ mod tests {
         assert_eq!(secs("250ms"), Ok(0.25));
         assert_eq!(secs("5m"), Ok(300.0));
         assert_eq!(secs("1h30m"), Ok(5400.0));
+        assert_eq!(secs("30d"), Ok(30.0 * 86400.0));
         assert!(secs("-1").is_err());
         assert!(secs("soon").unwrap_err().contains("not a duration"));
     }

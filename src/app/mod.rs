@@ -633,7 +633,7 @@ pub async fn demo_server(
     let addr = listener.local_addr().unwrap_or(args.listen);
     eprintln!("rpctap demo server on http://{addr} (POST /jsonrpc, /mcp)");
     let opts = DemoOptions {
-        max_delay: Duration::from_millis(args.max_delay_ms),
+        max_delay: Duration::try_from_secs_f64(args.max_delay).unwrap_or(Duration::MAX),
         alter_add: args.alter_add,
     };
     demo::run(listener, opts, shutdown, Duration::from_secs(5)).await;
