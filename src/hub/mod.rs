@@ -257,6 +257,26 @@ pub struct SessionInfo {
     pub anomalies: u64,
 }
 
+/// A live session as its registration describes it (its counts come from its recording).
+impl From<&Registration> for SessionInfo {
+    fn from(r: &Registration) -> Self {
+        SessionInfo {
+            name: r.name.clone(),
+            label: r.label.clone(),
+            mode: r.mode.clone(),
+            command: r.command.clone(),
+            pid: r.server_pid.or(Some(r.pid)),
+            started: r.started,
+            live: true,
+            recording: r.recording.clone(),
+            bytes: 0,
+            calls: 0,
+            errors: 0,
+            anomalies: 0,
+        }
+    }
+}
+
 impl Home {
     /// Every session: the live ones and the recorded ones, newest first (at most `limit` of
     /// the recorded ones are read).
@@ -276,20 +296,7 @@ impl Home {
         }
         for r in &live {
             if !out.iter().any(|s| s.name == r.name) {
-                out.push(SessionInfo {
-                    name: r.name.clone(),
-                    label: r.label.clone(),
-                    mode: r.mode.clone(),
-                    command: r.command.clone(),
-                    pid: r.server_pid.or(Some(r.pid)),
-                    started: r.started,
-                    live: true,
-                    recording: r.recording.clone(),
-                    bytes: 0,
-                    calls: 0,
-                    errors: 0,
-                    anomalies: 0,
-                });
+                out.push(SessionInfo::from(r));
             }
         }
         out.sort_by(|a, b| b.started.cmp(&a.started).then(a.name.cmp(&b.name)));

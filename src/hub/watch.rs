@@ -84,20 +84,7 @@ pub fn spawn(
                 }
                 let src = next_src;
                 next_src += 1;
-                let info = SessionInfo {
-                    name: r.name.clone(),
-                    label: r.label.clone(),
-                    mode: r.mode.clone(),
-                    command: r.command.clone(),
-                    pid: r.server_pid.or(Some(r.pid)),
-                    started: r.started,
-                    live: true,
-                    recording: r.recording.clone(),
-                    bytes: 0,
-                    calls: 0,
-                    errors: 0,
-                    anomalies: 0,
-                };
+                let info = SessionInfo::from(r);
                 if tx.send(WatchMsg::Server { src, info }).await.is_err() {
                     return;
                 }

@@ -786,6 +786,20 @@ pub async fn read_responses(
 pub struct Tmux(pub String);
 
 impl Tmux {
+    /// A new tmux server `rpctap-NAME-PID` with one `width`×`height` bash session `t` (prompt
+    /// `READY$ `), started through `env` with `env_args` (`-u VAR`, `VAR=value`); waits for the
+    /// prompt.
+    pub fn shell(name: &str, width: u16, height: u16, env_args: &[&str]) -> Tmux {
+        let t = Tmux(format!("rpctap-{name}-{}", std::process::id()));
+        let (w, h) = (width.to_string(), height.to_string());
+        let mut args = vec!["new-session", "-d", "-s", "t", "-x", &w, "-y", &h, "env"];
+        args.extend_from_slice(env_args);
+        args.extend_from_slice(&["PS1=READY$ ", "bash", "--norc", "--noprofile"]);
+        t.cmd(&args);
+        t.wait_for("READY$", Duration::from_secs(5));
+        t
+    }
+
     pub fn cmd(&self, args: &[&str]) -> String {
         let out = std::process::Command::new("tmux")
             .arg("-L")

@@ -565,31 +565,21 @@ fn secrets_reach_no_session_file_log_or_feed_line() {
 
 /// A tmux server whose shell has `home` as HOME and no hub variables (as a desktop user's).
 fn tmux_at_home(home: &Path) -> Tmux {
-    let t = Tmux(format!("rpctap-hub-{}", std::process::id()));
-    t.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "160",
-        "-y",
-        "40",
-        "env",
-        "-u",
-        "RPCTAP_HOME",
-        "-u",
-        "XDG_RUNTIME_DIR",
-        "-u",
-        "XDG_STATE_HOME",
-        &format!("HOME={}", home.display()),
-        "PS1=READY$ ",
-        "bash",
-        "--norc",
-        "--noprofile",
-    ]);
-    t.wait_for("READY$", Duration::from_secs(5));
-    t
+    let home = format!("HOME={}", home.display());
+    Tmux::shell(
+        "hub",
+        160,
+        40,
+        &[
+            "-u",
+            "RPCTAP_HOME",
+            "-u",
+            "XDG_RUNTIME_DIR",
+            "-u",
+            "XDG_STATE_HOME",
+            &home,
+        ],
+    )
 }
 
 fn shim(home: &Path, label: &str) -> Proc {

@@ -22,23 +22,7 @@ fn demo_dashboard_shows_calls_and_restores_the_terminal() {
         "tmux is needed and could not be installed"
     );
     let port = free_port();
-    let t = Tmux(format!("rpctap-test-{}", std::process::id()));
-    t.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        "env",
-        "PS1=READY$ ",
-        "bash",
-        "--norc",
-        "--noprofile",
-    ]);
-    t.wait_for("READY$", Duration::from_secs(5));
+    let t = Tmux::shell("demo", 100, 30, &[]);
     let bin = env!("CARGO_BIN_EXE_rpctap");
     t.cmd(&[
         "send-keys",
@@ -152,28 +136,6 @@ fn demo_dashboard_shows_calls_and_restores_the_terminal() {
     );
 }
 
-/// A new tmux server with one 110×30 shell session `t`.
-fn tmux_session(name: &str) -> Tmux {
-    let t = Tmux(format!("rpctap-test-{}-{name}", std::process::id()));
-    t.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "110",
-        "-y",
-        "30",
-        "env",
-        "PS1=READY$ ",
-        "bash",
-        "--norc",
-        "--noprofile",
-    ]);
-    t.wait_for("READY$", Duration::from_secs(5));
-    t
-}
-
 fn headless_proxy(listen: u16, admin: u16, upstream: u16) -> Proc {
     Proc::spawn(
         rpctap()
@@ -209,7 +171,7 @@ fn attach_shows_a_running_proxys_calls_and_reconnects_when_it_restarts() {
     let mut proxy = headless_proxy(listen, admin, up);
     rt.block_on(wait_listening(at(admin)));
 
-    let t = tmux_session("attach");
+    let t = Tmux::shell("attach", 110, 30, &[]);
     let bin = env!("CARGO_BIN_EXE_rpctap");
     t.cmd(&[
         "send-keys",
@@ -297,7 +259,7 @@ fn attach_shows_a_stdio_session_from_its_backlog_and_refuses_resend() {
         .unwrap();
     assert!(reply.contains("\"ok\":true"));
     // Attached after the call: the feed's backlog brings it.
-    let t = tmux_session("attach-stdio");
+    let t = Tmux::shell("attach-stdio", 110, 30, &[]);
     let bin = env!("CARGO_BIN_EXE_rpctap");
     t.cmd(&[
         "send-keys",
@@ -330,23 +292,7 @@ fn attach_shows_a_stdio_session_from_its_backlog_and_refuses_resend() {
 fn the_demo_is_followed_from_its_own_instructions_inside_the_dashboard() {
     assert!(tmux_available());
     let port = free_port();
-    let t = Tmux(format!("rpctap-first-{}", std::process::id()));
-    t.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "240",
-        "-y",
-        "40",
-        "env",
-        "PS1=READY$ ",
-        "bash",
-        "--norc",
-        "--noprofile",
-    ]);
-    t.wait_for("READY$", Duration::from_secs(5));
+    let t = Tmux::shell("first", 240, 40, &[]);
     let bin = env!("CARGO_BIN_EXE_rpctap");
     t.cmd(&[
         "send-keys",
