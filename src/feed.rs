@@ -423,6 +423,7 @@ mod tests {
             anomalies: vec![],
             request_index: None,
             response_index: None,
+            continues: None,
             trace: None,
         })
     }

@@ -40,6 +40,8 @@ pub enum Status {
     Error,
     Missing,
     Refused,
+    /// A round of an MCP multi round-trip call that ended asking for the client's input.
+    Input,
     /// Neither (an HTTP row below 400, a frame, a finding).
     Other,
 }
@@ -71,6 +73,7 @@ enum Term {
     Error,
     Anomaly,
     Pending,
+    Input,
     Http,
     Ok,
     Missing,
@@ -151,11 +154,12 @@ impl Filter {
                             "missing" => Term::Missing,
                             "refused" => Term::Refused,
                             "pending" => Term::Pending,
+                            "input" | "input_required" => Term::Input,
                             "flagged" | "anomaly" => Term::Anomaly,
                             "notification" | "notif" => Term::Notification,
                             _ => {
                                 return Err(format!(
-                                    "status:{value}: use ok, error, missing, refused, pending, flagged or notification"
+                                    "status:{value}: use ok, error, missing, refused, pending, input, flagged or notification"
                                 ))
                             }
                         },
@@ -189,6 +193,7 @@ impl Filter {
             Term::Pending => r.status() == Status::Pending,
             Term::Http => r.is_http(),
             Term::Ok => r.status() == Status::Ok,
+            Term::Input => r.status() == Status::Input,
             Term::Missing => r.status() == Status::Missing,
             Term::Refused => r.status() == Status::Refused,
             Term::Notification => r.status() == Status::Notification,
@@ -263,6 +268,7 @@ impl Subject for Event {
         match self {
             Event::Call(c) => match &c.outcome {
                 Outcome::Result => Status::Ok,
+                Outcome::InputRequired => Status::Input,
                 Outcome::Error { .. } | Outcome::Rejected { .. } => Status::Error,
                 Outcome::Missing { .. } => Status::Missing,
                 Outcome::Refused { .. } => Status::Refused,

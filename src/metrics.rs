@@ -497,6 +497,7 @@ impl Metrics {
         });
         let outcome = match c.outcome {
             Outcome::Result => "result",
+            Outcome::InputRequired => "input_required",
             Outcome::Error { .. } => "error",
             Outcome::Refused { .. } => "refused",
             Outcome::Rejected { .. } => "rejected",

@@ -72,13 +72,49 @@ pub enum Transport {
 pub enum Scope {
     Session(Arc<str>),
     Exchange(u64),
+    /// One stateless MCP (2026-07-28) exchange: its ids are the exchange's own, and `group`
+    /// (`stateless:NAME/VERSION@IP`, from the request's `_meta` clientInfo and the client's
+    /// address) names the client whose work it is part of — what the sessions view, `session:`
+    /// filters and `check` group by. Shown as `GROUP#N`.
+    Stateless {
+        group: Arc<str>,
+        exchange: u64,
+    },
 }
+
+/// The prefix of a stateless client's group name.
+pub const STATELESS_PREFIX: &str = "stateless:";
 
 impl Scope {
     pub fn short(&self) -> String {
         match self {
             Scope::Session(s) => s.chars().take(8).collect(),
             Scope::Exchange(n) => format!("#{n}"),
+            Scope::Stateless { group, .. } => group
+                .strip_prefix(STATELESS_PREFIX)
+                .unwrap_or(group)
+                .chars()
+                .take(8)
+                .collect(),
+        }
+    }
+
+    /// The MCP session or stateless client this scope belongs to: where the rules keep what
+    /// they learnt (a handshake, a discovery, the rounds of multi round-trip calls).
+    pub fn group(&self) -> Option<&Arc<str>> {
+        match self {
+            Scope::Session(s) => Some(s),
+            Scope::Stateless { group, .. } => Some(group),
+            Scope::Exchange(_) => None,
+        }
+    }
+
+    /// The text a report groups this scope under: a session's or a stateless client's own
+    /// (`session:ID`, `stateless:NAME/VERSION@IP`), an exchange's (`exchange:N`).
+    pub fn report_key(&self) -> String {
+        match self {
+            Scope::Stateless { group, .. } => group.to_string(),
+            s => s.to_string(),
         }
     }
 }
@@ -88,6 +124,7 @@ impl std::fmt::Display for Scope {
         match self {
             Scope::Session(s) => write!(f, "session:{s}"),
             Scope::Exchange(n) => write!(f, "exchange:{n}"),
+            Scope::Stateless { group, exchange } => write!(f, "{group}#{exchange}"),
         }
     }
 }
@@ -96,16 +133,25 @@ impl<'de> Deserialize<'de> for Scope {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let t = std::borrow::Cow::<'de, str>::deserialize(d)?;
         Scope::parse(&t).ok_or_else(|| {
-            serde::de::Error::custom(format!("{t:?} is not a scope (session:ID or exchange:N)"))
+            serde::de::Error::custom(format!(
+                "{t:?} is not a scope (session:ID, exchange:N or stateless:CLIENT#N)"
+            ))
         })
     }
 }
 
 impl Scope {
-    /// The scope its `Display` text names (`session:ID`, `exchange:N`).
+    /// The scope its `Display` text names (`session:ID`, `exchange:N`, `stateless:CLIENT#N`).
     pub fn parse(t: &str) -> Option<Scope> {
         if let Some(s) = t.strip_prefix("session:") {
             return Some(Scope::Session(s.into()));
+        }
+        if t.starts_with(STATELESS_PREFIX) {
+            let (group, n) = t.rsplit_once('#')?;
+            return Some(Scope::Stateless {
+                group: group.into(),
+                exchange: n.parse().ok()?,
+            });
         }
         t.strip_prefix("exchange:")?
             .parse()
@@ -136,6 +182,7 @@ impl Serialize for Scope {
                 t.push_str(id);
                 s.serialize_str(&t)
             }
+            Scope::Stateless { .. } => s.collect_str(self),
         }
     }
 }
@@ -146,6 +193,23 @@ impl Serialize for Scope {
 pub enum Severity {
     Error,
     Warning,
+    /// Shown and counted, never failing `check` by default (a deprecated feature in use).
+    Info,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+
+    /// `check`'s default gate: errors and warnings fail, info does not.
+    pub fn fails_by_default(self) -> bool {
+        !matches!(self, Severity::Info)
+    }
 }
 
 /// How a call ended. Every call ends in exactly one of these.
@@ -154,6 +218,10 @@ pub enum Severity {
 pub enum Outcome {
     /// A `result` arrived.
     Result,
+    /// MCP 2026-07-28: the server answered `resultType: "input_required"` — this round ended,
+    /// and the client retries with its answers (the retry's call `continues` this one).
+    #[serde(rename = "input_required")]
+    InputRequired,
     /// An `error` arrived.
     Error { code: i64, message: String },
     /// rpctap refused it (rate limit).
@@ -168,6 +236,7 @@ impl Outcome {
     pub fn label(&self) -> String {
         match self {
             Outcome::Result => "result".into(),
+            Outcome::InputRequired => "input required".into(),
             Outcome::Error { code, .. } => format!("error {code}"),
             Outcome::Refused { rule } => format!("refused ({rule})"),
             Outcome::Rejected { status } => format!("rejected (HTTP {status})"),
@@ -330,6 +399,10 @@ pub struct CallEvent {
     pub request_index: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_index: Option<u32>,
+    /// MCP 2026-07-28: the id of the `input_required` round this call retries (same scope
+    /// group: the session, or the stateless client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<Id>,
     /// Where the call came from, for its trace span (only with `--otlp`).
     #[serde(skip)]
     pub trace: Option<Arc<crate::trace::CallTrace>>,
@@ -686,9 +759,15 @@ mod tests {
             Scope::Exchange(u64::MAX),
             Scope::Session("9fc07019fc90d586".into()),
             Scope::Session("a\"b\\c\u{1}".into()),
+            Scope::Stateless {
+                group: "stateless:mcp/0.1.0@127.0.0.1".into(),
+                exchange: 7,
+            },
         ] {
             let json = serde_json::to_string(&scope).unwrap();
             assert_eq!(json, serde_json::to_string(&scope.to_string()).unwrap());
+            // And back: every scope reads as the scope it was.
+            assert_eq!(Scope::parse(&scope.to_string()), Some(scope.clone()));
         }
     }
 

@@ -1,4 +1,6 @@
-//! The anomaly codes: stable names, severities and what each means.
+//! The anomaly codes: stable names, severities and what each means. Every code has one
+//! severity: `error` (the protocol was broken), `warning` (something is likely wrong), `info`
+//! (worth knowing, never failing `check` by default).
 
 use crate::events::Severity;
 
@@ -63,10 +65,25 @@ pub enum Code {
     McpLargeResult,
     /// MCP: a `401` without a `WWW-Authenticate` header naming `resource_metadata`.
     McpAuth,
+    /// MCP 2026-07-28: a retry whose `requestState` differs from, or leaves out, the one its
+    /// `input_required` round issued, or one that no round of the client issued.
+    McpRequestState,
+    /// MCP 2026-07-28: a retry's `inputResponses` keys differ from the `inputRequests` keys its
+    /// round issued (one missing, or one not asked), or answer a round nobody issued.
+    McpInputResponse,
+    /// MCP 2026-07-28: a request without the `_meta` keys every request must carry
+    /// (`io.modelcontextprotocol/protocolVersion`, `…/clientCapabilities`).
+    McpMeta,
+    /// MCP 2026-07-28: a request in a protocol version the server's `server/discover` did not
+    /// list in `supportedVersions`.
+    McpVersion,
+    /// MCP: a feature deprecated in the session's protocol version (roots, sampling and
+    /// logging since 2026-07-28); the finding names the replacement.
+    McpDeprecated,
 }
 
 impl Code {
-    pub const ALL: [Code; 25] = [
+    pub const ALL: [Code; 30] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -92,6 +109,11 @@ impl Code {
         Code::McpCancelUnknown,
         Code::McpLargeResult,
         Code::McpAuth,
+        Code::McpRequestState,
+        Code::McpInputResponse,
+        Code::McpMeta,
+        Code::McpVersion,
+        Code::McpDeprecated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -121,6 +143,11 @@ impl Code {
             Code::McpCancelUnknown => "MCP_CANCEL_UNKNOWN",
             Code::McpLargeResult => "MCP_LARGE_RESULT",
             Code::McpAuth => "MCP_AUTH",
+            Code::McpRequestState => "MCP_REQUEST_STATE",
+            Code::McpInputResponse => "MCP_INPUT_RESPONSE",
+            Code::McpMeta => "MCP_META",
+            Code::McpVersion => "MCP_VERSION",
+            Code::McpDeprecated => "MCP_DEPRECATED",
         }
     }
 
@@ -136,12 +163,14 @@ impl Code {
             | Code::ParseError
             | Code::McpCapability
             | Code::McpOutputSchema
-            | Code::McpHeaderMismatch => Severity::Error,
+            | Code::McpHeaderMismatch
+            | Code::McpRequestState
+            | Code::McpMeta
+            | Code::McpVersion => Severity::Error,
             Code::NullIdResponse
             | Code::UnsafeId
             | Code::HttpStatus
-            | Code::ToolError
-            | Code::NotInspected
+            | Code::McpInputResponse
             | Code::McpEarlyRequest
             | Code::McpSessionChanged
             | Code::McpInputSchema
@@ -151,6 +180,9 @@ impl Code {
             | Code::McpCancelUnknown
             | Code::McpLargeResult
             | Code::McpAuth => Severity::Warning,
+            // What a tool said of itself, what rpctap did not read, and a feature still working
+            // but on its way out: shown and counted, never failing `check` by default.
+            Code::ToolError | Code::NotInspected | Code::McpDeprecated => Severity::Info,
         }
     }
 }

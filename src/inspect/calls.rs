@@ -3,6 +3,7 @@
 //! `DUPLICATE_ID`, `UNMATCHED_RESPONSE`, `ID_TYPE_MISMATCH`, `MISSING_RESPONSE`,
 //! `NOTIFICATION_REPLY`, `INVALID_ENVELOPE`, `NULL_ID_RESPONSE` and `UNSAFE_ID`.
 
+use super::modern;
 use super::*;
 
 /// Where an anomaly was seen: the exchange, the scope, and the frame (direction and batch index).
@@ -79,6 +80,7 @@ pub(super) fn end_call(
             anomalies,
             request_index: p.index,
             response_index,
+            continues: p.modern.and_then(|m| m.continues),
             trace: p.trace,
         });
         match defer {
@@ -119,7 +121,15 @@ pub(super) fn end_missing(
     anomaly: bool,
 ) {
     for p in p.each_copy() {
-        let extra: &[&'static str] = if anomaly {
+        // A `subscriptions/listen` call lives as long as its stream: the stream's end ends it,
+        // which is no missing reply (an abrupt close carries none, by the specification).
+        let listen = &*p.method == "subscriptions/listen";
+        let reason = &*if listen {
+            format!("its subscription stream ended ({reason})")
+        } else {
+            reason.to_string()
+        };
+        let extra: &[&'static str] = if anomaly && !listen {
             flag(
                 inner,
                 Site {
@@ -291,7 +301,11 @@ impl ExchangeCtx {
         match env.kind {
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
-                let progress = self.mcp_request_checks(dir, &env, &mut anomalies);
+                let (progress, modern) = self.mcp_request_checks(dir, &env, &mut anomalies);
+                if target.is_none() && method.as_deref() == Some("subscriptions/listen") {
+                    // A listen stream is named by its request's id, as its notifications are.
+                    target = Some(Arc::from(id.to_string()));
+                }
                 let trace = self.call_trace(&env);
                 self.register_call(
                     dir,
@@ -299,11 +313,15 @@ impl ExchangeCtx {
                     method.clone().unwrap_or_else(|| "".into()),
                     target.clone(),
                     anomalies,
-                    progress,
+                    (progress, modern),
                     trace,
                 );
             }
             Kind::Notification => {
+                if target.is_none() && dir == Direction::ServerToClient {
+                    // One that rides a `subscriptions/listen` stream is attributed to it.
+                    target = modern::subscription_id(&env.raw);
+                }
                 if dir == Direction::ClientToServer {
                     self.req.notifications = self.req.notifications.saturating_add(1);
                     self.mcp_client_notification(env.method.as_deref());
@@ -328,7 +346,7 @@ impl ExchangeCtx {
                             m,
                             target.clone(),
                             vec![Code::InvalidEnvelope.as_str()],
-                            None,
+                            (None, None),
                             self.trace.clone(),
                         );
                     }
@@ -434,7 +452,7 @@ impl ExchangeCtx {
         method: Arc<str>,
         target: Option<Arc<str>>,
         mut anomalies: Vec<&'static str>,
-        progress: Option<Box<str>>,
+        (progress, modern): (Option<Box<str>>, Option<Box<modern::CallMeta>>),
         trace: Option<Arc<crate::trace::CallTrace>>,
     ) {
         let inner = self.insp.clone();
@@ -454,6 +472,7 @@ impl ExchangeCtx {
             index: self.cur.and_then(|c| c.1),
             progress,
             trace,
+            modern,
         };
         let mut evicted = Vec::new();
         let res = inner.correlator.insert(key.clone(), p, &mut evicted);
@@ -591,13 +610,19 @@ impl ExchangeCtx {
         &mut self,
         key: &PendingKey,
         mut p: Pending,
-        outcome: Outcome,
+        mut outcome: Outcome,
         env: &Envelope,
         mut extra: Vec<&'static str>,
     ) {
         let inner = self.insp.clone();
-        self.tool_result_rules(key, &p, env, &mut extra);
-        self.mcp_reply_rules(key, &p, env, &mut extra);
+        // A round that asks for input is no tool result (nor its output).
+        let input = self.input_required(key, &p, env, &mut extra);
+        if input {
+            outcome = Outcome::InputRequired;
+        } else {
+            self.tool_result_rules(key, &p, env, &mut extra);
+        }
+        self.mcp_reply_rules(key, &p, env, input, &mut extra);
         self.subscription_reply(&mut p, env);
         self.reply_status_rules(key, &p, &mut extra);
         end_call(

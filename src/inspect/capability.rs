@@ -153,7 +153,10 @@ pub fn needed(method: &str, dir: Direction, version: &str) -> Option<Need> {
             Caps(Caps::PROMPTS.0 | Caps::PROMPTS_LIST_CHANGED.0),
             "prompts.listChanged",
         ),
-        (ServerToClient, "notifications/message") => server(Caps::LOGGING, "logging"),
+        // From 2026-07-28 a client opts into logs per request (`_meta` logLevel).
+        (ServerToClient, "notifications/message") if version < super::modern::MODERN => {
+            server(Caps::LOGGING, "logging")
+        }
         (ServerToClient, "sampling/createMessage") => client(Caps::SAMPLING, "sampling"),
         (ServerToClient, "elicitation/create") => client(Caps::ELICITATION, "elicitation"),
         (ServerToClient, "roots/list") => client(Caps::ROOTS, "roots"),

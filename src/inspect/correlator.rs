@@ -44,6 +44,9 @@ pub struct Pending {
     pub progress: Option<Box<str>>,
     /// Its trace context (only with `--otlp`).
     pub trace: Option<Arc<crate::trace::CallTrace>>,
+    /// What an MCP 2026-07-28 call keeps (its arguments' hash, declared capabilities, the round
+    /// it continues).
+    pub modern: Option<Box<super::modern::CallMeta>>,
 }
 
 impl Pending {
@@ -218,7 +221,8 @@ impl Correlator {
         let keys: Vec<PendingKey> = self
             .pending
             .iter()
-            .filter(|e| e.started < deadline)
+            // A `subscriptions/listen` call lasts as long as its stream, by design.
+            .filter(|e| e.started < deadline && &*e.method != "subscriptions/listen")
             .map(|e| e.key().clone())
             .collect();
         keys.into_iter()
@@ -336,6 +340,7 @@ mod tests {
             index: None,
             progress: None,
             trace: None,
+            modern: None,
         }
     }
 

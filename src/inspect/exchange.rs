@@ -3,6 +3,7 @@
 //! answers, refusals, and the end — where calls still waiting end as missing. Decides
 //! `PARSE_ERROR`, `INVALID_BATCH_REPLY`, `NOT_INSPECTED` and `HTTP_STATUS`.
 
+use super::modern;
 use super::*;
 
 /// The rules' enforcement on a stream sees the inspector through this.
@@ -60,7 +61,10 @@ impl ExchangeCtx {
                     format!("request body is not valid JSON: {why}"),
                 );
             }
-            Body::Single(env) => self.on_envelope(Direction::ClientToServer, env, None, None),
+            Body::Single(env) => {
+                self.stateless_scope(&env);
+                self.on_envelope(Direction::ClientToServer, env, None, None)
+            }
             Body::Batch(members) if members.is_empty() => {
                 self.req.batch = true;
                 self.publish_empty_batch(Direction::ClientToServer, body.clone(), None);
@@ -417,6 +421,10 @@ impl ExchangeCtx {
                 self.cur = None;
             }
             Body::Single(env) => {
+                if dir == Direction::ClientToServer && t == Transport::Ws && !self.ws_decided {
+                    self.ws_decided = true;
+                    self.ws_session(&env);
+                }
                 if dir == Direction::ClientToServer && env.method.as_deref() == Some("initialize") {
                     // An MCP session's lifecycle rules apply from its `initialize` on.
                     if let Scope::Session(sid) = &self.scope {
@@ -446,6 +454,20 @@ impl ExchangeCtx {
                 }
                 self.batch_len = None;
             }
+        }
+    }
+
+    /// A WebSocket connection whose first request is MCP's (`initialize`, or a 2026-07-28
+    /// request naming its protocol version) is an MCP session from there on: one scope named
+    /// `ws-N` after its upgrade exchange, to which the session rules apply as to stdio's.
+    /// Other JSON-RPC over WebSocket (`eth_subscribe`…) keeps the connection's plain scope, where
+    /// ids may be reused once answered.
+    fn ws_session(&mut self, env: &Envelope) {
+        let mcp = env.kind == Kind::Request
+            && (env.method.as_deref() == Some("initialize")
+                || modern::sender(&env.raw).is_some_and(|s| s.version.is_some()));
+        if mcp {
+            self.scope = Scope::Session(format!("ws-{}", self.id).into());
         }
     }
 

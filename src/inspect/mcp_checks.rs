@@ -30,6 +30,8 @@ pub struct McpState {
     /// The capabilities a notification was already flagged for (each once per session: a
     /// server that logs without `logging` says so on every line).
     notified: Caps,
+    /// What the 2026-07-28 rules keep: discovery, open rounds, deprecations flagged.
+    pub modern: super::modern::ModernState,
 }
 
 /// What the capability rule needs of a session, copied out of its state: the client's and the
@@ -48,7 +50,9 @@ impl McpState {
 pub(super) struct McpHeaders {
     method: Option<Box<str>>,
     name: Option<Box<str>>,
-    version: Option<Box<str>>,
+    pub(super) version: Option<Box<str>>,
+    /// `Mcp-Param-*` headers (2026-07-28): the name's rest in lower case, and the value.
+    pub(super) params: Vec<(Box<str>, Box<str>)>,
 }
 
 /// A progress token in use: the call that carries it and the last progress reported.
@@ -166,7 +170,7 @@ struct ContentParts<'a> {
 
 /// A header value as `Mcp-Name` carries it: plain, or `=?base64?…?=` for a name that is not
 /// plain ASCII.
-fn decode_name(v: &str) -> Option<String> {
+pub(super) fn decode_name(v: &str) -> Option<String> {
     use base64::Engine as _;
     match v
         .strip_prefix("=?base64?")
@@ -213,10 +217,22 @@ impl McpHeaders {
         if meta.mcp_method.is_none() && meta.mcp_name.is_none() && meta.protocol_version.is_none() {
             return None;
         }
+        // `Mcp-Param-*` exist from 2026-07-28 on: only then are the headers walked.
+        let params = match (meta.protocol_version, meta.headers) {
+            (Some(v), Some(h)) if v >= super::modern::MODERN => h
+                .iter()
+                .filter_map(|(n, v)| {
+                    let rest = n.as_str().strip_prefix("mcp-param-")?;
+                    Some((rest.into(), v.to_str().ok()?.into()))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Some(Box::new(McpHeaders {
             method: meta.mcp_method.map(Into::into),
             name: meta.mcp_name.map(Into::into),
             version: meta.protocol_version.map(Into::into),
+            params,
         }))
     }
 }
@@ -361,7 +377,7 @@ impl ExchangeCtx {
         }
         let notification = env.kind == Kind::Notification;
         if notification {
-            if let Scope::Session(sid) = &self.scope {
+            if let Some(sid) = self.scope.group() {
                 let (again, ev) = self.insp.correlator.with_session(sid, |s| {
                     let again = s.mcp.notified.has(need.caps);
                     s.mcp.notified = Caps(s.mcp.notified.0 | need.caps.0);
@@ -383,7 +399,15 @@ impl ExchangeCtx {
             Code::McpCapability,
             env.id.as_ref(),
             Some(method),
-            format!("`{method}` ({what}) needs the {who} capability `{}`, which the {who} did not declare in initialize", need.name),
+            format!(
+                "`{method}` ({what}) needs the {who} capability `{}`, which the {who} did not declare {}",
+                need.name,
+                match (need.side, self.sender.is_some()) {
+                    (Side::Client, true) => "in the request's _meta",
+                    (Side::Server, true) => "in server/discover",
+                    _ => "in initialize",
+                }
+            ),
         );
         anomalies.push(Code::McpCapability.as_str());
     }
@@ -394,17 +418,23 @@ impl ExchangeCtx {
         dir: Direction,
         env: &Envelope,
         anomalies: &mut Vec<&'static str>,
-    ) -> Option<Box<str>> {
-        let method = env.method.clone()?;
+    ) -> (Option<Box<str>>, Option<Box<super::modern::CallMeta>>) {
+        let Some(method) = env.method.clone() else {
+            return (None, None);
+        };
         let inner = self.insp.clone();
-        if dir == Direction::ClientToServer {
+        let modern = if dir == Direction::ClientToServer {
             self.client_message(env, &method, true, anomalies);
-        }
+            self.modern_request(env, &method, anomalies)
+        } else {
+            self.deprecated_use(dir, &method, env.id.as_ref());
+            None
+        };
         if &*method == "initialize" && dir == Direction::ClientToServer {
             if let Some(p) = params::<Initialize>(&env.raw) {
                 let caps = Caps::from_json(&p.capabilities);
                 self.init_caps = Some(caps);
-                if let Scope::Session(sid) = &self.scope {
+                if let Some(sid) = self.scope.group() {
                     let (_, ev) = inner
                         .correlator
                         .with_session(sid, |s| s.mcp.client_caps = Some(caps));
@@ -412,7 +442,7 @@ impl ExchangeCtx {
                 }
             }
         }
-        if let Scope::Session(sid) = &self.scope {
+        if let Some(sid) = self.scope.group() {
             let sid = sid.clone();
             // One look at the session: the capability rule, and what a tools/call needs.
             let tool = (&*method == "tools/call" && dir == Direction::ClientToServer)
@@ -420,16 +450,38 @@ impl ExchangeCtx {
                 .flatten();
             let seen = inner.correlator.peek_session(&sid, |s| {
                 let tool = tool.map(|t| {
+                    let decl = s.mcp.tools.get(t);
                     (
                         s.mcp.tools.unknown(t),
-                        s.mcp.tools.get(t).and_then(|x| x.input.clone()),
+                        decl.and_then(|x| x.input.clone()),
+                        // Known to the catalogue: its header mapping (none is a mapping too).
+                        decl.map(|x| x.params.clone()),
                     )
                 });
                 (s.mcp.handshake(), tool)
             });
-            let (handshake, tool_seen) = seen.unwrap_or_default();
+            let (mut handshake, tool_seen) = seen.unwrap_or_default();
+            self.modern_handshake(&mut handshake);
             self.capability_rule(&handshake, dir, env, &method, anomalies);
-            if let Some((unknown, input)) = tool_seen {
+            if let Some((_, _, Some(mapped))) = &tool_seen {
+                let sent = self.mcp_hdr.as_ref().map_or(&[][..], |h| &h.params[..]);
+                if mapped.is_some() || !sent.is_empty() {
+                    let declared = mapped.as_deref().unwrap_or(&[]);
+                    let args = params::<CallParams>(&env.raw).and_then(|p| p.arguments);
+                    if let Some(why) = super::modern::param_mismatch(declared, args.as_ref(), sent)
+                    {
+                        self.flag_here(
+                            dir,
+                            Code::McpHeaderMismatch,
+                            env.id.as_ref(),
+                            Some(&method),
+                            why,
+                        );
+                        anomalies.push(Code::McpHeaderMismatch.as_str());
+                    }
+                }
+            }
+            if let Some((unknown, input, _)) = tool_seen {
                 let name = tool.unwrap_or_default();
                 if unknown {
                     self.flag_here(
@@ -471,7 +523,19 @@ impl ExchangeCtx {
                 }
             }
         }
-        self.progress_token(dir, env)
+        (self.progress_token(dir, env), modern)
+    }
+
+    /// A 2026-07-28 message is judged by what its request's `_meta` declared (capabilities are
+    /// per request: servers must not infer them from earlier ones) and in its version.
+    fn modern_handshake(&self, h: &mut Handshake) {
+        let Some(s) = &self.sender else { return };
+        if s.caps.is_some() {
+            h.0 = s.caps;
+        }
+        if let Some(v) = &s.version {
+            h.2 = Some(v.clone());
+        }
     }
 
     /// A request's `_meta.progressToken`, registered for the call's life.
@@ -506,9 +570,10 @@ impl ExchangeCtx {
         if dir == Direction::ClientToServer {
             self.client_message(env, &method, false, &mut sink);
         }
-        if let Scope::Session(sid) = &self.scope {
+        if let Some(sid) = self.scope.group() {
             let sid = sid.clone();
-            if let Some(h) = inner.correlator.peek_session(&sid, |s| s.mcp.handshake()) {
+            if let Some(mut h) = inner.correlator.peek_session(&sid, |s| s.mcp.handshake()) {
+                self.modern_handshake(&mut h);
                 self.capability_rule(&h, dir, env, &method, &mut sink);
             }
             if &*method == "notifications/tools/list_changed" && dir == Direction::ServerToClient {
@@ -518,6 +583,7 @@ impl ExchangeCtx {
                 self.notice_evicted(ev);
             }
         }
+        self.deprecated_use(dir, &method, None);
         match &*method {
             "notifications/progress" => self.progress_rule(dir, env, &method),
             "notifications/cancelled" => self.cancel_rule(dir, env, &method),
@@ -591,6 +657,7 @@ impl ExchangeCtx {
         key: &PendingKey,
         p: &Pending,
         env: &Envelope,
+        input_required: bool,
         extra: &mut Vec<&'static str>,
     ) {
         if env.kind != Kind::Result {
@@ -598,10 +665,11 @@ impl ExchangeCtx {
         }
         let inner = self.insp.clone();
         let sid = match &key.scope {
-            Scope::Session(s) => Some(s.clone()),
             Scope::Exchange(_) => self.new_session.clone(),
+            s => s.group().cloned(),
         };
         match (&*p.method, &sid) {
+            ("server/discover", Some(sid)) => self.discover_result(sid, env),
             ("initialize", Some(sid)) => {
                 if let Some(r) = result::<Initialize>(&env.raw) {
                     let caps = Caps::from_json(&r.capabilities);
@@ -628,6 +696,9 @@ impl ExchangeCtx {
                             let s = ToolSchemas {
                                 input: t.input_schema.map(|r| inner.schemas.intern(r.get())),
                                 output: t.output_schema.map(|r| inner.schemas.intern(r.get())),
+                                params: t
+                                    .input_schema
+                                    .and_then(|r| super::modern::param_headers(r.get())),
                             };
                             (Arc::from(t.name.as_str()), s)
                         })
@@ -638,7 +709,9 @@ impl ExchangeCtx {
                     self.notice_evicted(ev);
                 }
             }
-            ("tools/call", Some(sid)) if key.direction == Direction::ClientToServer => {
+            ("tools/call", Some(sid))
+                if key.direction == Direction::ClientToServer && !input_required =>
+            {
                 let name = p.target.as_deref().unwrap_or("");
                 let output = inner
                     .correlator

@@ -13,6 +13,7 @@ pub mod correlator;
 mod exchange;
 mod mcp;
 mod mcp_checks;
+mod modern;
 pub mod offline;
 pub mod recorded;
 pub mod schemas;
@@ -163,6 +164,8 @@ pub struct RequestMeta<'a> {
     pub mcp_name: Option<&'a str>,
     /// The client's address as text (made once per connection).
     pub peer: Option<&'a str>,
+    /// Its IP (a stateless client's group names it).
+    pub peer_ip: Option<std::net::IpAddr>,
     pub headers: Option<&'a http::HeaderMap>,
 }
 
@@ -279,6 +282,12 @@ pub struct ExchangeCtx {
     pub trace: Option<Arc<crate::trace::CallTrace>>,
     /// A call has taken the propagated span id.
     trace_taken: bool,
+    /// The client's IP, for a stateless client's group.
+    peer_ip: Option<std::net::IpAddr>,
+    /// What the request being read names of its sender in its `_meta` (MCP 2026-07-28).
+    sender: Option<Box<modern::Sender>>,
+    /// A WebSocket connection became an MCP session (its first request was MCP's).
+    ws_decided: bool,
 }
 
 impl Inspector {
@@ -445,6 +454,9 @@ impl Inspector {
                 ))
             }),
             trace_taken: false,
+            peer_ip: meta.peer_ip,
+            sender: None,
+            ws_decided: false,
         };
         ctx.mcp_request_head(meta);
         ctx
@@ -520,6 +532,9 @@ impl Inspector {
                 })
             }),
             trace_taken: false,
+            peer_ip: None,
+            sender: None,
+            ws_decided: false,
         }
     }
 

@@ -266,6 +266,7 @@ pub fn reinspect(header: &serde_json::Value, events: &[Event]) -> Vec<Event> {
                 session,
                 protocol_version,
                 headers,
+                peer,
                 ..
             }) => {
                 let (p, q) = match path.split_once('?') {
@@ -284,7 +285,9 @@ pub fn reinspect(header: &serde_json::Value, events: &[Event]) -> Vec<Event> {
                         mcp_method: headers.get("mcp-method"),
                         mcp_name: headers.get("mcp-name"),
                         peer: None,
-                        headers: None,
+                        peer_ip: peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()),
+                        // As recorded (the `Mcp-Param-*` rules read them).
+                        headers: Some(&headers.0),
                     },
                 );
                 open.insert(
@@ -453,7 +456,7 @@ pub fn codes_by_scope(events: &[Event]) -> Vec<(String, &'static str)> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Anomaly(a) => Some((a.scope.to_string(), a.code)),
+            Event::Anomaly(a) => Some((a.scope.report_key(), a.code)),
             _ => None,
         })
         .collect()
@@ -471,7 +474,7 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
                 if m.batch_len != Some(0)
                     && (m.direction == Direction::ClientToServer) != m.kind.is_response() =>
             {
-                let scope = m.scope.to_string();
+                let scope = m.scope.report_key();
                 let d = docs.entry(scope.clone()).or_insert_with(|| {
                     order.push(scope);
                     ScopeDoc {
@@ -506,7 +509,7 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
                     Outcome::Error { .. } => "error",
                     _ => continue,
                 };
-                let Some(d) = docs.get_mut(&c.scope.to_string()) else {
+                let Some(d) = docs.get_mut(&c.scope.report_key()) else {
                     continue;
                 };
                 let id = c.id.to_json_text();
@@ -530,7 +533,7 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
         }
     }
     for a in anomalies {
-        let scope = a.scope.to_string();
+        let scope = a.scope.report_key();
         let d = docs.entry(scope.clone()).or_insert_with(|| {
             order.push(scope);
             ScopeDoc {
@@ -559,6 +562,9 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
             if a.severity == Severity::Error {
                 r.error_count += 1;
             }
+            if a.severity.fails_by_default() {
+                r.failing += 1;
+            }
             r.findings.push(Finding {
                 code: a.code.to_string(),
                 severity: a.severity,
@@ -574,7 +580,8 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
             r.matches
                 .sort_by_key(|m| (m.request_index, m.response_index));
             r.matched_count = r.matches.len() as u64;
-            r.passes_checks = r.error_count == 0;
+            // The default gate: errors and warnings fail, info does not.
+            r.passes_checks = r.failing == 0;
             Some((s, r))
         })
         .collect()

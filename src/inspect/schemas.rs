@@ -21,6 +21,8 @@ pub const MAX_TOOLS: usize = 4096;
 pub struct ToolSchemas {
     pub input: Option<Arc<str>>,
     pub output: Option<Arc<str>>,
+    /// The arguments its `inputSchema` mirrors into `Mcp-Param-*` headers (`x-mcp-header`).
+    pub params: Option<Arc<[super::modern::ParamHeader]>>,
 }
 
 /// A session's tools.

@@ -268,7 +268,7 @@ impl Maker {
         let code_text;
         let error_type: Option<Cow<'_, str>> = match &c.outcome {
             Outcome::Result if c.anomalies.contains(&"TOOL_ERROR") => Some("tool_error".into()),
-            Outcome::Result => None,
+            Outcome::Result | Outcome::InputRequired => None,
             Outcome::Error { code, message } => {
                 code_text = code.to_string();
                 attrs.push(("rpc.jsonrpc.error_code", Attr::Int(*code)));

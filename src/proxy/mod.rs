@@ -218,6 +218,7 @@ impl Proxy {
             mcp_method: picked.mcp_method,
             mcp_name: picked.mcp_name,
             peer: Some(&conn.peer_text),
+            peer_ip: Some(conn.peer.ip()),
             headers: Some(req.headers()),
         });
         let upgrade = headers::is_upgrade(req.headers());

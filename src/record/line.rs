@@ -81,7 +81,10 @@ impl Line<'_> {
         }
     }
     fn id(&mut self, id: &crate::rpc::Id) -> serde_json::Result<()> {
-        self.key("id");
+        self.id_named("id", id)
+    }
+    fn id_named(&mut self, name: &str, id: &crate::rpc::Id) -> serde_json::Result<()> {
+        self.key(name);
         match id {
             crate::rpc::Id::Str(s) => {
                 json_str(self.0, s);
@@ -285,6 +288,7 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
     l.id(&c.id)?;
     match &c.outcome {
         Outcome::Result => l.name("outcome", "result"),
+        Outcome::InputRequired => l.name("outcome", "input_required"),
         Outcome::Error { code, message } => {
             l.name("outcome", "error");
             l.num("code", *code);
@@ -320,6 +324,9 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
     }
     if let Some(v) = c.response_index {
         l.num("response_index", v);
+    }
+    if let Some(v) = &c.continues {
+        l.id_named("continues", v)?;
     }
     l.close();
     Ok(())
@@ -582,9 +589,25 @@ mod tests {
             anomalies: vec!["DUPLICATE_ID", "UNSAFE_ID"],
             request_index: Some(0),
             response_index: Some(u32::MAX),
+            continues: None,
             trace: None,
         };
         let mut calls = vec![base.clone()];
+        // A multi round-trip call's round, and the retry that continues it.
+        calls.push(CallEvent {
+            outcome: Outcome::InputRequired,
+            scope: Scope::Stateless {
+                group: "stateless:mcp/0.1.0@127.0.0.1".into(),
+                exchange: 3,
+            },
+            ..base.clone()
+        });
+        for c in [Id::Num("2".into()), Id::Str("r\"1".into())] {
+            calls.push(CallEvent {
+                continues: Some(c),
+                ..base.clone()
+            });
+        }
         for outcome in [
             Outcome::Error {
                 code: -32601,

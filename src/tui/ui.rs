@@ -207,6 +207,7 @@ fn outcome_style(t: &Theme, r: &Row) -> Style {
         RowOutcome::Pending => t.fg(Color::Cyan),
         RowOutcome::Notification => t.fg(Color::DarkGray),
         RowOutcome::Result => t.fg(Color::Green),
+        RowOutcome::InputRequired => t.fg(Color::Yellow),
         _ => t.fg(Color::Red),
     }
 }
@@ -400,6 +401,42 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             }
             const UNSEEN: &str = "(not seen here: the call began before this dashboard saw its messages — attached later, or display events dropped; a recording has them)";
             const DROPPED: &str = "(text dropped: the detail budget keeps the newest calls)";
+            if let Some(rounds) = &r.rounds {
+                // A multi round-trip call: the rounds that asked for input, then this one.
+                lines.push(Line::from(Span::styled(
+                    format!(
+                        "{} rounds (the latency above runs from the first request)",
+                        rounds.list.len() + 1
+                    ),
+                    t.bold(),
+                )));
+                for (k, x) in rounds.list.iter().enumerate() {
+                    lines.push(Line::from(Span::styled(
+                        format!(
+                            "round {} · id {} · input required {}",
+                            k + 1,
+                            x.id,
+                            x.latency_us.map(dur).unwrap_or_default()
+                        ),
+                        t.fg(Color::Cyan),
+                    )));
+                    for (title, text) in [("request", &x.request), ("asked", &x.reply)] {
+                        lines.push(Line::from(Span::styled(format!("  {title}"), t.bold())));
+                        match text {
+                            Some(q) => lines.extend(json_lines(q, t)),
+                            None => lines.push(Line::from(DROPPED)),
+                        }
+                    }
+                }
+                lines.push(Line::from(Span::styled(
+                    format!(
+                        "round {} · id {} (the answers)",
+                        rounds.list.len() + 1,
+                        r.id
+                    ),
+                    t.fg(Color::Cyan),
+                )));
+            }
             lines.push(Line::from(Span::styled("request", t.bold())));
             match &r.request {
                 Some(q) => lines.extend(json_lines(q, t)),

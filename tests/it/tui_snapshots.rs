@@ -155,6 +155,7 @@ fn app() -> App {
         outcome: RowOutcome::Result,
         latency_us: Some(700),
         anomalies: vec!["TOOL_ERROR".into()],
+        continues: None,
     });
     a.apply_message(m(
         5,

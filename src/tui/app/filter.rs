@@ -29,6 +29,7 @@ impl Subject for Row {
             RowOutcome::Pending => Status::Pending,
             RowOutcome::Notification => Status::Notification,
             RowOutcome::Result => Status::Ok,
+            RowOutcome::InputRequired => Status::Input,
             RowOutcome::Error(_) | RowOutcome::Rejected(_) => Status::Error,
             RowOutcome::Missing(_) => Status::Missing,
             RowOutcome::Refused(_) => Status::Refused,

@@ -91,22 +91,25 @@ impl App {
     /// a scan: the screen is drawn ten times a second over up to `max_rows` rows.
     pub fn visible_len(&self) -> usize {
         if self.filter.trim().is_empty() {
-            return self.rows.len();
+            return self.rows.len() - self.folded;
         }
         let f = self.filter_parsed();
-        self.rows.iter().filter(|r| f.matches(*r)).count()
+        self.rows
+            .iter()
+            .filter(|r| !r.folded && f.matches(*r))
+            .count()
     }
 
     /// `n` rows of the Calls view from position `start`.
     pub fn visible_range(&self, start: usize, n: usize) -> Vec<&Row> {
-        if self.filter.trim().is_empty() {
+        if self.filter.trim().is_empty() && self.folded == 0 {
             let end = start.saturating_add(n).min(self.rows.len());
             return self.rows.range(start.min(end)..end).collect();
         }
         let f = self.filter_parsed();
         self.rows
             .iter()
-            .filter(|r| f.matches(*r))
+            .filter(|r| !r.folded && f.matches(*r))
             .skip(start)
             .take(n)
             .collect()

@@ -35,7 +35,10 @@ mod tests;
 
 pub use crate::filter::Filter;
 pub use keys::{Action, Key, View};
-pub use row::{transport_label, AnomalyIn, CallIn, HttpMeta, MessageIn, Row, RowOutcome};
+pub use row::{
+    scope_group, transport_label, AnomalyIn, CallIn, HttpMeta, MessageIn, Round, Rounds, Row,
+    RowOutcome,
+};
 pub use servers::{ServerInfo, SOURCE_SHIFT};
 
 #[derive(Clone, Debug, Default)]
@@ -83,6 +86,8 @@ pub struct App {
     pub started_ns: u64,
     pub now_ns: u64,
     pub rows: VecDeque<Row>,
+    /// Rows folded into a later round of their call (kept, not listed).
+    folded: usize,
     pub max_rows: usize,
     pub max_detail_bytes: usize,
     detail_bytes: usize,
@@ -187,6 +192,7 @@ impl App {
             started_ns: now_ns,
             now_ns,
             rows: VecDeque::new(),
+            folded: 0,
             max_rows: max_rows.max(1),
             max_detail_bytes: 64 << 20,
             detail_bytes: 0,
@@ -284,6 +290,7 @@ impl App {
         while self.rows.len() > self.max_rows {
             if let Some(old) = self.rows.pop_front() {
                 self.detail_bytes -= old.detail_bytes();
+                self.folded -= usize::from(old.folded);
                 if old.outcome == RowOutcome::Pending {
                     // Its outcome never came (or was among the dropped display events): the
                     // row goes, and so does its place in the open calls.
@@ -317,6 +324,12 @@ impl App {
                 r.request = None;
                 r.reply = None;
                 r.stream.clear();
+                if let Some(rounds) = &mut r.rounds {
+                    for x in &mut rounds.list {
+                        x.request = None;
+                        x.reply = None;
+                    }
+                }
                 self.detail_bytes -= b;
             }
             i += 1;
@@ -363,6 +376,7 @@ impl App {
                 outcome: RowOutcome::from(&c.outcome),
                 latency_us: c.latency_us,
                 anomalies: c.anomalies.iter().map(|a| Text::from(*a)).collect(),
+                continues: c.continues.as_ref().map(|i| i.to_json_text().into()),
             }),
             Event::Http(crate::events::HttpEvent::Request {
                 exchange,
@@ -468,6 +482,8 @@ impl App {
             stream: vec![],
             transport: "http",
             server: self.server_label(),
+            rounds: None,
+            folded: false,
         };
         self.push_row(row);
     }
@@ -497,6 +513,8 @@ impl App {
             stream: vec![],
             transport: "ws",
             server: self.server_label(),
+            rounds: None,
+            folded: false,
         };
         self.push_row(row);
     }
@@ -615,6 +633,8 @@ impl App {
                     stream: vec![],
                     transport: transport_label(m.transport),
                     server: self.server_label(),
+                    rounds: None,
+                    folded: false,
                 };
                 self.push_row(row);
                 self.note_recent(m.exchange, dir, m.batch_index, Some(seq));
@@ -700,6 +720,14 @@ impl App {
     /// held to `max_rows` sessions: past that, the least recently seen eighth goes (amortized:
     /// the sort runs once per `max_rows / 8` new sessions).
     fn session_mut(&mut self, scope: &Text) -> &mut SessionStats {
+        if scope.starts_with(crate::events::STATELESS_PREFIX) {
+            // A stateless client's exchanges are its session here.
+            let g = Text::from(scope_group(scope));
+            if !self.sessions.contains_key(&g) {
+                make_room(&mut self.sessions, self.max_rows, |s| s.last_ns);
+            }
+            return self.sessions.entry(g).or_default();
+        }
         if !scope.starts_with("session:") {
             return &mut self.no_session;
         }
@@ -741,6 +769,7 @@ impl App {
             outcome,
             latency_us,
             anomalies: vec![],
+            continues: None,
         });
     }
 
@@ -798,7 +827,8 @@ impl App {
             self.open.remove(&key);
         }
         let codes = c.anomalies;
-        match seq {
+        let continues = c.continues;
+        let seq = match seq {
             Some(seq) => {
                 if let Some(r) = self.row_mut(seq) {
                     r.outcome = outcome;
@@ -813,6 +843,7 @@ impl App {
                         }
                     }
                 }
+                seq
             }
             None => {
                 let seq = self.next_seq;
@@ -844,8 +875,50 @@ impl App {
                     stream: vec![],
                     transport: FROM_CALL,
                     server: self.server_label(),
-                });
+                    rounds: None,
+                    folded: false,
+                })
             }
+        };
+        if let Some(prev) = continues {
+            self.fold_round(seq, &prev);
+        }
+    }
+
+    /// A retry ended: the round it continues (the newest `input_required` row of its session or
+    /// client with that id) is folded into it — listed no more, its request and reply kept in
+    /// this row's rounds — and the call's latency runs from the first round's request.
+    fn fold_round(&mut self, seq: u64, prev: &Text) {
+        let Some(me) = self.row(seq) else { return };
+        let group = scope_group(&me.scope).to_string();
+        let direction = me.direction;
+        let Some(i) = self.rows.iter().rposition(|r| {
+            r.seq < seq
+                && !r.folded
+                && r.outcome == RowOutcome::InputRequired
+                && r.id == *prev
+                && r.direction == direction
+                && scope_group(&r.scope) == group
+        }) else {
+            return;
+        };
+        let old = &mut self.rows[i];
+        old.folded = true;
+        let mut rounds = old.rounds.take().map(|b| *b).unwrap_or_else(|| Rounds {
+            started_ns: old.ts_ns,
+            list: Vec::new(),
+        });
+        rounds.list.push(Round {
+            id: old.id.clone(),
+            request: old.request.take(),
+            reply: old.reply.take(),
+            latency_us: old.latency_us,
+        });
+        self.folded += 1;
+        if let Some(r) = self.row_mut(seq) {
+            let end = r.ts_ns + r.latency_us.unwrap_or(0) * 1000;
+            r.latency_us = Some(end.saturating_sub(rounds.started_ns) / 1000);
+            r.rounds = Some(Box::new(rounds));
         }
     }
 

@@ -11,6 +11,8 @@ pub enum RowOutcome {
     Pending,
     Notification,
     Result,
+    /// A multi round-trip call's round that ended asking for input.
+    InputRequired,
     Error(i64),
     Refused(String),
     Rejected(u16),
@@ -23,6 +25,7 @@ impl From<&Outcome> for RowOutcome {
     fn from(o: &Outcome) -> Self {
         match o {
             Outcome::Result => RowOutcome::Result,
+            Outcome::InputRequired => RowOutcome::InputRequired,
             Outcome::Error { code, .. } => RowOutcome::Error(*code),
             Outcome::Refused { rule } => RowOutcome::Refused(rule.clone()),
             Outcome::Rejected { status } => RowOutcome::Rejected(*status),
@@ -37,6 +40,7 @@ impl RowOutcome {
             RowOutcome::Pending => "pending".into(),
             RowOutcome::Notification => "notif".into(),
             RowOutcome::Result => "result".into(),
+            RowOutcome::InputRequired => "input".into(),
             RowOutcome::Error(c) => format!("error {c}"),
             RowOutcome::Refused(_) => "refused".into(),
             RowOutcome::Rejected(s) => format!("HTTP {s}"),
@@ -80,6 +84,38 @@ pub struct Row {
     pub transport: &'static str,
     /// The server's label under `watch` (empty with one source).
     pub server: Text,
+    /// An MCP multi round-trip call: the `input_required` rounds before this final one, oldest
+    /// first (their rows are folded into this one).
+    pub rounds: Option<Box<Rounds>>,
+    /// This row is a round folded into a later row of its call: not listed.
+    pub folded: bool,
+}
+
+/// The earlier rounds of a multi round-trip call, and when its first request started.
+#[derive(Clone, Debug, Default)]
+pub struct Rounds {
+    pub started_ns: u64,
+    pub list: Vec<Round>,
+}
+
+/// One `input_required` round: its id, its request and the reply that asked for input.
+#[derive(Clone, Debug)]
+pub struct Round {
+    pub id: Text,
+    pub request: Option<Text>,
+    pub reply: Option<Text>,
+    pub latency_us: Option<u64>,
+}
+
+/// The session or stateless client a scope's text belongs to (`stateless:CLIENT#N` →
+/// `stateless:CLIENT`).
+pub fn scope_group(scope: &str) -> &str {
+    if scope.starts_with(crate::events::STATELESS_PREFIX) {
+        if let Some((g, _)) = scope.rsplit_once('#') {
+            return g;
+        }
+    }
+    scope
 }
 
 impl Row {
@@ -104,7 +140,11 @@ impl Row {
                     .collect(),
             };
         }
-        match self.scope.strip_prefix("session:") {
+        let session = self.scope.strip_prefix("session:").or_else(|| {
+            // A stateless client: its name.
+            scope_group(&self.scope).strip_prefix(crate::events::STATELESS_PREFIX)
+        });
+        match session {
             Some(s) if s.chars().count() <= SCOPE_WIDTH => s.to_string(),
             Some(s) => s.chars().take(SCOPE_WIDTH - 1).chain(['…']).collect(),
             None => format!("#{}", self.exchange & ((1 << super::SOURCE_SHIFT) - 1)),
@@ -118,6 +158,15 @@ impl Row {
         self.request.as_ref().map_or(0, |t| t.len())
             + self.reply.as_ref().map_or(0, |t| t.len())
             + self.stream.iter().map(|t| t.len()).sum::<usize>()
+            + self.rounds.as_ref().map_or(0, |r| {
+                r.list
+                    .iter()
+                    .map(|x| {
+                        x.request.as_ref().map_or(0, |t| t.len())
+                            + x.reply.as_ref().map_or(0, |t| t.len())
+                    })
+                    .sum()
+            })
     }
 }
 
@@ -169,6 +218,8 @@ pub struct CallIn {
     pub latency_us: Option<u64>,
     /// Every code the inspector raised on the call (its `call` line's `anomalies`).
     pub anomalies: Vec<Text>,
+    /// The id of the `input_required` round this call continues (its `call` line's).
+    pub continues: Option<Text>,
 }
 
 /// An anomaly, as the dashboard applies it (live or from a recording).

@@ -396,6 +396,7 @@ fn a_call_whose_request_was_not_seen_gets_a_row_of_its_own() {
         outcome: RowOutcome::Result,
         latency_us: Some(1_500),
         anomalies: vec!["TOOL_ERROR".into()],
+        continues: None,
     });
     assert_eq!(a.rows.len(), 1);
     let r = &a.rows[0];
@@ -528,6 +529,7 @@ fn app_for_filters() -> App {
             outcome,
             latency_us: Some(5),
             anomalies,
+            continues: None,
         })
     };
     end(
@@ -816,6 +818,7 @@ fn app_with_tools() -> App {
             } else {
                 vec![]
             },
+            continues: None,
         });
     }
     a

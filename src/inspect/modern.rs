@@ -1,0 +1,992 @@
+//! MCP 2026-07-28: requests that carry who sent them in their own `_meta` (protocol version,
+//! client info, client capabilities) instead of an `initialize` handshake; stateless calls,
+//! grouped by client; `server/discover`; multi round-trip requests (SEP-2322: a result of
+//! `resultType: "input_required"` ends a round, and the client's retry — with `inputResponses`
+//! and the echoed `requestState` — continues it); `subscriptions/listen` streams; and the features
+//! this revision deprecates (roots, sampling, logging: SEP-2577). Decides `MCP_REQUEST_STATE`,
+//! `MCP_INPUT_RESPONSE`, `MCP_META`, `MCP_VERSION` and `MCP_DEPRECATED`.
+//!
+//! Only messages that name this revision's reserved keys are parsed again (a byte search for
+//! `io.modelcontextprotocol/`, `requestState`, `inputResponses` or `input_required` first), so
+//! traffic of earlier revisions and plain JSON-RPC pay a few byte searches and nothing else.
+//!
+//! A `requestState` may hold a sealed principal: it is compared as opaque bytes and never
+//! written into a finding (findings say its length).
+
+use super::capability::{self, Caps, Side};
+use super::*;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+/// The revision these rules are about.
+pub const MODERN: &str = "2026-07-28";
+/// Every reserved `_meta` key starts so.
+const RESERVED: &[u8] = b"io.modelcontextprotocol/";
+/// The most open rounds one session or stateless client keeps; the oldest go first.
+pub const MAX_ROUNDS: usize = 256;
+
+/// What a 2026-07-28 request's `_meta` says of its sender.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Sender {
+    pub version: Option<Arc<str>>,
+    /// `clientInfo` name and version.
+    pub client: Option<(String, String)>,
+    pub caps: Option<Caps>,
+    pub has_caps: bool,
+}
+
+#[derive(Deserialize)]
+struct WithParams<'a> {
+    #[serde(borrow, default)]
+    params: Option<ParamsMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ParamsMeta<'a> {
+    #[serde(rename = "_meta", borrow, default)]
+    meta: Option<ReservedMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ReservedMeta<'a> {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+    version: Option<Cow<'a, str>>,
+    #[serde(rename = "io.modelcontextprotocol/clientInfo", default)]
+    client: Option<ClientInfo>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default)]
+    caps: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/subscriptionId", borrow, default)]
+    subscription: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ClientInfo {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    version: String,
+}
+
+/// A request's reserved `_meta` keys, when it has any.
+pub(super) fn sender(raw: &[u8]) -> Option<Sender> {
+    memchr::memmem::find(raw, RESERVED)?;
+    let meta = serde_json::from_slice::<WithParams<'_>>(raw)
+        .ok()?
+        .params?
+        .meta?;
+    Some(Sender {
+        version: meta.version.map(|v| Arc::from(&*v)),
+        client: meta.client.map(|c| (c.name, c.version)),
+        has_caps: meta.caps.is_some(),
+        caps: meta.caps.as_ref().map(Caps::from_json),
+    })
+}
+
+/// The subscription a server notification rides (`_meta["io.modelcontextprotocol/
+/// subscriptionId"]`, SEP-2575), as shown.
+pub(super) fn subscription_id(raw: &[u8]) -> Option<Arc<str>> {
+    memchr::memmem::find(raw, b"io.modelcontextprotocol/subscriptionId")?;
+    let meta = serde_json::from_slice::<WithParams<'_>>(raw)
+        .ok()?
+        .params?
+        .meta?;
+    id_label(meta.subscription?.get())
+}
+
+fn id_label(raw: &str) -> Option<Arc<str>> {
+    Id::from_json_text(raw).map(|id| Arc::from(id.to_string()))
+}
+
+/// Keeps a name fit for a scope's text: letters, digits and `.-_+` (others become `_`), at most
+/// 64 characters.
+fn fit(s: &str) -> String {
+    s.chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The group of a stateless client: `stateless:NAME/VERSION@IP` (its self-reported
+/// `clientInfo` and the address it connects from; `client` when it names none).
+pub(super) fn stateless_group(s: &Sender, ip: Option<std::net::IpAddr>) -> Arc<str> {
+    let who = match &s.client {
+        Some((n, v)) if !n.is_empty() => format!("{}/{}", fit(n), fit(v)),
+        _ => "client".to_string(),
+    };
+    let mut g = format!("{}{who}", crate::events::STATELESS_PREFIX);
+    if let Some(ip) = ip {
+        g.push('@');
+        g.push_str(&ip.to_string());
+    }
+    g.into()
+}
+
+/// One `input_required` round the server answered and the client has not retried yet.
+#[derive(Debug)]
+pub struct Round {
+    id: Id,
+    method: Arc<str>,
+    target: Option<Arc<str>>,
+    args: u64,
+    /// The `inputRequests` keys it issued.
+    keys: Vec<Box<str>>,
+    /// The `requestState` it issued, as opaque bytes.
+    state: Option<Box<[u8]>>,
+}
+
+/// What the modern rules keep per session or stateless client (inside its `McpState`).
+#[derive(Debug, Default)]
+pub struct ModernState {
+    pub rounds: VecDeque<Round>,
+    /// `server/discover`'s `supportedVersions`, `ttlMs` and `cacheScope`.
+    pub supported: Option<Vec<Box<str>>>,
+    pub ttl_ms: Option<u64>,
+    pub cache_scope: Option<Box<str>>,
+    /// The last version a request's `_meta` named.
+    pub version: Option<Arc<str>>,
+    /// The deprecated features already flagged (each once).
+    deprecated: u8,
+}
+
+/// What a modern call keeps while it waits for its reply.
+#[derive(Clone, Debug, Default)]
+pub struct CallMeta {
+    /// Its arguments' hash (for matching a retry to its round).
+    pub args: u64,
+    /// The capabilities its `_meta` declared.
+    pub caps: Option<Caps>,
+    /// The round it continues.
+    pub continues: Option<Id>,
+}
+
+/// The methods whose result may be `input_required`.
+pub(super) fn may_need_input(method: &str) -> bool {
+    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+}
+
+/// A JSON value's hash with objects' keys in sorted order (two retries that order their
+/// arguments differently are the same call).
+fn canonical_hash(v: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn walk(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+        match v {
+            Value::Null => 0u8.hash(h),
+            Value::Bool(b) => (1u8, b).hash(h),
+            Value::Number(n) => (2u8, n.to_string()).hash(h),
+            Value::String(s) => (3u8, s).hash(h),
+            Value::Array(a) => {
+                (4u8, a.len()).hash(h);
+                for x in a {
+                    walk(x, h);
+                }
+            }
+            Value::Object(o) => {
+                (5u8, o.len()).hash(h);
+                let mut keys: Vec<&String> = o.keys().collect();
+                keys.sort();
+                for k in keys {
+                    k.hash(h);
+                    walk(&o[k], h);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    walk(v, &mut h);
+    h.finish()
+}
+
+#[derive(Deserialize)]
+struct RoundParams<'a> {
+    #[serde(borrow, default)]
+    params: Option<RoundInner<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RoundInner<'a> {
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(rename = "inputResponses", borrow, default)]
+    input_responses: Option<std::collections::BTreeMap<Cow<'a, str>, &'a RawValue>>,
+    #[serde(rename = "requestState", default)]
+    request_state: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct InputRequired<'a> {
+    #[serde(borrow)]
+    result: InputRequiredResult<'a>,
+}
+
+#[derive(Deserialize)]
+struct InputRequiredResult<'a> {
+    #[serde(rename = "resultType", borrow, default)]
+    result_type: Option<Cow<'a, str>>,
+    #[serde(rename = "inputRequests", borrow, default)]
+    input_requests: Option<std::collections::BTreeMap<Cow<'a, str>, InputRequest<'a>>>,
+    #[serde(rename = "requestState", default)]
+    request_state: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct InputRequest<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Discover<'a> {
+    #[serde(borrow)]
+    result: DiscoverResult<'a>,
+}
+
+#[derive(Deserialize)]
+struct DiscoverResult<'a> {
+    #[serde(rename = "supportedVersions", default)]
+    supported: Option<Vec<String>>,
+    #[serde(rename = "ttlMs", default)]
+    ttl_ms: Option<u64>,
+    #[serde(rename = "cacheScope", borrow, default)]
+    cache_scope: Option<Cow<'a, str>>,
+    #[serde(default)]
+    capabilities: Option<Value>,
+}
+
+/// A deprecated feature (SEP-2577) and what replaces it.
+#[derive(Clone, Copy)]
+enum Deprecated {
+    Roots = 1,
+    Sampling = 2,
+    Logging = 4,
+}
+
+impl Deprecated {
+    fn of(method: &str) -> Option<Deprecated> {
+        match method {
+            "roots/list" | "notifications/roots/list_changed" => Some(Deprecated::Roots),
+            "sampling/createMessage" => Some(Deprecated::Sampling),
+            "logging/setLevel" | "notifications/message" => Some(Deprecated::Logging),
+            _ => None,
+        }
+    }
+    fn text(self) -> (&'static str, &'static str) {
+        match self {
+            Deprecated::Roots => (
+                "roots",
+                "pass directories or files as tool parameters, resource URIs or server configuration",
+            ),
+            Deprecated::Sampling => ("sampling", "call the LLM provider's API from the server"),
+            Deprecated::Logging => (
+                "logging",
+                "log to stderr (stdio) and use OpenTelemetry for observability",
+            ),
+        }
+    }
+}
+
+/// What a retry says about the round it continues.
+struct Retry {
+    keys: Vec<Box<str>>,
+    state: Option<Vec<u8>>,
+    args: u64,
+}
+
+impl ExchangeCtx {
+    /// The version a message of this exchange is in: its request's `_meta` (or, on a stream,
+    /// the last one a request named), else what its session negotiated.
+    pub(super) fn modern_version(&self) -> Option<Arc<str>> {
+        if let Some(v) = self.sender.as_ref().and_then(|s| s.version.clone()) {
+            return Some(v);
+        }
+        let g = self.scope.group()?;
+        self.insp
+            .correlator
+            .peek_session(g, |s| {
+                s.mcp.modern.version.clone().or(s.mcp.version.clone())
+            })
+            .flatten()
+    }
+
+    fn is_modern(&self) -> bool {
+        self.modern_version().is_some_and(|v| &*v >= MODERN)
+    }
+
+    /// A stateless 2026-07-28 request (a POST without a session whose message names its own
+    /// protocol version): the exchange's scope becomes its client's group.
+    pub(super) fn stateless_scope(&mut self, env: &Envelope) {
+        if !matches!(self.scope, Scope::Exchange(_))
+            || self.transport != Transport::Json
+            || env.kind != Kind::Request
+        {
+            return;
+        }
+        let Some(s) = sender(&env.raw) else { return };
+        if s.version.is_none() {
+            return;
+        }
+        self.scope = Scope::Stateless {
+            group: stateless_group(&s, self.peer_ip),
+            exchange: self.id,
+        };
+        self.sender = Some(Box::new(s));
+    }
+
+    /// A client request's 2026-07-28 rules, before it is registered: its `_meta` (required keys,
+    /// the version against the header and the server's `supportedVersions`), and — for a retry —
+    /// the round it continues. Returns what the call keeps.
+    pub(super) fn modern_request(
+        &mut self,
+        env: &Envelope,
+        method: &Arc<str>,
+        anomalies: &mut Vec<&'static str>,
+    ) -> Option<Box<CallMeta>> {
+        if self.stream || self.sender.is_none() {
+            // A stream's (or a session's) requests each name their own.
+            if let Some(s) = sender(&env.raw) {
+                self.sender = Some(Box::new(s));
+            } else if self.stream {
+                self.sender = None;
+            }
+        }
+        let header = self.mcp_hdr.as_ref().and_then(|h| h.version.clone());
+        let meta_version = self.sender.as_ref().and_then(|s| s.version.clone());
+        let group = self.scope.group().cloned();
+        if let (Some(g), Some(v)) = (&group, &meta_version) {
+            let (_, ev) = self
+                .insp
+                .correlator
+                .with_session(g, |s| s.mcp.modern.version = Some(v.clone()));
+            self.notice_evicted(ev);
+        }
+        let version = meta_version
+            .clone()
+            .or_else(|| header.as_deref().map(Arc::from))
+            .or_else(|| self.modern_version());
+        let modern = version.as_deref().is_some_and(|v| v >= MODERN);
+        if !modern {
+            return None;
+        }
+        let id = env.id.as_ref();
+        // The required `_meta` keys.
+        let (has_version, has_caps) = self
+            .sender
+            .as_ref()
+            .map_or((false, false), |s| (s.version.is_some(), s.has_caps));
+        if !(has_version && has_caps) && &**method != "initialize" {
+            let missing: Vec<&str> = [
+                (!has_version).then_some("io.modelcontextprotocol/protocolVersion"),
+                (!has_caps).then_some("io.modelcontextprotocol/clientCapabilities"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            self.flag_at(
+                Direction::ClientToServer,
+                Code::McpMeta,
+                id,
+                Some(method),
+                format!(
+                    "a {} request (`{method}`) without the required _meta key{} {}",
+                    version.as_deref().unwrap_or(MODERN),
+                    if missing.len() > 1 { "s" } else { "" },
+                    missing.join(" and ")
+                ),
+            );
+            anomalies.push(Code::McpMeta.as_str());
+        }
+        // The header against the body (HTTP only).
+        if self.transport != Transport::Stdio && self.transport != Transport::Ws {
+            if let Some(mv) = &meta_version {
+                let problem = match header.as_deref() {
+                    Some(h) if h != &**mv => Some(format!(
+                        "MCP-Protocol-Version: {h} but the request's _meta names {mv}"
+                    )),
+                    None => Some(format!(
+                        "a {mv} request carries no MCP-Protocol-Version header (the _meta names {mv}; the header is required)"
+                    )),
+                    _ => None,
+                };
+                if let Some(why) = problem {
+                    self.flag_at(
+                        Direction::ClientToServer,
+                        Code::McpHeaderMismatch,
+                        id,
+                        Some(method),
+                        why,
+                    );
+                    anomalies.push(Code::McpHeaderMismatch.as_str());
+                }
+            }
+        }
+        // The version against what `server/discover` listed.
+        if &**method != "server/discover" {
+            if let (Some(g), Some(v)) = (&group, &version) {
+                let listed = self
+                    .insp
+                    .correlator
+                    .peek_session(g, |s| {
+                        s.mcp
+                            .modern
+                            .supported
+                            .as_ref()
+                            .map(|l| (l.iter().any(|x| **x == **v), l.join(", ")))
+                    })
+                    .flatten();
+                if let Some((false, list)) = listed {
+                    self.flag_at(
+                        Direction::ClientToServer,
+                        Code::McpVersion,
+                        id,
+                        Some(method),
+                        format!("`{method}` in protocol {v}, which the server's server/discover did not list (it supports {list})"),
+                    );
+                    anomalies.push(Code::McpVersion.as_str());
+                }
+            }
+        }
+        self.deprecated_use(Direction::ClientToServer, method, id);
+        let caps = self.sender.as_ref().and_then(|s| s.caps);
+        if !may_need_input(method) {
+            return Some(Box::new(CallMeta {
+                caps,
+                ..Default::default()
+            }));
+        }
+        let retry = self.retry_of(env);
+        let args = retry.as_ref().map_or(0, |r| r.args);
+        let continues = match (&group, retry) {
+            (Some(g), Some(r)) => self.continue_round(g, env, method, r, anomalies),
+            _ => None,
+        };
+        Some(Box::new(CallMeta {
+            args,
+            caps,
+            continues,
+        }))
+    }
+
+    /// The parts of a call a round is matched by (its arguments' hash), and what a retry
+    /// answers (`inputResponses` keys, `requestState`).
+    fn retry_of(&self, env: &Envelope) -> Option<Retry> {
+        let p = serde_json::from_slice::<RoundParams<'_>>(&env.raw)
+            .ok()?
+            .params?;
+        let args = p.arguments.as_ref().map_or(0, canonical_hash);
+        Some(Retry {
+            keys: p
+                .input_responses
+                .map(|m| m.into_keys().map(|k| Box::from(&*k)).collect())
+                .unwrap_or_default(),
+            state: p.request_state.map(String::into_bytes),
+            args,
+        })
+    }
+
+    /// A retry: the round it continues (by method, name and arguments, else by its state), its
+    /// `requestState` and `inputResponses` against that round's.
+    fn continue_round(
+        &self,
+        group: &Arc<str>,
+        env: &Envelope,
+        method: &Arc<str>,
+        r: Retry,
+        anomalies: &mut Vec<&'static str>,
+    ) -> Option<Id> {
+        let is_retry = r.state.is_some() || !r.keys.is_empty();
+        let target = env.target.clone();
+        let (round, ev) = self.insp.correlator.with_session(group, |s| {
+            let rounds = &mut s.mcp.modern.rounds;
+            let by_call = rounds
+                .iter()
+                .rposition(|x| x.method == *method && x.target == target && x.args == r.args);
+            let by_state = || {
+                r.state
+                    .as_deref()
+                    .and_then(|st| rounds.iter().rposition(|x| x.state.as_deref() == Some(st)))
+            };
+            // A call that answers nothing is a new call unless its round is open.
+            let at = if is_retry {
+                by_call.or_else(by_state)
+            } else {
+                by_call
+            };
+            at.and_then(|i| rounds.remove(i))
+        });
+        self.notice_evicted(ev);
+        let id = env.id.as_ref();
+        let Some(round) = round else {
+            if let Some(st) = &r.state {
+                self.flag_at(
+                    Direction::ClientToServer,
+                    Code::McpRequestState,
+                    id,
+                    Some(method),
+                    format!(
+                        "`{method}` carries a requestState ({} bytes) that no input_required round of this client issued",
+                        st.len()
+                    ),
+                );
+                anomalies.push(Code::McpRequestState.as_str());
+            } else if !r.keys.is_empty() {
+                self.flag_at(
+                    Direction::ClientToServer,
+                    Code::McpInputResponse,
+                    id,
+                    Some(method),
+                    format!(
+                        "`{method}` answers input requests ({}) that no input_required round of this client issued",
+                        r.keys.join(", ")
+                    ),
+                );
+                anomalies.push(Code::McpInputResponse.as_str());
+            }
+            return None;
+        };
+        let state_problem = match (&round.state, &r.state) {
+            (Some(issued), Some(got)) if **issued != **got => Some(format!(
+                "the retry's requestState ({} bytes) differs from the one round {} issued ({} bytes)",
+                got.len(),
+                round.id,
+                issued.len()
+            )),
+            (Some(issued), None) => Some(format!(
+                "the retry leaves out the requestState ({} bytes) round {} issued",
+                issued.len(),
+                round.id
+            )),
+            (None, Some(got)) => Some(format!(
+                "the retry carries a requestState ({} bytes), but round {} issued none",
+                got.len(),
+                round.id
+            )),
+            _ => None,
+        };
+        if let Some(why) = state_problem {
+            self.flag_at(
+                Direction::ClientToServer,
+                Code::McpRequestState,
+                id,
+                Some(method),
+                why,
+            );
+            anomalies.push(Code::McpRequestState.as_str());
+        }
+        let missing: Vec<&str> = round
+            .keys
+            .iter()
+            .filter(|k| !r.keys.contains(k))
+            .map(|k| &**k)
+            .collect();
+        let extra: Vec<&str> = r
+            .keys
+            .iter()
+            .filter(|k| !round.keys.contains(k))
+            .map(|k| &**k)
+            .collect();
+        if !missing.is_empty() || !extra.is_empty() {
+            let mut parts = Vec::new();
+            if !missing.is_empty() {
+                parts.push(format!("lacks {}", missing.join(", ")));
+            }
+            if !extra.is_empty() {
+                parts.push(format!(
+                    "answers {}, which it did not ask",
+                    extra.join(", ")
+                ));
+            }
+            self.flag_at(
+                Direction::ClientToServer,
+                Code::McpInputResponse,
+                id,
+                Some(method),
+                format!(
+                    "the retry's inputResponses {} (round {} asked {})",
+                    parts.join(" and "),
+                    round.id,
+                    if round.keys.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        round.keys.join(", ")
+                    }
+                ),
+            );
+            anomalies.push(Code::McpInputResponse.as_str());
+        }
+        Some(round.id)
+    }
+
+    /// A reply to a call that may need input: `input_required` ends this round (its outcome),
+    /// and the round is kept for the retry. Its input requests need the client's capabilities
+    /// (as the call's `_meta` declared them) and may use deprecated features.
+    pub(super) fn input_required(
+        &self,
+        key: &PendingKey,
+        p: &Pending,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) -> bool {
+        if env.kind != Kind::Result
+            || !may_need_input(&p.method)
+            || memchr::memmem::find(&env.raw, b"input_required").is_none()
+        {
+            return false;
+        }
+        let Some(r) = serde_json::from_slice::<InputRequired<'_>>(&env.raw)
+            .ok()
+            .map(|r| r.result)
+        else {
+            return false;
+        };
+        if r.result_type.as_deref() != Some("input_required") {
+            return false;
+        }
+        let requests = r.input_requests.unwrap_or_default();
+        let caps = p.modern.as_ref().and_then(|m| m.caps);
+        let server = key.direction.reverse();
+        for (k, req) in &requests {
+            let Some(m) = req.method.as_deref() else {
+                continue;
+            };
+            if let Some(need) = capability::needed(m, server, MODERN) {
+                if let (Side::Client, Some(c)) = (need.side, caps) {
+                    if !c.has(need.caps) {
+                        self.flag_at(
+                            server,
+                            Code::McpCapability,
+                            Some(&key.id),
+                            Some(&p.method),
+                            format!(
+                                "input request {k} (`{m}`) needs the client capability `{}`, which the request's _meta did not declare",
+                                need.name
+                            ),
+                        );
+                        extra.push(Code::McpCapability.as_str());
+                    }
+                }
+            }
+            self.deprecated_use(server, &Arc::from(m), Some(&key.id));
+        }
+        if let Some(g) = key.scope.group() {
+            let round = Round {
+                id: key.id.clone(),
+                method: p.method.clone(),
+                target: p.target.clone(),
+                args: p.modern.as_ref().map_or(0, |m| m.args),
+                keys: requests.keys().map(|k| Box::from(&**k)).collect(),
+                state: r.request_state.map(|s| s.into_bytes().into_boxed_slice()),
+            };
+            let (_, ev) = self.insp.correlator.with_session(g, |s| {
+                let rounds = &mut s.mcp.modern.rounds;
+                if rounds.len() >= MAX_ROUNDS {
+                    rounds.pop_front();
+                }
+                rounds.push_back(round);
+            });
+            self.notice_evicted(ev);
+        }
+        true
+    }
+
+    /// `server/discover`'s result: the versions the server speaks (later requests are judged
+    /// against them), how long and how widely it may be cached, its capabilities.
+    pub(super) fn discover_result(&self, group: &Arc<str>, env: &Envelope) {
+        let Some(d) = serde_json::from_slice::<Discover<'_>>(&env.raw)
+            .ok()
+            .map(|d| d.result)
+        else {
+            return;
+        };
+        let caps = d.capabilities.as_ref().map(Caps::from_json);
+        let (_, ev) = self.insp.correlator.with_session(group, |s| {
+            let m = &mut s.mcp.modern;
+            m.supported = d.supported.map(|v| v.into_iter().map(Into::into).collect());
+            m.ttl_ms = d.ttl_ms;
+            m.cache_scope = d.cache_scope.map(|c| c.into());
+            if caps.is_some() && s.mcp.version.is_none() {
+                // No handshake: what discovery declared is the server's side.
+                s.mcp.server_caps = caps;
+            }
+        });
+        self.notice_evicted(ev);
+    }
+
+    /// A deprecated feature used in a 2026-07-28 session (once per session or client).
+    pub(super) fn deprecated_use(&self, dir: Direction, method: &Arc<str>, id: Option<&Id>) {
+        let Some(feature) = Deprecated::of(method) else {
+            return;
+        };
+        if !self.is_modern() {
+            return;
+        }
+        if let Some(g) = self.scope.group() {
+            let (again, ev) = self.insp.correlator.with_session(g, |s| {
+                let bit = feature as u8;
+                let again = s.mcp.modern.deprecated & bit != 0;
+                s.mcp.modern.deprecated |= bit;
+                again
+            });
+            self.notice_evicted(ev);
+            if again {
+                return;
+            }
+        }
+        let (name, instead) = feature.text();
+        self.flag_at(
+            dir,
+            Code::McpDeprecated,
+            id,
+            Some(method),
+            format!("`{method}` uses {name}, deprecated since {MODERN} (SEP-2577): {instead}; flagged once per session"),
+        );
+    }
+
+    /// Flags a finding on the message being processed, in direction `dir`.
+    pub(super) fn flag_at(
+        &self,
+        dir: Direction,
+        code: Code,
+        id: Option<&Id>,
+        method: Option<&Arc<str>>,
+        msg: String,
+    ) {
+        let mut site = self.site();
+        site.at = site.at.or(Some((dir, None)));
+        flag(&self.insp, site, code, id, method, msg);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_hash_alike_in_any_key_order() {
+        let a: Value = serde_json::from_str(r#"{"a":1,"b":{"c":[1,"x"],"d":null}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"b":{"d":null,"c":[1,"x"]},"a":1}"#).unwrap();
+        let c: Value = serde_json::from_str(r#"{"b":{"d":null,"c":["x",1]},"a":1}"#).unwrap();
+        assert_eq!(canonical_hash(&a), canonical_hash(&b));
+        assert_ne!(canonical_hash(&a), canonical_hash(&c));
+    }
+
+    #[test]
+    fn a_stateless_client_is_named_by_its_info_and_address() {
+        let s = sender(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"my client","version":"1.2"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}"#).unwrap();
+        assert_eq!(s.version.as_deref(), Some("2026-07-28"));
+        assert!(s.has_caps && s.caps.unwrap().has(Caps::ELICITATION));
+        let ip = "10.0.0.7".parse().ok();
+        assert_eq!(
+            &*stateless_group(&s, ip),
+            "stateless:my_client/1.2@10.0.0.7"
+        );
+        assert!(sender(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).is_none());
+    }
+}
+
+/// One argument a tool mirrors into a header: its path in the arguments, the header's token
+/// (`Mcp-Param-{token}`), and its declared JSON type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamHeader {
+    path: Box<[Box<str>]>,
+    token: Box<str>,
+    ty: Option<Box<str>>,
+}
+
+/// The `x-mcp-header` annotations of an `inputSchema` (reached through `properties` from its
+/// root, as the SDKs read them), when it has any.
+pub(super) fn param_headers(schema: &str) -> Option<Arc<[ParamHeader]>> {
+    memchr::memmem::find(schema.as_bytes(), b"x-mcp-header")?;
+    let v: Value = serde_json::from_str(schema).ok()?;
+    let mut out = Vec::new();
+    let mut stack: Vec<(Vec<Box<str>>, &Value)> = vec![(Vec::new(), &v)];
+    while let Some((path, node)) = stack.pop() {
+        if out.len() >= 64 {
+            break;
+        }
+        let Some(obj) = node.as_object() else {
+            continue;
+        };
+        if let (false, Some(token)) = (
+            path.is_empty(),
+            obj.get("x-mcp-header").and_then(Value::as_str),
+        ) {
+            out.push(ParamHeader {
+                path: path.clone().into(),
+                token: token.into(),
+                ty: obj.get("type").and_then(Value::as_str).map(Into::into),
+            });
+        }
+        if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+            for (k, sub) in props {
+                if path.len() < 16 {
+                    let mut p = path.clone();
+                    p.push(k.as_str().into());
+                    stack.push((p, sub));
+                }
+            }
+        }
+    }
+    (!out.is_empty()).then(|| out.into())
+}
+
+/// Whether a header's text says the argument's value: strings as they are (after the
+/// `=?base64?…?=` form is decoded), booleans as `true`/`false`, numbers by value (`42` is `42.0`).
+fn header_says(decoded: &str, v: &Value) -> bool {
+    match v {
+        Value::String(s) => decoded == s,
+        Value::Bool(b) => decoded.eq_ignore_ascii_case(if *b { "true" } else { "false" }),
+        Value::Number(n) => match (decoded.parse::<f64>(), n.as_f64()) {
+            (Ok(h), Some(a)) => {
+                h == a
+                    && decoded
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+            }
+            _ => false,
+        },
+        _ => true, // no header form: nothing to compare
+    }
+}
+
+/// The first disagreement between a `tools/call`'s `Mcp-Param-*` headers and the arguments
+/// its tool maps them to: a header without its argument, an argument without its header, a
+/// value that differs, a header sent twice.
+pub(super) fn param_mismatch(
+    declared: &[ParamHeader],
+    args: Option<&Value>,
+    sent: &[(Box<str>, Box<str>)],
+) -> Option<String> {
+    for d in declared {
+        let token = d.token.to_ascii_lowercase();
+        let mut copies = sent.iter().filter(|(n, _)| **n == *token);
+        let header = copies.next();
+        if copies.next().is_some() {
+            return Some(format!("Mcp-Param-{} is sent twice", d.token));
+        }
+        let mut value = args;
+        for k in d.path.iter() {
+            value = value.and_then(|v| v.get(&**k));
+        }
+        let value = value.filter(|v| !v.is_null());
+        let arg = d.path.join(".");
+        match (header, value) {
+            (None, None) => {}
+            (None, Some(v)) if v.is_object() || v.is_array() => {}
+            (None, Some(_)) => {
+                return Some(format!(
+                    "no Mcp-Param-{} header, although the tool maps argument `{arg}` to it and the call sets it",
+                    d.token
+                ))
+            }
+            (Some((_, h)), None) => {
+                return Some(format!(
+                    "Mcp-Param-{}: {h} but the call has no argument `{arg}`",
+                    d.token
+                ))
+            }
+            (Some((_, h)), Some(v)) => {
+                let decoded = decode_header(h);
+                if !decoded.as_deref().is_some_and(|t| header_says(t, v)) {
+                    return Some(format!(
+                        "Mcp-Param-{}: {h} but the argument `{arg}` is {v}",
+                        d.token
+                    ));
+                }
+            }
+        }
+    }
+    // A parameter header the tool does not declare.
+    for (n, v) in sent {
+        if !declared.iter().any(|d| d.token.eq_ignore_ascii_case(n)) {
+            return Some(format!(
+                "Mcp-Param-{n}: {v}, but the tool's inputSchema maps no argument to it"
+            ));
+        }
+    }
+    None
+}
+
+fn decode_header(v: &str) -> Option<String> {
+    super::mcp_checks::decode_name(v.trim())
+}
+
+#[cfg(test)]
+mod param_tests {
+    use super::*;
+
+    fn decl() -> Arc<[ParamHeader]> {
+        param_headers(r#"{"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "n":{"type":"integer","x-mcp-header":"Count"},
+            "dry":{"type":"boolean","x-mcp-header":"Dry"},
+            "opts":{"type":"object","properties":{"tenant":{"type":"string","x-mcp-header":"Tenant"}}}}}"#)
+        .unwrap()
+    }
+
+    fn sent(h: &[(&str, &str)]) -> Vec<(Box<str>, Box<str>)> {
+        h.iter()
+            .map(|(n, v)| (n.to_ascii_lowercase().into(), (*v).into()))
+            .collect()
+    }
+
+    #[test]
+    fn param_headers_agree_or_are_flagged() {
+        let d = decl();
+        assert_eq!(d.len(), 4);
+        let args: Value = serde_json::from_str(
+            r#"{"region":"eu-west","n":42,"dry":true,"opts":{"tenant":"Zürich"}}"#,
+        )
+        .unwrap();
+        // Zürich is not ASCII: sent in the base64 form.
+        let ok = sent(&[
+            ("region", "eu-west"),
+            ("count", "42.0"),
+            ("dry", "true"),
+            ("tenant", "=?base64?WsO8cmljaA==?="),
+        ]);
+        assert_eq!(param_mismatch(&d, Some(&args), &ok), None);
+        let wrong = sent(&[
+            ("region", "us-east"),
+            ("count", "42"),
+            ("dry", "true"),
+            ("tenant", "=?base64?WsO8cmljaA==?="),
+        ]);
+        assert!(param_mismatch(&d, Some(&args), &wrong)
+            .unwrap()
+            .contains("Mcp-Param-Region"));
+        let number = sent(&[
+            ("region", "eu-west"),
+            ("count", "43"),
+            ("dry", "true"),
+            ("tenant", "=?base64?WsO8cmljaA==?="),
+        ]);
+        assert!(param_mismatch(&d, Some(&args), &number)
+            .unwrap()
+            .contains("Count"));
+        let missing = sent(&[("region", "eu-west"), ("count", "42"), ("dry", "true")]);
+        assert!(param_mismatch(&d, Some(&args), &missing)
+            .unwrap()
+            .contains("no Mcp-Param-Tenant"));
+        let few: Value = serde_json::from_str(r#"{"region":"eu-west"}"#).unwrap();
+        let extra = sent(&[("region", "eu-west"), ("dry", "false")]);
+        assert!(param_mismatch(&d, Some(&few), &extra)
+            .unwrap()
+            .contains("no argument `dry`"));
+        let unknown = sent(&[("region", "eu-west"), ("other", "1")]);
+        assert!(param_mismatch(&d, Some(&few), &unknown)
+            .unwrap()
+            .contains("maps no argument"));
+        assert_eq!(
+            param_mismatch(&d, Some(&few), &sent(&[("region", "eu-west")])),
+            None
+        );
+    }
+}
