@@ -624,7 +624,7 @@ impl ExchangeCtx {
         }
         self.mcp_reply_rules(key, &p, env, input, &mut extra);
         self.subscription_reply(&mut p, env);
-        self.reply_status_rules(key, &p, &mut extra);
+        self.reply_status_rules(key, &p, env.kind == Kind::Error, &mut extra);
         end_call(
             &inner,
             key,

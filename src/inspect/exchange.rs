@@ -675,12 +675,19 @@ impl ExchangeCtx {
         &self,
         key: &PendingKey,
         p: &Pending,
+        rejected: bool,
         extra: &mut Vec<&'static str>,
     ) {
+        // From 2026-07-28 a server answers a request it rejects (a header that disagrees with
+        // the body, a tampered requestState) with 400 and the JSON-RPC error in the body, as
+        // the specification says.
+        let modern_rejection =
+            (400..500).contains(&self.status) && rejected && self.sender_is_modern();
         if self.status != 200
             && self.status != 0
             && !self.is_get_stream
             && key.direction == Direction::ClientToServer
+            && !modern_rejection
         {
             flag(
                 &self.insp,

@@ -316,6 +316,14 @@ impl ExchangeCtx {
             .flatten()
     }
 
+    /// The exchange's request named 2026-07-28 (or later) in its own `_meta`.
+    pub(super) fn sender_is_modern(&self) -> bool {
+        self.sender
+            .as_ref()
+            .and_then(|s| s.version.as_deref())
+            .is_some_and(|v| v >= MODERN)
+    }
+
     fn is_modern(&self) -> bool {
         self.modern_version().is_some_and(|v| &*v >= MODERN)
     }

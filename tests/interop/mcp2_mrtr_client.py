@@ -2,7 +2,9 @@
 confirms through its `elicitation_callback` and answers sampling through its `sampling_callback`;
 prints what it saw as JSON.
 
-usage: mcp2_mrtr_client.py URL MODE [URL MODE …]   (MODE: auto | legacy)
+usage: mcp2_mrtr_client.py URL MODE TOOLS [URL MODE TOOLS …]
+       (MODE: auto | legacy; TOOLS: the tools to call, comma-separated, of delete, summarize and
+       chatty — with chatty the client asks for logs at level info)
 """
 import asyncio
 import json
@@ -16,7 +18,7 @@ def dump(x):
     return x.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-async def main(url, mode):
+async def main(url, mode, tools):
     asked = []
 
     async def on_elicit(context, params):
@@ -35,18 +37,27 @@ async def main(url, mode):
         logs.append(params.data)
 
     out = {}
+    args = {"delete": {"path": "/tmp/x"}, "summarize": {"text": "a long text"}, "chatty": {}}
     async with Client(
-        url, mode=mode, elicitation_callback=on_elicit, sampling_callback=on_sample, logging_callback=on_log
+        url,
+        mode=mode,
+        elicitation_callback=on_elicit,
+        sampling_callback=on_sample,
+        logging_callback=on_log,
+        log_level="info" if "chatty" in tools else None,
     ) as c:
-        out["delete"] = dump(await c.call_tool("delete", {"path": "/tmp/x"}))
-        out["summarize"] = dump(await c.call_tool("summarize", {"text": "a long text"}))
-        out["chatty"] = dump(await c.call_tool("chatty", {}))
+        for t in tools:
+            out[t] = dump(await c.call_tool(t, args[t]))
     out["asked"] = asked
+    out["logs"] = logs
     return out
 
 
 async def all_sessions(args):
-    outs = [await main(url, mode) for url, mode in zip(args[0::2], args[1::2])]
+    outs = [
+        await main(url, mode, tools.split(","))
+        for url, mode, tools in zip(args[0::3], args[1::3], args[2::3])
+    ]
     print(json.dumps(outs[0] if len(outs) == 1 else outs, sort_keys=True))
 
 

@@ -57,20 +57,88 @@ fn each_finding_code_from_a_document() {
     let m = |id: &str| format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
     let r = |id: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":1}}"#);
     let cases: Vec<(String, &str, &str, i32)> = vec![
-        (format!(r#"{{"request":[{},{}],"response":[{},{}]}}"#, m("1"), m("1"), r("1"), r("1")), "DUPLICATE_ID", "$.request[1]", 1),
-        (format!(r#"{{"request":[{}],"response":[{},{}]}}"#, m("1"), r("1"), r("2")), "UNMATCHED_RESPONSE", "$.response[1]", 1),
-        (format!(r#"{{"request":[{}],"response":[{}]}}"#, m("1"), r("\"1\"")), "ID_TYPE_MISMATCH", "$.response[0]", 1),
-        (format!(r#"{{"request":[{},{}],"response":[{}]}}"#, m("1"), m("2"), r("1")), "MISSING_RESPONSE", "$.request[1]", 1),
-        (format!(r#"{{"request":[{},{{"jsonrpc":"2.0","method":"n"}}],"response":[{},{}]}}"#, m("1"), r("1"), r("5")), "NOTIFICATION_REPLY", "$.response[1]", 1),
-        (format!(r#"{{"request":[{}],"response":{}}}"#, m("1"), r("1")), "INVALID_BATCH_REPLY", "$.response", 1),
-        (format!(r#"{{"request":[{}],"response":[{{"jsonrpc":"2.0","id":1,"result":1,"error":{{"code":1,"message":"x"}}}},{}]}}"#, m("1"), r("1")), "INVALID_ENVELOPE", "$.response[0]", 1),
-        (format!(r#"{{"request":[{}],"response":[{{"jsonrpc":"2.0","id":null,"error":{{"code":-32000,"message":"x"}}}},{}]}}"#, m("1"), r("1")), "NULL_ID_RESPONSE", "$.response[0]", 0),
-        (format!(r#"{{"request":[{}],"response":[{}]}}"#, m("1.5"), r("1.5")), "UNSAFE_ID", "$.request[0]", 0),
         (
-            r#"{"request":[{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"},"id":1}],"response":[{"jsonrpc":"2.0","id":1,"result":{"isError":true,"content":[]}}]}"#.to_string(),
-            "TOOL_ERROR",
+            format!(
+                r#"{{"request":[{},{}],"response":[{},{}]}}"#,
+                m("1"),
+                m("1"),
+                r("1"),
+                r("1")
+            ),
+            "DUPLICATE_ID",
+            "$.request[1]",
+            1,
+        ),
+        (
+            format!(
+                r#"{{"request":[{}],"response":[{},{}]}}"#,
+                m("1"),
+                r("1"),
+                r("2")
+            ),
+            "UNMATCHED_RESPONSE",
+            "$.response[1]",
+            1,
+        ),
+        (
+            format!(r#"{{"request":[{}],"response":[{}]}}"#, m("1"), r("\"1\"")),
+            "ID_TYPE_MISMATCH",
             "$.response[0]",
-            0,
+            1,
+        ),
+        (
+            format!(
+                r#"{{"request":[{},{}],"response":[{}]}}"#,
+                m("1"),
+                m("2"),
+                r("1")
+            ),
+            "MISSING_RESPONSE",
+            "$.request[1]",
+            1,
+        ),
+        (
+            format!(
+                r#"{{"request":[{},{{"jsonrpc":"2.0","method":"n"}}],"response":[{},{}]}}"#,
+                m("1"),
+                r("1"),
+                r("5")
+            ),
+            "NOTIFICATION_REPLY",
+            "$.response[1]",
+            1,
+        ),
+        (
+            format!(r#"{{"request":[{}],"response":{}}}"#, m("1"), r("1")),
+            "INVALID_BATCH_REPLY",
+            "$.response",
+            1,
+        ),
+        (
+            format!(
+                r#"{{"request":[{}],"response":[{{"jsonrpc":"2.0","id":1,"result":1,"error":{{"code":1,"message":"x"}}}},{}]}}"#,
+                m("1"),
+                r("1")
+            ),
+            "INVALID_ENVELOPE",
+            "$.response[0]",
+            1,
+        ),
+        (
+            format!(
+                r#"{{"request":[{}],"response":[{{"jsonrpc":"2.0","id":null,"error":{{"code":-32000,"message":"x"}}}},{}]}}"#,
+                m("1"),
+                r("1")
+            ),
+            "NULL_ID_RESPONSE",
+            "$.response[0]",
+            1,
+        ),
+        (
+            format!(r#"{{"request":[{}],"response":[{}]}}"#, m("1.5"), r("1.5")),
+            "UNSAFE_ID",
+            "$.request[0]",
+            1,
         ),
     ];
     for (doc, code, path, exit) in cases {
@@ -80,11 +148,24 @@ fn each_finding_code_from_a_document() {
             vec![(code.to_string(), path.to_string())],
             "{doc}\n{err}"
         );
-        assert_eq!(c, exit, "{code}: warnings pass, errors fail");
+        assert_eq!(
+            c, exit,
+            "{code}: the default gate fails errors and warnings"
+        );
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["passesChecks"], exit == 0);
         assert_eq!(v["findingCount"], 1);
     }
+    // An `info` finding (a tool's own isError) fails nothing; this profile's two severities
+    // leave it out.
+    let doc = r#"{"request":[{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"},"id":1}],"response":[{"jsonrpc":"2.0","id":1,"result":{"isError":true,"content":[]}}]}"#;
+    let (c, out, _) = check(doc, &[]);
+    assert_eq!(c, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["passesChecks"].clone(), v["findingCount"].clone()),
+        (true.into(), 0.into())
+    );
 }
 
 #[test]

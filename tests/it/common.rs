@@ -583,7 +583,8 @@ pub fn live_codes(file: &std::path::Path) -> Codes {
     let mut out = Codes::new();
     for e in &rec.events {
         if let Event::Anomaly(a) = e {
-            out.entry(a.scope.to_string())
+            // As `check` reports it: a stateless client's exchanges under its group.
+            out.entry(a.scope.report_key())
                 .or_default()
                 .push(a.code.to_string());
         }

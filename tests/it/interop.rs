@@ -926,3 +926,377 @@ fn har_export_opens_in_mitmproxy() {
         "{text}"
     );
 }
+
+/// MCP 2026-07-28 multi round-trip requests, with the Python SDK 2.x on both sides: a tool that
+/// asks for confirmation through a resolver (`Resolve(...)` returning `Elicit(...)`) and a client
+/// that answers through its `elicitation_callback`. In `auto` mode the server answers the first
+/// round `input_required` and the client retries with its answer; in `legacy` mode the server
+/// sends `elicitation/create` mid-call. Through rpctap both are what they are direct, the retry
+/// `continues` its round, nothing is flagged, the recording checks clean, and the dashboard
+/// shows the two rounds as one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_v2_input_required_rounds_are_one_clean_call() {
+    use rpctap::events::{Outcome, Scope};
+    let env = venv("mcp2", &["mcp>=2,<3"]);
+    let dir = Scratch::new("mrtr");
+    for mode in ["json", "sse"] {
+        let port = free_port();
+        let _server = start_peer(
+            python(&env, "mcp2_mrtr_server.py", &[mode, &port.to_string()]),
+            port,
+        )
+        .await;
+        let upstream = format!("http://127.0.0.1:{port}");
+        let direct = format!("{upstream}/mcp");
+        // A server answering in JSON has no back-channel for a mid-call `elicitation/create`:
+        // the legacy client needs its SSE mode.
+        let client_modes: &[&str] = match mode {
+            "json" => &["auto"],
+            _ => &["auto", "legacy"],
+        };
+        let mut proxies = Vec::new();
+        for &client_mode in client_modes {
+            let file = dir.join(format!("{mode}-{client_mode}.jsonl"));
+            let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+            proxies.push((client_mode, file, proxy));
+        }
+        let via: Vec<String> = proxies
+            .iter()
+            .map(|(_, _, p)| format!("http://{}/mcp", p.addr))
+            .collect();
+        let mut args: Vec<&str> = Vec::new();
+        for (i, m) in client_modes.iter().enumerate() {
+            args.extend([direct.as_str(), m, "delete", via[i].as_str(), m, "delete"]);
+        }
+        let outs = run_script(&env, "mcp2_mrtr_client.py", &args).await;
+        let outs = match outs {
+            serde_json::Value::Array(a) => a,
+            other => panic!("{other}"),
+        };
+        for (i, (client_mode, file, mut proxy)) in proxies.into_iter().enumerate() {
+            let what = format!("{mode}/{client_mode}");
+            assert_eq!(
+                outs[2 * i],
+                outs[2 * i + 1],
+                "{what}: the same through rpctap"
+            );
+            let out = &outs[2 * i + 1];
+            assert_eq!(
+                out["delete"]["content"][0]["text"], "deleted /tmp/x",
+                "{what}"
+            );
+            assert_eq!(
+                out["asked"],
+                serde_json::json!(["Delete /tmp/x?"]),
+                "{what}"
+            );
+            let ev = proxy.drain().await;
+            assert_eq!(anomalies(&ev), vec![], "{what}: nothing flagged");
+            let cs: Vec<_> = calls(&ev)
+                .into_iter()
+                .filter(|c| &*c.method == "tools/call")
+                .collect();
+            if client_mode == "auto" {
+                assert_eq!(cs.len(), 2, "{what}: {cs:?}");
+                assert_eq!(cs[0].outcome, Outcome::InputRequired, "{what}");
+                assert_eq!(cs[1].outcome, Outcome::Result, "{what}");
+                assert_eq!(cs[1].continues.as_ref(), Some(&cs[0].id), "{what}");
+                assert_eq!(cs[0].continues, None);
+                // Both stateless, in one client's group, each exchange its own id scope.
+                match (&cs[0].scope, &cs[1].scope) {
+                    (
+                        Scope::Stateless {
+                            group: a,
+                            exchange: x,
+                        },
+                        Scope::Stateless {
+                            group: b,
+                            exchange: y,
+                        },
+                    ) => {
+                        assert_eq!(a, b, "{what}");
+                        assert!(a.starts_with("stateless:mcp/") && a.ends_with("@127.0.0.1"));
+                        assert_ne!(x, y);
+                    }
+                    other => panic!("{what}: {other:?}"),
+                }
+            } else {
+                assert_eq!(cs.len(), 1, "{what}: {cs:?}");
+                assert_eq!(
+                    (&cs[0].outcome, &cs[0].continues),
+                    (&Outcome::Result, &None)
+                );
+                let asked: Vec<_> = calls(&ev)
+                    .into_iter()
+                    .filter(|c| &*c.method == "elicitation/create")
+                    .collect();
+                assert_eq!(asked.len(), 1, "{what}: the server asked mid-call");
+                assert_eq!(asked[0].outcome, Outcome::Result);
+            }
+            assert_checks(proxy.stop, &file).await;
+            // The dashboard lists one `tools/call delete`; in auto mode its detail holds the
+            // first round, and its latency runs from the first request.
+            let rec = rpctap::record::reader::read(&file).unwrap();
+            let mut app = rpctap::tui::app::App::new("t", "l", "u", 10_000, 0);
+            rpctap::tui::load_recording(&mut app, &rec);
+            let shown: Vec<_> = app
+                .visible()
+                .into_iter()
+                .filter(|r| &*r.method == "tools/call")
+                .collect();
+            assert_eq!(shown.len(), 1, "{what}");
+            let rounds = shown[0].rounds.as_ref().map_or(0, |r| r.list.len());
+            assert_eq!(rounds, usize::from(client_mode == "auto"), "{what}");
+            if client_mode == "auto" {
+                let first = shown[0].rounds.as_ref().unwrap();
+                assert!(first.list[0]
+                    .reply
+                    .as_deref()
+                    .unwrap()
+                    .contains("inputRequests"));
+                assert!(shown[0]
+                    .request
+                    .as_deref()
+                    .unwrap()
+                    .contains("inputResponses"));
+                let sum: u64 = cs.iter().filter_map(|c| c.latency_us).sum();
+                assert!(shown[0].latency_us.unwrap() >= sum, "{what}");
+            }
+        }
+    }
+}
+
+/// A 2026-07-28 client that uses sampling (an input request of the server's `summarize` tool)
+/// and logging (`_meta` logLevel, the server's log notifications): `MCP_DEPRECATED`, an `info`
+/// finding each, once per client — shown, and `check` still exits 0. In legacy mode (2025-11-25)
+/// the same features are not deprecated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deprecated_sampling_and_logging_in_2026_07_28_are_info() {
+    let env = venv("mcp2", &["mcp>=2,<3"]);
+    let dir = Scratch::new("deprecated");
+    let port = free_port();
+    let _server = start_peer(
+        python(&env, "mcp2_mrtr_server.py", &["sse", &port.to_string()]),
+        port,
+    )
+    .await;
+    let upstream = format!("http://127.0.0.1:{port}");
+    for client_mode in ["auto", "legacy"] {
+        let file = dir.join(format!("{client_mode}.jsonl"));
+        let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+        let url = format!("http://{}/mcp", proxy.addr);
+        let out = run_script(
+            &env,
+            "mcp2_mrtr_client.py",
+            &[&url, client_mode, "summarize,chatty,summarize"],
+        )
+        .await;
+        assert_eq!(out["summarize"]["content"][0]["text"], "summary: short");
+        assert_eq!(out["logs"], serde_json::json!(["chatty was called"]));
+        let ev = proxy.drain().await;
+        let found: Vec<_> = ev
+            .iter()
+            .filter_map(|e| match &**e {
+                Event::Anomaly(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect();
+        if client_mode == "auto" {
+            let mut got: Vec<(&str, String)> = found
+                .iter()
+                .map(|a| (a.code, a.method.as_deref().unwrap_or("").to_string()))
+                .collect();
+            got.sort();
+            assert_eq!(
+                got,
+                vec![
+                    ("MCP_DEPRECATED", "notifications/message".to_string()),
+                    ("MCP_DEPRECATED", "sampling/createMessage".to_string()),
+                ],
+                "{found:?}"
+            );
+            assert!(found
+                .iter()
+                .all(|a| a.severity == rpctap::events::Severity::Info));
+            assert!(found.iter().any(|a| a.message.contains("LLM provider")));
+            assert!(found.iter().any(|a| a.message.contains("OpenTelemetry")));
+            assert_checks(proxy.stop, &file).await;
+        } else {
+            // 2025-11-25 deprecates nothing; what the SDK's server does break there is the older
+            // rule it always broke: logging without declaring `logging`.
+            let codes: Vec<_> = found.iter().map(|a| a.code).collect();
+            assert_eq!(codes, vec!["MCP_CAPABILITY"], "{found:?}");
+            assert_eq!(found[0].method.as_deref(), Some("notifications/message"));
+            assert_checks_finding(proxy.stop, &file, true).await;
+        }
+    }
+}
+
+/// Raw 2026-07-28 retries against the Python SDK 2.x server's confirmation tool: a retry that
+/// changes the `requestState` its round issued, one that drops it, one that invents one for a
+/// call no round asked about, and one whose `inputResponses` answer another key than the round
+/// asked — each flagged live and by `check` alike (`MCP_REQUEST_STATE`, `MCP_INPUT_RESPONSE`),
+/// the honest retry not, and the state's value in no finding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_request_state_is_flagged_and_never_shown() {
+    let env = venv("mcp2", &["mcp>=2,<3"]);
+    let dir = Scratch::new("request-state");
+    let port = free_port();
+    let _server = start_peer(
+        python(&env, "mcp2_mrtr_server.py", &["json", &port.to_string()]),
+        port,
+    )
+    .await;
+    let file = dir.join("tampered.jsonl");
+    let mut proxy = start_proxy_flags(
+        &format!("http://127.0.0.1:{port}"),
+        recording_proxy_flags(&file),
+    )
+    .await;
+    let addr = proxy.addr;
+    let meta = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
+    let call = |id: u32, path: &str, extra: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"delete","arguments":{{"path":"{path}"}},{extra}"_meta":{meta}}}}}"#
+        )
+    };
+    let post = |body: String| async move {
+        let r = send(
+            addr,
+            "POST",
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                MCP_ACCEPT,
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "delete"),
+            ],
+            body,
+        )
+        .await;
+        r.json()
+    };
+    // A first round: the key it asks and the state it issues.
+    let ask = |id: u32, path: &'static str| {
+        let body = call(id, path, "");
+        let post = post.clone();
+        async move {
+            let r = post(body).await;
+            assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+            let key = r["result"]["inputRequests"]
+                .as_object()
+                .and_then(|m| m.keys().next().cloned())
+                .unwrap();
+            let state = r["result"]["requestState"].as_str().unwrap().to_string();
+            (key, state)
+        }
+    };
+    let answer = |key: &str| {
+        format!(
+            r#""inputResponses":{{"{key}":{{"action":"accept","content":{{"confirm":true}}}}}},"#
+        )
+    };
+    let mut states = Vec::new();
+    // Honest.
+    let (key, state) = ask(1, "/tmp/a").await;
+    let r = post(call(
+        2,
+        "/tmp/a",
+        &format!(r#"{}"requestState":"{state}","#, answer(&key)),
+    ))
+    .await;
+    assert_eq!(r["result"]["content"][0]["text"], "deleted /tmp/a", "{r}");
+    states.push(state);
+    // Changed.
+    let (key, state) = ask(3, "/tmp/b").await;
+    let mut changed = state.clone().into_bytes();
+    let last = changed.len() - 2;
+    changed[last] = if changed[last] == b'A' { b'B' } else { b'A' };
+    let changed = String::from_utf8(changed).unwrap();
+    post(call(
+        4,
+        "/tmp/b",
+        &format!(r#"{}"requestState":"{changed}","#, answer(&key)),
+    ))
+    .await;
+    states.extend([state, changed]);
+    // Dropped.
+    let (key, state) = ask(5, "/tmp/c").await;
+    post(call(6, "/tmp/c", &answer(&key))).await;
+    states.push(state);
+    // Invented, for a call no round asked about.
+    let invented = "v1.aW52ZW50ZWQtYnktdGhlLWNsaWVudA";
+    post(call(
+        7,
+        "/tmp/d",
+        &format!(r#"{}"requestState":"{invented}","#, answer(&key)),
+    ))
+    .await;
+    states.push(invented.to_string());
+    // Another key than the round asked, with its honest state.
+    let (_, state) = ask(8, "/tmp/e").await;
+    post(call(
+        9,
+        "/tmp/e",
+        &format!(r#"{}"requestState":"{state}","#, answer("other")),
+    ))
+    .await;
+    states.push(state);
+
+    let ev = proxy.drain().await;
+    let found: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match &**e {
+            Event::Anomaly(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut got: Vec<(String, &str)> = found
+        .iter()
+        .map(|a| {
+            (
+                a.id.as_ref().map(|i| i.to_string()).unwrap_or_default(),
+                a.code,
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("4".to_string(), "MCP_REQUEST_STATE"),
+            ("6".to_string(), "MCP_REQUEST_STATE"),
+            ("7".to_string(), "MCP_REQUEST_STATE"),
+            ("9".to_string(), "MCP_INPUT_RESPONSE"),
+        ],
+        "{found:?}"
+    );
+    for a in &found {
+        for s in &states {
+            assert!(
+                !a.message.contains(&s[4..s.len() - 2]),
+                "a state in {:?}",
+                a.message
+            );
+        }
+    }
+    let cs = calls(&ev);
+    let by_id = |id: &str| cs.iter().find(|c| c.id.to_string() == id).unwrap();
+    for (retry, round) in [("2", "1"), ("4", "3"), ("6", "5"), ("9", "8")] {
+        assert_eq!(
+            by_id(retry).continues.as_ref().map(|i| i.to_string()),
+            Some(round.to_string()),
+            "call {retry}"
+        );
+    }
+    assert_eq!(by_id("7").continues, None);
+    assert_checks_finding(proxy.stop, &file, true).await;
+    // Nor does the recording's finding text hold a state.
+    let text = std::fs::read_to_string(&file).unwrap();
+    for line in text.lines().filter(|l| l.contains(r#""event":"anomaly""#)) {
+        for s in &states {
+            assert!(!line.contains(&s[4..s.len() - 2]), "{line}");
+        }
+    }
+}

@@ -535,7 +535,7 @@ mod rules {
     fn routing_headers_of_2026_07_28_and_base64_names() {
         let mut t = T::new(InspectConfig::default());
         let v = Some("2026-07-28");
-        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tööl","arguments":{}}}"#;
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tööl","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
         let ok = [r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#];
         // Both headers right (the name base64-encoded, as non-ASCII names must be).
         t.post(
@@ -561,7 +561,8 @@ mod rules {
         t.post(None, v, Some("tools/call"), Some("other"), call, &ok, None);
         assert_eq!(only(&t.codes(), "MCP_HEADER_MISMATCH").len(), 1);
         // Not required before 2026-07-28, and never on a notification.
-        t.post(None, Some("2025-11-25"), None, None, call, &ok, None);
+        let old = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tööl","arguments":{}}}"#;
+        t.post(None, Some("2025-11-25"), None, None, old, &ok, None);
         t.post(
             None,
             v,
