@@ -998,3 +998,226 @@ mod param_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod rule_tests {
+    use super::*;
+    use crate::events::{BusBuilder, Subscription};
+
+    const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+    fn setup() -> (Inspector, Subscription) {
+        let mut bus = BusBuilder::default();
+        let sub = bus.subscribe("t", 1 << 12);
+        (Inspector::new(InspectConfig::default(), bus.build()), sub)
+    }
+
+    /// One stateless POST: its body, the reply (JSON, or SSE events when several).
+    fn post(insp: &Inspector, version: Option<&str>, body: &str, replies: &[&str]) {
+        let v: Value = serde_json::from_str(body).unwrap();
+        let method = v["method"].as_str().map(str::to_string);
+        let name = v["params"]["name"].as_str().map(str::to_string);
+        let mut ex = insp.begin(&RequestMeta {
+            method: "POST",
+            path: "/mcp",
+            content_type: Some("application/json"),
+            protocol_version: version,
+            mcp_method: method.as_deref(),
+            mcp_name: name.as_deref(),
+            peer_ip: Some([127, 0, 0, 1].into()),
+            ..Default::default()
+        });
+        ex.request_body(&Bytes::from(body.to_string()), true);
+        let sse = replies.len() > 1;
+        ex.response_head(&ResponseMeta {
+            status: 200,
+            content_type: Some(if sse {
+                "text/event-stream"
+            } else {
+                "application/json"
+            }),
+            ..Default::default()
+        });
+        for r in replies {
+            if sse {
+                ex.response_data(format!("data: {r}\n\n").as_bytes());
+            } else {
+                ex.response_data(r.as_bytes());
+            }
+        }
+        ex.end(EndReason::Complete);
+    }
+
+    fn events(sub: &mut Subscription) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Ok(e) = sub.rx.try_recv() {
+            out.push((*e).clone());
+        }
+        out
+    }
+
+    fn codes(ev: &[Event]) -> Vec<&'static str> {
+        ev.iter()
+            .filter_map(|e| match e {
+                Event::Anomaly(a) => Some(a.code),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn discovery_lists_the_versions_later_requests_must_use() {
+        let (insp, mut sub) = setup();
+        let discover =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{{{META}}}}}"#);
+        post(
+            &insp,
+            Some("2026-07-28"),
+            &discover,
+            &[
+                r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","supportedVersions":["2026-07-28"],"ttlMs":0,"cacheScope":"private","capabilities":{"tools":{}}}}"#,
+            ],
+        );
+        let list =
+            format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{{META}}}}}"#);
+        let ok = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}"#;
+        post(&insp, Some("2026-07-28"), &list, &[ok]);
+        assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
+        // A version the server did not list; a header that disagrees with the body; a request
+        // without the keys every request must carry.
+        let other = list.replace(
+            r#"protocolVersion":"2026-07-28""#,
+            r#"protocolVersion":"2027-01-01""#,
+        );
+        post(&insp, Some("2027-01-01"), &other, &[ok]);
+        post(&insp, Some("2025-11-25"), &list, &[ok]);
+        let bare = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        post(&insp, Some("2026-07-28"), bare, &[ok]);
+        let ev = events(&mut sub);
+        assert_eq!(
+            codes(&ev),
+            vec!["MCP_VERSION", "MCP_HEADER_MISMATCH", "MCP_META"],
+            "{ev:?}"
+        );
+        // One group per client (the one that names no clientInfo is `client`), an exchange
+        // scope each.
+        let groups: std::collections::BTreeSet<String> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Call(c) => Some(c.scope.report_key()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            groups.into_iter().collect::<Vec<_>>(),
+            vec!["stateless:client@127.0.0.1", "stateless:t/1@127.0.0.1"]
+        );
+    }
+
+    #[test]
+    fn an_input_request_needs_the_capability_the_call_declared() {
+        let (insp, mut sub) = setup();
+        let asks = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"k":{"method":"elicitation/create","params":{"message":"ok?"}}},"requestState":"s"}}"#;
+        // Declared elicitation: clean; declared nothing: MCP_CAPABILITY.
+        let with = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x","arguments":{{}},{}}}}}"#,
+            META.replace(
+                "clientCapabilities\":{}",
+                "clientCapabilities\":{\"elicitation\":{}}"
+            )
+        );
+        post(&insp, Some("2026-07-28"), &with, &[asks]);
+        assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
+        let without = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"y","arguments":{{}},{META}}}}}"#
+        );
+        post(&insp, Some("2026-07-28"), &without, &[asks]);
+        let ev = events(&mut sub);
+        assert_eq!(codes(&ev), vec!["MCP_CAPABILITY"], "{ev:?}");
+    }
+
+    #[test]
+    fn a_listen_stream_carries_its_notifications_and_ends_with_them() {
+        let (insp, mut sub) = setup();
+        let listen = format!(
+            r#"{{"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":{{"notifications":{{"toolsListChanged":true}},{META}}}}}"#
+        );
+        let ack = r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"L1"}}}"#;
+        let changed = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"L1"}}}"#;
+        post(&insp, Some("2026-07-28"), &listen, &[ack, changed]);
+        let ev = events(&mut sub);
+        assert_eq!(codes(&ev), Vec::<&str>::new(), "{ev:?}");
+        let notes: Vec<Option<&str>> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Message(m) if m.kind == Kind::Notification => Some(m.target.as_deref()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes, vec![Some("\"L1\""), Some("\"L1\"")]);
+        let call = ev.iter().find_map(|e| match e {
+            Event::Call(c) => Some(c.clone()),
+            _ => None,
+        });
+        let call = call.unwrap();
+        assert_eq!(call.target.as_deref(), Some("\"L1\""));
+        assert!(
+            matches!(call.outcome, Outcome::Missing { ref reason } if reason.contains("subscription stream ended"))
+        );
+    }
+
+    #[test]
+    fn mcp_over_websocket_is_a_session_and_other_json_rpc_is_not() {
+        let (insp, mut sub) = setup();
+        // MCP: an id reused within the session is flagged, as on stdio.
+        let mut ws = insp.begin_ws(40);
+        let line = |ws: &mut ExchangeCtx, d, s: &str| ws.line(d, Bytes::from(s.to_string()));
+        line(
+            &mut ws,
+            Direction::ClientToServer,
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#,
+        );
+        line(
+            &mut ws,
+            Direction::ServerToClient,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}"#,
+        );
+        line(
+            &mut ws,
+            Direction::ClientToServer,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        );
+        line(
+            &mut ws,
+            Direction::ClientToServer,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        );
+        line(
+            &mut ws,
+            Direction::ServerToClient,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#,
+        );
+        ws.end(EndReason::Closed("closed".into()));
+        let ev = events(&mut sub);
+        assert_eq!(codes(&ev), vec!["DUPLICATE_ID"], "{ev:?}");
+        assert!(ev
+            .iter()
+            .all(|e| !matches!(e, Event::Call(c) if c.scope != Scope::Session("ws-40".into()))));
+        // Plain JSON-RPC over WebSocket: an answered id may come again.
+        let mut ws = insp.begin_ws(41);
+        for _ in 0..2 {
+            line(
+                &mut ws,
+                Direction::ClientToServer,
+                r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+            );
+            line(
+                &mut ws,
+                Direction::ServerToClient,
+                r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#,
+            );
+        }
+        ws.end(EndReason::Closed("closed".into()));
+        assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
+    }
+}

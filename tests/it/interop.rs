@@ -1180,7 +1180,6 @@ async fn tampered_request_state_is_flagged_and_never_shown() {
     // A first round: the key it asks and the state it issues.
     let ask = |id: u32, path: &'static str| {
         let body = call(id, path, "");
-        let post = post.clone();
         async move {
             let r = post(body).await;
             assert_eq!(r["result"]["resultType"], "input_required", "{r}");
