@@ -4,6 +4,10 @@
 
 use crate::events::Direction;
 
+/// The MCP revision from which a client declares its capabilities per request (`_meta`), opts
+/// into logs per request, and asks for input in `input_required` rounds (2026-07-28).
+pub const MODERN: &str = "2026-07-28";
+
 /// Declared capabilities, one bit each (client and server bits never overlap, so one type
 /// serves both sides).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -154,7 +158,7 @@ pub fn needed(method: &str, dir: Direction, version: &str) -> Option<Need> {
             "prompts.listChanged",
         ),
         // From 2026-07-28 a client opts into logs per request (`_meta` logLevel).
-        (ServerToClient, "notifications/message") if version < super::modern::MODERN => {
+        (ServerToClient, "notifications/message") if version < MODERN => {
             server(Caps::LOGGING, "logging")
         }
         (ServerToClient, "sampling/createMessage") => client(Caps::SAMPLING, "sampling"),

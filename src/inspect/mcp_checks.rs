@@ -168,22 +168,6 @@ struct ContentParts<'a> {
     contents: Option<&'a RawValue>,
 }
 
-/// A header value as `Mcp-Name` carries it: plain, or `=?base64?…?=` for a name that is not
-/// plain ASCII.
-pub(super) fn decode_name(v: &str) -> Option<String> {
-    use base64::Engine as _;
-    match v
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    {
-        Some(b) => base64::engine::general_purpose::STANDARD
-            .decode(b)
-            .ok()
-            .and_then(|d| String::from_utf8(d).ok()),
-        None => Some(v.to_string()),
-    }
-}
-
 fn size_text(n: usize) -> String {
     if n >= 1 << 20 {
         format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64)
@@ -314,7 +298,7 @@ impl ExchangeCtx {
                 | "resources/unsubscribe"
         );
         match (hdr.and_then(|h| h.name.as_deref()), env.target.as_deref()) {
-            (Some(n), Some(t)) if decode_name(n).as_deref() != Some(t) => {
+            (Some(n), Some(t)) if super::modern::decode_name(n).as_deref() != Some(t) => {
                 problems.push(format!("Mcp-Name: {n} but the body names `{t}`"))
             }
             (Some(n), None) if named => {

@@ -21,8 +21,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-/// The revision these rules are about.
-pub const MODERN: &str = "2026-07-28";
+pub use super::capability::MODERN;
 /// Every reserved `_meta` key starts so.
 const RESERVED: &[u8] = b"io.modelcontextprotocol/";
 /// The most open rounds one session or stateless client keeps; the oldest go first.
@@ -923,7 +922,23 @@ pub(super) fn param_mismatch(
 }
 
 fn decode_header(v: &str) -> Option<String> {
-    super::mcp_checks::decode_name(v.trim())
+    decode_name(v.trim())
+}
+
+/// A header value as `Mcp-Name` and `Mcp-Param-*` carry it: plain, or `=?base64?…?=` for a value
+/// that is not plain ASCII.
+pub(super) fn decode_name(v: &str) -> Option<String> {
+    use base64::Engine as _;
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(b) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .ok()
+            .and_then(|d| String::from_utf8(d).ok()),
+        None => Some(v.to_string()),
+    }
 }
 
 #[cfg(test)]
