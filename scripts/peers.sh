@@ -46,9 +46,10 @@ node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotoc
 # Debian packages, by the command each provides: tmux (the dashboard's end-to-end tests), curl,
 # prometheus + promtool (tests/it/admin.rs scrapes /metrics with a real Prometheus), systemd's
 # systemd-analyze (tests/it/deploy.rs verifies config/systemd/), redis-server (tests/it/fleet.rs: limits
-# shared through Redis), man (tests/it/cli_edges.rs renders `rpctap man` with `man -l`).
+# shared through Redis), man (tests/it/cli_edges.rs renders `rpctap man` with `man -l`), chromium
+# (tests/it/contracts.rs opens the HTML report headless).
 missing=()
-for pair in tmux:tmux curl:curl prometheus:prometheus promtool:prometheus systemd-analyze:systemd redis-server:redis-server man:man-db; do
+for pair in tmux:tmux curl:curl prometheus:prometheus promtool:prometheus systemd-analyze:systemd redis-server:redis-server man:man-db chromium:chromium; do
   tool=${pair%%:*} pkg=${pair#*:}
   command -v "$tool" >/dev/null || [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
 done

@@ -30,8 +30,14 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Serve a recording as the server.
     Mock(MockArgs),
-    /// Check an exchange document (or a recording, scope by scope) offline.
+    /// Check an exchange document (or a recording, scope by scope) offline, as a gate.
     Check(CheckArgs),
+    /// Show, accept or reset a server's tool baseline (what `MCP_TOOL_DRIFT` compares with).
+    Baseline(BaselineArgs),
+    /// What changed between two sessions (recordings or session names): tools, prompts and
+    /// resources offered, calls' outcomes and latencies (exit 1 on a regression with
+    /// `--exit-code`).
+    Diff(DiffArgs),
     /// Export a recording as exchange documents or HAR.
     Export(ExportArgs),
     /// Open a recording in the dashboard.
@@ -265,6 +271,16 @@ pub struct ReplayArgs {
     /// Do not verify the target's TLS certificate.
     #[arg(long)]
     pub insecure: bool,
+    /// A call that takes longer than this fails (whatever its reply).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
+    pub max_duration: Option<f64>,
+    /// Wait this long for a target that is still starting (it is tried every 100 ms).
+    #[arg(long, value_name = "DURATION", default_value_t = 0.0, value_parser = crate::units::secs)]
+    pub wait: f64,
+    /// Golden files: replay through a recording proxy and make what the target answered the
+    /// recording's new expectations (the old recording is kept as FILE.bak). HTTP recordings.
+    #[arg(long, conflicts_with_all = ["target_command", "junit"])]
+    pub update: bool,
 }
 
 #[derive(Debug, Args)]
@@ -283,6 +299,20 @@ pub struct MockArgs {
     /// message per line).
     #[arg(long, conflicts_with = "listen")]
     pub stdio: bool,
+    /// Which recorded reply a request gets: `method-params` (the same method and params,
+    /// `_meta` aside; ties in recording order), `sequential` (the next recorded reply of the
+    /// same method, whatever its params), `strict` (the same method and params, `_meta` too).
+    #[arg(long = "match", value_enum, default_value = "method-params")]
+    pub matching: MockMatch,
+}
+
+/// How `mock` matches a request to a recorded one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum MockMatch {
+    #[default]
+    MethodParams,
+    Sequential,
+    Strict,
 }
 
 #[derive(Debug, Args)]
@@ -301,6 +331,98 @@ pub struct CheckArgs {
     /// Most envelopes on each side.
     #[arg(long, value_name = "N", default_value_t = 200)]
     pub max_envelopes: usize,
+    /// What fails the run: severities (`error`, `warning`, `info`, `none`) and codes, comma
+    /// separated or repeated.
+    #[arg(long, value_name = "SEVERITY|CODE,…", default_value = "error,warning")]
+    pub fail_on: Vec<String>,
+    /// Accept a finding: `CODE`, or `CODE:METHOD-OR-TOOL` (listed, marked allowed, failing
+    /// nothing). Repeatable.
+    #[arg(long, value_name = "CODE[:WHAT]")]
+    pub allow: Vec<String>,
+    /// Fail unless the recording calls this tool (`tools/call`). Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub expect_tool: Vec<String>,
+    /// Fail if the recording calls this tool. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub forbid_tool: Vec<String>,
+    /// Fail if any call took longer than this.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
+    pub max_duration: Option<f64>,
+    /// `json` (seed 004's result, one line per scope), `text` (a summary), `junit` (XML).
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: CheckFormat,
+    /// Write the report here instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Compare complete tools/lists with the server label's baseline in this directory
+    /// (default: the state directory's `baselines/`, when it has one for the label).
+    #[arg(long, value_name = "DIR")]
+    pub baseline: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineArgs {
+    #[command(subcommand)]
+    pub action: BaselineAction,
+    /// The baselines' directory (default: the state directory's `baselines/`).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaselineAction {
+    /// Print a label's baseline (every label's names without one).
+    Show {
+        /// The server's label.
+        label: Option<String>,
+    },
+    /// Make a recording's (or session's) last complete tools/list its label's baseline.
+    Accept {
+        /// A recording, or a session name in the state directory.
+        session: String,
+        /// The label to file it under (default: the recording's).
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// Forget a label's baseline (the next complete list becomes it).
+    Reset { label: String },
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The session before: a recording, or a session name in the state directory.
+    pub a: String,
+    /// The session after.
+    pub b: String,
+    /// Exit 1 when anything got worse (a removal, a less safe annotation, a changed schema, an
+    /// outcome or latency regression); improvements and other changes alone exit 0.
+    #[arg(long)]
+    pub exit_code: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: DiffFormat,
+    /// A latency shift is reported when it is at least this much…
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::units::secs)]
+    pub duration_threshold: f64,
+    /// …and the slower is at least this many times the faster.
+    #[arg(long, value_name = "RATIO", default_value_t = 2.0)]
+    pub duration_ratio: f64,
+}
+
+/// `diff`'s formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    Text,
+    Json,
+    /// For a pull-request comment.
+    Markdown,
+}
+
+/// `check`'s report formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CheckFormat {
+    Json,
+    Text,
+    Junit,
 }
 
 /// Export formats.
@@ -310,6 +432,8 @@ pub enum ExportFormat {
     Exchange,
     /// HAR 1.2.
     Har,
+    /// One self-contained HTML report (findings, latency per method and tool, every call).
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -355,6 +479,11 @@ pub struct SharedFlags {
     /// Record the traffic to this JSON Lines file (created mode 0600).
     #[arg(long, short = 'r', value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Compare every complete tools/list with the server's tool baseline in this directory
+    /// (the first one becomes it when there is none): `MCP_TOOL_DRIFT`. Joined to the hub,
+    /// the state directory's `baselines/` is used without it.
+    #[arg(long, value_name = "DIR")]
+    pub baseline: Option<PathBuf>,
     /// Add to an existing recording: a new run with its own header after what is there
     /// (without it, an existing FILE is refused).
     #[arg(long, requires = "record", conflicts_with = "force")]

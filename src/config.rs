@@ -170,6 +170,8 @@ pub struct ProxyConfig {
     /// What the hub knows of this run (label, session name, start), added to the recording's
     /// and the feed's headers (`proxy --hub`).
     pub session_meta: Option<serde_json::Value>,
+    /// `--baseline DIR` (see [`Shared::baseline_dir`]).
+    pub baseline_dir: Option<PathBuf>,
 }
 
 /// The admin settings from flags over the file (`None`: no admin listener).
@@ -355,6 +357,9 @@ pub struct Shared {
     pub flag_limits: Vec<RuleSpec>,
     pub admin: Option<crate::admin::AdminConfig>,
     pub otel: Option<crate::otel::OtelConfig>,
+    /// `--baseline DIR`: where the server's tool baseline is kept (joined to the hub without it:
+    /// the state directory's `baselines/`).
+    pub baseline_dir: Option<PathBuf>,
 }
 
 /// `--otlp*` over `[otel]`; `None` without an endpoint.
@@ -448,7 +453,8 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
             &[flags.redact_headers.clone(), file.redact_headers.clone()].concat(),
             &[flags.shared.redact_paths.clone(), file.redact_paths.clone()].concat(),
         )),
-        trace: None, // set from `otel` below
+        trace: None,    // set from `otel` below
+        baseline: None, // set by the mode, which knows the server's label
     };
     let record = flags
         .shared
@@ -515,6 +521,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         flag_limits,
         admin: admin_config(flags, file)?,
         otel,
+        baseline_dir: flags.shared.baseline.clone(),
     })
 }
 
@@ -553,6 +560,7 @@ pub fn resolve(
         flag_limits,
         admin,
         otel,
+        baseline_dir,
     } = resolve_shared(flags, &file)?;
     if let Some(crate::admin::AdminAddr::Tcp(a)) = admin.as_ref().map(|a| &a.addr) {
         if *a == listen && a.port() != 0 {
@@ -617,6 +625,7 @@ pub fn resolve(
         admin,
         otel,
         session_meta: None,
+        baseline_dir,
     })
 }
 

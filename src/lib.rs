@@ -50,18 +50,26 @@
 //!   the hub and its subcommands (`app::hub`: `watch`, `sessions`, `open`, `prune`), `config
 //!   wrap|unwrap` (`app::wrap`).
 //! - [`units`] — durations and sizes as users write them, one syntax for flags and config keys.
+//! - [`gate`] — `check` as a CI gate: what fails a run, accepted findings, assertions on the
+//!   tools called and the calls' durations, and the JSON, text and JUnit reports.
+//! - [`diff`] — what changed between two recorded sessions (`rpctap diff`): offerings, calls
+//!   matched by method, target and arguments, outcomes and latencies.
+//! - [`baseline`] — each server label's trusted tools (`MCP_TOOL_DRIFT`, `rpctap baseline`).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;
 pub mod alloc;
 pub mod app;
 pub mod attach;
+pub mod baseline;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod diff;
 pub mod events;
 pub mod feed;
 pub mod filter;
+pub mod gate;
 pub mod hub;
 pub mod inspect;
 pub mod limit;

@@ -84,6 +84,8 @@ fn main() {
             Command::Replay(a) => offline(app::replay(a).await),
             Command::Mock(a) => offline(app::mock(a, shutdown).await),
             Command::Check(a) => offline(app::check(a)),
+            Command::Diff(a) => offline(app::diff(a)),
+            Command::Baseline(a) => offline(app::baseline(a)),
             Command::Export(a) => offline(app::export(a)),
             Command::View(a) => offline(app::view(a, shutdown).await),
             Command::Stdio(a) => match app::stdio::run(a).await {

@@ -21,6 +21,18 @@ pub fn secs(s: &str) -> Result<f64, String> {
         .map_err(|_| format!("{s:?} is not a duration (e.g. 250ms, 30s, 5m, 1h, or seconds)"))
 }
 
+/// A duration as it is written back: `250ms`, `2s`, `1.5s`.
+pub fn show_secs(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}s", d.as_secs_f64())
+    }
+}
+
 /// A size in bytes (see the module's comment).
 pub fn size(s: &str) -> Result<u64, String> {
     let t = s.trim();

@@ -184,6 +184,27 @@ impl Plan {
     }
 }
 
+/// The live tool baseline of a server `label`: in `dir` when given, else — joined to the hub —
+/// in the state directory. A baseline that cannot be read is a warning (nothing is compared).
+pub fn live_baseline(
+    dir: Option<&std::path::Path>,
+    hub: bool,
+    label: &str,
+) -> Option<std::sync::Arc<crate::baseline::Live>> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None if hub => Home::from_env().ok()?.baselines(),
+        None => return None,
+    };
+    match crate::baseline::Live::open(&dir, label, true) {
+        Ok(l) => Some(std::sync::Arc::new(l)),
+        Err(e) => {
+            eprintln!("rpctap: warning: tool baseline not used: {e}");
+            None
+        }
+    }
+}
+
 /// Adds `extra`'s members to the object `v`.
 pub fn merge(v: &mut serde_json::Value, extra: serde_json::Value) {
     if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {

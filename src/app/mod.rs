@@ -197,12 +197,23 @@ impl RunningProxy {
                     &cfg.session_meta,
                 ),
                 otel: cfg.otel.clone(),
-                otel_upstream: Some((host, port)),
+                otel_upstream: Some((host.clone(), port)),
             },
             &mut bus,
         )
         .await?;
-        let inspector = Inspector::new(cfg.inspect.clone(), bus.build());
+        let label = cfg
+            .session_meta
+            .as_ref()
+            .and_then(|m| m["label"].as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{host}:{port}"));
+        let mut inspect = cfg.inspect.clone();
+        inspect.baseline = hub::live_baseline(
+            cfg.baseline_dir.as_deref(),
+            cfg.session_meta.is_some(),
+            &label,
+        );
+        let inspector = Inspector::new(inspect, bus.build());
         let limiter = crate::limit::Limiter::new(&cfg.limits, cfg.limit_code)
             .map_err(|e| config::ConfigError::Invalid(e.to_string()))?;
         let proxy = Proxy::new(cfg.proxy.clone(), inspector, limiter);
@@ -808,9 +819,17 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
             timeout,
             headers,
             insecure: args.insecure,
+            wait: Duration::from_secs_f64(args.wait),
         };
+        if args.update {
+            return update_recording(&args, &rec, opts).await;
+        }
         crate::replay::replay(&rec, &opts).await?
     };
+    let mut report = report;
+    if let Some(max) = args.max_duration {
+        report.limit_duration(Duration::from_secs_f64(max));
+    }
     if let Some(j) = &args.junit {
         write_out(Some(j), &crate::replay::junit(&report))?;
     }
@@ -828,13 +847,67 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
     Ok(if report.failed == 0 { 0 } else { 1 })
 }
 
+/// `replay --update`: the recording's client traffic goes to the target through a recording
+/// proxy (this same binary, on a loopback port of its own), and what that proxy recorded becomes
+/// the recording; the old one is kept as FILE.bak.
+async fn update_recording(
+    args: &crate::cli::ReplayArgs,
+    rec: &crate::record::reader::Capture,
+    mut opts: crate::replay::ReplayOptions,
+) -> Result<i32, OfflineError> {
+    let io = |what: &str, e: std::io::Error| OfflineError::Io(format!("{what}: {e}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| io("cannot find a free port", e))?
+        .port();
+    let fresh = args.file.with_extension("jsonl.update");
+    let _ = std::fs::remove_file(&fresh);
+    let exe = std::env::current_exe().map_err(|e| io("cannot find rpctap itself", e))?;
+    let mut proxy = tokio::process::Command::new(exe)
+        .args(["proxy", "--no-tui", "--log", "off", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--upstream")
+        .arg(opts.target.to_string())
+        .arg("--record")
+        .arg(&fresh)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| io("cannot start the recording proxy", e))?;
+    opts.target = format!("http://127.0.0.1:{port}")
+        .parse()
+        .map_err(|e| OfflineError::Io(format!("{e}")))?;
+    opts.wait = opts.wait.max(Duration::from_secs(5));
+    let report = crate::replay::replay(rec, &opts).await;
+    // A graceful stop: the recording is flushed whole.
+    if let Some(pid) = proxy.id() {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(15), proxy.wait()).await;
+    let report = report?;
+    let bak = args.file.with_extension("jsonl.bak");
+    std::fs::rename(&args.file, &bak).map_err(|e| io("cannot keep the old recording", e))?;
+    std::fs::rename(&fresh, &args.file).map_err(|e| io("cannot write the new recording", e))?;
+    eprintln!(
+        "rpctap replay: {} updated from {} ({} calls, {} differed from what was recorded); the old recording is {}",
+        args.file.display(),
+        args.target.as_deref().unwrap_or(""),
+        report.calls.len(),
+        report.failed,
+        bak.display()
+    );
+    Ok(0)
+}
+
 /// `rpctap mock`.
 pub async fn mock(
     args: crate::cli::MockArgs,
     shutdown: impl Future<Output = ()>,
 ) -> Result<i32, OfflineError> {
     let rec = crate::record::reader::read(&args.file)?;
-    let mock = crate::replay::mock::Mock::from_recording(&rec);
+    let mock = crate::replay::mock::Mock::matching(&rec, args.matching);
     if args.stdio {
         eprintln!(
             "rpctap mock: serving {} recorded calls from {} on stdin/stdout",
@@ -866,7 +939,8 @@ pub async fn mock(
     Ok(0)
 }
 
-/// `rpctap check`: 0 when everything passes, 1 when any finding is an error.
+/// `rpctap check`: 0 when everything passes the gate, 1 when a finding fails it (by default an
+/// error or a warning) or an assertion breaks.
 pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     use crate::inspect::offline::{check_document, CheckLimits};
     let bytes = if args.file == "-" {
@@ -887,8 +961,12 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     };
     let text = String::from_utf8_lossy(&bytes);
     let first = text.lines().next().unwrap_or("");
-    let mut out = String::new();
-    let mut failed = false;
+    let mut gate = crate::gate::Gate::new(&args.fail_on, &args.allow)
+        .map_err(|e| OfflineError::Io(e.to_string()))?;
+    gate.expect_tools = args.expect_tool.clone();
+    gate.forbid_tools = args.forbid_tool.clone();
+    gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
+    let report;
     if first.contains("\"rpctap_recording\"") {
         let rec = if args.file == "-" {
             let mut rec = crate::record::reader::Capture::default();
@@ -899,20 +977,40 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
             // A file: its rotated parts too.
             crate::record::reader::read(std::path::Path::new(&args.file))?
         };
-        // The recording goes back through the live inspector, scope by scope.
-        let results = crate::inspect::recorded::check_recording(&rec);
+        // The recording goes back through the live inspector, scope by scope, its tool lists
+        // compared with its label's baseline as it is now (never written here).
+        let label = crate::gate::label(&rec.header);
+        let dir = args.baseline.clone().or_else(|| {
+            crate::hub::Home::from_env()
+                .ok()
+                .map(|h| h.baselines())
+                .filter(|d| crate::baseline::path(d, &label).is_file())
+        });
+        let baseline = match dir {
+            Some(d) => Some(std::sync::Arc::new(
+                crate::baseline::Live::open(&d, &label, false)
+                    .map_err(|e| OfflineError::Io(e.to_string()))?,
+            )),
+            None => None,
+        };
+        let results = crate::inspect::recorded::check_recording_with(&rec, baseline);
         if results.is_empty() {
             return Err(OfflineError::Empty(format!(
                 "{}: the recording holds no JSON-RPC messages",
                 args.file
             )));
         }
-        for (scope, r) in results {
-            failed |= !r.passes_checks;
-            out.push_str(&serde_json::json!({ "scope": scope, "result": r }).to_string());
-            out.push('\n');
-        }
+        let calls: Vec<&crate::events::CallEvent> = rec.calls().collect();
+        report = crate::gate::evaluate(&gate, crate::gate::label(&rec.header), results, &calls);
     } else {
+        if !(gate.expect_tools.is_empty()
+            && gate.forbid_tools.is_empty()
+            && gate.max_duration.is_none())
+        {
+            return Err(OfflineError::Io(
+                "--expect-tool, --forbid-tool and --max-duration need a recording (an exchange document has no calls' times or sessions)".into(),
+            ));
+        }
         // One document, or JSON Lines of documents.
         let docs: Vec<&str> = if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok() {
             vec![text.as_ref()]
@@ -923,12 +1021,11 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
             return Err(OfflineError::Empty(format!("{} is empty", args.file)));
         }
         let mut anything = false;
-        for d in docs {
+        let mut results = Vec::new();
+        for (i, d) in docs.into_iter().enumerate() {
             let r = check_document(d.as_bytes(), &limits)?;
             anything |= r.request_count > 0 || !r.findings.is_empty();
-            failed |= !r.passes_checks;
-            out.push_str(&serde_json::to_string(&r).unwrap_or_default());
-            out.push('\n');
+            results.push((format!("document:{}", i + 1), r));
         }
         if !anything {
             return Err(OfflineError::Empty(format!(
@@ -936,9 +1033,135 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
                 args.file
             )));
         }
+        report = crate::gate::evaluate(&gate, "exchange".into(), results, &[]);
+        if args.format == crate::cli::CheckFormat::Json {
+            // A document's result is printed bare, as seed 004 has it.
+            let out: String = report
+                .scopes
+                .iter()
+                .map(|s| format!("{}\n", serde_json::to_string(&s.result).unwrap_or_default()))
+                .collect();
+            write_out(args.output.as_deref(), &out)?;
+            return Ok(i32::from(report.failed()));
+        }
     }
+    let out = match args.format {
+        crate::cli::CheckFormat::Json => crate::gate::json(&report),
+        crate::cli::CheckFormat::Text => crate::gate::text(&report),
+        crate::cli::CheckFormat::Junit => crate::gate::junit(&report),
+    };
+    write_out(args.output.as_deref(), &out)?;
+    Ok(i32::from(report.failed()))
+}
+
+/// A recording named by its path or, in the state directory, by its session name.
+fn recording_named(what: &str) -> Result<(String, crate::record::reader::Capture), OfflineError> {
+    let path = std::path::PathBuf::from(what);
+    let path = if path.is_file() {
+        path
+    } else {
+        crate::hub::Home::from_env()
+            .and_then(|h| h.find(what))
+            .map_err(|e| OfflineError::Io(format!("{what}: not a file, and {e}")))?
+    };
+    let rec = crate::record::reader::read(&path)?;
+    Ok((path.display().to_string(), rec))
+}
+
+/// `rpctap baseline show|accept|reset`.
+pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, OfflineError> {
+    use crate::cli::BaselineAction;
+    let dir = match args.dir {
+        Some(d) => d,
+        None => crate::hub::Home::from_env()
+            .map_err(|e| OfflineError::Io(e.to_string()))?
+            .baselines(),
+    };
+    let io = |e: crate::baseline::BaselineError| OfflineError::Io(e.to_string());
+    match args.action {
+        BaselineAction::Show { label: Some(l) } => {
+            match crate::baseline::load(&dir, &l).map_err(io)? {
+                Some(b) => write_out(
+                    None,
+                    &format!("{}\n", serde_json::to_string_pretty(&b).unwrap_or_default()),
+                )?,
+                None => {
+                    return Err(OfflineError::Empty(format!(
+                        "no baseline for {l} in {}",
+                        dir.display()
+                    )))
+                }
+            }
+        }
+        BaselineAction::Show { label: None } => {
+            let mut names: Vec<String> = std::fs::read_dir(&dir)
+                .map(|rd| {
+                    rd.flatten()
+                        .filter_map(|e| {
+                            let p = e.path();
+                            let b: crate::baseline::Baseline =
+                                serde_json::from_slice(&std::fs::read(&p).ok()?).ok()?;
+                            Some(format!("{}\t{} tools", b.label, b.tools.len()))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.sort();
+            let out: String = names.iter().map(|n| format!("{n}\n")).collect();
+            write_out(None, &out)?;
+        }
+        BaselineAction::Accept { session, label } => {
+            let (name, rec) = recording_named(&session)?;
+            let label = label.unwrap_or_else(|| crate::gate::label(&rec.header));
+            let Some(tools) = crate::baseline::last_list(&rec) else {
+                return Err(OfflineError::Empty(format!(
+                    "{name}: no complete tools/list in it"
+                )));
+            };
+            let n = tools.len();
+            let p = crate::baseline::save(
+                &dir,
+                &crate::baseline::Baseline {
+                    label: label.clone(),
+                    accepted_ns: crate::events::now_ns(),
+                    tools,
+                },
+            )
+            .map_err(io)?;
+            eprintln!(
+                "rpctap baseline: {label}: {n} tools from {name} accepted ({})",
+                p.display()
+            );
+        }
+        BaselineAction::Reset { label } => {
+            let had = crate::baseline::reset(&dir, &label).map_err(io)?;
+            eprintln!(
+                "rpctap baseline: {label}: {}",
+                if had { "reset" } else { "had no baseline" }
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// `rpctap diff A B`.
+pub fn diff(args: crate::cli::DiffArgs) -> Result<i32, OfflineError> {
+    let (an, a) = recording_named(&args.a)?;
+    let (bn, b) = recording_named(&args.b)?;
+    let th = crate::diff::Thresholds {
+        min_us: (args.duration_threshold * 1e6) as u64,
+        ratio: args.duration_ratio,
+    };
+    let d = crate::diff::diff(&an, &a, &bn, &b, th);
+    let out = match args.format {
+        crate::cli::DiffFormat::Text => crate::diff::text(&d),
+        crate::cli::DiffFormat::Markdown => crate::diff::markdown(&d),
+        crate::cli::DiffFormat::Json => {
+            format!("{}\n", serde_json::to_string_pretty(&d).unwrap_or_default())
+        }
+    };
     write_out(None, &out)?;
-    Ok(if failed { 1 } else { 0 })
+    Ok(i32::from(args.exit_code && d.regressions() > 0))
 }
 
 /// `rpctap export`.
@@ -958,6 +1181,9 @@ pub fn export(args: crate::cli::ExportArgs) -> Result<i32, OfflineError> {
                 "{}\n",
                 serde_json::to_string_pretty(&crate::record::export::har(&rec)).unwrap_or_default()
             )
+        }
+        crate::cli::ExportFormat::Html => {
+            crate::record::report::html(&rec, &args.file.display().to_string())
         }
     };
     write_out(args.output.as_deref(), &text)?;

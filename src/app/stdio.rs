@@ -128,7 +128,10 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let registered = plan
         .as_ref()
         .and_then(|p| p.register(&shared.admin, &shared.record, Some(pid)));
-    let inspector = Inspector::new(shared.inspect.clone(), bus.build());
+    let mut inspect = shared.inspect.clone();
+    inspect.baseline =
+        super::hub::live_baseline(shared.baseline_dir.as_deref(), plan.is_some(), &label);
+    let inspector = Inspector::new(inspect, bus.build());
     observers.start(|s| s.inspector = Some(inspector.clone()));
     if let (Some(o), None) = (&observers.ops, &plan) {
         eprintln!("{}", o.banner());

@@ -93,6 +93,11 @@ impl Home {
     }
 
     /// Where a session of `name` records.
+    /// Where tool baselines are kept (one file per server label).
+    pub fn baselines(&self) -> PathBuf {
+        self.state.join("baselines")
+    }
+
     pub fn recording(&self, name: &str) -> PathBuf {
         self.sessions().join(format!("{name}.jsonl"))
     }

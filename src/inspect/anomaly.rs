@@ -80,10 +80,13 @@ pub enum Code {
     /// MCP: a feature deprecated in the session's protocol version (roots, sampling and
     /// logging since 2026-07-28); the finding names the replacement.
     McpDeprecated,
+    /// MCP: a complete `tools/list` that differs from the server label's trusted baseline —
+    /// an error when a safety annotation got less safe or a schema changed, else a warning.
+    McpToolDrift,
 }
 
 impl Code {
-    pub const ALL: [Code; 30] = [
+    pub const ALL: [Code; 31] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -114,6 +117,7 @@ impl Code {
         Code::McpMeta,
         Code::McpVersion,
         Code::McpDeprecated,
+        Code::McpToolDrift,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -148,6 +152,7 @@ impl Code {
             Code::McpMeta => "MCP_META",
             Code::McpVersion => "MCP_VERSION",
             Code::McpDeprecated => "MCP_DEPRECATED",
+            Code::McpToolDrift => "MCP_TOOL_DRIFT",
         }
     }
 
@@ -166,7 +171,9 @@ impl Code {
             | Code::McpHeaderMismatch
             | Code::McpRequestState
             | Code::McpMeta
-            | Code::McpVersion => Severity::Error,
+            | Code::McpVersion
+            // At its worst; a drift that is no safety or schema change is flagged a warning.
+            | Code::McpToolDrift => Severity::Error,
             Code::NullIdResponse
             | Code::UnsafeId
             | Code::HttpStatus

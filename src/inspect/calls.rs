@@ -25,6 +25,19 @@ pub(super) fn flag(
     method: Option<&Arc<str>>,
     message: String,
 ) {
+    flag_as(inner, site, code, code.severity(), id, method, message)
+}
+
+/// Like `flag`, for the one code whose severity depends on what it found (`MCP_TOOL_DRIFT`).
+pub(super) fn flag_as(
+    inner: &Inner,
+    site: Site<'_>,
+    code: Code,
+    severity: crate::events::Severity,
+    id: Option<&Id>,
+    method: Option<&Arc<str>>,
+    message: String,
+) {
     tracing::debug!(code = code.as_str(), exchange = site.exchange, scope = %site.scope, %message, "anomaly");
     if inner.bus.wants_in(Interest::ANOMALY, site.exchange) {
         let ev = Event::Anomaly(AnomalyEvent {
@@ -32,7 +45,7 @@ pub(super) fn flag(
             exchange: site.exchange,
             scope: site.scope.clone(),
             code: code.as_str(),
-            severity: code.severity(),
+            severity,
             id: id.cloned(),
             method: method.cloned(),
             direction: site.at.map(|a| a.0),

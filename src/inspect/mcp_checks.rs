@@ -32,6 +32,8 @@ pub struct McpState {
     notified: Caps,
     /// What the 2026-07-28 rules keep: discovery, open rounds, deprecations flagged.
     pub modern: super::modern::ModernState,
+    /// The tool definitions of the list being gathered, whole (only with a baseline).
+    pub listed: Option<std::collections::BTreeMap<String, Value>>,
 }
 
 /// What the capability rule needs of a session, copied out of its state: the client's and the
@@ -500,9 +502,13 @@ impl ExchangeCtx {
                     && params::<ListParams>(&env.raw)
                         .is_some_and(|p| p.cursor.is_some_and(|c| !c.is_null()));
                 if !cursor {
-                    let (_, ev) = inner
-                        .correlator
-                        .with_session(&sid, |s| s.mcp.tools.start_list());
+                    let keep = inner.cfg.baseline.is_some();
+                    let (_, ev) = inner.correlator.with_session(&sid, |s| {
+                        s.mcp.tools.start_list();
+                        if keep {
+                            s.mcp.listed = Some(Default::default());
+                        }
+                    });
                     self.notice_evicted(ev);
                 }
             }
@@ -709,6 +715,11 @@ impl ExchangeCtx {
             }
             _ => {}
         }
+        if &*p.method == "tools/list" {
+            if let Some(b) = inner.cfg.baseline.clone() {
+                self.baseline_rule(key, p, sid.as_ref(), env, &b, extra);
+            }
+        }
         if env.raw.len() > inner.cfg.large_result && crate::rpc::is_mcp_method(&p.method) {
             let parts = result::<ContentParts<'_>>(&env.raw);
             let mut where_ = Vec::new();
@@ -740,6 +751,90 @@ impl ExchangeCtx {
                 ),
             );
             extra.push(Code::McpLargeResult.as_str());
+        }
+    }
+
+    /// A page of `tools/list` with a baseline: gathered whole, and the complete list compared
+    /// with the server's trusted tools (`MCP_TOOL_DRIFT`).
+    #[allow(clippy::too_many_arguments)]
+    fn baseline_rule(
+        &self,
+        key: &PendingKey,
+        p: &Pending,
+        sid: Option<&Arc<str>>,
+        env: &Envelope,
+        b: &crate::baseline::Live,
+        extra: &mut Vec<&'static str>,
+    ) {
+        #[derive(Deserialize)]
+        struct Page {
+            #[serde(default)]
+            tools: Vec<Value>,
+            #[serde(rename = "nextCursor", default)]
+            next_cursor: Option<Value>,
+        }
+        let Some(page) = result::<Page>(&env.raw) else {
+            return;
+        };
+        let last = page.next_cursor.as_ref().is_none_or(Value::is_null);
+        let named = |tools: Vec<Value>, into: &mut std::collections::BTreeMap<String, Value>| {
+            for t in tools {
+                if let Some(n) = t.get("name").and_then(Value::as_str) {
+                    if into.len() < schemas::MAX_TOOLS {
+                        into.insert(n.to_string(), t);
+                    }
+                }
+            }
+        };
+        let whole = match sid {
+            // A session's (or client's) pages are gathered until the last.
+            Some(sid) => {
+                let (whole, ev) = self.insp.correlator.with_session(sid, |s| {
+                    named(
+                        page.tools,
+                        s.mcp.listed.get_or_insert_with(Default::default),
+                    );
+                    if last {
+                        s.mcp.listed.take()
+                    } else {
+                        None
+                    }
+                });
+                self.notice_evicted(ev);
+                whole
+            }
+            // Without one, a page that is the whole list by itself.
+            None if last && !self.req.calls.is_empty() => {
+                let mut all = Default::default();
+                named(page.tools, &mut all);
+                Some(all)
+            }
+            None => None,
+        };
+        let Some(whole) = whole else { return };
+        for d in b.seen(&whole) {
+            let mut site = self.site();
+            site.at = site.at.or(Some((key.direction.reverse(), None)));
+            let severity = if d.error {
+                crate::events::Severity::Error
+            } else {
+                crate::events::Severity::Warning
+            };
+            super::calls::flag_as(
+                &self.insp,
+                site,
+                Code::McpToolDrift,
+                severity,
+                Some(&key.id),
+                Some(&p.method),
+                format!(
+                    "tool `{}` drifted from the baseline of {}: {}",
+                    d.tool, b.label, d.what
+                ),
+            );
+            if !extra.contains(&Code::McpToolDrift.as_str()) {
+                extra.push(Code::McpToolDrift.as_str());
+            }
         }
     }
 

@@ -56,6 +56,8 @@ pub struct InspectConfig {
     /// Keep each call's trace context for its span (`--otlp`): the sampling share, and whether
     /// rpctap propagates its own span upstream.
     pub trace: Option<crate::trace::TraceSettings>,
+    /// The server's tool baseline, when complete `tools/list`s are compared with one.
+    pub baseline: Option<Arc<crate::baseline::Live>>,
 }
 
 impl Default for InspectConfig {
@@ -68,6 +70,7 @@ impl Default for InspectConfig {
             large_result: 1 << 20,
             max_schemas: 1000,
             trace: None,
+            baseline: None,
         }
     }
 }

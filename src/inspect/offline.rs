@@ -73,6 +73,14 @@ pub struct Finding {
     pub severity: Severity,
     pub path: String,
     pub message: String,
+    /// Accepted by the gate (`check --allow`): listed, failing nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allowed: bool,
+    /// The method and call id it concerns, for the gate (not part of the result shape).
+    #[serde(skip)]
+    pub method: Option<String>,
+    #[serde(skip)]
+    pub id: Option<String>,
 }
 
 /// Seed 004's `result`, field for field.
@@ -287,6 +295,9 @@ fn run(
                         severity: a.severity,
                         path: path(a.direction, a.batch_index),
                         message: a.message.clone(),
+                        allowed: false,
+                        method: a.method.as_deref().map(str::to_string),
+                        id: a.id.as_ref().map(|i| i.to_string()),
                     });
                 } else {
                     res.truncated = true;

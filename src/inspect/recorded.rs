@@ -164,10 +164,19 @@ fn end_reason(reason: &str) -> EndReason {
 
 /// Feeds one run of a recording through a fresh inspector; returns the events it published.
 pub fn reinspect(header: &serde_json::Value, events: &[Event]) -> Vec<Event> {
+    reinspect_with(header, events, None)
+}
+
+fn reinspect_with(
+    header: &serde_json::Value,
+    events: &[Event],
+    baseline: Option<Arc<crate::baseline::Live>>,
+) -> Vec<Event> {
     let mut bus = BusBuilder::default();
     let out = Arc::new(Collect::default());
     bus.sink(Interest::ALL, out.clone());
-    let cfg = recorded_config(header);
+    let mut cfg = recorded_config(header);
+    cfg.baseline = baseline;
     let sweep_every = (cfg.call_timeout / 4)
         .clamp(Duration::from_millis(10), Duration::from_secs(1))
         .as_nanos() as u64;
@@ -444,9 +453,17 @@ fn id_text(id: &Option<Id>) -> Option<String> {
 /// Checks a whole recording: each scope's result, scopes in order of first appearance (scopes
 /// of a later appended run are named as they were, after the earlier run's).
 pub fn check_recording(rec: &Capture) -> Vec<(String, CheckResult)> {
+    check_recording_with(rec, None)
+}
+
+/// Like `check_recording`, comparing complete tool lists with a baseline (`MCP_TOOL_DRIFT`).
+pub fn check_recording_with(
+    rec: &Capture,
+    baseline: Option<Arc<crate::baseline::Live>>,
+) -> Vec<(String, CheckResult)> {
     let mut out = Vec::new();
     for (header, events) in rec.run_slices() {
-        out.extend(results(reinspect(header, events)));
+        out.extend(results(reinspect_with(header, events, baseline.clone())));
     }
     out
 }
@@ -570,6 +587,9 @@ fn results(events: Vec<Event>) -> Vec<(String, CheckResult)> {
                 severity: a.severity,
                 path,
                 message: a.message.clone(),
+                allowed: false,
+                method: a.method.as_deref().map(str::to_string),
+                id: a.id.as_ref().map(|i| i.to_string()),
             });
         }
     }

@@ -19,6 +19,7 @@
 pub mod export;
 mod line;
 pub mod reader;
+pub mod report;
 mod writer;
 
 pub use line::write_line;

@@ -216,13 +216,51 @@ fn walk(
                 path.pop();
             }
         }
-        (Some(Value::Array(ea)), Some(Value::Array(aa))) => {
-            for i in 0..ea.len().max(aa.len()) {
-                path.push(Seg::Index(i));
-                walk(path, ea.get(i), aa.get(i), ignore, out);
-                path.pop();
+        (Some(Value::Array(ea)), Some(Value::Array(aa))) => match name_key(ea, aa) {
+            // Named things (tools, prompts, resources, content parts with ids) are compared by
+            // name: one added tool is one difference, not one per tool after it.
+            Some(k) => {
+                let name = |v: &Value| v[k].as_str().map(str::to_string);
+                for (i, e) in ea.iter().enumerate() {
+                    let a = aa.iter().find(|a| name(a) == name(e));
+                    path.push(Seg::Index(i));
+                    match a {
+                        Some(a) => walk(path, Some(e), Some(a), ignore, out),
+                        None => {
+                            if !ignore.iter().any(|p| p.matches_prefix_of(path)) {
+                                out.push(Diff {
+                                    path: format!("{} ({k} {})", render(path), short(Some(&e[k]))),
+                                    expected: short(Some(e)),
+                                    actual: "absent".into(),
+                                });
+                            }
+                        }
+                    }
+                    path.pop();
+                }
+                for (j, a) in aa.iter().enumerate() {
+                    if ea.iter().any(|e| name(e) == name(a)) {
+                        continue;
+                    }
+                    path.push(Seg::Index(j));
+                    if !ignore.iter().any(|p| p.matches_prefix_of(path)) {
+                        out.push(Diff {
+                            path: format!("{} ({k} {})", render(path), short(Some(&a[k]))),
+                            expected: "absent".into(),
+                            actual: short(Some(a)),
+                        });
+                    }
+                    path.pop();
+                }
             }
-        }
+            None => {
+                for i in 0..ea.len().max(aa.len()) {
+                    path.push(Seg::Index(i));
+                    walk(path, ea.get(i), aa.get(i), ignore, out);
+                    path.pop();
+                }
+            }
+        },
         (e, a) if e == a => {}
         (e, a) => out.push(Diff {
             path: render(path),
@@ -232,10 +270,46 @@ fn walk(
     }
 }
 
+/// The key arrays of named things are matched by: `name` (tools, prompts), `uri` (resources),
+/// `id` — when every element on both sides is an object with a distinct string under it.
+fn name_key(a: &[Value], b: &[Value]) -> Option<&'static str> {
+    ["name", "uri", "id"].into_iter().find(|k| {
+        let names = |xs: &[Value]| -> Option<std::collections::HashSet<String>> {
+            let mut seen = std::collections::HashSet::new();
+            for x in xs {
+                if !seen.insert(x.get(*k)?.as_str()?.to_string()) {
+                    return None;
+                }
+            }
+            Some(seen)
+        };
+        !a.is_empty() && !b.is_empty() && names(a).is_some() && names(b).is_some()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn named_things_are_compared_by_name_not_position() {
+        let e = json!({"tools": [{"name": "echo", "d": 1}, {"name": "add", "d": 2}]});
+        let a = json!({"tools": [{"name": "new", "d": 0}, {"name": "echo", "d": 1}, {"name": "add", "d": 3}]});
+        let d = diff("result", Some(&e), Some(&a), &[]);
+        let got: Vec<String> = d.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            got,
+            vec![
+                "result.tools[1].d: expected 2, got 3".to_string(),
+                r#"result.tools[0] (name "new"): expected absent, got {"name":"new","d":0}"#
+                    .to_string(),
+            ]
+        );
+        // Plain arrays stay positional.
+        let d = diff("result", Some(&json!([1, 2])), Some(&json!([2, 1])), &[]);
+        assert_eq!(d.len(), 2);
+    }
 
     #[test]
     fn a_printed_path_pastes_into_ignore() {

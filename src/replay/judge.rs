@@ -18,6 +18,7 @@ pub(super) fn judge(
     let rec_reply = this.reply(call);
     let recorded = match (&rec_outcome, rec_reply) {
         (Outcome::Result, _) => "Succeeded".to_string(),
+        (Outcome::InputRequired, _) => "Input required".to_string(),
         (Outcome::Error { .. }, Some(r)) => format!(
             "Error reported ({})",
             member(&r.json_text(), "error")

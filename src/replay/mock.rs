@@ -48,6 +48,7 @@ struct Answer {
 /// The mock's index of the recording.
 #[derive(Debug, Default)]
 pub struct Mock {
+    matching: crate::cli::MockMatch,
     replies: HashMap<(String, String), Vec<Reply>>,
     /// Which recorded reply comes next, per key (the last one repeats).
     cursors: Mutex<HashMap<(String, String), usize>>,
@@ -88,16 +89,31 @@ struct Parts<'a> {
     error: Option<&'a RawValue>,
 }
 
-fn key_of(m: &Value) -> Option<(String, String)> {
-    Some((
-        m.get("method")?.as_str()?.to_string(),
-        canonical(m.get("params")),
-    ))
+fn key_of(m: &Value, how: crate::cli::MockMatch) -> Option<(String, String)> {
+    use crate::cli::MockMatch;
+    let method = m.get("method")?.as_str()?.to_string();
+    let params = match how {
+        MockMatch::MethodParams => canonical(m.get("params")),
+        MockMatch::Sequential => String::new(),
+        MockMatch::Strict => m
+            .get("params")
+            .map(crate::diff::canonical)
+            .unwrap_or_default(),
+    };
+    Some((method, params))
 }
 
 impl Mock {
     pub fn from_recording(rec: &Capture) -> Self {
-        let mut mock = Mock::default();
+        Self::matching(rec, crate::cli::MockMatch::default())
+    }
+
+    /// The index of a recording, requests matched as `how` says.
+    pub fn matching(rec: &Capture, how: crate::cli::MockMatch) -> Self {
+        let mut mock = Mock {
+            matching: how,
+            ..Mock::default()
+        };
         let msgs: Vec<&MessageEvent> = rec.messages().collect();
         for (i, m) in msgs.iter().enumerate() {
             if !(m.is_c2s() && m.kind == crate::rpc::Kind::Request) {
@@ -106,7 +122,7 @@ impl Mock {
             let Ok(v) = serde_json::from_str::<Value>(&m.json_text()) else {
                 continue;
             };
-            let Some(key) = key_of(&v) else { continue };
+            let Some(key) = key_of(&v, how) else { continue };
             if !mock.methods.contains(&key.0) {
                 mock.methods.push(key.0.clone());
             }
@@ -187,7 +203,7 @@ impl Mock {
             .get()
             .to_string();
         let method = v.get("method")?.as_str()?.to_string();
-        let key = key_of(&v)?;
+        let key = key_of(&v, self.matching)?;
         if let Some(r) = self.lookup(&key) {
             let token = v.pointer("/params/_meta/progressToken");
             return Some(Answer {

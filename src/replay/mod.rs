@@ -52,6 +52,29 @@ pub struct ReplayOptions {
     /// Extra headers (e.g. an `Authorization` the recording redacted).
     pub headers: Vec<(String, String)>,
     pub insecure: bool,
+    /// How long a target still starting is waited for.
+    pub wait: Duration,
+}
+
+impl Report {
+    /// Fails every call slower than `max` (`--max-duration`), saying so in its diffs.
+    pub fn limit_duration(&mut self, max: Duration) {
+        let limit = max.as_secs_f64() * 1e3;
+        for c in &mut self.calls {
+            if c.latency_ms > limit {
+                if c.pass {
+                    c.pass = false;
+                    self.passed = self.passed.saturating_sub(1);
+                    self.failed += 1;
+                }
+                c.diffs.push(Diff {
+                    path: "$latency".into(),
+                    expected: format!("at most {}", crate::units::show_secs(max)),
+                    actual: format!("{:.1} ms", c.latency_ms),
+                });
+            }
+        }
+    }
 }
 
 /// A call's verdict.
@@ -422,7 +445,16 @@ impl<'a> Replayer<'a> {
             .iter()
             .map(|p| Pattern::parse_checked(p).map_err(|e| ReplayError::Ignore(p.clone(), e)))
             .collect::<Result<Vec<_>, _>>()?;
-        reachable(&opts.target, opts.timeout.min(Duration::from_secs(5))).await?;
+        let until = Instant::now() + opts.wait;
+        loop {
+            match reachable(&opts.target, opts.timeout.min(Duration::from_secs(5))).await {
+                Ok(()) => break,
+                Err(_) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => return Err(e),
+            }
+        }
         Ok(Replayer {
             opts,
             recorded: Expected::new(rec),

@@ -231,6 +231,36 @@ async fn python_sdk_v1_in_every_server_mode() {
         // The recording checks clean (warnings only, but for that rule) and replays against
         // the same server.
         assert_checks_replays_finding(proxy.stop, &file, &upstream, 5, logs > 0).await;
+        if logs > 0 {
+            // The gate accepts the known rule break by name: listed, marked allowed, exit 0.
+            let out = Command::new(BIN)
+                .args(["check", file.to_str().unwrap()])
+                .args(["--allow", "MCP_CAPABILITY:notifications/message"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "{text}");
+            let allowed: Vec<serde_json::Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .flat_map(|v| {
+                    v["result"]["findings"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .filter(|f| f["code"] == "MCP_CAPABILITY")
+                .collect();
+            assert_eq!(allowed.len(), 1, "{text}");
+            assert_eq!(allowed[0]["allowed"], true, "{text}");
+            // Allowing another method's finding accepts nothing.
+            let out = Command::new(BIN)
+                .args(["check", file.to_str().unwrap()])
+                .args(["--allow", "MCP_CAPABILITY:sampling/createMessage"])
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(1));
+        }
 
         if !mode.starts_with("stateless") {
             // Session handling: an unknown session is 404, a missing one 400 — identical through

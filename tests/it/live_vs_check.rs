@@ -272,3 +272,177 @@ async fn an_unreadable_request_gets_an_id_null_error() {
     assert_eq!(v["id"], serde_json::Value::Null);
     assert_eq!(v["error"]["code"], -32005);
 }
+
+/// MCP 2026-07-28's codes, live and in `check` alike: a scripted stateless server (discovery,
+/// a tool that maps an argument to `Mcp-Param-Region` and asks for confirmation in an
+/// `input_required` round, a listen stream, a log line) and a raw client that breaks one rule at
+/// a time. The recording's per-client codes are exactly the live run's.
+#[tokio::test]
+async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
+    let (up, _u) = start_upstream(|_parts, body| {
+        Box::pin(async move {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let id = v["id"].clone();
+            let ok = |result: serde_json::Value| {
+                serde_json::json!({"jsonrpc":"2.0","id":id,"result":result}).to_string()
+            };
+            let reply = match v["method"].as_str().unwrap_or("") {
+                "server/discover" => json_reply(
+                    200,
+                    &ok(serde_json::json!({"resultType":"complete","supportedVersions":["2026-07-28"],"ttlMs":60000,"cacheScope":"public","capabilities":{"tools":{"listChanged":true}}})),
+                ),
+                "tools/list" => json_reply(
+                    200,
+                    &ok(serde_json::json!({"resultType":"complete","tools":[{"name":"deploy","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}},{"name":"chatty","inputSchema":{"type":"object"}}]})),
+                ),
+                "tools/call" if v["params"]["name"] == "chatty" => sse_reply(&[
+                    r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#,
+                    &ok(serde_json::json!({"resultType":"complete","content":[]})),
+                ]),
+                "tools/call" if v["params"]["inputResponses"].is_null() => json_reply(
+                    200,
+                    &ok(serde_json::json!({"resultType":"input_required","inputRequests":{"confirm":{"method":"elicitation/create","params":{"message":"deploy?","requestedSchema":{"type":"object"}}}},"requestState":"st-1"})),
+                ),
+                "subscriptions/listen" => sse_reply(&[
+                    r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":1}}}"#,
+                    r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":1}}}"#,
+                ]),
+                _ => json_reply(200, &ok(serde_json::json!({"resultType":"complete","content":[]}))),
+            };
+            reply
+        })
+    })
+    .await;
+    let dir = scratch("modern");
+    let file = dir.join("rec.jsonl");
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
+    let meta = |version: &str, caps: &str| {
+        format!(
+            r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"{version}","io.modelcontextprotocol/clientInfo":{{"name":"raw","version":"1"}}{caps}}}"#
+        )
+    };
+    let caps = r#","io.modelcontextprotocol/clientCapabilities":{}"#;
+    // (the codes it must get, version, method, tool, Mcp-Param-Region, params)
+    type Step<'a> = (
+        Vec<&'a str>,
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        String,
+    );
+    let steps: Vec<Step> = vec![
+        (
+            vec![],
+            "2026-07-28",
+            "server/discover",
+            None,
+            None,
+            meta("2026-07-28", caps),
+        ),
+        (
+            vec![],
+            "2026-07-28",
+            "tools/list",
+            None,
+            None,
+            meta("2026-07-28", caps),
+        ),
+        // The round asks for elicitation, which this call's _meta did not declare.
+        (
+            vec!["MCP_CAPABILITY"],
+            "2026-07-28",
+            "tools/call",
+            Some("deploy"),
+            Some("eu"),
+            format!(
+                r#""name":"deploy","arguments":{{"region":"eu"}},{}"#,
+                meta("2026-07-28", caps)
+            ),
+        ),
+        // Its retry changes the state, and its header disagrees with the argument.
+        (
+            vec!["MCP_HEADER_MISMATCH", "MCP_REQUEST_STATE"],
+            "2026-07-28",
+            "tools/call",
+            Some("deploy"),
+            Some("us"),
+            format!(
+                r#""name":"deploy","arguments":{{"region":"eu"}},"inputResponses":{{"confirm":{{"action":"accept","content":{{}}}}}},"requestState":"st-2",{}"#,
+                meta("2026-07-28", caps)
+            ),
+        ),
+        (
+            vec!["MCP_VERSION"],
+            "2027-01-01",
+            "tools/list",
+            None,
+            None,
+            meta("2027-01-01", caps),
+        ),
+        (
+            vec!["MCP_META"],
+            "2026-07-28",
+            "tools/list",
+            None,
+            None,
+            meta("2026-07-28", ""),
+        ),
+        (
+            vec![],
+            "2026-07-28",
+            "subscriptions/listen",
+            None,
+            None,
+            format!(
+                r#""notifications":{{"toolsListChanged":true}},{}"#,
+                meta("2026-07-28", caps)
+            ),
+        ),
+        (
+            vec!["MCP_DEPRECATED"],
+            "2026-07-28",
+            "tools/call",
+            Some("chatty"),
+            None,
+            format!(
+                r#""name":"chatty","arguments":{{}},{}"#,
+                meta("2026-07-28", caps)
+            ),
+        ),
+    ];
+    for (n, (codes, version, method, tool, region, params)) in steps.into_iter().enumerate() {
+        let mut h = vec![
+            ("content-type", "application/json"),
+            MCP_ACCEPT,
+            ("mcp-protocol-version", version),
+            ("mcp-method", method),
+        ];
+        if let Some(t) = tool {
+            h.push(("mcp-name", t));
+        }
+        if let Some(r) = region {
+            h.push(("mcp-param-region", r));
+        }
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"{method}","params":{{{params}}}}}"#);
+        let _ = send(p.addr, "POST", "/mcp", &h, body).await;
+        let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        got.sort();
+        assert_eq!(got, codes, "step {n} ({method}) live");
+    }
+    drop(p.stop);
+    p.served.await.unwrap();
+    let want = live_codes(&file);
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        vec!["stateless:raw/1@127.0.0.1"],
+        "one client's group: {want:?}"
+    );
+    let c = check_recording(&file);
+    assert_eq!(c.codes, want, "check finds exactly the live codes");
+    assert_eq!(c.exit, Some(1));
+}

@@ -8,6 +8,7 @@ mod big_body;
 mod check;
 mod cli_edges;
 mod connections;
+mod contracts;
 mod deploy;
 mod faults;
 mod fleet;

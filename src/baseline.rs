@@ -1,0 +1,214 @@
+//! Tool baselines: the tools a server was trusted with. The first complete `tools/list` seen for
+//! a server label becomes its baseline (a file `LABEL.json` in the state directory's
+//! `baselines/`, or in `--baseline DIR` for one checked in beside the code); every later complete
+//! list is compared with it field by field, and each change is `MCP_TOOL_DRIFT` — an error when a
+//! safety annotation got less safe or a tool's schema changed (the "rug pull" the specification
+//! warns clients about), a warning otherwise. `rpctap baseline show|accept|reset` manages them.
+//!
+//! The live inspector holds one [`Live`] for its server's label; `check` holds one that never
+//! writes (it compares a recording with the baseline as it is now).
+
+use crate::diff::Change;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Why a baseline could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a baseline ({why})")]
+    Invalid { path: PathBuf, why: String },
+}
+
+/// A server's trusted tools.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Baseline {
+    pub label: String,
+    /// When it was accepted (ns since the epoch).
+    pub accepted_ns: u64,
+    /// Each tool's definition as `tools/list` gave it, by name.
+    pub tools: BTreeMap<String, Value>,
+}
+
+/// A label as a file name: letters, digits and `.-_` (others become `_`).
+fn file_name(label: &str) -> String {
+    let name: String = label
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{name}.json")
+}
+
+/// Where a label's baseline lives in `dir`.
+pub fn path(dir: &Path, label: &str) -> PathBuf {
+    dir.join(file_name(label))
+}
+
+/// The baseline of `label` in `dir`, if there is one.
+pub fn load(dir: &Path, label: &str) -> Result<Option<Baseline>, BaselineError> {
+    let p = path(dir, label);
+    match std::fs::read(&p) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| BaselineError::Invalid {
+                path: p,
+                why: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(BaselineError::Io { path: p, source: e }),
+    }
+}
+
+/// Writes `b` as its label's baseline in `dir` (whole, through a temporary file).
+pub fn save(dir: &Path, b: &Baseline) -> Result<PathBuf, BaselineError> {
+    let p = path(dir, &b.label);
+    let io = |e| BaselineError::Io {
+        path: p.clone(),
+        source: e,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let tmp = p.with_extension("json.tmp");
+    let text = serde_json::to_vec_pretty(b).unwrap_or_default();
+    std::fs::write(&tmp, text).map_err(io)?;
+    std::fs::rename(&tmp, &p).map_err(io)?;
+    Ok(p)
+}
+
+/// Removes `label`'s baseline; whether there was one.
+pub fn reset(dir: &Path, label: &str) -> Result<bool, BaselineError> {
+    let p = path(dir, label);
+    match std::fs::remove_file(&p) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(BaselineError::Io { path: p, source: e }),
+    }
+}
+
+/// One tool's drift: whether it is an error (less safe, or a schema changed), and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drift {
+    pub error: bool,
+    pub tool: String,
+    pub what: String,
+}
+
+/// How `now` differs from the trusted `base`.
+pub fn drift(base: &BTreeMap<String, Value>, now: &BTreeMap<String, Value>) -> Vec<Drift> {
+    let mut changes: Vec<Change> = Vec::new();
+    crate::diff::offer_changes("tool", base, now, &mut changes);
+    changes
+        .into_iter()
+        .map(|c| Drift {
+            error: c.area == "safety" || c.what.contains("Schema changed"),
+            tool: c
+                .subject
+                .strip_prefix("tool ")
+                .unwrap_or(&c.subject)
+                .to_string(),
+            what: c.what,
+        })
+        .collect()
+}
+
+/// The baseline a running inspector compares with: its label's, read at start, written from the
+/// first complete list when there was none (unless read-only, as in `check`).
+#[derive(Debug)]
+pub struct Live {
+    pub label: String,
+    dir: Option<PathBuf>,
+    tools: Mutex<Option<BTreeMap<String, Value>>>,
+}
+
+impl Live {
+    /// The label's baseline in `dir`; `write` lets the first complete list become it.
+    pub fn open(dir: &Path, label: &str, write: bool) -> Result<Live, BaselineError> {
+        let b = load(dir, label)?;
+        Ok(Live {
+            label: label.to_string(),
+            dir: write.then(|| dir.to_path_buf()),
+            tools: Mutex::new(b.map(|b| b.tools)),
+        })
+    }
+
+    /// A complete list was seen: its drift from the baseline (none when it becomes the baseline).
+    pub fn seen(&self, now: &BTreeMap<String, Value>) -> Vec<Drift> {
+        let mut held = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+        match &*held {
+            Some(base) => drift(base, now),
+            None => {
+                if let Some(dir) = &self.dir {
+                    let b = Baseline {
+                        label: self.label.clone(),
+                        accepted_ns: crate::events::now_ns(),
+                        tools: now.clone(),
+                    };
+                    match save(dir, &b) {
+                        Ok(p) => {
+                            tracing::info!(label = %self.label, path = %p.display(), "tool baseline taken from the first complete tools/list")
+                        }
+                        Err(e) => {
+                            tracing::warn!(label = %self.label, error = %e, "cannot write the tool baseline")
+                        }
+                    }
+                    *held = Some(now.clone());
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// The tools of a recording's last complete `tools/list` (all pages of it), by name.
+pub fn last_list(rec: &crate::record::reader::Capture) -> Option<BTreeMap<String, Value>> {
+    use crate::events::Event;
+    use crate::rpc::Kind as K;
+    let mut asked: std::collections::HashMap<(crate::events::Scope, String), bool> =
+        Default::default();
+    let mut building: BTreeMap<String, Value> = BTreeMap::new();
+    let mut last = None;
+    for ev in &rec.events {
+        let Event::Message(m) = ev else { continue };
+        let Some(id) = m.id.as_ref().map(|i| i.to_json_text()) else {
+            continue;
+        };
+        match m.kind {
+            K::Request if m.method.as_deref() == Some("tools/list") => {
+                let v: Value = serde_json::from_slice(&m.message).unwrap_or_default();
+                let first = v["params"]["cursor"].is_null();
+                asked.insert((m.scope.clone(), id), first);
+            }
+            K::Result => {
+                let Some(first) = asked.remove(&(m.scope.clone(), id)) else {
+                    continue;
+                };
+                let v: Value = serde_json::from_slice(&m.message).unwrap_or_default();
+                if first {
+                    building.clear();
+                }
+                for t in v["result"]["tools"].as_array().into_iter().flatten() {
+                    if let Some(n) = t["name"].as_str() {
+                        building.insert(n.to_string(), t.clone());
+                    }
+                }
+                if v["result"]["nextCursor"].is_null() {
+                    last = Some(building.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    last
+}

@@ -1,0 +1,477 @@
+//! What changed between two recorded sessions of a server — `rpctap diff A B` — sorted the way a
+//! reviewer reads it: the tools, prompts and resources the server offers (added, removed, and
+//! each field that changed; a safety annotation that got less safe first of all), then the calls
+//! of A matched to the calls of B by method, target and arguments (never by position), whose
+//! outcome got worse or better and whose latency moved beyond the thresholds.
+//!
+//! A regression is what a gate should stop: a removed offering, a less safe annotation, a
+//! changed schema, an outcome that got worse, a call that got slower. Everything else is a
+//! change (or an improvement) and is reported without failing `--exit-code`.
+
+use crate::events::{CallEvent, Direction, Event, Outcome, Scope};
+use crate::record::reader::Capture;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+/// The thresholds a latency shift must pass (both) to be reported.
+#[derive(Clone, Copy, Debug)]
+pub struct Thresholds {
+    /// The absolute shift, in microseconds.
+    pub min_us: u64,
+    /// The ratio between the slower and the faster.
+    pub ratio: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            min_us: 100_000,
+            ratio: 2.0,
+        }
+    }
+}
+
+/// How bad a change is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Gets worse for a client: fails `--exit-code`.
+    Regression,
+    /// Neither worse nor better (a description, a new call).
+    Change,
+    Improvement,
+}
+
+/// One difference.
+#[derive(Clone, Debug, Serialize)]
+pub struct Change {
+    pub kind: Kind,
+    /// `safety`, `tool`, `prompt`, `resource`, `call`, `latency`.
+    pub area: &'static str,
+    /// What it is about: `tool search`, `tools/call search {"q":"x"}`.
+    pub subject: String,
+    pub what: String,
+}
+
+/// The whole comparison.
+#[derive(Debug, Serialize)]
+pub struct Diff {
+    pub a: String,
+    pub b: String,
+    pub changes: Vec<Change>,
+    pub matched_calls: usize,
+}
+
+impl Diff {
+    pub fn regressions(&self) -> usize {
+        self.changes
+            .iter()
+            .filter(|c| c.kind == Kind::Regression)
+            .count()
+    }
+}
+
+/// What a recording says the server offers: each kind's items by name (or URI), the last
+/// definition seen winning.
+#[derive(Default, Debug)]
+struct Offer {
+    tools: BTreeMap<String, Value>,
+    prompts: BTreeMap<String, Value>,
+    resources: BTreeMap<String, Value>,
+}
+
+/// A call as the comparison reads it.
+#[derive(Debug)]
+struct Call<'a> {
+    key: String,
+    event: &'a CallEvent,
+}
+
+/// The request messages and list results of a recording, read once.
+fn read(rec: &Capture) -> (Offer, Vec<Call<'_>>) {
+    let mut requests: HashMap<(Scope, Direction, String), Value> = HashMap::new();
+    let mut offer = Offer::default();
+    let mut lists: HashMap<(Scope, String), String> = HashMap::new();
+    for ev in &rec.events {
+        let Event::Message(m) = ev else { continue };
+        let Ok(v) = serde_json::from_slice::<Value>(&m.message) else {
+            continue;
+        };
+        let id = m.id.as_ref().map(|i| i.to_json_text());
+        match (m.kind, id) {
+            (crate::rpc::Kind::Request, Some(id)) => {
+                if let Some(method) = &m.method {
+                    if matches!(&**method, "tools/list" | "prompts/list" | "resources/list") {
+                        lists.insert((m.scope.clone(), id.clone()), method.to_string());
+                    }
+                }
+                requests.insert((m.scope.clone(), m.direction, id), v);
+            }
+            (crate::rpc::Kind::Result, Some(id)) => {
+                let Some(list) = lists.remove(&(m.scope.clone(), id)) else {
+                    continue;
+                };
+                let (field, key, into) = match list.as_str() {
+                    "tools/list" => ("tools", "name", &mut offer.tools),
+                    "prompts/list" => ("prompts", "name", &mut offer.prompts),
+                    _ => ("resources", "uri", &mut offer.resources),
+                };
+                for item in v["result"][field].as_array().into_iter().flatten() {
+                    if let Some(k) = item[key].as_str() {
+                        into.insert(k.to_string(), item.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let calls = rec
+        .calls()
+        .filter(|c| c.direction == Direction::ClientToServer)
+        .map(|c| {
+            let params = requests
+                .get(&(c.scope.clone(), c.direction, c.id.to_json_text()))
+                .map(|v| {
+                    let p = &v["params"];
+                    // The arguments that make a call what it is: a tool's, a prompt's, a
+                    // resource's URI, else the params without the per-request `_meta`.
+                    match (&p["arguments"], &p["uri"]) {
+                        (a, _) if !a.is_null() => canonical(a),
+                        (_, u) if !u.is_null() => canonical(u),
+                        _ => {
+                            let mut p = p.clone();
+                            if let Some(o) = p.as_object_mut() {
+                                o.remove("_meta");
+                                o.remove("cursor");
+                            }
+                            if p.as_object().is_some_and(|o| o.is_empty()) || p.is_null() {
+                                String::new()
+                            } else {
+                                canonical(&p)
+                            }
+                        }
+                    }
+                })
+                .unwrap_or_default();
+            let mut key = c.method.to_string();
+            if let Some(t) = &c.target {
+                key.push(' ');
+                key.push_str(t);
+            }
+            if !params.is_empty() {
+                key.push(' ');
+                key.push_str(&params);
+            }
+            Call { key, event: c }
+        })
+        .collect();
+    (offer, calls)
+}
+
+/// JSON text with objects' keys sorted (so that `{"a":1,"b":2}` and `{"b":2,"a":1}` match).
+pub fn canonical(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(o) => {
+                let mut keys: Vec<&String> = o.keys().collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|k| (k.clone(), sort(&o[k]))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            x => x.clone(),
+        }
+    }
+    sort(v).to_string()
+}
+
+/// A safety annotation and which way is less safe.
+const SAFETY: [(&str, bool); 4] = [
+    // (annotation, the value that is the less safe one)
+    ("readOnlyHint", false),
+    ("destructiveHint", true),
+    ("idempotentHint", false),
+    ("openWorldHint", true),
+];
+
+/// The spec's defaults for absent annotations.
+fn annotation(v: &Value, name: &str) -> bool {
+    match v["annotations"][name].as_bool() {
+        Some(b) => b,
+        None => matches!(name, "destructiveHint" | "openWorldHint"),
+    }
+}
+
+fn short(v: &Value) -> String {
+    let t = v.to_string();
+    if t.chars().count() > 80 {
+        format!("{}…", t.chars().take(79).collect::<String>())
+    } else {
+        t
+    }
+}
+
+/// The changes between two lists of one kind (`tool`, `prompt`, `resource`), by name.
+pub fn offer_changes(
+    kind: &'static str,
+    a: &BTreeMap<String, Value>,
+    b: &BTreeMap<String, Value>,
+    out: &mut Vec<Change>,
+) {
+    for (name, old) in a {
+        let subject = format!("{kind} {name}");
+        let Some(new) = b.get(name) else {
+            out.push(Change {
+                kind: Kind::Regression,
+                area: kind,
+                subject,
+                what: "removed".into(),
+            });
+            continue;
+        };
+        if kind == "tool" {
+            for (hint, unsafe_value) in SAFETY {
+                let (was, is) = (annotation(old, hint), annotation(new, hint));
+                if was != is {
+                    let worse = is == unsafe_value;
+                    out.push(Change {
+                        kind: if worse {
+                            Kind::Regression
+                        } else {
+                            Kind::Improvement
+                        },
+                        area: if worse { "safety" } else { kind },
+                        subject: subject.clone(),
+                        what: format!(
+                            "{hint} {was} → {is}{}",
+                            if worse { " (less safe)" } else { "" }
+                        ),
+                    });
+                }
+            }
+        }
+        for field in ["title", "description", "mimeType"] {
+            if old[field] != new[field] {
+                out.push(Change {
+                    kind: Kind::Change,
+                    area: kind,
+                    subject: subject.clone(),
+                    what: format!("{field}: {} → {}", short(&old[field]), short(&new[field])),
+                });
+            }
+        }
+        for field in ["inputSchema", "outputSchema", "arguments"] {
+            if canonical(&old[field]) != canonical(&new[field]) {
+                out.push(Change {
+                    kind: Kind::Regression,
+                    area: kind,
+                    subject: subject.clone(),
+                    what: format!(
+                        "{field} changed: {} → {}",
+                        short(&old[field]),
+                        short(&new[field])
+                    ),
+                });
+            }
+        }
+        let (oa, na) = (&old["annotations"], &new["annotations"]);
+        for k in oa
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .chain(na.as_object().into_iter().flatten().map(|(k, _)| k))
+        {
+            if SAFETY.iter().any(|(h, _)| h == k) || oa[k] == na[k] {
+                continue;
+            }
+            let what = format!("annotation {k}: {} → {}", short(&oa[k]), short(&na[k]));
+            if !out.iter().any(|c| c.subject == subject && c.what == what) {
+                out.push(Change {
+                    kind: Kind::Change,
+                    area: kind,
+                    subject: subject.clone(),
+                    what,
+                });
+            }
+        }
+    }
+    for name in b.keys().filter(|n| !a.contains_key(*n)) {
+        out.push(Change {
+            kind: Kind::Change,
+            area: kind,
+            subject: format!("{kind} {name}"),
+            what: "added".into(),
+        });
+    }
+}
+
+/// How good an outcome is: 0 a clean result, 1 a flagged one, 2 an error or worse.
+fn rank(c: &CallEvent) -> u8 {
+    match &c.outcome {
+        Outcome::Result | Outcome::InputRequired => {
+            let flagged = c.anomalies.iter().any(|a| {
+                crate::inspect::anomaly::Code::ALL
+                    .iter()
+                    .find(|x| x.as_str() == *a)
+                    .is_none_or(|x| x.severity().fails_by_default())
+            });
+            u8::from(flagged)
+        }
+        _ => 2,
+    }
+}
+
+fn outcome_text(c: &CallEvent) -> String {
+    let mut t = c.outcome.label();
+    if !c.anomalies.is_empty() {
+        t.push_str(&format!(" [{}]", c.anomalies.join(", ")));
+    }
+    t
+}
+
+/// Compares two recordings.
+pub fn diff(a_name: &str, a: &Capture, b_name: &str, b: &Capture, th: Thresholds) -> Diff {
+    let (oa, ca) = read(a);
+    let (ob, cb) = read(b);
+    let mut changes = Vec::new();
+    offer_changes("tool", &oa.tools, &ob.tools, &mut changes);
+    offer_changes("prompt", &oa.prompts, &ob.prompts, &mut changes);
+    offer_changes("resource", &oa.resources, &ob.resources, &mut changes);
+    // Calls: the n-th call of a key in A with the n-th of that key in B.
+    let mut by_key: BTreeMap<&str, (Vec<&CallEvent>, Vec<&CallEvent>)> = BTreeMap::new();
+    for c in &ca {
+        by_key.entry(&c.key).or_default().0.push(c.event);
+    }
+    for c in &cb {
+        by_key.entry(&c.key).or_default().1.push(c.event);
+    }
+    let mut matched = 0;
+    for (key, (xs, ys)) in &by_key {
+        for (x, y) in xs.iter().zip(ys.iter()) {
+            matched += 1;
+            let (rx, ry) = (rank(x), rank(y));
+            if rx != ry {
+                changes.push(Change {
+                    kind: if ry > rx {
+                        Kind::Regression
+                    } else {
+                        Kind::Improvement
+                    },
+                    area: "call",
+                    subject: key.to_string(),
+                    what: format!("{} → {}", outcome_text(x), outcome_text(y)),
+                });
+            }
+            if let (Some(lx), Some(ly)) = (x.latency_us, y.latency_us) {
+                let (lo, hi) = (lx.min(ly), lx.max(ly));
+                if hi - lo >= th.min_us && hi as f64 >= lo.max(1) as f64 * th.ratio {
+                    let slower = ly > lx;
+                    changes.push(Change {
+                        kind: if slower {
+                            Kind::Regression
+                        } else {
+                            Kind::Improvement
+                        },
+                        area: "latency",
+                        subject: key.to_string(),
+                        what: format!(
+                            "{} → {} ({:.1}× {})",
+                            crate::units::show_secs(std::time::Duration::from_micros(lx)),
+                            crate::units::show_secs(std::time::Duration::from_micros(ly)),
+                            hi as f64 / lo.max(1) as f64,
+                            if slower { "slower" } else { "faster" }
+                        ),
+                    });
+                }
+            }
+        }
+        if xs.len() != ys.len() {
+            changes.push(Change {
+                kind: Kind::Change,
+                area: "call",
+                subject: key.to_string(),
+                what: format!("made {} time(s) in A, {} in B", xs.len(), ys.len()),
+            });
+        }
+    }
+    // Safety first, then regressions, changes, improvements; stable within each.
+    changes.sort_by_key(|c| (c.area != "safety", c.kind));
+    Diff {
+        a: a_name.to_string(),
+        b: b_name.to_string(),
+        changes,
+        matched_calls: matched,
+    }
+}
+
+fn kind_word(k: Kind) -> &'static str {
+    match k {
+        Kind::Regression => "regression",
+        Kind::Change => "change",
+        Kind::Improvement => "improvement",
+    }
+}
+
+/// For a terminal.
+pub fn text(d: &Diff) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "rpctap diff {} → {}", d.a, d.b);
+    if d.changes.is_empty() {
+        let _ = writeln!(out, "no differences ({} calls matched)", d.matched_calls);
+        return out;
+    }
+    for c in &d.changes {
+        let _ = writeln!(
+            out,
+            "{:<11} {:<8} {}: {}",
+            kind_word(c.kind),
+            c.area,
+            c.subject,
+            c.what
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} regression(s), {} change(s) in all, {} calls matched",
+        d.regressions(),
+        d.changes.len(),
+        d.matched_calls
+    );
+    out
+}
+
+/// For a pull-request comment.
+pub fn markdown(d: &Diff) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "### rpctap diff: `{}` → `{}`\n", d.a, d.b);
+    if d.changes.is_empty() {
+        let _ = writeln!(out, "No differences ({} calls matched).", d.matched_calls);
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "**{} regression(s)**, {} change(s) in all, {} calls matched.\n",
+        d.regressions(),
+        d.changes.len(),
+        d.matched_calls
+    );
+    let _ = writeln!(out, "| | area | what | change |\n|---|---|---|---|");
+    for c in &d.changes {
+        let icon = match c.kind {
+            Kind::Regression => "🔴",
+            Kind::Change => "⚪",
+            Kind::Improvement => "🟢",
+        };
+        let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+        let _ = writeln!(
+            out,
+            "| {icon} | {} | `{}` | {} |",
+            c.area,
+            cell(&c.subject),
+            cell(&c.what)
+        );
+    }
+    out
+}

@@ -1,0 +1,482 @@
+//! `check` as a CI gate: which findings fail a run (`--fail-on` severities or codes), which are
+//! accepted (`--allow CODE[:method-or-tool]` — still listed, marked allowed), the assertions a job
+//! makes about what was called (`--expect-tool`, `--forbid-tool`, `--max-duration`), and the
+//! report's three forms: the seed-004 JSON lines, a text summary for a person, and JUnit whose
+//! case names are the same in every run of the same job (the server's label, the session's place
+//! in the recording, the method and tool — never a random session id).
+//!
+//! The gate reads what `inspect::recorded::check_recording` found and the recording's own call
+//! lines; it decides nothing the inspector did not.
+
+use crate::events::{CallEvent, Outcome, Severity};
+use crate::inspect::offline::{CheckResult, Finding};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// What fails a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum FailOn {
+    Severity(Severity),
+    Code(String),
+}
+
+/// An accepted finding: its code, and optionally the method or tool it is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Allow {
+    code: String,
+    what: Option<String>,
+}
+
+/// The gate a job sets.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    fail_on: Vec<FailOn>,
+    allow: Vec<Allow>,
+    pub expect_tools: Vec<String>,
+    pub forbid_tools: Vec<String>,
+    pub max_duration: Option<Duration>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            fail_on: vec![
+                FailOn::Severity(Severity::Error),
+                FailOn::Severity(Severity::Warning),
+            ],
+            allow: Vec::new(),
+            expect_tools: Vec::new(),
+            forbid_tools: Vec::new(),
+            max_duration: None,
+        }
+    }
+}
+
+/// The text a bad gate flag gets.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct GateError(pub String);
+
+fn is_code(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl Gate {
+    /// `--fail-on` values (each a comma list of `error`, `warning`, `info` or codes) and
+    /// `--allow` values (`CODE` or `CODE:method-or-tool`).
+    pub fn new(fail_on: &[String], allow: &[String]) -> Result<Gate, GateError> {
+        let mut g = Gate::default();
+        if !fail_on.is_empty() {
+            g.fail_on.clear();
+            for item in fail_on.iter().flat_map(|v| v.split(',')) {
+                let item = item.trim();
+                g.fail_on.push(match item.to_ascii_lowercase().as_str() {
+                    "error" | "errors" => FailOn::Severity(Severity::Error),
+                    "warning" | "warnings" => FailOn::Severity(Severity::Warning),
+                    "info" => FailOn::Severity(Severity::Info),
+                    "none" => continue,
+                    _ if is_code(item) => FailOn::Code(item.to_string()),
+                    _ => {
+                        return Err(GateError(format!(
+                            "--fail-on {item}: use error, warning, info, none or a code such as MCP_TOOL_DRIFT"
+                        )))
+                    }
+                });
+            }
+        }
+        for a in allow {
+            let (code, what) = match a.split_once(':') {
+                Some((c, w)) if !w.is_empty() => (c, Some(w.to_string())),
+                Some((c, _)) => (c, None),
+                None => (a.as_str(), None),
+            };
+            if !is_code(code) {
+                return Err(GateError(format!(
+                    "--allow {a}: use CODE or CODE:method-or-tool (CODE as the findings name it, e.g. MCP_CAPABILITY:notifications/message)"
+                )));
+            }
+            g.allow.push(Allow {
+                code: code.to_string(),
+                what,
+            });
+        }
+        Ok(g)
+    }
+
+    /// The finding is accepted by an `--allow` (its method, or the tool of the call it names).
+    fn allowed(&self, f: &Finding, tool: Option<&str>) -> bool {
+        self.allow.iter().any(|a| {
+            a.code == f.code
+                && a.what
+                    .as_deref()
+                    .is_none_or(|w| f.method.as_deref() == Some(w) || tool == Some(w))
+        })
+    }
+
+    /// The finding fails the run (unless allowed).
+    fn fails(&self, f: &Finding) -> bool {
+        self.fail_on.iter().any(|x| match x {
+            FailOn::Severity(s) => *s == f.severity,
+            FailOn::Code(c) => *c == f.code,
+        })
+    }
+}
+
+/// One scope's verdict.
+#[derive(Debug)]
+pub struct ScopeVerdict {
+    /// The scope's report key (`session:ID`, `stateless:CLIENT`, `exchange:N`).
+    pub scope: String,
+    /// Its place among the recording's scopes (from 1): stable across runs of one job.
+    pub ordinal: usize,
+    pub result: CheckResult,
+    /// Findings that fail the run.
+    pub failing: usize,
+    /// Per method (and tool): its calls, and the failing findings about them.
+    pub methods: BTreeMap<String, (u64, Vec<String>)>,
+}
+
+/// One assertion about the whole recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assertion {
+    pub name: String,
+    pub passed: bool,
+    pub message: String,
+}
+
+/// What the gate decided.
+#[derive(Debug)]
+pub struct Report {
+    pub label: String,
+    pub scopes: Vec<ScopeVerdict>,
+    pub assertions: Vec<Assertion>,
+}
+
+impl Report {
+    pub fn failed(&self) -> bool {
+        self.scopes.iter().any(|s| s.failing > 0) || self.assertions.iter().any(|a| !a.passed)
+    }
+}
+
+/// The name a recording's server goes by in reports: the label its header gives (a stdio shim,
+/// a proxy in the hub), else its upstream's host and port.
+pub fn label(header: &serde_json::Value) -> String {
+    if let Some(l) = header.get("label").and_then(|l| l.as_str()) {
+        return l.to_string();
+    }
+    header
+        .get("upstream")
+        .and_then(|u| u.as_str())
+        .and_then(|u| u.parse::<http::Uri>().ok())
+        .and_then(|u| {
+            let host = u.host()?.to_string();
+            Some(match u.port_u16() {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            })
+        })
+        .unwrap_or_else(|| "server".to_string())
+}
+
+fn method_key(method: &str, target: Option<&str>) -> String {
+    match target {
+        Some(t) => format!("{method} {t}"),
+        None => method.to_string(),
+    }
+}
+
+/// Applies the gate to `check`'s per-scope results and the recording's call lines.
+pub fn evaluate(
+    gate: &Gate,
+    label: String,
+    results: Vec<(String, CheckResult)>,
+    calls: &[&CallEvent],
+) -> Report {
+    // The tool of each call, by scope and id (an allow may name the tool).
+    let mut tool_of: BTreeMap<(String, String), (String, Option<String>)> = BTreeMap::new();
+    let mut per_scope: BTreeMap<String, BTreeMap<String, (u64, Vec<String>)>> = BTreeMap::new();
+    for c in calls {
+        let scope = c.scope.report_key();
+        tool_of.insert(
+            (scope.clone(), c.id.to_string()),
+            (
+                c.method.to_string(),
+                c.target.as_deref().map(str::to_string),
+            ),
+        );
+        per_scope
+            .entry(scope)
+            .or_default()
+            .entry(method_key(&c.method, c.target.as_deref()))
+            .or_default()
+            .0 += 1;
+    }
+    let mut scopes = Vec::new();
+    for (i, (scope, mut result)) in results.into_iter().enumerate() {
+        let mut methods = per_scope.remove(&scope).unwrap_or_default();
+        let mut failing = 0;
+        for f in &mut result.findings {
+            let call =
+                f.id.as_ref()
+                    .and_then(|id| tool_of.get(&(scope.clone(), id.clone())));
+            let tool = call.and_then(|c| c.1.as_deref());
+            f.allowed = gate.allowed(f, tool);
+            if !f.allowed && gate.fails(f) {
+                failing += 1;
+                let key = match (call, &f.method) {
+                    (Some((m, t)), _) => method_key(m, t.as_deref()),
+                    (None, Some(m)) => m.to_string(),
+                    (None, None) => "protocol".to_string(),
+                };
+                methods.entry(key).or_default().1.push(format!(
+                    "{} {}: {}",
+                    f.severity.as_str(),
+                    f.code,
+                    f.message
+                ));
+            }
+        }
+        result.passes_checks = failing == 0;
+        scopes.push(ScopeVerdict {
+            scope,
+            ordinal: i + 1,
+            result,
+            failing,
+            methods,
+        });
+    }
+    let mut assertions = Vec::new();
+    let tool_calls = |name: &str| {
+        calls
+            .iter()
+            .filter(|c| &*c.method == "tools/call" && c.target.as_deref() == Some(name))
+            .count()
+    };
+    for t in &gate.expect_tools {
+        let n = tool_calls(t);
+        assertions.push(Assertion {
+            name: format!("expect-tool {t}"),
+            passed: n > 0,
+            message: if n > 0 {
+                format!("`{t}` was called {n} time(s)")
+            } else {
+                format!("`{t}` was never called")
+            },
+        });
+    }
+    for t in &gate.forbid_tools {
+        let n = tool_calls(t);
+        assertions.push(Assertion {
+            name: format!("forbid-tool {t}"),
+            passed: n == 0,
+            message: if n == 0 {
+                format!("`{t}` was not called")
+            } else {
+                format!("`{t}` was called {n} time(s)")
+            },
+        });
+    }
+    if let Some(max) = gate.max_duration {
+        let limit = max.as_micros() as u64;
+        let slow: Vec<String> = calls
+            .iter()
+            .filter(|c| !matches!(c.outcome, Outcome::Missing { .. } | Outcome::Refused { .. }))
+            .filter(|c| c.latency_us.is_some_and(|l| l > limit))
+            .map(|c| {
+                format!(
+                    "{} (id {}) took {:.3} s",
+                    method_key(&c.method, c.target.as_deref()),
+                    c.id,
+                    c.latency_us.unwrap_or(0) as f64 / 1e6
+                )
+            })
+            .collect();
+        assertions.push(Assertion {
+            name: format!("max-duration {}", crate::units::show_secs(max)),
+            passed: slow.is_empty(),
+            message: if slow.is_empty() {
+                "no call took longer".to_string()
+            } else {
+                slow.join("; ")
+            },
+        });
+    }
+    Report {
+        label,
+        scopes,
+        assertions,
+    }
+}
+
+/// The JSON lines: one `{"scope", "result"}` per scope (seed 004's result; an allowed finding
+/// carries `"allowed": true`), then one `{"assertion", "passed", "message"}` per assertion.
+pub fn json(r: &Report) -> String {
+    let mut out = String::new();
+    for s in &r.scopes {
+        out.push_str(&serde_json::json!({ "scope": s.scope, "result": s.result }).to_string());
+        out.push('\n');
+    }
+    for a in &r.assertions {
+        out.push_str(
+            &serde_json::json!({ "assertion": a.name, "passed": a.passed, "message": a.message })
+                .to_string(),
+        );
+        out.push('\n');
+    }
+    out
+}
+
+/// A summary for a person.
+pub fn text(r: &Report) -> String {
+    let mut out = String::new();
+    for s in &r.scopes {
+        let res = &s.result;
+        let _ = writeln!(
+            out,
+            "{} session {} ({}): {} calls, {} matched, {} findings{} — {}",
+            r.label,
+            s.ordinal,
+            s.scope,
+            res.call_count,
+            res.matched_count,
+            res.finding_count,
+            if s.failing > 0 {
+                format!(", {} failing", s.failing)
+            } else {
+                String::new()
+            },
+            if s.failing > 0 { "FAIL" } else { "ok" }
+        );
+        for f in &res.findings {
+            let mark = if f.allowed { " (allowed)" } else { "" };
+            let _ = writeln!(
+                out,
+                "  {:<7} {} at {}{mark}: {}",
+                f.severity.as_str(),
+                f.code,
+                f.path,
+                f.message
+            );
+        }
+    }
+    for a in &r.assertions {
+        let _ = writeln!(
+            out,
+            "{} {}: {}",
+            if a.passed { "ok  " } else { "FAIL" },
+            a.name,
+            a.message
+        );
+    }
+    let failing: usize = r.scopes.iter().map(|s| s.failing).sum();
+    let broken = r.assertions.iter().filter(|a| !a.passed).count();
+    let _ = writeln!(
+        out,
+        "{}: {} scope(s), {} failing finding(s), {} of {} assertion(s) broken",
+        if r.failed() { "FAILED" } else { "PASSED" },
+        r.scopes.len(),
+        failing,
+        broken,
+        r.assertions.len()
+    );
+    out
+}
+
+fn xml(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            // XML 1.0 has no place for most control characters.
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\r' | '\t') => o.push('?'),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// JUnit XML: one suite per scope (`LABEL session N`), a case per method and tool called there
+/// (failing with the failing findings about it; findings about no call are the `protocol` case),
+/// and one suite of the assertions. Names never hold a session id, so two runs of one job name
+/// their cases alike.
+pub fn junit(r: &Report) -> String {
+    let mut cases_total = 0;
+    let mut failures_total = 0;
+    let mut suites = String::new();
+    for s in &r.scopes {
+        let suite = format!("{} session {}", r.label, s.ordinal);
+        let mut body = String::new();
+        let mut failures = 0;
+        let mut methods: Vec<(&str, u64, &[String])> = s
+            .methods
+            .iter()
+            .map(|(k, (n, f))| (k.as_str(), *n, &f[..]))
+            .collect();
+        if methods.is_empty() {
+            methods.push(("calls", 0, &[]));
+        }
+        for (name, calls, fails) in &methods {
+            let _ = write!(
+                body,
+                r#"    <testcase classname="{}" name="{}">"#,
+                xml(&suite),
+                xml(name)
+            );
+            if !fails.is_empty() {
+                failures += 1;
+                let _ = write!(
+                    body,
+                    r#"<failure message="{} failing finding(s)">{}</failure>"#,
+                    fails.len(),
+                    xml(&fails.join("\n"))
+                );
+            }
+            let _ = writeln!(body, "<system-out>{calls} call(s)</system-out></testcase>");
+        }
+        cases_total += methods.len();
+        failures_total += failures;
+        let _ = writeln!(
+            suites,
+            r#"  <testsuite name="{}" tests="{}" failures="{failures}">"#,
+            xml(&suite),
+            methods.len()
+        );
+        suites.push_str(&body);
+        suites.push_str("  </testsuite>\n");
+    }
+    if !r.assertions.is_empty() {
+        let failures = r.assertions.iter().filter(|a| !a.passed).count();
+        cases_total += r.assertions.len();
+        failures_total += failures;
+        let suite = format!("{} assertions", r.label);
+        let _ = writeln!(
+            suites,
+            r#"  <testsuite name="{}" tests="{}" failures="{failures}">"#,
+            xml(&suite),
+            r.assertions.len()
+        );
+        for a in &r.assertions {
+            let _ = write!(
+                suites,
+                r#"    <testcase classname="{}" name="{}">"#,
+                xml(&suite),
+                xml(&a.name)
+            );
+            if !a.passed {
+                let _ = write!(suites, r#"<failure message="{}"/>"#, xml(&a.message));
+            }
+            suites.push_str("</testcase>\n");
+        }
+        suites.push_str("  </testsuite>\n");
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"rpctap check\" tests=\"{cases_total}\" failures=\"{failures_total}\">\n{suites}</testsuites>\n"
+    )
+}

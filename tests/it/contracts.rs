@@ -1,0 +1,506 @@
+//! CI contracts: `rpctap diff` between a session of a server and one of its changed build, tool
+//! baselines (`MCP_TOOL_DRIFT` live and in `check`, `rpctap baseline`), `check` as a gate
+//! (`--fail-on`, `--expect-tool`, `--forbid-tool`, `--max-duration`, the text and JUnit reports),
+//! and the HTML report opened in a real headless Chromium.
+//!
+//! The server is scripted (real sockets, a real proxy recording it): its second build adds a
+//! tool, removes one, changes a description, flips `readOnlyHint`, fails one call and answers
+//! another three times slower.
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
+
+/// The server: `v2` switches it to its changed build.
+async fn server(v2: Arc<AtomicBool>) -> (std::net::SocketAddr, Stop) {
+    start_upstream(move |_parts, body| {
+        let v2 = v2.load(Ordering::SeqCst);
+        Box::pin(async move {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let id = v["id"].clone();
+            let ok = |r: serde_json::Value| {
+                json_reply(200, &serde_json::json!({"jsonrpc":"2.0","id":id,"result":r}).to_string())
+            };
+            match (v["method"].as_str().unwrap_or(""), v["params"]["name"].as_str()) {
+                ("tools/list", _) => {
+                    let search = serde_json::json!({"name":"search","description":"Search the index","inputSchema":{"type":"object","properties":{"q":{"type":"string"}}},"annotations":{"readOnlyHint": !v2}});
+                    let fetch = serde_json::json!({"name":"fetch","description": if v2 {"Fetch any URL"} else {"Fetch a URL"},"inputSchema":{"type":"object","properties":{"url":{"type":"string"}}}});
+                    let third = if v2 {
+                        serde_json::json!({"name":"publish","inputSchema":{"type":"object"}})
+                    } else {
+                        serde_json::json!({"name":"archive","inputSchema":{"type":"object"}})
+                    };
+                    ok(serde_json::json!({"tools":[search, fetch, third]}))
+                }
+                ("tools/call", Some("search")) => {
+                    let slow = v["params"]["arguments"]["q"] == "slow";
+                    if slow {
+                        tokio::time::sleep(Duration::from_millis(if v2 { 330 } else { 110 })).await;
+                    }
+                    ok(serde_json::json!({"content":[{"type":"text","text":"found"}]}))
+                }
+                ("tools/call", Some("fetch")) if v2 => json_reply(
+                    200,
+                    &serde_json::json!({"jsonrpc":"2.0","id":id,"error":{"code":-32000,"message":"fetch is broken"}}).to_string(),
+                ),
+                _ => ok(serde_json::json!({"content":[{"type":"text","text":"ok"}]})),
+            }
+        })
+    })
+    .await
+}
+
+fn flags(file: &Path, baseline: Option<&Path>) -> rpctap::cli::ProxyFlags {
+    rpctap::cli::SharedFlags {
+        record: Some(file.to_path_buf()),
+        baseline: baseline.map(Path::to_path_buf),
+        ..Default::default()
+    }
+    .into()
+}
+
+/// One session of the client through a recording proxy; returns its live anomaly codes.
+async fn session(
+    upstream: std::net::SocketAddr,
+    file: &Path,
+    baseline: Option<&Path>,
+) -> Vec<String> {
+    let mut p = start_proxy_flags(&format!("http://{upstream}"), flags(file, baseline)).await;
+    let calls = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"q":"x"}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fetch","arguments":{"url":"u"}}}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search","arguments":{"q":"slow"}}}"#,
+    ];
+    for c in calls {
+        post_json(p.addr, "/mcp", c).await;
+    }
+    let codes: Vec<String> = anomalies(&p.drain().await)
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    drop(p.stop);
+    p.served.await.unwrap();
+    codes
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+struct Recorded {
+    _dir: Scratch,
+    a: PathBuf,
+    a2: PathBuf,
+    b: PathBuf,
+    baselines: PathBuf,
+    live_b: Vec<String>,
+}
+
+/// A (twice: the same build, the same client) and B (the changed build), the first two taking
+/// the baseline live, the third flagged against it.
+async fn recorded(name: &str) -> Recorded {
+    let dir = Scratch::new(name);
+    let v2 = Arc::new(AtomicBool::new(false));
+    let (up, _u) = server(v2.clone()).await;
+    let baselines = dir.join("baselines");
+    let (a, a2, b) = (
+        dir.join("a.jsonl"),
+        dir.join("a2.jsonl"),
+        dir.join("b.jsonl"),
+    );
+    assert_eq!(
+        session(up, &a, Some(&baselines)).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        session(up, &a2, Some(&baselines)).await,
+        Vec::<String>::new()
+    );
+    v2.store(true, Ordering::SeqCst);
+    let live_b = session(up, &b, Some(&baselines)).await;
+    Recorded {
+        _dir: dir,
+        a,
+        a2,
+        b,
+        baselines,
+        live_b,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_names_every_change_the_annotation_flip_first() {
+    let r = recorded("diff").await;
+    let (a, b) = (r.a.to_str().unwrap(), r.b.to_str().unwrap());
+    let (code, out, err) = run(&["diff", a, b, "--exit-code"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[1].contains("safety")
+            && lines[1].contains("tool search")
+            && lines[1].contains("readOnlyHint true → false"),
+        "{out}"
+    );
+    for want in [
+        "tool archive: removed",
+        "tool publish: added",
+        "tool fetch: description: \"Fetch a URL\" → \"Fetch any URL\"",
+        "tools/call fetch {\"url\":\"u\"}: result → error -32000",
+        "latency  tools/call search {\"q\":\"slow\"}",
+    ] {
+        assert!(out.contains(want), "{want} in:\n{out}");
+    }
+    // The fast call and the list itself did not change their outcome.
+    assert!(!out.contains("{\"q\":\"x\"}"), "{out}");
+    // A against itself, and against its twin: nothing to report, exit 0.
+    for other in [a, r.a2.to_str().unwrap()] {
+        let (code, out, _) = run(&["diff", a, other, "--exit-code"]);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("no differences (4 calls matched)"), "{out}");
+    }
+    // B → A: the failing call and the slow one are improvements, the flip back too; still the
+    // removed `publish` is a regression.
+    let (code, out, _) = run(&["diff", b, a, "--exit-code", "--format", "json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kinds: Vec<(String, String)> = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "regression")
+        .map(|c| {
+            (
+                c["subject"].as_str().unwrap().to_string(),
+                c["what"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![("tool publish".to_string(), "removed".to_string())],
+        "{out}"
+    );
+    // Markdown for a pull-request comment.
+    let (_, md, _) = run(&["diff", a, b, "--format", "markdown"]);
+    assert!(
+        md.starts_with("### rpctap diff") && md.contains("| 🔴 | safety | `tool search` |"),
+        "{md}"
+    );
+    // Without --exit-code a regression still exits 0.
+    assert_eq!(run(&["diff", a, b]).0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baselines_catch_tool_drift_live_and_in_check() {
+    let r = recorded("baseline").await;
+    // Live: the first session took the baseline, the changed build drifted from it.
+    let mut live = r.live_b.clone();
+    live.sort();
+    // The flip, the description, the removed tool and the added one.
+    assert_eq!(live, vec!["MCP_TOOL_DRIFT"; 4], "{live:?}");
+    let b = r.b.to_str().unwrap();
+    let dir = r.baselines.to_str().unwrap();
+    let (code, out, err) = run(&["check", b, "--baseline", dir, "--fail-on", "MCP_TOOL_DRIFT"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("tool `search` drifted") && out.contains("readOnlyHint true → false"),
+        "{out}"
+    );
+    // check finds what the live run found.
+    let checked = check_with(&r.b, &["--baseline", dir]);
+    assert_eq!(checked, live_codes(&r.b));
+    // The safety flip and the schema-less changes: error and warnings.
+    let (_, text, _) = run(&["check", b, "--baseline", dir, "--format", "text"]);
+    assert!(text.contains("error   MCP_TOOL_DRIFT"), "{text}");
+    assert!(text.contains("warning MCP_TOOL_DRIFT"), "{text}");
+    // Accept the new build: the same check passes.
+    let (code, _, err) = run(&["baseline", "accept", b, "--dir", dir]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("3 tools"), "{err}");
+    let (code, out, _) = run(&["check", b, "--baseline", dir, "--fail-on", "MCP_TOOL_DRIFT"]);
+    assert_eq!(code, 0, "{out}");
+    // Show and reset.
+    let label = rpctap::gate::label(&rpctap::record::reader::read(&r.b).unwrap().header);
+    let (code, shown, _) = run(&["baseline", "show", &label, "--dir", dir]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(v["tools"]["search"]["annotations"]["readOnlyHint"], false);
+    assert_eq!(run(&["baseline", "reset", &label, "--dir", dir]).0, 0);
+    assert_eq!(run(&["baseline", "show", &label, "--dir", dir]).0, 2);
+    // A against no baseline: nothing to drift from.
+    let (code, out, _) = run(&["check", r.a.to_str().unwrap(), "--baseline", dir]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// The codes `check FILE ARGS…` reports per scope.
+fn check_with(file: &Path, args: &[&str]) -> Codes {
+    let (_, out, _) = run(&[&["check", file.to_str().unwrap()][..], args].concat());
+    let mut codes = Codes::new();
+    for l in out.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let Some(scope) = v["scope"].as_str() else {
+            continue;
+        };
+        for f in v["result"]["findings"].as_array().into_iter().flatten() {
+            codes
+                .entry(scope.to_string())
+                .or_default()
+                .push(f["code"].as_str().unwrap().to_string());
+        }
+    }
+    codes.values_mut().for_each(|v| v.sort());
+    codes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_gates_on_tools_durations_and_severities() {
+    let r = recorded("gate").await;
+    let a = r.a.to_str().unwrap();
+    // (arguments, exit)
+    for (args, exit) in [
+        (vec!["--expect-tool", "search"], 0),
+        (vec!["--expect-tool", "publish"], 1),
+        (vec!["--forbid-tool", "publish"], 0),
+        (vec!["--forbid-tool", "fetch"], 1),
+        (vec!["--max-duration", "10s"], 0),
+        (vec!["--max-duration", "50ms"], 1),
+        (
+            vec![
+                "--expect-tool",
+                "search",
+                "--forbid-tool",
+                "archive",
+                "--max-duration",
+                "5s",
+            ],
+            0,
+        ),
+    ] {
+        let (code, out, err) = run(&[&["check", a][..], &args].concat());
+        assert_eq!(code, exit, "{args:?}: {out}{err}");
+        let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["passed"], exit == 0, "{args:?}: {out}");
+    }
+    let (_, out, _) = run(&["check", a, "--max-duration", "50ms", "--format", "text"]);
+    assert!(
+        out.contains("FAIL max-duration 50ms: tools/call search (id 4) took"),
+        "{out}"
+    );
+    // B has an error (`fetch`) and drift warnings against the baseline: --fail-on decides.
+    let (b, dir) = (r.b.to_str().unwrap(), r.baselines.to_str().unwrap());
+    assert_eq!(run(&["check", b, "--baseline", dir]).0, 1);
+    assert_eq!(
+        run(&["check", b, "--baseline", dir, "--fail-on", "none"]).0,
+        0
+    );
+    assert_eq!(run(&["check", b, "--fail-on", "MCP_UNKNOWN_TOOL"]).0, 0);
+    let (code, _, err) = run(&["check", b, "--fail-on", "sometimes"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--fail-on sometimes"), "{err}");
+    // JUnit: the same run recorded twice names its cases alike (no session id in a name).
+    let names = |f: &Path| {
+        let (_, xml, _) = run(&[
+            "check",
+            f.to_str().unwrap(),
+            "--format",
+            "junit",
+            "--expect-tool",
+            "search",
+        ]);
+        assert!(xml.starts_with("<?xml"), "{xml}");
+        xml.split("<testcase ")
+            .skip(1)
+            .map(|c| c.split('>').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let (na, na2) = (names(&r.a), names(&r.a2));
+    assert_eq!(na, na2);
+    assert!(
+        na.iter().any(|n| n.contains("name=\"tools/call search\"")),
+        "{na:?}"
+    );
+    assert!(
+        na.iter().any(|n| n.contains("name=\"expect-tool search\"")),
+        "{na:?}"
+    );
+    // B's JUnit against the baseline fails the `tools/list` case (its drift) and passes
+    // `search`'s.
+    let (_, xml, _) = run(&[
+        "check",
+        b,
+        "--baseline",
+        dir,
+        "--format",
+        "junit",
+        "-o",
+        r.b.with_extension("xml").to_str().unwrap(),
+    ]);
+    assert!(xml.is_empty());
+    let xml = std::fs::read_to_string(r.b.with_extension("xml")).unwrap();
+    let case = |name: &str| {
+        let at = xml.find(&format!("name=\"{name}\"")).unwrap();
+        xml[at..].split("</testcase>").next().unwrap().to_string()
+    };
+    assert!(case("tools/list").contains("<failure"), "{xml}");
+    assert!(!case("tools/call search").contains("<failure"), "{xml}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_html_report_shows_every_call_and_finding_in_chromium() {
+    let r = recorded("html").await;
+    let html = r.b.with_extension("html");
+    let (code, _, err) = run(&[
+        "export",
+        r.b.to_str().unwrap(),
+        "--format",
+        "html",
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Self-contained: nothing to fetch.
+    assert!(
+        !page.contains("src=") && !page.contains("href=\"http"),
+        "{page}"
+    );
+    let chromium = installed_command("chromium");
+    let out = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec = rpctap::record::reader::read(&r.b).unwrap();
+    let mut calls = 0;
+    for c in rec.calls() {
+        let shown = match &c.target {
+            Some(t) => format!("{} {t}", c.method),
+            None => c.method.to_string(),
+        };
+        assert!(dom.contains(&shown), "{shown} in the rendered page");
+        calls += 1;
+    }
+    assert_eq!(dom.matches("<tr class=\"call\"").count(), calls);
+    for code in live_codes(&r.b).values().flatten() {
+        assert!(dom.contains(code.as_str()), "{code} in the rendered page");
+    }
+    assert!(dom.contains("error -32000") && dom.contains("p95"), "{dom}");
+}
+
+/// A command `scripts/peers.sh` installed; a clear failure when it is missing.
+fn installed_command(name: &str) -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    found.unwrap_or_else(|| panic!("{name} is missing: run `bash scripts/peers.sh`"))
+}
+
+/// The commands of the CI job in docs/ci.md, run as they are written there, with the demo server
+/// as the server under test and a golden session recorded from it: unchanged, the job passes and
+/// leaves its four reports; with a changed server (`add` answers one more), it fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one() {
+    let doc = std::fs::read_to_string(root().join("docs/ci.md")).unwrap();
+    let start = doc
+        .find("- name: Record, check and diff the server's session")
+        .unwrap();
+    let block: Vec<&str> = doc[start..]
+        .lines()
+        .skip(2) // the name, and `run: |`
+        .take_while(|l| l.starts_with("          "))
+        .map(|l| &l[10..])
+        .collect();
+    assert!(block.len() > 10 && block[0] == "set -u", "{block:?}");
+    let script = block.join("\n");
+    let dir = Scratch::new("ci-job");
+    // The golden session: the demo server's JSON-RPC methods through a recording proxy.
+    let golden = dir.join("golden.jsonl");
+    {
+        let (demo, _d) = start_demo().await;
+        let mut p = start_proxy_flags(&format!("http://{demo}"), flags(&golden, None)).await;
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"add","params":[2,3]}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"add","params":[10,-4]}"#,
+        ] {
+            post_json(p.addr, "/jsonrpc", body).await;
+        }
+        p.drain().await;
+        drop(p.stop);
+        p.served.await.unwrap();
+    }
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (changed, exit) in [(false, 0), (true, 1)] {
+        let work = dir.join(if changed { "changed" } else { "same" });
+        std::fs::create_dir_all(&work).unwrap();
+        let port = free_port();
+        let mut server = format!("rpctap demo-server --listen 127.0.0.1:{port}");
+        if changed {
+            server.push_str(" --alter-add");
+        }
+        let script = script.clone();
+        let (work2, golden2, path2) = (work.clone(), golden.clone(), path.clone());
+        let proxy_port = free_port();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("bash")
+                .arg("-c")
+                .arg(&script)
+                .current_dir(&work2)
+                .env("PATH", path2)
+                .env("SERVER_CMD", server)
+                .env("SERVER_URL", format!("http://127.0.0.1:{port}"))
+                .env("GOLDEN", golden2)
+                .env("BASELINES", "baselines")
+                .env("PROXY_PORT", proxy_port.to_string())
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let say = format!(
+            "changed={changed}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(exit), "{say}");
+        for f in [
+            "replay.xml",
+            "check.xml",
+            "diff.md",
+            "report.html",
+            "session.jsonl",
+        ] {
+            assert!(work.join(f).is_file(), "{f}: {say}");
+        }
+        let replay = std::fs::read_to_string(work.join("replay.txt")).unwrap();
+        if changed {
+            assert!(replay.contains("result: expected 5, got 6"), "{replay}");
+        } else {
+            let diff = std::fs::read_to_string(work.join("diff.md")).unwrap();
+            assert!(diff.contains("No differences (2 calls matched)"), "{diff}");
+        }
+    }
+}
