@@ -100,6 +100,8 @@ fn run(args: &[&str]) -> (i32, String, String) {
 
 struct Recorded {
     _dir: Scratch,
+    _server: Stop,
+    up: std::net::SocketAddr,
     a: PathBuf,
     a2: PathBuf,
     b: PathBuf,
@@ -112,7 +114,7 @@ struct Recorded {
 async fn recorded(name: &str) -> Recorded {
     let dir = Scratch::new(name);
     let v2 = Arc::new(AtomicBool::new(false));
-    let (up, _u) = server(v2.clone()).await;
+    let (up, server_stop) = server(v2.clone()).await;
     let baselines = dir.join("baselines");
     let (a, a2, b) = (
         dir.join("a.jsonl"),
@@ -131,6 +133,8 @@ async fn recorded(name: &str) -> Recorded {
     let live_b = session(up, &b, Some(&baselines)).await;
     Recorded {
         _dir: dir,
+        _server: server_stop,
+        up,
         a,
         a2,
         b,
@@ -224,6 +228,18 @@ async fn baselines_catch_tool_drift_live_and_in_check() {
     let (_, text, _) = run(&["check", b, "--baseline", dir, "--format", "text"]);
     assert!(text.contains("error   MCP_TOOL_DRIFT"), "{text}");
     assert!(text.contains("warning MCP_TOOL_DRIFT"), "{text}");
+    // Taken by hand from the first session instead: the same verdict.
+    let label = rpctap::gate::label(&rpctap::record::reader::read(&r.b).unwrap().header);
+    assert_eq!(run(&["baseline", "reset", &label, "--dir", dir]).0, 0);
+    assert_eq!(
+        run(&["check", b, "--baseline", dir, "--fail-on", "MCP_TOOL_DRIFT"]).0,
+        0
+    );
+    let (code, _, err) = run(&["baseline", "accept", r.a.to_str().unwrap(), "--dir", dir]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(&["check", b, "--baseline", dir, "--fail-on", "MCP_TOOL_DRIFT"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("tool `search` drifted"), "{out}");
     // Accept the new build: the same check passes.
     let (code, _, err) = run(&["baseline", "accept", b, "--dir", dir]);
     assert_eq!(code, 0, "{err}");
@@ -231,7 +247,6 @@ async fn baselines_catch_tool_drift_live_and_in_check() {
     let (code, out, _) = run(&["check", b, "--baseline", dir, "--fail-on", "MCP_TOOL_DRIFT"]);
     assert_eq!(code, 0, "{out}");
     // Show and reset.
-    let label = rpctap::gate::label(&rpctap::record::reader::read(&r.b).unwrap().header);
     let (code, shown, _) = run(&["baseline", "show", &label, "--dir", dir]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
@@ -502,5 +517,107 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
             let diff = std::fs::read_to_string(work.join("diff.md")).unwrap();
             assert!(diff.contains("No differences (2 calls matched)"), "{diff}");
         }
+    }
+}
+
+/// Replay against the changed build: it fails; `--update` makes the changed answers the
+/// recording's expectations (the old one kept), and the replay passes — until `--max-duration`
+/// is shorter than the slow call. `mock --match` decides which recorded reply a request gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_updates_golden_files_and_mock_matches_as_told() {
+    let r = recorded("golden").await;
+    let target = format!("http://{}", r.up);
+    let a = r.a.to_str().unwrap();
+    let (code, out, _) = run(&["replay", a, "--target", &target]);
+    assert_eq!(code, 1, "{out}");
+    // The tools compared by name: the flip is one difference where it is.
+    assert!(
+        out.contains("result.tools[0].annotations.readOnlyHint: expected true, got false"),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#"(name "archive"): expected"#)
+            && out.contains(r#"(name "publish"): expected absent"#),
+        "{out}"
+    );
+    let (code, _, err) = run(&["replay", a, "--target", &target, "--update"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("updated from") && r.a.with_extension("jsonl.bak").is_file(),
+        "{err}"
+    );
+    let (code, out, _) = run(&["replay", a, "--target", &target]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = run(&["replay", a, "--target", &target, "--max-duration", "100ms"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("$latency: expected at most 100ms"), "{out}");
+    // A target still starting: --wait covers it.
+    let port = free_port();
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        // Accept and drop: reachable is all the wait asks.
+        let _ = tokio::time::timeout(Duration::from_secs(10), l.accept()).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    });
+    let t = format!("http://127.0.0.1:{port}");
+    let a2 = r.a2.to_str().unwrap().to_string();
+    let now = a2.clone();
+    // Without --wait, not up yet: "cannot reach the target", exit 2.
+    let (code, _, err) =
+        tokio::task::spawn_blocking(move || run(&["replay", &now, "--target", &t]))
+            .await
+            .unwrap();
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot reach the target"), "{err}");
+    let t = format!("http://127.0.0.1:{port}");
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        run(&[
+            "replay",
+            &a2,
+            "--target",
+            &t,
+            "--wait",
+            "5s",
+            "--timeout",
+            "1s",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_ne!(code, 2, "the target came up within --wait: {out}{err}");
+    late.abort();
+    // mock: the default matches params; sequential serves the method's next recorded reply.
+    for (how, want_error) in [
+        ("method-params", true),
+        ("sequential", false),
+        ("strict", true),
+    ] {
+        let port = free_port();
+        let mut mock = std::process::Command::new(BIN)
+            .args([
+                "mock",
+                r.a2.to_str().unwrap(),
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--match",
+                how,
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_listening(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let v = post_json(addr, "/mcp", r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"search","arguments":{"q":"other"}}}"#)
+            .await
+            .json();
+        assert_eq!(v["error"].is_object(), want_error, "{how}: {v}");
+        if !want_error {
+            assert_eq!(v["result"]["content"][0]["text"], "found", "{how}: {v}");
+        }
+        let _ = mock.kill();
+        let _ = mock.wait();
     }
 }
