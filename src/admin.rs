@@ -213,6 +213,9 @@ pub struct AdminState {
     pub feed: Feed,
     pub ready: Arc<Readiness>,
     pub token: Option<String>,
+    /// `/mcp`: the recordings served as an MCP server (`rpctap mcp` over HTTP), when there is a
+    /// state directory to serve.
+    pub agent: Option<crate::agent::Agent>,
 }
 
 /// The running admin listener; dropping it (or `stop`) closes it and every connection.
@@ -334,9 +337,14 @@ async fn serve_conn<I>(io: I, state: AdminState)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let svc = hyper::service::service_fn(move |req| {
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let state = state.clone();
-        async move { Ok::<_, Infallible>(route(req, &state)) }
+        async move {
+            if req.uri().path() == "/mcp" {
+                return Ok::<_, Infallible>(mcp(req, &state).await);
+            }
+            Ok::<_, Infallible>(route(req, &state))
+        }
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, svc)
@@ -388,6 +396,74 @@ fn events_filter(req: &Request<Incoming>) -> Result<Option<crate::filter::Filter
     crate::filter::Filter::parse(&text)
         .map(|f| (!f.is_empty()).then_some(f))
         .map_err(|why| format!("filter {text:?}: {why}\n"))
+}
+
+/// The largest `/mcp` request body.
+const MCP_BODY_MAX: usize = 1 << 20;
+
+/// `POST /mcp`: one JSON-RPC message (or a batch) to the agent API, its reply as JSON (the
+/// Streamable HTTP transport without a session: every call stands alone). Behind the token, as
+/// `/events` is.
+async fn mcp(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    let Some(agent) = st.agent.clone() else {
+        return text(
+            StatusCode::NOT_FOUND,
+            "no state directory to serve\n",
+            PLAIN,
+        );
+    };
+    if !authorized(&req, st.token.as_deref()) {
+        let mut r = text(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs Authorization: Bearer TOKEN\n",
+            PLAIN,
+        );
+        r.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
+    match *req.method() {
+        Method::POST => {}
+        // No server stream and no session to end.
+        Method::GET | Method::DELETE => {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n", PLAIN)
+        }
+        _ => return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n", PLAIN),
+    }
+    let body = match http_body_util::Limited::new(req.into_body(), MCP_BODY_MAX)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "body over 1 MiB\n", PLAIN),
+    };
+    let msg: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":format!("parse error: {e}")}}).to_string(),
+                "application/json",
+            )
+        }
+    };
+    let reply = match &msg {
+        serde_json::Value::Array(batch) => {
+            let mut out = Vec::new();
+            for m in batch {
+                out.extend(agent.handle(m).await);
+            }
+            (!out.is_empty()).then_some(serde_json::Value::Array(out))
+        }
+        m => agent.handle(m).await,
+    };
+    match reply {
+        Some(r) => text(StatusCode::OK, r.to_string(), "application/json"),
+        None => text(StatusCode::ACCEPTED, "", PLAIN),
+    }
 }
 
 fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {

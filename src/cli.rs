@@ -34,6 +34,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Show, accept or reset a server's tool baseline (what `MCP_TOOL_DRIFT` compares with).
     Baseline(BaselineArgs),
+    /// Serve the recorded sessions as an MCP server on stdio, for an AI agent: list_sessions,
+    /// list_calls, get_call, find_anomalies, stats, check, diff, replay_call.
+    Mcp(McpArgs),
     /// What changed between two sessions (recordings or session names): tools, prompts and
     /// resources offered, calls' outcomes and latencies (exit 1 on a regression with
     /// `--exit-code`).
@@ -358,6 +361,17 @@ pub struct CheckArgs {
     /// (default: the state directory's `baselines/`, when it has one for the label).
     #[arg(long, value_name = "DIR")]
     pub baseline: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Serve the recordings (`*.jsonl`) in this directory instead of the state directory's
+    /// sessions.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Let `replay_call` send a recorded call to a target the agent names.
+    #[arg(long)]
+    pub allow_replay: bool,
 }
 
 #[derive(Debug, Args)]

@@ -54,10 +54,13 @@
 //!   tools called and the calls' durations, and the JSON, text and JUnit reports.
 //! - [`diff`] — what changed between two recorded sessions (`rpctap diff`): offerings, calls
 //!   matched by method, target and arguments, outcomes and latencies.
+//! - [`agent`] — `rpctap mcp`: the recordings served as an MCP server for an AI agent (stdio,
+//!   and `/mcp` on the admin listener).
 //! - [`baseline`] — each server label's trusted tools (`MCP_TOOL_DRIFT`, `rpctap baseline`).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;
+pub mod agent;
 pub mod alloc;
 pub mod app;
 pub mod attach;

@@ -86,6 +86,7 @@ fn main() {
             Command::Check(a) => offline(app::check(a)),
             Command::Diff(a) => offline(app::diff(a)),
             Command::Baseline(a) => offline(app::baseline(a)),
+            Command::Mcp(a) => offline(app::agent(a).await),
             Command::Export(a) => offline(app::export(a)),
             Command::View(a) => offline(app::view(a, shutdown).await),
             Command::Stdio(a) => match app::stdio::run(a).await {

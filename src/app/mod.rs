@@ -93,6 +93,12 @@ impl Ops {
                 feed: feed.clone(),
                 ready: ready.clone(),
                 token: cfg.token.clone(),
+                agent: crate::hub::Home::from_env()
+                    .ok()
+                    .map(|h| crate::agent::Agent {
+                        source: crate::agent::Source::Home(h),
+                        allow_replay: false,
+                    }),
             },
         )
         .await?;
@@ -1141,6 +1147,23 @@ pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, OfflineError> {
             );
         }
     }
+    Ok(0)
+}
+
+/// `rpctap mcp`: the recordings as an MCP server on stdio.
+pub async fn agent(args: crate::cli::McpArgs) -> Result<i32, OfflineError> {
+    let source = match args.dir {
+        Some(d) => crate::agent::Source::Dir(d),
+        None => crate::agent::Source::Home(
+            crate::hub::Home::from_env().map_err(|e| OfflineError::Io(e.to_string()))?,
+        ),
+    };
+    crate::agent::serve_stdio(crate::agent::Agent {
+        source,
+        allow_replay: args.allow_replay,
+    })
+    .await
+    .map_err(|e| OfflineError::Io(format!("stdio: {e}")))?;
     Ok(0)
 }
 

@@ -307,10 +307,12 @@ impl ExchangeCtx {
             return Some(v);
         }
         let g = self.scope.group()?;
+        // A version `initialize` negotiated wins: a 2.x client's `server/discover` probe at
+        // 2026-07-28 may end in the older handshake.
         self.insp
             .correlator
             .peek_session(g, |s| {
-                s.mcp.modern.version.clone().or(s.mcp.version.clone())
+                s.mcp.version.clone().or(s.mcp.modern.version.clone())
             })
             .flatten()
     }
@@ -364,10 +366,16 @@ impl ExchangeCtx {
                 self.sender = None;
             }
         }
+        if &**method == "initialize" {
+            // The older handshake: it names its version in its own params.
+            return None;
+        }
         let header = self.mcp_hdr.as_ref().and_then(|h| h.version.clone());
         let meta_version = self.sender.as_ref().and_then(|s| s.version.clone());
         let group = self.scope.group().cloned();
-        if let (Some(g), Some(v)) = (&group, &meta_version) {
+        // A discovery probe commits to nothing; the requests after it say which version is used.
+        let probe = &**method == "server/discover";
+        if let (Some(g), Some(v), false) = (&group, &meta_version, probe) {
             let (_, ev) = self
                 .insp
                 .correlator

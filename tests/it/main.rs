@@ -4,6 +4,7 @@
 mod common;
 
 mod admin;
+mod agent;
 mod big_body;
 mod check;
 mod cli_edges;

@@ -1,0 +1,310 @@
+//! The agent API: `rpctap mcp` over stdio driven by the Python SDK 2.x client (an agent's view:
+//! the tools with their schemas, a call with an `MCP_UNKNOWN_TOOL` found and fetched, 1,000 calls
+//! walked page by page, `find_anomalies` equal to `check`, `replay_call` refused and allowed), the
+//! same server checked by rpctap's own rules from a recording of that agent's session, and `/mcp`
+//! on a running proxy's admin listener behind its token.
+
+use crate::common::*;
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
+
+fn flags(file: &Path) -> rpctap::cli::ProxyFlags {
+    rpctap::cli::SharedFlags {
+        record: Some(file.to_path_buf()),
+        ..Default::default()
+    }
+    .into()
+}
+
+/// The sessions the agent reads: one where the client calls a tool the server never listed,
+/// one of 1,000 calls. Returns the demo's address (it stays up for the replay).
+async fn sessions(dir: &Path) -> (std::net::SocketAddr, Stop) {
+    let (demo, stop) = start_demo().await;
+    let mut p =
+        start_proxy_flags(&format!("http://{demo}"), flags(&dir.join("unknown.jsonl"))).await;
+    let sid = mcp_session(p.addr).await;
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"nosuch","arguments":{}}}"#,
+    ] {
+        send(p.addr, "POST", "/mcp", &mcp_headers(&sid), body).await;
+    }
+    let codes: Vec<String> = anomalies(&p.drain().await)
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    assert!(codes.contains(&"MCP_UNKNOWN_TOOL".to_string()), "{codes:?}");
+    drop(p.stop);
+    p.served.await.unwrap();
+    let p = start_proxy_flags(&format!("http://{demo}"), flags(&dir.join("big.jsonl"))).await;
+    for i in 0..1000 {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"add","params":[{i},1]}}"#);
+        post_json(p.addr, "/jsonrpc", &body).await;
+    }
+    drop(p.stop);
+    p.served.await.unwrap();
+    (demo, stop)
+}
+
+fn client(dir: &Path, target: &str, server: &[&str]) -> serde_json::Value {
+    let py = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
+    let out = Command::new(py)
+        .arg(root().join("tests/interop/agent_client.py"))
+        .arg(dir)
+        .arg(dir.join("unknown.jsonl"))
+        .arg(dir.join("big.jsonl"))
+        .arg(target)
+        .arg("--")
+        .args(server)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_reads_sessions_through_rpctap_mcp_and_it_obeys_its_own_rules() {
+    let dir = Scratch::new("agent");
+    let (demo, _d) = sessions(&dir).await;
+    let d = dir.to_str().unwrap().to_string();
+    let target = format!("http://{demo}");
+    // Without --allow-replay.
+    let (d2, t2) = (dir.to_path_buf(), target.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        client(&d2, &t2, &[BIN, "mcp", "--dir", &d2.to_string_lossy()])
+    })
+    .await
+    .unwrap();
+    let tools = out["tools"].as_object().unwrap();
+    let mut names: Vec<&String> = tools.keys().collect();
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            "check",
+            "diff",
+            "find_anomalies",
+            "get_call",
+            "list_calls",
+            "list_sessions",
+            "replay_call",
+            "stats"
+        ]
+    );
+    for (name, t) in tools {
+        assert!(
+            t["output"].is_object() && t["input"]["type"] == "object",
+            "{name}: {t}"
+        );
+        assert_eq!(t["read_only"], name != "replay_call", "{name}");
+    }
+    let sessions: Vec<&str> = out["sessions"]["data"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    // The call the server never listed, with its finding, and fetched whole.
+    let unknown = &out["unknown"]["data"]["calls"];
+    assert_eq!(unknown.as_array().unwrap().len(), 1, "{unknown}");
+    assert_eq!(unknown[0]["target"], "nosuch");
+    assert!(unknown[0]["anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "MCP_UNKNOWN_TOOL"));
+    let got = &out["get_call"]["data"];
+    assert!(
+        got["request"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("\"nosuch\""),
+        "{got}"
+    );
+    assert!(got["reply"]["text"].as_str().is_some(), "{got}");
+    assert!(
+        got["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["code"] == "MCP_UNKNOWN_TOOL"),
+        "{got}"
+    );
+    assert_eq!(got["http"]["status"], 200, "{got}");
+    // find_anomalies is check's findings.
+    let (_, checked, _) = {
+        let o = Command::new(BIN)
+            .args(["check", &format!("{d}/unknown.jsonl")])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            (),
+        )
+    };
+    let mut want: Vec<String> = checked
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|v| {
+            v["result"]["findings"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|f| f["code"].as_str().unwrap().to_string())
+        .collect();
+    let mut found: Vec<String> = out["anomalies"]["data"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap().to_string())
+        .collect();
+    want.sort();
+    found.sort();
+    assert!(!want.is_empty());
+    assert_eq!(found, want);
+    // 1,000 calls in pages of 100: each once, none missed.
+    assert_eq!(out["pages"], 10);
+    let seen: Vec<u64> = out["seen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(seen, (0..1000).collect::<Vec<u64>>());
+    let add = out["stats"]["data"]["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["method"] == "add")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (add["calls"].clone(), add["errors"].clone()),
+        (1000.into(), 0.into()),
+        "{add}"
+    );
+    assert_eq!(
+        out["check"]["data"]["passed"], false,
+        "the unknown tool fails the gate"
+    );
+    // replay_call refused without --allow-replay, said clearly.
+    assert_eq!(out["replay"]["error"], true);
+    assert!(
+        out["replay"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-replay"),
+        "{}",
+        out["replay"]
+    );
+    assert_eq!(out["resources"].as_array().unwrap().len(), 2);
+
+    // With it, through a recording shim: the verdict of one call against the demo; and the
+    // agent's own session breaks no rule rpctap checks.
+    let rec = dir.join("agent-session.jsonl");
+    let (d2, t2, r2) = (dir.to_path_buf(), target.clone(), rec.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        client(
+            &d2,
+            &t2,
+            &[
+                BIN,
+                "stdio",
+                "--no-hub",
+                "--record",
+                &r2.to_string_lossy(),
+                "--",
+                BIN,
+                "mcp",
+                "--dir",
+                &d2.to_string_lossy(),
+                "--allow-replay",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    let replay = &out["replay"]["data"];
+    assert_eq!(replay["verdict"], "Succeeded", "{}", out["replay"]);
+    assert_eq!(replay["pass"], true);
+    let o = Command::new(BIN)
+        .args(["check", rec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.lines().all(|l| l.contains("\"findingCount\":0")),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_serves_the_agent_api_behind_its_token() {
+    let dir = Scratch::new("agent-admin");
+    let (demo, _d) = sessions(&dir).await;
+    let admin_port = free_port();
+    let listen = free_port();
+    let mut proxy = Command::new(BIN)
+        .args(["proxy", "--no-tui", "--log", "off"])
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--upstream", &format!("http://{demo}")])
+        .args([
+            "--admin",
+            &format!("127.0.0.1:{admin_port}"),
+            "--admin-token",
+            "s3cret",
+        ])
+        .spawn()
+        .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
+    wait_listening(addr).await;
+    let list = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"list_calls","arguments":{{"session":"{}","filter":"code:MCP_UNKNOWN_TOOL"}}}}}}"#,
+        dir.join("unknown.jsonl").display()
+    );
+    // Without the token: 401, as /events.
+    let r = send(
+        addr,
+        "POST",
+        "/mcp",
+        &[("content-type", "application/json")],
+        list.clone(),
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    let auth = [
+        ("content-type", "application/json"),
+        ("authorization", "Bearer s3cret"),
+    ];
+    let r = send(addr, "POST", "/mcp", &auth, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).await;
+    assert_eq!(r.json()["result"]["serverInfo"]["name"], "rpctap");
+    let r = send(
+        addr,
+        "POST",
+        "/mcp",
+        &auth,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    )
+    .await;
+    assert_eq!(r.json()["result"]["tools"].as_array().unwrap().len(), 8);
+    let r = send(addr, "POST", "/mcp", &auth, list).await;
+    let v = r.json();
+    assert_eq!(
+        v["result"]["structuredContent"]["calls"][0]["target"], "nosuch",
+        "{v}"
+    );
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+}
