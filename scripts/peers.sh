@@ -40,8 +40,9 @@ venv otel opentelemetry-proto==1.45.2
 # The Kubernetes API schemas, to validate config/kubernetes/ (tests/it/deploy.rs).
 venv k8s kubernetes-validate==1.37.0
 # ganache: a real Ethereum JSON-RPC node (tests/it/websocket.rs: eth_subscribe over WebSocket).
+# The MCP Inspector's CLI (tests/it/agent.rs: `rpctap mcp` as the Inspector sees it).
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \
-  @modelcontextprotocol/conformance@0.1.16 node@22 ganache@7.9.2
+  @modelcontextprotocol/conformance@0.1.16 node@22 ganache@7.9.2 @modelcontextprotocol/inspector@2.12.0
 
 # Debian packages, by the command each provides: tmux (the dashboard's end-to-end tests), curl,
 # prometheus + promtool (tests/it/admin.rs scrapes /metrics with a real Prometheus), systemd's

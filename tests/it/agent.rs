@@ -308,3 +308,59 @@ async fn the_admin_listener_serves_the_agent_api_behind_its_token() {
     let _ = proxy.kill();
     let _ = proxy.wait();
 }
+
+/// The MCP Inspector's CLI sees the same server: the eight tools, and the unknown-tool call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_cli_lists_the_tools_and_finds_the_call() {
+    let dir = Scratch::new("agent-inspector");
+    let (_demo, _d) = sessions(&dir).await;
+    let node = installed("node", NODE_PACKAGES);
+    let inspector = node.join("node_modules/.bin/mcp-inspector");
+    let d = dir.to_str().unwrap().to_string();
+    let run = move |extra: Vec<String>| {
+        let out = Command::new(&inspector)
+            .args(["--cli", BIN, "mcp", "--dir", &d])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let unknown = dir.join("unknown.jsonl").display().to_string();
+    let (tools, calls) = tokio::task::spawn_blocking(move || {
+        (
+            run(vec!["--method".into(), "tools/list".into()]),
+            run(vec![
+                "--method".into(),
+                "tools/call".into(),
+                "--tool-name".into(),
+                "list_calls".into(),
+                "--tool-arg".into(),
+                format!("session={unknown}"),
+                "filter=code:MCP_UNKNOWN_TOOL".into(),
+            ]),
+        )
+    })
+    .await
+    .unwrap();
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 8, "{names:?}");
+    assert!(tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["outputSchema"].is_object()));
+    assert_eq!(
+        calls["structuredContent"]["calls"][0]["target"], "nosuch",
+        "{calls}"
+    );
+}

@@ -718,6 +718,7 @@ pub const NODE_PACKAGES: &[&str] = &[
     "@modelcontextprotocol/conformance@0.1.16",
     "node@22",
     "ganache@7.9.2",
+    "@modelcontextprotocol/inspector@2.12.0",
 ];
 
 /// A peer folder under target/interop whose stamp names exactly `packages`.
