@@ -422,7 +422,8 @@ impl ExchangeCtx {
         };
         self.trace_taken = true;
         let base = &base;
-        if memchr::memmem::find(&env.raw, b"traceparent").is_none() {
+        needle!(TRACEPARENT, "traceparent");
+        if TRACEPARENT.find(&env.raw).is_none() {
             return Some(base.clone());
         }
         #[derive(serde::Deserialize)]

@@ -498,7 +498,8 @@ impl ExchangeCtx {
                 }
             }
             if &*method == "tools/list" && dir == Direction::ClientToServer {
-                let cursor = memchr::memmem::find(&env.raw, b"cursor").is_some()
+                needle!(CURSOR, "cursor");
+                let cursor = CURSOR.find(&env.raw).is_some()
                     && params::<ListParams>(&env.raw)
                         .is_some_and(|p| p.cursor.is_some_and(|c| !c.is_null()));
                 if !cursor {
@@ -531,7 +532,8 @@ impl ExchangeCtx {
     /// A request's `_meta.progressToken`, registered for the call's life.
     fn progress_token(&self, dir: Direction, env: &Envelope) -> Option<Box<str>> {
         let inner = &self.insp;
-        memchr::memmem::find(&env.raw, b"progressToken")?;
+        needle!(PROGRESS_TOKEN, "progressToken");
+        PROGRESS_TOKEN.find(&env.raw)?;
         let token = params::<Meta>(&env.raw)?.meta?.progress_token?;
         let token: Box<str> = token.to_string().into();
         if inner.progress.len() < inner.cfg.limits.max_pending {

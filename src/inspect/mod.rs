@@ -39,6 +39,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A fixed byte string searched for in messages, its searcher built once: `memmem::find` builds
+/// one per call, which costs more than the search itself on a message of a few hundred bytes
+/// (benches/RESULTS.md, session 14). `needle!(NAME, "text")` declares one; `NAME.find(bytes)`.
+macro_rules! needle {
+    ($name:ident, $text:expr) => {
+        static $name: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new($text));
+    };
+}
+pub(crate) use needle;
+
 /// Inspection settings (validated by `config`).
 #[derive(Clone, Debug)]
 pub struct InspectConfig {
@@ -289,6 +300,8 @@ pub struct ExchangeCtx {
     peer_ip: Option<std::net::IpAddr>,
     /// What the request being read names of its sender in its `_meta` (MCP 2026-07-28).
     sender: Option<Box<modern::Sender>>,
+    /// An HTTP exchange's request was searched for `_meta` keys already (`sender` has them).
+    sender_read: bool,
     /// A WebSocket connection became an MCP session (its first request was MCP's).
     ws_decided: bool,
 }
@@ -459,6 +472,7 @@ impl Inspector {
             trace_taken: false,
             peer_ip: meta.peer_ip,
             sender: None,
+            sender_read: false,
             ws_decided: false,
         };
         ctx.mcp_request_head(meta);
@@ -537,6 +551,7 @@ impl Inspector {
             trace_taken: false,
             peer_ip: None,
             sender: None,
+            sender_read: false,
             ws_decided: false,
         }
     }

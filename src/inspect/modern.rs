@@ -22,8 +22,10 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 
 pub use super::capability::MODERN;
-/// Every reserved `_meta` key starts so.
-const RESERVED: &[u8] = b"io.modelcontextprotocol/";
+// Every reserved `_meta` key starts so.
+needle!(RESERVED, "io.modelcontextprotocol/");
+needle!(INPUT_REQUIRED, "input_required");
+
 /// The most open rounds one session or stateless client keeps; the oldest go first.
 pub const MAX_ROUNDS: usize = 256;
 
@@ -71,7 +73,7 @@ struct ClientInfo {
 
 /// A request's reserved `_meta` keys, when it has any.
 pub(super) fn sender(raw: &[u8]) -> Option<Sender> {
-    memchr::memmem::find(raw, RESERVED)?;
+    RESERVED.find(raw)?;
     let meta = serde_json::from_slice::<WithParams<'_>>(raw)
         .ok()?
         .params?
@@ -87,7 +89,8 @@ pub(super) fn sender(raw: &[u8]) -> Option<Sender> {
 /// The subscription a server notification rides (`_meta["io.modelcontextprotocol/
 /// subscriptionId"]`, SEP-2575), as shown.
 pub(super) fn subscription_id(raw: &[u8]) -> Option<Arc<str>> {
-    memchr::memmem::find(raw, b"io.modelcontextprotocol/subscriptionId")?;
+    needle!(SUBSCRIPTION, "io.modelcontextprotocol/subscriptionId");
+    SUBSCRIPTION.find(raw)?;
     let meta = serde_json::from_slice::<WithParams<'_>>(raw)
         .ok()?
         .params?
@@ -338,8 +341,10 @@ impl ExchangeCtx {
         {
             return;
         }
+        self.sender_read = true;
         let Some(s) = sender(&env.raw) else { return };
         if s.version.is_none() {
+            self.sender = Some(Box::new(s));
             return;
         }
         self.scope = Scope::Stateless {
@@ -347,6 +352,7 @@ impl ExchangeCtx {
             exchange: self.id,
         };
         self.sender = Some(Box::new(s));
+        self.sender_read = true;
     }
 
     /// A client request's 2026-07-28 rules, before it is registered: its `_meta` (required keys,
@@ -358,20 +364,22 @@ impl ExchangeCtx {
         method: &Arc<str>,
         anomalies: &mut Vec<&'static str>,
     ) -> Option<Box<CallMeta>> {
-        if self.stream || self.sender.is_none() {
-            // A stream's (or a session's) requests each name their own.
-            if let Some(s) = sender(&env.raw) {
-                self.sender = Some(Box::new(s));
-            } else if self.stream {
-                self.sender = None;
-            }
+        if self.stream || !self.sender_read {
+            // A stream's requests each name their own (an exchange's was read once).
+            self.sender = sender(&env.raw).map(Box::new);
+            self.sender_read = !self.stream;
         }
         if &**method == "initialize" {
             // The older handshake: it names its version in its own params.
             return None;
         }
-        let header = self.mcp_hdr.as_ref().and_then(|h| h.version.clone());
+        let header = self.mcp_hdr.as_ref().and_then(|h| h.version.as_deref());
         let meta_version = self.sender.as_ref().and_then(|s| s.version.clone());
+        // Plain JSON-RPC (no `_meta` version, no MCP header, no session): nothing to judge.
+        if meta_version.is_none() && header.is_none() && self.scope.group().is_none() {
+            return None;
+        }
+        let header: Option<Box<str>> = header.map(Into::into);
         let group = self.scope.group().cloned();
         // A discovery probe commits to nothing; the requests after it say which version is used.
         let probe = &**method == "server/discover";
@@ -651,7 +659,7 @@ impl ExchangeCtx {
     ) -> bool {
         if env.kind != Kind::Result
             || !may_need_input(&p.method)
-            || memchr::memmem::find(&env.raw, b"input_required").is_none()
+            || INPUT_REQUIRED.find(&env.raw).is_none()
         {
             return false;
         }

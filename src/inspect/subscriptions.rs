@@ -82,7 +82,8 @@ impl ExchangeCtx {
     /// A notification: the subscription it carries, if this stream made it.
     pub(super) fn subscription_of(&self, env: &Envelope) -> Option<Arc<str>> {
         let subs = self.subs.as_ref().filter(|s| !s.is_empty())?;
-        memchr::memmem::find(&env.raw, b"\"subscription\"")?;
+        needle!(SUBSCRIPTION, "\"subscription\"");
+        SUBSCRIPTION.find(&env.raw)?;
         let n = serde_json::from_slice::<Note<'_>>(&env.raw).ok()?;
         let id = label(n.params.subscription.get())?;
         subs.contains_key(&id).then(|| Arc::from(&*id))
