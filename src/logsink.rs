@@ -20,40 +20,71 @@ fn ts(ns: u64) -> String {
 
 /// The events the text log shows.
 pub const TEXT_INTEREST: Interest = Interest::CALL
-    .and(Interest::MESSAGE)
+    // Of messages it prints notifications only: it does not make the inspector build the
+    // message events of every request and reply.
+    .and(Interest::NOTIFICATIONS)
     .and(Interest::ANOMALY)
     .and(Interest::REFUSAL)
     .and(Interest::NOTICE)
     .and(Interest::HTTP_AUTH);
 
+/// A call's line written straight into `out` (the line the log prints most: no piece of it is
+/// built as a string of its own first).
+fn write_call(out: &mut impl Write, c: &crate::events::CallEvent) -> std::io::Result<()> {
+    let t = UNIX_EPOCH + Duration::from_nanos(c.ts);
+    write!(
+        out,
+        "{} {} {} {}",
+        humantime::format_rfc3339_millis(t),
+        c.scope.short(),
+        c.direction.arrow(),
+        c.method
+    )?;
+    if let Some(t) = &c.target {
+        write!(out, ":{t}")?;
+    }
+    write!(out, " id={} ", c.id)?;
+    match &c.outcome {
+        crate::events::Outcome::Result => out.write_all(b"result")?,
+        o => out.write_all(o.label().as_bytes())?,
+    }
+    if let Some(us) = c.latency_us {
+        write!(out, " {:.1}ms", us as f64 / 1000.0)?;
+    }
+    if !c.anomalies.is_empty() {
+        out.write_all(b" [")?;
+        for (i, a) in c.anomalies.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            out.write_all(a.as_bytes())?;
+        }
+        out.write_all(b"]")?;
+    }
+    out.write_all(b"\n")
+}
+
+/// Writes one event's text line (with its newline) into `out`; false for events the text log
+/// does not show.
+pub fn write_text(out: &mut impl Write, ev: &Event) -> std::io::Result<bool> {
+    if let Event::Call(c) = ev {
+        write_call(out, c)?;
+        return Ok(true);
+    }
+    match text_line(ev) {
+        Some(l) => writeln!(out, "{l}").map(|()| true),
+        None => Ok(false),
+    }
+}
+
 /// Formats one event as a text line, or `None` for events the text log does not show.
 pub fn text_line(ev: &Event) -> Option<String> {
     match ev {
         Event::Call(c) => {
-            let method = match &c.target {
-                Some(t) => format!("{}:{}", c.method, t),
-                None => c.method.to_string(),
-            };
-            let latency = c
-                .latency_us
-                .map(|us| format!(" {:.1}ms", us as f64 / 1000.0))
-                .unwrap_or_default();
-            let anomalies = if c.anomalies.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", c.anomalies.join(","))
-            };
-            Some(format!(
-                "{} {} {} {} id={} {}{}{}",
-                ts(c.ts),
-                c.scope.short(),
-                c.direction.arrow(),
-                method,
-                c.id,
-                c.outcome.label(),
-                latency,
-                anomalies
-            ))
+            let mut v = Vec::with_capacity(128);
+            write_call(&mut v, c).ok()?;
+            v.pop(); // its newline
+            String::from_utf8(v).ok()
         }
         Event::Message(m) if m.kind == crate::rpc::Kind::Notification => Some(format!(
             "{} {} {} {} notification",
@@ -116,18 +147,24 @@ pub fn text_line(ev: &Event) -> Option<String> {
 }
 
 /// Runs the printer until the bus closes.
-pub async fn run(mut sub: Subscription, format: LogFormat, mut out: impl Write + Send) {
+pub async fn run(mut sub: Subscription, format: LogFormat, out: impl Write + Send) {
+    // Lines are gathered and written once per batch (a line each would be a write each: on a
+    // terminal or a pipe, stdout flushes at every newline).
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
     let mut reported_drops = 0;
     let mut batch = Vec::with_capacity(256);
     while sub.rx.recv_many(&mut batch, 256).await > 0 {
         for ev in batch.drain(..) {
-            let line = match format {
-                LogFormat::Off => None,
-                LogFormat::Text => text_line(&ev),
-                LogFormat::Json => serde_json::to_string(&*ev).ok(),
-            };
-            if let Some(l) = line {
-                let _ = writeln!(out, "{l}");
+            match format {
+                LogFormat::Off => {}
+                LogFormat::Text => {
+                    let _ = write_text(&mut out, &ev);
+                }
+                LogFormat::Json => {
+                    if serde_json::to_writer(&mut out, &*ev).is_ok() {
+                        let _ = out.write_all(b"\n");
+                    }
+                }
             }
         }
         let dropped = sub.dropped.load(Ordering::Relaxed);
@@ -146,6 +183,37 @@ pub async fn run(mut sub: Subscription, format: LogFormat, mut out: impl Write +
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_line_reads_as_it_always_did() {
+        let c = crate::events::CallEvent {
+            ts: 1_796_015_737_927_000_000,
+            exchange: 3,
+            scope: crate::events::Scope::Exchange(3),
+            direction: crate::events::Direction::ClientToServer,
+            method: "tools/call".into(),
+            target: Some("search".into()),
+            id: crate::rpc::Id::Num("7".into()),
+            outcome: crate::events::Outcome::Error {
+                code: -32602,
+                message: "bad".into(),
+            },
+            latency_us: Some(1234),
+            anomalies: vec!["MCP_INPUT_SCHEMA", "TOOL_ERROR"],
+            request_index: None,
+            response_index: None,
+            continues: None,
+            trace: None,
+        };
+        let line = text_line(&Event::Call(c.clone())).unwrap();
+        assert_eq!(
+            line,
+            "2026-11-30T05:15:37.927Z #3 c→s tools/call:search id=7 error -32602 1.2ms [MCP_INPUT_SCHEMA,TOOL_ERROR]"
+        );
+        let mut out = Vec::new();
+        assert!(write_text(&mut out, &Event::Call(c)).unwrap());
+        assert_eq!(String::from_utf8(out).unwrap(), format!("{line}\n"));
+    }
 
     #[test]
     fn an_authorization_exchange_is_one_text_line_with_its_challenge() {

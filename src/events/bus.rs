@@ -25,7 +25,13 @@ impl Interest {
     pub const HTTP_HEADERS: Interest = Interest(1 << 1);
     /// The end of each exchange.
     pub const HTTP_END: Interest = Interest(1 << 2);
-    pub const MESSAGE: Interest = Interest(1 << 3);
+    /// Every message (the two below together).
+    pub const MESSAGE: Interest = Interest(1 << 3 | 1 << 11);
+    /// Requests, replies and frames that are not notifications.
+    pub const MESSAGE_REST: Interest = Interest(1 << 3);
+    /// Notifications, and WebSocket binary messages (shown, not parsed): what a one-line log
+    /// prints of messages — without every request and reply being built for it.
+    pub const NOTIFICATIONS: Interest = Interest(1 << 11);
     pub const CALL: Interest = Interest(1 << 4);
     pub const ANOMALY: Interest = Interest(1 << 5);
     pub const REFUSAL: Interest = Interest(1 << 6);

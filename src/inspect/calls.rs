@@ -214,7 +214,7 @@ impl ExchangeCtx {
         batch_len: Option<u32>,
         unparsed: bool,
     ) {
-        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
+        if self.insp.bus.wants_in(Interest::MESSAGE_REST, self.id) {
             self.insp.bus.publish(Event::Message(MessageEvent {
                 ts: now_ns(),
                 exchange: self.id,
@@ -383,7 +383,12 @@ impl ExchangeCtx {
             }
         }
 
-        if inner.bus.wants_in(Interest::MESSAGE, self.id) {
+        let wanted = if env.kind == Kind::Notification {
+            Interest::NOTIFICATIONS
+        } else {
+            Interest::MESSAGE_REST
+        };
+        if inner.bus.wants_in(wanted, self.id) {
             inner.bus.publish(Event::Message(MessageEvent {
                 ts: now_ns(),
                 exchange: self.id,

@@ -508,7 +508,7 @@ impl ExchangeCtx {
     /// messages), not parsed.
     pub fn binary(&mut self, dir: Direction, len: u64) {
         self.bytes += len;
-        if self.insp.bus.wants_in(Interest::MESSAGE, self.id) {
+        if self.insp.bus.wants_in(Interest::NOTIFICATIONS, self.id) {
             self.insp
                 .bus
                 .publish(Event::Http(crate::events::HttpEvent::Binary {

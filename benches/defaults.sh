@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The defaults a user runs, beside the tuned setup and the hyper floor, at one and two runtime
+# threads: requests/s and CPU per call, rounds alternating, medians (run by hand, not in CI).
+#
+#   bash benches/defaults.sh                      # 3 rounds of 5 s, wrk -t2 -c50
+#   ROUNDS=5 SECS=10 bash benches/defaults.sh
+#   BIN_B=/path/to/other/rpctap bash benches/defaults.sh   # and a second build, side by side
+#   THREADS="1 2 4 8" bash benches/defaults.sh    # a bigger machine
+#
+# Rows: the hyper floor (examples/hyper_floor.rs: the same stack forwarding blindly), rpctap
+# `--log off`, and rpctap's defaults (a text log line per call on stdout — here into a file, as a
+# sidecar's log collector would read it); each at every thread count (`RPCTAP_THREADS`). CPU per
+# call is the process's utime + stime (/proc/PID/stat) over the requests wrk completed. The
+# upstream is rpctap's demo server. Loopback only; bounded by ROUNDS × rows × SECS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+SECS=${SECS:-5}
+THREADS=${THREADS:-"1 2"}
+WORK=$(mktemp -d /tmp/rpctap-defaults.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+cargo build --release -q --bin rpctap --example hyper_floor
+BIN=target/release/rpctap
+source benches/common.sh
+
+UP=$(free_port); RPCTAP_THREADS=1 $BIN demo-server --listen 127.0.0.1:$UP 2>/dev/null & PIDS+=($!)
+wait_port $UP
+write_call_lua $WORK/call.lua
+TICK=$(getconf CLK_TCK)
+
+# run NAME THREADS -- COMMAND…: one round of one row; appends "rps cpu_us_per_call" to NAME.
+run() {
+  local name=$1 threads=$2; shift 3
+  local port; port=$(free_port)
+  local cmd=("${@//PORT/$port}")
+  RPCTAP_THREADS=$threads "${cmd[@]}" > "$WORK/$name.log" 2>&1 & local pid=$!
+  wait_port "$port"
+  wrk -t2 -c50 -d1s -s $WORK/call.lua "http://127.0.0.1:$port/" >/dev/null
+  local t0; t0=$(awk '{print $14 + $15}' /proc/$pid/stat)
+  local out; out=$(wrk -t2 -c50 -d${SECS}s -s $WORK/call.lua "http://127.0.0.1:$port/")
+  local t1; t1=$(awk '{print $14 + $15}' /proc/$pid/stat)
+  kill $pid; wait $pid 2>/dev/null || true
+  local n; n=$(echo "$out" | awk '/requests in/{print $1}')
+  echo "$(awk "BEGIN{print $n / $SECS}") $(awk "BEGIN{print ($t1 - $t0) * 1e6 / $TICK / $n}")" >> "$WORK/$name"
+}
+
+ROWS=()
+for t in $THREADS; do
+  ROWS+=("floor-$t|$t|target/release/examples/hyper_floor 127.0.0.1:PORT 127.0.0.1:$UP")
+  ROWS+=("rpctap-log-off-$t|$t|$BIN proxy --no-tui --log off --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
+  ROWS+=("rpctap-defaults-$t|$t|$BIN proxy --no-tui --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
+  if [ -n "${BIN_B:-}" ]; then
+    ROWS+=("B-log-off-$t|$t|$BIN_B proxy --no-tui --log off --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
+    ROWS+=("B-defaults-$t|$t|$BIN_B proxy --no-tui --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
+  fi
+done
+for _ in $(seq "$ROUNDS"); do
+  for row in "${ROWS[@]}"; do
+    IFS='|' read -r name threads cmd <<<"$row"
+    # shellcheck disable=SC2086
+    run "$name" "$threads" -- $cmd
+  done
+done
+med() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+echo "| setup | threads | requests/s | CPU µs per call | req/s ÷ floor | CPU ÷ floor |"
+echo "|---|---|---|---|---|---|"
+for row in "${ROWS[@]}"; do
+  IFS='|' read -r name threads _ <<<"$row"
+  rps=$(cut -d' ' -f1 "$WORK/$name" | med); cpu=$(cut -d' ' -f2 "$WORK/$name" | med)
+  frps=$(cut -d' ' -f1 "$WORK/floor-$threads" | med); fcpu=$(cut -d' ' -f2 "$WORK/floor-$threads" | med)
+  printf "| %s | %s | %.0f | %.2f | %.2f | %.2f |\n" "${name%-*}" "$threads" "$rps" "$cpu" \
+    "$(awk "BEGIN{print $rps / $frps}")" "$(awk "BEGIN{print $cpu / $fcpu}")"
+done
