@@ -213,10 +213,17 @@ pub struct AdminState {
     pub feed: Feed,
     pub ready: Arc<Readiness>,
     pub token: Option<String>,
-    /// `/mcp`: the recordings served as an MCP server (`rpctap mcp` over HTTP), when there is a
-    /// state directory to serve.
-    pub agent: Option<crate::agent::Agent>,
+    /// `/mcp`: what answers one JSON-RPC message of the agent API (`rpctap mcp` over HTTP),
+    /// when there is a state directory to serve; given by the app, which knows the agent.
+    pub agent: Option<McpHandler>,
 }
+
+/// Answers one JSON-RPC message (its reply, or `None` for a notification).
+pub type McpHandler = Arc<
+    dyn Fn(serde_json::Value) -> futures_util::future::BoxFuture<'static, Option<serde_json::Value>>
+        + Send
+        + Sync,
+>;
 
 /// The running admin listener; dropping it (or `stop`) closes it and every connection.
 pub struct AdminHandle {
@@ -454,11 +461,11 @@ async fn mcp(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
         serde_json::Value::Array(batch) => {
             let mut out = Vec::new();
             for m in batch {
-                out.extend(agent.handle(m).await);
+                out.extend(agent(m.clone()).await);
             }
             (!out.is_empty()).then_some(serde_json::Value::Array(out))
         }
-        m => agent.handle(m).await,
+        m => agent(m.clone()).await,
     };
     match reply {
         Some(r) => text(StatusCode::OK, r.to_string(), "application/json"),

@@ -170,6 +170,48 @@ fn read(rec: &Capture) -> (Offer, Vec<Call<'_>>) {
     (offer, calls)
 }
 
+/// The tools of a recording's last complete `tools/list` (all pages of it), by name.
+pub fn last_tool_list(rec: &crate::record::reader::Capture) -> Option<BTreeMap<String, Value>> {
+    use crate::events::Event;
+    use crate::rpc::Kind as K;
+    let mut asked: std::collections::HashMap<(crate::events::Scope, String), bool> =
+        Default::default();
+    let mut building: BTreeMap<String, Value> = BTreeMap::new();
+    let mut last = None;
+    for ev in &rec.events {
+        let Event::Message(m) = ev else { continue };
+        let Some(id) = m.id.as_ref().map(|i| i.to_json_text()) else {
+            continue;
+        };
+        match m.kind {
+            K::Request if m.method.as_deref() == Some("tools/list") => {
+                let v: Value = serde_json::from_slice(&m.message).unwrap_or_default();
+                let first = v["params"]["cursor"].is_null();
+                asked.insert((m.scope.clone(), id), first);
+            }
+            K::Result => {
+                let Some(first) = asked.remove(&(m.scope.clone(), id)) else {
+                    continue;
+                };
+                let v: Value = serde_json::from_slice(&m.message).unwrap_or_default();
+                if first {
+                    building.clear();
+                }
+                for t in v["result"]["tools"].as_array().into_iter().flatten() {
+                    if let Some(n) = t["name"].as_str() {
+                        building.insert(n.to_string(), t.clone());
+                    }
+                }
+                if v["result"]["nextCursor"].is_null() {
+                    last = Some(building.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    last
+}
+
 /// JSON text with objects' keys sorted (so that `{"a":1,"b":2}` and `{"b":2,"a":1}` match).
 pub fn canonical(v: &Value) -> String {
     fn sort(v: &Value) -> Value {
@@ -308,19 +350,32 @@ pub fn offer_changes(
 }
 
 /// How good an outcome is: 0 a clean result, 1 a flagged one, 2 an error or worse.
-fn rank(c: &CallEvent) -> u8 {
+fn rank(c: &CallEvent, info: &std::collections::HashSet<&str>) -> u8 {
     match &c.outcome {
         Outcome::Result | Outcome::InputRequired => {
-            let flagged = c.anomalies.iter().any(|a| {
-                crate::inspect::anomaly::Code::ALL
-                    .iter()
-                    .find(|x| x.as_str() == *a)
-                    .is_none_or(|x| x.severity().fails_by_default())
-            });
+            // Flagged: a code the recording gave a failing severity (not `info`).
+            let flagged = c.anomalies.iter().any(|a| !info.contains(a));
             u8::from(flagged)
         }
         _ => 2,
     }
+}
+
+/// The codes a recording flagged only as `info` (a tool's own error, a deprecation).
+fn info_codes(rec: &Capture) -> std::collections::HashSet<&str> {
+    let mut info = std::collections::HashSet::new();
+    let mut failing = std::collections::HashSet::new();
+    for e in &rec.events {
+        if let Event::Anomaly(a) = e {
+            if a.severity.fails_by_default() {
+                failing.insert(a.code);
+            } else {
+                info.insert(a.code);
+            }
+        }
+    }
+    info.retain(|c| !failing.contains(c));
+    info
 }
 
 fn outcome_text(c: &CallEvent) -> String {
@@ -335,6 +390,7 @@ fn outcome_text(c: &CallEvent) -> String {
 pub fn diff(a_name: &str, a: &Capture, b_name: &str, b: &Capture, th: Thresholds) -> Diff {
     let (oa, ca) = read(a);
     let (ob, cb) = read(b);
+    let (info_a, info_b) = (info_codes(a), info_codes(b));
     let mut changes = Vec::new();
     offer_changes("tool", &oa.tools, &ob.tools, &mut changes);
     offer_changes("prompt", &oa.prompts, &ob.prompts, &mut changes);
@@ -351,7 +407,7 @@ pub fn diff(a_name: &str, a: &Capture, b_name: &str, b: &Capture, th: Thresholds
     for (key, (xs, ys)) in &by_key {
         for (x, y) in xs.iter().zip(ys.iter()) {
             matched += 1;
-            let (rx, ry) = (rank(x), rank(y));
+            let (rx, ry) = (rank(x, &info_a), rank(y, &info_b));
             if rx != ry {
                 changes.push(Change {
                     kind: if ry > rx {

@@ -161,24 +161,9 @@ impl Report {
     }
 }
 
-/// The name a recording's server goes by in reports: the label its header gives (a stdio shim,
-/// a proxy in the hub), else its upstream's host and port.
+/// The name a recording's server goes by in reports (see [`crate::record::label`]).
 pub fn label(header: &serde_json::Value) -> String {
-    if let Some(l) = header.get("label").and_then(|l| l.as_str()) {
-        return l.to_string();
-    }
-    header
-        .get("upstream")
-        .and_then(|u| u.as_str())
-        .and_then(|u| u.parse::<http::Uri>().ok())
-        .and_then(|u| {
-            let host = u.host()?.to_string();
-            Some(match u.port_u16() {
-                Some(p) => format!("{host}:{p}"),
-                None => host,
-            })
-        })
-        .unwrap_or_else(|| "server".to_string())
+    crate::record::label(header)
 }
 
 fn method_key(method: &str, target: Option<&str>) -> String {

@@ -93,12 +93,17 @@ impl Ops {
                 feed: feed.clone(),
                 ready: ready.clone(),
                 token: cfg.token.clone(),
-                agent: crate::hub::Home::from_env()
-                    .ok()
-                    .map(|h| crate::agent::Agent {
+                agent: crate::hub::Home::from_env().ok().map(|h| {
+                    let agent = crate::agent::Agent {
                         source: crate::agent::Source::Home(h),
                         allow_replay: false,
-                    }),
+                    };
+                    let handler: crate::admin::McpHandler = Arc::new(move |m| {
+                        let a = agent.clone();
+                        Box::pin(async move { a.handle(&m).await })
+                    });
+                    handler
+                }),
             },
         )
         .await?;
@@ -1119,7 +1124,7 @@ pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, OfflineError> {
         BaselineAction::Accept { session, label } => {
             let (name, rec) = recording_named(&session)?;
             let label = label.unwrap_or_else(|| crate::gate::label(&rec.header));
-            let Some(tools) = crate::baseline::last_list(&rec) else {
+            let Some(tools) = crate::diff::last_tool_list(&rec) else {
                 return Err(OfflineError::Empty(format!(
                     "{name}: no complete tools/list in it"
                 )));

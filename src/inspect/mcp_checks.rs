@@ -822,7 +822,7 @@ impl ExchangeCtx {
             } else {
                 crate::events::Severity::Warning
             };
-            super::calls::flag_as(
+            flag_as(
                 &self.insp,
                 site,
                 Code::McpToolDrift,

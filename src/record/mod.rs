@@ -200,6 +200,26 @@ pub fn start(
     Ok(finished)
 }
 
+/// The name a recording's server goes by in reports: the label its header gives (a stdio shim,
+/// a proxy in the hub), else its upstream's host and port.
+pub fn label(header: &serde_json::Value) -> String {
+    if let Some(l) = header.get("label").and_then(|l| l.as_str()) {
+        return l.to_string();
+    }
+    header
+        .get("upstream")
+        .and_then(|u| u.as_str())
+        .and_then(|u| u.parse::<http::Uri>().ok())
+        .and_then(|u| {
+            let host = u.host()?.to_string();
+            Some(match u.port_u16() {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            })
+        })
+        .unwrap_or_else(|| "server".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

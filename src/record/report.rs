@@ -65,7 +65,7 @@ const SCRIPT: &str = "const q=document.getElementById('q');q.addEventListener('i
 
 /// The report of a recording.
 pub fn html(rec: &Capture, name: &str) -> String {
-    let label = crate::gate::label(&rec.header);
+    let label = super::label(&rec.header);
     // The messages of each call, by (scope, direction of the request, id).
     let mut requests: HashMap<(String, Direction, String), &[u8]> = HashMap::new();
     let mut replies: HashMap<(String, Direction, String), &[u8]> = HashMap::new();
