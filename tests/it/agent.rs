@@ -364,3 +364,64 @@ async fn the_inspector_cli_lists_the_tools_and_finds_the_call() {
         "{calls}"
     );
 }
+
+/// A session that starts (a recording appears) is said as `notifications/resources/list_changed`
+/// on the stdio server, and listed as a resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_is_a_resource_list_change() {
+    use std::io::{BufRead, Write};
+    let dir = Scratch::new("agent-changed");
+    let (_demo, _d) = sessions(&dir).await;
+    let mut server = Command::new(BIN)
+        .args(["mcp", "--dir", dir.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#).unwrap();
+    let first = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert!(
+        first.contains("\"resources\":{\"listChanged\":true}"),
+        "{first}"
+    );
+    // Nothing changes: no notification within the watcher's first polls.
+    assert!(rx
+        .recv_timeout(std::time::Duration::from_millis(1500))
+        .is_err());
+    std::fs::copy(dir.join("unknown.jsonl"), dir.join("another.jsonl")).unwrap();
+    let note = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&note).unwrap()["method"],
+        "notifications/resources/list_changed"
+    );
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":2,"method":"resources/list"}}"#
+    )
+    .unwrap();
+    let list: serde_json::Value =
+        serde_json::from_str(&rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap())
+            .unwrap();
+    let uris: Vec<&str> = list["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert!(uris.contains(&"rpctap://session/another"), "{uris:?}");
+    drop(stdin);
+    let _ = server.wait();
+}
