@@ -405,6 +405,20 @@ fn events_filter(req: &Request<Incoming>) -> Result<Option<crate::filter::Filter
         .map_err(|why| format!("filter {text:?}: {why}\n"))
 }
 
+/// The answer to a request for a token-guarded endpoint without the token.
+fn unauthorized() -> Response<AdminBody> {
+    let mut r = text(
+        StatusCode::UNAUTHORIZED,
+        "this endpoint needs Authorization: Bearer TOKEN\n",
+        "text/plain; charset=utf-8",
+    );
+    r.headers_mut().insert(
+        http::header::WWW_AUTHENTICATE,
+        http::HeaderValue::from_static("Bearer"),
+    );
+    r
+}
+
 /// The largest `/mcp` request body.
 const MCP_BODY_MAX: usize = 1 << 20;
 
@@ -421,24 +435,11 @@ async fn mcp(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
         );
     };
     if !authorized(&req, st.token.as_deref()) {
-        let mut r = text(
-            StatusCode::UNAUTHORIZED,
-            "this endpoint needs Authorization: Bearer TOKEN\n",
-            PLAIN,
-        );
-        r.headers_mut().insert(
-            http::header::WWW_AUTHENTICATE,
-            http::HeaderValue::from_static("Bearer"),
-        );
-        return r;
+        return unauthorized();
     }
-    match *req.method() {
-        Method::POST => {}
-        // No server stream and no session to end.
-        Method::GET | Method::DELETE => {
-            return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n", PLAIN)
-        }
-        _ => return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n", PLAIN),
+    // POST only: no server stream to open (GET) and no session to end (DELETE).
+    if req.method() != Method::POST {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n", PLAIN);
     }
     let body = match http_body_util::Limited::new(req.into_body(), MCP_BODY_MAX)
         .collect()
@@ -493,18 +494,7 @@ fn route(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
             st.metrics.render(),
             prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
         ),
-        "/events" | "/calls" if !authorized(&req, st.token.as_deref()) => {
-            let mut r = text(
-                StatusCode::UNAUTHORIZED,
-                "this endpoint needs Authorization: Bearer TOKEN\n",
-                PLAIN,
-            );
-            r.headers_mut().insert(
-                http::header::WWW_AUTHENTICATE,
-                http::HeaderValue::from_static("Bearer"),
-            );
-            r
-        }
+        "/events" | "/calls" if !authorized(&req, st.token.as_deref()) => unauthorized(),
         "/events" => match events_filter(&req)
             .map_err(|why| (StatusCode::BAD_REQUEST, why))
             .and_then(|f| {

@@ -224,7 +224,8 @@ impl McpHeaders {
 }
 
 impl ExchangeCtx {
-    fn flag_here(
+    /// Flags a finding on the message being processed, in direction `dir`.
+    pub(super) fn flag_here(
         &self,
         dir: Direction,
         code: Code,

@@ -412,7 +412,7 @@ impl ExchangeCtx {
             .into_iter()
             .flatten()
             .collect();
-            self.flag_at(
+            self.flag_here(
                 Direction::ClientToServer,
                 Code::McpMeta,
                 id,
@@ -439,7 +439,7 @@ impl ExchangeCtx {
                     _ => None,
                 };
                 if let Some(why) = problem {
-                    self.flag_at(
+                    self.flag_here(
                         Direction::ClientToServer,
                         Code::McpHeaderMismatch,
                         id,
@@ -465,7 +465,7 @@ impl ExchangeCtx {
                     })
                     .flatten();
                 if let Some((false, list)) = listed {
-                    self.flag_at(
+                    self.flag_here(
                         Direction::ClientToServer,
                         Code::McpVersion,
                         id,
@@ -548,7 +548,7 @@ impl ExchangeCtx {
         let id = env.id.as_ref();
         let Some(round) = round else {
             if let Some(st) = &r.state {
-                self.flag_at(
+                self.flag_here(
                     Direction::ClientToServer,
                     Code::McpRequestState,
                     id,
@@ -560,7 +560,7 @@ impl ExchangeCtx {
                 );
                 anomalies.push(Code::McpRequestState.as_str());
             } else if !r.keys.is_empty() {
-                self.flag_at(
+                self.flag_here(
                     Direction::ClientToServer,
                     Code::McpInputResponse,
                     id,
@@ -594,7 +594,7 @@ impl ExchangeCtx {
             _ => None,
         };
         if let Some(why) = state_problem {
-            self.flag_at(
+            self.flag_here(
                 Direction::ClientToServer,
                 Code::McpRequestState,
                 id,
@@ -626,7 +626,7 @@ impl ExchangeCtx {
                     extra.join(", ")
                 ));
             }
-            self.flag_at(
+            self.flag_here(
                 Direction::ClientToServer,
                 Code::McpInputResponse,
                 id,
@@ -682,7 +682,7 @@ impl ExchangeCtx {
             if let Some(need) = capability::needed(m, server, MODERN) {
                 if let (Side::Client, Some(c)) = (need.side, caps) {
                     if !c.has(need.caps) {
-                        self.flag_at(
+                        self.flag_here(
                             server,
                             Code::McpCapability,
                             Some(&key.id),
@@ -763,27 +763,13 @@ impl ExchangeCtx {
             }
         }
         let (name, instead) = feature.text();
-        self.flag_at(
+        self.flag_here(
             dir,
             Code::McpDeprecated,
             id,
             Some(method),
             format!("`{method}` uses {name}, deprecated since {MODERN} (SEP-2577): {instead}; flagged once per session"),
         );
-    }
-
-    /// Flags a finding on the message being processed, in direction `dir`.
-    pub(super) fn flag_at(
-        &self,
-        dir: Direction,
-        code: Code,
-        id: Option<&Id>,
-        method: Option<&Arc<str>>,
-        msg: String,
-    ) {
-        let mut site = self.site();
-        site.at = site.at.or(Some((dir, None)));
-        flag(&self.insp, site, code, id, method, msg);
     }
 }
 
