@@ -48,6 +48,10 @@ pub enum Command {
     /// Wrap a stdio MCP server: `rpctap stdio [OPTIONS] -- COMMAND [ARGS…]` relays the
     /// client's stdin/stdout to the command, inspecting every line.
     Stdio(StdioArgs),
+    /// Serve a stdio MCP server over Streamable HTTP: `rpctap serve --listen ADDR -- COMMAND …`
+    /// runs one child per MCP session (or one for all with `--shared`), inspected as the proxy
+    /// inspects.
+    Serve(ServeArgs),
     /// Open the dashboard on a running rpctap's live feed (its `--admin` address).
     Attach(AttachArgs),
     /// The dashboard over every rpctap on this machine: live shims and proxies joined with
@@ -212,8 +216,23 @@ pub struct StdioArgs {
     /// Write the log to this file instead of stderr.
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    /// Be a stdio server for a remote Streamable HTTP MCP server at this URL (instead of
+    /// running a command).
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub upstream: Option<String>,
+    /// With --upstream: a header sent with every request, `NAME=VALUE` or `NAME=env:VAR`
+    /// (repeatable; its value is never recorded).
+    #[arg(long = "header", value_name = "NAME=VALUE", requires = "upstream")]
+    pub headers: Vec<String>,
+    /// With --upstream: skip the certificate check (as `proxy --upstream-insecure`).
+    #[arg(long, requires = "upstream")]
+    pub upstream_insecure: bool,
     /// The server command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
@@ -544,7 +563,8 @@ pub struct SharedFlags {
     /// Most calls waiting for a reply at once (the oldest are ended as missing beyond it).
     #[arg(long, value_name = "N")]
     pub max_pending: Option<usize>,
-    /// Most MCP sessions remembered at once (the least recently seen is forgotten beyond it).
+    /// Most MCP sessions remembered at once (the least recently seen is forgotten beyond it);
+    /// `serve`: also the most sessions served at once (default 100; beyond, `503`).
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
     /// An MCP result larger than this many bytes is flagged MCP_LARGE_RESULT (default 1 MiB).
@@ -662,6 +682,46 @@ pub struct ProxyArgs {
     pub no_record: bool,
     #[command(flatten)]
     pub flags: ProxyFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on: `IP:PORT`, `localhost:PORT` or `:PORT` (loopback).
+    #[arg(long, short = 'l', value_name = "ADDR", value_parser = parse_listen)]
+    pub listen: Option<SocketAddr>,
+    /// The MCP endpoint's path.
+    #[arg(long, value_name = "PATH", default_value = "/mcp")]
+    pub path: String,
+    /// One child for every session (ids rewritten so that each reply reaches its client),
+    /// instead of one per session.
+    #[arg(long)]
+    pub shared: bool,
+    /// With --shared: when a child that exited is started again (backoff from 0.5 s to 30 s).
+    #[arg(long, value_enum, default_value = "on-failure", requires = "shared")]
+    pub restart: crate::bridge::Restart,
+    /// A session with nothing in flight ends after this long (`10m`, `30s`).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::units::secs)]
+    pub session_idle: f64,
+    /// Between SIGTERM and SIGKILL when a child is stopped.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::units::secs)]
+    pub stop_grace: f64,
+    /// Also serve the 2024-11-05 HTTP+SSE transport: `GET /sse`, `POST /message?sessionId=`.
+    #[arg(long)]
+    pub legacy_sse: bool,
+    /// Join this machine's hub (as `proxy --hub`).
+    #[arg(long)]
+    pub hub: bool,
+    /// The name shown in the hub (default: the command's script, package or binary).
+    #[arg(long, value_name = "NAME")]
+    pub label: Option<String>,
+    /// With --hub: do not record.
+    #[arg(long, requires = "hub", conflicts_with = "record")]
+    pub no_record: bool,
+    #[command(flatten)]
+    pub flags: ProxyFlags,
+    /// The stdio server's command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

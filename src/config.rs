@@ -172,6 +172,8 @@ pub struct ProxyConfig {
     pub session_meta: Option<serde_json::Value>,
     /// `--baseline DIR` (see [`Shared::baseline_dir`]).
     pub baseline_dir: Option<PathBuf>,
+    /// `rpctap serve`: the upstream is this bridge to stdio servers, in this process.
+    pub bridge: Option<crate::bridge::BridgeOptions>,
 }
 
 /// The admin settings from flags over the file (`None`: no admin listener).
@@ -626,6 +628,7 @@ pub fn resolve(
         otel,
         session_meta: None,
         baseline_dir,
+        bridge: None,
     })
 }
 

@@ -65,6 +65,7 @@ pub mod alloc;
 pub mod app;
 pub mod attach;
 pub mod baseline;
+pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod demo;

@@ -96,6 +96,7 @@ fn main() {
                     e.exit_code()
                 }
             },
+            Command::Serve(a) => served(app::serve::run(a, shutdown).await),
             Command::Attach(a) => offline(app::attach(a, shutdown).await),
             Command::Watch(a) => offline(app::hub::watch(a, shutdown).await),
             Command::Sessions(a) => offline(app::hub::sessions(a)),

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 
 pub mod hub;
 pub mod observers;
+pub mod serve;
 pub mod stdio;
 pub mod wrap;
 pub use observers::{Chain, Observers};
@@ -159,6 +160,8 @@ pub struct RunningProxy {
     /// What the listener counts (connections refused, timed out), read by the metrics.
     pub listener_stats: Arc<server::ListenerStats>,
     pub observers: Observers,
+    /// `rpctap serve`'s bridge (the proxy's local upstream).
+    pub bridge: Option<crate::bridge::Bridge>,
 }
 
 impl RunningProxy {
@@ -219,15 +222,23 @@ impl RunningProxy {
             .and_then(|m| m["label"].as_str().map(str::to_string))
             .unwrap_or_else(|| format!("{host}:{port}"));
         let mut inspect = cfg.inspect.clone();
-        inspect.baseline = hub::live_baseline(
-            cfg.baseline_dir.as_deref(),
-            cfg.session_meta.is_some(),
-            &label,
-        );
+        // A hub session's meta names it (`session`); `serve` has meta without joining.
+        let joined = cfg
+            .session_meta
+            .as_ref()
+            .is_some_and(|m| m.get("session").is_some());
+        inspect.baseline = hub::live_baseline(cfg.baseline_dir.as_deref(), joined, &label);
         let inspector = Inspector::new(inspect, bus.build());
         let limiter = crate::limit::Limiter::new(&cfg.limits, cfg.limit_code)
             .map_err(|e| config::ConfigError::Invalid(e.to_string()))?;
-        let proxy = Proxy::new(cfg.proxy.clone(), inspector, limiter);
+        let bridge = cfg
+            .bridge
+            .clone()
+            .map(|b| crate::bridge::Bridge::new(b, inspector.clone()));
+        let local = bridge
+            .clone()
+            .map(|b| Arc::new(b) as Arc<dyn crate::proxy::upstream::Local>);
+        let proxy = Proxy::with_local(cfg.proxy.clone(), inspector, limiter, local);
         observers.start(|s| {
             s.inspector = Some(proxy.inspector().clone());
             s.connections = Some(proxy.connections().clone());
@@ -239,6 +250,7 @@ impl RunningProxy {
             cfg,
             listener_stats,
             observers,
+            bridge,
         })
     }
 
@@ -254,16 +266,40 @@ impl RunningProxy {
             cfg,
             listener_stats,
             observers,
+            bridge,
         } = self;
-        let probe = observers.ops.as_ref().map(|o| {
-            let a = cfg.admin.as_ref();
-            crate::admin::spawn_upstream_probe(
-                cfg.proxy.upstream.clone(),
-                a.and_then(|a| a.ready_path.clone()),
-                cfg.proxy.upstream_insecure,
-                o.ready.clone(),
-            )
+        let probe = observers.ops.as_ref().map(|o| match &bridge {
+            // Ready when a child can be started.
+            Some(b) => {
+                let (b, ready) = (b.clone(), o.ready.clone());
+                let every = cfg
+                    .admin
+                    .as_ref()
+                    .map(|a| a.ready_interval)
+                    .unwrap_or(Duration::from_secs(5))
+                    .max(Duration::from_millis(50));
+                tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(every);
+                    loop {
+                        tick.tick().await;
+                        match b.ready() {
+                            Ok(()) => ready.ok(),
+                            Err(why) => ready.failed(why),
+                        }
+                    }
+                })
+            }
+            None => {
+                let a = cfg.admin.as_ref();
+                crate::admin::spawn_upstream_probe(
+                    cfg.proxy.upstream.clone(),
+                    a.and_then(|a| a.ready_path.clone()),
+                    cfg.proxy.upstream_insecure,
+                    o.ready.clone(),
+                )
+            }
         });
+        let bridge_sweeper = bridge.as_ref().map(|b| b.spawn_sweeper());
         let ready = observers.ops.as_ref().map(|o| o.ready.clone());
         let shutdown = async move {
             shutdown.await;
@@ -316,6 +352,13 @@ impl RunningProxy {
         reloader.abort();
         if let Some(p) = probe {
             p.abort();
+        }
+        if let Some(s) = bridge_sweeper {
+            s.abort();
+        }
+        // Every child stopped and reaped before the recording closes (their last lines in it).
+        if let Some(b) = &bridge {
+            b.shutdown().await;
         }
         drop(proxy);
         // The recording is flushed whole before exit, even if a connection outlived the grace.
@@ -407,14 +450,14 @@ pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Resul
 }
 
 /// Whether the dashboard runs: not `--no-tui`, and stdout is a terminal.
-fn use_tui(cfg: &ProxyConfig) -> bool {
+pub(crate) fn use_tui(cfg: &ProxyConfig) -> bool {
     use std::io::IsTerminal;
     !cfg.no_tui && std::io::stdout().is_terminal()
 }
 
 /// Serves the proxy, with the dashboard in front when stdout is a terminal (then the headless
 /// log is off: it would garble the screen). Quitting the dashboard stops the proxy.
-async fn serve_maybe_tui(
+pub(crate) async fn serve_maybe_tui(
     mut cfg: ProxyConfig,
     title: &str,
     shutdown: impl Future<Output = ()>,

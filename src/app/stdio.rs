@@ -41,12 +41,31 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
 
     // What the recording, the feed and the hub hold of the command: its secrets scrubbed (and
     // those secrets scrubbed from its stderr too). Its environment is never recorded.
-    let (command, secrets) = crate::hub::command::scrub(&args.command);
+    // With --upstream: the URL and the headers' names (never their values).
+    let described: Vec<String> = match &args.upstream {
+        Some(url) => std::iter::once(format!("--upstream={url}"))
+            .chain(args.headers.iter().map(|h| {
+                format!(
+                    "--header={}=…",
+                    h.split_once('=').map(|(n, _)| n).unwrap_or(h)
+                )
+            }))
+            .collect(),
+        None => args.command.clone(),
+    };
+    let (command, secrets) = crate::hub::command::scrub(&described);
     let label = args
         .label
         .as_deref()
         .map(crate::hub::command::sanitize)
-        .unwrap_or_else(|| crate::hub::command::label_of(&args.command));
+        .unwrap_or_else(|| match &args.upstream {
+            Some(url) => url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.host().map(crate::hub::command::sanitize))
+                .unwrap_or_else(|| "upstream".into()),
+            None => crate::hub::command::label_of(&args.command),
+        });
     let mut plan = if args.no_hub {
         None
     } else {
@@ -63,17 +82,37 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     }
 
     let caught = catch_signals();
-    let mut child = match spawn(&args.command) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("rpctap: cannot run {:?}: {e}", args.command.join(" "));
-            return Ok(match e.kind() {
-                std::io::ErrorKind::NotFound => 127,
-                _ => 126,
-            });
+    let mut server = match &args.upstream {
+        Some(url) => {
+            let uri = crate::config::parse_upstream(url)?;
+            let headers = args
+                .headers
+                .iter()
+                .map(|h| crate::bridge::remote::parse_header(h))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(crate::config::ConfigError::Invalid)?;
+            let max = shared.inspect.max_frame_bytes;
+            match crate::bridge::remote::Remote::start(uri, headers, args.upstream_insecure, max) {
+                Ok(r) => Server::Remote(r),
+                Err(e) => {
+                    return Err(AppError::Terminal(format!(
+                        "cannot start the bridge to {url}: {e}"
+                    )))
+                }
+            }
         }
+        None => match spawn(&args.command) {
+            Ok(c) => Server::Child(c),
+            Err(e) => {
+                eprintln!("rpctap: cannot run {:?}: {e}", args.command.join(" "));
+                return Ok(match e.kind() {
+                    std::io::ErrorKind::NotFound => 127,
+                    _ => 126,
+                });
+            }
+        },
     };
-    let pid = child.id();
+    let pid = server.pid();
     let session = match &plan {
         Some(p) => p.name.clone(),
         None => format!("stdio-{pid}"),
@@ -87,6 +126,10 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             "label": &label,
             "inspect": shared.inspect.recorded_json(),
         });
+        if let Some(url) = &args.upstream {
+            record_meta["upstream"] =
+                serde_json::json!(crate::hub::command::scrub(std::slice::from_ref(url)).0[0]);
+        }
         let mut feed_header = serde_json::json!({ "mode": "stdio", "command": &command, "pid": pid, "label": &label });
         if let Some(m) = &hub_meta {
             super::hub::merge(&mut record_meta, m.clone());
@@ -119,15 +162,14 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
                 bus = BusBuilder::default();
             }
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
+                server.kill();
                 return Err(e);
             }
         }
     };
     let registered = plan
         .as_ref()
-        .and_then(|p| p.register(&shared.admin, &shared.record, Some(pid)));
+        .and_then(|p| p.register(&shared.admin, &shared.record, server.child_pid()));
     let mut inspect = shared.inspect.clone();
     inspect.baseline =
         super::hub::live_baseline(shared.baseline_dir.as_deref(), plan.is_some(), &label);
@@ -142,9 +184,8 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let out = Arc::new(Mutex::new(ClientOut::new()));
 
     // Client → server.
-    let (Some(child_in), Some(mut child_out)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = child.kill();
-        let _ = child.wait();
+    let Some((child_in, mut child_out)) = server.pipes() else {
+        server.kill();
         return Err(AppError::Terminal(
             "the child's pipes were not set up".into(),
         ));
@@ -177,7 +218,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
     }
     // The server's stderr: passed on unchanged, each line a bounded `stderr` event.
-    let stderr_done = child.stderr.take().and_then(|err| {
+    let stderr_done = server.stderr().and_then(|err| {
         let inspector = inspector.clone();
         let scope = crate::events::Scope::Session(session.as_str().into());
         std::thread::Builder::new()
@@ -202,7 +243,9 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             })
             .ok()
     });
-    let signals = spawn_signal_forwarder(pid, caught);
+    let signals = server
+        .child_pid()
+        .map(|pid| spawn_signal_forwarder(pid, caught));
     let alive = observers.ops.as_ref().map(|o| {
         let ready = o.ready.clone();
         let every = ready_interval(&shared);
@@ -214,15 +257,13 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             }
         })
     });
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .map_err(|e| AppError::Terminal(format!("waiting for the server: {e}")))?
-        .map_err(|e| AppError::Terminal(format!("waiting for the server: {e}")))?;
-    signals.abort();
+    let (how, code) = server.wait().await?;
+    if let Some(s) = signals {
+        s.abort();
+    }
     if let Some(a) = alive {
         a.abort();
     }
-    let how = describe_exit(&status);
     if let Some(o) = &observers.ops {
         o.ready.failed(how.clone());
     }
@@ -245,7 +286,71 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     drop(inspector);
     observers.finish().await;
     drop(registered);
-    Ok(exit_code(&status))
+    Ok(code)
+}
+
+/// What the relays talk to: a child process, or a remote HTTP server (`--upstream`).
+enum Server {
+    Child(std::process::Child),
+    Remote(crate::bridge::remote::Remote),
+}
+
+type Pipes = (Box<dyn Write + Send>, Box<dyn std::io::Read + Send>);
+
+impl Server {
+    /// The child's pid, or rpctap's own for a remote server (it names the session).
+    fn pid(&self) -> u32 {
+        self.child_pid().unwrap_or_else(std::process::id)
+    }
+
+    fn child_pid(&self) -> Option<u32> {
+        match self {
+            Server::Child(c) => Some(c.id()),
+            Server::Remote(_) => None,
+        }
+    }
+
+    fn pipes(&mut self) -> Option<Pipes> {
+        match self {
+            Server::Child(c) => {
+                let (i, o) = (c.stdin.take()?, c.stdout.take()?);
+                Some((Box::new(i), Box::new(o)))
+            }
+            Server::Remote(r) => {
+                let (i, o) = r.take_pipes()?;
+                Some((Box::new(i), Box::new(o)))
+            }
+        }
+    }
+
+    fn stderr(&mut self) -> Option<std::process::ChildStderr> {
+        match self {
+            Server::Child(c) => c.stderr.take(),
+            Server::Remote(_) => None,
+        }
+    }
+
+    fn kill(self) {
+        if let Server::Child(mut c) = self {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for the end: the child's exit (how, and its shell exit code), or the remote
+    /// session's (0).
+    async fn wait(self) -> Result<(String, i32), AppError> {
+        match self {
+            Server::Child(mut c) => {
+                let status = tokio::task::spawn_blocking(move || c.wait())
+                    .await
+                    .map_err(|e| AppError::Terminal(format!("waiting for the server: {e}")))?
+                    .map_err(|e| AppError::Terminal(format!("waiting for the server: {e}")))?;
+                Ok((describe_exit(&status), exit_code(&status)))
+            }
+            Server::Remote(r) => Ok((r.wait().await, 0)),
+        }
+    }
 }
 
 /// The log's writer, shared by the attempts to attach the observers.

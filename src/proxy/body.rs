@@ -164,6 +164,89 @@ pub type LeanIo = hyper_rustls::MaybeHttpsStream<hyper_util::rt::TokioIo<tokio::
 pub enum UpstreamBody {
     Hyper(Incoming),
     Lean(Box<super::lean::LeanBody<LeanIo>>),
+    /// Made in this process by a local upstream (`rpctap serve`'s bridge to a stdio server).
+    Local(LocalBody),
+}
+
+/// A reply body fed through a channel by a local upstream (the bridge), one chunk per send; it
+/// ends when every sender is gone. `queued` counts the chunks sent and not yet read, so that a
+/// sender can bound what a slow client leaves waiting; `guard` is dropped with the body (the
+/// bridge learns the client is gone).
+pub struct LocalBody {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _guard: Option<Box<dyn Send + Sync>>,
+}
+
+impl std::fmt::Debug for LocalBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBody").finish_non_exhaustive()
+    }
+}
+
+/// The sending side of a [`LocalBody`].
+#[derive(Clone)]
+pub struct LocalSender {
+    tx: tokio::sync::mpsc::UnboundedSender<Bytes>,
+    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LocalSender {
+    /// Sends one chunk; false when the body is gone (the client left).
+    pub fn send(&self, chunk: Bytes) -> bool {
+        self.queued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.tx.send(chunk).is_ok()
+    }
+
+    /// Chunks sent and not yet read by the client.
+    pub fn queued(&self) -> usize {
+        self.queued.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the body is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl LocalBody {
+    /// A body and its sender; `guard` is dropped when the body is.
+    pub fn channel(guard: Option<Box<dyn Send + Sync>>) -> (LocalSender, LocalBody) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let queued = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        (
+            LocalSender {
+                tx,
+                queued: queued.clone(),
+            },
+            LocalBody {
+                rx,
+                queued,
+                _guard: guard,
+            },
+        )
+    }
+}
+
+impl Body for LocalBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let me = self.get_mut();
+        match me.rx.poll_recv(cx) {
+            Poll::Ready(Some(b)) => {
+                me.queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                Poll::Ready(Some(Ok(Frame::data(b))))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl Body for UpstreamBody {
@@ -178,6 +261,7 @@ impl Body for UpstreamBody {
         match self.get_mut() {
             UpstreamBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(BoxError::from),
             UpstreamBody::Lean(b) => Pin::new(b.as_mut()).poll_frame(cx),
+            UpstreamBody::Local(b) => Pin::new(b).poll_frame(cx),
         }
     }
 
@@ -186,6 +270,7 @@ impl Body for UpstreamBody {
         match self {
             UpstreamBody::Hyper(b) => b.is_end_stream(),
             UpstreamBody::Lean(b) => b.is_end_stream(),
+            UpstreamBody::Local(_) => false,
         }
     }
 
@@ -194,6 +279,7 @@ impl Body for UpstreamBody {
         match self {
             UpstreamBody::Hyper(b) => b.size_hint(),
             UpstreamBody::Lean(b) => b.size_hint(),
+            UpstreamBody::Local(_) => SizeHint::default(),
         }
     }
 }

@@ -145,13 +145,24 @@ impl ClientConn {
 
 impl Proxy {
     pub fn new(opts: ProxyOptions, inspector: Inspector, limiter: crate::limit::Limiter) -> Self {
-        let upstream = upstream::Upstream::new(
+        Self::with_local(opts, inspector, limiter, None)
+    }
+
+    /// A proxy whose upstream is `local` (served in this process) when given.
+    pub fn with_local(
+        opts: ProxyOptions,
+        inspector: Inspector,
+        limiter: crate::limit::Limiter,
+        local: Option<Arc<dyn upstream::Local>>,
+    ) -> Self {
+        let mut upstream = upstream::Upstream::new(
             opts.upstream.clone(),
             opts.connect_timeout,
             opts.upstream_insecure,
             opts.upstream_idle_max,
             opts.upstream_idle_timeout,
         );
+        upstream.local = local;
         let upstream_host = opts
             .upstream
             .authority()

@@ -41,6 +41,17 @@ pub fn build_client(connect_timeout: Duration, insecure: bool) -> UpstreamClient
         .build(connector(connect_timeout, insecure, true))
 }
 
+/// A client of any request body, with the proxy's TLS settings (`stdio --upstream`).
+pub fn http_client<B>(insecure: bool) -> Client<Connector, B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(16)
+        .build(connector(Duration::from_secs(10), insecure, true))
+}
+
 /// A small client for readiness probes (`GET ready_path`), with the proxy's TLS settings.
 pub fn probe_client(insecure: bool) -> Client<Connector, http_body_util::Empty<bytes::Bytes>> {
     Client::builder(TokioExecutor::new())
@@ -235,8 +246,20 @@ impl Drop for Held {
     }
 }
 
+/// An upstream served in this process instead of over the network: `rpctap serve`'s bridge to
+/// stdio servers. It gets each request as the proxy would send it (after the request phase:
+/// inspected, rate-limited) and answers with a head at once and a [`super::body::LocalBody`],
+/// so everything the proxy does to an exchange applies to the bridge's unchanged.
+pub trait Local: Send + Sync {
+    fn call(&self, req: Request<ForwardBody>) -> LocalFuture;
+}
+
+pub type LocalFuture = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, String>> + Send>>;
+
 /// Sends requests upstream: on a client connection's lane, or on the shared pool.
 pub struct Upstream {
+    /// A local upstream, in place of the network (`rpctap serve`).
+    pub local: Option<Arc<dyn Local>>,
     pool: UpstreamClient,
     h1: Connector,
     /// Where lanes connect to (scheme and authority of `--upstream`).
@@ -257,6 +280,7 @@ impl Upstream {
         idle_timeout: Duration,
     ) -> Self {
         Upstream {
+            local: None,
             pool: build_client(connect_timeout, insecure),
             h1: connector(connect_timeout, insecure, false),
             target,
@@ -274,6 +298,9 @@ impl Upstream {
         mut req: Request<ForwardBody>,
         lane: Option<&Lane>,
     ) -> Result<Response<UpstreamBody>, String> {
+        if let Some(local) = &self.local {
+            return local.call(req).await;
+        }
         let Some(lane) = lane else {
             return (self.pool.request(req).await)
                 .map(|r| r.map(UpstreamBody::Hyper))

@@ -32,6 +32,11 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
 }
 
 pub fn spawn(command: &[String]) -> std::io::Result<Child> {
+    prepare(command)?.spawn()
+}
+
+/// The command with its three pipes, and SIGTERM to the child if rpctap dies (no orphan).
+pub fn prepare(command: &[String]) -> std::io::Result<Command> {
     let (prog, args) = command
         .split_first()
         .ok_or_else(|| std::io::Error::other("no command"))?;
@@ -54,7 +59,7 @@ pub fn spawn(command: &[String]) -> std::io::Result<Child> {
             });
         }
     }
-    cmd.spawn()
+    Ok(cmd)
 }
 
 /// The signals rpctap forwards, caught from before the child starts (so none is lost, and

@@ -124,7 +124,7 @@ struct Limited {
 /// Reads rpctap's stdin; inspects and passes on to the child's stdin. At EOF the child's stdin
 /// is closed.
 pub fn client_to_server(
-    mut child_in: std::process::ChildStdin,
+    mut child_in: impl Write,
     ctx: &Mutex<ExchangeCtx>,
     out: &Mutex<ClientOut>,
     limiter: Option<&Limiter>,
@@ -234,7 +234,7 @@ pub fn client_to_server(
 
 /// Reads the child's stdout; inspects and passes on to rpctap's stdout.
 pub fn server_to_client(
-    child_out: &mut std::process::ChildStdout,
+    child_out: &mut impl Read,
     ctx: &Mutex<ExchangeCtx>,
     out: &Mutex<ClientOut>,
     max: usize,
@@ -289,8 +289,7 @@ pub fn server_stderr(
     mut line: impl FnMut(&[u8], bool),
 ) {
     let mut buf = vec![0u8; 8 << 10];
-    let mut cur: Vec<u8> = Vec::new();
-    let mut cut = false;
+    let mut lines = StderrLines::new(max);
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) => break,
@@ -301,26 +300,55 @@ pub fn server_stderr(
         let chunk = &buf[..n];
         // What the server says reaches the client's stderr first, whatever happens to the copy.
         let _ = to.write_all(chunk).and_then(|()| to.flush());
+        lines.feed(chunk, &mut line);
+    }
+    lines.finish(&mut line);
+}
+
+/// A stderr stream split into lines of at most `max` bytes (the rest of a longer line cut, and
+/// said so), a trailing `\r` dropped; shared by the stdio relay and the bridge's children.
+pub struct StderrLines {
+    cur: Vec<u8>,
+    cut: bool,
+    max: usize,
+}
+
+impl StderrLines {
+    pub fn new(max: usize) -> Self {
+        StderrLines {
+            cur: Vec::new(),
+            cut: false,
+            max,
+        }
+    }
+
+    /// Feeds a chunk; `line` gets each line it completes, and whether it was cut.
+    pub fn feed(&mut self, chunk: &[u8], line: &mut impl FnMut(&[u8], bool)) {
         for part in chunk.split_inclusive(|b| *b == b'\n') {
             let (body, ends) = match part.strip_suffix(b"\n") {
                 Some(b) => (b, true),
                 None => (part, false),
             };
-            let room = max.saturating_sub(cur.len());
+            let room = self.max.saturating_sub(self.cur.len());
             if body.len() > room {
-                cut = true;
+                self.cut = true;
             }
-            cur.extend_from_slice(&body[..body.len().min(room)]);
+            self.cur.extend_from_slice(&body[..body.len().min(room)]);
             if ends {
-                let text = cur.strip_suffix(b"\r").unwrap_or(&cur);
-                line(text, cut);
-                cur.clear();
-                cut = false;
+                let text = self.cur.strip_suffix(b"\r").unwrap_or(&self.cur);
+                line(text, self.cut);
+                self.cur.clear();
+                self.cut = false;
             }
         }
     }
-    if !cur.is_empty() {
-        line(&cur, cut);
+
+    /// The stream ended: its last, unterminated line.
+    pub fn finish(&mut self, line: &mut impl FnMut(&[u8], bool)) {
+        if !self.cur.is_empty() {
+            line(&self.cur, self.cut);
+            self.cur.clear();
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 usage: mcp2_client.py URL MODE [URL MODE …]   (MODE: auto — discover, the 2026-07-28 protocol —
        or legacy)
+       mcp2_client.py --stdio MODE COMMAND [ARGS…]   (the server spawned over stdio)
 
 One session per pair, in order, in this one process (the SDK is imported once); with one pair it
 prints that session's JSON, with more a JSON list of them.
@@ -10,7 +11,9 @@ import asyncio
 import json
 import sys
 
-from mcp import Client
+import os
+
+from mcp import Client, StdioServerParameters
 
 
 def dump(x):
@@ -51,4 +54,9 @@ async def all_sessions(args):
     print(json.dumps(outs[0] if len(outs) == 1 else outs, sort_keys=True))
 
 
-asyncio.run(all_sessions(sys.argv[1:]))
+if sys.argv[1] == "--stdio":
+    cmd = sys.argv[3:]
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+    print(json.dumps(asyncio.run(main(params, sys.argv[2])), sort_keys=True))
+else:
+    asyncio.run(all_sessions(sys.argv[1:]))

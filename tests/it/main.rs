@@ -6,6 +6,7 @@ mod common;
 mod admin;
 mod agent;
 mod big_body;
+mod bridge;
 mod check;
 mod cli_edges;
 mod connections;
