@@ -513,3 +513,79 @@ async fn stdio_upstream_is_the_http_server_as_a_stdio_server() {
         assert!(text.contains(&url), "the recording names its upstream");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_sse_behind_serve_is_the_python_sdk_1_legacy_server() {
+    let venv = installed("mcp1", &["mcp<2", "json-rpc", "werkzeug"]);
+    let server = root().join("tests/interop/mcp1_server.py");
+    let port = free_port();
+    let _legacy = Proc::spawn(
+        Command::new(venv.join("bin/python"))
+            .arg(&server)
+            .args(["legacy", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-tui",
+        "--log",
+        "off",
+        "--legacy-sse",
+        "--",
+    ])
+    .arg(venv.join("bin/python"))
+    .arg(&server)
+    .arg("stdio")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    let (mut bridge, addr, _rest) = spawn_with_banner(&mut cmd, &["serve on http://"]);
+    let addr = addr[0];
+    let v = venv.clone();
+    let (direct, via) = tokio::task::spawn_blocking(move || {
+        let run = |args: Vec<String>| {
+            let out = Command::new(v.join("bin/python"))
+                .arg(root().join("tests/interop/mcp1_client.py"))
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        };
+        (
+            run(vec![
+                format!("http://127.0.0.1:{port}/sse"),
+                "legacy".into(),
+            ]),
+            // The legacy transport and the streamable one, from the same bridge.
+            run(vec![
+                format!("http://{addr}/sse"),
+                "legacy".into(),
+                format!("http://{addr}/mcp"),
+            ]),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        direct, via[0],
+        "the legacy SSE client's results through `rpctap serve --legacy-sse`"
+    );
+    assert_eq!(via[0]["add"], via[1]["add"]);
+    assert_eq!(
+        via[1]["progress"].as_array().unwrap().len(),
+        3,
+        "{}",
+        via[1]
+    );
+    assert!(bridge.term().success());
+    assert!(children_of(bridge.id()).is_empty());
+}
