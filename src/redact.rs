@@ -229,6 +229,17 @@ fn redact_path(v: &mut Value, path: &[String]) -> bool {
     changed
 }
 
+/// `text` with each of `secrets` replaced (a command's secrets in its server's stderr).
+pub fn scrub_text(text: &str, secrets: &[String]) -> String {
+    let mut t = text.to_string();
+    for s in secrets {
+        if t.contains(s.as_str()) {
+            t = t.replace(s.as_str(), REDACTED);
+        }
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1316,7 +1316,7 @@ impl child::Owner for WorkerOwner {
             .publish(crate::events::Event::Stderr(crate::events::StderrEvent {
                 ts: crate::events::now_ns(),
                 scope: self.scope.clone(),
-                line: crate::hub::command::scrub_text(&text, &b.opts.secrets),
+                line: crate::redact::scrub_text(&text, &b.opts.secrets),
                 cut,
             }));
     }

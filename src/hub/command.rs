@@ -226,16 +226,7 @@ pub fn scrub(command: &[String]) -> (Vec<String>, Vec<String>) {
     (out, secrets)
 }
 
-/// `text` with each of `secrets` replaced.
-pub fn scrub_text(text: &str, secrets: &[String]) -> String {
-    let mut t = text.to_string();
-    for s in secrets {
-        if t.contains(s.as_str()) {
-            t = t.replace(s.as_str(), REDACTED);
-        }
-    }
-    t
-}
+pub use crate::redact::scrub_text;
 
 #[cfg(test)]
 mod tests {
