@@ -57,6 +57,8 @@
 //! - [`agent`] — `rpctap mcp`: the recordings served as an MCP server for an AI agent (stdio,
 //!   and `/mcp` on the admin listener).
 //! - [`baseline`] — each server label's trusted tools (`MCP_TOOL_DRIFT`, `rpctap baseline`).
+//! - [`bridge`] — `rpctap serve` (a Streamable HTTP endpoint in front of stdio servers, the
+//!   proxy's local upstream) and `rpctap stdio --upstream` (a remote HTTP server over stdio).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;
