@@ -5,7 +5,7 @@
 //! last stdout line. Stopping it is SIGTERM, then SIGKILL after the grace; tokio's wait reaps it,
 //! so no child is left a zombie.
 
-use crate::stdio::relay::StderrLines;
+use crate::stdio::relay::{locked, StderrLines};
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,10 +31,6 @@ pub struct Child {
     last_stderr: Arc<Mutex<String>>,
     /// Set once it exited.
     done: Arc<tokio::sync::watch::Sender<bool>>,
-}
-
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Child {

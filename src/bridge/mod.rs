@@ -48,6 +48,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::stdio::relay::locked;
+
 /// Server messages kept for a session without a stream to take them.
 pub const BACKLOG: usize = 256;
 /// How long a session whose GET stream and requests are all gone is kept for a reconnect.
@@ -91,10 +93,6 @@ pub struct BridgeOptions {
     pub pass_stderr: bool,
     /// Secrets of the command (`hub::command::scrub`), scrubbed from stderr lines.
     pub secrets: Vec<String>,
-}
-
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What kind of child a worker runs.
@@ -176,6 +174,27 @@ struct SessionState {
     last_keepalive: Instant,
     legacy: bool,
     ended: bool,
+}
+
+impl Session {
+    fn new(id: Arc<str>, worker: Arc<Worker>, legacy: bool) -> Arc<Session> {
+        let now = Instant::now();
+        Arc::new(Session {
+            id,
+            worker,
+            st: Mutex::new(SessionState {
+                get: None,
+                had_get: false,
+                posts: Vec::new(),
+                backlog: VecDeque::new(),
+                inflight: 0,
+                last: now,
+                last_keepalive: now,
+                legacy,
+                ended: false,
+            }),
+        })
+    }
 }
 
 /// The bridge: the proxy's local upstream for `rpctap serve`.
@@ -274,49 +293,43 @@ fn sse_event(line: &[u8]) -> Bytes {
     b.freeze()
 }
 
-fn error_line(id: &str, code: i64, message: &str) -> Bytes {
-    let v = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
-    let mut s = v.to_string();
-    if id != "null" {
-        s = s.replacen("\"id\":null", &format!("\"id\":{id}"), 1);
-    }
-    Bytes::from(s)
+/// A JSON-RPC error reply to the call whose id is `id` (its JSON text), as a line's bytes.
+pub fn error_line(id: &str, code: i64, message: &str) -> Bytes {
+    let id = crate::rpc::Id::from_json_text(id).unwrap_or(crate::rpc::Id::Null);
+    Bytes::from(crate::rpc::error_reply(&id, code, message, None))
 }
 
-fn local(
-    status: StatusCode,
-    content_type: Option<&str>,
-    body: Option<Bytes>,
-) -> Response<UpstreamBody> {
+/// The bridge's own answer: `status`, with a JSON body when given.
+fn local(status: StatusCode, json: Option<Bytes>) -> Response<UpstreamBody> {
     let (tx, b) = LocalBody::channel(None);
-    if let Some(body) = body {
-        tx.send(body);
-    }
     let mut r = Response::new(UpstreamBody::Local(b));
     *r.status_mut() = status;
-    if let Some(ct) = content_type {
+    if let Some(body) = json {
+        tx.send(body);
         r.headers_mut().insert(
             http::header::CONTENT_TYPE,
-            HeaderValue::from_static(ct_static(ct)),
+            HeaderValue::from_static("application/json"),
         );
     }
     r
 }
 
-fn ct_static(ct: &str) -> &'static str {
-    if ct == "text/event-stream" {
-        "text/event-stream"
-    } else {
-        "application/json"
-    }
+/// A `200` SSE stream's head over `body`.
+fn sse_response(body: LocalBody) -> Response<UpstreamBody> {
+    let mut r = Response::new(UpstreamBody::Local(body));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    r
 }
 
 fn error_reply(status: StatusCode, code: i64, message: &str) -> Response<UpstreamBody> {
-    local(
-        status,
-        Some("application/json"),
-        Some(error_line("null", code, message)),
-    )
+    local(status, Some(error_line("null", code, message)))
 }
 
 fn refuse(status: StatusCode, code: i64, message: &str) -> Refusal {
@@ -533,6 +546,17 @@ impl Bridge {
         Ok(worker)
     }
 
+    /// `spawn_worker` for a request: a child that cannot start is the request's `502`.
+    fn start_worker(&self, kind: Kind, label: &str) -> Result<Arc<Worker>, Refusal> {
+        self.spawn_worker(kind, label).map_err(|e| {
+            refuse(
+                StatusCode::BAD_GATEWAY,
+                CODE_INTERNAL,
+                &format!("rpctap: {e}"),
+            )
+        })
+    }
+
     /// A new session (an `initialize` without a session id).
     fn open_session(&self, legacy: bool) -> Result<Arc<Session>, Refusal> {
         let id = new_session_id();
@@ -586,22 +610,7 @@ impl Bridge {
         let opened = self.open_worker(worker, &id);
         locked(&self.inner.st).opening -= 1;
         let worker = opened?;
-        let now = Instant::now();
-        let s = Arc::new(Session {
-            id: id.clone(),
-            worker: worker.clone(),
-            st: Mutex::new(SessionState {
-                get: None,
-                had_get: false,
-                posts: Vec::new(),
-                backlog: VecDeque::new(),
-                inflight: 0,
-                last: now,
-                last_keepalive: now,
-                legacy,
-                ended: false,
-            }),
-        });
+        let s = Session::new(id.clone(), worker.clone(), legacy);
         locked(&worker.routes).sessions.push(Arc::downgrade(&s));
         locked(&self.inner.st).sessions.insert(id, s.clone());
         Ok(s)
@@ -618,13 +627,7 @@ impl Bridge {
             Kind::Own
         };
         let label = if kind == Kind::Shared { "shared" } else { id };
-        let w = self.spawn_worker(kind, label).map_err(|e| {
-            error_reply(
-                StatusCode::BAD_GATEWAY,
-                CODE_INTERNAL,
-                &format!("rpctap: {e}"),
-            )
-        })?;
+        let w = self.start_worker(kind, label)?;
         if kind == Kind::Shared {
             locked(&self.inner.st).shared = Some(w.clone());
         }
@@ -637,35 +640,12 @@ impl Bridge {
         let worker = match existing {
             Some(w) if locked(&w.routes).dead.is_none() => w,
             _ => {
-                let w = self
-                    .spawn_worker(Kind::Stateless, "stateless")
-                    .map_err(|e| {
-                        error_reply(
-                            StatusCode::BAD_GATEWAY,
-                            CODE_INTERNAL,
-                            &format!("rpctap: {e}"),
-                        )
-                    })?;
+                let w = self.start_worker(Kind::Stateless, "stateless")?;
                 locked(&self.inner.st).stateless = Some(w.clone());
                 w
             }
         };
-        let now = Instant::now();
-        Ok(Arc::new(Session {
-            id: new_session_id(),
-            worker,
-            st: Mutex::new(SessionState {
-                get: None,
-                had_get: false,
-                posts: Vec::new(),
-                backlog: VecDeque::new(),
-                inflight: 0,
-                last: now,
-                last_keepalive: now,
-                legacy: false,
-                ended: false,
-            }),
-        }))
+        Ok(Session::new(new_session_id(), worker, false))
     }
 
     fn session(&self, id: &str) -> Option<Arc<Session>> {
@@ -775,7 +755,7 @@ impl Bridge {
                 }
                 Some(Some(s)) => {
                     self.end_session(&s, "DELETE");
-                    local(StatusCode::OK, None, None)
+                    local(StatusCode::OK, None)
                 }
             }),
             _ => {
@@ -879,23 +859,15 @@ impl Bridge {
             }
         };
         let mut resp = if requests == 0 {
-            local(StatusCode::ACCEPTED, None, None)
+            local(StatusCode::ACCEPTED, None)
+        } else if sse {
+            sse_response(body)
         } else {
             let mut r = Response::new(UpstreamBody::Local(body));
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
-                HeaderValue::from_static(if sse {
-                    "text/event-stream"
-                } else {
-                    "application/json"
-                }),
+                HeaderValue::from_static("application/json"),
             );
-            if sse {
-                r.headers_mut().insert(
-                    http::header::CACHE_CONTROL,
-                    HeaderValue::from_static("no-cache"),
-                );
-            }
             r
         };
         if new {
@@ -994,13 +966,11 @@ impl Bridge {
                     }
                     _ => {}
                 }
-                let mut line = if edits.is_empty() {
-                    BytesMut::from(&m[..])
+                lines.push(if edits.is_empty() {
+                    m.clone()
                 } else {
-                    BytesMut::from(&splice(m, edits)[..])
-                };
-                line.extend_from_slice(b"\n");
-                lines.push(line.freeze());
+                    splice(m, edits)
+                });
             }
         }
         if requests > 0 {
@@ -1015,14 +985,10 @@ impl Bridge {
             locked(&s.st).last = Instant::now();
         }
         for l in lines {
-            let l = if l.ends_with(b"\n") {
-                l
-            } else {
-                let mut b = BytesMut::from(&l[..]);
-                b.extend_from_slice(b"\n");
-                b.freeze()
-            };
-            if !child.send(l) {
+            let mut line = BytesMut::with_capacity(l.len() + 1);
+            line.extend_from_slice(&l);
+            line.extend_from_slice(b"\n");
+            if !child.send(line.freeze()) {
                 return Err("its stdin is closed".into());
             }
         }
@@ -1049,16 +1015,7 @@ impl Bridge {
         st.last = Instant::now();
         st.last_keepalive = Instant::now();
         drop(st);
-        let mut r = Response::new(UpstreamBody::Local(body));
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        r.headers_mut().insert(
-            http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-cache"),
-        );
-        r
+        sse_response(body)
     }
 
     /// `GET /sse` (`--legacy-sse`): a session whose every server message goes on this stream,
@@ -1078,16 +1035,7 @@ impl Bridge {
             st.get = Some(tx);
             st.had_get = true;
         }
-        let mut r = Response::new(UpstreamBody::Local(body));
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        r.headers_mut().insert(
-            http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-cache"),
-        );
-        r
+        sse_response(body)
     }
 
     /// `POST /message?sessionId=…` (`--legacy-sse`): `202`, the replies on the session's stream.
@@ -1114,7 +1062,7 @@ impl Bridge {
             }),
         });
         match self.forward(s, &post, &msgs) {
-            Ok(_) => local(StatusCode::ACCEPTED, None, None),
+            Ok(_) => local(StatusCode::ACCEPTED, None),
             Err(why) => error_reply(
                 StatusCode::NOT_FOUND,
                 CODE_NO_SESSION,
@@ -1187,16 +1135,7 @@ fn reply_to(post: &Arc<Post>, line: Bytes) {
         let body = if parts.len() == 1 {
             parts.into_iter().next().unwrap_or_default()
         } else {
-            let mut b = BytesMut::new();
-            b.extend_from_slice(b"[");
-            for (i, p) in parts.iter().enumerate() {
-                if i > 0 {
-                    b.extend_from_slice(b",");
-                }
-                b.extend_from_slice(p);
-            }
-            b.extend_from_slice(b"]");
-            b.freeze()
+            crate::rpc::join_array(parts.iter().map(|p| &p[..]))
         };
         post.tx.send(body);
     }

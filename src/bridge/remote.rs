@@ -15,6 +15,8 @@
 //! recording's header names the headers only.
 
 use crate::inspect::sse::SseDecoder;
+use crate::rpc::Id;
+use crate::stdio::relay::locked;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -60,10 +62,6 @@ struct Shared {
     st: Mutex<State>,
     out: std::sync::mpsc::Sender<Bytes>,
     max: usize,
-}
-
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The remote server, seen from the stdio mode as a child: its stdin and stdout.
@@ -187,29 +185,20 @@ fn is_initialize(line: &[u8]) -> bool {
     serde_json::from_slice::<M>(line).is_ok_and(|m| m.method.as_deref() == Some("initialize"))
 }
 
-/// The ids of the requests in a message (one, or a batch's), as JSON text.
-fn request_ids(line: &[u8]) -> Vec<String> {
-    #[derive(serde::Deserialize)]
-    struct M<'a> {
-        #[serde(borrow)]
-        id: Option<&'a serde_json::value::RawValue>,
-        #[serde(borrow)]
-        method: Option<std::borrow::Cow<'a, str>>,
-    }
-    let one = |m: M| match (m.id, m.method) {
-        (Some(id), Some(_)) => Some(id.get().to_string()),
-        _ => None,
-    };
-    if line.first() == Some(&b'[') {
-        serde_json::from_slice::<Vec<M>>(line)
-            .map(|v| v.into_iter().filter_map(one).collect())
-            .unwrap_or_default()
-    } else {
-        serde_json::from_slice::<M>(line)
-            .ok()
-            .and_then(one)
-            .into_iter()
-            .collect()
+/// Each `message` event of an SSE body as one line, as it arrives, until the body ends or
+/// breaks off.
+async fn read_messages(mut body: hyper::body::Incoming, max: usize, mut each: impl FnMut(Bytes)) {
+    let mut dec = SseDecoder::new(max);
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Some(chunk) = frame.data_ref() {
+            dec.feed(chunk, |ev| {
+                if ev.kind() == "message" {
+                    if let Some(l) = as_line(&ev.data) {
+                        each(l);
+                    }
+                }
+            });
+        }
     }
 }
 
@@ -283,7 +272,7 @@ fn routing_headers(line: &[u8]) -> Option<Vec<(&'static str, HeaderValue)>> {
 }
 
 /// An error reply with `"id": null` given the lone request's id (see `Shared::post`).
-fn with_id(line: Bytes, id: Option<&str>) -> Bytes {
+fn with_id(line: Bytes, id: Option<&Id>) -> Bytes {
     #[derive(serde::Deserialize)]
     struct E<'a> {
         #[serde(borrow)]
@@ -298,19 +287,11 @@ fn with_id(line: Bytes, id: Option<&str>) -> Bytes {
     }
     match serde_json::from_slice::<serde_json::Value>(&line) {
         Ok(mut v) => {
-            v["id"] = serde_json::from_str(id).unwrap_or(serde_json::Value::Null);
+            v["id"] = serde_json::from_str(&id.to_json_text()).unwrap_or(serde_json::Value::Null);
             Bytes::from(v.to_string())
         }
         Err(_) => line,
     }
-}
-
-fn error_line(id: &str, message: &str) -> Bytes {
-    let v = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": CODE_UNREACHABLE, "message": message}});
-    Bytes::from(
-        v.to_string()
-            .replacen("\"id\":null", &format!("\"id\":{id}"), 1),
-    )
 }
 
 impl Shared {
@@ -348,9 +329,11 @@ impl Shared {
         let _ = self.out.send(line);
     }
 
-    fn fail(&self, ids: &[String], why: &str) {
+    fn fail(&self, ids: &[Id], why: &str) {
         for id in ids {
-            self.say(error_line(id, &format!("rpctap: {why}")));
+            let reply =
+                crate::rpc::error_reply(id, CODE_UNREACHABLE, &format!("rpctap: {why}"), None);
+            self.say(Bytes::from(reply));
         }
         if ids.is_empty() {
             tracing::warn!(
@@ -361,7 +344,7 @@ impl Shared {
     }
 
     async fn post(self: Arc<Self>, line: Bytes) {
-        let ids = request_ids(&line);
+        let ids = crate::rpc::call_ids(&line).1;
         let init = is_initialize(&line);
         let resp = match self.client.request(self.request(Method::POST, line)).await {
             Ok(r) => r,
@@ -382,32 +365,23 @@ impl Shared {
         // A lone request's error without an id (`"id": null`, an HTTP-level refusal such as a
         // `400`) is that request's: over HTTP the client knows it from the exchange, over stdio
         // only the id can say it — so it is written with the request's id.
-        let lone = (ids.len() == 1).then(|| ids[0].clone());
+        let lone = (ids.len() == 1).then(|| &ids[0]);
         let sse = resp
             .headers()
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|c| crate::media::contains_ignore_case(c, "event-stream"));
-        let mut body = resp.into_body();
+        let body = resp.into_body();
         let mut answered = 0usize;
         if sse {
-            let mut dec = SseDecoder::new(self.max);
-            while let Some(frame) = body.frame().await {
-                let Ok(frame) = frame else { break };
-                if let Some(chunk) = frame.data_ref() {
-                    dec.feed(chunk, |ev| {
-                        if ev.kind() == "message" {
-                            if let Some(l) = as_line(&ev.data) {
-                                if init {
-                                    self.learn_version(&l);
-                                }
-                                answered += 1;
-                                self.say(with_id(l, lone.as_deref()));
-                            }
-                        }
-                    });
+            read_messages(body, self.max, |l| {
+                if init {
+                    self.learn_version(&l);
                 }
-            }
+                answered += 1;
+                self.say(with_id(l, lone));
+            })
+            .await;
         } else {
             let bytes = match body.collect().await {
                 Ok(b) => b.to_bytes(),
@@ -419,7 +393,7 @@ impl Shared {
                         self.learn_version(&l);
                     }
                     answered += 1;
-                    self.say(with_id(l, lone.as_deref()));
+                    self.say(with_id(l, lone));
                 }
             }
         }
@@ -469,19 +443,7 @@ impl Shared {
                     // 405: the server has no GET stream; anything else: not now.
                     _ => return,
                 };
-                let mut body = resp.into_body();
-                let mut dec = SseDecoder::new(me.max);
-                while let Some(Ok(frame)) = body.frame().await {
-                    if let Some(chunk) = frame.data_ref() {
-                        dec.feed(chunk, |ev| {
-                            if ev.kind() == "message" {
-                                if let Some(l) = as_line(&ev.data) {
-                                    me.say(l);
-                                }
-                            }
-                        });
-                    }
-                }
+                read_messages(resp.into_body(), me.max, |l| me.say(l)).await;
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }
         });
@@ -533,13 +495,23 @@ mod tests {
 
     #[test]
     fn ids_lines_and_errors() {
+        // The ids answered on failure are `rpc::call_ids`'.
+        let request_ids = |b: &'static [u8]| -> Vec<String> {
+            crate::rpc::call_ids(&Bytes::from_static(b))
+                .1
+                .iter()
+                .map(Id::to_json_text)
+                .collect()
+        };
         assert_eq!(
             request_ids(br#"{"jsonrpc":"2.0","id":"a","method":"x"}"#),
             vec!["\"a\""]
         );
         assert!(request_ids(br#"{"jsonrpc":"2.0","method":"notifications/x"}"#).is_empty());
         assert_eq!(
-            request_ids(br#"[{"id":1,"method":"a"},{"id":2,"result":{}}]"#),
+            request_ids(
+                br#"[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":2,"result":{}}]"#
+            ),
             vec!["1"]
         );
         assert_eq!(
@@ -555,14 +527,15 @@ mod tests {
                 Bytes::from_static(
                     br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no"}}"#
                 ),
-                Some("3")
+                Some(&Id::Num("3".into()))
             )[..],
             br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"no"}}"#
         );
         let result = Bytes::from_static(br#"{"jsonrpc":"2.0","id":null,"result":{}}"#);
-        assert_eq!(with_id(result.clone(), Some("3")), result);
+        assert_eq!(with_id(result.clone(), Some(&Id::Num("3".into()))), result);
         assert_eq!(
-            &error_line("7", "gone")[..],
+            crate::rpc::error_reply(&Id::Num("7".into()), CODE_UNREACHABLE, "gone", None)
+                .as_bytes(),
             br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32003,"message":"gone"}}"#
         );
     }

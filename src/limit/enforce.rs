@@ -212,22 +212,12 @@ pub fn refusal_reply(id: &Id, r: &Refusal) -> String {
 
 /// The upstream request body with the refused members left out (a smaller batch).
 pub fn allowed_body(plan: &Plan) -> Bytes {
-    let parts: Vec<&[u8]> = plan
-        .members
-        .iter()
-        .filter(|m| m.refused.is_none())
-        .map(|m| &m.raw[..])
-        .collect();
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
-    out.push(b'[');
-    for (i, p) in parts.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(p);
-    }
-    out.push(b']');
-    Bytes::from(out)
+    rpc::join_array(
+        plan.members
+            .iter()
+            .filter(|m| m.refused.is_none())
+            .map(|m| &m.raw[..]),
+    )
 }
 
 /// rpctap's own replies to the refused calls, in request order.

@@ -630,6 +630,21 @@ fn slice_of(whole: &Bytes, part: &[u8]) -> Bytes {
     }
 }
 
+/// Messages joined into one JSON array (a batch, a batch's replies), each member's bytes as
+/// they are.
+pub fn join_array<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
+    let mut out = Vec::new();
+    out.push(b'[');
+    for (i, p) in parts.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(p);
+    }
+    out.push(b']');
+    Bytes::from(out)
+}
+
 /// A JSON-RPC error reply, as bytes.
 pub fn error_reply(id: &Id, code: i64, message: &str, data: Option<serde_json::Value>) -> String {
     let mut error = serde_json::json!({ "code": code, "message": message });
