@@ -318,17 +318,12 @@ async fn the_inspector_cli_lists_the_tools_and_finds_the_call() {
     let inspector = node.join("node_modules/.bin/mcp-inspector");
     let d = dir.to_str().unwrap().to_string();
     let run = move |extra: Vec<String>| {
-        let out = Command::new(&inspector)
-            .args(["--cli", BIN, "mcp", "--dir", &d])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        json_stdout(
+            Command::new(&inspector)
+                .args(["--cli", BIN, "mcp", "--dir", &d])
+                .args(extra),
+            "the Inspector CLI",
+        )
     };
     let unknown = dir.join("unknown.jsonl").display().to_string();
     let (tools, calls) = tokio::task::spawn_blocking(move || {

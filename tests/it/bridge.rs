@@ -72,17 +72,12 @@ fn tool_call(id: u64, name: &str, args: serde_json::Value) -> String {
 /// The Python SDK 2.x client's view of a session with server-everything at `url`.
 fn python_client(url: &str, mode: &str) -> serde_json::Value {
     let venv = installed("mcp2", &["mcp>=2,<3"]);
-    let out = Command::new(venv.join("bin/python"))
-        .arg(root().join("tests/interop/everything_client.py"))
-        .args([url, mode])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client ({mode}, {url}) failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_stdout(
+        Command::new(venv.join("bin/python"))
+            .arg(root().join("tests/interop/everything_client.py"))
+            .args([url, mode]),
+        &format!("client ({mode}, {url})"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,17 +116,12 @@ async fn serve_gives_sdk_clients_and_the_conformance_suite_what_server_everythin
     // The Inspector CLI over HTTP.
     let inspector = dir.join("node_modules/.bin/mcp-inspector");
     let cli = move |url: String, args: Vec<&'static str>| {
-        let out = Command::new(&inspector)
-            .args(["--cli", &url, "--transport", "http"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        json_stdout(
+            Command::new(&inspector)
+                .args(["--cli", &url, "--transport", "http"])
+                .args(args),
+            "the Inspector CLI",
+        )
     };
     let (d, v) = (direct.clone(), via.clone());
     let (insp_direct, insp_via) = tokio::task::spawn_blocking(move || {
@@ -163,28 +153,8 @@ async fn serve_gives_sdk_clients_and_the_conformance_suite_what_server_everythin
     );
     assert_eq!(insp_via.1["content"][0]["text"], "The sum of 4 and 5 is 9.");
     // The conformance suite's server scenarios: the same verdicts.
-    let node22 = dir.join("node_modules/node/bin/node");
-    let suite = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    let scratch = work.to_path_buf();
-    let (cd, cv) = tokio::task::spawn_blocking(move || {
-        let run = |url: &str| {
-            let out = Command::new(&node22)
-                .arg(&suite)
-                .args(["server", "--url", url])
-                .current_dir(&scratch)
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr);
-            text.lines()
-                .filter(|l| l.starts_with('✓') || l.starts_with('✗'))
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        };
-        (run(&direct), run(&via))
-    })
-    .await
-    .unwrap();
+    let cd = verdicts(&conformance_server(direct, &work).await);
+    let cv = verdicts(&conformance_server(via, &work).await);
     assert!(cd.len() >= 20, "the suite ran its scenarios: {cd:?}");
     assert_eq!(
         cd, cv,
@@ -443,17 +413,9 @@ async fn stdio_upstream_is_the_http_server_as_a_stdio_server() {
                 } else {
                     c.args(["--stdio", mode]).args(&command);
                 }
-                let out = c
-                    .env("BRIDGE_TOKEN", "Bearer s3cret-bridge-token")
-                    .env("RPCTAP_HOME", f.parent().unwrap())
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{mode}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+                c.env("BRIDGE_TOKEN", "Bearer s3cret-bridge-token")
+                    .env("RPCTAP_HOME", f.parent().unwrap());
+                json_stdout(&mut c, mode)
             };
             let python = v.join("bin/python").display().to_string();
             (
@@ -548,17 +510,12 @@ async fn legacy_sse_behind_serve_is_the_python_sdk_1_legacy_server() {
     let v = venv.clone();
     let (direct, via) = tokio::task::spawn_blocking(move || {
         let run = |args: Vec<String>| {
-            let out = Command::new(v.join("bin/python"))
-                .arg(root().join("tests/interop/mcp1_client.py"))
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+            json_stdout(
+                Command::new(v.join("bin/python"))
+                    .arg(root().join("tests/interop/mcp1_client.py"))
+                    .args(args),
+                "the 1.x client",
+            )
         };
         (
             run(vec![

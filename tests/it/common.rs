@@ -532,6 +532,49 @@ pub fn spawn_with_banner(
     (proc, found.into_iter().flatten().collect(), rx)
 }
 
+/// The conformance suite's server scenarios against `url` (run in `work`): everything it
+/// printed, stdout then stderr.
+pub async fn conformance_server(url: String, work: &std::path::Path) -> String {
+    let dir = installed("node", NODE_PACKAGES);
+    let work = work.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(dir.join("node_modules/node/bin/node"))
+            .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+            .args(["server", "--url", &url])
+            .current_dir(&work)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    })
+    .await
+    .unwrap()
+}
+
+/// Per-scenario verdict lines of the conformance suite (`✓ name: N passed, M failed`).
+pub fn verdicts(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with('✓') || l.starts_with('✗'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `cmd` to its end: it must succeed (its stderr and `what` say why not), and its stdout
+/// is one JSON value (a peer script's or a CLI's report).
+pub fn json_stdout(cmd: &mut std::process::Command, what: &str) -> serde_json::Value {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
 /// A child process that is killed and reaped when dropped: a failing test leaks nothing.
 pub struct Proc(pub std::process::Child);
 
@@ -605,8 +648,12 @@ pub struct Checked {
 
 pub fn check_recording(file: &std::path::Path) -> Checked {
     assert_dashboard_matches_calls(file);
+    // An empty state directory: what `check` finds never depends on this machine's baselines
+    // (another test's hub session may have left one for the same label).
+    let home = std::env::temp_dir().join(format!("rpctap-test-{}-empty-home", std::process::id()));
     let out = rpctap()
         .args(["check", file.to_str().unwrap()])
+        .env("RPCTAP_HOME", &home)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -588,7 +588,8 @@ async fn typescript_sdk_client_and_server_everything_over_stdio() {
         dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
         "stdio"
     ]);
-    let mut wrapped = serde_json::json!([BIN, "stdio", "--record", file, "--"]);
+    // Out of the hub: a test never writes into the machine's state directory.
+    let mut wrapped = serde_json::json!([BIN, "stdio", "--no-hub", "--record", file, "--"]);
     wrapped
         .as_array_mut()
         .unwrap()
@@ -720,40 +721,17 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
     assert_checks_and_replays(proxy.stop, &file, &format!("http://{upstream}"), 3).await;
 }
 
-/// Per-scenario verdict lines of the conformance suite (`✓ name: N passed, M failed`).
-fn verdicts(out: &str) -> Vec<String> {
-    out.lines()
-        .filter(|l| l.starts_with('✓') || l.starts_with('✗'))
-        .map(str::to_string)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
     let dir = node_modules(NODE_PACKAGES);
-    let node22 = dir.join("node_modules/node/bin/node");
-    let suite = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
     let port = free_port();
     let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
     let upstream = format!("http://127.0.0.1:{port}");
     let work = Scratch::new("conformance");
     let file = work.join("conformance.jsonl");
     let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
-    let run = |url: String| {
-        let (node22, suite, work) = (node22.clone(), suite.clone(), work.to_path_buf());
-        tokio::task::spawn_blocking(move || {
-            let out = Command::new(&node22)
-                .arg(&suite)
-                .args(["server", "--url", &url])
-                .current_dir(&work)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr)
-        })
-    };
-    let direct = run(format!("{upstream}/mcp")).await.unwrap();
-    let via = run(format!("http://{}/mcp", proxy.addr)).await.unwrap();
+    let direct = conformance_server(format!("{upstream}/mcp"), &work).await;
+    let via = conformance_server(format!("http://{}/mcp", proxy.addr), &work).await;
     let (d, v) = (verdicts(&direct), verdicts(&via));
     assert!(d.len() >= 20, "the suite ran its scenarios: {direct}");
     assert_eq!(d, v, "every scenario's verdict is the same through rpctap");
