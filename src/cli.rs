@@ -535,6 +535,11 @@ pub struct SharedFlags {
     /// `--limit 'tools/call=10/s'`. Full rules go in the config file's `[[limit]]` tables.
     #[arg(long = "limit", value_name = "RULE")]
     pub limits: Vec<String>,
+    /// Injects a fault (repeatable): the `[[fault]]` keys comma separated, e.g.
+    /// `--fault 'tool=slow,delay=2s,at=reply'`, `--fault 'tool=boom,error=-32000'`,
+    /// `--fault 'method=tools/call,drop,count=1'`. Faults are recorded as injected.
+    #[arg(long = "fault", value_name = "RULE")]
+    pub faults: Vec<String>,
     /// Serve /healthz, /readyz, /metrics, the live feed (/events) and /calls on this address:
     /// `IP:PORT`, `:PORT` (loopback) or `unix:PATH`.
     #[arg(long, value_name = "ADDR")]

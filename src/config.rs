@@ -79,6 +79,9 @@ pub struct FileConfig {
     pub limit: Vec<RuleSpec>,
     /// The JSON-RPC error code of refusals (default -32001); a rule's `code` wins.
     pub limit_code: Option<i64>,
+    /// Fault injection rules, `[[fault]]` tables (`crate::fault`).
+    #[serde(default)]
+    pub fault: Vec<crate::fault::FaultSpec>,
     /// The admin listener's address (`IP:PORT`, `:PORT` or `unix:PATH`).
     pub admin: Option<String>,
     pub ready_path: Option<String>,
@@ -163,6 +166,10 @@ pub struct ProxyConfig {
     pub config_path: Option<PathBuf>,
     /// The `--limit` flags' rules, kept across reloads.
     pub flag_limits: Vec<RuleSpec>,
+    /// The fault rules: the `--fault` flags' first, then the file's; the flags' kept across
+    /// reloads.
+    pub faults: Vec<crate::fault::FaultSpec>,
+    pub flag_faults: Vec<crate::fault::FaultSpec>,
     /// The admin listener, when on.
     pub admin: Option<crate::admin::AdminConfig>,
     /// OpenTelemetry traces, when on.
@@ -232,11 +239,26 @@ pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigE
     };
     let file = FileConfig::load(path)?;
     let specs = [cfg.flag_limits.clone(), file.limit].concat();
+    let faults = [cfg.flag_faults.clone(), file.fault].concat();
     let code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
-    crate::limit::Limiter::new(&specs, code).map_err(|e| ConfigError::Parse {
+    limiter(&specs, code, &faults, crate::fault::Carrier::Http).map_err(|e| ConfigError::Parse {
         path: path.clone(),
         message: e.to_string(),
     })
+}
+
+/// The rate-limit rules with the fault rules for `carrier` (a bad rule named in the error).
+pub fn limiter(
+    limits: &[RuleSpec],
+    code: i64,
+    faults: &[crate::fault::FaultSpec],
+    carrier: crate::fault::Carrier,
+) -> Result<crate::limit::Limiter, ConfigError> {
+    let l = crate::limit::Limiter::new(limits, code)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let f = crate::fault::Faults::new(faults, carrier)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    Ok(l.with_faults(f))
 }
 
 /// The listener's connection limits from flags over the file over the defaults.
@@ -357,6 +379,8 @@ pub struct Shared {
     pub limit_code: i64,
     pub config_path: Option<PathBuf>,
     pub flag_limits: Vec<RuleSpec>,
+    pub faults: Vec<crate::fault::FaultSpec>,
+    pub flag_faults: Vec<crate::fault::FaultSpec>,
     pub admin: Option<crate::admin::AdminConfig>,
     pub otel: Option<crate::otel::OtelConfig>,
     /// `--baseline DIR`: where the server's tool baseline is kept (joined to the hub without it:
@@ -497,8 +521,19 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let limits = [flag_limits.clone(), file.limit.clone()].concat();
     let limit_code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
-    // Built once here so a bad rule is a usage error naming the rule.
+    let flag_faults = flags
+        .shared
+        .faults
+        .iter()
+        .map(|f| crate::fault::FaultSpec::parse_flag(f))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let faults = [flag_faults.clone(), file.fault.clone()].concat();
+    // Built once here so a bad rule is a usage error naming the rule (each transport builds its
+    // own, refusing the actions that mean nothing there).
     crate::limit::Limiter::new(&limits, limit_code)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    crate::fault::Faults::new(&faults, crate::fault::Carrier::Http)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     if record.as_ref().is_some_and(|r| r.max_bytes == Some(0)) {
         return Err(ConfigError::Invalid(
@@ -521,6 +556,8 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         limit_code,
         config_path: flags.shared.config.clone(),
         flag_limits,
+        faults,
+        flag_faults,
         admin: admin_config(flags, file)?,
         otel,
         baseline_dir: flags.shared.baseline.clone(),
@@ -560,6 +597,8 @@ pub fn resolve(
         limit_code,
         config_path,
         flag_limits,
+        faults,
+        flag_faults,
         admin,
         otel,
         baseline_dir,
@@ -624,6 +663,8 @@ pub fn resolve(
         limit_code,
         config_path,
         flag_limits,
+        faults,
+        flag_faults,
         admin,
         otel,
         session_meta: None,

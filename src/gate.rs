@@ -137,6 +137,32 @@ pub struct ScopeVerdict {
     pub failing: usize,
     /// Per method (and tool): its calls, and the failing findings about them.
     pub methods: BTreeMap<String, (u64, Vec<String>)>,
+    /// Faults `[[fault]]` rules injected in this scope: listed apart, never failing (nothing
+    /// the server did).
+    pub injected: Vec<crate::events::FaultEvent>,
+}
+
+/// Lists each fault the recording says was injected under its scope's verdict.
+pub fn attach_injected<'a>(
+    report: &mut Report,
+    faults: impl Iterator<Item = &'a crate::events::FaultEvent>,
+) {
+    for f in faults {
+        let key = f.scope.report_key();
+        if let Some(s) = report.scopes.iter_mut().find(|s| s.scope == key) {
+            s.injected.push(f.clone());
+        }
+    }
+}
+
+fn injected_json(f: &crate::events::FaultEvent) -> serde_json::Value {
+    serde_json::json!({
+        "rule": &*f.injected,
+        "action": f.action,
+        "method": f.method.as_deref(),
+        "id": f.id,
+        "detail": f.detail,
+    })
 }
 
 /// One assertion about the whole recording.
@@ -231,6 +257,7 @@ pub fn evaluate(
             result,
             failing,
             methods,
+            injected: Vec::new(),
         });
     }
     let mut assertions = Vec::new();
@@ -301,7 +328,12 @@ pub fn evaluate(
 pub fn json(r: &Report) -> String {
     let mut out = String::new();
     for s in &r.scopes {
-        out.push_str(&serde_json::json!({ "scope": s.scope, "result": s.result }).to_string());
+        let mut line = serde_json::json!({ "scope": s.scope, "result": s.result });
+        if !s.injected.is_empty() {
+            // Beside the result (whose shape is seed 004's), not in it.
+            line["injected"] = s.injected.iter().map(injected_json).collect();
+        }
+        out.push_str(&line.to_string());
         out.push('\n');
     }
     for a in &r.assertions {
@@ -321,7 +353,7 @@ pub fn text(r: &Report) -> String {
         let res = &s.result;
         let _ = writeln!(
             out,
-            "{} session {} ({}): {} calls, {} matched, {} findings{} — {}",
+            "{} session {} ({}): {} calls, {} matched, {} findings{}{} — {}",
             r.label,
             s.ordinal,
             s.scope,
@@ -333,8 +365,29 @@ pub fn text(r: &Report) -> String {
             } else {
                 String::new()
             },
+            if s.injected.is_empty() {
+                String::new()
+            } else {
+                format!(", {} injected", s.injected.len())
+            },
             if s.failing > 0 { "FAIL" } else { "ok" }
         );
+        for f in &s.injected {
+            let _ = writeln!(
+                out,
+                "  injected {} by {}{}{}: {}",
+                f.action,
+                f.injected,
+                f.method
+                    .as_deref()
+                    .map(|m| format!(" on {m}"))
+                    .unwrap_or_default(),
+                f.id.as_ref()
+                    .map(|i| format!(" id={i}"))
+                    .unwrap_or_default(),
+                f.detail
+            );
+        }
         for f in &res.findings {
             let mark = if f.allowed { " (allowed)" } else { "" };
             let _ = writeln!(

@@ -21,6 +21,9 @@
 //!   never-blocking bus (`events::bus`) and display sampling (`events::sample`).
 //! - [`limit`] — rate-limit rules and their state (GCRA via `governor`, concurrency permits,
 //!   the shared store), and their enforcement on every transport's messages (`limit::enforce`).
+//! - [`fault`] — `[[fault]]` rules: faults injected on purpose (delays, errors, dropped,
+//!   doubled or broken replies, cut streams), decided with the rate limits and recorded as
+//!   injected.
 //! - [`record`] — the recording: the sink and `start` (`record`), the file writer (`writer`), the
 //!   line encoder (`line`), the reader (into the event model), exports.
 //! - [`redact`] — secrets replaced before any observer sees an event.
@@ -73,6 +76,7 @@ pub mod config;
 pub mod demo;
 pub mod diff;
 pub mod events;
+pub mod fault;
 pub mod feed;
 pub mod filter;
 pub mod gate;

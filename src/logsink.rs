@@ -25,6 +25,7 @@ pub const TEXT_INTEREST: Interest = Interest::CALL
     .and(Interest::NOTIFICATIONS)
     .and(Interest::ANOMALY)
     .and(Interest::REFUSAL)
+    .and(Interest::FAULT)
     .and(Interest::NOTICE)
     .and(Interest::HTTP_AUTH);
 
@@ -117,6 +118,21 @@ pub fn text_line(ev: &Event) -> Option<String> {
             r.retry_after_ms as f64 / 1000.0
         )),
         Event::Notice(n) => Some(format!("{} NOTICE {}: {}", ts(n.ts), n.what, n.message)),
+        Event::Fault(f) => Some(format!(
+            "{} {} INJECTED {}{}{} rule={:?}: {}",
+            ts(f.ts),
+            f.scope.short(),
+            f.action,
+            f.method
+                .as_deref()
+                .map(|m| format!(" {m}"))
+                .unwrap_or_default(),
+            f.id.as_ref()
+                .map(|i| format!(" id={i}"))
+                .unwrap_or_default(),
+            f.injected,
+            f.detail
+        )),
         Event::Http(crate::events::HttpEvent::Auth {
             ts: t,
             exchange,

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 pub const INTEREST: Interest = Interest::CALL
     .and(Interest::ANOMALY)
     .and(Interest::REFUSAL)
+    .and(Interest::FAULT)
     .and(Interest::HTTP_STATUS);
 
 /// The default cap on distinct values of the `method` and `target` labels (each).
@@ -57,6 +58,12 @@ struct CodeLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleLabel {
     rule: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabel {
+    rule: Arc<str>,
+    action: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -192,6 +199,7 @@ pub struct Metrics {
     durations: Family<MethodLabel, Histogram, fn() -> Histogram>,
     anomalies: Family<CodeLabel, Counter>,
     refusals: Family<RuleLabel, Counter>,
+    faults: Family<FaultLabel, Counter>,
     http: Family<StatusLabel, Counter>,
     inflight: Gauge,
     pending: Gauge,
@@ -251,6 +259,12 @@ impl Metrics {
             "refusals",
             "Calls and notifications refused by a rate-limit rule, by rule",
             refusals.clone(),
+        );
+        let faults = Family::<FaultLabel, Counter>::default();
+        registry.register(
+            "faults_injected",
+            "Faults injected by a [[fault]] rule, by rule and action",
+            faults.clone(),
         );
         let http = Family::<StatusLabel, Counter>::default();
         registry.register(
@@ -355,6 +369,7 @@ impl Metrics {
             durations,
             anomalies,
             refusals,
+            faults,
             http,
             inflight,
             pending,
@@ -547,6 +562,14 @@ impl Sink for Metrics {
                 self.refusals
                     .get_or_create(&RuleLabel {
                         rule: r.rule.clone(),
+                    })
+                    .inc();
+            }
+            Event::Fault(f) => {
+                self.faults
+                    .get_or_create(&FaultLabel {
+                        rule: f.injected.clone(),
+                        action: f.action,
                     })
                     .inc();
             }

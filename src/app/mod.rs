@@ -229,8 +229,12 @@ impl RunningProxy {
             .is_some_and(|m| m.get("session").is_some());
         inspect.baseline = hub::live_baseline(cfg.baseline_dir.as_deref(), joined, &label);
         let inspector = Inspector::new(inspect, bus.build());
-        let limiter = crate::limit::Limiter::new(&cfg.limits, cfg.limit_code)
-            .map_err(|e| config::ConfigError::Invalid(e.to_string()))?;
+        let limiter = config::limiter(
+            &cfg.limits,
+            cfg.limit_code,
+            &cfg.faults,
+            crate::fault::Carrier::Http,
+        )?;
         let bridge = cfg
             .bridge
             .clone()
@@ -1020,7 +1024,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     gate.expect_tools = args.expect_tool.clone();
     gate.forbid_tools = args.forbid_tool.clone();
     gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
-    let report;
+    let mut report;
     if first.contains("\"rpctap_recording\"") {
         let rec = if args.file == "-" {
             let mut rec = crate::record::reader::Capture::default();
@@ -1056,6 +1060,13 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         }
         let calls: Vec<&crate::events::CallEvent> = rec.calls().collect();
         report = crate::gate::evaluate(&gate, crate::gate::label(&rec.header), results, &calls);
+        crate::gate::attach_injected(
+            &mut report,
+            rec.events.iter().filter_map(|e| match e {
+                crate::events::Event::Fault(f) => Some(f),
+                _ => None,
+            }),
+        );
     } else {
         if !(gate.expect_tools.is_empty()
             && gate.forbid_tools.is_empty()

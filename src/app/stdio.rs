@@ -7,7 +7,6 @@ use super::{AppError, Chain, Observers};
 use crate::cli::{LogFormat, StdioArgs};
 use crate::events::BusBuilder;
 use crate::inspect::{EndReason, Inspector};
-use crate::limit::Limiter;
 use crate::stdio::child::{catch_signals, describe_exit, exit_code, spawn, spawn_signal_forwarder};
 use crate::stdio::relay::{client_to_server, locked, server_to_client, ClientOut};
 use std::io::Write;
@@ -23,8 +22,13 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     if flags.shared.log.is_none() && file.log.is_none() {
         shared.log = LogFormat::Off;
     }
-    let limiter = Limiter::new(&shared.limits, shared.limit_code)
-        .map_err(|e| crate::config::ConfigError::Invalid(e.to_string()))?;
+    let limiter = crate::config::limiter(
+        &shared.limits,
+        shared.limit_code,
+        &shared.faults,
+        crate::fault::Carrier::Stdio,
+    )?;
+    let faults_on = !limiter.faults.is_empty();
     let log_out: Option<Box<dyn Write + Send>> = match (&shared.log, &args.log_file) {
         (LogFormat::Off, _) => None,
         (_, Some(p)) => Some(Box::new(
@@ -212,7 +216,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         std::thread::Builder::new()
             .name("rpctap-stdout".into())
             .spawn(move || {
-                server_to_client(&mut child_out, &ctx, &out, max);
+                server_to_client(&mut child_out, &ctx, &out, max, faults_on);
                 let _ = s2c_done.send(());
             })
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;

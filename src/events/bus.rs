@@ -40,6 +40,8 @@ impl Interest {
     pub const HTTP_AUTH: Interest = Interest(1 << 9);
     /// What a wrapped stdio server writes on its stderr.
     pub const STDERR: Interest = Interest(1 << 10);
+    /// What `[[fault]]` rules injected.
+    pub const FAULT: Interest = Interest(1 << 12);
     pub const NONE: Interest = Interest(0);
     pub const ALL: Interest = Interest(u16::MAX);
 

@@ -671,6 +671,75 @@ pub struct StderrEvent {
     pub cut: bool,
 }
 
+/// A fault a `[[fault]]` rule injected (`crate::fault`): what it did to which call, and the
+/// bytes it sent in the server's place when it made a frame (an error reply, a duplicate, a
+/// reply with a wrong id, a cut reply). The server's own messages are recorded as they came;
+/// this says what the client got instead, so that nothing it made is blamed on the server.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultEvent {
+    pub ts: u64,
+    pub exchange: u64,
+    pub scope: Scope,
+    /// The rule's name.
+    pub injected: Arc<str>,
+    /// `delay`, `error`, `status`, `drop`, `duplicate`, `wrong_id`, `malformed`,
+    /// `cut_stream_after`, `close`, `throttle`.
+    pub action: &'static str,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<Arc<str>>,
+    /// The call's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Id>,
+    /// The frame the fault sent to the client, when it made one.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser_raw_opt"
+    )]
+    pub message: Option<Bytes>,
+    pub detail: String,
+}
+
+fn ser_raw_opt<S: Serializer>(b: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
+    match b {
+        Some(b) => RawMessage(b).serialize(s),
+        None => s.serialize_none(),
+    }
+}
+
+impl<'de> Deserialize<'de> for FaultEvent {
+    /// As written; the action is interned (see `intern`).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Read {
+            ts: u64,
+            exchange: u64,
+            scope: Scope,
+            injected: Arc<str>,
+            action: String,
+            #[serde(default)]
+            method: Option<Arc<str>>,
+            #[serde(default, deserialize_with = "present")]
+            id: Option<Id>,
+            #[serde(default)]
+            message: Option<Box<serde_json::value::RawValue>>,
+            detail: String,
+        }
+        let r = Read::deserialize(d)?;
+        Ok(FaultEvent {
+            ts: r.ts,
+            exchange: r.exchange,
+            scope: r.scope,
+            injected: r.injected,
+            action: intern(&r.action),
+            method: r.method,
+            id: r.id,
+            message: r.message.map(|m| Bytes::from(m.get().to_owned())),
+            detail: r.detail,
+        })
+    }
+}
+
 /// The longest stderr line kept whole in an event.
 pub const STDERR_LINE_MAX: usize = 4096;
 
@@ -685,6 +754,7 @@ pub enum Event {
     Refusal(RefusalEvent),
     Notice(NoticeEvent),
     Stderr(StderrEvent),
+    Fault(FaultEvent),
     /// Only in recordings (see [`GapEvent`]).
     Gap(GapEvent),
 }
@@ -711,6 +781,7 @@ impl Event {
             Event::Refusal(_) => Interest::REFUSAL,
             Event::Notice(_) | Event::Gap(_) => Interest::NOTICE,
             Event::Stderr(_) => Interest::STDERR,
+            Event::Fault(_) => Interest::FAULT,
         }
     }
 
@@ -729,6 +800,7 @@ impl Event {
             Event::Call(c) => Some(c.exchange),
             Event::Anomaly(a) => Some(a.exchange),
             Event::Refusal(r) => Some(r.exchange),
+            Event::Fault(f) => Some(f.exchange),
             Event::Notice(_) | Event::Gap(_) | Event::Stderr(_) => None,
         }
     }
@@ -744,6 +816,7 @@ impl Event {
             Event::Notice(n) => n.ts,
             Event::Gap(g) => g.ts,
             Event::Stderr(s) => s.ts,
+            Event::Fault(f) => f.ts,
         }
     }
 }

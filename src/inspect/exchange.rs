@@ -90,7 +90,19 @@ impl ExchangeCtx {
         shadow: bool,
     ) {
         let inner = self.insp.clone();
-        if inner.bus.wants_in(Interest::REFUSAL, self.id) {
+        if let Some(f) = &refusal.fault {
+            // An injected error: on the record as the fault it is, not as a rate limit.
+            let (code, status) = match &f.action {
+                crate::fault::Action::Error { code, status, .. } => (*code, *status),
+                _ => (refusal.code, refusal.status),
+            };
+            let detail = match status {
+                Some(s) => format!("answered by rpctap with HTTP {s}; the call never reached the server"),
+                None => format!("answered by rpctap with error {code}; the call never reached the server"),
+            };
+            let message = id.map(|id| Bytes::from(crate::limit::enforce::refusal_reply(id, refusal)));
+            self.fault(f, id, Some(method), message, detail);
+        } else if inner.bus.wants_in(Interest::REFUSAL, self.id) {
             inner
                 .bus
                 .publish(Event::Refusal(crate::events::RefusalEvent {
@@ -104,9 +116,14 @@ impl ExchangeCtx {
                     retry_after_ms: refusal.retry_after.as_millis() as u64,
                 }));
         }
-        let (Some(id), false) = (id, shadow) else {
-            return;
-        };
+        if let (Some(id), false) = (id, shadow) {
+            self.end_refused(id, &refusal.rule);
+        }
+    }
+
+    /// A call rpctap answered itself (a refusal, an injected error) ends so.
+    pub fn end_refused(&mut self, id: &Id, rule: &str) {
+        let inner = self.insp.clone();
         let key = PendingKey {
             scope: self.scope.clone(),
             direction: Direction::ClientToServer,
@@ -118,7 +135,7 @@ impl ExchangeCtx {
                 &key,
                 p,
                 Outcome::Refused {
-                    rule: refusal.rule.to_string(),
+                    rule: rule.to_string(),
                 },
                 &[],
                 None,
@@ -130,6 +147,39 @@ impl ExchangeCtx {
         }
         if let Some(pos) = self.req.call_ids.iter().position(|i| i == id) {
             self.req.call_ids.remove(pos);
+        }
+    }
+
+    /// A `[[fault]]` rule acted on this exchange's call `id` (`message`: the frame it sent the
+    /// client in the server's place, if it made one).
+    pub fn fault(
+        &mut self,
+        f: &crate::fault::Fired,
+        id: Option<&Id>,
+        method: Option<&str>,
+        message: Option<Bytes>,
+        detail: String,
+    ) {
+        let inner = &self.insp;
+        if inner.bus.wants_in(Interest::FAULT, self.id) {
+            inner.bus.publish(Event::Fault(crate::events::FaultEvent {
+                ts: now_ns(),
+                exchange: self.id,
+                scope: self.scope.clone(),
+                injected: f.rule.clone(),
+                action: f.action.name(),
+                method: method.map(Into::into),
+                id: id.cloned(),
+                message,
+                detail,
+            }));
+        }
+    }
+
+    /// A fault event read back from a recording, published again as it was.
+    pub fn replay_fault(&mut self, f: &crate::events::FaultEvent) {
+        if self.insp.bus.wants_in(Interest::FAULT, self.id) {
+            self.insp.bus.publish(Event::Fault(f.clone()));
         }
     }
 

@@ -341,6 +341,7 @@ fn reinspect_with(
                     status: None,
                     code: 0,
                     limit: 0,
+                    fault: None,
                 };
                 // A stream's (stdio, WebSocket) refusal follows the message it refused.
                 let ctx = match open.get_mut(&r.exchange) {
@@ -359,6 +360,28 @@ fn reinspect_with(
                     },
                 };
                 ctx.refuse(id.as_ref(), &r.method, &refusal, r.shadow);
+            }
+            Event::Fault(f) => {
+                // What a fault did is republished as it was; a call it answered ends so.
+                let ctx = match open.get_mut(&f.exchange) {
+                    Some(o) => {
+                        o.flush();
+                        &mut o.ctx
+                    }
+                    None => match streams.get_mut(&f.exchange) {
+                        Some((ctx, pending)) => {
+                            if let Some((mut fr, d)) = pending.take() {
+                                ctx.line(d, Bytes::from(fr.text()));
+                            }
+                            ctx
+                        }
+                        None => continue,
+                    },
+                };
+                ctx.replay_fault(f);
+                if let (Some(id), "error" | "status") = (&f.id, f.action) {
+                    ctx.end_refused(id, &f.injected);
+                }
             }
             Event::Anomaly(a) if a.code == "NOT_INSPECTED" => {
                 // The only trace of a frame too large to inspect: tell the inspector so.

@@ -35,6 +35,9 @@ pub struct Plan {
     pub permits: Vec<Permit>,
     /// Shadow rules' would-be refusals: (member index, refusal).
     pub shadow: Vec<(usize, Refusal)>,
+    /// Faults that fired for calls that go on (delays, reply faults, `close`): (member index,
+    /// fault). An injected error is a refusal instead.
+    pub faults: Vec<(usize, crate::fault::Fired)>,
 }
 
 impl Plan {
@@ -119,6 +122,23 @@ pub fn plan(
             }
             plan.shadow.extend(shadow.into_iter().map(|r| (i, r)));
         }
+        if refused.is_none() && e.kind == Kind::Request && !limiter.faults.is_empty() {
+            if let Some(f) = limiter.faults.decide(&info(e), keys.session, keys.peer) {
+                match &f.action {
+                    crate::fault::Action::Error { status, code, .. } => {
+                        refused = Some(Refusal {
+                            rule: f.rule.clone(),
+                            retry_after: std::time::Duration::ZERO,
+                            status: *status,
+                            code: *code,
+                            limit: 0,
+                            fault: Some(f),
+                        })
+                    }
+                    _ => plan.faults.push((i, f)),
+                }
+            }
+        }
         plan.members.push(Member {
             raw: e.raw.clone(),
             id: e.id.clone(),
@@ -137,6 +157,33 @@ pub struct Limited {
     pub forward: Forward,
     /// rpctap's own reply to the refused calls: one error, or a batch of them.
     pub reply: Option<Vec<u8>>,
+    /// Faults that fired for calls that go on (the transport applies them).
+    pub faults: Vec<CallFault>,
+}
+
+/// A fault that fired for a call that goes on to the server.
+#[derive(Debug, Clone)]
+pub struct CallFault {
+    pub id: Id,
+    pub method: String,
+    pub fired: crate::fault::Fired,
+}
+
+impl Plan {
+    /// The faults that fired, with their calls' ids.
+    pub fn call_faults(&self) -> Vec<CallFault> {
+        self.faults
+            .iter()
+            .filter_map(|(i, f)| {
+                let m = &self.members[*i];
+                Some(CallFault {
+                    id: m.id.clone()?,
+                    method: m.method.clone(),
+                    fired: f.clone(),
+                })
+            })
+            .collect()
+    }
 }
 
 /// What of a stream's message goes on.
@@ -163,6 +210,7 @@ pub fn limit_message(
     let unchanged = Limited {
         forward: Forward::Unchanged,
         reply: None,
+        faults: Vec::new(),
     };
     let parsed = rpc::parse_body(&msg);
     if limiter.is_empty() || matches!(parsed, Body::ParseError(_)) {
@@ -175,8 +223,9 @@ pub fn limit_message(
         let m = &plan.members[*i];
         ctx.refuse(m.id.as_ref().filter(|_| m.is_call), &m.method, r, true);
     }
+    let faults = plan.call_faults();
     if !plan.any_refused() {
-        return unchanged;
+        return Limited { faults, ..unchanged };
     }
     for m in &plan.members {
         if let Some(r) = &m.refused {
@@ -196,11 +245,24 @@ pub fn limit_message(
     } else {
         Forward::Smaller(allowed_body(&plan))
     };
-    Limited { forward, reply }
+    Limited {
+        forward,
+        reply,
+        faults,
+    }
 }
 
 /// The JSON-RPC error rpctap answers a refused call with.
 pub fn refusal_reply(id: &Id, r: &Refusal) -> String {
+    if let Some(crate::fault::Action::Error {
+        code,
+        message,
+        data,
+        ..
+    }) = r.fault.as_ref().map(|f| &f.action)
+    {
+        return rpc::error_reply(id, *code, message, data.as_deref().cloned());
+    }
     let secs = (r.retry_after.as_millis() as f64 / 1000.0).max(0.001);
     rpc::error_reply(
         id,

@@ -217,6 +217,9 @@ pub struct Refusal {
     pub code: i64,
     /// The limit as written, for `RateLimit-Limit`.
     pub limit: u32,
+    /// Not a rate limit: a `[[fault]]` rule's injected error (its code, message and data are
+    /// the answer's).
+    pub fault: Option<crate::fault::Fired>,
 }
 
 /// The decision for one call.
@@ -230,6 +233,8 @@ pub enum Decision {
 /// The rules, in order.
 pub struct Limiter<C: Clock = DefaultClock> {
     rules: Vec<Rule<C>>,
+    /// The `[[fault]]` rules, decided on the same calls after the rate limits.
+    pub faults: crate::fault::Faults,
     hasher: std::collections::hash_map::RandomState,
     clock: C,
 }
@@ -412,18 +417,26 @@ impl<C: Clock + Clone> Limiter<C> {
         }
         Ok(Limiter {
             rules,
+            faults: Default::default(),
             hasher: std::collections::hash_map::RandomState::new(),
             clock,
         })
     }
 
+    /// No rate-limit and no fault rule: nothing to decide.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.faults.is_empty()
     }
 
-    /// How many rules are in force.
+    /// How many rate-limit rules are in force.
     pub fn len(&self) -> usize {
         self.rules.len()
+    }
+
+    /// The same rules with `faults` decided after them.
+    pub fn with_faults(mut self, faults: crate::fault::Faults) -> Self {
+        self.faults = faults;
+        self
     }
 
     fn key(&self, i: usize, rule: &Rule<C>, keys: &RequestKeys<'_>) -> u64 {
@@ -553,6 +566,7 @@ impl<C: Clock + Clone> Limiter<C> {
             status: r.status,
             code: r.code,
             limit,
+            fault: None,
         }
     }
 

@@ -24,6 +24,23 @@ pub fn whole_refusal(
         .filter_map(|m| m.refused.as_ref())
         .collect();
     let all_429 = !refusals.is_empty() && refusals.iter().all(|r| r.status == Some(429));
+    // `[[fault]] status = N`: the whole request answered with that status (the JSON-RPC errors
+    // in a JSON body, as a server that failed would send them).
+    let injected_status = refusals
+        .first()
+        .filter(|r| r.fault.is_some())
+        .and_then(|r| r.status)
+        .filter(|s| *s != 429 && refusals.iter().all(|r| r.status == Some(*s)))
+        .and_then(|s| StatusCode::from_u16(s).ok());
+    if let Some(status) = injected_status {
+        let replies = refusal_replies(plan);
+        let payload = if plan.batch {
+            format!("[{}]", replies.join(","))
+        } else {
+            replies.join("")
+        };
+        return (status, Some("application/json"), Bytes::from(payload), headers);
+    }
     let retry = refusals
         .iter()
         .map(|r| r.retry_after)

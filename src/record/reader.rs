@@ -83,6 +83,7 @@ pub fn parse_line(line: &str) -> Result<Event, String> {
         "notice" => Event::Notice(serde_json::from_str(line).map_err(e)?),
         "gap" => Event::Gap(serde_json::from_str(line).map_err(e)?),
         "stderr" => Event::Stderr(serde_json::from_str(line).map_err(e)?),
+        "fault" => Event::Fault(serde_json::from_str(line).map_err(e)?),
         other => return Err(format!("unknown event {other:?}")),
     })
 }

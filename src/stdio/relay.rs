@@ -20,6 +20,22 @@ const CHUNK: usize = 64 << 10;
 pub struct ClientOut {
     at_line_start: bool,
     queued: Vec<u8>,
+    /// Faults armed on the server's replies (`crate::fault`): by call id, and a cut of the
+    /// session after a number of the server's messages.
+    armed: crate::fault::Armed,
+    cut: Option<Cut>,
+    /// A fault closed the client's side: nothing more is written.
+    closed: bool,
+}
+
+/// A `cut_stream_after` fault counting down the server's messages.
+struct Cut {
+    fired: crate::fault::Fired,
+    id: crate::rpc::Id,
+    method: String,
+    /// Messages still passed on before the cut.
+    left: u32,
+    mid_event: bool,
 }
 
 impl ClientOut {
@@ -28,7 +44,31 @@ impl ClientOut {
         ClientOut {
             at_line_start: true,
             queued: Vec::new(),
+            armed: Default::default(),
+            cut: None,
+            closed: false,
         }
+    }
+}
+
+/// Closes the client's side of the session for a fault: rpctap's stdout is pointed at
+/// /dev/null (the client reads EOF) and nothing more is written to it.
+fn close_client(out: &Mutex<ClientOut>) {
+    let mut st = locked(out);
+    if st.closed {
+        return;
+    }
+    st.closed = true;
+    let _ = std::io::stdout().lock().flush();
+    match std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY-free: rustix's dup2 onto fd 1 replaces the client's pipe; no Rust object owns
+        // fd 1 but `std::io::stdout`, which keeps writing to whatever fd 1 is.
+        Ok(null) => {
+            if let Err(e) = rustix::stdio::dup2_stdout(&null) {
+                tracing::warn!(error = %e, "closing stdout for a fault failed");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "opening /dev/null failed"),
     }
 }
 
@@ -44,6 +84,9 @@ pub fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn write_out(out: &Mutex<ClientOut>, chunk: &[u8]) -> std::io::Result<()> {
     let mut st = locked(out);
+    if st.closed {
+        return Ok(());
+    }
     let mut so = std::io::stdout().lock();
     so.write_all(chunk)?;
     if let Some(&last) = chunk.last() {
@@ -60,6 +103,9 @@ fn write_out(out: &Mutex<ClientOut>, chunk: &[u8]) -> std::io::Result<()> {
 /// after the server's current line ends.
 fn inject(out: &Mutex<ClientOut>, line: &[u8]) -> std::io::Result<()> {
     let mut st = locked(out);
+    if st.closed {
+        return Ok(());
+    }
     if st.at_line_start {
         let mut so = std::io::stdout().lock();
         so.write_all(line)?;
@@ -101,6 +147,7 @@ fn limit_line(
             Forward::Nothing => None,
         },
         reply: l.reply.map(|r| newline(&r)),
+        faults: l.faults,
     }
 }
 
@@ -119,6 +166,58 @@ struct Limited {
     forward: Option<Bytes>,
     /// rpctap's own reply to the client (a line, with its newline).
     reply: Option<Vec<u8>>,
+    /// Faults that fired for the line's calls.
+    faults: Vec<crate::limit::enforce::CallFault>,
+}
+
+/// What a client line's faults ask of the relay before the line goes on.
+#[derive(Default)]
+struct Before {
+    delay: Option<std::time::Duration>,
+    close: bool,
+}
+
+/// Applies a line's faults: the request-side ones are returned for the relay to do, the reply
+/// side ones armed on `out`; each recorded.
+fn arm_faults(
+    c: &mut ExchangeCtx,
+    out: &Mutex<ClientOut>,
+    faults: Vec<crate::limit::enforce::CallFault>,
+) -> Before {
+    use crate::fault::{Action, At};
+    let mut before = Before::default();
+    for f in faults {
+        let detail = match &f.fired.action {
+            Action::Delay(d, At::Request) => {
+                before.delay = Some(before.delay.unwrap_or_default().max(*d));
+                format!("the request held {}", crate::units::show_secs(*d))
+            }
+            Action::Close => {
+                before.close = true;
+                "the session closed when the call arrived (the child's stdin and the \
+                 client's stdout)"
+                    .to_string()
+            }
+            Action::CutStreamAfter { n, mid_event } => {
+                locked(out).cut = Some(Cut {
+                    fired: f.fired.clone(),
+                    id: f.id.clone(),
+                    method: f.method.clone(),
+                    left: *n,
+                    mid_event: *mid_event,
+                });
+                // Recorded when the cut happens.
+                continue;
+            }
+            _ => {
+                // Recorded when the reply passes.
+                locked(out).armed.arm(&f.id, f.fired, &f.method);
+                continue;
+            }
+        };
+        c.fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
+    }
+    before
 }
 
 /// Reads rpctap's stdin; inspects and passes on to the child's stdin. At EOF the child's stdin
@@ -175,12 +274,28 @@ pub fn client_to_server(
                         _ => None,
                     })
                     .collect();
+                let mut close = false;
                 {
                     let mut c = locked(ctx);
                     for (p, mut shared) in pieces.into_iter().zip(shared) {
                         match p {
                             Piece::Line(line) => {
                                 let r = limit_line(l, &mut c, line, session, shared.as_mut());
+                                let before = arm_faults(&mut c, out, r.faults);
+                                if before.close {
+                                    close = true;
+                                    break;
+                                }
+                                if let Some(d) = before.delay {
+                                    // A pipe is ordered: what follows this line waits with it.
+                                    drop(c);
+                                    if let Err(e) = child_in.write_all(&to_child) {
+                                        tracing::debug!(error = %e, "writing to the server's stdin failed");
+                                    }
+                                    to_child.clear();
+                                    std::thread::sleep(d);
+                                    c = locked(ctx);
+                                }
                                 if let Some(f) = r.forward {
                                     to_child.extend_from_slice(&f);
                                     if !f.ends_with(b"\n") {
@@ -201,6 +316,11 @@ pub fn client_to_server(
                     if let Err(e) = inject(out, &r) {
                         tracing::debug!(error = %e, "writing to stdout failed");
                     }
+                }
+                if close {
+                    let _ = child_in.write_all(&to_child);
+                    close_client(out);
+                    break;
                 }
                 child_in.write_all(&to_child)
             }
@@ -236,9 +356,13 @@ pub fn client_to_server(
 pub fn server_to_client(
     child_out: &mut impl Read,
     ctx: &Mutex<ExchangeCtx>,
-    out: &Mutex<ClientOut>,
+    out: &std::sync::Arc<Mutex<ClientOut>>,
     max: usize,
+    faults: bool,
 ) {
+    if faults {
+        return server_to_client_faulty(child_out, ctx, out, max);
+    }
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
     let dir = Direction::ServerToClient;
@@ -269,6 +393,155 @@ pub fn server_to_client(
     }
     let mut c = locked(ctx);
     lines.finish(&mut |p| inspect_piece(&mut c, dir, p));
+}
+
+/// The server's relay when fault rules are in force: line by line, so that a reply a fault
+/// acts on can be held, dropped, doubled or changed, and the session cut between (or inside)
+/// two messages. The inspector still reads every line as the server wrote it.
+fn server_to_client_faulty(
+    child_out: &mut impl Read,
+    ctx: &Mutex<ExchangeCtx>,
+    out: &std::sync::Arc<Mutex<ClientOut>>,
+    max: usize,
+) {
+    let mut lines = Lines::new(max);
+    let mut buf = vec![0u8; CHUNK];
+    let dir = Direction::ServerToClient;
+    loop {
+        let n = match child_out.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the server's stdout failed");
+                break;
+            }
+        };
+        let mut pieces = Vec::new();
+        lines.feed(&buf[..n], &mut |p| pieces.push(p));
+        for p in pieces {
+            let line = match p {
+                Piece::Line(l) => l,
+                Piece::Spill(b) => {
+                    let _ = write_out(out, &b);
+                    continue;
+                }
+                Piece::LongEnd(n) => {
+                    locked(ctx).line_not_inspected(dir, n);
+                    let _ = write_out(out, b"\n");
+                    continue;
+                }
+            };
+            locked(ctx).line(dir, line.clone());
+            faulty_line(ctx, out, line);
+        }
+    }
+    let mut c = locked(ctx);
+    lines.finish(&mut |p| inspect_piece(&mut c, dir, p));
+}
+
+/// One whole line of the server's, passed on under the faults armed for it.
+fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>, line: Bytes) {
+    use crate::fault::{Action, At};
+    let with_nl = |b: &[u8]| {
+        let mut v = Vec::with_capacity(b.len() + 1);
+        v.extend_from_slice(b);
+        v.push(b'\n');
+        v
+    };
+    let (armed, cut_now) = {
+        let mut o = locked(out);
+        let armed = crate::fault::reply_id(&line)
+            .and_then(|id| o.armed.take(&id).map(|(f, m)| (id, f, m)));
+        // The cut counts every message of the server's from the call on.
+        let cut_now = match o.cut.as_mut() {
+            Some(c) if c.left == 0 => o.cut.take(),
+            Some(c) => {
+                c.left -= 1;
+                None
+            }
+            None => None,
+        };
+        (armed, cut_now)
+    };
+    if let Some(cut) = cut_now {
+        let detail = if cut.mid_event {
+            let half = crate::fault::malformed(&line);
+            let _ = write_out(out, &half);
+            "the session cut in the middle of a message".to_string()
+        } else {
+            "the session cut before this message".to_string()
+        };
+        locked(ctx).fault(&cut.fired, Some(&cut.id), Some(&cut.method), None, detail);
+        close_client(out);
+        return;
+    }
+    let Some((id, fired, method)) = armed else {
+        let _ = write_out(out, &with_nl(&line));
+        return;
+    };
+    let (sent, detail): (Option<Vec<u8>>, String) = match &fired.action {
+        Action::Drop => (None, "the reply dropped: the client never gets it".into()),
+        Action::Duplicate => {
+            let l = with_nl(&line);
+            let _ = write_out(out, &l);
+            let _ = write_out(out, &l);
+            (Some(line.to_vec()), "the reply delivered twice".into())
+        }
+        Action::WrongId => match crate::fault::with_wrong_id(&line) {
+            Some(w) => {
+                let _ = write_out(out, &with_nl(&w));
+                (Some(w), "the reply delivered with an id no call has".into())
+            }
+            None => {
+                let _ = write_out(out, &with_nl(&line));
+                (None, "the reply has no id to change: passed on".into())
+            }
+        },
+        Action::Malformed => {
+            let half = crate::fault::malformed(&line);
+            let _ = write_out(out, &with_nl(&half));
+            (Some(half), "the reply's JSON cut in half".into())
+        }
+        Action::Delay(d, At::Reply) => {
+            let (d, l) = (*d, with_nl(&line));
+            // Held on a thread of its own, so the server's other messages pass meanwhile.
+            let held = std::thread::Builder::new()
+                .name("rpctap-fault-delay".into())
+                .spawn({
+                    let l = l.clone();
+                    let out = out.clone();
+                    move || {
+                        std::thread::sleep(d);
+                        let _ = inject(&out, &l);
+                    }
+                });
+            if held.is_err() {
+                let _ = write_out(out, &l);
+            }
+            (None, format!("the reply held {}", crate::units::show_secs(d)))
+        }
+        Action::Throttle(bps) => {
+            let l = with_nl(&line);
+            let piece = ((*bps / 20).max(1)) as usize;
+            for part in l.chunks(piece) {
+                let _ = write_out(out, part);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            (None, format!("the reply written at {bps} bytes a second"))
+        }
+        _ => {
+            let _ = write_out(out, &with_nl(&line));
+            return;
+        }
+    };
+    locked(ctx).fault(
+        &fired,
+        Some(&id),
+        Some(&method),
+        sent.map(Bytes::from),
+        detail,
+    );
 }
 
 fn inspect_piece(c: &mut ExchangeCtx, dir: Direction, p: Piece) {

@@ -162,7 +162,7 @@ fn header(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             t.fg(Color::Red).patch(t.bold()),
         ));
     }
-    let l2 = vec![
+    let mut l2 = vec![
         Span::raw(format!(
             "calls {} {}/s ",
             app.calls_total,
@@ -190,6 +190,13 @@ fn header(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             },
         ),
     ];
+
+    if app.faults_total > 0 {
+        l2.push(Span::styled(
+            format!("  injected {}", app.faults_total),
+            t.fg(Color::Magenta),
+        ));
+    }
     let l3 = vec![Span::raw(pct)];
     f.render_widget(
         Paragraph::new(vec![Line::from(l1), Line::from(l2), Line::from(l3)]),
@@ -227,7 +234,14 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
         .visible_range(start, height.max(1))
         .into_iter()
         .map(|r| {
-            let mark = if r.anomalies.is_empty() { " " } else { "!" };
+            // `⚡`: a fault rule acted on this call; `!`: an anomaly.
+            let mark = if !r.injected.is_empty() {
+                "⚡"
+            } else if r.anomalies.is_empty() {
+                " "
+            } else {
+                "!"
+            };
             // A call still waiting shows how long it has waited, counting.
             let latency = match (r.latency_us, &r.outcome) {
                 (Some(l), _) => dur(l),
@@ -397,6 +411,12 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 lines.push(Line::from(Span::styled(
                     format!("⚠ {a}"),
                     t.fg(Color::Yellow),
+                )));
+            }
+            for i in &r.injected {
+                lines.push(Line::from(Span::styled(
+                    format!("⚡ injected by {i}"),
+                    t.fg(Color::Magenta),
                 )));
             }
             const UNSEEN: &str = "(not seen here: the call began before this dashboard saw its messages — attached later, or display events dropped; a recording has them)";

@@ -107,6 +107,8 @@ pub struct App {
     pub notifications_total: u64,
     pub errors_total: u64,
     pub anomalies_total: u64,
+    /// Faults `[[fault]]` rules injected (not anomalies: nothing the server did).
+    pub faults_total: u64,
     /// Calls ended per second, newest last (60 s).
     pub per_second: VecDeque<u64>,
     current_second: u64,
@@ -204,6 +206,7 @@ impl App {
             notifications_total: 0,
             errors_total: 0,
             anomalies_total: 0,
+            faults_total: 0,
             per_second: VecDeque::from(vec![0; 60]),
             current_second: now_ns / 1_000_000_000,
             recent_latencies: VecDeque::new(),
@@ -442,6 +445,16 @@ impl App {
                 message: a.message.clone(),
             }),
             Event::Stderr(e) => self.apply_stderr(e.ts, &e.line),
+            Event::Fault(f) => {
+                let scope = self.scope_of(&f.scope);
+                let id = f.id.as_ref().map(|i| i.to_json_text());
+                self.apply_fault(
+                    self.ex(f.exchange),
+                    &scope,
+                    id.as_deref(),
+                    &format!("{}: {} — {}", f.injected, f.action, f.detail),
+                );
+            }
             _ => {}
         }
     }
@@ -477,6 +490,7 @@ impl App {
             size: 0,
             anomalies: vec![],
             anomaly_text: vec![],
+            injected: vec![],
             request: (!detail.is_empty()).then_some(detail),
             reply: None,
             stream: vec![],
@@ -506,6 +520,7 @@ impl App {
             size: len as usize,
             anomalies: vec![],
             anomaly_text: vec![],
+            injected: vec![],
             request: Some(
                 format!("a binary message of {len} bytes: not JSON-RPC, not parsed").into(),
             ),
@@ -628,6 +643,7 @@ impl App {
                     size: m.raw.len(),
                     anomalies: vec![],
                     anomaly_text: vec![],
+                    injected: vec![],
                     request: Some(m.raw.clone()),
                     reply: None,
                     stream: vec![],
@@ -870,6 +886,7 @@ impl App {
                     size: 0,
                     anomalies,
                     anomaly_text: vec![],
+                    injected: vec![],
                     request: None,
                     reply: None,
                     stream: vec![],
@@ -977,6 +994,26 @@ impl App {
             message: a.message,
             row: target,
         });
+    }
+
+    /// A fault a rule injected: marked on its call's row (the newest with its scope and id,
+    /// else the exchange's), counted apart from anomalies.
+    pub fn apply_fault(&mut self, exchange: u64, scope: &Text, id: Option<&str>, text: &str) {
+        self.faults_total += 1;
+        let target = self
+            .rows
+            .iter_mut()
+            .rev()
+            .take(10_000)
+            .find(|r| match id {
+                Some(i) => {
+                    r.scope == *scope && &*r.id == i && r.direction == Direction::ClientToServer
+                }
+                None => r.exchange == exchange,
+            });
+        if let Some(r) = target {
+            r.injected.push(text.to_string());
+        }
     }
 
     pub fn clear(&mut self) {

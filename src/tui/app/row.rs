@@ -77,6 +77,8 @@ pub struct Row {
     pub size: usize,
     pub anomalies: Vec<String>,
     pub anomaly_text: Vec<String>,
+    /// What `[[fault]]` rules did to this call (`RULE: action — detail`).
+    pub injected: Vec<String>,
     pub request: Option<Text>,
     pub reply: Option<Text>,
     /// Other messages of the same SSE stream (progress notifications…), in order.
