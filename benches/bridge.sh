@@ -24,9 +24,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 CALLS=${CALLS:-2000}
-OPEN=${OPEN:-20}
+OPEN=${OPEN:-50}
 SESSIONS=${SESSIONS:-100}
-IDLE=${IDLE:-40}
+IDLE=${IDLE:-60}
 SGW_VERSION=4.0.0
 WORK=$(mktemp -d /tmp/rpctap-bridge.XXXXXX)
 PIDS=()

@@ -405,15 +405,24 @@ impl FaultSpec {
             }
         };
         let meaningless = match (carrier, &action) {
-            (Carrier::Stdio, Action::Error { status: Some(_), .. }) => {
-                Some("an HTTP status means nothing over stdio (use `error`)")
-            }
-            (Carrier::WebSocket, Action::Error { status: Some(_), .. }) => {
-                Some("an HTTP status means nothing inside a WebSocket (use `error`)")
-            }
-            (Carrier::WebSocket, Action::CutStreamAfter { mid_event: true, .. }) => {
-                Some("a WebSocket message cannot be cut in the middle (drop `mid_event`)")
-            }
+            (
+                Carrier::Stdio,
+                Action::Error {
+                    status: Some(_), ..
+                },
+            ) => Some("an HTTP status means nothing over stdio (use `error`)"),
+            (
+                Carrier::WebSocket,
+                Action::Error {
+                    status: Some(_), ..
+                },
+            ) => Some("an HTTP status means nothing inside a WebSocket (use `error`)"),
+            (
+                Carrier::WebSocket,
+                Action::CutStreamAfter {
+                    mid_event: true, ..
+                },
+            ) => Some("a WebSocket message cannot be cut in the middle (drop `mid_event`)"),
             _ => None,
         };
         if let Some(m) = meaningless {
@@ -507,7 +516,9 @@ impl Faults {
             }
             if r.probability < 1.0 {
                 use std::hash::BuildHasher;
-                let draw = self.seed.hash_one((Arc::as_ptr(&r.name) as *const u8 as usize, n));
+                let draw = self
+                    .seed
+                    .hash_one((Arc::as_ptr(&r.name) as *const u8 as usize, n));
                 if (draw >> 11) as f64 / (1u64 << 53) as f64 >= r.probability {
                     continue;
                 }
@@ -596,18 +607,27 @@ mod tests {
 
     #[test]
     fn flags_read_as_the_config_does() {
-        let s = FaultSpec::parse_flag("method=tools/call,tool=slow,delay=2s,at=reply,count=3")
-            .unwrap();
+        let s =
+            FaultSpec::parse_flag("method=tools/call,tool=slow,delay=2s,at=reply,count=3").unwrap();
         assert_eq!(s.method.as_deref(), Some("tools/call"));
         assert_eq!(s.tool.as_deref(), Some("slow"));
         assert_eq!(s.delay.as_deref(), Some("2s"));
         assert_eq!(s.count, Some(3));
         let f = Faults::new(&[s], Carrier::Http).unwrap();
-        let fired = f.decide(&call("tools/call", Some("slow")), None, LO).unwrap();
-        assert_eq!(fired.action, Action::Delay(Duration::from_secs(2), At::Reply));
+        let fired = f
+            .decide(&call("tools/call", Some("slow")), None, LO)
+            .unwrap();
+        assert_eq!(
+            fired.action,
+            Action::Delay(Duration::from_secs(2), At::Reply)
+        );
         let e = FaultSpec::parse_flag("tool=boom,error=-32042:it broke").unwrap();
         let f = Faults::new(&[e], Carrier::Stdio).unwrap();
-        match f.decide(&call("tools/call", Some("boom")), None, LO).unwrap().action {
+        match f
+            .decide(&call("tools/call", Some("boom")), None, LO)
+            .unwrap()
+            .action
+        {
             Action::Error { code, message, .. } => {
                 assert_eq!((code, &*message), (-32042, "it broke"))
             }
@@ -629,7 +649,10 @@ mod tests {
             tool: Some("x".into()),
             ..Default::default()
         };
-        assert!(Faults::new(&[none], Carrier::Http).unwrap_err().message.contains("no action"));
+        assert!(Faults::new(&[none], Carrier::Http)
+            .unwrap_err()
+            .message
+            .contains("no action"));
         let status = FaultSpec {
             status: Some(503),
             ..Default::default()
@@ -665,7 +688,9 @@ mod tests {
             ..Default::default()
         };
         let f = Faults::new(&[half], Carrier::Stdio).unwrap();
-        let n = (0..4000).filter(|_| f.decide(&c, None, LO).is_some()).count();
+        let n = (0..4000)
+            .filter(|_| f.decide(&c, None, LO).is_some())
+            .count();
         assert!((1700..2300).contains(&n), "{n} of 4000 at probability 0.5");
         let never = FaultSpec {
             probability: Some(0.0),

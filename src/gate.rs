@@ -142,16 +142,50 @@ pub struct ScopeVerdict {
     pub injected: Vec<crate::events::FaultEvent>,
 }
 
-/// Lists each fault the recording says was injected under its scope's verdict.
+/// Lists each fault the recording says was injected under its scope's verdict, and lets a
+/// finding about a call a fault acted on fail nothing: what the fault made (a reply cut, a
+/// stream closed) is not the server's doing. Such a finding stays listed, allowed, naming the
+/// rule.
 pub fn attach_injected<'a>(
+    gate: &Gate,
     report: &mut Report,
     faults: impl Iterator<Item = &'a crate::events::FaultEvent>,
 ) {
     for f in faults {
         let key = f.scope.report_key();
-        if let Some(s) = report.scopes.iter_mut().find(|s| s.scope == key) {
-            s.injected.push(f.clone());
+        let Some(s) = report.scopes.iter_mut().find(|s| s.scope == key) else {
+            continue;
+        };
+        s.injected.push(f.clone());
+        let Some(id) = f.id.as_ref().map(|i| i.to_string()) else {
+            continue;
+        };
+        for finding in &mut s.result.findings {
+            if finding.allowed || finding.id.as_deref() != Some(id.as_str()) {
+                continue;
+            }
+            if gate.fails(finding) {
+                let line = format!(
+                    "{} {}: {}",
+                    finding.severity.as_str(),
+                    finding.code,
+                    finding.message
+                );
+                for (_, fails) in s.methods.values_mut() {
+                    if let Some(i) = fails.iter().position(|l| *l == line) {
+                        fails.remove(i);
+                        break;
+                    }
+                }
+                s.failing = s.failing.saturating_sub(1);
+            }
+            finding.allowed = true;
+            finding.message = format!(
+                "{} (after the fault `{}` injected: {})",
+                finding.message, f.injected, f.action
+            );
         }
+        s.result.passes_checks = s.failing == 0;
     }
 }
 

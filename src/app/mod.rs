@@ -1061,6 +1061,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         let calls: Vec<&crate::events::CallEvent> = rec.calls().collect();
         report = crate::gate::evaluate(&gate, crate::gate::label(&rec.header), results, &calls);
         crate::gate::attach_injected(
+            &gate,
             &mut report,
             rec.events.iter().filter_map(|e| match e {
                 crate::events::Event::Fault(f) => Some(f),

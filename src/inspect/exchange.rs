@@ -97,10 +97,15 @@ impl ExchangeCtx {
                 _ => (refusal.code, refusal.status),
             };
             let detail = match status {
-                Some(s) => format!("answered by rpctap with HTTP {s}; the call never reached the server"),
-                None => format!("answered by rpctap with error {code}; the call never reached the server"),
+                Some(s) => {
+                    format!("answered by rpctap with HTTP {s}; the call never reached the server")
+                }
+                None => format!(
+                    "answered by rpctap with error {code}; the call never reached the server"
+                ),
             };
-            let message = id.map(|id| Bytes::from(crate::limit::enforce::refusal_reply(id, refusal)));
+            let message =
+                id.map(|id| Bytes::from(crate::limit::enforce::refusal_reply(id, refusal)));
             self.fault(f, id, Some(method), message, detail);
         } else if inner.bus.wants_in(Interest::REFUSAL, self.id) {
             inner

@@ -107,13 +107,26 @@ pub fn plan(
     let Some((envs, batch)) = members(parsed) else {
         return Plan::default();
     };
+    let decide_fault = |e: &Envelope| {
+        (e.kind == Kind::Request && !limiter.faults.is_empty())
+            .then(|| limiter.faults.decide(&info(e), keys.session, keys.peer))
+            .flatten()
+    };
+    // Fault rules alone: a request none of them fires on costs its matching and no plan.
+    let mut early: Vec<Option<crate::fault::Fired>> = Vec::new();
+    if !limiter.has_rate_rules() {
+        early = envs.iter().map(|e| decide_fault(e)).collect();
+        if early.iter().all(Option::is_none) {
+            return Plan::default();
+        }
+    }
     let mut plan = Plan {
         batch,
         ..Default::default()
     };
     for (i, e) in envs.into_iter().enumerate() {
         let mut refused = None;
-        if matches!(e.kind, Kind::Request | Kind::Notification) {
+        if matches!(e.kind, Kind::Request | Kind::Notification) && limiter.has_rate_rules() {
             let mut shadow = Vec::new();
             let verdicts = shared.as_deref_mut().map(|v| (i, v));
             match limiter.check_with(&info(e), keys, &mut shadow, verdicts) {
@@ -122,21 +135,25 @@ pub fn plan(
             }
             plan.shadow.extend(shadow.into_iter().map(|r| (i, r)));
         }
-        if refused.is_none() && e.kind == Kind::Request && !limiter.faults.is_empty() {
-            if let Some(f) = limiter.faults.decide(&info(e), keys.session, keys.peer) {
-                match &f.action {
-                    crate::fault::Action::Error { status, code, .. } => {
-                        refused = Some(Refusal {
-                            rule: f.rule.clone(),
-                            retry_after: std::time::Duration::ZERO,
-                            status: *status,
-                            code: *code,
-                            limit: 0,
-                            fault: Some(f),
-                        })
-                    }
-                    _ => plan.faults.push((i, f)),
+        // Faults are decided on what the rate limits let through.
+        let fired = match early.get_mut(i) {
+            Some(f) => f.take(),
+            None if refused.is_none() => decide_fault(e),
+            None => None,
+        };
+        if let Some(f) = fired {
+            match &f.action {
+                crate::fault::Action::Error { status, code, .. } => {
+                    refused = Some(Refusal {
+                        rule: f.rule.clone(),
+                        retry_after: std::time::Duration::ZERO,
+                        status: *status,
+                        code: *code,
+                        limit: 0,
+                        fault: Some(f),
+                    })
                 }
+                _ => plan.faults.push((i, f)),
             }
         }
         plan.members.push(Member {
@@ -225,7 +242,10 @@ pub fn limit_message(
     }
     let faults = plan.call_faults();
     if !plan.any_refused() {
-        return Limited { faults, ..unchanged };
+        return Limited {
+            faults,
+            ..unchanged
+        };
     }
     for m in &plan.members {
         if let Some(r) = &m.refused {

@@ -433,6 +433,11 @@ impl<C: Clock + Clone> Limiter<C> {
         self.rules.len()
     }
 
+    /// Whether any rate-limit rule is in force (fault rules aside).
+    pub fn has_rate_rules(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
     /// The same rules with `faults` decided after them.
     pub fn with_faults(mut self, faults: crate::fault::Faults) -> Self {
         self.faults = faults;

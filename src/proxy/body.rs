@@ -289,6 +289,9 @@ impl Body for UpstreamBody {
 pub enum ReplySource {
     Upstream(UpstreamBody),
     Made(Option<Bytes>),
+    /// A body that fails at once: hyper closes the connection without a reply (a `close`
+    /// fault).
+    Broken,
 }
 
 /// A reply body forwarded unchanged while the inspector reads a copy of each chunk.
@@ -300,6 +303,9 @@ pub struct TeeBody {
     tail: Option<Bytes>,
     /// Rate-limit permits of the calls in flight, released when the reply is done.
     hold: Vec<crate::limit::Permit>,
+    /// Faults armed on the reply: what the client gets goes through this stage, after the
+    /// inspector's copy of what the server sent.
+    fault: Option<Box<super::faults::Stage>>,
 }
 
 impl TeeBody {
@@ -309,6 +315,67 @@ impl TeeBody {
             ctx,
             tail: None,
             hold: Vec::new(),
+            fault: None,
+        }
+    }
+
+    /// Sends the reply through `stage` (faults armed on it).
+    pub fn faulted(mut self, stage: super::faults::Stage) -> Self {
+        self.fault = Some(Box::new(stage));
+        self
+    }
+
+    /// The faulted path of `poll_frame`: the stage's output first, then more of the source.
+    fn poll_faulted(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        use super::faults::Out;
+        loop {
+            let Some(stage) = self.fault.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match stage.poll_out(cx) {
+                Out::Data(b) => return Poll::Ready(Some(Ok(Frame::data(b)))),
+                Out::Wait => return Poll::Pending,
+                Out::End => {
+                    self.end(EndReason::Complete);
+                    self.hold.clear();
+                    return Poll::Ready(None);
+                }
+                Out::Need => {}
+            }
+            let polled = match &mut self.src {
+                ReplySource::Upstream(inc) => match Pin::new(inc).poll_frame(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(r) => r,
+                },
+                ReplySource::Made(b) => b.take().map(|b| Ok(Frame::data(b))),
+                ReplySource::Broken => None,
+            };
+            let mut notes = Vec::new();
+            match polled {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        if let Some(ctx) = self.ctx.as_mut() {
+                            ctx.response_data(&data);
+                        }
+                        stage.feed(&data, &mut notes);
+                    }
+                    // Trailers pass as they are.
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                Some(Err(e)) => {
+                    self.end(EndReason::UpstreamError(e.to_string()));
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => stage.finish(&mut notes),
+            }
+            if let Some(ctx) = self.ctx.as_mut() {
+                for n in notes {
+                    ctx.fault(&n.fired, Some(&n.id), Some(&n.method), n.message, n.detail);
+                }
+            }
         }
     }
 
@@ -340,12 +407,21 @@ impl Body for TeeBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if this.fault.is_some() {
+            return this.poll_faulted(cx);
+        }
         let polled = match &mut this.src {
             ReplySource::Upstream(inc) => match Pin::new(inc).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(r) => r,
             },
             ReplySource::Made(b) => b.take().map(|b| Ok(Frame::data(b))),
+            ReplySource::Broken => {
+                this.end(EndReason::Closed(
+                    "the connection closed by a fault rule".into(),
+                ));
+                return Poll::Ready(Some(Err("closed by a fault rule".into())));
+            }
         };
         match polled {
             Some(Ok(frame)) => {
@@ -373,16 +449,17 @@ impl Body for TeeBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.is_src_end() && self.tail.is_none()
+        self.is_src_end() && self.tail.is_none() && self.fault.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.tail.is_some() {
+        if self.tail.is_some() || self.fault.is_some() {
             return SizeHint::new();
         }
         match &self.src {
             ReplySource::Upstream(i) => i.size_hint(),
             ReplySource::Made(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            ReplySource::Broken => SizeHint::new(),
         }
     }
 }
@@ -392,6 +469,7 @@ impl TeeBody {
         match &self.src {
             ReplySource::Upstream(i) => i.is_end_stream(),
             ReplySource::Made(b) => b.is_none(),
+            ReplySource::Broken => false,
         }
     }
 }

@@ -39,7 +39,12 @@ pub fn whole_refusal(
         } else {
             replies.join("")
         };
-        return (status, Some("application/json"), Bytes::from(payload), headers);
+        return (
+            status,
+            Some("application/json"),
+            Bytes::from(payload),
+            headers,
+        );
     }
     let retry = refusals
         .iter()

@@ -18,6 +18,7 @@
 //!    exchange (calls still waiting end as missing, with why).
 
 pub mod body;
+pub mod faults;
 pub mod headers;
 pub mod lean;
 pub mod limits;
@@ -295,6 +296,14 @@ impl Proxy {
             Err(Early::Error(e)) => return self.error_reply(ex, e),
             Err(Early::Respond(resp)) => return *resp,
         };
+        // Faults that fired on the request's calls: the request-side ones done here (boxed:
+        // only a run with fault rules pays for them), the reply's kept for `response_filter`.
+        if ex.plan.as_ref().is_some_and(|p| !p.faults.is_empty())
+            && Box::pin(request_faults(&mut ex)).await
+        {
+            // `close`: a body that fails at once, so hyper drops the connection unanswered.
+            return Response::new(TeeBody::new(ReplySource::Broken, Some(ex.ctx)));
+        }
         let is_head = parts.method == Method::HEAD;
         // `--otlp-propagate`: the upstream's parent becomes rpctap's span (the one header rewrite
         // asked for; without it trace headers pass unchanged).
@@ -519,7 +528,7 @@ impl Proxy {
         if is_head {
             ex.ctx.end(crate::inspect::EndReason::Complete);
         }
-        if let Some(plan) = ex.plan.take().filter(limits::Plan::any_refused) {
+        if let Some(plan) = ex.plan.take_if(|p| p.any_refused()) {
             return Answer::Merge(Box::new(Merge {
                 plan,
                 rparts,
@@ -529,18 +538,35 @@ impl Proxy {
                 permits,
             }));
         }
+        let sse = picked
+            .content_type
+            .is_some_and(crate::media::is_event_stream);
+        // Faults armed on the reply: it goes through their stage (its length may change).
+        let stage = ex
+            .plan
+            .as_ref()
+            .filter(|p| !p.faults.is_empty())
+            .and_then(|p| {
+                faults::Stage::new(
+                    p.call_faults(),
+                    sse,
+                    self.inner.inspector.config().max_frame_bytes,
+                )
+            });
         // An event stream may stay open for hours: on HTTP/1.1 the listener writes it on
         // without hyper's connection (see `server::LongStream`).
-        if picked
-            .content_type
-            .is_some_and(crate::media::is_event_stream)
-        {
+        if sse {
             rparts.extensions.insert(crate::server::LongStream);
         }
-        Answer::Stream(Response::from_parts(
-            rparts,
-            TeeBody::new(ReplySource::Upstream(rbody), Some(ex.ctx)).holding(permits),
-        ))
+        let body = TeeBody::new(ReplySource::Upstream(rbody), Some(ex.ctx)).holding(permits);
+        let body = match stage {
+            Some(stage) => {
+                rparts.headers.remove(header::CONTENT_LENGTH);
+                body.faulted(stage)
+            }
+            None => body,
+        };
+        Answer::Stream(Response::from_parts(rparts, body))
     }
 
     /// A batch some of whose members were refused: the upstream answered the smaller batch;
@@ -686,6 +712,41 @@ impl Proxy {
         }
         resp
     }
+}
+
+/// A request's faults that act before it goes upstream: a `delay` waits here; true for a
+/// `close` (the caller answers with a closed connection). Each recorded.
+async fn request_faults(ex: &mut Exchange) -> bool {
+    use crate::fault::{Action, At};
+    let faults = ex
+        .plan
+        .as_ref()
+        .map(|p| p.call_faults())
+        .unwrap_or_default();
+    let mut delay = Duration::ZERO;
+    let mut close = false;
+    for f in &faults {
+        let detail = match &f.fired.action {
+            Action::Delay(d, At::Request) => {
+                delay = delay.max(*d);
+                format!("the request held {}", crate::units::show_secs(*d))
+            }
+            Action::Close => {
+                close = true;
+                "the connection closed when the call arrived, with no reply".to_string()
+            }
+            _ => continue,
+        };
+        ex.ctx
+            .fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
+    }
+    if close {
+        return true;
+    }
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    false
 }
 
 /// One exchange as the proxy carries it through its phases.

@@ -451,8 +451,8 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
     };
     let (armed, cut_now) = {
         let mut o = locked(out);
-        let armed = crate::fault::reply_id(&line)
-            .and_then(|id| o.armed.take(&id).map(|(f, m)| (id, f, m)));
+        let armed =
+            crate::fault::reply_id(&line).and_then(|id| o.armed.take(&id).map(|(f, m)| (id, f, m)));
         // The cut counts every message of the server's from the call on.
         let cut_now = match o.cut.as_mut() {
             Some(c) if c.left == 0 => o.cut.take(),
@@ -519,7 +519,10 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
             if held.is_err() {
                 let _ = write_out(out, &l);
             }
-            (None, format!("the reply held {}", crate::units::show_secs(d)))
+            (
+                None,
+                format!("the reply held {}", crate::units::show_secs(d)),
+            )
         }
         Action::Throttle(bps) => {
             let l = with_nl(&line);

@@ -174,6 +174,41 @@ pub async fn tee<C, U>(
     s.ctx.end(EndReason::Closed(why));
 }
 
+/// A fault the client's direction does before a message goes on.
+enum WsBefore {
+    Delay(std::time::Duration),
+    Close,
+}
+
+/// A message's faults over WebSocket: the request-side ones returned, each recorded. The
+/// reply-side ones are not applied over WebSocket yet (a server message would have to be
+/// re-framed, and re-compressed under a shared deflate context): recorded as not applied.
+fn ws_faults(
+    ctx: &mut ExchangeCtx,
+    faults: Vec<crate::limit::enforce::CallFault>,
+) -> Vec<WsBefore> {
+    use crate::fault::{Action, At};
+    let mut out = Vec::new();
+    for f in faults {
+        let detail = match &f.fired.action {
+            Action::Delay(d, At::Request) => {
+                out.push(WsBefore::Delay(*d));
+                format!("the request held {}", crate::units::show_secs(*d))
+            }
+            Action::Close => {
+                out.push(WsBefore::Close);
+                "the WebSocket connection dropped when the call arrived".to_string()
+            }
+            a => format!(
+                "not applied: `{}` on a reply is not done over WebSocket yet",
+                a.name()
+            ),
+        };
+        ctx.fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
+    }
+    out
+}
+
 /// How long the other direction may run once one has ended.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -211,6 +246,11 @@ async fn pump<R, W>(
             biased;
             f = next_injected(&mut inject), if between && inject.is_some() => {
                 match f {
+                    // Empty: a `close` fault — the client's connection dropped.
+                    Some(f) if f.is_empty() => {
+                        let _ = w.shutdown().await;
+                        break;
+                    }
                     Some(f) => {
                         if w.write_all(&f).await.is_err() {
                             break;
@@ -304,6 +344,8 @@ async fn limited<R, W>(
     let mut out: Vec<u8> = Vec::new();
     let mut replies: Vec<Bytes> = Vec::new();
     let mut fatal = false;
+    // Request-side faults of the messages read: a delay before they go on, or a close.
+    let mut before: Vec<WsBefore> = Vec::new();
     loop {
         let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -396,6 +438,7 @@ async fn limited<R, W>(
                                     replies.extend(l.reply.map(|r| {
                                         Bytes::from(frame::encode(true, false, 0x1, &r, None))
                                     }));
+                                    before.extend(ws_faults(&mut s.ctx, l.faults));
                                 }
                                 WsEvent::BinaryData(b) if rewrite => {
                                     out.extend(frame::encode(true, false, 0x2, &b, Some(mask())));
@@ -452,6 +495,19 @@ async fn limited<R, W>(
                     apply(&mut s, dir, ev);
                 }
             }
+        }
+        let mut close = false;
+        for b in before.drain(..) {
+            match b {
+                WsBefore::Delay(d) => tokio::time::sleep(d).await,
+                WsBefore::Close => close = true,
+            }
+        }
+        if close {
+            // `close`: both sides' connections dropped, no close frame (a crash, as a client sees it).
+            let _ = w.shutdown().await;
+            let _ = to_client.send(Bytes::new()).await;
+            return;
         }
         if !out.is_empty() {
             if w.write_all(&out).await.is_err() {

@@ -3,6 +3,9 @@
 usage: ws_peer.py server PORT [plain]      a JSON-RPC server
        ws_peer.py client URL [plain]       a client; prints what it got as one JSON object
        ws_peer.py limited URL [plain]      a client for a proxy refusing `add` after 3 calls
+       ws_peer.py faulted URL [plain]      a client for a proxy injecting faults: an error on
+                                           the first `add`, a held `echo`, a closed connection
+                                           on `stats`
        ws_peer.py eth URL                  an Ethereum client (for ganache): block number, a
                                            batch, newHeads over three mined blocks, unsubscribe
 `plain` turns compression off.
@@ -16,9 +19,11 @@ Batches are answered as arrays; notifications get nothing.
 import asyncio
 import json
 import sys
+import time
 
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
+from websockets.exceptions import ConnectionClosed
 
 
 SEEN = {"add": 0}
@@ -124,6 +129,26 @@ async def limited(url, compression):
     print(json.dumps(out))
 
 
+async def faulted(url, compression):
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        async def call(body):
+            await ws.send(json.dumps(body))
+            return json.loads(await ws.recv())
+
+        out["add"] = await call({"jsonrpc": "2.0", "method": "add", "params": [1, 1], "id": 1})
+        out["add2"] = await call({"jsonrpc": "2.0", "method": "add", "params": [2, 3], "id": 2})
+        t0 = time.monotonic()
+        out["echo"] = await call({"jsonrpc": "2.0", "method": "echo", "params": ["x"], "id": 3})
+        out["echo_secs"] = time.monotonic() - t0
+        try:
+            out["stats"] = await asyncio.wait_for(
+                call({"jsonrpc": "2.0", "method": "stats", "id": 4}), 10)
+        except ConnectionClosed:
+            out["stats"] = "connection closed"
+    print(json.dumps(out))
+
+
 async def eth(url, compression):
     out = {}
     async with connect(url, compression=compression, max_size=None) as ws:
@@ -168,5 +193,7 @@ if __name__ == "__main__":
         asyncio.run(eth(where, compression))
     elif role == "limited":
         asyncio.run(limited(where, compression))
+    elif role == "faulted":
+        asyncio.run(faulted(where, compression))
     else:
         asyncio.run(client(where, compression))

@@ -16,6 +16,7 @@ mod faults;
 mod fleet;
 mod fuzz_props;
 mod hub;
+mod injected;
 mod inspect;
 mod interop;
 mod limits;

@@ -1000,17 +1000,10 @@ impl App {
     /// else the exchange's), counted apart from anomalies.
     pub fn apply_fault(&mut self, exchange: u64, scope: &Text, id: Option<&str>, text: &str) {
         self.faults_total += 1;
-        let target = self
-            .rows
-            .iter_mut()
-            .rev()
-            .take(10_000)
-            .find(|r| match id {
-                Some(i) => {
-                    r.scope == *scope && &*r.id == i && r.direction == Direction::ClientToServer
-                }
-                None => r.exchange == exchange,
-            });
+        let target = self.rows.iter_mut().rev().take(10_000).find(|r| match id {
+            Some(i) => r.scope == *scope && &*r.id == i && r.direction == Direction::ClientToServer,
+            None => r.exchange == exchange,
+        });
         if let Some(r) = target {
             r.injected.push(text.to_string());
         }

@@ -1,0 +1,606 @@
+//! Fault injection on the HTTP reply (`crate::fault`): the [`Stage`] a reply passes through when
+//! a fault is armed on one of its request's calls. The inspector has already read each chunk as
+//! the server sent it (the stage sits after the tee's copy); the stage changes what the client
+//! gets: an SSE reply event by event (held, dropped, doubled, its id changed, its JSON cut, the
+//! stream cut after N events, written slowly), a JSON reply whole (bounded by the inspection
+//! cap; larger, it passes unchanged). Everything it does is returned as [`Note`]s, which the
+//! body publishes as fault events.
+
+use crate::fault::{Action, Armed, At, Fired};
+use crate::rpc::Id;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Context;
+use std::time::Duration;
+
+/// What a fault did, for the exchange's fault event.
+#[derive(Debug)]
+pub struct Note {
+    pub fired: Fired,
+    pub id: Id,
+    pub method: Arc<str>,
+    pub message: Option<Bytes>,
+    pub detail: String,
+}
+
+/// A `cut_stream_after` counting down the reply's events.
+#[derive(Debug)]
+struct Cut {
+    fired: Fired,
+    id: Id,
+    method: Arc<str>,
+    left: u32,
+    mid_event: bool,
+}
+
+/// What the body should do next.
+#[derive(Debug)]
+pub enum Out {
+    /// Send these bytes.
+    Data(Bytes),
+    /// Wait (a timer is registered with the context, or the reply is held for good).
+    Wait,
+    /// Read more of the upstream's reply.
+    Need,
+    /// The reply ends here.
+    End,
+}
+
+/// The reply as faults change it.
+pub struct Stage {
+    armed: Armed,
+    cut: Option<Cut>,
+    sse: bool,
+    /// SSE: the partial event; JSON: the body so far.
+    buf: Vec<u8>,
+    cap: usize,
+    /// A JSON body over the cap: passed on unchanged from there.
+    gave_up: bool,
+    /// What goes out, each after its wait.
+    out: VecDeque<(Bytes, Option<Duration>)>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    src_done: bool,
+    /// The stream was cut: nothing more goes out.
+    ended: bool,
+    /// The reply is held for good (a dropped JSON reply): the client's timeout decides.
+    hold: bool,
+}
+
+impl std::fmt::Debug for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stage")
+            .field("sse", &self.sse)
+            .finish_non_exhaustive()
+    }
+}
+
+fn with_data(event: &[u8], data: &[u8]) -> Bytes {
+    // The event's other fields (`id:`, `event:`) kept, its data replaced by one line.
+    let mut out = Vec::with_capacity(event.len() + data.len());
+    for line in event.split(|b| *b == b'\n') {
+        let l = line.strip_suffix(b"\r").unwrap_or(line);
+        if l.is_empty() || l.starts_with(b"data:") {
+            continue;
+        }
+        out.extend_from_slice(l);
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// An SSE event's data (its `data:` lines joined), `None` for an event without data.
+fn event_data(event: &[u8]) -> Option<Vec<u8>> {
+    let mut data: Option<Vec<u8>> = None;
+    for line in event.split(|b| *b == b'\n') {
+        let l = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(v) = l.strip_prefix(b"data:") {
+            let v = v.strip_prefix(b" ").unwrap_or(v);
+            let d = data.get_or_insert_with(Vec::new);
+            if !d.is_empty() {
+                d.push(b'\n');
+            }
+            d.extend_from_slice(v);
+        }
+    }
+    data
+}
+
+/// The end of the first event in `buf` (after its blank line).
+fn event_end(buf: &[u8]) -> Option<usize> {
+    let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
+    let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Stage {
+    /// A stage for a reply (`sse`: an event stream) with the request's faults armed; `None`
+    /// when none acts on the reply.
+    pub fn new(
+        faults: Vec<crate::limit::enforce::CallFault>,
+        sse: bool,
+        cap: usize,
+    ) -> Option<Stage> {
+        let mut armed = Armed::default();
+        let mut cut = None;
+        for f in faults {
+            match f.fired.action {
+                Action::CutStreamAfter { n, mid_event } => {
+                    cut = Some(Cut {
+                        method: f.method.as_str().into(),
+                        fired: f.fired,
+                        id: f.id,
+                        left: n,
+                        mid_event,
+                    })
+                }
+                ref a if a.on_reply() => armed.arm(&f.id, f.fired.clone(), &f.method),
+                _ => {}
+            }
+        }
+        if armed.is_empty() && cut.is_none() {
+            return None;
+        }
+        Some(Stage {
+            armed,
+            cut,
+            sse,
+            buf: Vec::new(),
+            cap,
+            gave_up: false,
+            out: VecDeque::new(),
+            timer: None,
+            src_done: false,
+            ended: false,
+            hold: false,
+        })
+    }
+
+    /// A chunk of the upstream's reply.
+    pub fn feed(&mut self, chunk: &[u8], notes: &mut Vec<Note>) {
+        if self.ended {
+            return;
+        }
+        if !self.sse {
+            if self.gave_up {
+                self.push(Bytes::copy_from_slice(chunk), None);
+            } else if self.buf.len() + chunk.len() > self.cap {
+                // Too large to change: passed on as it is.
+                self.gave_up = true;
+                let held = std::mem::take(&mut self.buf);
+                self.push(Bytes::from(held), None);
+                self.push(Bytes::copy_from_slice(chunk), None);
+            } else {
+                self.buf.extend_from_slice(chunk);
+            }
+            return;
+        }
+        self.buf.extend_from_slice(chunk);
+        while let Some(end) = event_end(&self.buf) {
+            let event: Vec<u8> = self.buf.drain(..end).collect();
+            self.event(Bytes::from(event), notes);
+            if self.ended {
+                self.buf.clear();
+                return;
+            }
+        }
+        if self.buf.len() > self.cap {
+            // An event beyond the cap: passed on as it comes.
+            let held = std::mem::take(&mut self.buf);
+            self.push(Bytes::from(held), None);
+        }
+    }
+
+    /// The upstream's reply ended.
+    pub fn finish(&mut self, notes: &mut Vec<Note>) {
+        self.src_done = true;
+        if self.ended {
+            return;
+        }
+        let rest = std::mem::take(&mut self.buf);
+        if self.sse || self.gave_up {
+            if !rest.is_empty() {
+                self.push(Bytes::from(rest), None);
+            }
+            return;
+        }
+        self.json_body(Bytes::from(rest), notes);
+    }
+
+    fn push(&mut self, b: Bytes, wait: Option<Duration>) {
+        if !b.is_empty() || wait.is_some() {
+            self.out.push_back((b, wait));
+        }
+    }
+
+    /// One whole SSE event of the server's.
+    fn event(&mut self, event: Bytes, notes: &mut Vec<Note>) {
+        let data = event_data(&event);
+        if let Some(cut) = self.cut.as_mut().filter(|_| data.is_some()) {
+            if cut.left == 0 {
+                let Some(cut) = self.cut.take() else { return };
+                let detail = if cut.mid_event {
+                    self.push(event.slice(..event.len() / 2), None);
+                    "the SSE stream cut in the middle of an event".to_string()
+                } else {
+                    "the SSE stream cut before this event".to_string()
+                };
+                notes.push(Note {
+                    fired: cut.fired,
+                    id: cut.id,
+                    method: cut.method,
+                    message: None,
+                    detail,
+                });
+                self.ended = true;
+                return;
+            }
+            cut.left -= 1;
+        }
+        let armed = data
+            .as_ref()
+            .and_then(|d| crate::fault::reply_id(&Bytes::copy_from_slice(d)))
+            .and_then(|id| self.armed.take(&id).map(|(f, m)| (id, f, m)));
+        let (Some((id, fired, method)), Some(data)) = (armed, data) else {
+            self.push(event, None);
+            return;
+        };
+        let (message, detail) = self.apply(&fired, event, &data, true);
+        notes.push(Note {
+            fired,
+            id,
+            method,
+            message,
+            detail,
+        });
+    }
+
+    /// Applies one reply fault to `frame` (an SSE event whose data is `data`, or a JSON body,
+    /// which is `data`); what it sent in the server's place and what it did.
+    fn apply(
+        &mut self,
+        fired: &Fired,
+        frame: Bytes,
+        data: &[u8],
+        sse: bool,
+    ) -> (Option<Bytes>, String) {
+        let rebuilt = |d: &[u8]| {
+            if sse {
+                with_data(&frame, d)
+            } else {
+                Bytes::copy_from_slice(d)
+            }
+        };
+        match &fired.action {
+            Action::Drop => {
+                // The response is held open: the client's timeout decides (an SSE stream's
+                // other events still pass).
+                self.hold = true;
+                (None, "the reply dropped: the client never gets it".into())
+            }
+            Action::Duplicate => {
+                self.push(frame.clone(), None);
+                if !sse {
+                    // Two JSON texts in one body: what a server that answered twice sends.
+                    self.push(Bytes::from_static(b"\n"), None);
+                }
+                self.push(frame, None);
+                (
+                    Some(Bytes::copy_from_slice(data)),
+                    "the reply delivered twice".into(),
+                )
+            }
+            Action::WrongId => match crate::fault::with_wrong_id(data) {
+                Some(w) => {
+                    self.push(rebuilt(&w), None);
+                    (
+                        Some(Bytes::from(w)),
+                        "the reply delivered with an id no call has".into(),
+                    )
+                }
+                None => {
+                    self.push(frame, None);
+                    (None, "the reply has no id to change: passed on".into())
+                }
+            },
+            Action::Malformed => {
+                let half = crate::fault::malformed(data);
+                self.push(rebuilt(&half), None);
+                (
+                    Some(Bytes::from(half)),
+                    "the reply's JSON cut in half".into(),
+                )
+            }
+            Action::Delay(d, At::Reply) => {
+                self.push(frame, Some(*d));
+                (
+                    None,
+                    format!("the reply held {}", crate::units::show_secs(*d)),
+                )
+            }
+            Action::Throttle(bps) => {
+                let piece = (*bps / 20).max(1) as usize;
+                let step = Duration::from_secs_f64(piece as f64 / *bps as f64);
+                let mut at = 0;
+                while at < frame.len() {
+                    let end = (at + piece).min(frame.len());
+                    self.push(frame.slice(at..end), (at > 0).then_some(step));
+                    at = end;
+                }
+                (None, format!("the reply written at {bps} bytes a second"))
+            }
+            _ => {
+                self.push(frame, None);
+                (None, String::new())
+            }
+        }
+    }
+
+    /// A whole JSON reply (one response or a batch of them) under the armed faults.
+    fn json_body(&mut self, body: Bytes, notes: &mut Vec<Note>) {
+        if let Some(cut) = self.cut.take() {
+            // A JSON reply is one event: cut, the client gets none (or half, `mid_event`).
+            let detail = if cut.mid_event {
+                self.push(body.slice(..body.len() / 2), None);
+                "the reply cut in the middle".to_string()
+            } else {
+                "the reply cut before it began".to_string()
+            };
+            notes.push(Note {
+                fired: cut.fired,
+                id: cut.id,
+                method: cut.method,
+                message: None,
+                detail,
+            });
+            self.ended = true;
+            return;
+        }
+        match crate::rpc::parse_body(&body) {
+            crate::rpc::Body::Single(e) => {
+                let armed =
+                    e.id.clone()
+                        .filter(|_| e.kind.is_response())
+                        .and_then(|id| self.armed.take(&id).map(|(f, m)| (id, f, m)));
+                let Some((id, fired, method)) = armed else {
+                    self.push(body, None);
+                    return;
+                };
+                let (message, detail) = self.apply(&fired, body.clone(), &body, false);
+                notes.push(Note {
+                    fired,
+                    id,
+                    method,
+                    message,
+                    detail,
+                });
+            }
+            crate::rpc::Body::Batch(members) => {
+                // Each member its own fault; the batch written back with what they left.
+                let mut kept: Vec<Vec<u8>> = Vec::new();
+                let mut wait: Option<Duration> = None;
+                for m in members {
+                    let armed =
+                        m.id.clone()
+                            .filter(|_| m.kind.is_response())
+                            .and_then(|id| self.armed.take(&id).map(|(f, me)| (id, f, me)));
+                    let Some((id, fired, method)) = armed else {
+                        kept.push(m.raw.to_vec());
+                        continue;
+                    };
+                    let (message, detail) = match &fired.action {
+                        Action::Drop => (None, "the reply dropped from the batch".to_string()),
+                        Action::Duplicate => {
+                            kept.push(m.raw.to_vec());
+                            kept.push(m.raw.to_vec());
+                            (Some(m.raw.clone()), "the reply delivered twice".into())
+                        }
+                        Action::WrongId => {
+                            let w = crate::fault::with_wrong_id(&m.raw)
+                                .unwrap_or_else(|| m.raw.to_vec());
+                            kept.push(w.clone());
+                            (
+                                Some(Bytes::from(w)),
+                                "the reply delivered with an id no call has".into(),
+                            )
+                        }
+                        Action::Malformed => {
+                            let half = crate::fault::malformed(&m.raw);
+                            kept.push(half.clone());
+                            (
+                                Some(Bytes::from(half)),
+                                "the reply's JSON cut in half".into(),
+                            )
+                        }
+                        Action::Delay(d, _) => {
+                            wait = Some(wait.unwrap_or_default().max(*d));
+                            kept.push(m.raw.to_vec());
+                            (
+                                None,
+                                format!("the batch reply held {}", crate::units::show_secs(*d)),
+                            )
+                        }
+                        _ => {
+                            kept.push(m.raw.to_vec());
+                            (None, "applied to the whole reply".into())
+                        }
+                    };
+                    notes.push(Note {
+                        fired,
+                        id,
+                        method,
+                        message,
+                        detail,
+                    });
+                }
+                let joined = crate::rpc::join_array(kept.iter().map(|v| &v[..]));
+                self.push(joined, wait);
+            }
+            crate::rpc::Body::ParseError(_) => self.push(body, None),
+        }
+    }
+
+    /// The next thing the body should do.
+    pub fn poll_out(&mut self, cx: &mut Context<'_>) -> Out {
+        if let Some(t) = self.timer.as_mut() {
+            if t.as_mut().poll(cx).is_pending() {
+                return Out::Wait;
+            }
+            self.timer = None;
+            if let Some((b, w)) = self.out.front_mut() {
+                *w = None;
+                if b.is_empty() {
+                    self.out.pop_front();
+                }
+            }
+        }
+        if let Some((_, Some(wait))) = self.out.front() {
+            let mut t = Box::pin(tokio::time::sleep(*wait));
+            if t.as_mut().poll(cx).is_pending() {
+                self.timer = Some(t);
+                return Out::Wait;
+            }
+        }
+        if let Some((b, _)) = self.out.pop_front() {
+            return Out::Data(b);
+        }
+        if self.hold && (self.src_done || self.ended) {
+            // Never woken: the body lives until the client gives up and drops it.
+            return Out::Wait;
+        }
+        if self.ended || self.src_done {
+            return Out::End;
+        }
+        Out::Need
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::enforce::CallFault;
+
+    fn fault(id: i64, action: Action) -> CallFault {
+        CallFault {
+            id: Id::Num(id.to_string().into()),
+            method: "tools/call".into(),
+            fired: Fired {
+                rule: "r".into(),
+                action,
+            },
+        }
+    }
+
+    fn drain(s: &mut Stage) -> Vec<u8> {
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut out = Vec::new();
+        loop {
+            match s.poll_out(&mut cx) {
+                Out::Data(b) => out.extend_from_slice(&b),
+                Out::Wait => panic!("waits"),
+                Out::Need | Out::End => return out,
+            }
+        }
+    }
+
+    const PROGRESS: &[u8] =
+        b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n";
+    const REPLY: &[u8] =
+        b"event: message\nid: 7\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
+
+    #[test]
+    fn sse_replies_are_dropped_doubled_and_renamed_and_other_events_pass() {
+        for (action, want) in [
+            (Action::Drop, vec![PROGRESS.to_vec()]),
+            (Action::Duplicate, vec![PROGRESS.to_vec(), REPLY.to_vec(), REPLY.to_vec()]),
+            (
+                Action::WrongId,
+                vec![
+                    PROGRESS.to_vec(),
+                    b"event: message\nid: 7\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"rpctap-wrong-id-1\",\"result\":{}}\n\n".to_vec(),
+                ],
+            ),
+        ] {
+            let mut s = Stage::new(vec![fault(1, action.clone())], true, 1 << 20).unwrap();
+            let mut notes = Vec::new();
+            // Cut anywhere: events are whole before a fault acts on them.
+            let all = [PROGRESS, REPLY].concat();
+            s.feed(&all[..30], &mut notes);
+            s.feed(&all[30..], &mut notes);
+            s.finish(&mut notes);
+            assert_eq!(drain(&mut s), want.concat(), "{action:?}");
+            assert_eq!(notes.len(), 1, "{action:?}");
+            assert_eq!(notes[0].id, Id::Num("1".into()));
+        }
+    }
+
+    #[test]
+    fn a_stream_is_cut_after_n_events_or_inside_the_next() {
+        let mut s = Stage::new(
+            vec![fault(
+                1,
+                Action::CutStreamAfter {
+                    n: 1,
+                    mid_event: false,
+                },
+            )],
+            true,
+            1 << 20,
+        )
+        .unwrap();
+        let mut notes = Vec::new();
+        s.feed(&[PROGRESS, PROGRESS, REPLY].concat(), &mut notes);
+        assert_eq!(drain(&mut s), PROGRESS);
+        assert!(s.ended && notes.len() == 1);
+        let mut s = Stage::new(
+            vec![fault(
+                1,
+                Action::CutStreamAfter {
+                    n: 1,
+                    mid_event: true,
+                },
+            )],
+            true,
+            1 << 20,
+        )
+        .unwrap();
+        s.feed(&[PROGRESS, REPLY].concat(), &mut notes);
+        let got = drain(&mut s);
+        assert_eq!(&got[..PROGRESS.len()], PROGRESS);
+        assert_eq!(got.len(), PROGRESS.len() + REPLY.len() / 2);
+    }
+
+    #[test]
+    fn json_bodies_change_whole_and_batches_member_by_member() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+        let mut s = Stage::new(vec![fault(1, Action::Malformed)], false, 1 << 20).unwrap();
+        let mut notes = Vec::new();
+        s.feed(body, &mut notes);
+        assert!(drain(&mut s).is_empty(), "held until whole");
+        s.finish(&mut notes);
+        assert_eq!(drain(&mut s), crate::fault::malformed(body));
+        let batch = br#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"result":2}]"#;
+        let mut s = Stage::new(vec![fault(2, Action::Drop)], false, 1 << 20).unwrap();
+        s.feed(batch, &mut notes);
+        s.finish(&mut notes);
+        assert_eq!(drain(&mut s), br#"[{"jsonrpc":"2.0","id":1,"result":1}]"#);
+        // A dropped single reply is held: the body never ends.
+        let mut s = Stage::new(vec![fault(1, Action::Drop)], false, 1 << 20).unwrap();
+        s.feed(body, &mut notes);
+        s.finish(&mut notes);
+        let waker = futures_util::task::noop_waker();
+        assert!(matches!(
+            s.poll_out(&mut Context::from_waker(&waker)),
+            Out::Wait
+        ));
+    }
+}

@@ -1,0 +1,438 @@
+//! Faults injected on purpose (`--fault`, `[[fault]]`): the official Python SDK 2.x client
+//! against real servers through rpctap, one fault per call, over HTTP (SSE and JSON replies),
+//! stdio (server-everything) and WebSocket (the `websockets` peer). For each fault the client's
+//! observed behaviour (its result or exception, and when) is asserted; each fault is in the
+//! recording as injected, `/metrics` counts it per rule, and `check` of the recording lists the
+//! faults apart and blames the server for nothing they caused.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn sdk() -> PathBuf {
+    installed("mcp2", &["mcp>=2,<3"])
+}
+
+/// The fault client's report: one entry per call.
+fn client(args: &[&str]) -> Vec<Value> {
+    let v = json_stdout(
+        Command::new(sdk().join("bin/python"))
+            .arg(root().join("tests/interop/fault_client.py"))
+            .args(args),
+        "the fault client",
+    );
+    v.as_array().unwrap().clone()
+}
+
+/// The Python SDK 2.x server in `mode` on a free port.
+async fn py_server(mode: &str) -> (Proc, u16) {
+    let port = free_port();
+    let p = Proc::spawn(
+        Command::new(sdk().join("bin/python"))
+            .arg(root().join("tests/interop/mcp2_server.py"))
+            .args([mode, &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    (p, port)
+}
+
+/// `rpctap proxy` with an admin listener, recording into `file`, with `faults`.
+fn proxy(
+    upstream: &str,
+    file: &Path,
+    faults: &[&str],
+) -> (Proc, std::net::SocketAddr, std::net::SocketAddr) {
+    let mut cmd = proxy_cmd(upstream, true);
+    cmd.args(["--record", file.to_str().unwrap()]);
+    for f in faults {
+        cmd.args(["--fault", f]);
+    }
+    let (p, addrs, _) = spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
+    (p, addrs[0], addrs[1])
+}
+
+fn text(r: &Value) -> &str {
+    r["result"]["content"][0]["text"].as_str().unwrap_or("")
+}
+
+fn elapsed(r: &Value) -> f64 {
+    r["elapsed"].as_f64().unwrap()
+}
+
+/// The recording's fault events: (action, rule).
+fn recorded_faults(file: &Path) -> Vec<(String, String)> {
+    let rec = rpctap::record::reader::read(file).unwrap();
+    rec.events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::events::Event::Fault(f) => Some((f.action.to_string(), f.injected.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `check`'s JSON report: (exit code, per-scope lines).
+fn check_json(file: &Path) -> (Option<i32>, Vec<Value>) {
+    let c = check_recording(file);
+    let lines = c
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (c.exit, lines)
+}
+
+fn metrics(admin: std::net::SocketAddr) -> String {
+    let out = Command::new("curl")
+        .args(["-sf", &format!("http://{admin}/metrics")])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_client_meets_each_fault_over_streamable_http_with_sse_replies() {
+    let (_server, port) = py_server("sse").await;
+    let work = Scratch::new("inject-sse");
+    let file = work.join("sse.jsonl");
+    let faults = [
+        "name=slow-add,tool=add,delay=1500ms,at=reply,count=1",
+        "name=boom,tool=fail,error=-32042:injected boom",
+        "name=lost,tool=add,drop,count=1",
+        "name=twice,tool=add,duplicate,count=1",
+        "name=renamed,tool=add,wrong_id,count=1",
+        "name=cut,tool=slow,cut_stream_after=1",
+    ];
+    let (mut p, addr, admin) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
+    let url = format!("http://{addr}/mcp");
+    let r = client(&[
+        &url,
+        "auto",
+        "2",
+        r#"add:{"a":2,"b":3}"#,
+        "fail:{}",
+        r#"add:{"a":2,"b":3}"#,
+        r#"add:{"a":1,"b":1}"#,
+        r#"add:{"a":1,"b":2}"#,
+        r#"slow:{"steps":3}"#,
+        r#"add:{"a":4,"b":4}"#,
+    ]);
+    assert_eq!(r.len(), 7, "{r:#?}");
+    // delay: the answer, late.
+    assert_eq!(text(&r[0]), "5", "{:?}", r[0]);
+    assert!(elapsed(&r[0]) >= 1.4, "held 1.5 s: {:?}", r[0]);
+    // error: rpctap's error instead of the tool's own result.
+    assert_eq!(r[1]["exception"], "MCPError", "{:?}", r[1]);
+    assert!(r[1]["message"].as_str().unwrap().contains("injected boom"));
+    // drop: the client's own timeout (2 s) decides.
+    assert!(
+        r[2]["message"].as_str().unwrap().contains("timed out"),
+        "{:?}",
+        r[2]
+    );
+    assert!(elapsed(&r[2]) >= 1.9, "{:?}", r[2]);
+    // The 2026-07-28 client gets `add`'s reply as a JSON body: doubled, two JSON texts in one
+    // body, which it cannot parse; with a wrong id, it waits for its own and times out.
+    assert!(
+        r[3]["message"].as_str().unwrap().contains("parse JSON"),
+        "{:?}",
+        r[3]
+    );
+    assert!(elapsed(&r[3]) < 1.0, "{:?}", r[3]);
+    assert!(
+        r[4]["message"].as_str().unwrap().contains("timed out"),
+        "{:?}",
+        r[4]
+    );
+    // cut after one event (`slow` answers over SSE): the first progress arrived, then the
+    // stream ended without a reply.
+    assert_eq!(r[5]["exception"], "MCPError", "{:?}", r[5]);
+    assert!(r[5]["message"]
+        .as_str()
+        .unwrap()
+        .contains("without a response"));
+    assert_eq!(r[5]["progress"], serde_json::json!([1.0]));
+    // And the session goes on.
+    assert_eq!(text(&r[6]), "8", "{:?}", r[6]);
+
+    let m = metrics(admin);
+    for (rule, action) in [
+        ("slow-add", "delay"),
+        ("boom", "error"),
+        ("lost", "drop"),
+        ("twice", "duplicate"),
+        ("renamed", "wrong_id"),
+        ("cut", "cut_stream_after"),
+    ] {
+        let line = format!(r#"rpctap_faults_injected_total{{rule="{rule}",action="{action}"}} 1"#);
+        assert!(m.contains(&line), "{line} in\n{m}");
+    }
+    p.term();
+    let mut got = recorded_faults(&file);
+    got.sort();
+    let mut want: Vec<(String, String)> = [
+        ("cut_stream_after", "cut"),
+        ("delay", "slow-add"),
+        ("drop", "lost"),
+        ("duplicate", "twice"),
+        ("error", "boom"),
+        ("wrong_id", "renamed"),
+    ]
+    .iter()
+    .map(|(a, r)| (a.to_string(), r.to_string()))
+    .collect();
+    want.sort();
+    assert_eq!(got, want);
+    let (exit, lines) = check_json(&file);
+    assert_eq!(exit, Some(0), "no server anomaly: {lines:#?}");
+    let injected: Vec<&Value> = lines
+        .iter()
+        .flat_map(|l| l["injected"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(injected.len(), 6, "{lines:#?}");
+    // The cut call's missing reply is listed, allowed, naming the fault.
+    let missing: Vec<&Value> = lines
+        .iter()
+        .flat_map(|l| l["result"]["findings"].as_array().into_iter().flatten())
+        .filter(|f| f["code"] == "MISSING_RESPONSE")
+        .collect();
+    assert!(!missing.is_empty(), "{lines:#?}");
+    for f in missing {
+        assert_eq!(f["allowed"], true, "{f}");
+        assert!(f["message"].as_str().unwrap().contains("`cut`"), "{f}");
+    }
+
+    // The 2025 client's session: every reply an SSE event. A doubled one is taken once; one
+    // with a wrong id is still taken, as the reply on the POST's own stream.
+    let file = work.join("legacy.jsonl");
+    let (mut p, addr, _) = proxy(
+        &format!("http://127.0.0.1:{port}"),
+        &file,
+        &[
+            "name=twice,tool=add,duplicate,count=1",
+            "name=renamed,tool=add,wrong_id,count=1",
+        ],
+    );
+    let r = client(&[
+        &format!("http://{addr}/mcp"),
+        "legacy",
+        "2",
+        r#"add:{"a":1,"b":1}"#,
+        r#"add:{"a":1,"b":2}"#,
+        r#"add:{"a":1,"b":3}"#,
+    ]);
+    assert_eq!(
+        [text(&r[0]), text(&r[1]), text(&r[2])],
+        ["2", "3", "4"],
+        "{r:#?}"
+    );
+    p.term();
+    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
+    got.sort();
+    assert_eq!(got, ["duplicate", "wrong_id"]);
+    let (exit, lines) = check_json(&file);
+    assert_eq!(exit, Some(0), "{lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_replies_take_a_status_a_cut_body_a_slow_body_and_a_held_request() {
+    let (_server, port) = py_server("json").await;
+    let work = Scratch::new("inject-json");
+    let file = work.join("json.jsonl");
+    let faults = [
+        "name=unavailable,tool=add,status=503,count=1",
+        "name=halved,tool=add,malformed,count=1",
+        "name=trickle,tool=add,throttle=200B/s,count=1",
+        "name=queued,tool=add,delay=1s,count=1",
+    ];
+    let (mut p, addr, _) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
+    let url = format!("http://{addr}/mcp");
+    let r = client(&[
+        &url,
+        "legacy",
+        "5",
+        r#"add:{"a":1,"b":1}"#,
+        r#"add:{"a":1,"b":2}"#,
+        r#"add:{"a":1,"b":3}"#,
+        r#"add:{"a":1,"b":4}"#,
+        r#"add:{"a":1,"b":5}"#,
+    ]);
+    // A 503 and a reply that is not JSON: the client raises for each, at once.
+    for i in [0, 1] {
+        assert!(r[i]["exception"].is_string(), "{:?}", r[i]);
+        assert!(elapsed(&r[i]) < 2.0, "{:?}", r[i]);
+    }
+    // The throttled reply (~150 bytes at 200 B/s) arrives whole, slowly.
+    assert_eq!(text(&r[2]), "4", "{:?}", r[2]);
+    assert!(elapsed(&r[2]) >= 0.4, "{:?}", r[2]);
+    // The held request.
+    assert_eq!(text(&r[3]), "5", "{:?}", r[3]);
+    assert!(elapsed(&r[3]) >= 0.9, "{:?}", r[3]);
+    assert_eq!(text(&r[4]), "6", "{:?}", r[4]);
+    p.term();
+    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
+    got.sort();
+    assert_eq!(got, ["delay", "malformed", "status", "throttle"]);
+    let (exit, lines) = check_json(&file);
+    assert_eq!(exit, Some(0), "{lines:#?}");
+}
+
+fn everything_js() -> PathBuf {
+    installed("node", NODE_PACKAGES)
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_faults_over_stdio_in_front_of_server_everything() {
+    let work = Scratch::new("inject-stdio");
+    let file = work.join("stdio.jsonl");
+    let calls = serde_json::json!([
+        r#"echo:{"message":"hi"}"#,
+        r#"get-sum:{"a":2,"b":3}"#,
+        r#"echo:{"message":"lost"}"#,
+        r#"get-sum:{"a":1,"b":1}"#,
+        r#"echo:{"message":"renamed"}"#,
+        r#"trigger-long-running-operation:{"duration":0.6,"steps":3}"#,
+    ])
+    .to_string();
+    let faults = [
+        "name=boom,tool=echo,error=-32042:injected boom,count=1",
+        "name=late,tool=get-sum,delay=1500ms,at=reply,count=1",
+        "name=lost,tool=echo,drop,count=1",
+        "name=twice,tool=get-sum,duplicate,count=1",
+        "name=renamed,tool=echo,wrong_id,count=1",
+        "name=cut,tool=trigger-long-running-operation,cut_stream_after=1",
+    ];
+    let bin = env!("CARGO_BIN_EXE_rpctap").to_string();
+    let mut args: Vec<String> = vec![
+        "--stdio".into(),
+        "auto".into(),
+        "2".into(),
+        calls,
+        bin,
+        "stdio".into(),
+        "--no-hub".into(),
+        "--record".into(),
+        file.to_str().unwrap().into(),
+    ];
+    for f in faults {
+        args.push("--fault".into());
+        args.push(f.into());
+    }
+    args.extend([
+        "--".into(),
+        "node".into(),
+        everything_js().to_str().unwrap().into(),
+        "stdio".into(),
+    ]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = client(&a);
+    assert_eq!(r[0]["exception"], "MCPError", "{:?}", r[0]);
+    assert!(r[0]["message"].as_str().unwrap().contains("injected boom"));
+    assert!(text(&r[1]).contains('5'), "{:?}", r[1]);
+    assert!(elapsed(&r[1]) >= 1.4, "{:?}", r[1]);
+    // Dropped: the client's timeout.
+    assert!(r[2]["exception"].is_string(), "{:?}", r[2]);
+    assert!(elapsed(&r[2]) >= 1.9, "{:?}", r[2]);
+    assert!(text(&r[3]).contains('2'), "{:?}", r[3]);
+    // Over stdio the id is all the client has: a reply with a wrong one answers nothing, and
+    // the call times out.
+    assert!(r[4]["exception"].is_string(), "{:?}", r[4]);
+    assert!(elapsed(&r[4]) >= 1.9, "{:?}", r[4]);
+    // Cut after the first progress: the session is gone.
+    assert!(
+        r[5]["exception"].is_string() || r[5]["session_exception"].is_string(),
+        "{:?}",
+        r[5]
+    );
+    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "cut_stream_after",
+            "delay",
+            "drop",
+            "duplicate",
+            "error",
+            "wrong_id"
+        ]
+    );
+    let (exit, lines) = check_json(&file);
+    assert_eq!(exit, Some(0), "{lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
+    let env = installed("ws", &["websockets==17.4"]);
+    let port = free_port();
+    let _server = Proc::spawn(
+        Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/ws_peer.py"))
+            .args(["server", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let work = Scratch::new("inject-ws");
+    let file = work.join("ws.jsonl");
+    let faults = [
+        "name=boom,method=add,error=-32042:injected boom,count=1",
+        "name=queued,method=echo,delay=1s,count=1",
+        "name=gone,method=stats,close",
+    ];
+    let (mut p, addr, _) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
+    let v = json_stdout(
+        Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/ws_peer.py"))
+            .args(["faulted", &format!("ws://{addr}/")]),
+        "the WebSocket client",
+    );
+    assert_eq!(v["add"]["error"]["code"], -32042, "{v}");
+    assert_eq!(
+        v["add2"]["result"], 5,
+        "the next add reaches the server: {v}"
+    );
+    assert_eq!(v["echo"]["result"], serde_json::json!(["x"]), "{v}");
+    assert!(v["echo_secs"].as_f64().unwrap() >= 0.9, "{v}");
+    assert_eq!(v["stats"], "connection closed", "{v}");
+    p.term();
+    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
+    got.sort();
+    assert_eq!(got, ["close", "delay", "error"]);
+}
+
+#[test]
+fn a_rule_with_no_action_or_one_that_means_nothing_on_its_transport_is_refused_at_start() {
+    let out = rpctap()
+        .args([
+            "stdio",
+            "--no-hub",
+            "--fault",
+            "tool=x,status=503",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("means nothing over stdio"), "{err}");
+    let out = rpctap()
+        .args([
+            "proxy",
+            "--no-tui",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--fault",
+            "tool=x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no action"));
+}
