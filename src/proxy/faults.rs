@@ -506,6 +506,8 @@ mod tests {
         loop {
             match s.poll_out(&mut cx) {
                 Out::Data(b) => out.extend_from_slice(&b),
+                // A dropped reply holds the response open: what came before is all there is.
+                Out::Wait if s.hold => return out,
                 Out::Wait => panic!("waits"),
                 Out::Need | Out::End => return out,
             }
