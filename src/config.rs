@@ -689,6 +689,17 @@ mod tests {
             conn_limits(&ProxyFlags::default(), &f).unwrap(),
             crate::server::ConnLimits::default()
         );
+        // Its commented fault rule parses and builds, uncommented.
+        let start = text.find("# [[fault]]").unwrap();
+        let rule: String = text[start..]
+            .lines()
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", &l[2..]))
+            .collect();
+        let f = FileConfig::parse(&rule).unwrap();
+        assert_eq!(f.fault.len(), 1);
+        assert_eq!(f.fault[0].probability, Some(0.2));
+        crate::fault::Faults::new(&f.fault, crate::fault::Carrier::Http).unwrap();
         // Its commented keys parse too, uncommented.
         let all = text
             .replace("# admin = ", "admin = ")
@@ -702,6 +713,7 @@ mod tests {
         // The commented [[limit]] example, every key uncommented, is a valid rule (a shared one).
         let example: String = text[text.find("# [[limit]]").unwrap()..]
             .lines()
+            .take_while(|l| l.starts_with('#'))
             .filter_map(|l| l.strip_prefix("# "))
             .filter(|l| !l.starts_with("Shared by") && !l.starts_with("limit_code"))
             .map(|l| format!("{l}\n"))

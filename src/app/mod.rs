@@ -413,7 +413,11 @@ fn spawn_reloader(proxy: Proxy, cfg: ProxyConfig) -> tokio::task::JoinHandle<()>
                 // One line each way, on stderr through the log (no second copy by eprintln).
                 match config::reload_limits(&cfg) {
                     Ok(l) => {
-                        tracing::warn!(rules = l.len(), "rate-limit rules reloaded");
+                        tracing::warn!(
+                            rules = l.len(),
+                            faults = l.faults.len(),
+                            "rate-limit and fault rules reloaded"
+                        );
                         proxy.set_limiter(l);
                     }
                     Err(e) => {

@@ -436,3 +436,83 @@ fn a_rule_with_no_action_or_one_that_means_nothing_on_its_transport_is_refused_a
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no action"));
 }
+
+/// A POST of one JSON-RPC call through curl: (curl's exit code, the body it got).
+fn post(addr: std::net::SocketAddr, body: &str) -> (Option<i32>, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-H", "content-type: application/json", "-d", body])
+        .arg(format!("http://{addr}/jsonrpc"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults() {
+    let port = free_port();
+    let _upstream = Proc::spawn(
+        rpctap()
+            .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let work = Scratch::new("inject-reload");
+    let config = work.join("rpctap.toml");
+    std::fs::write(
+        &config,
+        "[[fault]]\nname = \"hang-up\"\nmethod = \"add\"\nclose = true\n",
+    )
+    .unwrap();
+    let file = work.join("reload.jsonl");
+    let mut cmd = proxy_cmd(&format!("http://127.0.0.1:{port}"), false);
+    cmd.args([
+        "--config",
+        config.to_str().unwrap(),
+        "--record",
+        file.to_str().unwrap(),
+    ]);
+    let (mut p, addrs, _) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}"#;
+    // curl 52: "empty reply from server" — the connection closed with no response at all.
+    let (code, body) = post(addrs[0], call);
+    assert_eq!(code, Some(52), "{body}");
+    assert!(body.is_empty());
+    // Other methods pass.
+    let (code, body) = post(
+        addrs[0],
+        r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":["x"]}"#,
+    );
+    assert_eq!(code, Some(0));
+    assert!(body.contains("\"result\""), "{body}");
+    // A new rule set from the file, on SIGHUP.
+    std::fs::write(
+        &config,
+        "[[fault]]\nname = \"nope\"\nmethod = \"add\"\nerror = { code = -32099, message = \"reloaded\" }\n",
+    )
+    .unwrap();
+    signal(p.id(), "HUP");
+    let mut reloaded = String::new();
+    for _ in 0..100 {
+        let (_, body) = post(addrs[0], call);
+        if body.contains("-32099") {
+            reloaded = body;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(reloaded.contains("reloaded"), "{reloaded}");
+    p.term();
+    let got: Vec<(String, String)> = recorded_faults(&file);
+    assert_eq!(
+        got.first().map(|(a, r)| (a.as_str(), r.as_str())),
+        Some(("close", "hang-up"))
+    );
+    assert!(
+        got.iter().any(|(a, r)| a == "error" && r == "nope"),
+        "{got:?}"
+    );
+}
