@@ -9,7 +9,8 @@
 #
 # Rows: the hyper floor (examples/hyper_floor.rs: the same stack forwarding blindly), rpctap
 # `--log off`, and rpctap's defaults (a text log line per call on stdout — here into a file, as a
-# sidecar's log collector would read it); each at every thread count (`RPCTAP_THREADS`). CPU per
+# sidecar's log collector would read it), and `--log off` with a `--fault` rule that matches no
+# call; each at every thread count (`RPCTAP_THREADS`). CPU per
 # call is the process's utime + stime (/proc/PID/stat) over the requests wrk completed. The
 # upstream is rpctap's demo server. Loopback only; bounded by ROUNDS × rows × SECS.
 set -euo pipefail
@@ -52,6 +53,8 @@ for t in $THREADS; do
   ROWS+=("floor-$t|$t|target/release/examples/hyper_floor 127.0.0.1:PORT 127.0.0.1:$UP")
   ROWS+=("rpctap-log-off-$t|$t|$BIN proxy --no-tui --log off --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
   ROWS+=("rpctap-defaults-$t|$t|$BIN proxy --no-tui --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
+  # A fault rule that matches no call (issue 37: ≤ 2 % requests/s against `--log off`).
+  ROWS+=("rpctap-fault-miss-$t|$t|$BIN proxy --no-tui --log off --fault tool=never-called,drop --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
   if [ -n "${BIN_B:-}" ]; then
     ROWS+=("B-log-off-$t|$t|$BIN_B proxy --no-tui --log off --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
     ROWS+=("B-defaults-$t|$t|$BIN_B proxy --no-tui --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
@@ -73,4 +76,11 @@ for row in "${ROWS[@]}"; do
   frps=$(cut -d' ' -f1 "$WORK/floor-$threads" | med); fcpu=$(cut -d' ' -f2 "$WORK/floor-$threads" | med)
   printf "| %s | %s | %.0f | %.2f | %.2f | %.2f |\n" "${name%-*}" "$threads" "$rps" "$cpu" \
     "$(awk "BEGIN{print $rps / $frps}")" "$(awk "BEGIN{print $cpu / $fcpu}")"
+done
+echo
+for t in $THREADS; do
+  off=$(cut -d' ' -f1 "$WORK/rpctap-log-off-$t" | med); miss=$(cut -d' ' -f1 "$WORK/rpctap-fault-miss-$t" | med)
+  offc=$(cut -d' ' -f2 "$WORK/rpctap-log-off-$t" | med); missc=$(cut -d' ' -f2 "$WORK/rpctap-fault-miss-$t" | med)
+  printf "a fault rule matching nothing, %s thread(s): req/s %.3f× and CPU per call %.3f× of --log off\n" "$t" \
+    "$(awk "BEGIN{print $miss / $off}")" "$(awk "BEGIN{print $missc / $offc}")"
 done

@@ -4,6 +4,7 @@
 #
 #   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, rpctap --record
 #   SECS=20 bash benches/instructions.sh
+#   BIN=target/thin/release/rpctap bash benches/instructions.sh   # another build of rpctap
 #   BUDGET_ABOVE_FLOOR=18500 BUDGET_RECORD=14500 BUDGET_ADMIN=2100 bash benches/instructions.sh   # fail if over
 #
 # Each proxy runs under `valgrind --tool=callgrind` (one worker thread) in front of rpctap's demo
@@ -26,7 +27,8 @@ if ! need nginx || ! need wrk || ! need valgrind; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk valgrind >/dev/null
 fi
 cargo build --release -q --bin rpctap --example hyper_floor
-BIN=target/release/rpctap
+# BIN=/path/to/rpctap measures that build (another profile, say) beside the same floor.
+BIN=${BIN:-target/release/rpctap}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 source benches/common.sh
@@ -81,13 +83,17 @@ P=$(free_port); measure rpctap+record $P -- $BIN proxy --no-tui --log off --list
 # The admin listener on (metrics counted per call; the feed gated shut, nobody attached).
 P=$(free_port); A=$(free_port); measure rpctap+admin $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --admin 127.0.0.1:$A
 
+# A fault rule that matches no call (issue 37): its glob match per call.
+P=$(free_port); measure rpctap+fault-miss $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --fault tool=never-called,drop
+
 # rpctap's own work: what it executes above the floor (the same stack forwarding blindly), and
 # what recording adds. With BUDGET_ABOVE_FLOOR / BUDGET_RECORD set (instructions per call), the
 # script fails when a budget is exceeded — targets a noisy machine can check.
 above=$((IR[rpctap] - IR[hyper-floor])); record=$((IR[rpctap+record] - IR[rpctap]))
 echo
 admin=$((IR[rpctap+admin] - IR[rpctap]))
-echo "rpctap above the hyper floor: $above instructions/call; --record adds $record; --admin adds $admin"
+fault=$((IR[rpctap+fault-miss] - IR[rpctap]))
+echo "rpctap above the hyper floor: $above instructions/call; --record adds $record; --admin adds $admin; a fault rule matching nothing adds $fault"
 echo "ratios to nginx: floor $(awk "BEGIN{printf \"%.2f\", ${IR[hyper-floor]}/${IR[nginx]}}"), rpctap $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap]}/${IR[nginx]}}"), --record $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap+record]}/${IR[nginx]}}")"
 fail=0
 if [ -n "${BUDGET_ADMIN:-}" ] && [ "$admin" -gt "$BUDGET_ADMIN" ]; then
