@@ -734,7 +734,14 @@ impl<'de> Deserialize<'de> for FaultEvent {
             action: intern(&r.action),
             method: r.method,
             id: r.id,
-            message: r.message.map(|m| Bytes::from(m.get().to_owned())),
+            // A frame that is not JSON (a cut reply) is written as a string of its text; the
+            // frames a fault sends are never JSON strings themselves.
+            message: r
+                .message
+                .map(|m| match serde_json::from_str::<String>(m.get()) {
+                    Ok(text) => Bytes::from(text),
+                    Err(_) => Bytes::from(m.get().to_owned()),
+                }),
             detail: r.detail,
         })
     }

@@ -523,9 +523,43 @@ mod tests {
                 unparsed: false,
                 binary: true,
             }),
+            Event::Fault(FaultEvent {
+                ts: 11,
+                exchange: 12,
+                scope: scope.clone(),
+                injected: "twice".into(),
+                action: "duplicate",
+                method: Some("tools/call".into()),
+                id: Some(Id::Num("3".into())),
+                message: Some(bytes::Bytes::from_static(
+                    br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+                )),
+                detail: "the reply delivered twice".into(),
+            }),
+            Event::Fault(FaultEvent {
+                ts: 13,
+                exchange: 12,
+                scope: Scope::Exchange(12),
+                injected: "halved".into(),
+                action: "malformed",
+                method: None,
+                id: None,
+                message: Some(bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":"#)),
+                detail: "the reply's JSON cut in half".into(),
+            }),
         ];
         for ev in &events {
             assert_round_trips(ev);
+        }
+        // A cut frame a fault sent reads back as its own bytes.
+        let mut line = Vec::new();
+        write_line(&mut line, &events[events.len() - 1]).unwrap();
+        match crate::record::reader::parse_line(std::str::from_utf8(&line).unwrap()).unwrap() {
+            Event::Fault(f) => assert_eq!(
+                f.message.as_deref(),
+                Some(&br#"{"jsonrpc":"2.0","id":"#[..])
+            ),
+            e => panic!("{e:?}"),
         }
         // A frame that was not JSON reads back as its own bytes.
         let text = r#"{"event":"message","ts":1,"exchange":1,"scope":"exchange:1","direction":"s2c","transport":"stdio","kind":"invalid","message":"not json \" here","unparsed":true}"#;

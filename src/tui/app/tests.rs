@@ -1000,3 +1000,29 @@ fn the_detail_has_both_heads_headers_for_the_newest_exchanges() {
     );
     assert_eq!(oldest.status, Some(200), "its request line and status stay");
 }
+
+#[test]
+fn an_injected_fault_marks_its_call_and_counts_apart_from_anomalies() {
+    let mut a = app_with_calls();
+    let before = a.anomalies_total;
+    a.apply(&Event::Fault(crate::events::FaultEvent {
+        ts: 1,
+        exchange: 1,
+        scope: crate::events::Scope::Exchange(1),
+        injected: "lost".into(),
+        action: "drop",
+        method: Some("add".into()),
+        id: Some(crate::rpc::Id::Num("1".into())),
+        message: None,
+        detail: "the reply dropped".into(),
+    }));
+    assert_eq!(a.faults_total, 1);
+    assert_eq!(a.anomalies_total, before, "not an anomaly");
+    let row = a.rows.iter().find(|r| &*r.id == "1").unwrap();
+    assert_eq!(row.injected, ["lost: drop — the reply dropped"]);
+    assert!(a
+        .rows
+        .iter()
+        .filter(|r| &*r.id != "1")
+        .all(|r| r.injected.is_empty()));
+}
