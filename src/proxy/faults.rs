@@ -606,3 +606,102 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::limit::enforce::CallFault;
+    use proptest::prelude::*;
+
+    fn out_of(s: &mut Stage) -> Vec<u8> {
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut out = Vec::new();
+        loop {
+            match s.poll_out(&mut cx) {
+                Out::Data(b) => out.extend_from_slice(&b),
+                Out::Wait | Out::Need | Out::End => return out,
+            }
+        }
+    }
+
+    fn event(id: u8, reply: bool, crlf: bool) -> Vec<u8> {
+        let nl = if crlf { "\r\n" } else { "\n" };
+        let data = if reply {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)
+        } else {
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#.to_string()
+        };
+        format!("event: message{nl}data: {data}{nl}{nl}").into_bytes()
+    }
+
+    proptest! {
+        /// Any bytes through a stage whose fault matches none of them come out unchanged,
+        /// however they are cut.
+        #[test]
+        fn what_no_fault_touches_passes_byte_for_byte(
+            body in proptest::collection::vec(any::<u8>(), 0..600),
+            cuts in proptest::collection::vec(0usize..600, 0..6),
+            sse in any::<bool>(),
+        ) {
+            let f = CallFault {
+                id: Id::Str("never-seen".into()),
+                method: "tools/call".into(),
+                fired: Fired { rule: "r".into(), action: Action::Duplicate },
+            };
+            let mut s = Stage::new(vec![f], sse, 1 << 20).unwrap();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
+            cuts.sort();
+            let (mut at, mut out, mut notes) = (0, Vec::new(), Vec::new());
+            for c in cuts.into_iter().chain([body.len()]) {
+                s.feed(&body[at..c], &mut notes);
+                out.extend(out_of(&mut s));
+                at = c;
+            }
+            s.finish(&mut notes);
+            out.extend(out_of(&mut s));
+            prop_assert_eq!(out, body);
+            prop_assert!(notes.is_empty());
+        }
+
+        /// An SSE stream of progress and replies, cut anywhere: a dropped reply is the only
+        /// event missing, everything else in order and unchanged.
+        #[test]
+        fn a_dropped_sse_reply_is_the_only_event_missing(
+            events in proptest::collection::vec((0u8..5, any::<bool>(), any::<bool>()), 1..12),
+            victim in 0u8..5,
+            cuts in proptest::collection::vec(0usize..2000, 0..8),
+        ) {
+            let body: Vec<u8> = events.iter().flat_map(|(id, r, crlf)| event(*id, *r, *crlf)).collect();
+            // The first reply with the victim's id is the one dropped.
+            let mut dropped = false;
+            let want: Vec<u8> = events
+                .iter()
+                .filter(|(id, r, _)| {
+                    let hit = *r && *id == victim && !dropped;
+                    dropped |= hit;
+                    !hit
+                })
+                .flat_map(|(id, r, crlf)| event(*id, *r, *crlf))
+                .collect();
+            let f = CallFault {
+                id: Id::Num(victim.to_string().into()),
+                method: "tools/call".into(),
+                fired: Fired { rule: "r".into(), action: Action::Drop },
+            };
+            let mut s = Stage::new(vec![f], true, 1 << 20).unwrap();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
+            cuts.sort();
+            let (mut at, mut out, mut notes) = (0, Vec::new(), Vec::new());
+            for c in cuts.into_iter().chain([body.len()]) {
+                s.feed(&body[at..c], &mut notes);
+                out.extend(out_of(&mut s));
+                at = c;
+            }
+            s.finish(&mut notes);
+            out.extend(out_of(&mut s));
+            prop_assert_eq!(out, want);
+            prop_assert_eq!(notes.len(), usize::from(dropped));
+        }
+    }
+}
