@@ -529,6 +529,19 @@ impl Proxy {
             ex.ctx.end(crate::inspect::EndReason::Complete);
         }
         if let Some(plan) = ex.plan.take_if(|p| p.any_refused()) {
+            // A batch answered merged with refusals passes no reply stage: its reply faults are
+            // on the record as not applied.
+            for f in plan.call_faults() {
+                if f.fired.action.on_reply() {
+                    ex.ctx.fault(
+                        &f.fired,
+                        Some(&f.id),
+                        Some(&f.method),
+                        None,
+                        "not applied: a batch with refused members is answered merged".into(),
+                    );
+                }
+            }
             return Answer::Merge(Box::new(Merge {
                 plan,
                 rparts,
