@@ -516,3 +516,48 @@ async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults()
         "{got:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_fault_in_a_batch_merged_with_refusals_is_recorded_as_not_applied() {
+    let port = free_port();
+    let _upstream = Proc::spawn(
+        rpctap()
+            .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let work = Scratch::new("inject-merged");
+    let file = work.join("merged.jsonl");
+    let mut cmd = proxy_cmd(&format!("http://127.0.0.1:{port}"), false);
+    cmd.args([
+        "--record",
+        file.to_str().unwrap(),
+        "--limit",
+        "echo=1/h",
+        "--fault",
+        "name=lost,method=add,drop",
+    ]);
+    let (mut p, addrs, _) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"echo","params":["a"]},{"jsonrpc":"2.0","id":2,"method":"echo","params":["b"]},{"jsonrpc":"2.0","id":3,"method":"add","params":[1,2]}]"#;
+    let (code, body) = post(addrs[0], batch);
+    assert_eq!(code, Some(0), "{body}");
+    let replies: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(replies.len(), 3, "{body}");
+    assert!(
+        replies.iter().any(|r| r["id"] == 3 && r["result"] == 3),
+        "{body}"
+    );
+    p.term();
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let details: Vec<String> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::events::Event::Fault(f) => Some(f.detail.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(details.len(), 1, "{details:?}");
+    assert!(details[0].starts_with("not applied"), "{details:?}");
+}
