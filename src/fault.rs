@@ -22,7 +22,7 @@
 //! [`crate::events::FaultEvent`] naming the rule (its bytes when it made a frame), so that
 //! `check` never blames the server for it.
 
-use crate::limit::CallInfo;
+use crate::rpc::CallInfo;
 use globset::{Glob, GlobMatcher};
 use serde::Deserialize;
 use std::sync::atomic::{AtomicU64, Ordering};

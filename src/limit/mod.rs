@@ -190,15 +190,9 @@ struct Shared {
 /// The store's verdicts for a request: (call index, rule index) → verdict.
 pub type SharedVerdicts = std::collections::HashMap<(usize, usize), store::Verdict>;
 
-/// What a call carries that rules match on.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CallInfo<'a> {
-    pub method: &'a str,
-    /// `params.name` of `tools/call` (or `prompts/get`).
-    pub tool: Option<&'a str>,
-    /// `params.uri`.
-    pub resource: Option<&'a str>,
-}
+/// What a call carries that rules match on (defined with the envelope, below the rules that
+/// match on it: rate limits here, faults in `crate::fault`).
+pub use crate::rpc::CallInfo;
 
 /// What the HTTP request carries that rules key on.
 #[derive(Debug, Clone, Copy)]

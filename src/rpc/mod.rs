@@ -645,6 +645,16 @@ pub fn join_array<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
     Bytes::from(out)
 }
 
+/// What a call carries that rules (rate limits, faults) match on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallInfo<'a> {
+    pub method: &'a str,
+    /// `params.name` of `tools/call` (or `prompts/get`).
+    pub tool: Option<&'a str>,
+    /// `params.uri`.
+    pub resource: Option<&'a str>,
+}
+
 /// A JSON-RPC error reply, as bytes.
 pub fn error_reply(id: &Id, code: i64, message: &str, data: Option<serde_json::Value>) -> String {
     let mut error = serde_json::json!({ "code": code, "message": message });
