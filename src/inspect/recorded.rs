@@ -185,8 +185,7 @@ fn reinspect_with(
     let mut last_sweep = 0u64;
     let mut open: HashMap<u64, Open> = HashMap::new();
     // stdio sessions: their lines, each fed whole (a batch's members gathered first).
-    let mut streams: HashMap<u64, (super::ExchangeCtx, Option<(Frame, Direction)>)> =
-        HashMap::new();
+    let mut streams: HashMap<u64, Stream> = HashMap::new();
     let stdio = header.get("transport").and_then(|t| t.as_str()) == Some("stdio");
     // Exchanges answered 101: a WebSocket's messages follow on their number.
     let mut upgraded: std::collections::HashSet<u64> = Default::default();
@@ -344,39 +343,15 @@ fn reinspect_with(
                     fault: None,
                 };
                 // A stream's (stdio, WebSocket) refusal follows the message it refused.
-                let ctx = match open.get_mut(&r.exchange) {
-                    Some(o) => {
-                        o.flush();
-                        &mut o.ctx
-                    }
-                    None => match streams.get_mut(&r.exchange) {
-                        Some((ctx, pending)) => {
-                            if let Some((mut f, d)) = pending.take() {
-                                ctx.line(d, Bytes::from(f.text()));
-                            }
-                            ctx
-                        }
-                        None => continue,
-                    },
+                let Some(ctx) = flushed(&mut open, &mut streams, r.exchange) else {
+                    continue;
                 };
                 ctx.refuse(id.as_ref(), &r.method, &refusal, r.shadow);
             }
             Event::Fault(f) => {
                 // What a fault did is republished as it was; a call it answered ends so.
-                let ctx = match open.get_mut(&f.exchange) {
-                    Some(o) => {
-                        o.flush();
-                        &mut o.ctx
-                    }
-                    None => match streams.get_mut(&f.exchange) {
-                        Some((ctx, pending)) => {
-                            if let Some((mut fr, d)) = pending.take() {
-                                ctx.line(d, Bytes::from(fr.text()));
-                            }
-                            ctx
-                        }
-                        None => continue,
-                    },
+                let Some(ctx) = flushed(&mut open, &mut streams, f.exchange) else {
+                    continue;
                 };
                 ctx.replay_fault(f);
                 if let (Some(id), "error" | "status") = (&f.id, f.action) {
@@ -477,6 +452,27 @@ fn id_text(id: &Option<Id>) -> Option<String> {
 /// of a later appended run are named as they were, after the earlier run's).
 pub fn check_recording(rec: &Capture) -> Vec<(String, CheckResult)> {
     check_recording_with(rec, None)
+}
+
+/// A stream's (stdio, WebSocket) inspector, and the message it holds until whole.
+type Stream = (super::ExchangeCtx, Option<(Frame, Direction)>);
+
+/// The inspector of `exchange` with what it was given so far fed to it: an HTTP exchange's
+/// frames, a stream's held message — what a refusal or a fault read back follows.
+fn flushed<'a>(
+    open: &'a mut HashMap<u64, Open>,
+    streams: &'a mut HashMap<u64, Stream>,
+    exchange: u64,
+) -> Option<&'a mut super::ExchangeCtx> {
+    if let Some(o) = open.get_mut(&exchange) {
+        o.flush();
+        return Some(&mut o.ctx);
+    }
+    let (ctx, pending) = streams.get_mut(&exchange)?;
+    if let Some((mut f, d)) = pending.take() {
+        ctx.line(d, Bytes::from(f.text()));
+    }
+    Some(ctx)
 }
 
 /// Like `check_recording`, comparing complete tool lists with a baseline (`MCP_TOOL_DRIFT`).

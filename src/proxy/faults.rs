@@ -226,21 +226,14 @@ impl Stage {
         let data = event_data(&event);
         if let Some(cut) = self.cut.as_mut().filter(|_| data.is_some()) {
             if cut.left == 0 {
-                let Some(cut) = self.cut.take() else { return };
-                let detail = if cut.mid_event {
-                    self.push(event.slice(..event.len() / 2), None);
-                    "the SSE stream cut in the middle of an event".to_string()
-                } else {
-                    "the SSE stream cut before this event".to_string()
-                };
-                notes.push(Note {
-                    fired: cut.fired,
-                    id: cut.id,
-                    method: cut.method,
-                    message: None,
-                    detail,
-                });
-                self.ended = true;
+                self.cut_at(
+                    &event,
+                    [
+                        "the SSE stream cut in the middle of an event",
+                        "the SSE stream cut before this event",
+                    ],
+                    notes,
+                );
                 return;
             }
             cut.left -= 1;
@@ -344,24 +337,38 @@ impl Stage {
         }
     }
 
+    /// The armed cut happens at `frame`: the stream ends before it, or (`mid_event`) after its
+    /// first half; `details` says which, in that order (mid, before).
+    fn cut_at(&mut self, frame: &Bytes, details: [&str; 2], notes: &mut Vec<Note>) {
+        let Some(cut) = self.cut.take() else { return };
+        let detail = if cut.mid_event {
+            self.push(frame.slice(..frame.len() / 2), None);
+            details[0]
+        } else {
+            details[1]
+        };
+        notes.push(Note {
+            fired: cut.fired,
+            id: cut.id,
+            method: cut.method,
+            message: None,
+            detail: detail.to_string(),
+        });
+        self.ended = true;
+    }
+
     /// A whole JSON reply (one response or a batch of them) under the armed faults.
     fn json_body(&mut self, body: Bytes, notes: &mut Vec<Note>) {
-        if let Some(cut) = self.cut.take() {
+        if self.cut.is_some() {
             // A JSON reply is one event: cut, the client gets none (or half, `mid_event`).
-            let detail = if cut.mid_event {
-                self.push(body.slice(..body.len() / 2), None);
-                "the reply cut in the middle".to_string()
-            } else {
-                "the reply cut before it began".to_string()
-            };
-            notes.push(Note {
-                fired: cut.fired,
-                id: cut.id,
-                method: cut.method,
-                message: None,
-                detail,
-            });
-            self.ended = true;
+            self.cut_at(
+                &body,
+                [
+                    "the reply cut in the middle",
+                    "the reply cut before it began",
+                ],
+                notes,
+            );
             return;
         }
         match crate::rpc::parse_body(&body) {
@@ -499,7 +506,7 @@ mod tests {
         }
     }
 
-    fn drain(s: &mut Stage) -> Vec<u8> {
+    pub(super) fn drain(s: &mut Stage) -> Vec<u8> {
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
         let mut out = Vec::new();
@@ -613,16 +620,20 @@ mod props {
     use crate::limit::enforce::CallFault;
     use proptest::prelude::*;
 
-    fn out_of(s: &mut Stage) -> Vec<u8> {
-        let waker = futures_util::task::noop_waker();
-        let mut cx = Context::from_waker(&waker);
-        let mut out = Vec::new();
-        loop {
-            match s.poll_out(&mut cx) {
-                Out::Data(b) => out.extend_from_slice(&b),
-                Out::Wait | Out::Need | Out::End => return out,
-            }
+    /// `body` fed to the stage in pieces cut at `cuts`, its output read after each: what came
+    /// out, and the notes.
+    fn through(s: &mut Stage, body: &[u8], cuts: Vec<usize>) -> (Vec<u8>, Vec<Note>) {
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
+        cuts.sort();
+        let (mut at, mut out, mut notes) = (0, Vec::new(), Vec::new());
+        for c in cuts.into_iter().chain([body.len()]) {
+            s.feed(&body[at..c], &mut notes);
+            out.extend(super::tests::drain(s));
+            at = c;
         }
+        s.finish(&mut notes);
+        out.extend(super::tests::drain(s));
+        (out, notes)
     }
 
     fn event(id: u8, reply: bool, crlf: bool) -> Vec<u8> {
@@ -650,16 +661,7 @@ mod props {
                 fired: Fired { rule: "r".into(), action: Action::Duplicate },
             };
             let mut s = Stage::new(vec![f], sse, 1 << 20).unwrap();
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
-            cuts.sort();
-            let (mut at, mut out, mut notes) = (0, Vec::new(), Vec::new());
-            for c in cuts.into_iter().chain([body.len()]) {
-                s.feed(&body[at..c], &mut notes);
-                out.extend(out_of(&mut s));
-                at = c;
-            }
-            s.finish(&mut notes);
-            out.extend(out_of(&mut s));
+            let (out, notes) = through(&mut s, &body, cuts);
             prop_assert_eq!(out, body);
             prop_assert!(notes.is_empty());
         }
@@ -690,16 +692,7 @@ mod props {
                 fired: Fired { rule: "r".into(), action: Action::Drop },
             };
             let mut s = Stage::new(vec![f], true, 1 << 20).unwrap();
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
-            cuts.sort();
-            let (mut at, mut out, mut notes) = (0, Vec::new(), Vec::new());
-            for c in cuts.into_iter().chain([body.len()]) {
-                s.feed(&body[at..c], &mut notes);
-                out.extend(out_of(&mut s));
-                at = c;
-            }
-            s.finish(&mut notes);
-            out.extend(out_of(&mut s));
+            let (out, notes) = through(&mut s, &body, cuts);
             prop_assert_eq!(out, want);
             prop_assert_eq!(notes.len(), usize::from(dropped));
         }

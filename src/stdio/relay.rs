@@ -220,6 +220,22 @@ fn arm_faults(
     before
 }
 
+/// One read of `from` into `buf` (an interrupted read retried); `None` at its end or on an
+/// error (logged, naming `what`).
+fn read_some(from: &mut impl Read, buf: &mut [u8], what: &str) -> Option<usize> {
+    loop {
+        match from.read(buf) {
+            Ok(0) => return None,
+            Ok(n) => return Some(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading {what} failed");
+                return None;
+            }
+        }
+    }
+}
+
 /// Reads rpctap's stdin; inspects and passes on to the child's stdin. At EOF the child's stdin
 /// is closed.
 pub fn client_to_server(
@@ -236,16 +252,7 @@ pub fn client_to_server(
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let dir = Direction::ClientToServer;
-    loop {
-        let n = match input.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading stdin failed");
-                break;
-            }
-        };
+    while let Some(n) = read_some(&mut input, &mut buf, "stdin") {
         let chunk = &buf[..n];
         let sent = match limiter {
             None => {
@@ -367,16 +374,7 @@ pub fn server_to_client(
     let mut buf = vec![0u8; CHUNK];
     let dir = Direction::ServerToClient;
     let mut client_gone = false;
-    loop {
-        let n = match child_out.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the server's stdout failed");
-                break;
-            }
-        };
+    while let Some(n) = read_some(child_out, &mut buf, "the server's stdout") {
         let chunk = &buf[..n];
         {
             let mut c = locked(ctx);
@@ -407,16 +405,7 @@ fn server_to_client_faulty(
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
     let dir = Direction::ServerToClient;
-    loop {
-        let n = match child_out.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the server's stdout failed");
-                break;
-            }
-        };
+    while let Some(n) = read_some(child_out, &mut buf, "the server's stdout") {
         let mut pieces = Vec::new();
         lines.feed(&buf[..n], &mut |p| pieces.push(p));
         for p in pieces {

@@ -437,6 +437,19 @@ fn a_rule_with_no_action_or_one_that_means_nothing_on_its_transport_is_refused_a
     assert!(String::from_utf8_lossy(&out.stderr).contains("no action"));
 }
 
+/// rpctap's demo server on a free port (its `/jsonrpc` answers `add`, `echo`…).
+async fn demo_upstream() -> (Proc, u16) {
+    let port = free_port();
+    let p = Proc::spawn(
+        rpctap()
+            .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    (p, port)
+}
+
 /// A POST of one JSON-RPC call through curl: (curl's exit code, the body it got).
 fn post(addr: std::net::SocketAddr, body: &str) -> (Option<i32>, String) {
     let out = Command::new("curl")
@@ -452,14 +465,7 @@ fn post(addr: std::net::SocketAddr, body: &str) -> (Option<i32>, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults() {
-    let port = free_port();
-    let _upstream = Proc::spawn(
-        rpctap()
-            .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let (_upstream, port) = demo_upstream().await;
     let work = Scratch::new("inject-reload");
     let config = work.join("rpctap.toml");
     std::fs::write(
@@ -519,14 +525,7 @@ async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_fault_in_a_batch_merged_with_refusals_is_recorded_as_not_applied() {
-    let port = free_port();
-    let _upstream = Proc::spawn(
-        rpctap()
-            .args(["demo-server", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let (_upstream, port) = demo_upstream().await;
     let work = Scratch::new("inject-merged");
     let file = work.join("merged.jsonl");
     let mut cmd = proxy_cmd(&format!("http://127.0.0.1:{port}"), false);
