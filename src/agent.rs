@@ -442,18 +442,9 @@ impl Agent {
         };
         let gate = crate::gate::Gate::new(&strings("fail_on"), &strings("allow"))
             .map_err(|e| e.to_string())?;
-        let calls: Vec<&crate::events::CallEvent> = rec.calls().collect();
-        let report = crate::gate::evaluate(
-            &gate,
-            crate::gate::label(&rec.header),
-            crate::inspect::recorded::check_recording(&rec),
-            &calls,
-        );
-        let scopes: Vec<Value> = report
-            .scopes
-            .iter()
-            .map(|s| json!({"scope": s.scope, "result": s.result}))
-            .collect();
+        let report =
+            crate::gate::recording(&gate, &rec, crate::inspect::recorded::check_recording(&rec));
+        let scopes: Vec<Value> = report.scopes.iter().map(crate::gate::scope_json).collect();
         Ok(json!({"passed": !report.failed(), "scopes": scopes}))
     }
 

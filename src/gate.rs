@@ -189,6 +189,36 @@ pub fn attach_injected<'a>(
     }
 }
 
+/// A scope's verdict as JSON: its scope and result, and the faults injected in it beside the
+/// result (whose shape is seed 004's), not in it.
+pub fn scope_json(s: &ScopeVerdict) -> serde_json::Value {
+    let mut line = serde_json::json!({ "scope": s.scope, "result": s.result });
+    if !s.injected.is_empty() {
+        line["injected"] = s.injected.iter().map(injected_json).collect();
+    }
+    line
+}
+
+/// The gate applied to a recording: its scopes' results (`check_recording_with`), its calls, and
+/// the faults it says were injected.
+pub fn recording(
+    gate: &Gate,
+    rec: &crate::record::reader::Capture,
+    results: Vec<(String, CheckResult)>,
+) -> Report {
+    let calls: Vec<&CallEvent> = rec.calls().collect();
+    let mut report = evaluate(gate, label(&rec.header), results, &calls);
+    attach_injected(
+        gate,
+        &mut report,
+        rec.events.iter().filter_map(|e| match e {
+            crate::events::Event::Fault(f) => Some(f),
+            _ => None,
+        }),
+    );
+    report
+}
+
 fn injected_json(f: &crate::events::FaultEvent) -> serde_json::Value {
     serde_json::json!({
         "rule": &*f.injected,
@@ -362,12 +392,7 @@ pub fn evaluate(
 pub fn json(r: &Report) -> String {
     let mut out = String::new();
     for s in &r.scopes {
-        let mut line = serde_json::json!({ "scope": s.scope, "result": s.result });
-        if !s.injected.is_empty() {
-            // Beside the result (whose shape is seed 004's), not in it.
-            line["injected"] = s.injected.iter().map(injected_json).collect();
-        }
-        out.push_str(&line.to_string());
+        out.push_str(&scope_json(s).to_string());
         out.push('\n');
     }
     for a in &r.assertions {

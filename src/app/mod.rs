@@ -1028,7 +1028,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     gate.expect_tools = args.expect_tool.clone();
     gate.forbid_tools = args.forbid_tool.clone();
     gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
-    let mut report;
+    let report;
     if first.contains("\"rpctap_recording\"") {
         let rec = if args.file == "-" {
             let mut rec = crate::record::reader::Capture::default();
@@ -1062,16 +1062,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
                 args.file
             )));
         }
-        let calls: Vec<&crate::events::CallEvent> = rec.calls().collect();
-        report = crate::gate::evaluate(&gate, crate::gate::label(&rec.header), results, &calls);
-        crate::gate::attach_injected(
-            &gate,
-            &mut report,
-            rec.events.iter().filter_map(|e| match e {
-                crate::events::Event::Fault(f) => Some(f),
-                _ => None,
-            }),
-        );
+        report = crate::gate::recording(&gate, &rec, results);
     } else {
         if !(gate.expect_tools.is_empty()
             && gate.forbid_tools.is_empty()
