@@ -556,6 +556,58 @@ pub fn malformed(reply: &[u8]) -> Vec<u8> {
     trimmed[..trimmed.len() / 2].to_vec()
 }
 
+/// What a fault that changes a reply's bytes makes of it (every transport the same): the frames
+/// the client gets in its place, the frame it made (for the record), and what it did.
+#[derive(Debug, PartialEq)]
+pub struct Reshaped {
+    /// None (dropped), the reply twice, or one frame (changed, or the reply as it was).
+    pub frames: Vec<bytes::Bytes>,
+    pub made: Option<bytes::Bytes>,
+    pub detail: &'static str,
+}
+
+/// `drop`, `duplicate`, `wrong_id` and `malformed` applied to one reply; `None` for the actions
+/// that change when or how fast it goes, not what it is (the transport times those).
+pub fn reshape(action: &Action, reply: &bytes::Bytes) -> Option<Reshaped> {
+    use bytes::Bytes;
+    Some(match action {
+        Action::Drop => Reshaped {
+            frames: Vec::new(),
+            made: None,
+            detail: "the reply dropped: the client never gets it",
+        },
+        Action::Duplicate => Reshaped {
+            frames: vec![reply.clone(), reply.clone()],
+            made: Some(reply.clone()),
+            detail: "the reply delivered twice",
+        },
+        Action::WrongId => match with_wrong_id(reply) {
+            Some(w) => {
+                let w = Bytes::from(w);
+                Reshaped {
+                    frames: vec![w.clone()],
+                    made: Some(w),
+                    detail: "the reply delivered with an id no call has",
+                }
+            }
+            None => Reshaped {
+                frames: vec![reply.clone()],
+                made: None,
+                detail: "the reply has no id to change: passed on",
+            },
+        },
+        Action::Malformed => {
+            let half = Bytes::from(malformed(reply));
+            Reshaped {
+                frames: vec![half.clone()],
+                made: Some(half),
+                detail: "the reply's JSON cut in half",
+            }
+        }
+        _ => return None,
+    })
+}
+
 /// Replies a transport holds for faults armed by their call's id: what the transport does with
 /// the reply to a call whose fault acts on the reply.
 #[derive(Debug, Default)]

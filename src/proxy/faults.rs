@@ -265,53 +265,31 @@ impl Stage {
         data: &[u8],
         sse: bool,
     ) -> (Option<Bytes>, String) {
-        let rebuilt = |d: &[u8]| {
-            if sse {
-                with_data(&frame, d)
-            } else {
-                Bytes::copy_from_slice(d)
-            }
-        };
-        match &fired.action {
-            Action::Drop => {
+        let data = Bytes::copy_from_slice(data);
+        if let Some(r) = crate::fault::reshape(&fired.action, &data) {
+            if fired.action == Action::Drop {
                 // The response is held open: the client's timeout decides (an SSE stream's
                 // other events still pass).
                 self.hold = true;
-                (None, "the reply dropped: the client never gets it".into())
             }
-            Action::Duplicate => {
-                self.push(frame.clone(), None);
-                if !sse {
+            for (i, f) in r.frames.iter().enumerate() {
+                if i > 0 && !sse {
                     // Two JSON texts in one body: what a server that answered twice sends.
                     self.push(Bytes::from_static(b"\n"), None);
                 }
-                self.push(frame, None);
-                (
-                    Some(Bytes::copy_from_slice(data)),
-                    "the reply delivered twice".into(),
-                )
+                // The reply as it was keeps its event's own bytes; a changed one is a new event.
+                let out = if *f == data {
+                    frame.clone()
+                } else if sse {
+                    with_data(&frame, f)
+                } else {
+                    f.clone()
+                };
+                self.push(out, None);
             }
-            Action::WrongId => match crate::fault::with_wrong_id(data) {
-                Some(w) => {
-                    self.push(rebuilt(&w), None);
-                    (
-                        Some(Bytes::from(w)),
-                        "the reply delivered with an id no call has".into(),
-                    )
-                }
-                None => {
-                    self.push(frame, None);
-                    (None, "the reply has no id to change: passed on".into())
-                }
-            },
-            Action::Malformed => {
-                let half = crate::fault::malformed(data);
-                self.push(rebuilt(&half), None);
-                (
-                    Some(Bytes::from(half)),
-                    "the reply's JSON cut in half".into(),
-                )
-            }
+            return (r.made, r.detail.to_string());
+        }
+        match &fired.action {
             Action::Delay(d, At::Reply) => {
                 self.push(frame, Some(*d));
                 (
@@ -403,41 +381,29 @@ impl Stage {
                         kept.push(m.raw.to_vec());
                         continue;
                     };
-                    let (message, detail) = match &fired.action {
-                        Action::Drop => (None, "the reply dropped from the batch".to_string()),
-                        Action::Duplicate => {
-                            kept.push(m.raw.to_vec());
-                            kept.push(m.raw.to_vec());
-                            (Some(m.raw.clone()), "the reply delivered twice".into())
+                    let (message, detail) = match crate::fault::reshape(&fired.action, &m.raw) {
+                        Some(r) => {
+                            kept.extend(r.frames.iter().map(|f| f.to_vec()));
+                            (r.made, r.detail.to_string())
                         }
-                        Action::WrongId => {
-                            let w = crate::fault::with_wrong_id(&m.raw)
-                                .unwrap_or_else(|| m.raw.to_vec());
-                            kept.push(w.clone());
-                            (
-                                Some(Bytes::from(w)),
-                                "the reply delivered with an id no call has".into(),
-                            )
-                        }
-                        Action::Malformed => {
-                            let half = crate::fault::malformed(&m.raw);
-                            kept.push(half.clone());
-                            (
-                                Some(Bytes::from(half)),
-                                "the reply's JSON cut in half".into(),
-                            )
-                        }
-                        Action::Delay(d, _) => {
-                            wait = Some(wait.unwrap_or_default().max(*d));
+                        None => {
                             kept.push(m.raw.to_vec());
-                            (
-                                None,
-                                format!("the batch reply held {}", crate::units::show_secs(*d)),
-                            )
-                        }
-                        _ => {
-                            kept.push(m.raw.to_vec());
-                            (None, "applied to the whole reply".into())
+                            match &fired.action {
+                                Action::Delay(d, _) => {
+                                    wait = Some(wait.unwrap_or_default().max(*d));
+                                    (
+                                        None,
+                                        format!(
+                                            "the batch reply held {}",
+                                            crate::units::show_secs(*d)
+                                        ),
+                                    )
+                                }
+                                a => (
+                                    None,
+                                    format!("not applied: `{}` inside a batch reply", a.name()),
+                                ),
+                            }
                         }
                     };
                     notes.push(Note {

@@ -469,29 +469,14 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
         let _ = write_out(out, &with_nl(&line));
         return;
     };
-    let (sent, detail): (Option<Vec<u8>>, String) = match &fired.action {
-        Action::Drop => (None, "the reply dropped: the client never gets it".into()),
-        Action::Duplicate => {
-            let l = with_nl(&line);
-            let _ = write_out(out, &l);
-            let _ = write_out(out, &l);
-            (Some(line.to_vec()), "the reply delivered twice".into())
+    if let Some(r) = crate::fault::reshape(&fired.action, &line) {
+        for f in &r.frames {
+            let _ = write_out(out, &with_nl(f));
         }
-        Action::WrongId => match crate::fault::with_wrong_id(&line) {
-            Some(w) => {
-                let _ = write_out(out, &with_nl(&w));
-                (Some(w), "the reply delivered with an id no call has".into())
-            }
-            None => {
-                let _ = write_out(out, &with_nl(&line));
-                (None, "the reply has no id to change: passed on".into())
-            }
-        },
-        Action::Malformed => {
-            let half = crate::fault::malformed(&line);
-            let _ = write_out(out, &with_nl(&half));
-            (Some(half), "the reply's JSON cut in half".into())
-        }
+        locked(ctx).fault(&fired, Some(&id), Some(&method), r.made, r.detail.into());
+        return;
+    }
+    let detail = match &fired.action {
         Action::Delay(d, At::Reply) => {
             let (d, l) = (*d, with_nl(&line));
             // Held on a thread of its own, so the server's other messages pass meanwhile.
@@ -508,10 +493,7 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
             if held.is_err() {
                 let _ = write_out(out, &l);
             }
-            (
-                None,
-                format!("the reply held {}", crate::units::show_secs(d)),
-            )
+            format!("the reply held {}", crate::units::show_secs(d))
         }
         Action::Throttle(bps) => {
             let l = with_nl(&line);
@@ -520,20 +502,14 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
                 let _ = write_out(out, part);
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            (None, format!("the reply written at {bps} bytes a second"))
+            format!("the reply written at {bps} bytes a second")
         }
         _ => {
             let _ = write_out(out, &with_nl(&line));
             return;
         }
     };
-    locked(ctx).fault(
-        &fired,
-        Some(&id),
-        Some(&method),
-        sent.map(Bytes::from),
-        detail,
-    );
+    locked(ctx).fault(&fired, Some(&id), Some(&method), None, detail);
 }
 
 fn inspect_piece(c: &mut ExchangeCtx, dir: Direction, p: Piece) {
