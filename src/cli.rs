@@ -628,6 +628,10 @@ pub struct ProxyFlags {
     /// Seconds a request body may bring nothing before the exchange ends with 408 (default 30).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub body_timeout: Option<f64>,
+    /// How long a message the dashboard's intercept holds waits for a verdict before it
+    /// forwards itself (default 60s). Intercept is the dashboard's (`I`); not over `attach`.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
+    pub intercept_timeout: Option<f64>,
     /// Seconds a client connection may sit with no exchange before it is closed (default 300;
     /// an open reply stream, such as SSE, is an exchange).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]

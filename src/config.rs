@@ -54,6 +54,7 @@ pub struct FileConfig {
     pub header_timeout_secs: Option<f64>,
     #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub body_timeout_secs: Option<f64>,
+    pub intercept_timeout_secs: Option<f64>,
     #[serde(default, deserialize_with = "crate::units::de_secs")]
     pub keepalive_timeout_secs: Option<f64>,
     #[serde(default, deserialize_with = "crate::units::de_size_usize")]
@@ -647,6 +648,13 @@ pub fn resolve(
                     .body_timeout
                     .or(file.body_timeout_secs)
                     .unwrap_or(30.0),
+            )?,
+            intercept_timeout: positive_secs(
+                "--intercept-timeout",
+                flags
+                    .intercept_timeout
+                    .or(file.intercept_timeout_secs)
+                    .unwrap_or(60.0),
             )?,
         },
         conn: conn_limits(flags, &file)?,

@@ -24,6 +24,8 @@
 //! - [`fault`] — `[[fault]]` rules: faults injected on purpose (delays, errors, dropped,
 //!   doubled or broken replies, cut streams), decided with the rate limits and recorded as
 //!   injected.
+//! - [`intercept`] — messages held for the dashboard's user to forward, edit, drop or answer
+//!   (a filter sets what is held; a timeout forwards what nobody decided), recorded as injected.
 //! - [`record`] — the recording: the sink and `start` (`record`), the file writer (`writer`), the
 //!   line encoder (`line`), the reader (into the event model), exports.
 //! - [`redact`] — secrets replaced before any observer sees an event.
@@ -82,6 +84,7 @@ pub mod filter;
 pub mod gate;
 pub mod hub;
 pub mod inspect;
+pub mod intercept;
 pub mod limit;
 pub mod logsink;
 pub mod media;

@@ -372,6 +372,7 @@ pub async fn watch(
         shutdown,
         None,
         None,
+        None,
     )
     .await;
     task.abort();

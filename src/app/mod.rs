@@ -521,6 +521,7 @@ pub(crate) async fn serve_maybe_tui(
     let resend = running
         .local_addr()
         .map(|proxy| crate::tui::Resend { proxy });
+    let intercept = running.proxy.intercept().clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(running.serve(async move {
         let _ = stop_rx.await;
@@ -535,6 +536,7 @@ pub(crate) async fn serve_maybe_tui(
         shutdown,
         resend,
         None,
+        Some(intercept),
     )
     .await;
     let _ = stop_tx.send(());
@@ -563,7 +565,7 @@ pub async fn view_capture(
     let mut app = crate::tui::app::App::new(title, &listen, &upstream, max_rows, 0);
     crate::tui::load_recording(&mut app, &rec);
     app.follow = false;
-    crate::tui::run(app, None, shutdown, None, Some(&rec))
+    crate::tui::run(app, None, shutdown, None, Some(&rec), None)
         .await
         .map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
     Ok(0)
@@ -646,6 +648,7 @@ pub async fn attach(
         app,
         Some(crate::tui::Source::Feed(rx)),
         shutdown,
+        None,
         None,
         None,
     )

@@ -155,11 +155,49 @@ impl ExchangeCtx {
         }
     }
 
+    /// The exchange's scope as the filter language reads it (`session:ID`, `exchange:N`).
+    pub fn scope_text(&self) -> String {
+        self.scope.to_string()
+    }
+
     /// A `[[fault]]` rule acted on this exchange's call `id` (`message`: the frame it sent the
     /// client in the server's place, if it made one).
     pub fn fault(
         &mut self,
         f: &crate::fault::Fired,
+        id: Option<&Id>,
+        method: Option<&str>,
+        message: Option<Bytes>,
+        detail: String,
+    ) {
+        self.injected(f.rule.clone(), f.action.name(), id, method, message, detail);
+    }
+
+    /// The dashboard's user decided a held message (`crate::intercept`): recorded as injected
+    /// under the rule `intercept`, whatever the verdict (a timeout too).
+    pub fn intercepted(
+        &mut self,
+        d: &crate::intercept::Decision,
+        direction: crate::events::Direction,
+        id: Option<&Id>,
+        method: Option<&str>,
+    ) {
+        self.injected(
+            crate::intercept::RULE.into(),
+            d.action(),
+            id,
+            method.filter(|m| !m.is_empty()),
+            d.message(),
+            d.detail(direction),
+        );
+    }
+
+    /// Something rpctap did on purpose to this exchange's traffic (`rule`: the fault rule's
+    /// name, or `intercept`), published as a fault event.
+    pub fn injected(
+        &mut self,
+        rule: std::sync::Arc<str>,
+        action: &'static str,
         id: Option<&Id>,
         method: Option<&str>,
         message: Option<Bytes>,
@@ -171,8 +209,8 @@ impl ExchangeCtx {
                 ts: now_ns(),
                 exchange: self.id,
                 scope: self.scope.clone(),
-                injected: f.rule.clone(),
-                action: f.action.name(),
+                injected: rule,
+                action,
                 method: method.map(Into::into),
                 id: id.cloned(),
                 message,

@@ -292,6 +292,9 @@ pub enum ReplySource {
     /// A body that fails at once: hyper closes the connection without a reply (a `close`
     /// fault).
     Broken,
+    /// A body that never brings anything (a request the intercept dropped): it lives until
+    /// the client gives up.
+    Never,
 }
 
 /// A reply body forwarded unchanged while the inspector reads a copy of each chunk.
@@ -306,6 +309,18 @@ pub struct TeeBody {
     /// Faults armed on the reply: what the client gets goes through this stage, after the
     /// inspector's copy of what the server sent.
     fault: Option<Box<super::faults::Stage>>,
+}
+
+/// A fault's (or an intercept verdict's) note as the exchange's fault event.
+fn publish(ctx: &mut ExchangeCtx, n: super::faults::Note) {
+    ctx.injected(
+        n.rule,
+        n.action,
+        n.id.as_ref(),
+        Some(&n.method),
+        n.message,
+        n.detail,
+    );
 }
 
 impl TeeBody {
@@ -335,7 +350,17 @@ impl TeeBody {
             let Some(stage) = self.fault.as_mut() else {
                 return Poll::Ready(None);
             };
-            match stage.poll_out(cx) {
+            let out = stage.poll_out(cx);
+            let decided = stage.take_notes();
+            if let Some(ctx) = self.ctx.as_mut() {
+                for n in decided {
+                    publish(ctx, n);
+                }
+            }
+            let Some(stage) = self.fault.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match out {
                 Out::Data(b) => return Poll::Ready(Some(Ok(Frame::data(b)))),
                 Out::Wait => return Poll::Pending,
                 Out::End => {
@@ -352,6 +377,7 @@ impl TeeBody {
                 },
                 ReplySource::Made(b) => b.take().map(|b| Ok(Frame::data(b))),
                 ReplySource::Broken => None,
+                ReplySource::Never => return Poll::Pending,
             };
             let mut notes = Vec::new();
             match polled {
@@ -373,7 +399,7 @@ impl TeeBody {
             }
             if let Some(ctx) = self.ctx.as_mut() {
                 for n in notes {
-                    ctx.fault(&n.fired, Some(&n.id), Some(&n.method), n.message, n.detail);
+                    publish(ctx, n);
                 }
             }
         }
@@ -422,6 +448,7 @@ impl Body for TeeBody {
                 ));
                 return Poll::Ready(Some(Err("closed by a fault rule".into())));
             }
+            ReplySource::Never => return Poll::Pending,
         };
         match polled {
             Some(Ok(frame)) => {
@@ -459,7 +486,7 @@ impl Body for TeeBody {
         match &self.src {
             ReplySource::Upstream(i) => i.size_hint(),
             ReplySource::Made(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            ReplySource::Broken => SizeHint::new(),
+            ReplySource::Broken | ReplySource::Never => SizeHint::new(),
         }
     }
 }
@@ -469,7 +496,7 @@ impl TeeBody {
         match &self.src {
             ReplySource::Upstream(i) => i.is_end_stream(),
             ReplySource::Made(b) => b.is_none(),
-            ReplySource::Broken => false,
+            ReplySource::Broken | ReplySource::Never => false,
         }
     }
 }

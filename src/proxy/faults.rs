@@ -16,14 +16,52 @@ use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
 
-/// What a fault did, for the exchange's fault event.
+/// What a fault (or an intercept verdict) did, for the exchange's fault event.
 #[derive(Debug)]
 pub struct Note {
-    pub fired: Fired,
-    pub id: Id,
+    pub rule: Arc<str>,
+    pub action: &'static str,
+    pub id: Option<Id>,
     pub method: Arc<str>,
     pub message: Option<Bytes>,
     pub detail: String,
+}
+
+impl Note {
+    fn of(fired: &Fired, id: Id, method: Arc<str>, message: Option<Bytes>, detail: String) -> Note {
+        Note {
+            rule: fired.rule.clone(),
+            action: fired.action.name(),
+            id: Some(id),
+            method,
+            message,
+            detail,
+        }
+    }
+}
+
+/// The dashboard's intercept on a reply: the handle, the request's calls (a reply's method is
+/// its call's) and the exchange's scope, for the filter.
+pub struct Interception {
+    pub intercept: crate::intercept::Intercept,
+    pub methods: Vec<(Id, Arc<str>)>,
+    pub scope: String,
+}
+
+/// A reply message held by the intercept, in the output's order.
+struct HeldOut {
+    wait: Pin<Box<dyn Future<Output = crate::intercept::Decision> + Send>>,
+    /// The SSE event (or the JSON body) as the server sent it.
+    frame: Bytes,
+    sse: bool,
+    id: Option<Id>,
+    method: Arc<str>,
+}
+
+/// What goes out: bytes after an optional wait, or a held message's verdict to come.
+enum Item {
+    Data(Bytes, Option<Duration>),
+    Held(Box<HeldOut>),
 }
 
 /// A `cut_stream_after` counting down the reply's events.
@@ -59,8 +97,11 @@ pub struct Stage {
     cap: usize,
     /// A JSON body over the cap: passed on unchanged from there.
     gave_up: bool,
-    /// What goes out, each after its wait.
-    out: VecDeque<(Bytes, Option<Duration>)>,
+    /// What goes out, each after its wait (or its verdict).
+    out: VecDeque<Item>,
+    intercept: Option<Interception>,
+    /// What held messages' verdicts did, for the body to publish.
+    notes: Vec<Note>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     src_done: bool,
     /// The stream was cut: nothing more goes out.
@@ -122,12 +163,13 @@ fn event_end(buf: &[u8]) -> Option<usize> {
 }
 
 impl Stage {
-    /// A stage for a reply (`sse`: an event stream) with the request's faults armed; `None`
-    /// when none acts on the reply.
+    /// A stage for a reply (`sse`: an event stream) with the request's faults armed and the
+    /// dashboard's intercept; `None` when neither acts on the reply.
     pub fn new(
         faults: Vec<crate::limit::enforce::CallFault>,
         sse: bool,
         cap: usize,
+        intercept: Option<Interception>,
     ) -> Option<Stage> {
         let mut armed = Armed::default();
         let mut cut = None;
@@ -146,12 +188,14 @@ impl Stage {
                 _ => {}
             }
         }
-        if armed.is_empty() && cut.is_none() {
+        if armed.is_empty() && cut.is_none() && intercept.is_none() {
             return None;
         }
         Some(Stage {
             armed,
             cut,
+            intercept,
+            notes: Vec::new(),
             sse,
             buf: Vec::new(),
             cap,
@@ -217,8 +261,68 @@ impl Stage {
 
     fn push(&mut self, b: Bytes, wait: Option<Duration>) {
         if !b.is_empty() || wait.is_some() {
-            self.out.push_back((b, wait));
+            self.out.push_back(Item::Data(b, wait));
         }
+    }
+
+    /// Holds `frame` (whose JSON is `data`) when the intercept's filter matches one of its
+    /// messages: true when held (it goes out when decided).
+    fn held(&mut self, frame: &Bytes, data: &Bytes, sse: bool) -> bool {
+        use crate::events::Direction;
+        let Some(ic) = self.intercept.as_ref().filter(|i| i.intercept.is_on()) else {
+            return false;
+        };
+        let parsed = crate::rpc::parse_body(data);
+        let methods = &ic.methods;
+        let ms = crate::intercept::messages(Direction::ServerToClient, &parsed, &ic.scope, |id| {
+            methods.iter().find(|(i, _)| i == id).map(|(_, m)| &**m)
+        });
+        let Some(m) = ms.iter().find(|m| ic.intercept.wants(m)) else {
+            return false;
+        };
+        let pending = ic.intercept.hold(&m.with_frame(data));
+        let held = HeldOut {
+            wait: Box::pin(pending.wait()),
+            frame: frame.clone(),
+            sse,
+            id: m.rpc_id.clone(),
+            method: m.method.into(),
+        };
+        self.out.push_back(Item::Held(Box::new(held)));
+        true
+    }
+
+    /// A held message decided: what goes out in its place, and the note.
+    fn decided(&mut self, h: HeldOut, d: crate::intercept::Decision) {
+        use crate::intercept::Verdict;
+        let out = match &d.verdict {
+            Verdict::Forward => Some(h.frame.clone()),
+            Verdict::Edit(b) | Verdict::Answer(b) if h.sse => Some(with_data(&h.frame, b)),
+            Verdict::Edit(b) | Verdict::Answer(b) => Some(b.clone()),
+            Verdict::Drop => {
+                if !h.sse {
+                    // A JSON reply dropped: the response is held open (the client's timeout).
+                    self.hold = true;
+                }
+                None
+            }
+        };
+        if let Some(b) = out {
+            self.out.push_front(Item::Data(b, None));
+        }
+        self.notes.push(Note {
+            rule: crate::intercept::RULE.into(),
+            action: d.action(),
+            id: h.id,
+            method: h.method,
+            message: d.message(),
+            detail: d.detail(crate::events::Direction::ServerToClient),
+        });
+    }
+
+    /// What held messages' verdicts did since the last call.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
     }
 
     /// One whole SSE event of the server's.
@@ -238,6 +342,11 @@ impl Stage {
             }
             cut.left -= 1;
         }
+        if let Some(d) = data.as_ref().filter(|_| self.intercept.is_some()) {
+            if self.held(&event, &Bytes::copy_from_slice(d), true) {
+                return;
+            }
+        }
         let armed = data
             .as_ref()
             .and_then(|d| crate::fault::reply_id(&Bytes::copy_from_slice(d)))
@@ -247,13 +356,7 @@ impl Stage {
             return;
         };
         let (message, detail) = self.apply(&fired, event, &data, true);
-        notes.push(Note {
-            fired,
-            id,
-            method,
-            message,
-            detail,
-        });
+        notes.push(Note::of(&fired, id, method, message, detail));
     }
 
     /// Applies one reply fault to `frame` (an SSE event whose data is `data`, or a JSON body,
@@ -325,13 +428,13 @@ impl Stage {
         } else {
             details[1]
         };
-        notes.push(Note {
-            fired: cut.fired,
-            id: cut.id,
-            method: cut.method,
-            message: None,
-            detail: detail.to_string(),
-        });
+        notes.push(Note::of(
+            &cut.fired,
+            cut.id,
+            cut.method,
+            None,
+            detail.to_string(),
+        ));
         self.ended = true;
     }
 
@@ -349,6 +452,9 @@ impl Stage {
             );
             return;
         }
+        if self.intercept.is_some() && self.held(&body, &body, false) {
+            return;
+        }
         match crate::rpc::parse_body(&body) {
             crate::rpc::Body::Single(e) => {
                 let armed =
@@ -360,13 +466,7 @@ impl Stage {
                     return;
                 };
                 let (message, detail) = self.apply(&fired, body.clone(), &body, false);
-                notes.push(Note {
-                    fired,
-                    id,
-                    method,
-                    message,
-                    detail,
-                });
+                notes.push(Note::of(&fired, id, method, message, detail));
             }
             crate::rpc::Body::Batch(members) => {
                 // Each member its own fault; the batch written back with what they left.
@@ -406,13 +506,7 @@ impl Stage {
                             }
                         }
                     };
-                    notes.push(Note {
-                        fired,
-                        id,
-                        method,
-                        message,
-                        detail,
-                    });
+                    notes.push(Note::of(&fired, id, method, message, detail));
                 }
                 let joined = crate::rpc::join_array(kept.iter().map(|v| &v[..]));
                 self.push(joined, wait);
@@ -428,22 +522,37 @@ impl Stage {
                 return Out::Wait;
             }
             self.timer = None;
-            if let Some((b, w)) = self.out.front_mut() {
+            if let Some(Item::Data(b, w)) = self.out.front_mut() {
                 *w = None;
                 if b.is_empty() {
                     self.out.pop_front();
                 }
             }
         }
-        if let Some((_, Some(wait))) = self.out.front() {
+        if let Some(Item::Held(h)) = self.out.front_mut() {
+            let std::task::Poll::Ready(d) = h.wait.as_mut().poll(cx) else {
+                return Out::Wait;
+            };
+            if let Some(Item::Held(h)) = self.out.pop_front() {
+                self.decided(*h, d);
+            }
+        }
+        if let Some(Item::Data(_, Some(wait))) = self.out.front() {
             let mut t = Box::pin(tokio::time::sleep(*wait));
             if t.as_mut().poll(cx).is_pending() {
                 self.timer = Some(t);
                 return Out::Wait;
             }
         }
-        if let Some((b, _)) = self.out.pop_front() {
-            return Out::Data(b);
+        match self.out.pop_front() {
+            Some(Item::Data(b, _)) => return Out::Data(b),
+            // Two held in a row: the next one's verdict is polled on the next call.
+            Some(held @ Item::Held(_)) => {
+                self.out.push_front(held);
+                cx.waker().wake_by_ref();
+                return Out::Wait;
+            }
+            None => {}
         }
         if self.hold && (self.src_done || self.ended) {
             // Never woken: the body lives until the client gives up and drops it.
@@ -505,7 +614,7 @@ mod tests {
                 ],
             ),
         ] {
-            let mut s = Stage::new(vec![fault(1, action.clone())], true, 1 << 20).unwrap();
+            let mut s = Stage::new(vec![fault(1, action.clone())], true, 1 << 20, None).unwrap();
             let mut notes = Vec::new();
             // Cut anywhere: events are whole before a fault acts on them.
             let all = [PROGRESS, REPLY].concat();
@@ -514,7 +623,7 @@ mod tests {
             s.finish(&mut notes);
             assert_eq!(drain(&mut s), want.concat(), "{action:?}");
             assert_eq!(notes.len(), 1, "{action:?}");
-            assert_eq!(notes[0].id, Id::Num("1".into()));
+            assert_eq!(notes[0].id.clone().unwrap(), Id::Num("1".into()));
         }
     }
 
@@ -530,6 +639,7 @@ mod tests {
             )],
             true,
             1 << 20,
+            None,
         )
         .unwrap();
         let mut notes = Vec::new();
@@ -546,6 +656,7 @@ mod tests {
             )],
             true,
             1 << 20,
+            None,
         )
         .unwrap();
         s.feed(&[PROGRESS, REPLY].concat(), &mut notes);
@@ -557,19 +668,19 @@ mod tests {
     #[test]
     fn json_bodies_change_whole_and_batches_member_by_member() {
         let body = br#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
-        let mut s = Stage::new(vec![fault(1, Action::Malformed)], false, 1 << 20).unwrap();
+        let mut s = Stage::new(vec![fault(1, Action::Malformed)], false, 1 << 20, None).unwrap();
         let mut notes = Vec::new();
         s.feed(body, &mut notes);
         assert!(drain(&mut s).is_empty(), "held until whole");
         s.finish(&mut notes);
         assert_eq!(drain(&mut s), crate::fault::malformed(body));
         let batch = br#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"result":2}]"#;
-        let mut s = Stage::new(vec![fault(2, Action::Drop)], false, 1 << 20).unwrap();
+        let mut s = Stage::new(vec![fault(2, Action::Drop)], false, 1 << 20, None).unwrap();
         s.feed(batch, &mut notes);
         s.finish(&mut notes);
         assert_eq!(drain(&mut s), br#"[{"jsonrpc":"2.0","id":1,"result":1}]"#);
         // A dropped single reply is held: the body never ends.
-        let mut s = Stage::new(vec![fault(1, Action::Drop)], false, 1 << 20).unwrap();
+        let mut s = Stage::new(vec![fault(1, Action::Drop)], false, 1 << 20, None).unwrap();
         s.feed(body, &mut notes);
         s.finish(&mut notes);
         let waker = futures_util::task::noop_waker();
@@ -626,7 +737,7 @@ mod props {
                 method: "tools/call".into(),
                 fired: Fired { rule: "r".into(), action: Action::Duplicate },
             };
-            let mut s = Stage::new(vec![f], sse, 1 << 20).unwrap();
+            let mut s = Stage::new(vec![f], sse, 1 << 20, None).unwrap();
             let (out, notes) = through(&mut s, &body, cuts);
             prop_assert_eq!(out, body);
             prop_assert!(notes.is_empty());
@@ -657,7 +768,7 @@ mod props {
                 method: "tools/call".into(),
                 fired: Fired { rule: "r".into(), action: Action::Drop },
             };
-            let mut s = Stage::new(vec![f], true, 1 << 20).unwrap();
+            let mut s = Stage::new(vec![f], true, 1 << 20, None).unwrap();
             let (out, notes) = through(&mut s, &body, cuts);
             prop_assert_eq!(out, want);
             prop_assert_eq!(notes.len(), usize::from(dropped));

@@ -20,6 +20,7 @@
 pub mod body;
 pub mod faults;
 pub mod headers;
+pub mod intercept;
 pub mod lean;
 pub mod limits;
 pub mod upstream;
@@ -58,6 +59,8 @@ pub struct ProxyOptions {
     pub upstream_idle_timeout: Duration,
     /// A request body that brings nothing for this long ends the exchange (`408`).
     pub body_timeout: Duration,
+    /// How long the dashboard's intercept holds a message without a verdict.
+    pub intercept_timeout: Duration,
 }
 
 struct Inner {
@@ -69,6 +72,8 @@ struct Inner {
     limiter: std::sync::RwLock<Arc<crate::limit::Limiter>>,
     upstream_host: Option<HeaderValue>,
     base_path: String,
+    /// The dashboard's intercept (off unless it sets a filter).
+    intercept: crate::intercept::Intercept,
 }
 
 /// The proxy: cheap to clone, one per listener.
@@ -169,6 +174,10 @@ impl Proxy {
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
         let base_path = opts.upstream.path().trim_end_matches('/').to_string();
+        let intercept = crate::intercept::Intercept::redacting(
+            opts.intercept_timeout,
+            inspector.config().redact.clone(),
+        );
         Proxy {
             inner: Arc::new(Inner {
                 opts,
@@ -177,12 +186,18 @@ impl Proxy {
                 limiter: std::sync::RwLock::new(Arc::new(limiter)),
                 upstream_host,
                 base_path,
+                intercept,
             }),
         }
     }
 
     pub fn inspector(&self) -> &Inspector {
         &self.inner.inspector
+    }
+
+    /// The intercept the dashboard drives.
+    pub fn intercept(&self) -> &crate::intercept::Intercept {
+        &self.inner.intercept
     }
 
     /// Connections open now, per side (client connections are counted by whoever serves them).
@@ -242,13 +257,16 @@ impl Proxy {
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
         // A WebSocket's calls are limited by the upgrade request's keys.
-        let ws_limits = (websocket && !self.limiter().is_empty()).then(|| {
+        // Under a dashboard its intercept may hold the client's messages: decided the same way.
+        let dashboard = self.inner.intercept.has_dashboard();
+        let ws_limits = (websocket && (dashboard || !self.limiter().is_empty())).then(|| {
             let me = self.clone();
             crate::ws::Limits {
                 rules: Arc::new(move || me.limiter()),
                 peer: conn.peer.ip(),
                 session: session.clone(),
                 headers: parts.headers.clone(),
+                intercept: dashboard.then(|| self.inner.intercept.clone()),
             }
         });
         let incoming = ClientBody::new(incoming, self.inner.opts.body_timeout);
@@ -303,6 +321,25 @@ impl Proxy {
         {
             // `close`: a body that fails at once, so hyper drops the connection unanswered.
             return Response::new(TeeBody::new(ReplySource::Broken, Some(ex.ctx)));
+        }
+        // The dashboard's intercept: a matching request held until decided (boxed: only a
+        // dashboard with a filter set pays for it).
+        let mut body = body;
+        if self.inner.intercept.is_on() && ex.plan.as_ref().is_none_or(|p| !p.any_refused()) {
+            if let Some(b) = ex.summary.body.clone() {
+                match Box::pin(intercept::request(&self.inner.intercept, &mut ex.ctx, &b)).await {
+                    intercept::Intercepted::Unchanged => {}
+                    intercept::Intercepted::Edited(nb) => {
+                        parts
+                            .headers
+                            .insert(header::CONTENT_LENGTH, HeaderValue::from(nb.len()));
+                        ex.summary.body = Some(nb.clone());
+                        body = ForwardBody::full(nb);
+                    }
+                    intercept::Intercepted::Answer(a) => return intercept::answer(ex.ctx, a),
+                    intercept::Intercepted::Drop => return intercept::dropped(ex.ctx),
+                }
+            }
         }
         let is_head = parts.method == Method::HEAD;
         // `--otlp-propagate`: the upstream's parent becomes rpctap's span (the one header rewrite
@@ -555,17 +592,32 @@ impl Proxy {
             .content_type
             .is_some_and(crate::media::is_event_stream);
         // Faults armed on the reply: it goes through their stage (its length may change).
-        let stage = ex
+        let call_faults = ex
             .plan
             .as_ref()
             .filter(|p| !p.faults.is_empty())
-            .and_then(|p| {
+            .map(|p| p.call_faults())
+            .unwrap_or_default();
+        let interception = self.inner.intercept.is_on().then(|| faults::Interception {
+            intercept: self.inner.intercept.clone(),
+            methods: ex
+                .summary
+                .body
+                .as_ref()
+                .map(intercept::call_methods)
+                .unwrap_or_default(),
+            scope: ex.ctx.scope_text(),
+        });
+        let stage = (!call_faults.is_empty() || interception.is_some())
+            .then(|| {
                 faults::Stage::new(
-                    p.call_faults(),
+                    call_faults,
                     sse,
                     self.inner.inspector.config().max_frame_bytes,
+                    interception,
                 )
-            });
+            })
+            .flatten();
         // An event stream may stay open for hours: on HTTP/1.1 the listener writes it on
         // without hyper's connection (see `server::LongStream`).
         if sse {

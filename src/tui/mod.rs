@@ -86,7 +86,8 @@ fn write_file(prefix: &str, ext: &str, text: &str) -> std::io::Result<String> {
 /// Performs an action's I/O; returns the status line to show.
 fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String> {
     match action {
-        Action::None | Action::Quit => None,
+        // Carried out by the loop (`intercept_action`): they need the terminal.
+        Action::None | Action::Quit | Action::Intercept(_) | Action::Held { .. } => None,
         Action::Copy { text, what } => {
             let b64 = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
             let mut out = std::io::stdout();
@@ -146,6 +147,16 @@ fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String>
             Some("re-sent through the proxy".into())
         }
     }
+}
+
+fn refresh_held(app: &mut App, ic: &crate::intercept::Intercept) {
+    let now = std::time::Instant::now();
+    let held = ic
+        .held()
+        .iter()
+        .map(|h| app::HeldRow::from_held(h, now))
+        .collect();
+    app.set_held(held, ic.overflow());
 }
 
 /// Where live events come from: the bus of this process, or a running rpctap's feed.
@@ -320,13 +331,149 @@ fn yield_cpu_to_the_proxy() {
     }
 }
 
-/// Runs the dashboard until `q` or `shutdown`. `sub` feeds live events (none for a recording).
+/// Runs `$VISUAL` (else `$EDITOR`, else `vi`) on `text` in a private file (0600, removed
+/// after) and returns what it left there.
+fn run_editor(text: &str) -> Result<String, String> {
+    let path = std::env::temp_dir().join(format!(
+        "rpctap-held-{}-{}.json",
+        std::process::id(),
+        crate::events::now_ns()
+    ));
+    crate::record::create_private(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .unwrap_or_else(|| "vi".into());
+    // Through the shell, as editors are given: `EDITOR="code --wait"` works.
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("rpctap-edit")
+        .arg(&path)
+        .status();
+    let back = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    match status {
+        Ok(s) if s.success() => back.map_err(|e| format!("could not read the edit back: {e}")),
+        Ok(s) => Err(format!(
+            "the editor ({editor}) exited with {s}: nothing sent"
+        )),
+        Err(e) => Err(format!("could not run the editor ({editor}): {e}")),
+    }
+}
+
+/// Carries out an intercept key: sets the filter, or decides a held message (editing it in
+/// `$EDITOR` first, the terminal handed over meanwhile). Returns the status line.
+async fn intercept_action(
+    action: Action,
+    ic: &crate::intercept::Intercept,
+    terminal: &mut ratatui::DefaultTerminal,
+) -> std::io::Result<Option<String>> {
+    use crate::intercept::Verdict;
+    use app::HeldKey;
+    let action_kind = match &action {
+        Action::Held { what, .. } => Some(matches!(what, HeldKey::Answer(_))),
+        _ => None,
+    };
+    let (n, verdict) = match action {
+        Action::Intercept(None) => {
+            ic.set_filter(None);
+            return Ok(Some("intercept off: everything held was forwarded".into()));
+        }
+        Action::Intercept(Some(f)) => {
+            return Ok(Some(match crate::filter::Filter::parse(&f) {
+                Ok(parsed) => {
+                    ic.set_filter(Some(parsed));
+                    format!(
+                        "intercept on: messages matching `{f}` are held (each forwards itself after {})",
+                        crate::units::show_secs(ic.timeout())
+                    )
+                }
+                Err(why) => format!("intercept not set: {why}"),
+            }))
+        }
+        Action::Held { n, what } => match what {
+            HeldKey::Forward => (n, Verdict::Forward),
+            HeldKey::Drop => (n, Verdict::Drop),
+            HeldKey::Edit(text) | HeldKey::Answer(text) => {
+                let answer = matches!(&action_kind, Some(true));
+                // The editor gets the terminal. The dashboard's reader is not polled meanwhile
+                // (this runs between two of its events), so it takes none of the editor's keys.
+                let _ =
+                    crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
+                ratatui::restore();
+                let edited = tokio::task::spawn_blocking(move || run_editor(&text))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the editor failed: {e}")));
+                *terminal = ratatui::try_init()?;
+                let _ =
+                    crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
+                terminal.clear()?;
+                let b = match edited.and_then(|t| crate::intercept::validate(&t)) {
+                    Ok(b) => b,
+                    Err(why) => {
+                        return Ok(Some(format!(
+                            "#{n} not sent: {why}; still held (E to edit again)"
+                        )))
+                    }
+                };
+                (
+                    n,
+                    if answer {
+                        Verdict::Answer(b)
+                    } else {
+                        Verdict::Edit(b)
+                    },
+                )
+            }
+        },
+        _ => return Ok(None),
+    };
+    let what = match &verdict {
+        Verdict::Forward => "forwarded",
+        Verdict::Edit(_) => "forwarded as edited",
+        Verdict::Drop => "dropped",
+        Verdict::Answer(_) => "answered",
+    };
+    Ok(Some(if ic.decide(n, verdict) {
+        format!("#{n} {what}")
+    } else {
+        format!("#{n} was no longer held: it forwarded itself (--intercept-timeout)")
+    }))
+}
+
+/// Runs the dashboard until `q` or `shutdown`. `sub` feeds live events (none for a recording);
+/// `intercept`, when it drives a live proxy's.
 pub async fn run(
     mut app: App,
     source: Option<Source>,
     shutdown: impl Future<Output = ()>,
     resend: Option<Resend>,
     recording: Option<&Capture>,
+    intercept: Option<crate::intercept::Intercept>,
+) -> std::io::Result<()> {
+    if let Some(ic) = &intercept {
+        ic.set_dashboard();
+        app.held.available = true;
+    }
+    let r = run_loop(app, source, shutdown, resend, recording, intercept.as_ref()).await;
+    // Nothing stays held once the dashboard is gone.
+    if let Some(ic) = &intercept {
+        ic.set_filter(None);
+    }
+    r
+}
+
+async fn run_loop(
+    mut app: App,
+    source: Option<Source>,
+    shutdown: impl Future<Output = ()>,
+    resend: Option<Resend>,
+    recording: Option<&Capture>,
+    intercept: Option<&crate::intercept::Intercept>,
 ) -> std::io::Result<()> {
     let (mut sub, mut feed, mut watch) = match source {
         Some(Source::Bus(s)) => (Some(s), None, None),
@@ -412,6 +559,14 @@ pub async fn run(
                             if action == Action::Quit {
                                 break;
                             }
+                            if let (Some(ic), Action::Intercept(_) | Action::Held { .. }) = (intercept, &action) {
+                                if let Some(s) = intercept_action(action, ic, &mut terminal).await? {
+                                    app.say(s);
+                                }
+                                refresh_held(&mut app, ic);
+                                terminal.draw(|f| ui::draw(f, &app))?;
+                                continue;
+                            }
                             if let Some(s) = perform(action, resend.as_ref(), &app) {
                                 app.say(s);
                             }
@@ -441,6 +596,9 @@ pub async fn run(
                 }
                 if let Some(s) = &sub {
                     app.dropped = s.dropped.load(Ordering::Relaxed);
+                }
+                if let Some(ic) = intercept {
+                    refresh_held(&mut app, ic);
                 }
                 app.page = terminal.size().map(|s| s.height.saturating_sub(10) as usize).unwrap_or(10).max(1);
                 terminal.draw(|f| ui::draw(f, &app))?;

@@ -91,6 +91,25 @@ pub fn draw(f: &mut Frame, app: &App) {
             .divider("|"),
         chunks[1],
     );
+    // The intercept's held messages, above whatever view is open.
+    let body = if app.held.held.is_empty() && app.held.filter.is_empty() {
+        chunks[2]
+    } else {
+        let rows = if app.held.held.is_empty() {
+            3
+        } else {
+            (app.held.held.len() as u16 + 5)
+                .min(chunks[2].height / 2)
+                .max(4)
+        };
+        let parts = Layout::default()
+            .direction(Direction::Vertical)
+            .constraints([Constraint::Length(rows), Constraint::Min(3)])
+            .split(chunks[2]);
+        held(f, app, &t, parts[0]);
+        parts[1]
+    };
+    let chunks = [chunks[0], chunks[1], body, chunks[3]];
     match app.view {
         View::Calls => {
             if app.detail && app.detail_full {
@@ -832,8 +851,102 @@ fn stderr(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     f.render_stateful_widget(table, area, &mut state);
 }
 
+/// What the intercept holds: one line each (the selected one marked), its time left before it
+/// forwards itself, and the selected one's frame.
+fn held(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
+    let h = &app.held;
+    let title = format!(
+        " intercept: {} — {} held{} ",
+        if h.filter.is_empty() {
+            "off"
+        } else {
+            &h.filter
+        },
+        h.held.len(),
+        if h.held.is_empty() {
+            String::new()
+        } else {
+            "  F forward  E edit  D drop  A answer  [ ] select".into()
+        }
+    );
+    let mut lines: Vec<Line> = Vec::new();
+    if h.held.is_empty() {
+        lines.push(Line::from(Span::styled(
+            "nothing held yet: a message matching the filter is held here before it is forwarded (I changes the filter, Enter on an empty one turns it off)",
+            t.fg(Color::DarkGray),
+        )));
+    }
+    for (i, m) in h.held.iter().enumerate() {
+        let mark = if i == h.sel { "▶ " } else { "  " };
+        let dir = if m.direction == crate::events::Direction::ClientToServer {
+            "→"
+        } else {
+            "←"
+        };
+        let target = m
+            .target
+            .as_deref()
+            .map(|t| format!(" {t}"))
+            .unwrap_or_default();
+        let id = if m.id.is_empty() {
+            String::new()
+        } else {
+            format!(" id {}", m.id)
+        };
+        let line = format!(
+            "{mark}⏸ #{} {dir} {}{target}{id}  held {}s, forwards itself in {}s",
+            m.n,
+            m.method,
+            m.held_ms / 1000,
+            m.left_ms.div_ceil(1000)
+        );
+        let style = if i == h.sel {
+            t.selected()
+        } else {
+            t.fg(Color::Magenta)
+        };
+        lines.push(Line::from(Span::styled(line, style)));
+    }
+    if let Some(m) = app.held_selected() {
+        let width = area.width.saturating_sub(4) as usize;
+        let text: String = m.shown.chars().take(width.max(8)).collect();
+        lines.push(Line::from(Span::styled(
+            format!("  {text}"),
+            t.fg(Color::DarkGray),
+        )));
+    }
+    if h.overflow > 0 {
+        lines.push(Line::from(Span::styled(
+            format!(
+                "  {} matching messages passed unheld: the held list was full",
+                h.overflow
+            ),
+            t.fg(Color::Red),
+        )));
+    }
+    f.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
+        area,
+    );
+}
+
 fn status(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
-    let line = if app.editing_filter {
+    let line = if app.held.editing {
+        let mut spans = vec![
+            Span::styled("intercept: ", t.bold()),
+            Span::raw(app.held.input.clone()),
+            Span::raw("▏ "),
+        ];
+        match crate::filter::Filter::parse(&app.held.input) {
+            Err(why) if !app.held.input.trim().is_empty() => {
+                spans.push(Span::styled(why, t.fg(Color::Red)))
+            }
+            _ => spans.push(Span::raw(
+                "(the filter language; Enter apply, empty Enter off, Esc cancel)",
+            )),
+        }
+        Line::from(spans)
+    } else if app.editing_filter {
         let mut spans = vec![
             Span::styled("filter: ", t.bold()),
             Span::raw(app.filter_input.clone()),
@@ -875,7 +988,7 @@ fn status(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     f.render_widget(Paragraph::new(line), area);
 }
 
-pub const HELP: [(&str, &str); 20] = [
+pub const HELP: [(&str, &str); 22] = [
     ("↑/↓ j/k", "move (scroll in the detail pane)"),
     ("PgUp/PgDn", "move a page"),
     ("g / G", "first / newest (follow)"),
@@ -917,6 +1030,14 @@ pub const HELP: [(&str, &str); 20] = [
     (
         "r",
         "re-send the selected request to the upstream (proxy mode)",
+    ),
+    (
+        "I",
+        "intercept: messages matching a filter (either direction) are held before they are forwarded; empty turns it off (live proxy only, not over attach)",
+    ),
+    (
+        "F E D A [ ]",
+        "on a held message: forward, edit in $EDITOR, drop, answer (the last reply to the same call, edited); select",
     ),
     ("mouse wheel", "scroll"),
     ("?", "this help"),

@@ -19,6 +19,7 @@ pub mod frame;
 
 use crate::events::Direction;
 use crate::inspect::{EndReason, ExchangeCtx};
+use crate::intercept::Verdict;
 use crate::limit::enforce::{limit_message, Forward};
 use crate::limit::Limiter;
 use bytes::Bytes;
@@ -98,6 +99,8 @@ pub struct Limits {
     pub peer: std::net::IpAddr,
     pub session: Option<String>,
     pub headers: HeaderMap,
+    /// The dashboard's intercept, when a dashboard drives this proxy.
+    pub intercept: Option<crate::intercept::Intercept>,
 }
 
 /// Passes the upgraded connection through and inspects it; returns when both directions are
@@ -346,6 +349,10 @@ async fn limited<R, W>(
     let mut fatal = false;
     // Request-side faults of the messages read: a delay before they go on, or a close.
     let mut before: Vec<WsBefore> = Vec::new();
+    // A message the dashboard's intercept holds: its verdict to come, its text, its frames as
+    // they came, whether it was compressed, and whether those frames can go on as they are.
+    #[allow(clippy::type_complexity)]
+    let mut intercepted: Option<(HoldOf, Bytes, Vec<u8>, bool, bool)> = None;
     loop {
         let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -413,6 +420,25 @@ async fn limited<R, W>(
                                         verdicts.as_mut(),
                                     );
                                     let dropped = l.forward != Forward::Unchanged;
+                                    if !dropped && l.reply.is_none() {
+                                        if let Some(p) = lim
+                                            .intercept
+                                            .as_ref()
+                                            .and_then(|ic| hold(ic, &s.ctx, &t))
+                                        {
+                                            // Decided below, outside the lock; what follows
+                                            // waits with it (a WebSocket is one ordered stream).
+                                            intercepted = Some((
+                                                p,
+                                                t,
+                                                std::mem::take(&mut held),
+                                                compressed,
+                                                keep_raw,
+                                            ));
+                                            before.extend(ws_faults(&mut s.ctx, l.faults));
+                                            continue;
+                                        }
+                                    }
                                     match l.forward {
                                         Forward::Unchanged if keep_raw => out.append(&mut held),
                                         Forward::Unchanged => out.extend(frame::encode(
@@ -466,6 +492,31 @@ async fn limited<R, W>(
                         }
                     }
                     held.clear();
+                    if let Some((p, t, raw, compressed, keep_raw)) = intercepted.take() {
+                        if w.write_all(&out).await.is_err() {
+                            break;
+                        }
+                        out.clear();
+                        let (d, id, method) = (p.0.wait().await, p.1, p.2);
+                        lock(&shared)
+                            .ctx
+                            .intercepted(&d, dir, id.as_ref(), Some(&method));
+                        let text = |b: &[u8]| frame::encode(true, false, 0x1, b, Some(mask()));
+                        match d.verdict {
+                            Verdict::Forward if keep_raw => out.extend_from_slice(&raw),
+                            Verdict::Forward => out.extend(text(&t)),
+                            Verdict::Edit(b) => {
+                                out.extend(text(&b));
+                                rewrite |= takeover && compressed;
+                            }
+                            Verdict::Drop => rewrite |= takeover && compressed,
+                            Verdict::Answer(b) => {
+                                replies
+                                    .push(Bytes::from(frame::encode(true, false, 0x1, &b, None)));
+                                rewrite |= takeover && compressed;
+                            }
+                        }
+                    }
                     if fatal {
                         // 1009: message too big (RFC 6455 §7.4.1), to both sides.
                         let close = |m| frame::encode(true, false, 0x8, &1009u16.to_be_bytes(), m);
@@ -527,6 +578,25 @@ async fn limited<R, W>(
         let _ = w.write_all(&held).await;
     }
     let _ = w.shutdown().await;
+}
+
+/// A held client message: its verdict to come, its id and method.
+type HoldOf = (crate::intercept::Pending, Option<crate::rpc::Id>, String);
+
+/// Holds a client message when the intercept's filter matches it.
+fn hold(ic: &crate::intercept::Intercept, ctx: &ExchangeCtx, t: &Bytes) -> Option<HoldOf> {
+    if !ic.is_on() {
+        return None;
+    }
+    let parsed = crate::rpc::parse_body(t);
+    let scope = ctx.scope_text();
+    let ms = crate::intercept::messages(Direction::ClientToServer, &parsed, &scope, |_| None);
+    let m = ms.iter().find(|m| ic.wants(m))?;
+    Some((
+        ic.hold(&m.with_frame(t)),
+        m.rpc_id.clone(),
+        m.method.to_string(),
+    ))
 }
 
 /// A masking key for a frame of rpctap's own to the server (RFC 6455 §5.3: unpredictable).

@@ -61,6 +61,13 @@ pub enum Action {
         path: String,
         body: String,
     },
+    /// Set the intercept's filter (`None`: off).
+    Intercept(Option<String>),
+    /// Decide held message `n`.
+    Held {
+        n: u64,
+        what: super::HeldKey,
+    },
 }
 
 /// Keys the dashboard understands (independent of the terminal library).
@@ -240,6 +247,9 @@ impl App {
             }
             return Action::None;
         }
+        if let Some(a) = self.intercept_input_key(key) {
+            return a;
+        }
         if self.editing_find {
             match key {
                 Key::Esc => {
@@ -285,6 +295,9 @@ impl App {
                 }
             }
             return Action::None;
+        }
+        if let Some(a) = self.intercept_key(key) {
+            return a;
         }
         match key {
             Key::Char('q') => return Action::Quit,

@@ -26,6 +26,7 @@ pub type Text = Arc<str>;
 
 mod export;
 mod filter;
+mod held;
 mod info;
 mod keys;
 mod row;
@@ -34,6 +35,7 @@ mod servers;
 mod tests;
 
 pub use crate::filter::Filter;
+pub use held::{HeldKey, HeldPane, HeldRow};
 pub use keys::{Action, Key, View};
 pub use row::{
     scope_group, transport_label, AnomalyIn, CallIn, HttpMeta, MessageIn, Round, Rounds, Row,
@@ -166,6 +168,8 @@ pub struct App {
     pub find_hit: usize,
     /// The declarations popup (`i`).
     pub info: bool,
+    /// The intercept: its filter, what it holds (`held`).
+    pub held: HeldPane,
     /// The exchanges whose headers are kept, oldest first.
     with_headers: VecDeque<u64>,
 }
@@ -242,6 +246,7 @@ impl App {
             editing_find: false,
             find_hit: 0,
             info: false,
+            held: HeldPane::default(),
             with_headers: VecDeque::new(),
         }
     }
