@@ -412,12 +412,12 @@ pub fn validate(text: &str) -> Result<Bytes, String> {
 }
 
 /// The messages of a whole body as the filter sees them (a batch's members each), with
-/// `methods` naming the method of a reply's id (`None`: not known).
+/// `call_of` naming a reply's call by its id: its method and target (`None`: not known).
 pub fn messages<'a>(
     direction: Direction,
     body: &'a crate::rpc::Body,
     scope: &str,
-    method_of: impl Fn(&crate::rpc::Id) -> Option<&'a str>,
+    call_of: impl Fn(&crate::rpc::Id) -> Option<(&'a str, Option<&'a str>)>,
 ) -> Vec<Message<'a>> {
     let envs: Vec<&crate::rpc::Envelope> = match body {
         crate::rpc::Body::Single(e) => vec![e],
@@ -425,18 +425,20 @@ pub fn messages<'a>(
         crate::rpc::Body::ParseError(_) => Vec::new(),
     };
     envs.into_iter()
-        .map(|e| Message {
-            direction,
-            method: e
-                .method
-                .as_deref()
-                .or_else(|| e.id.as_ref().and_then(&method_of))
-                .unwrap_or(""),
-            target: e.target.as_deref(),
-            id: e.id.as_ref().map(|i| i.to_json_text()).unwrap_or_default(),
-            rpc_id: e.id.clone(),
-            scope: scope.to_string(),
-            frame: &e.raw,
+        .map(|e| {
+            let call = match e.method {
+                Some(_) => None,
+                None => e.id.as_ref().and_then(&call_of),
+            };
+            Message {
+                direction,
+                method: e.method.as_deref().or(call.map(|c| c.0)).unwrap_or(""),
+                target: e.target.as_deref().or(call.and_then(|c| c.1)),
+                id: e.id.as_ref().map(|i| i.to_json_text()).unwrap_or_default(),
+                rpc_id: e.id.clone(),
+                scope: scope.to_string(),
+                frame: &e.raw,
+            }
         })
         .collect()
 }
@@ -539,7 +541,7 @@ mod tests {
             br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":2,"result":{}}]"#,
         ));
         let ms = messages(Direction::ClientToServer, &body, "exchange:3", |_| {
-            Some("sampling/createMessage")
+            Some(("tools/call", Some("add")))
         });
         assert_eq!(ms.len(), 2);
         assert_eq!(ms[0].target, Some("echo"));

@@ -44,7 +44,7 @@ impl Note {
 /// its call's) and the exchange's scope, for the filter.
 pub struct Interception {
     pub intercept: crate::intercept::Intercept,
-    pub methods: Vec<(Id, Arc<str>)>,
+    pub methods: Vec<(Id, Arc<str>, Option<Arc<str>>)>,
     pub scope: String,
 }
 
@@ -275,7 +275,10 @@ impl Stage {
         let parsed = crate::rpc::parse_body(data);
         let methods = &ic.methods;
         let ms = crate::intercept::messages(Direction::ServerToClient, &parsed, &ic.scope, |id| {
-            methods.iter().find(|(i, _)| i == id).map(|(_, m)| &**m)
+            methods
+                .iter()
+                .find(|(i, _, _)| i == id)
+                .map(|(_, m, t)| (&**m, t.as_deref()))
         });
         let Some(m) = ms.iter().find(|m| ic.intercept.wants(m)) else {
             return false;

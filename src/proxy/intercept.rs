@@ -26,8 +26,8 @@ pub enum Intercepted {
     Drop,
 }
 
-/// The calls of a request body, by id: a reply's method is its call's.
-pub fn call_methods(body: &Bytes) -> Vec<(Id, Arc<str>)> {
+/// The calls of a request body, by id: a reply's method and target are its call's.
+pub fn call_methods(body: &Bytes) -> Vec<(Id, Arc<str>, Option<Arc<str>>)> {
     let parsed = crate::rpc::parse_body(body);
     let envs: Vec<&crate::rpc::Envelope> = match &parsed {
         crate::rpc::Body::Single(e) => vec![e],
@@ -35,7 +35,7 @@ pub fn call_methods(body: &Bytes) -> Vec<(Id, Arc<str>)> {
         crate::rpc::Body::ParseError(_) => Vec::new(),
     };
     envs.into_iter()
-        .filter_map(|e| Some((e.id.clone()?, e.method.clone()?)))
+        .filter_map(|e| Some((e.id.clone()?, e.method.clone()?, e.target.clone())))
         .collect()
 }
 

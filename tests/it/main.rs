@@ -18,6 +18,7 @@ mod fuzz_props;
 mod hub;
 mod injected;
 mod inspect;
+mod intercept;
 mod interop;
 mod limits;
 mod live_vs_check;

@@ -1,0 +1,207 @@
+//! The dashboard's intercept, in a real terminal (tmux): `rpctap proxy` in front of the Python
+//! SDK 2.x server, the SDK 2.x client calling through it, and the keys a user presses. A held
+//! call edited in `$EDITOR` (a sed script here) reaches the server as edited; a dropped one
+//! leaves the client to its timeout; one nobody decides forwards itself after
+//! `--intercept-timeout`; one answered takes the earlier answer; a held reply edited reaches the
+//! client as edited. Each verdict is in the recording as injected, and `check` blames the server
+//! for none of them.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn sdk() -> PathBuf {
+    installed("mcp2", &["mcp>=2,<3"])
+}
+
+fn text(r: &Value) -> &str {
+    r["result"]["content"][0]["text"].as_str().unwrap_or("")
+}
+
+/// Types `keys` into the dashboard, then Enter.
+fn type_line(t: &Tmux, keys: &str) {
+    t.cmd(&["send-keys", "-t", "t", "-l", keys]);
+    t.cmd(&["send-keys", "-t", "t", "Enter"]);
+}
+
+/// Waits for a held message whose line holds every one of `parts`.
+fn held_line(t: &Tmux, parts: &[&str]) -> String {
+    let mut want = vec!["⏸ #"];
+    want.extend_from_slice(parts);
+    let screen = t.wait_for_line(&want, Duration::from_secs(20));
+    let line = screen
+        .lines()
+        .find(|l| want.iter().all(|p| l.contains(p)))
+        .unwrap_or_else(|| panic!("nothing held with {parts:?}:\n{screen}"))
+        .to_string();
+    assert!(line.contains("forwards itself in"), "the timer: {line}");
+    line
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_dashboard() {
+    assert!(
+        Command::new("tmux").arg("-V").output().is_ok(),
+        "tmux is not installed: run `bash scripts/peers.sh`"
+    );
+    let port = free_port();
+    let server = Proc::spawn(
+        Command::new(sdk().join("bin/python"))
+            .arg(root().join("tests/interop/mcp2_server.py"))
+            .args(["sse", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let work = Scratch::new("intercept");
+    let file = work.join("held.jsonl");
+    // The editor: a sed script, as `$EDITOR` is given (the file's name after it).
+    let editor = work.join("edit.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i -e 's/\"a\": 2,/\"a\": 20,/' -e 's/\"text\": \"101\"/\"text\": \"edited on the way back\"/' \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let listen = free_port();
+    let editor_env = format!("EDITOR={}", editor.display());
+    let t = Tmux::shell("intercept", 200, 50, &["-u", "VISUAL", &editor_env]);
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    type_line(
+        &t,
+        &format!(
+            "{bin} proxy --listen 127.0.0.1:{listen} --upstream http://127.0.0.1:{port} --record {} --intercept-timeout 5s",
+            file.display()
+        ),
+    );
+    t.wait_for(&format!("127.0.0.1:{listen}"), Duration::from_secs(10));
+    // `I`: the intercept's filter, the filter language: calls to `add` on their way in.
+    t.cmd(&["send-keys", "-t", "t", "I"]);
+    t.wait_for("intercept:", Duration::from_secs(5));
+    type_line(&t, "tools/call tool:add dir:c2s");
+    let screen = t.wait_for("intercept on", Duration::from_secs(5));
+    assert!(
+        screen.contains("intercept: tools/call tool:add dir:c2s"),
+        "the pane names the filter:\n{screen}"
+    );
+
+    let url = format!("http://127.0.0.1:{listen}/mcp");
+    let client = Command::new(sdk().join("bin/python"))
+        .arg(root().join("tests/interop/fault_client.py"))
+        .args([
+            &url,
+            "auto",
+            "8",
+            r#"add:{"a":2,"b":3}"#,
+            r#"add:{"a":7,"b":7}"#,
+            r#"add:{"a":1,"b":1}"#,
+            r#"add:{"a":100,"b":1}"#,
+            r#"add:{"a":100,"b":1}"#,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // 1: held, edited (`E` runs the sed script) and forwarded: the server adds 20 and 3.
+    held_line(&t, &["→ tools/call add"]);
+    t.cmd(&["send-keys", "-t", "t", "E"]);
+    t.wait_for("#1 forwarded as edited", Duration::from_secs(10));
+    // 2: held and dropped: the client's 8 s timeout decides.
+    let line = held_line(&t, &["→ tools/call add"]);
+    assert!(!line.contains("#1 "), "the next one: {line}");
+    t.cmd(&["send-keys", "-t", "t", "D"]);
+    t.wait_for("#2 dropped", Duration::from_secs(5));
+    // 3: held, nobody decides: it forwards itself after 5 s.
+    let third = held_line(&t, &["→ tools/call add"]);
+    let n3: String = third
+        .split("⏸ #")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    t.wait_for_gone(&format!("⏸ #{n3} "), Duration::from_secs(12));
+    // 4: held; the filter changed meanwhile to replies (what is held stays held), then
+    // answered (`A`): the template is the earlier answer to `add` (call 3's "2"), its id this
+    // call's; the server never sees it (it would say 101).
+    held_line(&t, &["→ tools/call add"]);
+    t.cmd(&["send-keys", "-t", "t", "I"]);
+    t.wait_for("Enter apply", Duration::from_secs(5));
+    for _ in 0..40 {
+        t.cmd(&["send-keys", "-t", "t", "BSpace"]);
+    }
+    type_line(&t, "tool:add dir:s2c");
+    t.wait_for("intercept: tool:add dir:s2c", Duration::from_secs(5));
+    held_line(&t, &["→ tools/call add"]);
+    t.cmd(&["send-keys", "-t", "t", "A"]);
+    t.wait_for("#4 answered", Duration::from_secs(10));
+    // 5: the server's answer (101) held and edited on its way back.
+    held_line(&t, &["← tools/call add"]);
+    t.cmd(&["send-keys", "-t", "t", "E"]);
+    t.wait_for("#5 forwarded as edited", Duration::from_secs(10));
+
+    let out = client.wait_with_output().unwrap();
+    let r: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client's report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(r.len(), 5, "{r:#?}");
+    assert_eq!(text(&r[0]), "23", "the server got the edited arguments: {:?}", r[0]);
+    assert!(
+        r[1]["message"].as_str().unwrap_or("").contains("timed out"),
+        "dropped: the client's timeout: {:?}",
+        r[1]
+    );
+    assert_eq!(text(&r[2]), "2", "{:?}", r[2]);
+    let waited = r[2]["elapsed"].as_f64().unwrap();
+    assert!(waited >= 4.5, "forwarded itself after 5 s: {:?}", r[2]);
+    assert_eq!(text(&r[3]), "2", "answered from the earlier answer: {:?}", r[3]);
+    assert_eq!(
+        text(&r[4]),
+        "edited on the way back",
+        "the held reply, edited: {:?}",
+        r[4]
+    );
+
+    // `q`: the dashboard goes; nothing stays held.
+    t.cmd(&["send-keys", "-t", "t", "q"]);
+    t.wait_for("READY$", Duration::from_secs(10));
+    drop(server);
+
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let held: Vec<(String, String, Option<String>)> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::events::Event::Fault(f) => Some((
+                f.injected.to_string(),
+                f.action.to_string(),
+                f.message
+                    .as_ref()
+                    .map(|m| String::from_utf8_lossy(m).into_owned()),
+            )),
+            _ => None,
+        })
+        .collect();
+    let actions: Vec<&str> = held.iter().map(|h| h.1.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["edit", "drop", "timeout", "answer", "edit"],
+        "{held:#?}"
+    );
+    assert!(held.iter().all(|h| h.0 == "intercept"), "{held:#?}");
+    assert!(
+        held[0].2.as_deref().unwrap_or("").contains("\"a\":20"),
+        "the edit is on the record: {held:#?}"
+    );
+    let c = check_recording(&file);
+    assert_eq!(c.exit, Some(0), "{}", c.stdout);
+    assert!(c.stdout.contains("intercept"), "{}", c.stdout);
+}
