@@ -6,6 +6,10 @@ usage: ws_peer.py server PORT [plain]      a JSON-RPC server
        ws_peer.py faulted URL [plain]      a client for a proxy injecting faults: an error on
                                            the first `add`, a held `echo`, a closed connection
                                            on `stats`
+       ws_peer.py intercepted URL [plain]  a client for a dashboard holding its messages: an
+                                           echo (edited there), an echo (dropped: a 4 s
+                                           timeout), an add (forwarded), an add (answered there),
+                                           stats
        ws_peer.py eth URL                  an Ethereum client (for ganache): block number, a
                                            batch, newHeads over three mined blocks, unsubscribe
 `plain` turns compression off.
@@ -149,6 +153,24 @@ async def faulted(url, compression):
     print(json.dumps(out))
 
 
+async def intercepted(url, compression):
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        async def call(body, timeout=60):
+            await ws.send(json.dumps(body))
+            try:
+                return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+            except TimeoutError:
+                return "timeout"
+
+        out["echo"] = await call({"jsonrpc": "2.0", "method": "echo", "params": {"a": 2, "b": 3}, "id": 1})
+        out["echo2"] = await call({"jsonrpc": "2.0", "method": "echo", "params": {"a": 7}, "id": 2}, 4)
+        out["add"] = await call({"jsonrpc": "2.0", "method": "add", "params": [1, 1], "id": 3})
+        out["add2"] = await call({"jsonrpc": "2.0", "method": "add", "params": [2, 2], "id": 4})
+        out["stats"] = await call({"jsonrpc": "2.0", "method": "stats", "id": 5})
+    print(json.dumps(out))
+
+
 async def eth(url, compression):
     out = {}
     async with connect(url, compression=compression, max_size=None) as ws:
@@ -193,6 +215,8 @@ if __name__ == "__main__":
         asyncio.run(eth(where, compression))
     elif role == "limited":
         asyncio.run(limited(where, compression))
+    elif role == "intercepted":
+        asyncio.run(intercepted(where, compression))
     elif role == "faulted":
         asyncio.run(faulted(where, compression))
     else:

@@ -205,3 +205,97 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
     assert_eq!(c.exit, Some(0), "{}", c.stdout);
     assert!(c.stdout.contains("intercept"), "{}", c.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered() {
+    let env = installed("ws", &["websockets==17.4"]);
+    let port = free_port();
+    let _server = Proc::spawn(
+        Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/ws_peer.py"))
+            .args(["server", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let work = Scratch::new("intercept-ws");
+    let file = work.join("ws.jsonl");
+    let editor = work.join("edit.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i -e 's/\"a\": 2,/\"a\": 20,/' \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let listen = free_port();
+    let editor_env = format!("EDITOR={}", editor.display());
+    let t = Tmux::shell("intercept-ws", 200, 50, &["-u", "VISUAL", &editor_env]);
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    type_line(
+        &t,
+        &format!(
+            "{bin} proxy --listen 127.0.0.1:{listen} --upstream http://127.0.0.1:{port} --record {}",
+            file.display()
+        ),
+    );
+    t.wait_for(&format!("127.0.0.1:{listen}"), Duration::from_secs(10));
+    t.cmd(&["send-keys", "-t", "t", "I"]);
+    t.wait_for("Enter apply", Duration::from_secs(5));
+    type_line(&t, "dir:c2s");
+    t.wait_for("intercept: dir:c2s", Duration::from_secs(5));
+    // Compressed (permessage-deflate with context takeover): an edited, dropped or answered
+    // message makes rpctap re-send the rest uncompressed.
+    let client = Command::new(env.join("bin/python"))
+        .arg(root().join("tests/interop/ws_peer.py"))
+        .args(["intercepted", &format!("ws://127.0.0.1:{listen}/")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    held_line(&t, &["→ echo", "id 1"]);
+    t.cmd(&["send-keys", "-t", "t", "E"]);
+    t.wait_for("#1 forwarded as edited", Duration::from_secs(10));
+    held_line(&t, &["→ echo", "id 2"]);
+    t.cmd(&["send-keys", "-t", "t", "D"]);
+    t.wait_for("#2 dropped", Duration::from_secs(5));
+    held_line(&t, &["→ add", "id 3"]);
+    t.cmd(&["send-keys", "-t", "t", "F"]);
+    t.wait_for("#3 forwarded", Duration::from_secs(5));
+    held_line(&t, &["→ add", "id 4"]);
+    t.cmd(&["send-keys", "-t", "t", "A"]);
+    t.wait_for("#4 answered", Duration::from_secs(10));
+    held_line(&t, &["→ stats", "id 5"]);
+    t.cmd(&["send-keys", "-t", "t", "F"]);
+    let out = client.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client's report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(v["echo"]["result"], serde_json::json!({"a": 20, "b": 3}), "{v}");
+    assert_eq!(v["echo2"], "timeout", "{v}");
+    assert_eq!(v["add"]["result"], 2, "{v}");
+    assert_eq!(v["add2"]["result"], 2, "answered with the earlier answer: {v}");
+    assert_eq!(v["add2"]["id"], 4, "{v}");
+    assert_eq!(
+        v["stats"]["result"]["add"], 1,
+        "only the forwarded add reached the server: {v}"
+    );
+    t.cmd(&["send-keys", "-t", "t", "q"]);
+    t.wait_for("READY$", Duration::from_secs(10));
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let actions: Vec<String> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::events::Event::Fault(f) if &*f.injected == "intercept" => {
+                Some(f.action.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(actions, ["edit", "drop", "forward", "answer", "forward"]);
+}
