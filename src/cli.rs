@@ -227,6 +227,18 @@ pub struct StdioArgs {
     /// With --upstream: skip the certificate check (as `proxy --upstream-insecure`).
     #[arg(long, requires = "upstream")]
     pub upstream_insecure: bool,
+    /// The dashboard on this terminal (/dev/tty) while the client that started rpctap talks
+    /// over its stdin and stdout: for a client run from a terminal. The one place a stdio
+    /// session's messages can be intercepted (`I`).
+    #[arg(long)]
+    pub dashboard: bool,
+    /// With --dashboard: how long an intercepted message waits for a verdict before it
+    /// forwards itself (default 60s).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs, requires = "dashboard")]
+    pub intercept_timeout: Option<f64>,
+    /// With --dashboard: start intercepting the messages this filter matches (`I` changes it).
+    #[arg(long, value_name = "FILTER", requires = "dashboard")]
+    pub intercept: Option<String>,
     /// The server command and its arguments, after `--`.
     #[arg(
         last = true,
@@ -632,6 +644,10 @@ pub struct ProxyFlags {
     /// forwards itself (default 60s). Intercept is the dashboard's (`I`); not over `attach`.
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub intercept_timeout: Option<f64>,
+    /// Start the dashboard intercepting the messages this filter matches (the filter
+    /// language; `I` changes it). Needs the dashboard.
+    #[arg(long, value_name = "FILTER")]
+    pub intercept: Option<String>,
     /// Seconds a client connection may sit with no exchange before it is closed (default 300;
     /// an open reply stream, such as SSE, is an exchange).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]

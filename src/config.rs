@@ -656,6 +656,14 @@ pub fn resolve(
                     .or(file.intercept_timeout_secs)
                     .unwrap_or(60.0),
             )?,
+            intercept: match &flags.intercept {
+                Some(f) => {
+                    crate::filter::Filter::parse(f)
+                        .map_err(|why| ConfigError::Invalid(format!("--intercept: {why}")))?;
+                    Some(f.clone())
+                }
+                None => None,
+            },
         },
         conn: conn_limits(flags, &file)?,
         inspect,

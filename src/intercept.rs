@@ -411,13 +411,49 @@ pub fn validate(text: &str) -> Result<Bytes, String> {
     }
 }
 
+/// The calls of a body, by id: a reply's method and target are its call's.
+pub fn call_methods(body: &Bytes) -> Vec<(crate::rpc::Id, Arc<str>, Option<Arc<str>>)> {
+    let parsed = crate::rpc::parse_body(body);
+    let envs: Vec<&crate::rpc::Envelope> = match &parsed {
+        crate::rpc::Body::Single(e) => vec![e],
+        crate::rpc::Body::Batch(v) => v.iter().collect(),
+        crate::rpc::Body::ParseError(_) => Vec::new(),
+    };
+    envs.into_iter()
+        .filter_map(|e| Some((e.id.clone()?, e.method.clone()?, e.target.clone())))
+        .collect()
+}
+
+/// Holds `body` (a whole message or batch as it came) when the filter matches one of its
+/// messages; `call_of` names a reply's call. Returns the verdict to come, and the matching
+/// message's id and method (for the record).
+pub fn hold_body<'c>(
+    ic: &Intercept,
+    direction: Direction,
+    body: &Bytes,
+    scope: &str,
+    call_of: impl Fn(&crate::rpc::Id) -> Option<(&'c str, Option<&'c str>)>,
+) -> Option<(Pending, Option<crate::rpc::Id>, String)> {
+    if !ic.is_on() {
+        return None;
+    }
+    let parsed = crate::rpc::parse_body(body);
+    let ms = messages(direction, &parsed, scope, call_of);
+    let m = ms.iter().find(|m| ic.wants(m))?;
+    Some((
+        ic.hold(&m.with_frame(body)),
+        m.rpc_id.clone(),
+        m.method.to_string(),
+    ))
+}
+
 /// The messages of a whole body as the filter sees them (a batch's members each), with
 /// `call_of` naming a reply's call by its id: its method and target (`None`: not known).
-pub fn messages<'a>(
+pub fn messages<'a, 'c: 'a>(
     direction: Direction,
     body: &'a crate::rpc::Body,
     scope: &str,
-    call_of: impl Fn(&crate::rpc::Id) -> Option<(&'a str, Option<&'a str>)>,
+    call_of: impl Fn(&crate::rpc::Id) -> Option<(&'c str, Option<&'c str>)>,
 ) -> Vec<Message<'a>> {
     let envs: Vec<&crate::rpc::Envelope> = match body {
         crate::rpc::Body::Single(e) => vec![e],

@@ -373,6 +373,7 @@ pub async fn watch(
         None,
         None,
         None,
+        crate::tui::Screen::Stdout,
     )
     .await;
     task.abort();

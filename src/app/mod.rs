@@ -487,6 +487,11 @@ pub(crate) async fn serve_maybe_tui(
         }
     };
     if !use_tui(&cfg) {
+        if cfg.proxy.intercept.is_some() {
+            return Err(AppError::Terminal(
+                "--intercept needs the dashboard (a terminal, without --no-tui): nobody would decide what it holds".into(),
+            ));
+        }
         let running = RunningProxy::bind(cfg).await?;
         say(&running);
         if banner.is_some() {
@@ -522,6 +527,10 @@ pub(crate) async fn serve_maybe_tui(
         .local_addr()
         .map(|proxy| crate::tui::Resend { proxy });
     let intercept = running.proxy.intercept().clone();
+    let start_filter = running.cfg.proxy.intercept.clone();
+    if let Some(f) = &start_filter {
+        intercept.set_filter(crate::filter::Filter::parse(f).ok());
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(running.serve(async move {
         let _ = stop_rx.await;
@@ -530,6 +539,7 @@ pub(crate) async fn serve_maybe_tui(
         crate::tui::app::App::new(title, &listen, &upstream, max_rows, crate::events::now_ns());
     app.can_resend = true;
     app.intro = intro;
+    app.held.filter = start_filter.unwrap_or_default();
     let result = crate::tui::run(
         app,
         Some(crate::tui::Source::Bus(sub)),
@@ -537,6 +547,7 @@ pub(crate) async fn serve_maybe_tui(
         resend,
         None,
         Some(intercept),
+        crate::tui::Screen::Stdout,
     )
     .await;
     let _ = stop_tx.send(());
@@ -565,9 +576,17 @@ pub async fn view_capture(
     let mut app = crate::tui::app::App::new(title, &listen, &upstream, max_rows, 0);
     crate::tui::load_recording(&mut app, &rec);
     app.follow = false;
-    crate::tui::run(app, None, shutdown, None, Some(&rec), None)
-        .await
-        .map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
+    crate::tui::run(
+        app,
+        None,
+        shutdown,
+        None,
+        Some(&rec),
+        None,
+        crate::tui::Screen::Stdout,
+    )
+    .await
+    .map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
     Ok(0)
 }
 
@@ -651,6 +670,7 @@ pub async fn attach(
         None,
         None,
         None,
+        crate::tui::Screen::Stdout,
     )
     .await;
     task.abort();

@@ -177,6 +177,15 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let mut inspect = shared.inspect.clone();
     inspect.baseline =
         super::hub::live_baseline(shared.baseline_dir.as_deref(), plan.is_some(), &label);
+    // `--dashboard`: the dashboard on the terminal, with its intercept.
+    let dashboard = match args.dashboard {
+        true => Some(start_dashboard(&args, &label, &command, &mut bus, &shared)?),
+        false => None,
+    };
+    let hold = dashboard.as_ref().map(|d| crate::stdio::relay::Hold {
+        intercept: d.intercept.clone(),
+        rt: tokio::runtime::Handle::current(),
+    });
     let inspector = Inspector::new(inspect, bus.build());
     observers.start(|s| s.inspector = Some(inspector.clone()));
     if let (Some(o), None) = (&observers.ops, &plan) {
@@ -197,14 +206,26 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     {
         let ctx = ctx.clone();
         let out = out.clone();
-        let limiter = (!limiter.is_empty()).then_some(limiter);
+        // Whole lines for the rules, and for the dashboard's intercept.
+        let limiter = (!limiter.is_empty() || hold.is_some()).then_some(limiter);
         let session = session.clone();
         let rt = tokio::runtime::Handle::current();
+        let hold = hold.clone();
+        let child_in: crate::stdio::relay::ChildIn = Arc::new(Mutex::new(child_in));
         std::thread::Builder::new()
             .name("rpctap-stdin".into())
             .spawn(move || {
                 let l = limiter.as_ref();
-                client_to_server(child_in, &ctx, &out, l, max, &session, Some(&rt));
+                client_to_server(
+                    child_in,
+                    &ctx,
+                    &out,
+                    l,
+                    max,
+                    &session,
+                    Some(&rt),
+                    hold.as_ref(),
+                );
             })
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
     }
@@ -216,7 +237,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         std::thread::Builder::new()
             .name("rpctap-stdout".into())
             .spawn(move || {
-                server_to_client(&mut child_out, &ctx, &out, max, faults_on);
+                server_to_client(&mut child_out, &ctx, &out, max, faults_on, hold.as_ref());
                 let _ = s2c_done.send(());
             })
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;
@@ -285,12 +306,113 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     }
     locked(&ctx).end(EndReason::Closed(how.clone()));
     tracing::info!(pid, status = %how, "server exited");
+    if let Some(d) = dashboard {
+        d.stop().await;
+    }
     sweeper.abort();
     drop(ctx);
     drop(inspector);
     observers.finish().await;
     drop(registered);
     Ok(code)
+}
+
+/// `stdio --dashboard`'s dashboard: on a thread of its own (its own runtime, at a lower
+/// priority), drawing on /dev/tty; it ends when the session does (or on `q`, the session going
+/// on without it).
+struct Dashboard {
+    intercept: crate::intercept::Intercept,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Dashboard {
+    /// Ends it and waits (a second at most) for the terminal to be restored.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let t = self.thread;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::task::spawn_blocking(move || t.join()),
+        )
+        .await;
+    }
+}
+
+fn start_dashboard(
+    args: &StdioArgs,
+    label: &str,
+    command: &[String],
+    bus: &mut BusBuilder,
+    shared: &crate::config::Shared,
+) -> Result<Dashboard, AppError> {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+    {
+        return Err(AppError::Terminal(format!(
+            "--dashboard needs a terminal (/dev/tty): {e} — a client started by a desktop app has none; watch it with `rpctap watch` instead"
+        )));
+    }
+    let timeout = args
+        .intercept_timeout
+        .map(Duration::from_secs_f64)
+        .unwrap_or(crate::intercept::DEFAULT_TIMEOUT);
+    let intercept = crate::intercept::Intercept::redacting(timeout, shared.inspect.redact.clone());
+    if let Some(f) = &args.intercept {
+        let parsed = crate::filter::Filter::parse(f)
+            .map_err(|why| crate::config::ConfigError::Invalid(format!("--intercept: {why}")))?;
+        intercept.set_filter(Some(parsed));
+    }
+    let sub = bus.subscribe_to("dashboard", 65_536, crate::tui::INTEREST);
+    let mut app = crate::tui::app::App::new(
+        &format!("rpctap stdio {label}"),
+        "stdio",
+        &command.join(" "),
+        100_000,
+        crate::events::now_ns(),
+    );
+    app.status =
+        "the session's dashboard: I intercepts its messages, q closes it (the session goes on)"
+            .into();
+    app.held.filter = args.intercept.clone().unwrap_or_default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let ic = intercept.clone();
+    let thread = std::thread::Builder::new()
+        .name("rpctap-dashboard".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the dashboard could not start");
+                    return;
+                }
+            };
+            let r = rt.block_on(crate::tui::run(
+                app,
+                Some(crate::tui::Source::Bus(sub)),
+                async move {
+                    let _ = stopped.await;
+                },
+                None,
+                None,
+                Some(ic),
+                crate::tui::Screen::Tty,
+            ));
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "the dashboard ended");
+            }
+        })
+        .map_err(|e| AppError::Terminal(format!("cannot start the dashboard: {e}")))?;
+    Ok(Dashboard {
+        intercept,
+        stop,
+        thread,
+    })
 }
 
 /// What the relays talk to: a child process, or a remote HTTP server (`--upstream`).

@@ -272,24 +272,27 @@ impl Stage {
         let Some(ic) = self.intercept.as_ref().filter(|i| i.intercept.is_on()) else {
             return false;
         };
-        let parsed = crate::rpc::parse_body(data);
         let methods = &ic.methods;
-        let ms = crate::intercept::messages(Direction::ServerToClient, &parsed, &ic.scope, |id| {
-            methods
-                .iter()
-                .find(|(i, _, _)| i == id)
-                .map(|(_, m, t)| (&**m, t.as_deref()))
-        });
-        let Some(m) = ms.iter().find(|m| ic.intercept.wants(m)) else {
+        let Some((pending, id, method)) = crate::intercept::hold_body(
+            &ic.intercept,
+            Direction::ServerToClient,
+            data,
+            &ic.scope,
+            |id| {
+                methods
+                    .iter()
+                    .find(|(i, _, _)| i == id)
+                    .map(|(_, m, t)| (&**m, t.as_deref()))
+            },
+        ) else {
             return false;
         };
-        let pending = ic.intercept.hold(&m.with_frame(data));
         let held = HeldOut {
             wait: Box::pin(pending.wait()),
             frame: frame.clone(),
             sse,
-            id: m.rpc_id.clone(),
-            method: m.method.into(),
+            id,
+            method: method.into(),
         };
         self.out.push_back(Item::Held(Box::new(held)));
         true

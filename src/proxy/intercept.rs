@@ -3,16 +3,16 @@
 //! as decided — unchanged, edited, not at all, or answered by rpctap. The reply side is held in
 //! the reply's stage (`proxy::faults`).
 
+pub use crate::intercept::call_methods;
+
 use super::body::{ReplySource, TeeBody};
 use super::ProxyBody;
 use crate::events::Direction;
 use crate::inspect::{ExchangeCtx, ResponseMeta};
 use crate::intercept::{Intercept, Verdict};
-use crate::rpc::Id;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::Response;
-use std::sync::Arc;
 
 /// What became of a held request.
 pub enum Intercepted {
@@ -26,31 +26,15 @@ pub enum Intercepted {
     Drop,
 }
 
-/// The calls of a request body, by id: a reply's method and target are its call's.
-pub fn call_methods(body: &Bytes) -> Vec<(Id, Arc<str>, Option<Arc<str>>)> {
-    let parsed = crate::rpc::parse_body(body);
-    let envs: Vec<&crate::rpc::Envelope> = match &parsed {
-        crate::rpc::Body::Single(e) => vec![e],
-        crate::rpc::Body::Batch(v) => v.iter().collect(),
-        crate::rpc::Body::ParseError(_) => Vec::new(),
-    };
-    envs.into_iter()
-        .filter_map(|e| Some((e.id.clone()?, e.method.clone()?, e.target.clone())))
-        .collect()
-}
-
 /// Holds `body` when one of its messages matches the intercept's filter, until decided (or
 /// the timeout); the verdict is recorded as injected.
 pub async fn request(ic: &Intercept, ctx: &mut ExchangeCtx, body: &Bytes) -> Intercepted {
-    let parsed = crate::rpc::parse_body(body);
     let scope = ctx.scope_text();
-    let ms = crate::intercept::messages(Direction::ClientToServer, &parsed, &scope, |_| None);
-    let Some(m) = ms.iter().find(|m| ic.wants(m)) else {
+    let Some((pending, id, method)) =
+        crate::intercept::hold_body(ic, Direction::ClientToServer, body, &scope, |_| None)
+    else {
         return Intercepted::Unchanged;
     };
-    let (id, method) = (m.rpc_id.clone(), m.method.to_string());
-    let pending = ic.hold(&m.with_frame(body));
-    drop(ms);
     let d = pending.wait().await;
     ctx.intercepted(&d, Direction::ClientToServer, id.as_ref(), Some(&method));
     match d.verdict {

@@ -61,6 +61,8 @@ pub struct ProxyOptions {
     pub body_timeout: Duration,
     /// How long the dashboard's intercept holds a message without a verdict.
     pub intercept_timeout: Duration,
+    /// The filter the dashboard's intercept starts with (`--intercept`).
+    pub intercept: Option<String>,
 }
 
 struct Inner {

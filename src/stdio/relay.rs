@@ -10,7 +10,10 @@ use crate::limit::enforce::Forward;
 use crate::limit::Limiter;
 use bytes::Bytes;
 use std::io::{Read, Write};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// The child's stdin, shared by the client's relay and the threads of held messages.
+pub type ChildIn = Arc<Mutex<Box<dyn Write + Send>>>;
 
 /// The relays' read size.
 const CHUNK: usize = 64 << 10;
@@ -26,6 +29,24 @@ pub struct ClientOut {
     cut: Option<Cut>,
     /// A fault closed the client's side: nothing more is written.
     closed: bool,
+    /// Under the dashboard's intercept: the client's calls waiting for their replies (a reply's
+    /// method and target are its call's, for the filter). Bounded by [`CALLS_KEPT`].
+    calls: Vec<(
+        crate::rpc::Id,
+        std::sync::Arc<str>,
+        Option<std::sync::Arc<str>>,
+    )>,
+}
+
+/// The most calls remembered for the intercept's filter (the oldest forgotten first).
+const CALLS_KEPT: usize = 4096;
+
+/// The dashboard's intercept on a stdio session, and the runtime its held messages wait on
+/// (each on a thread of its own, so the lines after it pass).
+#[derive(Clone)]
+pub struct Hold {
+    pub intercept: crate::intercept::Intercept,
+    pub rt: tokio::runtime::Handle,
 }
 
 /// A `cut_stream_after` fault counting down the server's messages.
@@ -47,6 +68,7 @@ impl ClientOut {
             armed: Default::default(),
             cut: None,
             closed: false,
+            calls: Vec::new(),
         }
     }
 }
@@ -237,15 +259,18 @@ fn read_some(from: &mut impl Read, buf: &mut [u8], what: &str) -> Option<usize> 
 }
 
 /// Reads rpctap's stdin; inspects and passes on to the child's stdin. At EOF the child's stdin
-/// is closed.
+/// is closed (once no held message waits to be written to it). With `limiter` (rules, or a
+/// dashboard's intercept: `hold`) lines are whole before they go on.
+#[allow(clippy::too_many_arguments)]
 pub fn client_to_server(
-    mut child_in: impl Write,
-    ctx: &Mutex<ExchangeCtx>,
-    out: &Mutex<ClientOut>,
+    child_in: ChildIn,
+    ctx: &Arc<Mutex<ExchangeCtx>>,
+    out: &Arc<Mutex<ClientOut>>,
     limiter: Option<&Limiter>,
     max: usize,
     session: &str,
     rt: Option<&tokio::runtime::Handle>,
+    hold: Option<&Hold>,
 ) {
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
@@ -260,7 +285,7 @@ pub fn client_to_server(
                     let mut c = locked(ctx);
                     lines.feed(chunk, &mut |p| inspect_piece(&mut c, dir, p));
                 }
-                child_in.write_all(chunk)
+                locked(&child_in).write_all(chunk)
             }
             Some(l) => {
                 // Whole lines only, so that a refused call can be taken out.
@@ -296,7 +321,7 @@ pub fn client_to_server(
                                 if let Some(d) = before.delay {
                                     // A pipe is ordered: what follows this line waits with it.
                                     drop(c);
-                                    if let Err(e) = child_in.write_all(&to_child) {
+                                    if let Err(e) = locked(&child_in).write_all(&to_child) {
                                         tracing::debug!(error = %e, "writing to the server's stdin failed");
                                     }
                                     to_child.clear();
@@ -304,6 +329,32 @@ pub fn client_to_server(
                                     c = locked(ctx);
                                 }
                                 if let Some(f) = r.forward {
+                                    if let Some(h) = hold.filter(|h| h.intercept.is_on()) {
+                                        remember_calls(out, &f);
+                                        let frame = trim_nl(&f);
+                                        if let Some(p) = crate::intercept::hold_body(
+                                            &h.intercept,
+                                            dir,
+                                            &frame,
+                                            &c.scope_text(),
+                                            |_| None,
+                                        ) {
+                                            // What came before it goes first; it goes when
+                                            // decided, and the lines after it meanwhile.
+                                            let _ = locked(&child_in).write_all(&to_child);
+                                            to_child.clear();
+                                            release_held(
+                                                h,
+                                                p,
+                                                (dir, frame),
+                                                ctx,
+                                                out,
+                                                Some(&child_in),
+                                            );
+                                            replies.extend(r.reply);
+                                            continue;
+                                        }
+                                    }
                                     to_child.extend_from_slice(&f);
                                     if !f.ends_with(b"\n") {
                                         to_child.push(b'\n');
@@ -325,11 +376,11 @@ pub fn client_to_server(
                     }
                 }
                 if close {
-                    let _ = child_in.write_all(&to_child);
+                    let _ = locked(&child_in).write_all(&to_child);
                     close_client(out);
                     break;
                 }
-                child_in.write_all(&to_child)
+                locked(&child_in).write_all(&to_child)
             }
         };
         if let Err(e) = sent {
@@ -354,21 +405,115 @@ pub fn client_to_server(
         }
     }
     if !rest.is_empty() {
-        let _ = child_in.write_all(&rest);
+        let _ = locked(&child_in).write_all(&rest);
     }
     drop(child_in);
+}
+
+/// A line without its newline (what the filter and the editor see).
+fn trim_nl(line: &Bytes) -> Bytes {
+    let n = line.len()
+        - line
+            .iter()
+            .rev()
+            .take_while(|b| **b == b'\n' || **b == b'\r')
+            .count();
+    line.slice(..n)
+}
+
+/// The client's calls in `line`, remembered for their replies (the intercept's filter).
+fn remember_calls(out: &Mutex<ClientOut>, line: &Bytes) {
+    let calls = crate::intercept::call_methods(&trim_nl(line));
+    if calls.is_empty() {
+        return;
+    }
+    let mut o = locked(out);
+    if o.calls.len() + calls.len() > CALLS_KEPT {
+        let drop_n = (o.calls.len() + calls.len() - CALLS_KEPT).min(o.calls.len());
+        o.calls.drain(..drop_n);
+    }
+    o.calls.extend(calls);
+}
+
+/// A held message's thread: waits for its verdict, records it, and sends what it says — to the
+/// server (the client's messages) or the client (the server's, and rpctap's answers).
+fn release_held(
+    h: &Hold,
+    (pending, id, method): (crate::intercept::Pending, Option<crate::rpc::Id>, String),
+    (dir, frame): (Direction, Bytes),
+    ctx: &Arc<Mutex<ExchangeCtx>>,
+    out: &Arc<Mutex<ClientOut>>,
+    child_in: Option<&ChildIn>,
+) {
+    use crate::intercept::Verdict;
+    let (rt, ctx, out, child_in) = (h.rt.clone(), ctx.clone(), out.clone(), child_in.cloned());
+    let fallback = (frame.clone(), child_in.clone(), out.clone());
+    let spawned = std::thread::Builder::new()
+        .name("rpctap-held".into())
+        .spawn(move || {
+            let d = rt.block_on(pending.wait());
+            let line = |b: &[u8]| {
+                let mut v = b.to_vec();
+                v.push(b'\n');
+                v
+            };
+            let (to_server, to_client) = match &d.verdict {
+                Verdict::Forward => (Some(line(&frame)), None),
+                Verdict::Edit(b) => (Some(line(b)), None),
+                Verdict::Drop => (None, None),
+                Verdict::Answer(b) => (None, Some(line(b))),
+            };
+            let (to_server, to_client) = if dir == Direction::ClientToServer {
+                (to_server, to_client)
+            } else {
+                // The server's message goes on (as it came or edited) to the client.
+                (None, to_server.or(to_client))
+            };
+            {
+                let mut c = locked(&ctx);
+                c.intercepted(&d, dir, id.as_ref(), Some(&method));
+                if let (Direction::ClientToServer, Some(a)) = (dir, &to_client) {
+                    // rpctap's answer ends the call as a reply would.
+                    c.line(Direction::ServerToClient, trim_nl(&Bytes::from(a.clone())));
+                }
+            }
+            if let (Some(b), Some(w)) = (to_server, &child_in) {
+                if let Err(e) = locked(w).write_all(&b) {
+                    tracing::debug!(error = %e, "writing a held message to the server failed");
+                }
+            }
+            if let Some(b) = to_client {
+                let _ = inject(&out, &b);
+            }
+        });
+    if let Err(e) = spawned {
+        // No thread to hold it on: it goes on as it came.
+        tracing::warn!(error = %e, "could not start a held message's thread: forwarded");
+        let (frame, child_in, out) = fallback;
+        let mut l = frame.to_vec();
+        l.push(b'\n');
+        match child_in {
+            Some(w) if dir == Direction::ClientToServer => {
+                let _ = locked(&w).write_all(&l);
+            }
+            _ => {
+                let _ = inject(&out, &l);
+            }
+        }
+    }
 }
 
 /// Reads the child's stdout; inspects and passes on to rpctap's stdout.
 pub fn server_to_client(
     child_out: &mut impl Read,
-    ctx: &Mutex<ExchangeCtx>,
-    out: &std::sync::Arc<Mutex<ClientOut>>,
+    ctx: &Arc<Mutex<ExchangeCtx>>,
+    out: &Arc<Mutex<ClientOut>>,
     max: usize,
     faults: bool,
+    hold: Option<&Hold>,
 ) {
-    if faults {
-        return server_to_client_faulty(child_out, ctx, out, max);
+    if faults || hold.is_some() {
+        return server_to_client_faulty(child_out, ctx, out, max, hold);
     }
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
@@ -398,9 +543,10 @@ pub fn server_to_client(
 /// two messages. The inspector still reads every line as the server wrote it.
 fn server_to_client_faulty(
     child_out: &mut impl Read,
-    ctx: &Mutex<ExchangeCtx>,
-    out: &std::sync::Arc<Mutex<ClientOut>>,
+    ctx: &Arc<Mutex<ExchangeCtx>>,
+    out: &Arc<Mutex<ClientOut>>,
     max: usize,
+    hold: Option<&Hold>,
 ) {
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
@@ -422,11 +568,65 @@ fn server_to_client_faulty(
                 }
             };
             locked(ctx).line(dir, line.clone());
+            if let Some(h) = hold.filter(|h| h.intercept.is_on()) {
+                if held_reply(h, ctx, out, &line) {
+                    continue;
+                }
+            }
             faulty_line(ctx, out, line);
         }
     }
     let mut c = locked(ctx);
     lines.finish(&mut |p| inspect_piece(&mut c, dir, p));
+}
+
+/// Holds one of the server's lines when the intercept's filter matches it (a reply's method
+/// and target are its call's): true when held (it goes on when decided).
+fn held_reply(
+    h: &Hold,
+    ctx: &Arc<Mutex<ExchangeCtx>>,
+    out: &Arc<Mutex<ClientOut>>,
+    line: &Bytes,
+) -> bool {
+    let calls = std::mem::take(&mut locked(out).calls);
+    let scope = locked(ctx).scope_text();
+    let held = crate::intercept::hold_body(
+        &h.intercept,
+        Direction::ServerToClient,
+        line,
+        &scope,
+        |id| {
+            calls
+                .iter()
+                .find(|(i, _, _)| i == id)
+                .map(|(_, m, t)| (&**m, t.as_deref()))
+        },
+    );
+    {
+        // Put back (with the replied call forgotten).
+        let replied = crate::fault::reply_id(line);
+        let mut o = locked(out);
+        let mut calls = calls;
+        if let Some(id) = replied {
+            calls.retain(|(i, _, _)| *i != id);
+        }
+        calls.append(&mut o.calls);
+        o.calls = calls;
+    }
+    match held {
+        Some(p) => {
+            release_held(
+                h,
+                p,
+                (Direction::ServerToClient, line.clone()),
+                ctx,
+                out,
+                None,
+            );
+            true
+        }
+        None => false,
+    }
 }
 
 /// One whole line of the server's, passed on under the faults armed for it.

@@ -65,13 +65,81 @@ fn key_of(code: KeyCode) -> Option<Key> {
     })
 }
 
-/// Restores the terminal when dropped.
-struct Guard;
+/// Where the dashboard draws: rpctap's stdout (proxy, demo, view, watch, attach) or the
+/// controlling terminal (`stdio --dashboard`, whose stdout belongs to the client). Keys come
+/// from the same terminal either way (crossterm reads /dev/tty when stdin is not one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Screen {
+    Stdout,
+    Tty,
+}
+
+type Term = ratatui::Terminal<ratatui::backend::CrosstermBackend<Box<dyn Write + Send>>>;
+
+impl Screen {
+    fn writer(self) -> std::io::Result<Box<dyn Write + Send>> {
+        Ok(match self {
+            Screen::Stdout => Box::new(std::io::stdout()),
+            Screen::Tty => Box::new(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/tty")?,
+            ),
+        })
+    }
+
+    /// Raw mode, the alternate screen, the mouse: the terminal the dashboard draws on.
+    fn enter(self) -> std::io::Result<Term> {
+        crossterm::terminal::enable_raw_mode()?;
+        let mut w = self.writer()?;
+        crossterm::execute!(
+            w,
+            crossterm::terminal::EnterAlternateScreen,
+            crossterm::terminal::Clear(crossterm::terminal::ClearType::All),
+            crossterm::event::EnableMouseCapture
+        )?;
+        ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(w))
+    }
+
+    /// The terminal as it was.
+    fn leave(self) {
+        let _ = crossterm::terminal::disable_raw_mode();
+        if let Ok(mut w) = self.writer() {
+            let _ = crossterm::execute!(
+                w,
+                crossterm::event::DisableMouseCapture,
+                crossterm::terminal::LeaveAlternateScreen,
+                crossterm::cursor::Show
+            );
+        }
+    }
+}
+
+/// Restores the terminal when dropped, and on a panic before the panic is printed.
+struct Guard(Screen);
+
+impl Guard {
+    fn new(screen: Screen) -> Guard {
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        static SCREEN: std::sync::Mutex<Option<Screen>> = std::sync::Mutex::new(None);
+        *SCREEN.lock().unwrap_or_else(|p| p.into_inner()) = Some(screen);
+        HOOK.call_once(|| {
+            let prev = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if let Some(s) = *SCREEN.lock().unwrap_or_else(|p| p.into_inner()) {
+                    s.leave();
+                }
+                prev(info);
+            }));
+        });
+        Guard(screen)
+    }
+}
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
-        ratatui::restore();
+        self.0.leave();
     }
 }
 
@@ -84,15 +152,16 @@ fn write_file(prefix: &str, ext: &str, text: &str) -> std::io::Result<String> {
 }
 
 /// Performs an action's I/O; returns the status line to show.
-fn perform(action: Action, resend: Option<&Resend>, app: &App) -> Option<String> {
+fn perform(action: Action, resend: Option<&Resend>, app: &App, screen: Screen) -> Option<String> {
     match action {
         // Carried out by the loop (`intercept_action`): they need the terminal.
         Action::None | Action::Quit | Action::Intercept(_) | Action::Held { .. } => None,
         Action::Copy { text, what } => {
             let b64 = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
-            let mut out = std::io::stdout();
-            let _ = write!(out, "\x1b]52;c;{b64}\x07");
-            let _ = out.flush();
+            if let Ok(mut out) = screen.writer() {
+                let _ = write!(out, "\x1b]52;c;{b64}\x07");
+                let _ = out.flush();
+            }
             Some(
                 match write_file("rpctap-copy", "sh", &format!("{text}\n")) {
                     Ok(f) => format!("copied {what} (OSC 52) and saved to {f}"),
@@ -333,7 +402,7 @@ fn yield_cpu_to_the_proxy() {
 
 /// Runs `$VISUAL` (else `$EDITOR`, else `vi`) on `text` in a private file (0600, removed
 /// after) and returns what it left there.
-fn run_editor(text: &str) -> Result<String, String> {
+fn run_editor(text: &str, screen: Screen) -> Result<String, String> {
     let path = std::env::temp_dir().join(format!(
         "rpctap-held-{}-{}.json",
         std::process::id(),
@@ -348,12 +417,27 @@ fn run_editor(text: &str) -> Result<String, String> {
         .filter(|e| !e.trim().is_empty())
         .unwrap_or_else(|| "vi".into());
     // Through the shell, as editors are given: `EDITOR="code --wait"` works.
-    let status = std::process::Command::new("sh")
-        .arg("-c")
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
         .arg(format!("{editor} \"$1\""))
         .arg("rpctap-edit")
-        .arg(&path)
-        .status();
+        .arg(&path);
+    if screen == Screen::Tty {
+        // stdin and stdout are the client's pipes: the editor gets the terminal instead.
+        let tty = |()| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/tty")
+        };
+        match (tty(()), tty(()), tty(())) {
+            (Ok(i), Ok(o), Ok(e)) => {
+                cmd.stdin(i).stdout(o).stderr(e);
+            }
+            _ => return Err("could not open the terminal for the editor".into()),
+        }
+    }
+    let status = cmd.status();
     let back = std::fs::read_to_string(&path);
     let _ = std::fs::remove_file(&path);
     match status {
@@ -370,7 +454,8 @@ fn run_editor(text: &str) -> Result<String, String> {
 async fn intercept_action(
     action: Action,
     ic: &crate::intercept::Intercept,
-    terminal: &mut ratatui::DefaultTerminal,
+    terminal: &mut Term,
+    screen: Screen,
 ) -> std::io::Result<Option<String>> {
     use crate::intercept::Verdict;
     use app::HeldKey;
@@ -402,16 +487,13 @@ async fn intercept_action(
                 let answer = matches!(&action_kind, Some(true));
                 // The editor gets the terminal. The dashboard's reader is not polled meanwhile
                 // (this runs between two of its events), so it takes none of the editor's keys.
-                let _ =
-                    crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
-                ratatui::restore();
-                let edited = tokio::task::spawn_blocking(move || run_editor(&text))
+                screen.leave();
+                let edited = tokio::task::spawn_blocking(move || run_editor(&text, screen))
                     .await
                     .unwrap_or_else(|e| Err(format!("the editor failed: {e}")));
-                *terminal = ratatui::try_init()?;
-                let _ =
-                    crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
-                terminal.clear()?;
+                // A new terminal draws everything on its first frame. (Not `clear()`: it asks
+                // the cursor's position on stdout, which under `stdio` is the client's pipe.)
+                *terminal = screen.enter()?;
                 let b = match edited.and_then(|t| crate::intercept::validate(&t)) {
                     Ok(b) => b,
                     Err(why) => {
@@ -454,12 +536,21 @@ pub async fn run(
     resend: Option<Resend>,
     recording: Option<&Capture>,
     intercept: Option<crate::intercept::Intercept>,
+    screen: Screen,
 ) -> std::io::Result<()> {
     if let Some(ic) = &intercept {
         ic.set_dashboard();
         app.held.available = true;
     }
-    let r = run_loop(app, source, shutdown, resend, recording, intercept.as_ref()).await;
+    let r = run_loop(
+        app,
+        source,
+        shutdown,
+        (resend, recording),
+        intercept.as_ref(),
+        screen,
+    )
+    .await;
     // Nothing stays held once the dashboard is gone.
     if let Some(ic) = &intercept {
         ic.set_filter(None);
@@ -471,9 +562,9 @@ async fn run_loop(
     mut app: App,
     source: Option<Source>,
     shutdown: impl Future<Output = ()>,
-    resend: Option<Resend>,
-    recording: Option<&Capture>,
+    (resend, recording): (Option<Resend>, Option<&Capture>),
     intercept: Option<&crate::intercept::Intercept>,
+    screen: Screen,
 ) -> std::io::Result<()> {
     let (mut sub, mut feed, mut watch) = match source {
         Some(Source::Bus(s)) => (Some(s), None, None),
@@ -486,9 +577,8 @@ async fn run_loop(
         ..Default::default()
     };
     app.no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let mut terminal = ratatui::try_init()?;
-    let _guard = Guard;
-    let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
+    let _guard = Guard::new(screen);
+    let mut terminal = screen.enter()?;
     let mut input = EventStream::new();
     let mut tick = tokio::time::interval(FRAME);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -560,14 +650,14 @@ async fn run_loop(
                                 break;
                             }
                             if let (Some(ic), Action::Intercept(_) | Action::Held { .. }) = (intercept, &action) {
-                                if let Some(s) = intercept_action(action, ic, &mut terminal).await? {
+                                if let Some(s) = intercept_action(action, ic, &mut terminal, screen).await? {
                                     app.say(s);
                                 }
                                 refresh_held(&mut app, ic);
                                 terminal.draw(|f| ui::draw(f, &app))?;
                                 continue;
                             }
-                            if let Some(s) = perform(action, resend.as_ref(), &app) {
+                            if let Some(s) = perform(action, resend.as_ref(), &app, screen) {
                                 app.say(s);
                             }
                         }

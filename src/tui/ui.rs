@@ -1033,7 +1033,7 @@ pub const HELP: [(&str, &str); 22] = [
     ),
     (
         "I",
-        "intercept: messages matching a filter (either direction) are held before they are forwarded; empty turns it off (live proxy only, not over attach)",
+        "intercept: messages matching a filter (either direction) are held before they are forwarded; empty turns it off (a live proxy or `stdio --dashboard`; not over attach or watch)",
     ),
     (
         "F E D A [ ]",

@@ -585,18 +585,9 @@ type HoldOf = (crate::intercept::Pending, Option<crate::rpc::Id>, String);
 
 /// Holds a client message when the intercept's filter matches it.
 fn hold(ic: &crate::intercept::Intercept, ctx: &ExchangeCtx, t: &Bytes) -> Option<HoldOf> {
-    if !ic.is_on() {
-        return None;
-    }
-    let parsed = crate::rpc::parse_body(t);
-    let scope = ctx.scope_text();
-    let ms = crate::intercept::messages(Direction::ClientToServer, &parsed, &scope, |_| None);
-    let m = ms.iter().find(|m| ic.wants(m))?;
-    Some((
-        ic.hold(&m.with_frame(t)),
-        m.rpc_id.clone(),
-        m.method.to_string(),
-    ))
+    crate::intercept::hold_body(ic, Direction::ClientToServer, t, &ctx.scope_text(), |_| {
+        None
+    })
 }
 
 /// A masking key for a frame of rpctap's own to the server (RFC 6455 §5.3: unpredictable).

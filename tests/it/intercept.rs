@@ -64,8 +64,7 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
         "#!/bin/sh\nsed -i -e 's/\"a\": 2,/\"a\": 20,/' -e 's/\"text\": \"101\"/\"text\": \"edited on the way back\"/' \"$1\"\n",
     )
     .unwrap();
-    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let listen = free_port();
     let editor_env = format!("EDITOR={}", editor.display());
     let t = Tmux::shell("intercept", 200, 50, &["-u", "VISUAL", &editor_env]);
@@ -153,7 +152,12 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
         )
     });
     assert_eq!(r.len(), 5, "{r:#?}");
-    assert_eq!(text(&r[0]), "23", "the server got the edited arguments: {:?}", r[0]);
+    assert_eq!(
+        text(&r[0]),
+        "23",
+        "the server got the edited arguments: {:?}",
+        r[0]
+    );
     assert!(
         r[1]["message"].as_str().unwrap_or("").contains("timed out"),
         "dropped: the client's timeout: {:?}",
@@ -162,7 +166,12 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
     assert_eq!(text(&r[2]), "2", "{:?}", r[2]);
     let waited = r[2]["elapsed"].as_f64().unwrap();
     assert!(waited >= 4.5, "forwarded itself after 5 s: {:?}", r[2]);
-    assert_eq!(text(&r[3]), "2", "answered from the earlier answer: {:?}", r[3]);
+    assert_eq!(
+        text(&r[3]),
+        "2",
+        "answered from the earlier answer: {:?}",
+        r[3]
+    );
     assert_eq!(
         text(&r[4]),
         "edited on the way back",
@@ -226,8 +235,7 @@ async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered(
         "#!/bin/sh\nsed -i -e 's/\"a\": 2,/\"a\": 20,/' \"$1\"\n",
     )
     .unwrap();
-    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let listen = free_port();
     let editor_env = format!("EDITOR={}", editor.display());
     let t = Tmux::shell("intercept-ws", 200, 50, &["-u", "VISUAL", &editor_env]);
@@ -275,10 +283,17 @@ async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered(
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    assert_eq!(v["echo"]["result"], serde_json::json!({"a": 20, "b": 3}), "{v}");
+    assert_eq!(
+        v["echo"]["result"],
+        serde_json::json!({"a": 20, "b": 3}),
+        "{v}"
+    );
     assert_eq!(v["echo2"], "timeout", "{v}");
     assert_eq!(v["add"]["result"], 2, "{v}");
-    assert_eq!(v["add2"]["result"], 2, "answered with the earlier answer: {v}");
+    assert_eq!(
+        v["add2"]["result"], 2,
+        "answered with the earlier answer: {v}"
+    );
     assert_eq!(v["add2"]["id"], 4, "{v}");
     assert_eq!(
         v["stats"]["result"]["add"], 1,
@@ -298,4 +313,114 @@ async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered(
         })
         .collect();
     assert_eq!(actions, ["edit", "drop", "forward", "answer", "forward"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_session_under_its_own_dashboard_is_intercepted_the_same_way() {
+    let node = installed("node", NODE_PACKAGES);
+    let everything =
+        node.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let script = node.join("ts_stdio_calls.mjs");
+    std::fs::copy(root().join("tests/interop/ts_stdio_calls.mjs"), &script).unwrap();
+    let work = Scratch::new("intercept-stdio");
+    let file = work.join("stdio.jsonl");
+    let report = work.join("report.json");
+    let editor = work.join("edit.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i -e 's/\"message\": \"hi\"/\"message\": \"edited\"/' -e 's/is 5\\./is five, edited./' \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let editor_env = format!("EDITOR={}", editor.display());
+    let t = Tmux::shell("intercept-stdio", 200, 50, &["-u", "VISUAL", &editor_env]);
+    let calls = serde_json::json!([
+        r#"echo:{"message":"hi"}"#,
+        r#"echo:{"message":"lost"}"#,
+        r#"echo:{"message":"late"}"#,
+        r#"echo:{"message":"answered"}"#,
+        r#"get-sum:{"a":2,"b":3}"#,
+    ])
+    .to_string();
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    // The client runs in the terminal (its report and stderr to files); rpctap, its child, draws
+    // its dashboard on the same terminal.
+    type_line(
+        &t,
+        &format!(
+            "node {} 6000 '{calls}' {bin} stdio --dashboard --intercept 'tool:echo dir:c2s' --intercept-timeout 4s --no-hub --record {} -- node {} stdio > {} 2> {}",
+            script.display(),
+            file.display(),
+            everything.display(),
+            report.display(),
+            work.join("stderr.txt").display(),
+        ),
+    );
+    // `--intercept`: holding from the first message (the client calls at once).
+    t.wait_for("┌ intercept: tool:echo dir:c2s", Duration::from_secs(20));
+    held_line(&t, &["→ tools/call echo"]);
+    t.cmd(&["send-keys", "-t", "t", "E"]);
+    t.wait_for("#1 forwarded as edited", Duration::from_secs(10));
+    held_line(&t, &["→ tools/call echo"]);
+    t.cmd(&["send-keys", "-t", "t", "D"]);
+    t.wait_for("#2 dropped", Duration::from_secs(5));
+    let third = held_line(&t, &["→ tools/call echo"]);
+    assert!(third.contains("#3 "), "{third}");
+    t.wait_for_gone("⏸ #3 ", Duration::from_secs(10));
+    held_line(&t, &["→ tools/call echo"]);
+    // The filter changed to replies while the fourth is held, then it is answered.
+    t.cmd(&["send-keys", "-t", "t", "I"]);
+    t.wait_for("Enter apply", Duration::from_secs(5));
+    for _ in 0..40 {
+        t.cmd(&["send-keys", "-t", "t", "BSpace"]);
+    }
+    type_line(&t, "tool:get-sum dir:s2c");
+    t.wait_for("intercept: tool:get-sum dir:s2c", Duration::from_secs(5));
+    t.cmd(&["send-keys", "-t", "t", "A"]);
+    t.wait_for("#4 answered", Duration::from_secs(10));
+    held_line(&t, &["← tools/call get-sum"]);
+    t.cmd(&["send-keys", "-t", "t", "E"]);
+    t.wait_for("#5 forwarded as edited", Duration::from_secs(10));
+    // The session ends with the client; the shell's prompt comes back, the terminal restored.
+    let screen = t.wait_for("READY$", Duration::from_secs(20));
+    assert!(!screen.contains("⏸"), "the dashboard is gone:\n{screen}");
+    let r: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&report).unwrap_or_default())
+        .unwrap_or_else(|e| {
+            panic!(
+                "the client's report ({e}): {}",
+                std::fs::read_to_string(work.join("stderr.txt")).unwrap_or_default()
+            )
+        });
+    assert_eq!(r.len(), 5, "{r:#?}");
+    assert_eq!(r[0]["text"], "Echo: edited", "{:?}", r[0]);
+    assert!(
+        r[1]["error"].as_str().unwrap_or("").contains("timed out"),
+        "dropped: the client's timeout: {:?}",
+        r[1]
+    );
+    assert_eq!(r[2]["text"], "Echo: late", "{:?}", r[2]);
+    assert!(r[2]["elapsed"].as_f64().unwrap() >= 3.5, "{:?}", r[2]);
+    assert_eq!(r[3]["text"], "Echo: late", "the earlier answer: {:?}", r[3]);
+    assert!(
+        r[4]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("is five, edited."),
+        "{:?}",
+        r[4]
+    );
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let actions: Vec<String> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::events::Event::Fault(f) if &*f.injected == "intercept" => {
+                Some(f.action.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(actions, ["edit", "drop", "timeout", "answer", "edit"]);
+    let c = check_recording(&file);
+    assert_eq!(c.exit, Some(0), "{}", c.stdout);
 }

@@ -10,7 +10,8 @@ use crate::filter::Filter;
 /// What the dashboard knows of the intercept.
 #[derive(Debug, Default)]
 pub struct HeldPane {
-    /// The dashboard drives an intercept (a live proxy; not a recording, `attach` or `watch`).
+    /// The dashboard drives an intercept (a live proxy, `stdio --dashboard`; not a recording,
+    /// `attach` or `watch`).
     pub available: bool,
     /// The filter in force (empty: off).
     pub filter: String,
@@ -129,7 +130,7 @@ impl App {
         match key {
             Key::Char('I') => {
                 if !self.held.available {
-                    self.say("intercept works on a live proxy's dashboard (HTTP and WebSocket): not over attach or watch, nor on a recording");
+                    self.say("intercept works in a live proxy's dashboard (HTTP, WebSocket) and `rpctap stdio --dashboard`: not over attach or watch, nor on a recording");
                 } else {
                     self.held.editing = true;
                     self.held.input = self.held.filter.clone();

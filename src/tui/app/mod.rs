@@ -170,6 +170,7 @@ pub struct App {
     pub info: bool,
     /// The intercept: its filter, what it holds (`held`).
     pub held: HeldPane,
+
     /// The exchanges whose headers are kept, oldest first.
     with_headers: VecDeque<u64>,
 }
@@ -247,6 +248,7 @@ impl App {
             find_hit: 0,
             info: false,
             held: HeldPane::default(),
+
             with_headers: VecDeque::new(),
         }
     }
