@@ -581,10 +581,8 @@ mod tests {
         });
         assert_eq!(ms.len(), 2);
         assert_eq!(ms[0].target, Some("echo"));
-        assert_eq!(
-            ms[1].method, "sampling/createMessage",
-            "a reply's method by its id"
-        );
+        assert_eq!(ms[1].method, "tools/call", "a reply's method by its id");
+        assert_eq!(ms[1].target, Some("add"), "and its call's target");
         assert!(ms[0].has_text("echo"));
     }
 }

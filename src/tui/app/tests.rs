@@ -1026,3 +1026,116 @@ fn an_injected_fault_marks_its_call_and_counts_apart_from_anomalies() {
         .filter(|r| &*r.id != "1")
         .all(|r| r.injected.is_empty()));
 }
+
+fn held_row(n: u64, direction: Direction, method: &str, id: &str, frame: &str) -> HeldRow {
+    HeldRow {
+        n,
+        direction,
+        method: method.into(),
+        target: None,
+        id: id.into(),
+        scope: "exchange:9".into(),
+        held_ms: 1_000,
+        left_ms: 59_000,
+        shown: frame.into(),
+        frame: frame.into(),
+    }
+}
+
+#[test]
+fn intercept_keys_set_the_filter_and_decide_the_selected_held_message() {
+    let mut a = app_with_calls();
+    // Without an intercept (a recording, attach, watch): `I` says where it works.
+    assert_eq!(a.handle_key(Key::Char('I')), Action::None);
+    assert!(!a.held.editing);
+    assert!(a.status.contains("not over attach"), "{}", a.status);
+    a.held.available = true;
+    a.handle_key(Key::Char('I'));
+    assert!(a.held.editing);
+    for c in "bogus:x".chars() {
+        a.handle_key(Key::Char(c));
+    }
+    assert_eq!(a.handle_key(Key::Enter), Action::None, "not applied");
+    assert!(a.held.editing, "kept open with the reason");
+    assert!(a.status.contains("intercept not set"), "{}", a.status);
+    for _ in 0..7 {
+        a.handle_key(Key::Backspace);
+    }
+    for c in "method:add".chars() {
+        a.handle_key(Key::Char(c));
+    }
+    assert_eq!(
+        a.handle_key(Key::Enter),
+        Action::Intercept(Some("method:add".into()))
+    );
+    assert_eq!(a.held.filter, "method:add");
+    // Nothing held: the verdict keys say so.
+    assert_eq!(a.handle_key(Key::Char('F')), Action::None);
+    assert!(a.status.contains("nothing is held"));
+    let call = r#"{"jsonrpc":"2.0","method":"add","params":[5,5],"id":7}"#;
+    a.set_held(
+        vec![
+            held_row(4, Direction::ClientToServer, "add", "7", call),
+            held_row(
+                5,
+                Direction::ServerToClient,
+                "add",
+                "8",
+                r#"{"jsonrpc":"2.0","id":8,"result":1}"#,
+            ),
+        ],
+        0,
+    );
+    assert_eq!(
+        a.handle_key(Key::Char('D')),
+        Action::Held {
+            n: 4,
+            what: HeldKey::Drop
+        }
+    );
+    // E opens the frame, readable.
+    match a.handle_key(Key::Char('E')) {
+        Action::Held {
+            n: 4,
+            what: HeldKey::Edit(t),
+        } => assert!(t.contains("\n") && t.contains("\"params\""), "{t}"),
+        other => panic!("{other:?}"),
+    }
+    // A: the earlier answer to `add` (3), with this call's id.
+    match a.handle_key(Key::Char('A')) {
+        Action::Held {
+            n: 4,
+            what: HeldKey::Answer(t),
+        } => {
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            assert_eq!(v["id"], 7);
+            assert_eq!(v["result"], 3);
+        }
+        other => panic!("{other:?}"),
+    }
+    // `]` selects the next; a reply is not answered.
+    a.handle_key(Key::Char(']'));
+    assert_eq!(a.held_selected().map(|h| h.n), Some(5));
+    assert_eq!(a.handle_key(Key::Char('A')), Action::None);
+    assert!(a.status.contains("answers a held call"), "{}", a.status);
+    assert_eq!(
+        a.handle_key(Key::Char('F')),
+        Action::Held {
+            n: 5,
+            what: HeldKey::Forward
+        }
+    );
+    // The selection follows its message when the list changes under it.
+    a.set_held(
+        vec![held_row(5, Direction::ServerToClient, "add", "8", "{}")],
+        0,
+    );
+    assert_eq!(a.held_selected().map(|h| h.n), Some(5));
+    // An empty filter turns it off.
+    a.handle_key(Key::Char('I'));
+    for _ in 0.."method:add".len() {
+        a.handle_key(Key::Backspace);
+    }
+    assert_eq!(a.handle_key(Key::Enter), Action::Intercept(None));
+    assert!(a.held.filter.is_empty());
+}
