@@ -915,3 +915,19 @@ pub fn eventually(timeout: Duration, mut ok: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The `websockets` JSON-RPC server (tests/interop/ws_peer.py) on a free port: the process, the
+/// port and the Python environment it runs in (its client modes run from the same one).
+pub async fn ws_peer_server() -> (Proc, u16, std::path::PathBuf) {
+    let env = installed("ws", &["websockets==17.4"]);
+    let port = free_port();
+    let p = Proc::spawn(
+        std::process::Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/ws_peer.py"))
+            .args(["server", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    (p, port, env)
+}

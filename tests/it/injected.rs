@@ -368,16 +368,7 @@ async fn the_same_faults_over_stdio_in_front_of_server_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
-    let env = installed("ws", &["websockets==17.4"]);
-    let port = free_port();
-    let _server = Proc::spawn(
-        Command::new(env.join("bin/python"))
-            .arg(root().join("tests/interop/ws_peer.py"))
-            .args(["server", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let (_server, port, env) = ws_peer_server().await;
     let work = Scratch::new("inject-ws");
     let file = work.join("ws.jsonl");
     let faults = [

@@ -40,12 +40,74 @@ fn held_line(t: &Tmux, parts: &[&str]) -> String {
     line
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_dashboard() {
+/// `$EDITOR` as a sed script in `work` running `exprs` on the file it is given; the tmux shell's
+/// environment for it.
+fn sed_editor(work: &Scratch, exprs: &[&str]) -> String {
+    let editor = work.join("edit.sh");
+    let args: Vec<String> = exprs.iter().map(|e| format!("-e '{e}'")).collect();
+    std::fs::write(
+        &editor,
+        format!("#!/bin/sh\nsed -i {} \"$1\"\n", args.join(" ")),
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    format!("EDITOR={}", editor.display())
+}
+
+/// `rpctap proxy` with its dashboard in tmux session `name` (with `editor_env`), in front of
+/// port `upstream`, recording into `file`; returns the terminal and the proxy's port.
+fn dashboard_proxy(
+    name: &str,
+    editor_env: &str,
+    upstream: u16,
+    file: &std::path::Path,
+    extra: &str,
+) -> (Tmux, u16) {
     assert!(
         Command::new("tmux").arg("-V").output().is_ok(),
         "tmux is not installed: run `bash scripts/peers.sh`"
     );
+    let listen = free_port();
+    let t = Tmux::shell(name, 200, 50, &["-u", "VISUAL", editor_env]);
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    type_line(
+        &t,
+        &format!(
+            "{bin} proxy --listen 127.0.0.1:{listen} --upstream http://127.0.0.1:{upstream} --record {} {extra}",
+            file.display()
+        ),
+    );
+    t.wait_for(&format!("127.0.0.1:{listen}"), Duration::from_secs(10));
+    (t, listen)
+}
+
+/// `I`, the old filter erased, `filter` typed and applied.
+fn set_intercept(t: &Tmux, filter: &str) {
+    t.cmd(&["send-keys", "-t", "t", "I"]);
+    t.wait_for("Enter apply", Duration::from_secs(5));
+    for _ in 0..40 {
+        t.cmd(&["send-keys", "-t", "t", "BSpace"]);
+    }
+    type_line(t, filter);
+    t.wait_for(&format!("┌ intercept: {filter}"), Duration::from_secs(5));
+}
+
+/// The intercept's verdicts in the recording, in order.
+fn intercepted(file: &std::path::Path) -> Vec<String> {
+    let rec = rpctap::record::reader::read(file).unwrap();
+    rec.events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::events::Event::Fault(f) if &*f.injected == "intercept" => {
+                Some(f.action.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_dashboard() {
     let port = free_port();
     let server = Proc::spawn(
         Command::new(sdk().join("bin/python"))
@@ -58,33 +120,20 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
     let work = Scratch::new("intercept");
     let file = work.join("held.jsonl");
     // The editor: a sed script, as `$EDITOR` is given (the file's name after it).
-    let editor = work.join("edit.sh");
-    std::fs::write(
-        &editor,
-        "#!/bin/sh\nsed -i -e 's/\"a\": 2,/\"a\": 20,/' -e 's/\"text\": \"101\"/\"text\": \"edited on the way back\"/' \"$1\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let listen = free_port();
-    let editor_env = format!("EDITOR={}", editor.display());
-    let t = Tmux::shell("intercept", 200, 50, &["-u", "VISUAL", &editor_env]);
-    let bin = env!("CARGO_BIN_EXE_rpctap");
-    type_line(
-        &t,
-        &format!(
-            "{bin} proxy --listen 127.0.0.1:{listen} --upstream http://127.0.0.1:{port} --record {} --intercept-timeout 5s",
-            file.display()
-        ),
+    let editor = sed_editor(
+        &work,
+        &[
+            r#"s/"a": 2,/"a": 20,/"#,
+            r#"s/"text": "101"/"text": "edited on the way back"/"#,
+        ],
     );
-    t.wait_for(&format!("127.0.0.1:{listen}"), Duration::from_secs(10));
+    let (t, listen) = dashboard_proxy("intercept", &editor, port, &file, "--intercept-timeout 5s");
     // `I`: the intercept's filter, the filter language: calls to `add` on their way in.
-    t.cmd(&["send-keys", "-t", "t", "I"]);
-    t.wait_for("intercept:", Duration::from_secs(5));
-    type_line(&t, "tools/call tool:add dir:c2s");
-    let screen = t.wait_for("intercept on", Duration::from_secs(5));
+    set_intercept(&t, "tools/call tool:add dir:c2s");
     assert!(
-        screen.contains("intercept: tools/call tool:add dir:c2s"),
-        "the pane names the filter:\n{screen}"
+        t.screen().contains("intercept on"),
+        "the status says so:\n{}",
+        t.screen()
     );
 
     let url = format!("http://127.0.0.1:{listen}/mcp");
@@ -128,13 +177,7 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
     // answered (`A`): the template is the earlier answer to `add` (call 3's "2"), its id this
     // call's; the server never sees it (it would say 101).
     held_line(&t, &["→ tools/call add"]);
-    t.cmd(&["send-keys", "-t", "t", "I"]);
-    t.wait_for("Enter apply", Duration::from_secs(5));
-    for _ in 0..40 {
-        t.cmd(&["send-keys", "-t", "t", "BSpace"]);
-    }
-    type_line(&t, "tool:add dir:s2c");
-    t.wait_for("intercept: tool:add dir:s2c", Duration::from_secs(5));
+    set_intercept(&t, "tool:add dir:s2c");
     held_line(&t, &["→ tools/call add"]);
     t.cmd(&["send-keys", "-t", "t", "A"]);
     t.wait_for("#4 answered", Duration::from_secs(10));
@@ -184,14 +227,17 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
     t.wait_for("READY$", Duration::from_secs(10));
     drop(server);
 
+    assert_eq!(
+        intercepted(&file),
+        ["edit", "drop", "timeout", "answer", "edit"]
+    );
     let rec = rpctap::record::reader::read(&file).unwrap();
-    let held: Vec<(String, String, Option<String>)> = rec
+    let held: Vec<(String, Option<String>)> = rec
         .events
         .iter()
         .filter_map(|e| match e {
             rpctap::events::Event::Fault(f) => Some((
                 f.injected.to_string(),
-                f.action.to_string(),
                 f.message
                     .as_ref()
                     .map(|m| String::from_utf8_lossy(m).into_owned()),
@@ -199,15 +245,9 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
             _ => None,
         })
         .collect();
-    let actions: Vec<&str> = held.iter().map(|h| h.1.as_str()).collect();
-    assert_eq!(
-        actions,
-        ["edit", "drop", "timeout", "answer", "edit"],
-        "{held:#?}"
-    );
     assert!(held.iter().all(|h| h.0 == "intercept"), "{held:#?}");
     assert!(
-        held[0].2.as_deref().unwrap_or("").contains("\"a\":20"),
+        held[0].1.as_deref().unwrap_or("").contains("\"a\":20"),
         "the edit is on the record: {held:#?}"
     );
     let c = check_recording(&file);
@@ -217,41 +257,12 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered() {
-    let env = installed("ws", &["websockets==17.4"]);
-    let port = free_port();
-    let _server = Proc::spawn(
-        Command::new(env.join("bin/python"))
-            .arg(root().join("tests/interop/ws_peer.py"))
-            .args(["server", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let (_server, port, env) = ws_peer_server().await;
     let work = Scratch::new("intercept-ws");
     let file = work.join("ws.jsonl");
-    let editor = work.join("edit.sh");
-    std::fs::write(
-        &editor,
-        "#!/bin/sh\nsed -i -e 's/\"a\": 2,/\"a\": 20,/' \"$1\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let listen = free_port();
-    let editor_env = format!("EDITOR={}", editor.display());
-    let t = Tmux::shell("intercept-ws", 200, 50, &["-u", "VISUAL", &editor_env]);
-    let bin = env!("CARGO_BIN_EXE_rpctap");
-    type_line(
-        &t,
-        &format!(
-            "{bin} proxy --listen 127.0.0.1:{listen} --upstream http://127.0.0.1:{port} --record {}",
-            file.display()
-        ),
-    );
-    t.wait_for(&format!("127.0.0.1:{listen}"), Duration::from_secs(10));
-    t.cmd(&["send-keys", "-t", "t", "I"]);
-    t.wait_for("Enter apply", Duration::from_secs(5));
-    type_line(&t, "dir:c2s");
-    t.wait_for("intercept: dir:c2s", Duration::from_secs(5));
+    let editor = sed_editor(&work, &[r#"s/"a": 2,/"a": 20,/"#]);
+    let (t, listen) = dashboard_proxy("intercept-ws", &editor, port, &file, "");
+    set_intercept(&t, "dir:c2s");
     // Compressed (permessage-deflate with context takeover): an edited, dropped or answered
     // message makes rpctap re-send the rest uncompressed.
     let client = Command::new(env.join("bin/python"))
@@ -301,18 +312,10 @@ async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered(
     );
     t.cmd(&["send-keys", "-t", "t", "q"]);
     t.wait_for("READY$", Duration::from_secs(10));
-    let rec = rpctap::record::reader::read(&file).unwrap();
-    let actions: Vec<String> = rec
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            rpctap::events::Event::Fault(f) if &*f.injected == "intercept" => {
-                Some(f.action.to_string())
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(actions, ["edit", "drop", "forward", "answer", "forward"]);
+    assert_eq!(
+        intercepted(&file),
+        ["edit", "drop", "forward", "answer", "forward"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,14 +328,13 @@ async fn a_stdio_session_under_its_own_dashboard_is_intercepted_the_same_way() {
     let work = Scratch::new("intercept-stdio");
     let file = work.join("stdio.jsonl");
     let report = work.join("report.json");
-    let editor = work.join("edit.sh");
-    std::fs::write(
-        &editor,
-        "#!/bin/sh\nsed -i -e 's/\"message\": \"hi\"/\"message\": \"edited\"/' -e 's/is 5\\./is five, edited./' \"$1\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let editor_env = format!("EDITOR={}", editor.display());
+    let editor_env = sed_editor(
+        &work,
+        &[
+            r#"s/"message": "hi"/"message": "edited"/"#,
+            r#"s/is 5\./is five, edited./"#,
+        ],
+    );
     let t = Tmux::shell("intercept-stdio", 200, 50, &["-u", "VISUAL", &editor_env]);
     let calls = serde_json::json!([
         r#"echo:{"message":"hi"}"#,
@@ -369,13 +371,7 @@ async fn a_stdio_session_under_its_own_dashboard_is_intercepted_the_same_way() {
     t.wait_for_gone("⏸ #3 ", Duration::from_secs(10));
     held_line(&t, &["→ tools/call echo"]);
     // The filter changed to replies while the fourth is held, then it is answered.
-    t.cmd(&["send-keys", "-t", "t", "I"]);
-    t.wait_for("Enter apply", Duration::from_secs(5));
-    for _ in 0..40 {
-        t.cmd(&["send-keys", "-t", "t", "BSpace"]);
-    }
-    type_line(&t, "tool:get-sum dir:s2c");
-    t.wait_for("intercept: tool:get-sum dir:s2c", Duration::from_secs(5));
+    set_intercept(&t, "tool:get-sum dir:s2c");
     t.cmd(&["send-keys", "-t", "t", "A"]);
     t.wait_for("#4 answered", Duration::from_secs(10));
     held_line(&t, &["← tools/call get-sum"]);
@@ -409,18 +405,10 @@ async fn a_stdio_session_under_its_own_dashboard_is_intercepted_the_same_way() {
         "{:?}",
         r[4]
     );
-    let rec = rpctap::record::reader::read(&file).unwrap();
-    let actions: Vec<String> = rec
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            rpctap::events::Event::Fault(f) if &*f.injected == "intercept" => {
-                Some(f.action.to_string())
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(actions, ["edit", "drop", "timeout", "answer", "edit"]);
+    assert_eq!(
+        intercepted(&file),
+        ["edit", "drop", "timeout", "answer", "edit"]
+    );
     let c = check_recording(&file);
     assert_eq!(c.exit, Some(0), "{}", c.stdout);
 }
