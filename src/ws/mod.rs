@@ -19,7 +19,6 @@ pub mod frame;
 
 use crate::events::Direction;
 use crate::inspect::{EndReason, ExchangeCtx};
-use crate::intercept::Verdict;
 use crate::limit::enforce::{limit_message, Forward};
 use crate::limit::Limiter;
 use bytes::Bytes;
@@ -86,10 +85,15 @@ pub fn negotiated(h: &HeaderMap) -> Negotiated {
     n
 }
 
-/// What the two directions share: the inspection, and the first close frame seen.
+/// What the two directions share: the inspection, the first close frame seen, and what the
+/// client's direction arms for the server's (reply faults by call id, a cut, the calls for the
+/// intercept's filter).
 struct Shared {
     ctx: ExchangeCtx,
     close: Option<String>,
+    armed: crate::fault::Armed,
+    cut: Option<Cut>,
+    calls: Vec<(crate::rpc::Id, Arc<str>, Option<Arc<str>>)>,
 }
 
 /// The rate limits of one WebSocket connection: the rules in force (read at each message, so
@@ -116,7 +120,13 @@ pub async fn tee<C, U>(
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
-    let shared = Arc::new(Mutex::new(Shared { ctx, close: None }));
+    let shared = Arc::new(Mutex::new(Shared {
+        ctx,
+        close: None,
+        armed: Default::default(),
+        cut: None,
+        calls: Vec::new(),
+    }));
     let inspect = match &neg.unknown {
         Some(ext) => {
             lock(&shared).ctx.not_inspected(
@@ -130,6 +140,12 @@ pub async fn tee<C, U>(
     let limits = limits.filter(|_| inspect);
     let (cr, cw) = tokio::io::split(client);
     let (ur, uw) = tokio::io::split(upstream);
+    // The server's messages are decided one by one when faults can act on them or a dashboard
+    // may hold them; else they pass as they come.
+    let server_whole = limits
+        .as_ref()
+        .is_some_and(|l| l.intercept.is_some() || !(l.rules)().faults.is_empty());
+    let server_intercept = limits.as_ref().and_then(|l| l.intercept.clone());
     // rpctap's own frames to the client (refusals), put in between the server's messages.
     let (to_client, injected) = match limits {
         Some(_) => {
@@ -142,9 +158,14 @@ pub async fn tee<C, U>(
         let shared = shared.clone();
         async move {
             match (limits, to_client) {
-                (Some(l), Some(tx)) => {
+                (Some(lim), Some(to_client)) => {
                     let dec = Decoder::new(cap, neg.client).keep_binary();
-                    limited(cr, uw, dec, shared, l, neg.client, tx, cap).await;
+                    let side = Side::Client {
+                        lim,
+                        to_client,
+                        replies: server_whole,
+                    };
+                    whole(cr, uw, dec, shared, side, (neg.client, cap)).await;
                 }
                 _ => {
                     let dec = inspect.then(|| Decoder::new(cap, neg.client).keep_binary());
@@ -153,15 +174,23 @@ pub async fn tee<C, U>(
             }
         }
     };
-    let down = pump(
-        ur,
-        cw,
-        // Binary messages kept: one that holds UTF-8 JSON is JSON-RPC (ganache's wsBinary).
-        inspect.then(|| Decoder::new(cap, neg.server).keep_binary()),
-        shared.clone(),
-        Direction::ServerToClient,
-        injected,
-    );
+    let down = {
+        let shared = shared.clone();
+        async move {
+            // Binary messages kept: one that holds UTF-8 JSON is JSON-RPC (ganache's wsBinary).
+            if server_whole {
+                let dec = Decoder::new(cap, neg.server).keep_binary();
+                let side = Side::Server {
+                    inject: injected,
+                    intercept: server_intercept,
+                };
+                whole(ur, cw, dec, shared, side, (neg.server, cap)).await;
+            } else {
+                let dec = inspect.then(|| Decoder::new(cap, neg.server).keep_binary());
+                pump(ur, cw, dec, shared, Direction::ServerToClient, injected).await;
+            }
+        }
+    };
     // Each direction runs until its reader ends (passing the end on); when one side has gone,
     // the other gets a moment to finish its closing handshake.
     tokio::pin!(up, down);
@@ -177,39 +206,216 @@ pub async fn tee<C, U>(
     s.ctx.end(EndReason::Closed(why));
 }
 
-/// A fault the client's direction does before a message goes on.
-enum WsBefore {
-    Delay(std::time::Duration),
+/// What a direction does next for one message, in order, once the lock is released.
+enum Step {
+    /// Bytes to the peer.
+    Write(Vec<u8>),
+    /// A frame of rpctap's own to the client (a refusal, an answer).
+    Reply(Bytes),
+    Sleep(std::time::Duration),
+    /// Bytes written at this many bytes a second (`throttle`).
+    Slow(Vec<u8>, u64),
+    /// The connection dropped: both sides' (`close`), or the client's (a cut).
     Close,
+    /// A message the dashboard's intercept holds: written as decided.
+    Held(Box<HeldMsg>),
 }
 
-/// A message's faults over WebSocket: the request-side ones returned, each recorded. The
-/// reply-side ones are not applied over WebSocket yet (a server message would have to be
-/// re-framed, and re-compressed under a shared deflate context): recorded as not applied.
+/// A held message: its verdict to come, its text, its frames as they came, whether it was
+/// compressed, and whether those frames can go on as they are.
+struct HeldMsg {
+    hold: HoldOf,
+    text: Bytes,
+    raw: Vec<u8>,
+    compressed: bool,
+    keep_raw: bool,
+}
+
+/// The plan for one message, built under the lock.
+#[derive(Default)]
+struct Plan {
+    steps: Vec<Step>,
+    out: Vec<u8>,
+}
+
+impl Plan {
+    fn write(&mut self, b: &[u8]) {
+        self.out.extend_from_slice(b);
+    }
+
+    fn step(&mut self, s: Step) {
+        if !self.out.is_empty() {
+            self.steps.push(Step::Write(std::mem::take(&mut self.out)));
+        }
+        self.steps.push(s);
+    }
+
+    fn finish(mut self) -> Vec<Step> {
+        if !self.out.is_empty() {
+            self.steps.push(Step::Write(self.out));
+        }
+        self.steps
+    }
+}
+
+/// The direction [`whole`] runs for, and what only it has.
+enum Side {
+    /// The client's messages: the rate limits and faults decide them (inspecting them); rpctap's
+    /// own replies go to the server's direction on `to_client`. `replies`: whether that
+    /// direction applies the reply-side faults armed here.
+    Client {
+        lim: Limits,
+        to_client: mpsc::Sender<Bytes>,
+        replies: bool,
+    },
+    /// The server's messages: the reply faults the client's calls armed, the intercept;
+    /// rpctap's own frames for the client come in on `inject`, put between two messages.
+    Server {
+        inject: Option<mpsc::Receiver<Bytes>>,
+        intercept: Option<crate::intercept::Intercept>,
+    },
+}
+
+impl Side {
+    fn dir(&self) -> Direction {
+        match self {
+            Side::Client { .. } => Direction::ClientToServer,
+            Side::Server { .. } => Direction::ServerToClient,
+        }
+    }
+
+    /// A frame of rpctap's own towards this direction's peer (masked to a server, RFC 6455
+    /// §5.3; never to a client).
+    fn frame(&self, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let key = matches!(self, Side::Client { .. }).then(mask);
+        frame::encode(true, false, opcode, payload, key)
+    }
+
+    fn intercept(&self) -> Option<&crate::intercept::Intercept> {
+        match self {
+            Side::Client { lim, .. } => lim.intercept.as_ref(),
+            Side::Server { intercept, .. } => intercept.as_ref(),
+        }
+        .filter(|i| i.is_on())
+    }
+}
+
+/// A client message's faults: the request-side ones planned; the reply-side ones armed for the
+/// server's direction (`replies`), else recorded as not applied. Each recorded when done.
 fn ws_faults(
-    ctx: &mut ExchangeCtx,
+    s: &mut Shared,
     faults: Vec<crate::limit::enforce::CallFault>,
-) -> Vec<WsBefore> {
+    replies: bool,
+    plan: &mut Plan,
+) {
     use crate::fault::{Action, At};
-    let mut out = Vec::new();
     for f in faults {
         let detail = match &f.fired.action {
             Action::Delay(d, At::Request) => {
-                out.push(WsBefore::Delay(*d));
+                plan.step(Step::Sleep(*d));
                 format!("the request held {}", crate::units::show_secs(*d))
             }
             Action::Close => {
-                out.push(WsBefore::Close);
+                plan.step(Step::Close);
                 "the WebSocket connection dropped when the call arrived".to_string()
             }
+            Action::CutStreamAfter { n, .. } if replies => {
+                s.cut = Some(Cut {
+                    fired: f.fired.clone(),
+                    id: f.id.clone(),
+                    method: f.method.clone(),
+                    left: *n,
+                });
+                // Recorded when the cut happens.
+                continue;
+            }
+            a if replies && a.on_reply() => {
+                s.armed.arm(&f.id, f.fired.clone(), &f.method);
+                continue;
+            }
             a => format!(
-                "not applied: `{}` on a reply is not done over WebSocket yet",
+                "not applied: `{}` on a reply (this connection opened before fault rules existed)",
                 a.name()
             ),
         };
-        ctx.fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
+        s.ctx
+            .fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
     }
-    out
+}
+
+/// A `cut_stream_after` counting down the server's messages.
+struct Cut {
+    fired: crate::fault::Fired,
+    id: crate::rpc::Id,
+    method: String,
+    left: u32,
+}
+
+/// One whole text message of the server's under the faults its call armed; true when planned
+/// (else it goes on unchanged).
+fn server_faults(
+    side: &Side,
+    s: &mut Shared,
+    t: &Bytes,
+    plan: &mut Plan,
+    changed: &mut bool,
+) -> bool {
+    use crate::fault::{Action, At};
+    let cut_now = match s.cut.as_mut() {
+        Some(c) if c.left == 0 => s.cut.take(),
+        Some(c) => {
+            c.left -= 1;
+            None
+        }
+        None => None,
+    };
+    if let Some(c) = cut_now {
+        s.ctx.fault(
+            &c.fired,
+            Some(&c.id),
+            Some(&c.method),
+            None,
+            "the WebSocket connection cut before this message".into(),
+        );
+        plan.step(Step::Close);
+        return true;
+    }
+    let Some((id, fired, method)) =
+        crate::fault::reply_id(t).and_then(|id| s.armed.take(&id).map(|(f, m)| (id, f, m)))
+    else {
+        return false;
+    };
+    if let Some(r) = crate::fault::reshape(&fired.action, t) {
+        for f in &r.frames {
+            plan.write(&side.frame(0x1, f));
+        }
+        *changed = true;
+        s.ctx
+            .fault(&fired, Some(&id), Some(&method), r.made, r.detail.into());
+        return true;
+    }
+    let detail = match &fired.action {
+        Action::Delay(d, At::Reply) => {
+            // One ordered stream: what the server sends after it waits with it.
+            plan.step(Step::Sleep(*d));
+            format!("the reply held {}", crate::units::show_secs(*d))
+        }
+        Action::Throttle(bps) => {
+            plan.step(Step::Slow(side.frame(0x1, t), *bps));
+            *changed = true;
+            s.ctx.fault(
+                &fired,
+                Some(&id),
+                Some(&method),
+                None,
+                format!("the reply written at {bps} bytes a second"),
+            );
+            return true;
+        }
+        _ => return false,
+    };
+    s.ctx.fault(&fired, Some(&id), Some(&method), None, detail);
+    false
 }
 
 /// How long the other direction may run once one has ended.
@@ -317,26 +523,28 @@ fn hold_limit(cap: usize) -> usize {
     cap + cap / 8 + 1024
 }
 
-/// The client's direction under rate limits: a data message is held until whole, then
-/// inspected and decided; control frames go on at once.
-#[allow(clippy::too_many_arguments)]
-async fn limited<R, W>(
+/// One direction, message by message: a data message is held until whole, then inspected and
+/// decided — the client's by the rate limits and faults, the server's by the reply faults its
+/// call armed — and the dashboard's intercept may hold either; control frames go on at once.
+/// Used when rules are in force or a dashboard drives the proxy (else [`pump`] passes bytes
+/// as they come).
+async fn whole<R, W>(
     mut r: R,
     mut w: W,
     mut dec: Decoder,
     shared: Arc<Mutex<Shared>>,
-    lim: Limits,
-    deflate: Option<Deflate>,
-    to_client: mpsc::Sender<Bytes>,
-    cap: usize,
+    mut side: Side,
+    (deflate, cap): (Option<Deflate>, usize),
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let dir = Direction::ClientToServer;
+    use crate::intercept::Verdict;
+    let dir = side.dir();
     let takeover = deflate.is_some_and(|d| !d.no_context_takeover);
-    // From the first compressed message left out (with context takeover) on: data messages are
-    // re-sent uncompressed from what was decoded.
+    // From the first compressed message left out or changed (with context takeover) on: data
+    // messages are re-sent uncompressed from what was decoded (the peer's inflater never saw
+    // the original).
     let mut rewrite = false;
     // The current frame's bytes, and the current message's frames not yet passed on.
     let (mut cur, mut held): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
@@ -345,16 +553,40 @@ async fn limited<R, W>(
     let mut buf = vec![0u8; 16 << 10];
     let mut events = Vec::new();
     let mut out: Vec<u8> = Vec::new();
-    let mut replies: Vec<Bytes> = Vec::new();
     let mut fatal = false;
-    // Request-side faults of the messages read: a delay before they go on, or a close.
-    let mut before: Vec<WsBefore> = Vec::new();
-    // A message the dashboard's intercept holds: its verdict to come, its text, its frames as
-    // they came, whether it was compressed, and whether those frames can go on as they are.
-    #[allow(clippy::type_complexity)]
-    let mut intercepted: Option<(HoldOf, Bytes, Vec<u8>, bool, bool)> = None;
-    loop {
-        let n = match r.read(&mut buf).await {
+    'read: loop {
+        let n = match &mut side {
+            // rpctap's own frames for the client go in between two of the server's messages.
+            Side::Server {
+                inject: Some(rx), ..
+            } if held.is_empty() && cur.is_empty() && !streaming => {
+                tokio::select! {
+                    biased;
+                    f = rx.recv() => {
+                        match f {
+                            Some(f) if f.is_empty() => {
+                                let _ = w.shutdown().await;
+                                return;
+                            }
+                            Some(f) => {
+                                if w.write_all(&f).await.is_err() {
+                                    break 'read;
+                                }
+                            }
+                            None => {
+                                if let Side::Server { inject, .. } = &mut side {
+                                    *inject = None;
+                                }
+                            }
+                        }
+                        continue 'read;
+                    }
+                    n = r.read(&mut buf) => n,
+                }
+            }
+            _ => r.read(&mut buf).await,
+        };
+        let n = match n {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -387,144 +619,270 @@ async fn limited<R, W>(
                     held.append(&mut cur);
                     let was_streaming = std::mem::replace(&mut streaming, false);
                     let compressed = held.first().is_some_and(|b| b & 0x40 != 0);
-                    let rules = (lim.rules)();
-                    let keys = crate::limit::RequestKeys {
-                        peer: lim.peer,
-                        session: lim.session.as_deref(),
-                        headers: &lim.headers,
-                    };
-                    // Rules counted in a shared store are asked first, outside the lock.
-                    let mut verdicts = None;
-                    if rules.has_shared() && !was_streaming {
-                        if let Some(WsEvent::Text(t)) =
-                            events.iter().find(|e| matches!(e, WsEvent::Text(_)))
-                        {
-                            let parsed = crate::rpc::parse_body(t);
-                            verdicts = Some(
-                                crate::limit::enforce::ask_shared(&rules, &parsed, &keys).await,
-                            );
-                        }
-                    }
-                    {
-                        let mut s = lock(&shared);
-                        for ev in events.drain(..) {
-                            let keep_raw = !rewrite && !was_streaming;
-                            match ev {
-                                WsEvent::Text(t) if !was_streaming => {
-                                    let l = limit_message(
-                                        &rules,
-                                        &mut s.ctx,
-                                        dir,
-                                        t.clone(),
-                                        &keys,
-                                        verdicts.as_mut(),
+                    let mut plan = Plan::default();
+                    match &side {
+                        Side::Client { lim, .. } => {
+                            let rules = (lim.rules)();
+                            let keys = crate::limit::RequestKeys {
+                                peer: lim.peer,
+                                session: lim.session.as_deref(),
+                                headers: &lim.headers,
+                            };
+                            // Rules counted in a shared store are asked first, outside the lock.
+                            let mut verdicts = None;
+                            if rules.has_shared() && !was_streaming {
+                                if let Some(WsEvent::Text(t)) =
+                                    events.iter().find(|e| matches!(e, WsEvent::Text(_)))
+                                {
+                                    let parsed = crate::rpc::parse_body(t);
+                                    verdicts = Some(
+                                        crate::limit::enforce::ask_shared(&rules, &parsed, &keys)
+                                            .await,
                                     );
-                                    let dropped = l.forward != Forward::Unchanged;
-                                    if !dropped && l.reply.is_none() {
-                                        if let Some(p) = lim
-                                            .intercept
-                                            .as_ref()
-                                            .and_then(|ic| hold(ic, &s.ctx, &t))
-                                        {
-                                            // Decided below, outside the lock; what follows
-                                            // waits with it (a WebSocket is one ordered stream).
-                                            intercepted = Some((
-                                                p,
-                                                t,
-                                                std::mem::take(&mut held),
+                                }
+                            }
+                            let mut s = lock(&shared);
+                            for ev in events.drain(..) {
+                                let keep_raw = !rewrite && !was_streaming;
+                                match ev {
+                                    WsEvent::Text(t) if !was_streaming => {
+                                        let l = limit_message(
+                                            &rules,
+                                            &mut s.ctx,
+                                            dir,
+                                            t.clone(),
+                                            &keys,
+                                            verdicts.as_mut(),
+                                        );
+                                        let replies =
+                                            matches!(side, Side::Client { replies: true, .. });
+                                        ws_faults(&mut s, l.faults, replies, &mut plan);
+                                        let dropped = l.forward != Forward::Unchanged;
+                                        let ic = side.intercept();
+                                        if ic.is_some() {
+                                            remember_calls(&mut s, &t);
+                                        }
+                                        let hold = ic
+                                            .filter(|_| !dropped && l.reply.is_none())
+                                            .and_then(|ic| hold(ic, dir, &s, &t));
+                                        if let Some(h) = hold {
+                                            plan.step(Step::Held(Box::new(HeldMsg {
+                                                hold: h,
+                                                text: t,
+                                                raw: std::mem::take(&mut held),
                                                 compressed,
                                                 keep_raw,
-                                            ));
-                                            before.extend(ws_faults(&mut s.ctx, l.faults));
+                                            })));
                                             continue;
                                         }
+                                        match l.forward {
+                                            Forward::Unchanged if keep_raw => plan.write(&held),
+                                            Forward::Unchanged => plan.write(&side.frame(0x1, &t)),
+                                            Forward::Smaller(b) => plan.write(&side.frame(0x1, &b)),
+                                            Forward::Nothing => {}
+                                        }
+                                        if dropped {
+                                            rewrite |= takeover && compressed;
+                                        }
+                                        if let Some(r) = l.reply {
+                                            plan.step(Step::Reply(Bytes::from(frame::encode(
+                                                true, false, 0x1, &r, None,
+                                            ))));
+                                        }
                                     }
-                                    match l.forward {
-                                        Forward::Unchanged if keep_raw => out.append(&mut held),
-                                        Forward::Unchanged => out.extend(frame::encode(
-                                            true,
-                                            false,
-                                            0x1,
+                                    WsEvent::BinaryData(b) if rewrite => {
+                                        plan.write(&side.frame(0x2, &b));
+                                    }
+                                    WsEvent::BinaryData(_) => plan.write(&held),
+                                    other => {
+                                        fatal |= passed(
+                                            &mut s, dir, other, rewrite, keep_raw, &held, &mut plan,
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                        Side::Server { .. } => {
+                            let mut s = lock(&shared);
+                            for ev in events.drain(..) {
+                                let keep_raw = !rewrite && !was_streaming;
+                                match ev {
+                                    WsEvent::Text(t) if !was_streaming => {
+                                        // The inspector sees what the server sent.
+                                        s.ctx.line(dir, t.clone());
+                                        let mut changed = false;
+                                        let done = server_faults(
+                                            &side,
+                                            &mut s,
                                             &t,
-                                            Some(mask()),
-                                        )),
-                                        Forward::Smaller(b) => out.extend(frame::encode(
-                                            true,
-                                            false,
-                                            0x1,
-                                            &b,
-                                            Some(mask()),
-                                        )),
-                                        Forward::Nothing => {}
+                                            &mut plan,
+                                            &mut changed,
+                                        );
+                                        if changed || (done && !keep_raw) {
+                                            rewrite |= takeover && compressed;
+                                        }
+                                        if done {
+                                            continue;
+                                        }
+                                        let calls = std::mem::take(&mut s.calls);
+                                        let hold = side.intercept().and_then(|ic| {
+                                            crate::intercept::hold_body(
+                                                ic,
+                                                dir,
+                                                &t,
+                                                &s.ctx.scope_text(),
+                                                |id| {
+                                                    calls
+                                                        .iter()
+                                                        .find(|(i, _, _)| i == id)
+                                                        .map(|(_, m, tg)| (&**m, tg.as_deref()))
+                                                },
+                                            )
+                                        });
+                                        s.calls = calls;
+                                        if let Some(h) = hold {
+                                            plan.step(Step::Held(Box::new(HeldMsg {
+                                                hold: h,
+                                                text: t,
+                                                raw: std::mem::take(&mut held),
+                                                compressed,
+                                                keep_raw,
+                                            })));
+                                            continue;
+                                        }
+                                        if keep_raw {
+                                            plan.write(&held);
+                                        } else {
+                                            plan.write(&side.frame(0x1, &t));
+                                        }
                                     }
-                                    if dropped {
-                                        held.clear();
-                                        rewrite |= takeover && compressed;
+                                    WsEvent::BinaryData(b) if rewrite => {
+                                        s.ctx.binary_message(dir, b.clone());
+                                        plan.write(&side.frame(0x2, &b));
                                     }
-                                    replies.extend(l.reply.map(|r| {
-                                        Bytes::from(frame::encode(true, false, 0x1, &r, None))
-                                    }));
-                                    before.extend(ws_faults(&mut s.ctx, l.faults));
-                                }
-                                WsEvent::BinaryData(b) if rewrite => {
-                                    out.extend(frame::encode(true, false, 0x2, &b, Some(mask())));
-                                }
-                                WsEvent::BinaryData(_) => out.append(&mut held),
-                                WsEvent::Oversized { .. } | WsEvent::ContextLost { .. }
-                                    if rewrite =>
-                                {
-                                    // Not inflated, so it cannot be re-sent: the connection cannot
-                                    // go on.
-                                    s.ctx.not_inspected(dir, "a message too large to inspect after rpctap had to re-send the client's messages uncompressed: it cannot be passed on, and the connection is closed".into());
-                                    fatal = true;
-                                }
-                                other => {
-                                    if matches!(
-                                        other,
-                                        WsEvent::Oversized { .. } | WsEvent::ContextLost { .. }
-                                    ) && keep_raw
-                                    {
-                                        out.append(&mut held);
+                                    WsEvent::BinaryData(b) => {
+                                        s.ctx.binary_message(dir, b);
+                                        plan.write(&held);
                                     }
-                                    apply(&mut s, dir, other);
+                                    other => {
+                                        fatal |= passed(
+                                            &mut s, dir, other, rewrite, keep_raw, &held, &mut plan,
+                                        );
+                                    }
                                 }
                             }
                         }
                     }
                     held.clear();
-                    if let Some((p, t, raw, compressed, keep_raw)) = intercepted.take() {
-                        if w.write_all(&out).await.is_err() {
-                            break;
-                        }
-                        out.clear();
-                        let (d, id, method) = (p.0.wait().await, p.1, p.2);
-                        lock(&shared)
-                            .ctx
-                            .intercepted(&d, dir, id.as_ref(), Some(&method));
-                        let text = |b: &[u8]| frame::encode(true, false, 0x1, b, Some(mask()));
-                        match d.verdict {
-                            Verdict::Forward if keep_raw => out.extend_from_slice(&raw),
-                            Verdict::Forward => out.extend(text(&t)),
-                            Verdict::Edit(b) => {
-                                out.extend(text(&b));
-                                rewrite |= takeover && compressed;
-                            }
-                            Verdict::Drop => rewrite |= takeover && compressed,
-                            Verdict::Answer(b) => {
-                                replies
-                                    .push(Bytes::from(frame::encode(true, false, 0x1, &b, None)));
-                                rewrite |= takeover && compressed;
-                            }
-                        }
-                    }
                     if fatal {
                         // 1009: message too big (RFC 6455 §7.4.1), to both sides.
                         let close = |m| frame::encode(true, false, 0x8, &1009u16.to_be_bytes(), m);
                         let _ = w.write_all(&out).await;
-                        let _ = w.write_all(&close(Some(mask()))).await;
-                        let _ = w.shutdown().await;
-                        let _ = to_client.send(Bytes::from(close(None))).await;
+                        match &side {
+                            Side::Client { to_client, .. } => {
+                                let _ = w.write_all(&close(Some(mask()))).await;
+                                let _ = w.shutdown().await;
+                                let _ = to_client.send(Bytes::from(close(None))).await;
+                            }
+                            Side::Server { .. } => {
+                                let _ = w.write_all(&close(None)).await;
+                                let _ = w.shutdown().await;
+                            }
+                        }
                         return;
+                    }
+                    // What came before the message (control frames) goes first.
+                    if !out.is_empty() {
+                        if w.write_all(&out).await.is_err() {
+                            break 'read;
+                        }
+                        out.clear();
+                    }
+                    for step in plan.finish() {
+                        let ok = match step {
+                            Step::Write(b) => w.write_all(&b).await.is_ok(),
+                            Step::Reply(f) => match &side {
+                                Side::Client { to_client, .. } => to_client.send(f).await.is_ok(),
+                                Side::Server { .. } => w.write_all(&f).await.is_ok(),
+                            },
+                            Step::Sleep(d) => {
+                                tokio::time::sleep(d).await;
+                                true
+                            }
+                            Step::Slow(b, bps) => {
+                                let piece = (bps / 20).max(1) as usize;
+                                let mut ok = true;
+                                for (i, part) in b.chunks(piece).enumerate() {
+                                    if i > 0 {
+                                        tokio::time::sleep(std::time::Duration::from_millis(50))
+                                            .await;
+                                    }
+                                    if w.write_all(part).await.is_err() || w.flush().await.is_err()
+                                    {
+                                        ok = false;
+                                        break;
+                                    }
+                                }
+                                ok
+                            }
+                            Step::Close => {
+                                // `close`: the connection dropped, no close frame (a crash, as
+                                // the peer sees it); a cut: the client's.
+                                let _ = w.shutdown().await;
+                                if let Side::Client { to_client, .. } = &side {
+                                    let _ = to_client.send(Bytes::new()).await;
+                                }
+                                return;
+                            }
+                            Step::Held(h) => {
+                                let HeldMsg {
+                                    hold: (p, id, method),
+                                    text,
+                                    raw,
+                                    compressed,
+                                    keep_raw,
+                                } = *h;
+                                let d = p.wait().await;
+                                lock(&shared)
+                                    .ctx
+                                    .intercepted(&d, dir, id.as_ref(), Some(&method));
+                                let answer_here = dir == Direction::ServerToClient;
+                                match d.verdict {
+                                    Verdict::Forward if keep_raw => w.write_all(&raw).await.is_ok(),
+                                    Verdict::Forward => {
+                                        w.write_all(&side.frame(0x1, &text)).await.is_ok()
+                                    }
+                                    Verdict::Edit(b) => {
+                                        rewrite |= takeover && compressed;
+                                        w.write_all(&side.frame(0x1, &b)).await.is_ok()
+                                    }
+                                    // A server message answered is a server message replaced.
+                                    Verdict::Answer(b) if answer_here => {
+                                        rewrite |= takeover && compressed;
+                                        w.write_all(&side.frame(0x1, &b)).await.is_ok()
+                                    }
+                                    Verdict::Answer(b) => {
+                                        rewrite |= takeover && compressed;
+                                        match &side {
+                                            Side::Client { to_client, .. } => to_client
+                                                .send(Bytes::from(frame::encode(
+                                                    true, false, 0x1, &b, None,
+                                                )))
+                                                .await
+                                                .is_ok(),
+                                            Side::Server { .. } => true,
+                                        }
+                                    }
+                                    Verdict::Drop => {
+                                        rewrite |= takeover && compressed;
+                                        true
+                                    }
+                                }
+                            }
+                        };
+                        if !ok {
+                            break 'read;
+                        }
                     }
                 }
                 None => {
@@ -547,32 +905,14 @@ async fn limited<R, W>(
                 }
             }
         }
-        let mut close = false;
-        for b in before.drain(..) {
-            match b {
-                WsBefore::Delay(d) => tokio::time::sleep(d).await,
-                WsBefore::Close => close = true,
-            }
-        }
-        if close {
-            // `close`: both sides' connections dropped, no close frame (a crash, as a client sees it).
-            let _ = w.shutdown().await;
-            let _ = to_client.send(Bytes::new()).await;
-            return;
-        }
         if !out.is_empty() {
             if w.write_all(&out).await.is_err() {
                 break;
             }
             out.clear();
         }
-        for f in replies.drain(..) {
-            if to_client.send(f).await.is_err() {
-                break;
-            }
-        }
     }
-    // A message never finished: what the client sent goes on as it is.
+    // A message never finished: what the peer sent goes on as it is.
     if !rewrite {
         held.append(&mut cur);
         let _ = w.write_all(&held).await;
@@ -580,14 +920,46 @@ async fn limited<R, W>(
     let _ = w.shutdown().await;
 }
 
-/// A held client message: its verdict to come, its id and method.
+/// A message event other than a decided text or binary message: inspected, and its frames
+/// passed on when they can be; true when it cannot go on (the connection must close).
+fn passed(
+    s: &mut Shared,
+    dir: Direction,
+    ev: WsEvent,
+    rewrite: bool,
+    keep_raw: bool,
+    held: &[u8],
+    plan: &mut Plan,
+) -> bool {
+    if rewrite && matches!(ev, WsEvent::Oversized { .. } | WsEvent::ContextLost { .. }) {
+        // Not inflated, so it cannot be re-sent: the connection cannot go on.
+        s.ctx.not_inspected(dir, "a message too large to inspect after rpctap had to re-send the messages uncompressed: it cannot be passed on, and the connection is closed".into());
+        return true;
+    }
+    if keep_raw && matches!(ev, WsEvent::Oversized { .. } | WsEvent::ContextLost { .. }) {
+        plan.write(held);
+    }
+    apply(s, dir, ev);
+    false
+}
+
+/// The client's calls in a message, remembered for their replies (the intercept's filter).
+fn remember_calls(s: &mut Shared, t: &Bytes) {
+    const KEPT: usize = 4096;
+    let calls = crate::intercept::call_methods(t);
+    if s.calls.len() + calls.len() > KEPT {
+        let n = (s.calls.len() + calls.len() - KEPT).min(s.calls.len());
+        s.calls.drain(..n);
+    }
+    s.calls.extend(calls);
+}
+
+/// A held message: its verdict to come, its id and method.
 type HoldOf = (crate::intercept::Pending, Option<crate::rpc::Id>, String);
 
 /// Holds a client message when the intercept's filter matches it.
-fn hold(ic: &crate::intercept::Intercept, ctx: &ExchangeCtx, t: &Bytes) -> Option<HoldOf> {
-    crate::intercept::hold_body(ic, Direction::ClientToServer, t, &ctx.scope_text(), |_| {
-        None
-    })
+fn hold(ic: &crate::intercept::Intercept, dir: Direction, s: &Shared, t: &Bytes) -> Option<HoldOf> {
+    crate::intercept::hold_body(ic, dir, t, &s.ctx.scope_text(), |_| None)
 }
 
 /// A masking key for a frame of rpctap's own to the server (RFC 6455 §5.3: unpredictable).

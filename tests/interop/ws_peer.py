@@ -10,6 +10,10 @@ usage: ws_peer.py server PORT [plain]      a JSON-RPC server
                                            echo (edited there), an echo (dropped: a 4 s
                                            timeout), an add (forwarded), an add (answered there),
                                            stats
+       ws_peer.py replies URL [plain]      a client for a proxy faulting the server's replies:
+                                           add dropped (2 s timeout), doubled, held 1 s,
+                                           throttled; echo with a wrong id, cut JSON;
+                                           subscribe with the stream cut after its result
        ws_peer.py eth URL                  an Ethereum client (for ganache): block number, a
                                            batch, newHeads over three mined blocks, unsubscribe
 `plain` turns compression off.
@@ -168,6 +172,42 @@ async def intercepted(url, compression):
         out["add"] = await call({"jsonrpc": "2.0", "method": "add", "params": [1, 1], "id": 3})
         out["add2"] = await call({"jsonrpc": "2.0", "method": "add", "params": [2, 2], "id": 4})
         out["stats"] = await call({"jsonrpc": "2.0", "method": "stats", "id": 5})
+        out["echo3"] = await call({"jsonrpc": "2.0", "method": "echo", "params": ["x"], "id": 6})
+    print(json.dumps(out))
+
+
+async def replies(url, compression):
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        async def recv(timeout):
+            try:
+                text = await asyncio.wait_for(ws.recv(), timeout)
+            except TimeoutError:
+                return "timeout"
+            except ConnectionClosed:
+                return "connection closed"
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                return {"not_json": text}
+
+        async def call(body, timeout=5):
+            await ws.send(json.dumps(body))
+            return await recv(timeout)
+
+        out["dropped"] = await call({"jsonrpc": "2.0", "method": "add", "params": [1, 1], "id": 1}, 2)
+        out["doubled"] = await call({"jsonrpc": "2.0", "method": "add", "params": [2, 2], "id": 2})
+        out["doubled_again"] = await recv(2)
+        t0 = time.monotonic()
+        out["late"] = await call({"jsonrpc": "2.0", "method": "add", "params": [3, 3], "id": 3})
+        out["late_secs"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        out["slow"] = await call({"jsonrpc": "2.0", "method": "add", "params": [4, 4], "id": 4})
+        out["slow_secs"] = time.monotonic() - t0
+        out["renamed"] = await call({"jsonrpc": "2.0", "method": "echo", "params": ["x"], "id": 5})
+        out["cut_json"] = await call({"jsonrpc": "2.0", "method": "echo", "params": ["y"], "id": 6})
+        out["sub"] = await call({"jsonrpc": "2.0", "method": "subscribe", "id": 7})
+        out["after_cut"] = await recv(5)
     print(json.dumps(out))
 
 
@@ -215,6 +255,8 @@ if __name__ == "__main__":
         asyncio.run(eth(where, compression))
     elif role == "limited":
         asyncio.run(limited(where, compression))
+    elif role == "replies":
+        asyncio.run(replies(where, compression))
     elif role == "intercepted":
         asyncio.run(intercepted(where, compression))
     elif role == "faulted":

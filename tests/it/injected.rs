@@ -397,6 +397,68 @@ async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
     assert_eq!(got, ["close", "delay", "error"]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_the_servers_replies_are_dropped_doubled_held_slowed_renamed_cut() {
+    let (_server, port, env) = ws_peer_server().await;
+    let work = Scratch::new("inject-ws-replies");
+    let file = work.join("ws.jsonl");
+    let faults = [
+        "name=lost,method=add,drop,count=1",
+        "name=twice,method=add,duplicate,count=1",
+        "name=late,method=add,delay=1s,at=reply,count=1",
+        "name=slow,method=add,throttle=100B/s,count=1",
+        "name=renamed,method=echo,wrong_id,count=1",
+        "name=broken,method=echo,malformed,count=1",
+        "name=cut,method=subscribe,cut_stream_after=1",
+    ];
+    let (mut p, addr, _) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
+    // Compressed with context takeover (the `websockets` default): once a reply is changed or
+    // left out, rpctap sends the server's messages on uncompressed.
+    let v = json_stdout(
+        Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/ws_peer.py"))
+            .args(["replies", &format!("ws://{addr}/")]),
+        "the WebSocket client",
+    );
+    assert_eq!(v["dropped"], "timeout", "{v}");
+    assert_eq!(v["doubled"]["result"], 4, "{v}");
+    assert_eq!(v["doubled_again"]["result"], 4, "the same reply again: {v}");
+    assert_eq!(v["doubled_again"]["id"], 2, "{v}");
+    assert_eq!(v["late"]["result"], 6, "{v}");
+    assert!(v["late_secs"].as_f64().unwrap() >= 0.9, "{v}");
+    assert_eq!(v["slow"]["result"], 8, "{v}");
+    assert!(
+        v["slow_secs"].as_f64().unwrap() >= 0.2,
+        "a ~40-byte frame at 100 B/s: {v}"
+    );
+    assert!(
+        v["renamed"]["id"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("rpctap-wrong-id")),
+        "{v}"
+    );
+    assert!(v["cut_json"]["not_json"].is_string(), "{v}");
+    assert_eq!(v["sub"]["result"], "sub-1", "{v}");
+    assert_eq!(v["after_cut"], "connection closed", "{v}");
+    p.term();
+    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "cut_stream_after",
+            "delay",
+            "drop",
+            "duplicate",
+            "malformed",
+            "throttle",
+            "wrong_id"
+        ]
+    );
+    let (code, lines) = check_json(&file);
+    assert_eq!(code, Some(0), "{lines:#?}");
+}
+
 #[test]
 fn a_rule_with_no_action_or_one_that_means_nothing_on_its_transport_is_refused_at_start() {
     let out = rpctap()

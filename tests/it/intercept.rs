@@ -260,7 +260,7 @@ async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered(
     let (_server, port, env) = ws_peer_server().await;
     let work = Scratch::new("intercept-ws");
     let file = work.join("ws.jsonl");
-    let editor = sed_editor(&work, &[r#"s/"a": 2,/"a": 20,/"#]);
+    let editor = sed_editor(&work, &[r#"s/"a": 2,/"a": 20,/"#, r#"s/"x"/"edited"/"#]);
     let (t, listen) = dashboard_proxy("intercept-ws", &editor, port, &file, "");
     set_intercept(&t, "dir:c2s");
     // Compressed (permessage-deflate with context takeover): an edited, dropped or answered
@@ -286,6 +286,14 @@ async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered(
     t.wait_for("#4 answered", Duration::from_secs(10));
     held_line(&t, &["→ stats", "id 5"]);
     t.cmd(&["send-keys", "-t", "t", "F"]);
+    // The server's messages too: the filter changed to echo's reply while its call is held.
+    held_line(&t, &["→ echo", "id 6"]);
+    set_intercept(&t, "method:echo dir:s2c");
+    t.cmd(&["send-keys", "-t", "t", "F"]);
+    t.wait_for("#6 forwarded", Duration::from_secs(5));
+    held_line(&t, &["← echo", "id 6"]);
+    t.cmd(&["send-keys", "-t", "t", "E"]);
+    t.wait_for("#7 forwarded as edited", Duration::from_secs(10));
     let out = client.wait_with_output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -313,8 +321,13 @@ async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered(
     t.cmd(&["send-keys", "-t", "t", "q"]);
     t.wait_for("READY$", Duration::from_secs(10));
     assert_eq!(
+        v["echo3"]["result"],
+        serde_json::json!(["edited"]),
+        "the server's reply, edited on its way: {v}"
+    );
+    assert_eq!(
         intercepted(&file),
-        ["edit", "drop", "forward", "answer", "forward"]
+        ["edit", "drop", "forward", "answer", "forward", "forward", "edit"]
     );
 }
 
