@@ -15,11 +15,11 @@
 //! server's inflating of every later message (they may refer back to it): from the first such
 //! refusal on, rpctap re-sends that direction's data messages uncompressed, one frame each.
 //!
-//! Both directions decide message by message in one loop ([`whole`], per [`Side`]): the
+//! Both directions decide message by message in one loop (`whole`, per `Side`): the
 //! client's by the rules, the server's by the reply faults the client's calls armed
 //! (`crate::fault`: dropped, doubled, renamed, cut, held, slowed) — run only when fault rules
 //! exist as the connection opens — and either by the dashboard's intercept. What a message
-//! becomes is planned under the lock and carried out after it ([`Step`]).
+//! becomes is planned under the lock and carried out after it (`Step`).
 
 pub mod frame;
 
