@@ -45,6 +45,13 @@ pub struct FaultSpec {
     pub session: Option<String>,
     /// The client's IP address (HTTP and WebSocket; stdio's is 127.0.0.1).
     pub peer: Option<String>,
+    /// A request header of the client's and a glob on its value: `"x-client-id=ci-*"` (HTTP
+    /// and WebSocket: the upgrade request's).
+    pub header: Option<String>,
+    /// Whose calls: `c2s` (the client's, the default). The server's requests (`s2c`:
+    /// sampling, elicitation) are not matched by fault rules yet — the dashboard's intercept
+    /// holds them (`dir:s2c`).
+    pub direction: Option<String>,
     /// Fires on this share of the matching calls (0–1, default 1).
     pub probability: Option<f64>,
     /// Fires at most this many times (default: no end).
@@ -186,6 +193,7 @@ struct Rule {
     resource: Option<GlobMatcher>,
     session: Option<GlobMatcher>,
     peer: Option<std::net::IpAddr>,
+    header: Option<(http::HeaderName, GlobMatcher)>,
     probability: f64,
     count: Option<u64>,
     after: u64,
@@ -277,6 +285,8 @@ impl FaultSpec {
                 "resource" => spec.resource = Some(text(v)?),
                 "session" => spec.session = Some(text(v)?),
                 "peer" => spec.peer = Some(text(v)?),
+                "header" => spec.header = Some(text(v)?),
+                "direction" => spec.direction = Some(text(v)?),
                 "probability" => {
                     let t = text(v)?;
                     spec.probability = Some(
@@ -317,7 +327,8 @@ impl FaultSpec {
                 "throttle" => spec.throttle = Some(text(v)?),
                 other => {
                     return Err(err(format!(
-                        "unknown key `{other}` (method, tool, resource, session, peer, \
+                        "unknown key `{other}` (method, tool, resource, session, peer, header, \
+                         direction, \
                          probability, count, after, name; one action: delay[, at], error, \
                          status, drop, duplicate, wrong_id, malformed, cut_stream_after[, \
                          mid_event], close, throttle)"
@@ -458,12 +469,37 @@ impl Faults {
                         .map_err(|_| err(format!("peer = {p:?}: an IP address")))
                 })
                 .transpose()?;
+            match s.direction.as_deref() {
+                None | Some("c2s") => {}
+                Some("s2c") => {
+                    return Err(err("direction = \"s2c\": faults on the server's requests \
+                         (sampling, elicitation) are not built yet; the dashboard's intercept \
+                         holds them (`I`, `dir:s2c`)"
+                        .into()))
+                }
+                Some(d) => return Err(err(format!("direction = {d:?}: c2s"))),
+            }
+            let rule_name = name.to_string();
+            let header = match s.header.as_deref() {
+                None => None,
+                Some(h) => {
+                    let (n, g) = h.split_once('=').ok_or_else(|| {
+                        err(format!("header = {h:?}: NAME=GLOB (\"x-client-id=ci-*\")"))
+                    })?;
+                    let name = http::HeaderName::from_bytes(n.trim().as_bytes())
+                        .map_err(|_| err(format!("header = {h:?}: {n:?} is not a header name")))?;
+                    let g = glob(&rule_name, "header", &Some(g.trim().to_string()))?
+                        .ok_or_else(|| err(format!("header = {h:?}: a glob after `=`")))?;
+                    Some((name, g))
+                }
+            };
             rules.push(Rule {
                 method: glob(&name, "method", &s.method)?,
                 tool: glob(&name, "tool", &s.tool)?,
                 resource: glob(&name, "resource", &s.resource)?,
                 session: glob(&name, "session", &s.session)?,
                 peer,
+                header,
                 probability,
                 count: s.count,
                 after: s.after.unwrap_or(0),
@@ -494,6 +530,7 @@ impl Faults {
         call: &CallInfo<'_>,
         session: Option<&str>,
         peer: std::net::IpAddr,
+        headers: &http::HeaderMap,
     ) -> Option<Fired> {
         for r in &self.rules {
             let matches = r.method.as_ref().is_none_or(|g| g.is_match(call.method))
@@ -506,7 +543,13 @@ impl Faults {
                 && r.session
                     .as_ref()
                     .is_none_or(|g| session.is_some_and(|s| g.is_match(s)))
-                && r.peer.is_none_or(|p| p == peer);
+                && r.peer.is_none_or(|p| p == peer)
+                && r.header.as_ref().is_none_or(|(n, g)| {
+                    headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| g.is_match(v))
+                });
             if !matches {
                 continue;
             }
@@ -667,7 +710,12 @@ mod tests {
         assert_eq!(s.count, Some(3));
         let f = Faults::new(&[s], Carrier::Http).unwrap();
         let fired = f
-            .decide(&call("tools/call", Some("slow")), None, LO)
+            .decide(
+                &call("tools/call", Some("slow")),
+                None,
+                LO,
+                &http::HeaderMap::new(),
+            )
             .unwrap();
         assert_eq!(
             fired.action,
@@ -676,7 +724,12 @@ mod tests {
         let e = FaultSpec::parse_flag("tool=boom,error=-32042:it broke").unwrap();
         let f = Faults::new(&[e], Carrier::Stdio).unwrap();
         match f
-            .decide(&call("tools/call", Some("boom")), None, LO)
+            .decide(
+                &call("tools/call", Some("boom")),
+                None,
+                LO,
+                &http::HeaderMap::new(),
+            )
             .unwrap()
             .action
         {
@@ -730,9 +783,13 @@ mod tests {
         };
         let f = Faults::new(&[s], Carrier::Stdio).unwrap();
         let c = call("tools/call", None);
-        let fired: Vec<bool> = (0..8).map(|_| f.decide(&c, None, LO).is_some()).collect();
+        let fired: Vec<bool> = (0..8)
+            .map(|_| f.decide(&c, None, LO, &http::HeaderMap::new()).is_some())
+            .collect();
         assert_eq!(fired, [false, false, true, true, true, false, false, false]);
-        assert!(f.decide(&call("ping", None), None, LO).is_none());
+        assert!(f
+            .decide(&call("ping", None), None, LO, &http::HeaderMap::new())
+            .is_none());
 
         let half = FaultSpec {
             probability: Some(0.5),
@@ -741,7 +798,7 @@ mod tests {
         };
         let f = Faults::new(&[half], Carrier::Stdio).unwrap();
         let n = (0..4000)
-            .filter(|_| f.decide(&c, None, LO).is_some())
+            .filter(|_| f.decide(&c, None, LO, &http::HeaderMap::new()).is_some())
             .count();
         assert!((1700..2300).contains(&n), "{n} of 4000 at probability 0.5");
         let never = FaultSpec {
@@ -750,7 +807,38 @@ mod tests {
             ..Default::default()
         };
         let f = Faults::new(&[never], Carrier::Stdio).unwrap();
-        assert!((0..100).all(|_| f.decide(&c, None, LO).is_none()));
+        assert!((0..100).all(|_| f.decide(&c, None, LO, &http::HeaderMap::new()).is_none()));
+    }
+
+    #[test]
+    fn a_header_narrows_a_rule_and_direction_s2c_is_refused_saying_what_holds_them() {
+        let f = Faults::new(
+            &[FaultSpec::parse_flag("header=x-client-id=ci-*,drop").unwrap()],
+            Carrier::Http,
+        )
+        .unwrap();
+        let c = call("ping", None);
+        let mut h = http::HeaderMap::new();
+        assert!(f.decide(&c, None, LO, &h).is_none(), "no header: no match");
+        h.insert("x-client-id", "ci-42".parse().unwrap());
+        assert!(f.decide(&c, None, LO, &h).is_some());
+        h.insert("x-client-id", "dev".parse().unwrap());
+        assert!(f.decide(&c, None, LO, &h).is_none());
+        let bad = Faults::new(
+            &[FaultSpec::parse_flag("header=nope,drop").unwrap()],
+            Carrier::Http,
+        );
+        assert!(bad.unwrap_err().message.contains("NAME=GLOB"));
+        let s2c = Faults::new(
+            &[FaultSpec::parse_flag("direction=s2c,method=sampling/*,drop").unwrap()],
+            Carrier::Stdio,
+        );
+        assert!(s2c.unwrap_err().message.contains("intercept"));
+        assert!(Faults::new(
+            &[FaultSpec::parse_flag("direction=c2s,drop").unwrap()],
+            Carrier::Stdio
+        )
+        .is_ok());
     }
 
     #[test]
@@ -764,10 +852,16 @@ mod tests {
         let f = Faults::new(&[s], Carrier::Http).unwrap();
         let c = call("ping", None);
         let ten: std::net::IpAddr = "10.0.0.1".parse().unwrap();
-        assert!(f.decide(&c, Some("abcdef"), ten).is_some());
-        assert!(f.decide(&c, Some("xyz"), ten).is_none());
-        assert!(f.decide(&c, None, ten).is_none());
-        assert!(f.decide(&c, Some("abcdef"), LO).is_none());
+        assert!(f
+            .decide(&c, Some("abcdef"), ten, &http::HeaderMap::new())
+            .is_some());
+        assert!(f
+            .decide(&c, Some("xyz"), ten, &http::HeaderMap::new())
+            .is_none());
+        assert!(f.decide(&c, None, ten, &http::HeaderMap::new()).is_none());
+        assert!(f
+            .decide(&c, Some("abcdef"), LO, &http::HeaderMap::new())
+            .is_none());
     }
 
     #[test]

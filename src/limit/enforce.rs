@@ -109,7 +109,11 @@ pub fn plan(
     };
     let decide_fault = |e: &Envelope| {
         (e.kind == Kind::Request && !limiter.faults.is_empty())
-            .then(|| limiter.faults.decide(&info(e), keys.session, keys.peer))
+            .then(|| {
+                limiter
+                    .faults
+                    .decide(&info(e), keys.session, keys.peer, keys.headers)
+            })
             .flatten()
     };
     // Fault rules alone: a request none of them fires on costs its matching and no plan.
