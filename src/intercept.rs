@@ -24,9 +24,11 @@ pub const RULE: &str = "intercept";
 /// How long a held message waits for a verdict by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// At most this many messages are held at once; past it, matching messages pass (and the
-/// dashboard says so): memory is bounded by this, not by traffic.
+/// At most this many messages are held at once, and at most [`MAX_HELD_BYTES`] of them; past
+/// either, matching messages pass (and the dashboard says so): memory is bounded by these, not
+/// by traffic.
 pub const MAX_HELD: usize = 256;
+pub const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// What the user decided for a held message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -287,7 +289,12 @@ impl Intercept {
         if !f.matches(m) {
             return false;
         }
-        if locked(&self.inner.held).len() >= MAX_HELD {
+        let full = {
+            let held = locked(&self.inner.held);
+            let bytes: usize = held.iter().map(|s| s.held.frame.len()).sum();
+            held.len() >= MAX_HELD || bytes + m.frame.len() > MAX_HELD_BYTES
+        };
+        if full {
             self.inner.overflow.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -562,6 +569,13 @@ mod tests {
         }
         assert!(!i.wants(&call(b"{}")), "full: passes unheld");
         assert_eq!(i.overflow(), 1);
+        // And by bytes.
+        let j = Intercept::new(Duration::from_secs(60));
+        j.set_filter(Some(Filter::parse("tools/call").unwrap()));
+        let big = vec![b' '; MAX_HELD_BYTES / 2 + 1];
+        assert!(j.wants(&call(&big)));
+        let _kept = j.hold(&call(&big));
+        assert!(!j.wants(&call(&big)), "past the bytes bound: passes unheld");
     }
 
     #[test]
