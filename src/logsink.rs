@@ -162,15 +162,34 @@ pub fn text_line(ev: &Event) -> Option<String> {
     }
 }
 
+/// How often the printer takes its events off the bus.
+pub const DRAIN: Duration = Duration::from_millis(20);
+
 /// Runs the printer until the bus closes.
 pub async fn run(mut sub: Subscription, format: LogFormat, out: impl Write + Send) {
     // Lines are gathered and written once per batch (a line each would be a write each: on a
-    // terminal or a pipe, stdout flushes at every newline).
+    // terminal or a pipe, stdout flushes at every newline). Events are taken off the bus on a
+    // timer, as the dashboard takes them, not as they come: waiting in `recv` would have every
+    // call's publisher wake this task (a cross-thread wake-up per call costs more than its line);
+    // a line is printed at most `DRAIN` late.
     let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
     let mut reported_drops = 0;
-    let mut batch = Vec::with_capacity(256);
-    while sub.rx.recv_many(&mut batch, 256).await > 0 {
-        for ev in batch.drain(..) {
+    let mut tick = tokio::time::interval(DRAIN);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut open = true;
+    while open {
+        tick.tick().await;
+        let mut wrote = false;
+        loop {
+            let ev = match sub.rx.try_recv() {
+                Ok(ev) => ev,
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            };
+            wrote = true;
             match format {
                 LogFormat::Off => {}
                 LogFormat::Text => {
@@ -191,8 +210,11 @@ pub async fn run(mut sub: Subscription, format: LogFormat, out: impl Write + Sen
                 dropped - reported_drops
             );
             reported_drops = dropped;
+            wrote = true;
         }
-        let _ = out.flush();
+        if wrote {
+            let _ = out.flush();
+        }
     }
 }
 
