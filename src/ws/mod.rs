@@ -237,6 +237,18 @@ struct HeldMsg {
     keep_raw: bool,
 }
 
+impl HeldMsg {
+    fn step(hold: HoldOf, text: Bytes, raw: Vec<u8>, compressed: bool, keep_raw: bool) -> Step {
+        Step::Held(Box::new(HeldMsg {
+            hold,
+            text,
+            raw,
+            compressed,
+            keep_raw,
+        }))
+    }
+}
+
 /// The plan for one message, built under the lock.
 #[derive(Default)]
 struct Plan {
@@ -672,13 +684,10 @@ async fn whole<R, W>(
                                             .filter(|_| !dropped && l.reply.is_none())
                                             .and_then(|ic| hold(ic, dir, &s, &t));
                                         if let Some(h) = hold {
-                                            plan.step(Step::Held(Box::new(HeldMsg {
-                                                hold: h,
-                                                text: t,
-                                                raw: std::mem::take(&mut held),
-                                                compressed,
-                                                keep_raw,
-                                            })));
+                                            let raw = std::mem::take(&mut held);
+                                            plan.step(HeldMsg::step(
+                                                h, t, raw, compressed, keep_raw,
+                                            ));
                                             continue;
                                         }
                                         match l.forward {
@@ -747,13 +756,10 @@ async fn whole<R, W>(
                                         });
                                         s.calls = calls;
                                         if let Some(h) = hold {
-                                            plan.step(Step::Held(Box::new(HeldMsg {
-                                                hold: h,
-                                                text: t,
-                                                raw: std::mem::take(&mut held),
-                                                compressed,
-                                                keep_raw,
-                                            })));
+                                            let raw = std::mem::take(&mut held);
+                                            plan.step(HeldMsg::step(
+                                                h, t, raw, compressed, keep_raw,
+                                            ));
                                             continue;
                                         }
                                         if keep_raw {

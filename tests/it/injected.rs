@@ -85,6 +85,31 @@ fn check_json(file: &Path) -> (Option<i32>, Vec<Value>) {
     (c.exit, lines)
 }
 
+/// The `websockets` server behind `rpctap proxy --fault …` (recording into `file`), and the
+/// `ws_peer.py` client in `mode` through it: its report, the proxy, the server.
+async fn ws_client_through_faults(mode: &str, file: &Path, faults: &[&str]) -> (Value, Proc, Proc) {
+    let (server, port, env) = ws_peer_server().await;
+    let (p, addr, _) = proxy(&format!("http://127.0.0.1:{port}"), file, faults);
+    let v = json_stdout(
+        Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/ws_peer.py"))
+            .args([mode, &format!("ws://{addr}/")]),
+        "the WebSocket client",
+    );
+    (v, p, server)
+}
+
+/// The recording holds exactly these fault actions (in any order), and `check` passes it.
+fn recorded_and_clean(file: &Path, actions: &[&str]) {
+    let mut got: Vec<String> = recorded_faults(file).into_iter().map(|(a, _)| a).collect();
+    got.sort();
+    let mut want: Vec<&str> = actions.to_vec();
+    want.sort();
+    assert_eq!(got, want);
+    let (code, lines) = check_json(file);
+    assert_eq!(code, Some(0), "{lines:#?}");
+}
+
 fn metrics(admin: std::net::SocketAddr) -> String {
     let out = Command::new("curl")
         .args(["-sf", &format!("http://{admin}/metrics")])
@@ -349,26 +374,21 @@ async fn the_same_faults_over_stdio_in_front_of_server_everything() {
         "{:?}",
         r[5]
     );
-    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
-    got.sort();
-    assert_eq!(
-        got,
-        [
+    recorded_and_clean(
+        &file,
+        &[
             "cut_stream_after",
             "delay",
             "drop",
             "duplicate",
             "error",
-            "wrong_id"
-        ]
+            "wrong_id",
+        ],
     );
-    let (exit, lines) = check_json(&file);
-    assert_eq!(exit, Some(0), "{lines:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
-    let (_server, port, env) = ws_peer_server().await;
     let work = Scratch::new("inject-ws");
     let file = work.join("ws.jsonl");
     let faults = [
@@ -376,13 +396,7 @@ async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
         "name=queued,method=echo,delay=1s,count=1",
         "name=gone,method=stats,close",
     ];
-    let (mut p, addr, _) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
-    let v = json_stdout(
-        Command::new(env.join("bin/python"))
-            .arg(root().join("tests/interop/ws_peer.py"))
-            .args(["faulted", &format!("ws://{addr}/")]),
-        "the WebSocket client",
-    );
+    let (v, mut p, _server) = ws_client_through_faults("faulted", &file, &faults).await;
     assert_eq!(v["add"]["error"]["code"], -32042, "{v}");
     assert_eq!(
         v["add2"]["result"], 5,
@@ -399,7 +413,6 @@ async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_the_servers_replies_are_dropped_doubled_held_slowed_renamed_cut() {
-    let (_server, port, env) = ws_peer_server().await;
     let work = Scratch::new("inject-ws-replies");
     let file = work.join("ws.jsonl");
     let faults = [
@@ -411,15 +424,9 @@ async fn over_websocket_the_servers_replies_are_dropped_doubled_held_slowed_rena
         "name=broken,method=echo,malformed,count=1",
         "name=cut,method=subscribe,cut_stream_after=1",
     ];
-    let (mut p, addr, _) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
     // Compressed with context takeover (the `websockets` default): once a reply is changed or
     // left out, rpctap sends the server's messages on uncompressed.
-    let v = json_stdout(
-        Command::new(env.join("bin/python"))
-            .arg(root().join("tests/interop/ws_peer.py"))
-            .args(["replies", &format!("ws://{addr}/")]),
-        "the WebSocket client",
-    );
+    let (v, mut p, _server) = ws_client_through_faults("replies", &file, &faults).await;
     assert_eq!(v["dropped"], "timeout", "{v}");
     assert_eq!(v["doubled"]["result"], 4, "{v}");
     assert_eq!(v["doubled_again"]["result"], 4, "the same reply again: {v}");
@@ -441,22 +448,18 @@ async fn over_websocket_the_servers_replies_are_dropped_doubled_held_slowed_rena
     assert_eq!(v["sub"]["result"], "sub-1", "{v}");
     assert_eq!(v["after_cut"], "connection closed", "{v}");
     p.term();
-    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
-    got.sort();
-    assert_eq!(
-        got,
-        [
+    recorded_and_clean(
+        &file,
+        &[
             "cut_stream_after",
             "delay",
             "drop",
             "duplicate",
             "malformed",
             "throttle",
-            "wrong_id"
-        ]
+            "wrong_id",
+        ],
     );
-    let (code, lines) = check_json(&file);
-    assert_eq!(code, Some(0), "{lines:#?}");
 }
 
 #[test]
