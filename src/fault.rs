@@ -679,6 +679,47 @@ impl Armed {
     }
 }
 
+/// A `cut_stream_after` counting down the server's messages on the stream carrying the call's
+/// reply (an SSE response, a stdio session, a WebSocket): the same countdown on every transport.
+#[derive(Debug)]
+pub struct Cut {
+    pub fired: Fired,
+    pub id: crate::rpc::Id,
+    pub method: Arc<str>,
+    /// Messages still passed on before the cut.
+    pub left: u32,
+    pub mid_event: bool,
+}
+
+impl Cut {
+    /// A cut for the fault `fired` (a `cut_stream_after`) on call `id`; `None` for another action.
+    pub fn of(fired: &Fired, id: &crate::rpc::Id, method: &str) -> Option<Cut> {
+        match fired.action {
+            Action::CutStreamAfter { n, mid_event } => Some(Cut {
+                fired: fired.clone(),
+                id: id.clone(),
+                method: method.into(),
+                left: n,
+                mid_event,
+            }),
+            _ => None,
+        }
+    }
+
+    /// One more of the server's messages: the cut, taken out of `slot`, when it is due at this
+    /// one; else one fewer left.
+    pub fn due(slot: &mut Option<Cut>) -> Option<Cut> {
+        match slot.as_mut() {
+            Some(c) if c.left == 0 => slot.take(),
+            Some(c) => {
+                c.left -= 1;
+                None
+            }
+            None => None,
+        }
+    }
+}
+
 /// The id of a single reply (a response, not a request), for [`Armed::take`].
 pub fn reply_id(frame: &bytes::Bytes) -> Option<crate::rpc::Id> {
     match crate::rpc::parse_body(frame) {

@@ -6,7 +6,7 @@
 //! cap; larger, it passes unchanged). Everything it does is returned as [`Note`]s, which the
 //! body publishes as fault events.
 
-use crate::fault::{Action, Armed, At, Fired};
+use crate::fault::{Action, Armed, At, Cut, Fired};
 use crate::rpc::Id;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -62,16 +62,6 @@ struct HeldOut {
 enum Item {
     Data(Bytes, Option<Duration>),
     Held(Box<HeldOut>),
-}
-
-/// A `cut_stream_after` counting down the reply's events.
-#[derive(Debug)]
-struct Cut {
-    fired: Fired,
-    id: Id,
-    method: Arc<str>,
-    left: u32,
-    mid_event: bool,
 }
 
 /// What the body should do next.
@@ -175,15 +165,7 @@ impl Stage {
         let mut cut = None;
         for f in faults {
             match f.fired.action {
-                Action::CutStreamAfter { n, mid_event } => {
-                    cut = Some(Cut {
-                        method: f.method.as_str().into(),
-                        fired: f.fired,
-                        id: f.id,
-                        left: n,
-                        mid_event,
-                    })
-                }
+                Action::CutStreamAfter { .. } => cut = Cut::of(&f.fired, &f.id, &f.method),
                 ref a if a.on_reply() => armed.arm(&f.id, f.fired.clone(), &f.method),
                 _ => {}
             }
@@ -334,19 +316,17 @@ impl Stage {
     /// One whole SSE event of the server's.
     fn event(&mut self, event: Bytes, notes: &mut Vec<Note>) {
         let data = event_data(&event);
-        if let Some(cut) = self.cut.as_mut().filter(|_| data.is_some()) {
-            if cut.left == 0 {
-                self.cut_at(
-                    &event,
-                    [
-                        "the SSE stream cut in the middle of an event",
-                        "the SSE stream cut before this event",
-                    ],
-                    notes,
-                );
-                return;
-            }
-            cut.left -= 1;
+        if let Some(cut) = data.as_ref().and_then(|_| Cut::due(&mut self.cut)) {
+            self.cut_at(
+                cut,
+                &event,
+                [
+                    "the SSE stream cut in the middle of an event",
+                    "the SSE stream cut before this event",
+                ],
+                notes,
+            );
+            return;
         }
         if let Some(d) = data.as_ref().filter(|_| self.intercept.is_some()) {
             if self.held(&event, &Bytes::copy_from_slice(d), true) {
@@ -426,8 +406,7 @@ impl Stage {
 
     /// The armed cut happens at `frame`: the stream ends before it, or (`mid_event`) after its
     /// first half; `details` says which, in that order (mid, before).
-    fn cut_at(&mut self, frame: &Bytes, details: [&str; 2], notes: &mut Vec<Note>) {
-        let Some(cut) = self.cut.take() else { return };
+    fn cut_at(&mut self, cut: Cut, frame: &Bytes, details: [&str; 2], notes: &mut Vec<Note>) {
         let detail = if cut.mid_event {
             self.push(frame.slice(..frame.len() / 2), None);
             details[0]
@@ -446,9 +425,10 @@ impl Stage {
 
     /// A whole JSON reply (one response or a batch of them) under the armed faults.
     fn json_body(&mut self, body: Bytes, notes: &mut Vec<Note>) {
-        if self.cut.is_some() {
+        if let Some(cut) = self.cut.take() {
             // A JSON reply is one event: cut, the client gets none (or half, `mid_event`).
             self.cut_at(
+                cut,
                 &body,
                 [
                     "the reply cut in the middle",

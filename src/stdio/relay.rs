@@ -26,7 +26,7 @@ pub struct ClientOut {
     /// Faults armed on the server's replies (`crate::fault`): by call id, and a cut of the
     /// session after a number of the server's messages.
     armed: crate::fault::Armed,
-    cut: Option<Cut>,
+    cut: Option<crate::fault::Cut>,
     /// A fault closed the client's side: nothing more is written.
     closed: bool,
     /// Under the dashboard's intercept: the client's calls waiting for their replies (a reply's
@@ -47,16 +47,6 @@ const CALLS_KEPT: usize = 4096;
 pub struct Hold {
     pub intercept: crate::intercept::Intercept,
     pub rt: tokio::runtime::Handle,
-}
-
-/// A `cut_stream_after` fault counting down the server's messages.
-struct Cut {
-    fired: crate::fault::Fired,
-    id: crate::rpc::Id,
-    method: String,
-    /// Messages still passed on before the cut.
-    left: u32,
-    mid_event: bool,
 }
 
 impl ClientOut {
@@ -220,14 +210,8 @@ fn arm_faults(
                  client's stdout)"
                     .to_string()
             }
-            Action::CutStreamAfter { n, mid_event } => {
-                locked(out).cut = Some(Cut {
-                    fired: f.fired.clone(),
-                    id: f.id.clone(),
-                    method: f.method.clone(),
-                    left: *n,
-                    mid_event: *mid_event,
-                });
+            Action::CutStreamAfter { .. } => {
+                locked(out).cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
                 // Recorded when the cut happens.
                 continue;
             }
@@ -643,14 +627,7 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
         let armed =
             crate::fault::reply_id(&line).and_then(|id| o.armed.take(&id).map(|(f, m)| (id, f, m)));
         // The cut counts every message of the server's from the call on.
-        let cut_now = match o.cut.as_mut() {
-            Some(c) if c.left == 0 => o.cut.take(),
-            Some(c) => {
-                c.left -= 1;
-                None
-            }
-            None => None,
-        };
+        let cut_now = crate::fault::Cut::due(&mut o.cut);
         (armed, cut_now)
     };
     if let Some(cut) = cut_now {

@@ -98,7 +98,7 @@ struct Shared {
     ctx: ExchangeCtx,
     close: Option<String>,
     armed: crate::fault::Armed,
-    cut: Option<Cut>,
+    cut: Option<crate::fault::Cut>,
     calls: Vec<(crate::rpc::Id, Arc<str>, Option<Arc<str>>)>,
 }
 
@@ -337,13 +337,8 @@ fn ws_faults(
                 plan.step(Step::Close);
                 "the WebSocket connection dropped when the call arrived".to_string()
             }
-            Action::CutStreamAfter { n, .. } if replies => {
-                s.cut = Some(Cut {
-                    fired: f.fired.clone(),
-                    id: f.id.clone(),
-                    method: f.method.clone(),
-                    left: *n,
-                });
+            Action::CutStreamAfter { .. } if replies => {
+                s.cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
                 // Recorded when the cut happens.
                 continue;
             }
@@ -361,14 +356,6 @@ fn ws_faults(
     }
 }
 
-/// A `cut_stream_after` counting down the server's messages.
-struct Cut {
-    fired: crate::fault::Fired,
-    id: crate::rpc::Id,
-    method: String,
-    left: u32,
-}
-
 /// One whole text message of the server's under the faults its call armed; true when planned
 /// (else it goes on unchanged).
 fn server_faults(
@@ -379,15 +366,7 @@ fn server_faults(
     changed: &mut bool,
 ) -> bool {
     use crate::fault::{Action, At};
-    let cut_now = match s.cut.as_mut() {
-        Some(c) if c.left == 0 => s.cut.take(),
-        Some(c) => {
-            c.left -= 1;
-            None
-        }
-        None => None,
-    };
-    if let Some(c) = cut_now {
+    if let Some(c) = crate::fault::Cut::due(&mut s.cut) {
         s.ctx.fault(
             &c.fired,
             Some(&c.id),
