@@ -534,7 +534,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
     // own, refusing the actions that mean nothing there).
     crate::limit::Limiter::new(&limits, limit_code)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    crate::fault::Faults::new(&faults, crate::fault::Carrier::Http)
+    crate::fault::Faults::new(&faults, crate::fault::Carrier::Any)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     if record.as_ref().is_some_and(|r| r.max_bytes == Some(0)) {
         return Err(ConfigError::Invalid(

@@ -18,6 +18,11 @@
 //!   `cut_stream_after`): armed by the call's id and applied by the transport when the server's
 //!   reply (or the stream carrying it) passes.
 //!
+//! A rule with `direction = "s2c"` matches the server's requests (sampling, elicitation, roots)
+//! by method and swaps the roles: `error` answers the server in the client's place, `delay`
+//! holds the request before the client gets it, the reply actions act on the client's answer.
+//! Built for stdio sessions; refused at start elsewhere (see `Faults::new`).
+//!
 //! The inspector always sees what the server sent; what a fault made instead is published as an
 //! [`crate::events::FaultEvent`] naming the rule (its bytes when it made a frame), so that
 //! `check` never blames the server for it.
@@ -48,9 +53,10 @@ pub struct FaultSpec {
     /// A request header of the client's and a glob on its value: `"x-client-id=ci-*"` (HTTP
     /// and WebSocket: the upgrade request's).
     pub header: Option<String>,
-    /// Whose calls: `c2s` (the client's, the default). The server's requests (`s2c`:
-    /// sampling, elicitation) are not matched by fault rules yet — the dashboard's intercept
-    /// holds them (`dir:s2c`).
+    /// Whose calls: `c2s` (the client's, the default) or `s2c` (the server's requests to the
+    /// client: sampling, elicitation, roots — matched by `method`; the roles swap: `error` is
+    /// rpctap answering the server in the client's place, the reply actions act on the
+    /// client's answer on its way to the server).
     pub direction: Option<String>,
     /// Fires on this share of the matching calls (0–1, default 1).
     pub probability: Option<f64>,
@@ -177,6 +183,8 @@ pub enum Carrier {
     Http,
     Stdio,
     WebSocket,
+    /// Not known yet (the config's first read): only what no transport accepts is refused.
+    Any,
 }
 
 /// A fault that fired for one call.
@@ -184,10 +192,14 @@ pub enum Carrier {
 pub struct Fired {
     pub rule: Arc<str>,
     pub action: Action,
+    /// Whose call it fired on: the client's (`ClientToServer`) or a server's request.
+    pub direction: crate::events::Direction,
 }
 
 struct Rule {
     name: Arc<str>,
+    /// Whose calls it matches: the client's (`c2s`) or the server's requests (`s2c`).
+    direction: crate::events::Direction,
     method: Option<GlobMatcher>,
     tool: Option<GlobMatcher>,
     resource: Option<GlobMatcher>,
@@ -207,6 +219,8 @@ struct Rule {
 #[derive(Default)]
 pub struct Faults {
     rules: Vec<Rule>,
+    /// Whether any rule matches the server's requests (their relays decide them only then).
+    s2c: bool,
     /// Seeds the `probability` draws (each draw hashes the rule's count with it).
     seed: foldhash::fast::RandomState,
 }
@@ -340,7 +354,12 @@ impl FaultSpec {
     }
 
     /// The one action the rule names.
-    fn action(&self, rule: &str, carrier: Carrier) -> Result<Action, FaultError> {
+    fn action(
+        &self,
+        rule: &str,
+        carrier: Carrier,
+        dir: crate::events::Direction,
+    ) -> Result<Action, FaultError> {
         let err = |m: String| FaultError {
             rule: rule.to_string(),
             message: m,
@@ -436,6 +455,15 @@ impl FaultSpec {
             ) => Some("a WebSocket message cannot be cut in the middle (drop `mid_event`)"),
             _ => None,
         };
+        let meaningless = meaningless.or(match (dir, &action) {
+            (crate::events::Direction::ClientToServer, _) => None,
+            (_, Action::CutStreamAfter { .. }) => Some(
+                "direction = \"s2c\": `cut_stream_after` cuts the server's stream after a call \
+                 of the client's (a c2s rule); use `close` to end the session at the server's \
+                 request",
+            ),
+            _ => None,
+        });
         if let Some(m) = meaningless {
             return Err(err(m.into()));
         }
@@ -469,16 +497,27 @@ impl Faults {
                         .map_err(|_| err(format!("peer = {p:?}: an IP address")))
                 })
                 .transpose()?;
-            match s.direction.as_deref() {
-                None | Some("c2s") => {}
-                Some("s2c") => {
-                    return Err(err("direction = \"s2c\": faults on the server's requests \
-                         (sampling, elicitation) are not built yet; the dashboard's intercept \
-                         holds them (`I`, `dir:s2c`)"
-                        .into()))
+            let direction = match s.direction.as_deref() {
+                None | Some("c2s") => crate::events::Direction::ClientToServer,
+                Some("s2c") if !matches!(carrier, Carrier::Stdio | Carrier::Any) => {
+                    return Err(err(
+                        "direction = \"s2c\": faults on the server's requests are \
+                         built for stdio sessions (`rpctap stdio`); over HTTP and WebSocket the \
+                         dashboard's intercept holds them (`I`, `dir:s2c`)"
+                            .into(),
+                    ))
                 }
-                Some(d) => return Err(err(format!("direction = {d:?}: c2s"))),
-            }
+                Some("s2c") => {
+                    if s.tool.is_some() || s.resource.is_some() {
+                        return Err(err("direction = \"s2c\": `tool` and `resource` name the \
+                             client's calls; match the server's requests by `method` \
+                             (\"sampling/createMessage\", \"elicitation/*\", \"roots/list\")"
+                            .into()));
+                    }
+                    crate::events::Direction::ServerToClient
+                }
+                Some(d) => return Err(err(format!("direction = {d:?}: c2s or s2c"))),
+            };
             let rule_name = name.to_string();
             let header = match s.header.as_deref() {
                 None => None,
@@ -503,13 +542,17 @@ impl Faults {
                 probability,
                 count: s.count,
                 after: s.after.unwrap_or(0),
-                action: s.action(&name, carrier)?,
+                action: s.action(&name, carrier, direction)?,
+                direction,
                 seen: AtomicU64::new(0),
                 fired: AtomicU64::new(0),
                 name,
             });
         }
         Ok(Faults {
+            s2c: rules
+                .iter()
+                .any(|r| r.direction == crate::events::Direction::ServerToClient),
             rules,
             seed: Default::default(),
         })
@@ -523,8 +566,13 @@ impl Faults {
         self.rules.len()
     }
 
-    /// The first rule that fires for `call` (counted as seen by every rule it matches before
-    /// that one).
+    /// Whether a rule matches the server's requests (`direction = "s2c"`).
+    pub fn has_s2c(&self) -> bool {
+        self.s2c
+    }
+
+    /// The first rule that fires for the client's `call` (counted as seen by every rule it
+    /// matches before that one).
     pub fn decide(
         &self,
         call: &CallInfo<'_>,
@@ -532,8 +580,28 @@ impl Faults {
         peer: std::net::IpAddr,
         headers: &http::HeaderMap,
     ) -> Option<Fired> {
+        self.decide_in(
+            crate::events::Direction::ClientToServer,
+            call,
+            session,
+            peer,
+            headers,
+        )
+    }
+
+    /// The first rule of direction `dir` that fires for `call` (a request of the client's
+    /// for `ClientToServer`, of the server's for `ServerToClient`).
+    pub fn decide_in(
+        &self,
+        dir: crate::events::Direction,
+        call: &CallInfo<'_>,
+        session: Option<&str>,
+        peer: std::net::IpAddr,
+        headers: &http::HeaderMap,
+    ) -> Option<Fired> {
         for r in &self.rules {
-            let matches = r.method.as_ref().is_none_or(|g| g.is_match(call.method))
+            let matches = r.direction == dir
+                && r.method.as_ref().is_none_or(|g| g.is_match(call.method))
                 && r.tool
                     .as_ref()
                     .is_none_or(|g| call.tool.is_some_and(|t| g.is_match(t)))
@@ -577,6 +645,7 @@ impl Faults {
                 return Some(Fired {
                     rule: r.name.clone(),
                     action: r.action.clone(),
+                    direction: dir,
                 });
             }
         }
@@ -609,20 +678,30 @@ pub struct Reshaped {
     pub detail: &'static str,
 }
 
-/// `drop`, `duplicate`, `wrong_id` and `malformed` applied to one reply; `None` for the actions
-/// that change when or how fast it goes, not what it is (the transport times those).
-pub fn reshape(action: &Action, reply: &bytes::Bytes) -> Option<Reshaped> {
+/// `drop`, `duplicate`, `wrong_id` and `malformed` applied to one reply (`fired`'s call's: the
+/// server's reply to a client's call, or the client's answer to a server's request); `None`
+/// for the actions that change when or how fast it goes, not what it is (the transport times
+/// those).
+pub fn reshape(fired: &Fired, reply: &bytes::Bytes) -> Option<Reshaped> {
     use bytes::Bytes;
-    Some(match action {
+    let s2c = fired.direction == crate::events::Direction::ServerToClient;
+    let say = |c2s: &'static str, s2c_text: &'static str| if s2c { s2c_text } else { c2s };
+    Some(match &fired.action {
         Action::Drop => Reshaped {
             frames: Vec::new(),
             made: None,
-            detail: "the reply dropped: the client never gets it",
+            detail: say(
+                "the reply dropped: the client never gets it",
+                "the client's answer dropped: the server never gets it",
+            ),
         },
         Action::Duplicate => Reshaped {
             frames: vec![reply.clone(), reply.clone()],
             made: Some(reply.clone()),
-            detail: "the reply delivered twice",
+            detail: say(
+                "the reply delivered twice",
+                "the client's answer delivered to the server twice",
+            ),
         },
         Action::WrongId => match with_wrong_id(reply) {
             Some(w) => {
@@ -630,7 +709,10 @@ pub fn reshape(action: &Action, reply: &bytes::Bytes) -> Option<Reshaped> {
                 Reshaped {
                     frames: vec![w.clone()],
                     made: Some(w),
-                    detail: "the reply delivered with an id no call has",
+                    detail: say(
+                        "the reply delivered with an id no call has",
+                        "the client's answer delivered with an id no request of the server's has",
+                    ),
                 }
             }
             None => Reshaped {
@@ -644,7 +726,10 @@ pub fn reshape(action: &Action, reply: &bytes::Bytes) -> Option<Reshaped> {
             Reshaped {
                 frames: vec![half.clone()],
                 made: Some(half),
-                detail: "the reply's JSON cut in half",
+                detail: say(
+                    "the reply's JSON cut in half",
+                    "the client's answer's JSON cut in half",
+                ),
             }
         }
         _ => return None,
@@ -852,7 +937,7 @@ mod tests {
     }
 
     #[test]
-    fn a_header_narrows_a_rule_and_direction_s2c_is_refused_saying_what_holds_them() {
+    fn a_header_narrows_a_rule() {
         let f = Faults::new(
             &[FaultSpec::parse_flag("header=x-client-id=ci-*,drop").unwrap()],
             Carrier::Http,
@@ -870,13 +955,60 @@ mod tests {
             Carrier::Http,
         );
         assert!(bad.unwrap_err().message.contains("NAME=GLOB"));
-        let s2c = Faults::new(
-            &[FaultSpec::parse_flag("direction=s2c,method=sampling/*,drop").unwrap()],
+    }
+
+    #[test]
+    fn s2c_rules_decide_only_the_servers_requests_and_c2s_rules_only_the_clients() {
+        use crate::events::Direction::{ClientToServer as C2s, ServerToClient as S2c};
+        let h = http::HeaderMap::new();
+        let f = Faults::new(
+            &[
+                FaultSpec::parse_flag("name=theirs,direction=s2c,method=sampling/*,drop").unwrap(),
+                FaultSpec::parse_flag("name=ours,direction=c2s,method=sampling/*,duplicate")
+                    .unwrap(),
+            ],
             Carrier::Stdio,
-        );
-        assert!(s2c.unwrap_err().message.contains("intercept"));
-        assert!(Faults::new(
+        )
+        .unwrap();
+        assert!(f.has_s2c());
+        let sampling = call("sampling/createMessage", None);
+        let s = f.decide_in(S2c, &sampling, None, LO, &h).unwrap();
+        assert_eq!((&*s.rule, s.direction), ("theirs", S2c));
+        let c = f.decide_in(C2s, &sampling, None, LO, &h).unwrap();
+        assert_eq!((&*c.rule, c.direction), ("ours", C2s));
+        assert_eq!(f.decide(&sampling, None, LO, &h).unwrap().rule, c.rule);
+        assert!(f
+            .decide_in(S2c, &call("roots/list", None), None, LO, &h)
+            .is_none());
+        let only_c2s = Faults::new(
             &[FaultSpec::parse_flag("direction=c2s,drop").unwrap()],
+            Carrier::Stdio,
+        )
+        .unwrap();
+        assert!(!only_c2s.has_s2c());
+        assert!(only_c2s.decide_in(S2c, &sampling, None, LO, &h).is_none());
+        // What has no meaning on the server's requests is refused at start, saying why.
+        for (flag, carrier, says) in [
+            ("direction=s2c,tool=x,drop", Carrier::Stdio, "by `method`"),
+            ("direction=s2c,status=503", Carrier::Stdio, "over stdio"),
+            (
+                "direction=s2c,cut_stream_after=1",
+                Carrier::Stdio,
+                "use `close`",
+            ),
+            (
+                "direction=s2c,drop",
+                Carrier::Http,
+                "built for stdio sessions",
+            ),
+            ("direction=s2c,drop", Carrier::WebSocket, "intercept"),
+            ("direction=sideways,drop", Carrier::Stdio, "c2s or s2c"),
+        ] {
+            let e = Faults::new(&[FaultSpec::parse_flag(flag).unwrap()], carrier).unwrap_err();
+            assert!(e.message.contains(says), "{flag}: {e}");
+        }
+        assert!(Faults::new(
+            &[FaultSpec::parse_flag("direction=s2c,throttle=1KiB/s").unwrap()],
             Carrier::Stdio
         )
         .is_ok());

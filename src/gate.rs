@@ -145,11 +145,14 @@ pub struct ScopeVerdict {
 /// Lists each fault the recording says was injected under its scope's verdict, and lets a
 /// finding about a call a fault acted on fail nothing: what the fault made (a reply cut, a
 /// stream closed) is not the server's doing. Such a finding stays listed, allowed, naming the
-/// rule.
+/// rule. A call is the fault's by its id and method (the client's and the server's requests
+/// number apart); a session a fault closed or cut also leaves the calls then in flight
+/// unanswered (`calls`: the recording's, for when each started).
 pub fn attach_injected<'a>(
     gate: &Gate,
     report: &mut Report,
     faults: impl Iterator<Item = &'a crate::events::FaultEvent>,
+    calls: &[&CallEvent],
 ) {
     for f in faults {
         let key = f.scope.report_key();
@@ -160,8 +163,21 @@ pub fn attach_injected<'a>(
         let Some(id) = f.id.as_ref().map(|i| i.to_string()) else {
             continue;
         };
+        let cuts = matches!(f.action, "close" | "cut_stream_after");
+        // A call unanswered because the session was cut: it started before the cut.
+        let in_flight = |finding: &crate::inspect::offline::Finding| {
+            cuts && finding.code == "MISSING_RESPONSE"
+                && calls.iter().any(|c| {
+                    c.scope.report_key() == key
+                        && finding.id.as_deref() == Some(c.id.to_string().as_str())
+                        && finding.method.as_deref() == Some(&*c.method)
+                        && c.ts.saturating_sub(c.latency_us.unwrap_or(0) * 1000) <= f.ts
+                })
+        };
         for finding in &mut s.result.findings {
-            if finding.allowed || finding.id.as_deref() != Some(id.as_str()) {
+            let its = finding.id.as_deref() == Some(id.as_str())
+                && (finding.method.is_none() || finding.method.as_deref() == f.method.as_deref());
+            if finding.allowed || !(its || in_flight(finding)) {
                 continue;
             }
             if gate.fails(finding) {
@@ -215,6 +231,7 @@ pub fn recording(
             crate::events::Event::Fault(f) => Some(f),
             _ => None,
         }),
+        &calls,
     );
     report
 }

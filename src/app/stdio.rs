@@ -29,6 +29,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         crate::fault::Carrier::Stdio,
     )?;
     let faults_on = !limiter.faults.is_empty();
+    let limiter = Arc::new(limiter);
     let log_out: Option<Box<dyn Write + Send>> = match (&shared.log, &args.log_file) {
         (LogFormat::Off, _) => None,
         (_, Some(p)) => Some(Box::new(
@@ -203,6 +204,16 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             "the child's pipes were not set up".into(),
         ));
     };
+    let child_in: crate::stdio::relay::ChildIn = Arc::new(Mutex::new(child_in));
+    // The server's requests decided by `direction = "s2c"` rules.
+    let requests = limiter
+        .faults
+        .has_s2c()
+        .then(|| crate::stdio::relay::ServerRequests {
+            limiter: limiter.clone(),
+            session: session.clone(),
+            child_in: Arc::downgrade(&child_in),
+        });
     {
         let ctx = ctx.clone();
         let out = out.clone();
@@ -211,11 +222,10 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         let session = session.clone();
         let rt = tokio::runtime::Handle::current();
         let hold = hold.clone();
-        let child_in: crate::stdio::relay::ChildIn = Arc::new(Mutex::new(child_in));
         std::thread::Builder::new()
             .name("rpctap-stdin".into())
             .spawn(move || {
-                let l = limiter.as_ref();
+                let l = limiter.as_deref();
                 client_to_server(
                     child_in,
                     &ctx,
@@ -237,7 +247,15 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         std::thread::Builder::new()
             .name("rpctap-stdout".into())
             .spawn(move || {
-                server_to_client(&mut child_out, &ctx, &out, max, faults_on, hold.as_ref());
+                server_to_client(
+                    &mut child_out,
+                    &ctx,
+                    &out,
+                    max,
+                    faults_on,
+                    hold.as_ref(),
+                    requests.as_ref(),
+                );
                 let _ = s2c_done.send(());
             })
             .map_err(|e| AppError::Terminal(format!("cannot start the relay: {e}")))?;

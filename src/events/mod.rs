@@ -698,6 +698,10 @@ pub struct FaultEvent {
     )]
     pub message: Option<Bytes>,
     pub detail: String,
+    /// `s2c` when the call was a server's request (a `direction = "s2c"` rule): its id is in
+    /// the server's id space. Absent for the client's calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
 }
 
 fn ser_raw_opt<S: Serializer>(b: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
@@ -724,6 +728,8 @@ impl<'de> Deserialize<'de> for FaultEvent {
             #[serde(default)]
             message: Option<Box<serde_json::value::RawValue>>,
             detail: String,
+            #[serde(default)]
+            direction: Option<Direction>,
         }
         let r = Read::deserialize(d)?;
         Ok(FaultEvent {
@@ -743,6 +749,7 @@ impl<'de> Deserialize<'de> for FaultEvent {
                     Err(_) => Bytes::from(m.get().to_owned()),
                 }),
             detail: r.detail,
+            direction: r.direction,
         })
     }
 }

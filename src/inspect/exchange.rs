@@ -97,6 +97,10 @@ impl ExchangeCtx {
                 _ => (refusal.code, refusal.status),
             };
             let detail = match status {
+                None if f.direction == Direction::ServerToClient => format!(
+                    "answered by rpctap with error {code} in the client's place; the server's \
+                     request never reached the client"
+                ),
                 Some(s) => {
                     format!("answered by rpctap with HTTP {s}; the call never reached the server")
                 }
@@ -107,6 +111,10 @@ impl ExchangeCtx {
             let message =
                 id.map(|id| Bytes::from(crate::limit::enforce::refusal_reply(id, refusal)));
             self.fault(f, id, Some(method), message, detail);
+            if let (Some(id), false) = (id, shadow) {
+                self.end_refused_in(id, &refusal.rule, f.direction);
+            }
+            return;
         } else if inner.bus.wants_in(Interest::REFUSAL, self.id) {
             inner
                 .bus
@@ -128,10 +136,16 @@ impl ExchangeCtx {
 
     /// A call rpctap answered itself (a refusal, an injected error) ends so.
     pub fn end_refused(&mut self, id: &Id, rule: &str) {
+        self.end_refused_in(id, rule, Direction::ClientToServer)
+    }
+
+    /// A call of direction `dir` (a server's request for `ServerToClient`: answered by rpctap in
+    /// the client's place) rpctap answered itself ends so.
+    pub fn end_refused_in(&mut self, id: &Id, rule: &str, dir: Direction) {
         let inner = self.insp.clone();
         let key = PendingKey {
             scope: self.scope.clone(),
-            direction: Direction::ClientToServer,
+            direction: dir,
             id: id.clone(),
         };
         if let Some(p) = inner.correlator.take(&key) {
@@ -170,7 +184,15 @@ impl ExchangeCtx {
         message: Option<Bytes>,
         detail: String,
     ) {
-        self.injected(f.rule.clone(), f.action.name(), id, method, message, detail);
+        let server_call = f.direction == Direction::ServerToClient;
+        self.injected(
+            (f.rule.clone(), f.action.name()),
+            id,
+            method,
+            message,
+            detail,
+            server_call,
+        );
     }
 
     /// The dashboard's user decided a held message (`crate::intercept`): recorded as injected
@@ -183,25 +205,26 @@ impl ExchangeCtx {
         method: Option<&str>,
     ) {
         self.injected(
-            crate::intercept::RULE.into(),
-            d.action(),
+            (crate::intercept::RULE.into(), d.action()),
             id,
             method.filter(|m| !m.is_empty()),
             d.message(),
             d.detail(direction),
+            false,
         );
     }
 
     /// Something rpctap did on purpose to this exchange's traffic (`rule`: the fault rule's
     /// name, or `intercept`), published as a fault event.
+    /// `server_call`: the call was a server's request (its id in the server's id space).
     pub fn injected(
         &mut self,
-        rule: std::sync::Arc<str>,
-        action: &'static str,
+        (rule, action): (std::sync::Arc<str>, &'static str),
         id: Option<&Id>,
         method: Option<&str>,
         message: Option<Bytes>,
         detail: String,
+        server_call: bool,
     ) {
         let inner = &self.insp;
         if inner.bus.wants_in(Interest::FAULT, self.id) {
@@ -215,6 +238,7 @@ impl ExchangeCtx {
                 id: id.cloned(),
                 message,
                 detail,
+                direction: server_call.then_some(Direction::ServerToClient),
             }));
         }
     }

@@ -355,7 +355,8 @@ fn reinspect_with(
                 };
                 ctx.replay_fault(f);
                 if let (Some(id), "error" | "status") = (&f.id, f.action) {
-                    ctx.end_refused(id, &f.injected);
+                    let dir = f.direction.unwrap_or(Direction::ClientToServer);
+                    ctx.end_refused_in(id, &f.injected, dir);
                 }
             }
             Event::Anomaly(a) if a.code == "NOT_INSPECTED" => {

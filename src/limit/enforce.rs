@@ -7,6 +7,7 @@
 //! It sees the inspector only through [`Inspects`], so the rules stay below the inspector.
 
 use super::{CallInfo, Decision, Limiter, Permit, Refusal, RequestKeys, SharedVerdicts};
+use crate::events::Direction;
 use crate::rpc::{self, Body, Envelope, Id, Kind};
 use bytes::Bytes;
 
@@ -102,6 +103,19 @@ pub fn plan(
     limiter: &Limiter,
     parsed: &Body,
     keys: &RequestKeys<'_>,
+    shared: Option<&mut SharedVerdicts>,
+) -> Plan {
+    plan_in(Direction::ClientToServer, limiter, parsed, keys, shared)
+}
+
+/// [`plan`] for the messages of direction `dir`: the server's requests (`ServerToClient`) are
+/// decided by the `direction = "s2c"` fault rules only (rate limits count the client's calls);
+/// an `error` among them is a refusal whose reply goes to the server.
+pub fn plan_in(
+    dir: Direction,
+    limiter: &Limiter,
+    parsed: &Body,
+    keys: &RequestKeys<'_>,
     mut shared: Option<&mut SharedVerdicts>,
 ) -> Plan {
     let Some((envs, batch)) = members(parsed) else {
@@ -112,13 +126,14 @@ pub fn plan(
             .then(|| {
                 limiter
                     .faults
-                    .decide(&info(e), keys.session, keys.peer, keys.headers)
+                    .decide_in(dir, &info(e), keys.session, keys.peer, keys.headers)
             })
             .flatten()
     };
+    let rate = dir == Direction::ClientToServer && limiter.has_rate_rules();
     // Fault rules alone: a request none of them fires on costs its matching and no plan.
     let mut early: Vec<Option<crate::fault::Fired>> = Vec::new();
-    if !limiter.has_rate_rules() {
+    if !rate {
         early = envs.iter().map(|e| decide_fault(e)).collect();
         if early.iter().all(Option::is_none) {
             return Plan::default();
@@ -130,7 +145,7 @@ pub fn plan(
     };
     for (i, e) in envs.into_iter().enumerate() {
         let mut refused = None;
-        if matches!(e.kind, Kind::Request | Kind::Notification) && limiter.has_rate_rules() {
+        if matches!(e.kind, Kind::Request | Kind::Notification) && rate {
             let mut shadow = Vec::new();
             let verdicts = shared.as_deref_mut().map(|v| (i, v));
             match limiter.check_with(&info(e), keys, &mut shadow, verdicts) {
@@ -238,7 +253,7 @@ pub fn limit_message(
         ctx.line(dir, msg);
         return unchanged;
     }
-    let plan = plan(limiter, &parsed, keys, shared);
+    let plan = plan_in(dir, limiter, &parsed, keys, shared);
     ctx.line(dir, msg);
     for (i, r) in &plan.shadow {
         let m = &plan.members[*i];

@@ -314,12 +314,12 @@ pub struct TeeBody {
 /// A fault's (or an intercept verdict's) note as the exchange's fault event.
 fn publish(ctx: &mut ExchangeCtx, n: super::faults::Note) {
     ctx.injected(
-        n.rule,
-        n.action,
+        (n.rule, n.action),
         n.id.as_ref(),
         Some(&n.method),
         n.message,
         n.detail,
+        false,
     );
 }
 

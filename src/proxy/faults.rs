@@ -355,7 +355,7 @@ impl Stage {
         sse: bool,
     ) -> (Option<Bytes>, String) {
         let data = Bytes::copy_from_slice(data);
-        if let Some(r) = crate::fault::reshape(&fired.action, &data) {
+        if let Some(r) = crate::fault::reshape(fired, &data) {
             if fired.action == Action::Drop {
                 // The response is held open: the client's timeout decides (an SSE stream's
                 // other events still pass).
@@ -467,7 +467,7 @@ impl Stage {
                         kept.push(m.raw.to_vec());
                         continue;
                     };
-                    let (message, detail) = match crate::fault::reshape(&fired.action, &m.raw) {
+                    let (message, detail) = match crate::fault::reshape(&fired, &m.raw) {
                         Some(r) => {
                             kept.extend(r.frames.iter().map(|f| f.to_vec()));
                             (r.made, r.detail.to_string())
@@ -563,6 +563,7 @@ mod tests {
             fired: Fired {
                 rule: "r".into(),
                 action,
+                direction: crate::events::Direction::ClientToServer,
             },
         }
     }
@@ -721,7 +722,7 @@ mod props {
             let f = CallFault {
                 id: Id::Str("never-seen".into()),
                 method: "tools/call".into(),
-                fired: Fired { rule: "r".into(), action: Action::Duplicate },
+                fired: Fired { rule: "r".into(), action: Action::Duplicate, direction: crate::events::Direction::ClientToServer },
             };
             let mut s = Stage::new(vec![f], sse, 1 << 20, None).unwrap();
             let (out, notes) = through(&mut s, &body, cuts);
@@ -752,7 +753,7 @@ mod props {
             let f = CallFault {
                 id: Id::Num(victim.to_string().into()),
                 method: "tools/call".into(),
-                fired: Fired { rule: "r".into(), action: Action::Drop },
+                fired: Fired { rule: "r".into(), action: Action::Drop, direction: crate::events::Direction::ClientToServer },
             };
             let mut s = Stage::new(vec![f], true, 1 << 20, None).unwrap();
             let (out, notes) = through(&mut s, &body, cuts);

@@ -535,6 +535,7 @@ mod tests {
                     br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
                 )),
                 detail: "the reply delivered twice".into(),
+                direction: None,
             }),
             Event::Fault(FaultEvent {
                 ts: 13,
@@ -545,7 +546,8 @@ mod tests {
                 method: None,
                 id: None,
                 message: Some(bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":"#)),
-                detail: "the reply's JSON cut in half".into(),
+                detail: "the client's answer's JSON cut in half".into(),
+                direction: Some(crate::events::Direction::ServerToClient),
             }),
         ];
         for ev in &events {

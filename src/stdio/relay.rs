@@ -27,6 +27,9 @@ pub struct ClientOut {
     /// session after a number of the server's messages.
     armed: crate::fault::Armed,
     cut: Option<crate::fault::Cut>,
+    /// Faults armed on the client's answers to the server's requests (`direction = "s2c"`),
+    /// by the server request's id.
+    answers: crate::fault::Armed,
     /// A fault closed the client's side: nothing more is written.
     closed: bool,
     /// Under the dashboard's intercept: the client's calls waiting for their replies (a reply's
@@ -57,6 +60,7 @@ impl ClientOut {
             queued: Vec::new(),
             armed: Default::default(),
             cut: None,
+            answers: Default::default(),
             closed: false,
             calls: Vec::new(),
         }
@@ -182,15 +186,16 @@ struct Limited {
     faults: Vec<crate::limit::enforce::CallFault>,
 }
 
-/// What a client line's faults ask of the relay before the line goes on.
+/// What a line's faults ask of the relay before the line goes on.
 #[derive(Default)]
 struct Before {
     delay: Option<std::time::Duration>,
     close: bool,
 }
 
-/// Applies a line's faults: the request-side ones are returned for the relay to do, the reply
-/// side ones armed on `out`; each recorded.
+/// Applies a line's faults (the client's calls', or the server's requests' for `direction =
+/// "s2c"` rules): the request-side ones are returned for the relay to do, the reply-side ones
+/// armed on `out` (on the server's replies, or on the client's answers); each recorded.
 fn arm_faults(
     c: &mut ExchangeCtx,
     out: &Mutex<ClientOut>,
@@ -199,16 +204,31 @@ fn arm_faults(
     use crate::fault::{Action, At};
     let mut before = Before::default();
     for f in faults {
+        let s2c = f.fired.direction == Direction::ServerToClient;
         let detail = match &f.fired.action {
             Action::Delay(d, At::Request) => {
                 before.delay = Some(before.delay.unwrap_or_default().max(*d));
-                format!("the request held {}", crate::units::show_secs(*d))
+                match s2c {
+                    true => format!(
+                        "the server's request held {} before it reached the client",
+                        crate::units::show_secs(*d)
+                    ),
+                    false => format!("the request held {}", crate::units::show_secs(*d)),
+                }
             }
             Action::Close => {
                 before.close = true;
-                "the session closed when the call arrived (the child's stdin and the \
-                 client's stdout)"
-                    .to_string()
+                match s2c {
+                    true => {
+                        "the session closed when the server's request arrived (the \
+                             child's stdin and the client's stdout)"
+                    }
+                    false => {
+                        "the session closed when the call arrived (the child's stdin \
+                              and the client's stdout)"
+                    }
+                }
+                .to_string()
             }
             Action::CutStreamAfter { .. } => {
                 locked(out).cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
@@ -216,8 +236,10 @@ fn arm_faults(
                 continue;
             }
             _ => {
-                // Recorded when the reply passes.
-                locked(out).armed.arm(&f.id, f.fired, &f.method);
+                // Recorded when the reply (the client's answer) passes.
+                let mut o = locked(out);
+                let armed = if s2c { &mut o.answers } else { &mut o.armed };
+                armed.arm(&f.id, f.fired, &f.method);
                 continue;
             }
         };
@@ -313,6 +335,18 @@ pub fn client_to_server(
                                     c = locked(ctx);
                                 }
                                 if let Some(f) = r.forward {
+                                    if let Some(a) = armed_answer(out, &f) {
+                                        // What came before it goes first; it goes as its
+                                        // fault says (its thread when held).
+                                        drop(c);
+                                        let _ = locked(&child_in).write_all(&to_child);
+                                        to_child.clear();
+                                        let to = To::Server(child_in.clone());
+                                        armed_line(ctx, &to, trim_nl(&f), a);
+                                        c = locked(ctx);
+                                        replies.extend(r.reply);
+                                        continue;
+                                    }
                                     if let Some(h) = hold.filter(|h| h.intercept.is_on()) {
                                         remember_calls(out, &f);
                                         let frame = trim_nl(&f);
@@ -487,6 +521,15 @@ fn release_held(
     }
 }
 
+/// What the server's relay needs to decide the server's requests (`direction = "s2c"` fault
+/// rules): the rules, the session, and the child's stdin for rpctap's answers in the client's
+/// place — weak, so that the client's relay still closes it at its EOF.
+pub struct ServerRequests {
+    pub limiter: Arc<Limiter>,
+    pub session: String,
+    pub child_in: std::sync::Weak<Mutex<Box<dyn Write + Send>>>,
+}
+
 /// Reads the child's stdout; inspects and passes on to rpctap's stdout.
 pub fn server_to_client(
     child_out: &mut impl Read,
@@ -495,9 +538,10 @@ pub fn server_to_client(
     max: usize,
     faults: bool,
     hold: Option<&Hold>,
+    requests: Option<&ServerRequests>,
 ) {
-    if faults || hold.is_some() {
-        return server_to_client_faulty(child_out, ctx, out, max, hold);
+    if faults || hold.is_some() || requests.is_some() {
+        return server_to_client_faulty(child_out, ctx, out, max, hold, requests);
     }
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
@@ -531,6 +575,7 @@ fn server_to_client_faulty(
     out: &Arc<Mutex<ClientOut>>,
     max: usize,
     hold: Option<&Hold>,
+    requests: Option<&ServerRequests>,
 ) {
     let mut lines = Lines::new(max);
     let mut buf = vec![0u8; CHUNK];
@@ -551,7 +596,16 @@ fn server_to_client_faulty(
                     continue;
                 }
             };
-            locked(ctx).line(dir, line.clone());
+            let line = match requests {
+                Some(r) => match server_request(r, ctx, out, line) {
+                    Some(l) => l,
+                    None => continue,
+                },
+                None => {
+                    locked(ctx).line(dir, line.clone());
+                    line
+                }
+            };
             if let Some(h) = hold.filter(|h| h.intercept.is_on()) {
                 if held_reply(h, ctx, out, &line) {
                     continue;
@@ -562,6 +616,55 @@ fn server_to_client_faulty(
     }
     let mut c = locked(ctx);
     lines.finish(&mut |p| inspect_piece(&mut c, dir, p));
+}
+
+/// One of the server's lines inspected and, when it holds the server's requests, decided by
+/// the `direction = "s2c"` fault rules: an `error` answered to the server in the client's
+/// place, a `delay` or `close` done here, the reply-side faults armed on the client's answer.
+/// What goes on to the client (`None`: nothing).
+fn server_request(
+    r: &ServerRequests,
+    ctx: &Mutex<ExchangeCtx>,
+    out: &Mutex<ClientOut>,
+    line: Bytes,
+) -> Option<Bytes> {
+    let headers = http::HeaderMap::new();
+    let keys = stdio_keys(&r.session, &headers);
+    let (l, before) = {
+        let mut c = locked(ctx);
+        let mut l = crate::limit::enforce::limit_message(
+            &r.limiter,
+            &mut *c,
+            Direction::ServerToClient,
+            line.clone(),
+            &keys,
+            None,
+        );
+        let faults = std::mem::take(&mut l.faults);
+        let before = arm_faults(&mut c, out, faults);
+        (l, before)
+    };
+    let child_in = r.child_in.upgrade();
+    if let (Some(reply), Some(w)) = (&l.reply, &child_in) {
+        To::Server(w.clone()).write(&with_nl(reply));
+    }
+    if before.close {
+        close_client(out);
+        if let Some(w) = &child_in {
+            // The child reads EOF (its stdin's pipe dropped), whoever else holds the handle.
+            *locked(w) = Box::new(std::io::sink());
+        }
+        return None;
+    }
+    if let Some(d) = before.delay {
+        // A pipe is ordered: what the server writes after it waits with it.
+        std::thread::sleep(d);
+    }
+    match l.forward {
+        Forward::Unchanged => Some(line),
+        Forward::Smaller(b) => Some(b),
+        Forward::Nothing => None,
+    }
 }
 
 /// Holds one of the server's lines when the intercept's filter matches it (a reply's method
@@ -613,15 +716,49 @@ fn held_reply(
     }
 }
 
+/// Where a line a fault acts on goes: the client (rpctap's stdout, the server's replies) or
+/// the server (the child's stdin, the client's answers to its requests).
+#[derive(Clone)]
+enum To {
+    Client(Arc<Mutex<ClientOut>>),
+    Server(ChildIn),
+}
+
+impl To {
+    /// Bytes in the stream's order.
+    fn write(&self, b: &[u8]) {
+        match self {
+            To::Client(o) => {
+                let _ = write_out(o, b);
+            }
+            To::Server(w) => {
+                if let Err(e) = locked(w).write_all(b) {
+                    tracing::debug!(error = %e, "writing to the server's stdin failed");
+                }
+            }
+        }
+    }
+
+    /// A whole line sent later (a delayed one): in between two of the stream's lines.
+    fn later(&self, b: &[u8]) {
+        match self {
+            To::Client(o) => {
+                let _ = inject(o, b);
+            }
+            To::Server(_) => self.write(b),
+        }
+    }
+}
+
+fn with_nl(b: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(b.len() + 1);
+    v.extend_from_slice(b);
+    v.push(b'\n');
+    v
+}
+
 /// One whole line of the server's, passed on under the faults armed for it.
 fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>, line: Bytes) {
-    use crate::fault::{Action, At};
-    let with_nl = |b: &[u8]| {
-        let mut v = Vec::with_capacity(b.len() + 1);
-        v.extend_from_slice(b);
-        v.push(b'\n');
-        v
-    };
     let (armed, cut_now) = {
         let mut o = locked(out);
         let armed =
@@ -642,47 +779,77 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
         close_client(out);
         return;
     }
-    let Some((id, fired, method)) = armed else {
-        let _ = write_out(out, &with_nl(&line));
-        return;
-    };
-    if let Some(r) = crate::fault::reshape(&fired.action, &line) {
+    match armed {
+        Some(a) => armed_line(ctx, &To::Client(out.clone()), line, a),
+        None => {
+            let _ = write_out(out, &with_nl(&line));
+        }
+    }
+}
+
+/// The client's answer to a server's request a `direction = "s2c"` fault armed (taken out),
+/// when `line` is one.
+fn armed_answer(
+    out: &Mutex<ClientOut>,
+    line: &Bytes,
+) -> Option<(crate::rpc::Id, crate::fault::Fired, Arc<str>)> {
+    if locked(out).answers.is_empty() {
+        return None;
+    }
+    let id = crate::fault::reply_id(line)?;
+    locked(out).answers.take(&id).map(|(f, m)| (id, f, m))
+}
+
+/// A reply (the server's to a call, or the client's answer to a server's request) passed on
+/// to `to` under the fault armed for it, and recorded.
+fn armed_line(
+    ctx: &Mutex<ExchangeCtx>,
+    to: &To,
+    line: Bytes,
+    (id, fired, method): (crate::rpc::Id, crate::fault::Fired, Arc<str>),
+) {
+    use crate::fault::{Action, At};
+    if let Some(r) = crate::fault::reshape(&fired, &line) {
         for f in &r.frames {
-            let _ = write_out(out, &with_nl(f));
+            to.write(&with_nl(f));
         }
         locked(ctx).fault(&fired, Some(&id), Some(&method), r.made, r.detail.into());
         return;
     }
+    let what = match fired.direction {
+        Direction::ClientToServer => "the reply",
+        Direction::ServerToClient => "the client's answer",
+    };
     let detail = match &fired.action {
         Action::Delay(d, At::Reply) => {
             let (d, l) = (*d, with_nl(&line));
-            // Held on a thread of its own, so the server's other messages pass meanwhile.
+            // Held on a thread of its own, so the stream's other messages pass meanwhile.
             let held = std::thread::Builder::new()
                 .name("rpctap-fault-delay".into())
                 .spawn({
                     let l = l.clone();
-                    let out = out.clone();
+                    let to = to.clone();
                     move || {
                         std::thread::sleep(d);
-                        let _ = inject(&out, &l);
+                        to.later(&l);
                     }
                 });
             if held.is_err() {
-                let _ = write_out(out, &l);
+                to.write(&l);
             }
-            format!("the reply held {}", crate::units::show_secs(d))
+            format!("{what} held {}", crate::units::show_secs(d))
         }
         Action::Throttle(bps) => {
             let l = with_nl(&line);
             let piece = ((*bps / 20).max(1)) as usize;
             for part in l.chunks(piece) {
-                let _ = write_out(out, part);
+                to.write(part);
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            format!("the reply written at {bps} bytes a second")
+            format!("{what} written at {bps} bytes a second")
         }
         _ => {
-            let _ = write_out(out, &with_nl(&line));
+            to.write(&with_nl(&line));
             return;
         }
     };

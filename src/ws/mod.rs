@@ -382,7 +382,7 @@ fn server_faults(
     else {
         return false;
     };
-    if let Some(r) = crate::fault::reshape(&fired.action, t) {
+    if let Some(r) = crate::fault::reshape(&fired, t) {
         for f in &r.frames {
             plan.write(&side.frame(0x1, f));
         }

@@ -8,6 +8,10 @@ usage: fault_client.py URL MODE TIMEOUT CALL [CALL …]
 
 Each call is timed; a call that raises is reported with the exception's type and message, and
 the session goes on when it can (a broken session stops the list: later calls say so).
+
+With FAULT_CLIENT_SAMPLING=1 the client declares sampling and answers the server's
+`sampling/createMessage` requests with "42 (PROMPT)"; each call's entry says how many it
+answered (`sampled`).
 """
 import asyncio
 import json
@@ -16,6 +20,7 @@ import sys
 import time
 
 from mcp import Client, StdioServerParameters
+from mcp.types import CreateMessageResult, TextContent
 
 
 def dump(x):
@@ -24,9 +29,22 @@ def dump(x):
 
 async def run(server, mode, timeout, calls):
     out = []
+    sampled = []
+
+    async def on_sampling(context, params):
+        sampled.append(1)
+        q = params.messages[0].content.text
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text=f"42 ({q})"), model="fault-model"
+        )
+
+    extra = {}
+    if os.environ.get("FAULT_CLIENT_SAMPLING") == "1":
+        extra["sampling_callback"] = on_sampling
     try:
-        async with Client(server, mode=mode) as c:
+        async with Client(server, mode=mode, **extra) as c:
             for call in calls:
+                sampled.clear()
                 tool, args = call.split(":", 1)
                 progress = []
 
@@ -48,6 +66,7 @@ async def run(server, mode, timeout, calls):
                 res["tool"] = tool
                 res["elapsed"] = round(time.monotonic() - t0, 2)
                 res["progress"] = progress
+                res["sampled"] = len(sampled)
                 out.append(res)
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, (KeyboardInterrupt, SystemExit)):

@@ -43,14 +43,26 @@ def fail() -> str:
 
 
 @server.tool()
-async def ask(question: str, ctx: Context) -> str:
-    """Asks the client's model (a sampling round trip, server to client)."""
+async def ask(question: str, ctx: Context, timeout: float = 0) -> str:
+    """Asks the client's model (a sampling round trip, server to client); with `timeout`, says
+    so when no answer came in that many seconds, or what the SDK raised."""
+    import asyncio
+
     from mcp.types import SamplingMessage, TextContent
 
-    r = await ctx.session.create_message(
+    asked = ctx.session.create_message(
         messages=[SamplingMessage(role="user", content=TextContent(type="text", text=question))],
         max_tokens=10,
     )
+    if not timeout:
+        r = await asked
+        return f"the model said: {r.content.text}"
+    try:
+        r = await asyncio.wait_for(asked, timeout)
+    except asyncio.TimeoutError:
+        return f"no answer from the model in {timeout}s"
+    except Exception as e:  # noqa: BLE001 — what the server saw is the result
+        return f"the model failed: {type(e).__name__}: {e}"
     return f"the model said: {r.content.text}"
 
 

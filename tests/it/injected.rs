@@ -387,6 +387,231 @@ async fn the_same_faults_over_stdio_in_front_of_server_everything() {
     );
 }
 
+/// The fault client with sampling on (`FAULT_CLIENT_SAMPLING=1`), spawning `rpctap stdio
+/// --record FILE --fault …  -- SERVER…`, each call read with a timeout of `timeout` seconds.
+fn sampling_client_over_stdio(
+    calls: &[&str],
+    timeout: &str,
+    file: &Path,
+    faults: &[&str],
+    server: &[&str],
+) -> Vec<Value> {
+    let mut args: Vec<String> = vec![
+        root()
+            .join("tests/interop/fault_client.py")
+            .to_str()
+            .unwrap()
+            .into(),
+        "--stdio".into(),
+        "auto".into(),
+        timeout.into(),
+        serde_json::json!(calls).to_string(),
+        env!("CARGO_BIN_EXE_rpctap").into(),
+        "stdio".into(),
+        "--no-hub".into(),
+        "--record".into(),
+        file.to_str().unwrap().into(),
+    ];
+    for f in faults {
+        args.extend(["--fault".into(), f.to_string()]);
+    }
+    args.push("--".into());
+    args.extend(server.iter().map(|a| a.to_string()));
+    let v = json_stdout(
+        Command::new(sdk().join("bin/python"))
+            .args(&args)
+            .env("FAULT_CLIENT_SAMPLING", "1"),
+        "the fault client",
+    );
+    v.as_array().unwrap().clone()
+}
+
+/// The recorded fault events' (action, direction) pairs, in order.
+fn recorded_fault_directions(file: &Path) -> Vec<(String, Option<rpctap::events::Direction>)> {
+    let rec = rpctap::record::reader::read(file).unwrap();
+    rec.events
+        .iter()
+        .filter_map(|e| match e {
+            rpctap::events::Event::Fault(f) => Some((f.action.to_string(), f.direction)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_stdio_the_servers_sampling_requests_meet_each_s2c_fault() {
+    // The Python SDK 1.x server's `ask` tool asks the client's model (`sampling/createMessage`)
+    // and waits 2 s for the answer; the Python SDK 2.x client answers it. One `direction =
+    // "s2c"` rule per call, each firing once, in order.
+    let work = Scratch::new("inject-s2c-stdio");
+    let file = work.join("s2c.jsonl");
+    let ask = |q: &str| format!(r#"ask:{{"question":"{q}","timeout":2}}"#);
+    let calls: Vec<String> = [
+        "refused", "held", "lost", "twice", "renamed", "cut", "late", "closed",
+    ]
+    .iter()
+    .map(|q| ask(q))
+    .collect();
+    let calls: Vec<&str> = calls.iter().map(String::as_str).collect();
+    let s2c = "direction=s2c,method=sampling/*,count=1";
+    let faults: Vec<String> = [
+        "name=refused,error=-32042:no model here",
+        "name=held,delay=1s",
+        "name=lost,drop",
+        "name=twice,duplicate",
+        // Matches nothing here (the client is never asked for roots): skipped.
+        "name=roots,method=roots/list,drop",
+        "name=renamed,wrong_id",
+        "name=cut,malformed",
+        "name=late,delay=1s,at=reply",
+        "name=closed,close",
+    ]
+    .iter()
+    .map(|f| format!("{s2c},{f}"))
+    .collect();
+    let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+    let py = installed("mcp1", &["mcp<2", "json-rpc", "werkzeug"]).join("bin/python");
+    let server = root().join("tests/interop/mcp1_server.py");
+    let r = sampling_client_over_stdio(
+        &calls,
+        "6",
+        &file,
+        &faults,
+        &[py.to_str().unwrap(), server.to_str().unwrap(), "stdio"],
+    );
+    assert_eq!(r.len(), 8, "{r:#?}");
+    // rpctap answered in the client's place: the client was never asked.
+    assert_eq!(r[0]["sampled"], 0, "{:?}", r[0]);
+    assert!(text(&r[0]).contains("no model here"), "{:?}", r[0]);
+    // Held a second before the client got it.
+    assert_eq!(text(&r[1]), "the model said: 42 (held)", "{:?}", r[1]);
+    assert!(elapsed(&r[1]) >= 1.0, "{:?}", r[1]);
+    // The client answered; the answer never reached the server, which gave up after 2 s.
+    assert_eq!(r[2]["sampled"], 1, "{:?}", r[2]);
+    assert!(
+        text(&r[2]).starts_with("no answer from the model"),
+        "{:?}",
+        r[2]
+    );
+    assert!(elapsed(&r[2]) >= 1.9, "{:?}", r[2]);
+    // Two answers for one request: the server takes the first and goes on.
+    assert_eq!(text(&r[3]), "the model said: 42 (twice)", "{:?}", r[3]);
+    // An answer with an id the server never used answers nothing.
+    assert_eq!(r[4]["sampled"], 1, "{:?}", r[4]);
+    assert!(
+        text(&r[4]).starts_with("no answer from the model"),
+        "{:?}",
+        r[4]
+    );
+    // Half an answer: not JSON; the request is never answered.
+    assert!(!text(&r[5]).contains("said"), "{:?}", r[5]);
+    assert!(elapsed(&r[5]) >= 1.9, "{:?}", r[5]);
+    // The answer held a second on its way to the server.
+    assert_eq!(text(&r[6]), "the model said: 42 (late)", "{:?}", r[6]);
+    assert!(elapsed(&r[6]) >= 1.0, "{:?}", r[6]);
+    // The session closed when the server asked.
+    assert!(
+        r[7]["exception"].is_string() || r[7]["session_exception"].is_string(),
+        "{:?}",
+        r[7]
+    );
+    let got = recorded_fault_directions(&file);
+    let s2c = Some(rpctap::events::Direction::ServerToClient);
+    assert_eq!(
+        got,
+        [
+            "error",
+            "delay",
+            "drop",
+            "duplicate",
+            "wrong_id",
+            "malformed",
+            "delay",
+            "close"
+        ]
+        .map(|a| (a.to_string(), s2c)),
+        "each fault recorded once, as the server's request's"
+    );
+    // `check` blames the server for nothing the faults did — the calls the close left
+    // unanswered included — but for what FastMCP did of its own: answering the cut JSON with a
+    // log (`notifications/message`) it never declared the `logging` capability for.
+    let (code, lines) = check_json(&file);
+    let failing: Vec<(String, String)> = lines
+        .iter()
+        .flat_map(|l| {
+            l["result"]["findings"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|f| f["allowed"] != true)
+        .map(|f| {
+            (
+                f["code"].as_str().unwrap_or("").to_string(),
+                f["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(code, Some(1), "{lines:#?}");
+    assert_eq!(failing.len(), 1, "{failing:#?}");
+    assert_eq!(failing[0].0, "MCP_CAPABILITY", "{failing:#?}");
+    assert!(
+        failing[0].1.contains("notifications/message"),
+        "{failing:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_stdio_server_everythings_sampling_request_refused_held_doubled_and_closed() {
+    // server-everything (the TypeScript SDK server) registers `trigger-sampling-request` for a
+    // client that declares sampling.
+    let work = Scratch::new("inject-s2c-everything");
+    let file = work.join("s2c.jsonl");
+    let call = |p: &str| format!(r#"trigger-sampling-request:{{"prompt":"{p}","maxTokens":5}}"#);
+    let calls: Vec<String> = ["refused", "held", "twice", "late", "closed"]
+        .iter()
+        .map(|p| call(p))
+        .collect();
+    let calls: Vec<&str> = calls.iter().map(String::as_str).collect();
+    let faults = [
+        "direction=s2c,method=sampling/createMessage,count=1,name=refused,error=-32042:no model here",
+        "direction=s2c,method=sampling/createMessage,count=1,name=held,delay=1s",
+        "direction=s2c,method=sampling/createMessage,count=1,name=twice,duplicate",
+        "direction=s2c,method=sampling/createMessage,count=1,name=late,delay=1s,at=reply",
+        "direction=s2c,method=sampling/createMessage,count=1,name=closed,close",
+    ];
+    let js = everything_js();
+    let r = sampling_client_over_stdio(
+        &calls,
+        "6",
+        &file,
+        &faults,
+        &["node", js.to_str().unwrap(), "stdio"],
+    );
+    assert_eq!(r.len(), 5, "{r:#?}");
+    // The server's request failed with rpctap's error, the client never asked.
+    assert_eq!(r[0]["sampled"], 0, "{:?}", r[0]);
+    let failed = format!("{}", r[0]);
+    assert!(failed.contains("no model here"), "{failed}");
+    for (i, p) in [(1, "held"), (2, "twice"), (3, "late")] {
+        assert_eq!(r[i]["sampled"], 1, "{:?}", r[i]);
+        assert!(
+            text(&r[i]).contains(&format!(
+                "42 (Resource trigger-sampling-request context: {p})"
+            )),
+            "{:?}",
+            r[i]
+        );
+    }
+    assert!(elapsed(&r[1]) >= 1.0 && elapsed(&r[3]) >= 1.0, "{r:?}");
+    assert!(
+        r[4]["exception"].is_string() || r[4]["session_exception"].is_string(),
+        "{:?}",
+        r[4]
+    );
+    recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
     let work = Scratch::new("inject-ws");

@@ -1015,6 +1015,7 @@ fn an_injected_fault_marks_its_call_and_counts_apart_from_anomalies() {
         id: Some(crate::rpc::Id::Num("1".into())),
         message: None,
         detail: "the reply dropped".into(),
+        direction: None,
     }));
     assert_eq!(a.faults_total, 1);
     assert_eq!(a.anomalies_total, before, "not an anomaly");
