@@ -457,10 +457,23 @@ impl FaultSpec {
         };
         let meaningless = meaningless.or(match (dir, &action) {
             (crate::events::Direction::ClientToServer, _) => None,
+            (
+                _,
+                Action::Error {
+                    status: Some(_), ..
+                },
+            ) => Some(
+                "direction = \"s2c\": rpctap answers the server's request in the client's \
+                 place with a JSON-RPC error (`error`), not an HTTP status",
+            ),
             (_, Action::CutStreamAfter { .. }) => Some(
                 "direction = \"s2c\": `cut_stream_after` cuts the server's stream after a call \
                  of the client's (a c2s rule); use `close` to end the session at the server's \
                  request",
+            ),
+            (_, Action::Throttle(_)) if carrier == Carrier::Http => Some(
+                "direction = \"s2c\" over HTTP: the client's answer is a small POST of its \
+                 own; use `delay` with at = \"reply\" to hold it",
             ),
             _ => None,
         });
@@ -499,14 +512,6 @@ impl Faults {
                 .transpose()?;
             let direction = match s.direction.as_deref() {
                 None | Some("c2s") => crate::events::Direction::ClientToServer,
-                Some("s2c") if !matches!(carrier, Carrier::Stdio | Carrier::Any) => {
-                    return Err(err(
-                        "direction = \"s2c\": faults on the server's requests are \
-                         built for stdio sessions (`rpctap stdio`); over HTTP and WebSocket the \
-                         dashboard's intercept holds them (`I`, `dir:s2c`)"
-                            .into(),
-                    ))
-                }
                 Some("s2c") => {
                     if s.tool.is_some() || s.resource.is_some() {
                         return Err(err("direction = \"s2c\": `tool` and `resource` name the \
@@ -997,11 +1002,15 @@ mod tests {
                 "use `close`",
             ),
             (
-                "direction=s2c,drop",
+                "direction=s2c,throttle=1KiB/s",
                 Carrier::Http,
-                "built for stdio sessions",
+                "at = \"reply\"",
             ),
-            ("direction=s2c,drop", Carrier::WebSocket, "intercept"),
+            (
+                "direction=s2c,status=503",
+                Carrier::Http,
+                "not an HTTP status",
+            ),
             ("direction=sideways,drop", Carrier::Stdio, "c2s or s2c"),
         ] {
             let e = Faults::new(&[FaultSpec::parse_flag(flag).unwrap()], carrier).unwrap_err();

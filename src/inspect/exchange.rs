@@ -226,6 +226,9 @@ impl ExchangeCtx {
         detail: String,
         server_call: bool,
     ) {
+        if server_call && matches!(action, "malformed" | "wrong_id") {
+            self.req.rewritten = true;
+        }
         let inner = &self.insp;
         if inner.bus.wants_in(Interest::FAULT, self.id) {
             inner.bus.publish(Event::Fault(crate::events::FaultEvent {
@@ -245,6 +248,11 @@ impl ExchangeCtx {
 
     /// A fault event read back from a recording, published again as it was.
     pub fn replay_fault(&mut self, f: &crate::events::FaultEvent) {
+        if f.direction == Some(Direction::ServerToClient)
+            && matches!(f.action, "malformed" | "wrong_id")
+        {
+            self.req.rewritten = true;
+        }
         if self.insp.bus.wants_in(Interest::FAULT, self.id) {
             self.insp.bus.publish(Event::Fault(f.clone()));
         }
@@ -311,6 +319,7 @@ impl ExchangeCtx {
         }
         let notification_only = self.req.calls.is_empty()
             && !self.req.parse_error
+            && !self.req.rewritten
             && (self.req.notifications > 0 || self.req.responses > 0);
         if notification_only && !matches!(status, 202 | 204) {
             flag(&inner, self.site(),

@@ -244,6 +244,9 @@ struct RequestSummary {
     responses: u32,
     call_ids: Vec<Id>,
     delete_session: bool,
+    /// A fault changed the client's answer before it went up (`malformed`, `wrong_id` on a
+    /// server's request): the server's status answers rpctap's bytes, not the client's.
+    rewritten: bool,
 }
 
 /// One HTTP exchange being inspected. Dropping it before `end` ends it as `ClientGone`.

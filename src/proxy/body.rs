@@ -312,15 +312,20 @@ pub struct TeeBody {
 }
 
 /// A fault's (or an intercept verdict's) note as the exchange's fault event.
-fn publish(ctx: &mut ExchangeCtx, n: super::faults::Note) {
+pub(super) fn publish(ctx: &mut ExchangeCtx, n: super::faults::Note) {
+    let (rule, id) = (n.rule.clone(), n.id.clone());
     ctx.injected(
         (n.rule, n.action),
         n.id.as_ref(),
         Some(&n.method),
         n.message,
         n.detail,
-        false,
+        n.server_call,
     );
+    if let (true, Some(id)) = (n.answered, id) {
+        // rpctap answered a server's request in the client's place: it ends so.
+        ctx.end_refused_in(&id, &rule, crate::events::Direction::ServerToClient);
+    }
 }
 
 impl TeeBody {

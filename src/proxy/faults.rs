@@ -5,6 +5,12 @@
 //! stream cut after N events, written slowly), a JSON reply whole (bounded by the inspection
 //! cap; larger, it passes unchanged). Everything it does is returned as [`Note`]s, which the
 //! body publishes as fault events.
+//!
+//! Under `direction = "s2c"` rules the stage also decides the server's requests on an event
+//! stream ([`ServerRequests`]): rpctap answers one in the client's place (a POST of its own to
+//! the server), holds it, or closes the stream; the faults on the client's answer are armed in
+//! the proxy's [`Answers`] (the answer comes in a POST of its own) and applied by the proxy when
+//! that POST arrives.
 
 use crate::fault::{Action, Armed, At, Cut, Fired};
 use crate::rpc::Id;
@@ -25,10 +31,20 @@ pub struct Note {
     pub method: Arc<str>,
     pub message: Option<Bytes>,
     pub detail: String,
+    /// The call is a server's request (a `direction = "s2c"` rule).
+    pub server_call: bool,
+    /// rpctap answered the call itself: it ends so.
+    pub answered: bool,
 }
 
 impl Note {
-    fn of(fired: &Fired, id: Id, method: Arc<str>, message: Option<Bytes>, detail: String) -> Note {
+    pub fn of(
+        fired: &Fired,
+        id: Id,
+        method: Arc<str>,
+        message: Option<Bytes>,
+        detail: String,
+    ) -> Note {
         Note {
             rule: fired.rule.clone(),
             action: fired.action.name(),
@@ -36,7 +52,77 @@ impl Note {
             method,
             message,
             detail,
+            server_call: fired.direction == crate::events::Direction::ServerToClient,
+            answered: false,
         }
+    }
+}
+
+/// The server's requests on an event stream under `direction = "s2c"` rules: the rules in
+/// force, the keys of the request that opened the stream, how rpctap answers the server in the
+/// client's place, and where the faults on the client's answers are armed.
+pub struct ServerRequests {
+    pub limiter: Arc<crate::limit::Limiter>,
+    pub peer: std::net::IpAddr,
+    pub session: Option<String>,
+    pub headers: http::HeaderMap,
+    /// Sends rpctap's answer (a JSON-RPC error) to the server.
+    pub answer: Box<dyn Fn(Bytes) + Send + Sync>,
+    pub answers: Arc<Answers>,
+}
+
+/// One armed answer: the MCP session, the request's id (as JSON text), the fault, the method.
+type ArmedAnswer = (String, String, Fired, Arc<str>);
+
+/// Faults armed on the clients' answers to the servers' requests, by MCP session and id: over
+/// HTTP the answer comes in a POST of its own. Bounded ([`Answers::MAX`]); an answer that never
+/// comes leaves its entry until the bound pushes the oldest out.
+#[derive(Default)]
+pub struct Answers {
+    by_key: std::sync::Mutex<VecDeque<ArmedAnswer>>,
+    /// How many are armed (read without the lock on every POST while s2c rules exist).
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl Answers {
+    pub const MAX: usize = 4096;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<ArmedAnswer>> {
+        self.by_key.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn arm(&self, session: Option<&str>, id: &Id, f: Fired, method: &str) {
+        let mut q = self.lock();
+        if q.len() >= Self::MAX {
+            q.pop_front();
+        }
+        q.push_back((
+            session.unwrap_or("").to_string(),
+            id.to_json_text(),
+            f,
+            method.into(),
+        ));
+        self.len
+            .store(q.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len.load(std::sync::atomic::Ordering::Relaxed) == 0
+    }
+
+    /// The fault armed on the client's answer in `body` (one response), taken out.
+    pub fn take(&self, session: Option<&str>, body: &Bytes) -> Option<(Id, Fired, Arc<str>)> {
+        if self.is_empty() {
+            return None;
+        }
+        let id = crate::fault::reply_id(body)?;
+        let (s, key) = (session.unwrap_or(""), id.to_json_text());
+        let mut q = self.lock();
+        let i = q.iter().position(|(qs, qk, _, _)| qs == s && *qk == key)?;
+        let (_, _, f, m) = q.remove(i)?;
+        self.len
+            .store(q.len(), std::sync::atomic::Ordering::Relaxed);
+        Some((id, f, m))
     }
 }
 
@@ -46,6 +132,50 @@ pub struct Interception {
     pub intercept: crate::intercept::Intercept,
     pub methods: Vec<(Id, Arc<str>, Option<Arc<str>>)>,
     pub scope: String,
+}
+
+/// What the proxy does with a client's answer (a POST of its own) that a `direction = "s2c"`
+/// fault was armed on.
+#[derive(Debug, PartialEq)]
+pub enum OnAnswer {
+    /// Not forwarded: rpctap answers the client's POST `202 Accepted` as the server would.
+    Drop,
+    /// Forwarded, then sent to the server a second time.
+    Twice,
+    /// Forwarded as these bytes instead.
+    Replace(Bytes),
+    /// Forwarded after this long.
+    Delay(Duration),
+    Unchanged,
+}
+
+/// The fault on a client's answer `body`: what the proxy does, what it sent instead, and the
+/// detail for the record.
+pub fn on_answer(fired: &Fired, body: &Bytes) -> (OnAnswer, Option<Bytes>, String) {
+    if let Some(r) = crate::fault::reshape(fired, body) {
+        let what = match (r.frames.len(), &fired.action) {
+            (0, _) => OnAnswer::Drop,
+            (2, _) => OnAnswer::Twice,
+            (_, Action::WrongId | Action::Malformed) => match &r.made {
+                Some(b) => OnAnswer::Replace(b.clone()),
+                None => OnAnswer::Unchanged,
+            },
+            _ => OnAnswer::Unchanged,
+        };
+        return (what, r.made, r.detail.to_string());
+    }
+    match &fired.action {
+        Action::Delay(d, _) => (
+            OnAnswer::Delay(*d),
+            None,
+            format!("the client's answer held {}", crate::units::show_secs(*d)),
+        ),
+        a => (
+            OnAnswer::Unchanged,
+            None,
+            format!("not applied: `{}` on a client's answer over HTTP", a.name()),
+        ),
+    }
 }
 
 /// A reply message held by the intercept, in the output's order.
@@ -98,6 +228,8 @@ pub struct Stage {
     ended: bool,
     /// The reply is held for good (a dropped JSON reply): the client's timeout decides.
     hold: bool,
+    /// `direction = "s2c"` rules: the server's requests on this stream decided here.
+    requests: Option<ServerRequests>,
 }
 
 impl std::fmt::Debug for Stage {
@@ -160,6 +292,7 @@ impl Stage {
         sse: bool,
         cap: usize,
         intercept: Option<Interception>,
+        requests: Option<ServerRequests>,
     ) -> Option<Stage> {
         let mut armed = Armed::default();
         let mut cut = None;
@@ -170,10 +303,12 @@ impl Stage {
                 _ => {}
             }
         }
-        if armed.is_empty() && cut.is_none() && intercept.is_none() {
+        let requests = requests.filter(|_| sse);
+        if armed.is_empty() && cut.is_none() && intercept.is_none() && requests.is_none() {
             return None;
         }
         Some(Stage {
+            requests,
             armed,
             cut,
             intercept,
@@ -305,6 +440,8 @@ impl Stage {
             method: h.method,
             message: d.message(),
             detail: d.detail(crate::events::Direction::ServerToClient),
+            server_call: false,
+            answered: false,
         });
     }
 
@@ -328,6 +465,11 @@ impl Stage {
             );
             return;
         }
+        if let Some(d) = data.as_ref().filter(|_| self.requests.is_some()) {
+            if self.server_request(&event, d, notes) {
+                return;
+            }
+        }
         if let Some(d) = data.as_ref().filter(|_| self.intercept.is_some()) {
             if self.held(&event, &Bytes::copy_from_slice(d), true) {
                 return;
@@ -343,6 +485,83 @@ impl Stage {
         };
         let (message, detail) = self.apply(&fired, event, &data, true);
         notes.push(Note::of(&fired, id, method, message, detail));
+    }
+
+    /// A server's request in an event (`data` its JSON) under the `direction = "s2c"` rules: true
+    /// when a fault took the event (answered by rpctap, held, or the stream closed at it); a
+    /// fault on the client's answer is armed and the event goes on.
+    fn server_request(&mut self, event: &Bytes, data: &[u8], notes: &mut Vec<Note>) -> bool {
+        use crate::events::Direction;
+        let Some(rq) = self.requests.as_ref() else {
+            return false;
+        };
+        let body = Bytes::copy_from_slice(data);
+        let parsed = crate::rpc::parse_body(&body);
+        // One request per event (what the SDKs send); a batch of the server's passes.
+        if !matches!(&parsed, crate::rpc::Body::Single(e) if e.kind == crate::rpc::Kind::Request) {
+            return false;
+        }
+        let keys = crate::limit::RequestKeys {
+            peer: rq.peer,
+            session: rq.session.as_deref(),
+            headers: &rq.headers,
+        };
+        let plan = crate::limit::enforce::plan_in(
+            Direction::ServerToClient,
+            &rq.limiter,
+            &parsed,
+            &keys,
+            None,
+        );
+        if let Some(m) = plan.members.first() {
+            if let (Some(r), Some(id)) = (&m.refused, &m.id) {
+                let reply = Bytes::from(crate::limit::enforce::refusal_reply(id, r));
+                (rq.answer)(reply.clone());
+                let code = match r.fault.as_ref().map(|f| &f.action) {
+                    Some(Action::Error { code, .. }) => *code,
+                    _ => r.code,
+                };
+                notes.push(Note {
+                    rule: r.rule.clone(),
+                    action: "error",
+                    id: Some(id.clone()),
+                    method: m.method.as_str().into(),
+                    message: Some(reply),
+                    detail: format!(
+                        "answered by rpctap with error {code} in the client's place; the \
+                         server's request never reached the client"
+                    ),
+                    server_call: true,
+                    answered: true,
+                });
+                return true;
+            }
+        }
+        for f in plan.call_faults() {
+            let method: Arc<str> = f.method.as_str().into();
+            match &f.fired.action {
+                Action::Delay(d, At::Request) => {
+                    self.push(event.clone(), Some(*d));
+                    let detail = format!(
+                        "the server's request held {} before it reached the client",
+                        crate::units::show_secs(*d)
+                    );
+                    notes.push(Note::of(&f.fired, f.id, method, None, detail));
+                    return true;
+                }
+                Action::Close => {
+                    self.ended = true;
+                    let detail = "the SSE stream closed when the server's request arrived".into();
+                    notes.push(Note::of(&f.fired, f.id, method, None, detail));
+                    return true;
+                }
+                // Recorded when the client's answer passes.
+                _ => rq
+                    .answers
+                    .arm(rq.session.as_deref(), &f.id, f.fired, &f.method),
+            }
+        }
+        false
     }
 
     /// Applies one reply fault to `frame` (an SSE event whose data is `data`, or a JSON body,
@@ -588,6 +807,107 @@ mod tests {
     const REPLY: &[u8] =
         b"event: message\nid: 7\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
 
+    const ASK: &[u8] = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"sampling/createMessage\",\"params\":{}}\n\n";
+
+    /// A stage deciding the server's requests under `flags` (s2c rules), and what rpctap sent the
+    /// server in the client's place.
+    fn asking(flags: &[&str], answers: Arc<Answers>) -> (Stage, Arc<std::sync::Mutex<Vec<Bytes>>>) {
+        let specs: Vec<_> = flags
+            .iter()
+            .map(|f| crate::fault::FaultSpec::parse_flag(f).unwrap())
+            .collect();
+        let limiter =
+            crate::config::limiter(&[], -32001, &specs, crate::fault::Carrier::Http).unwrap();
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let to = sent.clone();
+        let rq = ServerRequests {
+            limiter: Arc::new(limiter),
+            peer: std::net::IpAddr::from([127, 0, 0, 1]),
+            session: Some("s1".into()),
+            headers: http::HeaderMap::new(),
+            answer: Box::new(move |b| to.lock().unwrap().push(b)),
+            answers,
+        };
+        (
+            Stage::new(vec![], true, 1 << 20, None, Some(rq)).unwrap(),
+            sent,
+        )
+    }
+
+    #[test]
+    fn a_servers_request_on_a_stream_is_answered_by_rpctap_held_closed_or_its_answer_armed() {
+        let s2c = "direction=s2c,method=sampling/*";
+        let answers = Arc::new(Answers::default());
+        // `error`: the event never reaches the client; rpctap's error goes to the server.
+        let (mut s, sent) = asking(&[&format!("{s2c},error=-32042:no")], answers.clone());
+        let mut notes = Vec::new();
+        s.feed(&[ASK, PROGRESS].concat(), &mut notes);
+        assert_eq!(drain(&mut s), PROGRESS);
+        let sent = sent.lock().unwrap().clone();
+        assert_eq!(sent.len(), 1);
+        let v: serde_json::Value = serde_json::from_slice(&sent[0]).unwrap();
+        assert_eq!(
+            (v["id"].clone(), v["error"]["code"].clone()),
+            (0.into(), (-32042).into())
+        );
+        assert!(notes[0].answered && notes[0].server_call && notes[0].action == "error");
+        // `close`: the stream ends at the request.
+        let (mut s, _) = asking(&[&format!("{s2c},close")], answers.clone());
+        s.feed(&[PROGRESS, ASK, PROGRESS].concat(), &mut notes);
+        assert_eq!(drain(&mut s), PROGRESS);
+        assert!(s.ended);
+        // A fault on the client's answer: the request passes, the fault armed for its POST.
+        let (mut s, _) = asking(&[&format!("{s2c},wrong_id")], answers.clone());
+        s.feed(ASK, &mut notes);
+        assert_eq!(drain(&mut s), ASK);
+        let answer = Bytes::from_static(br#"{"jsonrpc":"2.0","id":0,"result":{}}"#);
+        assert!(
+            answers.take(Some("other"), &answer).is_none(),
+            "another session's"
+        );
+        let (id, fired, method) = answers.take(Some("s1"), &answer).unwrap();
+        assert_eq!(
+            (id, &*method),
+            (Id::Num("0".into()), "sampling/createMessage")
+        );
+        assert!(answers.is_empty());
+        let (what, made, _) = on_answer(&fired, &answer);
+        let OnAnswer::Replace(b) = what else {
+            panic!("{what:?}")
+        };
+        assert_eq!(Some(b.clone()), made);
+        assert!(String::from_utf8_lossy(&b).contains("rpctap-wrong-id-0"));
+        // A c2s rule on the same method leaves the server's request alone.
+        let (mut s, sent) = asking(&["method=sampling/*,drop"], answers.clone());
+        s.feed(ASK, &mut notes);
+        assert_eq!(drain(&mut s), ASK);
+        assert!(sent.lock().unwrap().is_empty() && answers.is_empty());
+    }
+
+    #[test]
+    fn armed_answers_are_bounded() {
+        let a = Answers::default();
+        let f = Fired {
+            rule: "r".into(),
+            action: Action::Drop,
+            direction: crate::events::Direction::ServerToClient,
+        };
+        for i in 0..Answers::MAX + 10 {
+            a.arm(
+                None,
+                &Id::Num(i.to_string().into()),
+                f.clone(),
+                "sampling/createMessage",
+            );
+        }
+        assert_eq!(
+            a.len.load(std::sync::atomic::Ordering::Relaxed),
+            Answers::MAX
+        );
+        let first = Bytes::from_static(br#"{"jsonrpc":"2.0","id":0,"result":{}}"#);
+        assert!(a.take(None, &first).is_none(), "the oldest went first");
+    }
+
     #[test]
     fn sse_replies_are_dropped_doubled_and_renamed_and_other_events_pass() {
         for (action, want) in [
@@ -601,7 +921,7 @@ mod tests {
                 ],
             ),
         ] {
-            let mut s = Stage::new(vec![fault(1, action.clone())], true, 1 << 20, None).unwrap();
+            let mut s = Stage::new(vec![fault(1, action.clone())], true, 1 << 20, None, None).unwrap();
             let mut notes = Vec::new();
             // Cut anywhere: events are whole before a fault acts on them.
             let all = [PROGRESS, REPLY].concat();
@@ -627,6 +947,7 @@ mod tests {
             true,
             1 << 20,
             None,
+            None,
         )
         .unwrap();
         let mut notes = Vec::new();
@@ -644,6 +965,7 @@ mod tests {
             true,
             1 << 20,
             None,
+            None,
         )
         .unwrap();
         s.feed(&[PROGRESS, REPLY].concat(), &mut notes);
@@ -655,19 +977,26 @@ mod tests {
     #[test]
     fn json_bodies_change_whole_and_batches_member_by_member() {
         let body = br#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
-        let mut s = Stage::new(vec![fault(1, Action::Malformed)], false, 1 << 20, None).unwrap();
+        let mut s = Stage::new(
+            vec![fault(1, Action::Malformed)],
+            false,
+            1 << 20,
+            None,
+            None,
+        )
+        .unwrap();
         let mut notes = Vec::new();
         s.feed(body, &mut notes);
         assert!(drain(&mut s).is_empty(), "held until whole");
         s.finish(&mut notes);
         assert_eq!(drain(&mut s), crate::fault::malformed(body));
         let batch = br#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"result":2}]"#;
-        let mut s = Stage::new(vec![fault(2, Action::Drop)], false, 1 << 20, None).unwrap();
+        let mut s = Stage::new(vec![fault(2, Action::Drop)], false, 1 << 20, None, None).unwrap();
         s.feed(batch, &mut notes);
         s.finish(&mut notes);
         assert_eq!(drain(&mut s), br#"[{"jsonrpc":"2.0","id":1,"result":1}]"#);
         // A dropped single reply is held: the body never ends.
-        let mut s = Stage::new(vec![fault(1, Action::Drop)], false, 1 << 20, None).unwrap();
+        let mut s = Stage::new(vec![fault(1, Action::Drop)], false, 1 << 20, None, None).unwrap();
         s.feed(body, &mut notes);
         s.finish(&mut notes);
         let waker = futures_util::task::noop_waker();
@@ -724,7 +1053,7 @@ mod props {
                 method: "tools/call".into(),
                 fired: Fired { rule: "r".into(), action: Action::Duplicate, direction: crate::events::Direction::ClientToServer },
             };
-            let mut s = Stage::new(vec![f], sse, 1 << 20, None).unwrap();
+            let mut s = Stage::new(vec![f], sse, 1 << 20, None, None).unwrap();
             let (out, notes) = through(&mut s, &body, cuts);
             prop_assert_eq!(out, body);
             prop_assert!(notes.is_empty());
@@ -755,7 +1084,7 @@ mod props {
                 method: "tools/call".into(),
                 fired: Fired { rule: "r".into(), action: Action::Drop, direction: crate::events::Direction::ClientToServer },
             };
-            let mut s = Stage::new(vec![f], true, 1 << 20, None).unwrap();
+            let mut s = Stage::new(vec![f], true, 1 << 20, None, None).unwrap();
             let (out, notes) = through(&mut s, &body, cuts);
             prop_assert_eq!(out, want);
             prop_assert_eq!(notes.len(), usize::from(dropped));

@@ -76,6 +76,8 @@ struct Inner {
     base_path: String,
     /// The dashboard's intercept (off unless it sets a filter).
     intercept: crate::intercept::Intercept,
+    /// Faults armed on the clients' answers to the servers' requests (`direction = "s2c"`).
+    answers: Arc<faults::Answers>,
 }
 
 /// The proxy: cheap to clone, one per listener.
@@ -189,6 +191,7 @@ impl Proxy {
                 upstream_host,
                 base_path,
                 intercept,
+                answers: Default::default(),
             }),
         }
     }
@@ -280,6 +283,7 @@ impl Proxy {
             },
             plan: None,
             accepts_sse: crate::media::accepts_event_stream(&parts.headers),
+            upstreamed: None,
         };
         // The exchange stays here and is lent to each phase: moving it in and out of their
         // futures would copy it several times per call.
@@ -292,6 +296,12 @@ impl Proxy {
         // request's calls, bounded by the rules' store_timeout. Boxed: only such setups pay it.
         // The rules in force, read once for a body that will be decided.
         let limiter = matches!(read, Ok(ReadAhead::Whole(_))).then(|| self.limiter());
+        // `direction = "s2c"` rules: the server's requests come on event streams (a POST's
+        // reply, the GET stream), the client's answers in POSTs.
+        let s2c = match &limiter {
+            Some(l) => l.faults.has_s2c(),
+            None => parts.method == Method::GET && self.limiter().faults.has_s2c(),
+        };
         let shared = match (&read, &limiter) {
             (Ok(ReadAhead::Whole(b)), Some(l)) if l.has_shared() => {
                 let keys = crate::limit::RequestKeys {
@@ -316,6 +326,26 @@ impl Proxy {
             Err(Early::Error(e)) => return self.error_reply(ex, e),
             Err(Early::Respond(resp)) => return *resp,
         };
+        // A client's answer to a server's request that an s2c fault was armed on (boxed: only a
+        // run with such rules pays for it).
+        let mut body = body;
+        let mut again = None;
+        if s2c && !self.inner.answers.is_empty() {
+            let armed = ex
+                .summary
+                .body
+                .as_ref()
+                .and_then(|b| self.inner.answers.take(session.as_deref(), b));
+            if let Some(armed) = armed {
+                match Box::pin(client_answer(&mut ex, &mut parts, body, armed)).await {
+                    Ok((b, twice)) => {
+                        again = twice;
+                        body = b;
+                    }
+                    Err(resp) => return *resp,
+                }
+            }
+        }
         // Faults that fired on the request's calls: the request-side ones done here (boxed:
         // only a run with fault rules pays for them), the reply's kept for `response_filter`.
         if ex.plan.as_ref().is_some_and(|p| !p.faults.is_empty())
@@ -326,7 +356,6 @@ impl Proxy {
         }
         // The dashboard's intercept: a matching request held until decided (boxed: only a
         // dashboard with a filter set pays for it).
-        let mut body = body;
         if self.inner.intercept.is_on() && ex.plan.as_ref().is_none_or(|p| !p.any_refused()) {
             if let Some(b) = ex.summary.body.clone() {
                 match Box::pin(intercept::request(&self.inner.intercept, &mut ex.ctx, &b)).await {
@@ -354,6 +383,15 @@ impl Proxy {
         if let Err(e) = self.upstream_request(&mut parts, upgrade, lane.is_some(), conn) {
             return self.error_reply(ex, e);
         }
+        if s2c {
+            ex.upstreamed = Some(Box::new(Upstreamed {
+                uri: parts.uri.clone(),
+                headers: parts.headers.clone(),
+                peer: conn.peer.ip(),
+                session: session.clone(),
+                again,
+            }));
+        }
         // Phase 3, upstream: awaited here, pinned once — this future is a large part of the
         // exchange's state, and a function of its own would hold (and copy) it again.
         let limit = self.inner.opts.upstream_timeout;
@@ -369,6 +407,12 @@ impl Proxy {
             Ok(r) => r,
             Err(e) => return self.error_reply(ex, e),
         };
+        if let Some(u) = ex.upstreamed.as_mut() {
+            if let Some(b) = u.again.take() {
+                // `duplicate` on a client's answer: the server gets it a second time.
+                self.post_to_server(u.uri.clone(), u.headers.clone(), b);
+            }
+        }
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(client_up) = client_upgrade else {
                 // A 101 the client never asked for (RFC 9110 §15.2.2 forbids it): passing it on
@@ -610,13 +654,19 @@ impl Proxy {
                 .unwrap_or_default(),
             scope: ex.ctx.scope_text(),
         });
-        let stage = (!call_faults.is_empty() || interception.is_some())
+        let requests = ex
+            .upstreamed
+            .take()
+            .filter(|_| sse)
+            .map(|u| self.server_requests(*u));
+        let stage = (!call_faults.is_empty() || interception.is_some() || requests.is_some())
             .then(|| {
                 faults::Stage::new(
                     call_faults,
                     sse,
                     self.inner.inspector.config().max_frame_bytes,
                     interception,
+                    requests,
                 )
             })
             .flatten();
@@ -634,6 +684,75 @@ impl Proxy {
             None => body,
         };
         Answer::Stream(Response::from_parts(rparts, body))
+    }
+
+    /// What an event stream's stage needs to decide the server's requests on it.
+    fn server_requests(&self, u: Upstreamed) -> faults::ServerRequests {
+        let me = self.clone();
+        let (uri, headers) = (u.uri, u.headers.clone());
+        faults::ServerRequests {
+            limiter: self.limiter(),
+            peer: u.peer,
+            session: u.session,
+            headers: u.headers,
+            answer: Box::new(move |b| me.post_to_server(uri.clone(), headers.clone(), b)),
+            answers: self.inner.answers.clone(),
+        }
+    }
+
+    /// rpctap's own POST of `body` (a JSON-RPC response) to the server, made like the client's
+    /// request (`uri`, `headers`: its session, its credentials); its reply read and dropped.
+    fn post_to_server(&self, uri: Uri, mut headers: http::HeaderMap, body: Bytes) {
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        headers.remove("last-event-id");
+        // Sent on the pool, not a connection's lane: the target in absolute form.
+        let uri = match uri.scheme() {
+            Some(_) => uri,
+            None => {
+                let up = &self.inner.opts.upstream;
+                let built = Uri::builder()
+                    .scheme(up.scheme_str().unwrap_or("http"))
+                    .authority(up.authority().map(|a| a.as_str()).unwrap_or(""))
+                    .path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+                    .build();
+                match built {
+                    Ok(u) => u,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "rpctap's answer to the server has no target");
+                        return;
+                    }
+                }
+            }
+        };
+        let mut req = Request::new(ForwardBody::full(body));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers;
+        let me = self.clone();
+        tokio::spawn(async move {
+            let limit = me.inner.opts.upstream_timeout;
+            match tokio::time::timeout(limit, me.inner.upstream.send(req, None)).await {
+                Ok(Ok(resp)) => {
+                    let status = resp.status();
+                    let _ = tokio::time::timeout(limit, resp.into_body().collect()).await;
+                    if !status.is_success() {
+                        tracing::warn!(%status, "the server refused rpctap's answer in the client's place");
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "sending rpctap's answer to the server failed")
+                }
+                Err(_) => tracing::warn!("sending rpctap's answer to the server timed out"),
+            }
+        });
     }
 
     /// A batch some of whose members were refused: the upstream answered the smaller batch;
@@ -781,6 +900,44 @@ impl Proxy {
     }
 }
 
+/// A client's answer to a server's request under the fault armed on it: the body that goes on
+/// (and the body to send a second time, `duplicate`), or rpctap's own `202 Accepted` when the
+/// fault drops it. Recorded.
+async fn client_answer(
+    ex: &mut Exchange,
+    parts: &mut http::request::Parts,
+    body: ForwardBody,
+    (id, fired, method): (crate::rpc::Id, crate::fault::Fired, Arc<str>),
+) -> Result<(ForwardBody, Option<Bytes>), Box<Response<ProxyBody>>> {
+    let Some(b) = ex.summary.body.clone() else {
+        return Ok((body, None));
+    };
+    let (what, made, detail) = faults::on_answer(&fired, &b);
+    ex.ctx.fault(&fired, Some(&id), Some(&method), made, detail);
+    match what {
+        faults::OnAnswer::Drop => {
+            ex.ctx
+                .answer_locally(202, "the client's answer dropped by a fault");
+            ex.ctx.end(crate::inspect::EndReason::Complete);
+            let mut resp = Response::new(TeeBody::new(ReplySource::Made(None), None));
+            *resp.status_mut() = StatusCode::ACCEPTED;
+            Err(Box::new(resp))
+        }
+        faults::OnAnswer::Twice => Ok((body, Some(b))),
+        faults::OnAnswer::Replace(nb) => {
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(nb.len()));
+            Ok((ForwardBody::full(nb), None))
+        }
+        faults::OnAnswer::Delay(d) => {
+            tokio::time::sleep(d).await;
+            Ok((body, None))
+        }
+        faults::OnAnswer::Unchanged => Ok((body, None)),
+    }
+}
+
 /// A request's faults that act before it goes upstream: a `delay` waits here; true for a
 /// `close` (the caller answers with a closed connection). Each recorded.
 async fn request_faults(ex: &mut Exchange) -> bool {
@@ -816,8 +973,21 @@ async fn request_faults(ex: &mut Exchange) -> bool {
     false
 }
 
+/// The upstream request as sent, kept while `direction = "s2c"` rules exist: rpctap's own
+/// POSTs to the server (an answer in the client's place, a doubled answer) are made like it.
+struct Upstreamed {
+    uri: Uri,
+    headers: http::HeaderMap,
+    peer: std::net::IpAddr,
+    session: Option<String>,
+    /// A client's answer to send the server a second time (`duplicate`).
+    again: Option<Bytes>,
+}
+
 /// One exchange as the proxy carries it through its phases.
 struct Exchange {
+    /// Set only under `direction = "s2c"` rules (boxed: the common exchange stays small).
+    upstreamed: Option<Box<Upstreamed>>,
     /// The inspector's view (it observes; the proxy never reads it back).
     ctx: ExchangeCtx,
     /// What the proxy itself knows of the request, for the replies it makes.

@@ -32,6 +32,29 @@ def fail() -> str:
     raise ValueError("this tool always fails")
 
 
+@server.tool()
+async def ask(question: str, ctx: Context, timeout: float = 2) -> str:
+    """Asks the client's model (`sampling/createMessage`, server to client); says so when no
+    answer came in `timeout` seconds, or what the SDK raised."""
+    import asyncio
+
+    from mcp.types import SamplingMessage, TextContent
+
+    try:
+        r = await asyncio.wait_for(
+            ctx.session.create_message(
+                messages=[SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+                max_tokens=10,
+            ),
+            timeout,
+        )
+    except asyncio.TimeoutError:
+        return f"no answer from the model in {timeout}s"
+    except Exception as e:  # noqa: BLE001 — what the server saw is the result
+        return f"the model failed: {type(e).__name__}: {e}"
+    return f"the model said: {r.content.text}"
+
+
 @server.resource("demo://readme")
 def readme() -> str:
     return "interop readme"

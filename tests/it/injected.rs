@@ -612,6 +612,176 @@ async fn over_stdio_server_everythings_sampling_request_refused_held_doubled_and
     recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
 }
 
+/// The fault client with sampling on against `url` (the 2025 protocol, `legacy`: a session,
+/// so that the server has a way to ask).
+fn sampling_client(url: &str, calls: &[&str]) -> Vec<Value> {
+    let v = json_stdout(
+        Command::new(sdk().join("bin/python"))
+            .arg(root().join("tests/interop/fault_client.py"))
+            .args([url, "legacy", "6"])
+            .args(calls)
+            .env("FAULT_CLIENT_SAMPLING", "1"),
+        "the fault client",
+    );
+    v.as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
+    // The Python SDK 2.x server's `ask` asks the client's model on its event stream and waits
+    // 2 s; the Python SDK 2.x client answers in a POST of its own.
+    let (_server, port) = py_server("sse").await;
+    let work = Scratch::new("inject-s2c-http");
+    let file = work.join("s2c.jsonl");
+    let s2c = "direction=s2c,method=sampling/*,count=1";
+    let faults: Vec<String> = [
+        "name=refused,error=-32042:no model here",
+        "name=held,delay=1s",
+        "name=lost,drop",
+        "name=twice,duplicate",
+        "name=renamed,wrong_id",
+        "name=cut,malformed",
+        "name=late,delay=1s,at=reply",
+        "name=closed,close",
+    ]
+    .iter()
+    .map(|f| format!("{s2c},{f}"))
+    .collect();
+    let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+    let (_p, addr, admin) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
+    let calls: Vec<String> = [
+        "refused", "held", "lost", "twice", "renamed", "cut", "late", "closed", "after",
+    ]
+    .iter()
+    .map(|q| format!(r#"ask:{{"question":"{q}"}}"#))
+    .collect();
+    let url = format!("http://{addr}/mcp");
+    let r = tokio::task::spawn_blocking(move || {
+        let calls: Vec<&str> = calls.iter().map(String::as_str).collect();
+        sampling_client(&url, &calls)
+    })
+    .await
+    .unwrap();
+    assert_eq!(r.len(), 9, "{r:#?}");
+    let said = |i: usize, q: &str| {
+        assert_eq!(
+            text(&r[i]),
+            format!("the model said: 42 ({q})"),
+            "{:?}",
+            r[i]
+        );
+        assert_eq!(r[i]["sampled"], 1, "{:?}", r[i]);
+    };
+    let unanswered = |i: usize, sampled: u64| {
+        assert_eq!(text(&r[i]), "no answer from the model in 2s", "{:?}", r[i]);
+        assert_eq!(r[i]["sampled"], sampled, "{:?}", r[i]);
+    };
+    // rpctap answered the server (a POST of its own) in the client's place.
+    assert_eq!(r[0]["sampled"], 0, "{:?}", r[0]);
+    assert_eq!(
+        text(&r[0]),
+        "the model failed: MCPError: no model here",
+        "{:?}",
+        r[0]
+    );
+    said(1, "held");
+    assert!(elapsed(&r[1]) >= 1.0, "{:?}", r[1]);
+    // The client's answer never reached the server.
+    unanswered(2, 1);
+    // Sent twice: the server takes the first.
+    said(3, "twice");
+    // An id the server never used; half a JSON text (the server answers that POST 400).
+    unanswered(4, 1);
+    unanswered(5, 1);
+    said(6, "late");
+    assert!(elapsed(&r[6]) >= 1.0, "{:?}", r[6]);
+    // The event stream carrying the request closed: the client never saw it.
+    unanswered(7, 0);
+    // The session goes on.
+    said(8, "after");
+    let got = recorded_fault_directions(&file);
+    let s2c = Some(rpctap::events::Direction::ServerToClient);
+    assert_eq!(
+        got,
+        [
+            "error",
+            "delay",
+            "drop",
+            "duplicate",
+            "wrong_id",
+            "malformed",
+            "delay",
+            "close"
+        ]
+        .map(|a| (a.to_string(), s2c))
+    );
+    let m = metrics(admin);
+    for rule in ["refused", "lost", "twice", "closed"] {
+        assert!(
+            m.lines()
+                .any(|l| l.starts_with("rpctap_faults_injected_total")
+                    && l.contains(&format!("rule=\"{rule}\""))
+                    && l.ends_with(" 1")),
+            "{rule}: {m}"
+        );
+    }
+    let (code, lines) = check_json(&file);
+    assert_eq!(code, Some(0), "{lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_server_everythings_sampling_request_refused_held_doubled_and_closed() {
+    // server-everything over Streamable HTTP asks on the tool call's own event stream.
+    let port = free_port();
+    let _server = Proc::spawn(
+        Command::new("node")
+            .arg(everything_js())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let work = Scratch::new("inject-s2c-http-everything");
+    let file = work.join("s2c.jsonl");
+    let s2c = "direction=s2c,method=sampling/createMessage,count=1";
+    let faults: Vec<String> = [
+        "name=refused,error=-32042:no model here",
+        "name=held,delay=1s",
+        "name=twice,duplicate",
+        "name=late,delay=1s,at=reply",
+        "name=closed,close",
+    ]
+    .iter()
+    .map(|f| format!("{s2c},{f}"))
+    .collect();
+    let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+    let (_p, addr, _admin) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
+    let call = r#"trigger-sampling-request:{"prompt":"p","maxTokens":5}"#;
+    let url = format!("http://{addr}/mcp");
+    let r = tokio::task::spawn_blocking(move || sampling_client(&url, &[call; 5]))
+        .await
+        .unwrap();
+    assert_eq!(r.len(), 5, "{r:#?}");
+    assert_eq!(r[0]["sampled"], 0, "{:?}", r[0]);
+    assert!(
+        r[0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no model here"),
+        "{:?}",
+        r[0]
+    );
+    for c in &r[1..4] {
+        assert_eq!(c["sampled"], 1, "{c:?}");
+        assert!(text(c).contains("fault-model"), "{c:?}");
+    }
+    assert!(elapsed(&r[1]) >= 1.0 && elapsed(&r[3]) >= 1.0, "{r:?}");
+    // The tool call's own stream closed at the server's request: the call never completes.
+    assert!(r[4]["exception"].is_string(), "{:?}", r[4]);
+    recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_an_error_a_held_request_and_a_dropped_connection() {
     let work = Scratch::new("inject-ws");
