@@ -471,10 +471,7 @@ impl FaultSpec {
                  of the client's (a c2s rule); use `close` to end the session at the server's \
                  request",
             ),
-            (_, Action::Throttle(_)) if carrier == Carrier::Http => Some(
-                "direction = \"s2c\" over HTTP: the client's answer is a small POST of its \
-                 own; use `delay` with at = \"reply\" to hold it",
-            ),
+
             _ => None,
         });
         if let Some(m) = meaningless {
@@ -1002,11 +999,6 @@ mod tests {
                 "use `close`",
             ),
             (
-                "direction=s2c,throttle=1KiB/s",
-                Carrier::Http,
-                "at = \"reply\"",
-            ),
-            (
                 "direction=s2c,status=503",
                 Carrier::Http,
                 "not an HTTP status",
@@ -1016,11 +1008,13 @@ mod tests {
             let e = Faults::new(&[FaultSpec::parse_flag(flag).unwrap()], carrier).unwrap_err();
             assert!(e.message.contains(says), "{flag}: {e}");
         }
-        assert!(Faults::new(
-            &[FaultSpec::parse_flag("direction=s2c,throttle=1KiB/s").unwrap()],
-            Carrier::Stdio
-        )
-        .is_ok());
+        for carrier in [Carrier::Stdio, Carrier::Http, Carrier::WebSocket] {
+            assert!(Faults::new(
+                &[FaultSpec::parse_flag("direction=s2c,throttle=1KiB/s").unwrap()],
+                carrier
+            )
+            .is_ok());
+        }
     }
 
     #[test]

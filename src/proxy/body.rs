@@ -94,6 +94,17 @@ impl Body for ClientBody {
 pub struct ForwardBody {
     prefix: Option<Bytes>,
     rest: Option<ClientBody>,
+    /// A body written at a rate (`throttle` on a client's answer): boxed, off the common path.
+    slow: Option<Box<Slow>>,
+}
+
+/// What is left of a throttled body, and the wait before its next piece.
+#[derive(Debug)]
+struct Slow {
+    left: Bytes,
+    piece: usize,
+    step: std::time::Duration,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl ForwardBody {
@@ -101,19 +112,55 @@ impl ForwardBody {
         ForwardBody {
             prefix: (!b.is_empty()).then_some(b),
             rest: None,
+            slow: None,
         }
     }
     pub fn streaming(prefix: Option<Bytes>, rest: ClientBody) -> Self {
         ForwardBody {
             prefix: prefix.filter(|b| !b.is_empty()),
             rest: Some(rest),
+            slow: None,
         }
     }
     pub fn empty() -> Self {
         ForwardBody {
             prefix: None,
             rest: None,
+            slow: None,
         }
+    }
+    /// `b` written at `bps` bytes a second: a twentieth of a second's worth at a time.
+    pub fn throttled(b: Bytes, bps: u64) -> Self {
+        let piece = (bps / 20).max(1) as usize;
+        ForwardBody {
+            prefix: None,
+            rest: None,
+            slow: Some(Box::new(Slow {
+                left: b,
+                piece,
+                step: std::time::Duration::from_secs_f64(piece as f64 / bps.max(1) as f64),
+                wait: None,
+            })),
+        }
+    }
+}
+
+impl Slow {
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if let Some(w) = self.wait.as_mut() {
+            if w.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.wait = None;
+        }
+        if self.left.is_empty() {
+            return Poll::Ready(None);
+        }
+        let piece = self.left.split_to(self.piece.min(self.left.len()));
+        if !self.left.is_empty() {
+            self.wait = Some(Box::pin(tokio::time::sleep(self.step)));
+        }
+        Poll::Ready(Some(piece))
     }
 }
 
@@ -128,6 +175,9 @@ impl Body for ForwardBody {
         if let Some(p) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(p))));
         }
+        if let Some(s) = self.slow.as_mut() {
+            return s.poll_piece(cx).map(|p| p.map(|b| Ok(Frame::data(b))));
+        }
         match self.rest.as_mut() {
             Some(rest) => Pin::new(rest).poll_frame(cx),
             None => Poll::Ready(None),
@@ -135,11 +185,14 @@ impl Body for ForwardBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.prefix.is_none() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+        self.prefix.is_none()
+            && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+            && self.slow.as_ref().is_none_or(|s| s.left.is_empty())
     }
 
     fn size_hint(&self) -> SizeHint {
-        let p = self.prefix.as_ref().map_or(0, |b| b.len() as u64);
+        let p = self.prefix.as_ref().map_or(0, |b| b.len() as u64)
+            + self.slow.as_ref().map_or(0, |s| s.left.len() as u64);
         match &self.rest {
             None => SizeHint::with_exact(p),
             Some(r) => {

@@ -146,6 +146,8 @@ pub enum OnAnswer {
     Replace(Bytes),
     /// Forwarded after this long.
     Delay(Duration),
+    /// Forwarded at this many bytes a second.
+    Throttle(u64),
     Unchanged,
 }
 
@@ -169,6 +171,11 @@ pub fn on_answer(fired: &Fired, body: &Bytes) -> (OnAnswer, Option<Bytes>, Strin
             OnAnswer::Delay(*d),
             None,
             format!("the client's answer held {}", crate::units::show_secs(*d)),
+        ),
+        Action::Throttle(bps) => (
+            OnAnswer::Throttle(*bps),
+            None,
+            format!("the client's answer written at {bps} bytes a second"),
         ),
         a => (
             OnAnswer::Unchanged,

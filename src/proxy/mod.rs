@@ -934,6 +934,7 @@ async fn client_answer(
             tokio::time::sleep(d).await;
             Ok((body, None))
         }
+        faults::OnAnswer::Throttle(bps) => Ok((ForwardBody::throttled(b, bps), None)),
         faults::OnAnswer::Unchanged => Ok((body, None)),
     }
 }

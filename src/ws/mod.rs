@@ -100,6 +100,8 @@ struct Shared {
     armed: crate::fault::Armed,
     cut: Option<crate::fault::Cut>,
     calls: Vec<(crate::rpc::Id, Arc<str>, Option<Arc<str>>)>,
+    /// Faults armed on the client's answers to the server's requests (`direction = "s2c"`).
+    answers: crate::fault::Armed,
 }
 
 /// The rate limits of one WebSocket connection: the rules in force (read at each message, so
@@ -132,6 +134,7 @@ pub async fn tee<C, U>(
         armed: Default::default(),
         cut: None,
         calls: Vec::new(),
+        answers: Default::default(),
     }));
     let inspect = match &neg.unknown {
         Some(ext) => {
@@ -152,11 +155,26 @@ pub async fn tee<C, U>(
         .as_ref()
         .is_some_and(|l| l.intercept.is_some() || !(l.rules)().faults.is_empty());
     let server_intercept = limits.as_ref().and_then(|l| l.intercept.clone());
-    // rpctap's own frames to the client (refusals), put in between the server's messages.
+    // rpctap's own frames to the client (refusals), put in between the server's messages; and
+    // to the server (answers to its requests in the client's place), between the client's.
     let (to_client, injected) = match limits {
         Some(_) => {
             let (tx, rx) = mpsc::channel(64);
             (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
+    let (requests, to_server_rx) = match limits.as_ref().filter(|_| server_whole) {
+        Some(l) => {
+            let (tx, rx) = mpsc::channel(64);
+            let r = Requests {
+                rules: l.rules.clone(),
+                peer: l.peer,
+                session: l.session.clone(),
+                headers: l.headers.clone(),
+                to_server: tx,
+            };
+            (Some(r), Some(rx))
         }
         None => (None, None),
     };
@@ -170,6 +188,7 @@ pub async fn tee<C, U>(
                         lim,
                         to_client,
                         replies: server_whole,
+                        inject: to_server_rx,
                     };
                     whole(cr, uw, dec, shared, side, (neg.client, cap)).await;
                 }
@@ -189,6 +208,7 @@ pub async fn tee<C, U>(
                 let side = Side::Server {
                     inject: injected,
                     intercept: server_intercept,
+                    requests,
                 };
                 whole(ur, cw, dec, shared, side, (neg.server, cap)).await;
             } else {
@@ -216,13 +236,14 @@ pub async fn tee<C, U>(
 enum Step {
     /// Bytes to the peer.
     Write(Vec<u8>),
-    /// A frame of rpctap's own to the client (a refusal, an answer).
+    /// A frame of rpctap's own back to the peer that sent the message: the client (a refusal,
+    /// an answer) or the server (an answer to its request in the client's place).
     Reply(Bytes),
     Sleep(std::time::Duration),
     /// Bytes written at this many bytes a second (`throttle`).
     Slow(Vec<u8>, u64),
-    /// The connection dropped: both sides' (`close`), or the client's (a cut).
-    Close,
+    /// The connection dropped: both sides' (`close`: true), or the client's (a cut).
+    Close(bool),
     /// A message the dashboard's intercept holds: written as decided.
     Held(Box<HeldMsg>),
 }
@@ -285,13 +306,28 @@ enum Side {
         lim: Limits,
         to_client: mpsc::Sender<Bytes>,
         replies: bool,
+        /// rpctap's own frames for the server (answers to its requests), put between two of
+        /// the client's messages.
+        inject: Option<mpsc::Receiver<Bytes>>,
     },
-    /// The server's messages: the reply faults the client's calls armed, the intercept;
-    /// rpctap's own frames for the client come in on `inject`, put between two messages.
+    /// The server's messages: the reply faults the client's calls armed, the intercept, the
+    /// `direction = "s2c"` rules on the server's requests; rpctap's own frames for the client
+    /// come in on `inject`, put between two messages.
     Server {
         inject: Option<mpsc::Receiver<Bytes>>,
         intercept: Option<crate::intercept::Intercept>,
+        requests: Option<Requests>,
     },
+}
+
+/// What the server's direction needs to decide the server's requests: the rules in force, the
+/// upgrade request's keys, and the way to the server for rpctap's answers.
+struct Requests {
+    rules: Arc<dyn Fn() -> Arc<Limiter> + Send + Sync>,
+    peer: std::net::IpAddr,
+    session: Option<String>,
+    headers: HeaderMap,
+    to_server: mpsc::Sender<Bytes>,
 }
 
 impl Side {
@@ -307,6 +343,13 @@ impl Side {
     fn frame(&self, opcode: u8, payload: &[u8]) -> Vec<u8> {
         let key = matches!(self, Side::Client { .. }).then(mask);
         frame::encode(true, false, opcode, payload, key)
+    }
+
+    /// Where rpctap's own frames for this direction's peer wait.
+    fn inject(&mut self) -> &mut Option<mpsc::Receiver<Bytes>> {
+        match self {
+            Side::Client { inject, .. } | Side::Server { inject, .. } => inject,
+        }
     }
 
     fn intercept(&self) -> Option<&crate::intercept::Intercept> {
@@ -328,14 +371,30 @@ fn ws_faults(
 ) {
     use crate::fault::{Action, At};
     for f in faults {
+        let s2c = f.fired.direction == Direction::ServerToClient;
         let detail = match &f.fired.action {
             Action::Delay(d, At::Request) => {
                 plan.step(Step::Sleep(*d));
-                format!("the request held {}", crate::units::show_secs(*d))
+                match s2c {
+                    true => format!(
+                        "the server's request held {} before it reached the client",
+                        crate::units::show_secs(*d)
+                    ),
+                    false => format!("the request held {}", crate::units::show_secs(*d)),
+                }
             }
             Action::Close => {
-                plan.step(Step::Close);
-                "the WebSocket connection dropped when the call arrived".to_string()
+                plan.step(Step::Close(true));
+                match s2c {
+                    true => "the WebSocket connection dropped when the server's request arrived",
+                    false => "the WebSocket connection dropped when the call arrived",
+                }
+                .to_string()
+            }
+            a if s2c && a.on_reply() => {
+                // Recorded when the client's answer passes.
+                s.answers.arm(&f.id, f.fired.clone(), &f.method);
+                continue;
             }
             Action::CutStreamAfter { .. } if replies => {
                 s.cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
@@ -365,7 +424,6 @@ fn server_faults(
     plan: &mut Plan,
     changed: &mut bool,
 ) -> bool {
-    use crate::fault::{Action, At};
     if let Some(c) = crate::fault::Cut::due(&mut s.cut) {
         s.ctx.fault(
             &c.fired,
@@ -374,13 +432,31 @@ fn server_faults(
             None,
             "the WebSocket connection cut before this message".into(),
         );
-        plan.step(Step::Close);
+        plan.step(Step::Close(false));
         return true;
     }
-    let Some((id, fired, method)) =
+    let Some(armed) =
         crate::fault::reply_id(t).and_then(|id| s.armed.take(&id).map(|(f, m)| (id, f, m)))
     else {
         return false;
+    };
+    armed_reply(side, s, t, plan, changed, armed)
+}
+
+/// A reply — the server's to a client's call, or the client's answer to a server's request —
+/// under the fault armed for it; true when planned (else it goes on unchanged).
+fn armed_reply(
+    side: &Side,
+    s: &mut Shared,
+    t: &Bytes,
+    plan: &mut Plan,
+    changed: &mut bool,
+    (id, fired, method): (crate::rpc::Id, crate::fault::Fired, Arc<str>),
+) -> bool {
+    use crate::fault::{Action, At};
+    let what = match fired.direction {
+        Direction::ClientToServer => "the reply",
+        Direction::ServerToClient => "the client's answer",
     };
     if let Some(r) = crate::fault::reshape(&fired, t) {
         for f in &r.frames {
@@ -393,9 +469,9 @@ fn server_faults(
     }
     let detail = match &fired.action {
         Action::Delay(d, At::Reply) => {
-            // One ordered stream: what the server sends after it waits with it.
+            // One ordered stream: what its peer sends after it waits with it.
             plan.step(Step::Sleep(*d));
-            format!("the reply held {}", crate::units::show_secs(*d))
+            format!("{what} held {}", crate::units::show_secs(*d))
         }
         Action::Throttle(bps) => {
             plan.step(Step::Slow(side.frame(0x1, t), *bps));
@@ -405,7 +481,7 @@ fn server_faults(
                 Some(&id),
                 Some(&method),
                 None,
-                format!("the reply written at {bps} bytes a second"),
+                format!("{what} written at {bps} bytes a second"),
             );
             return true;
         }
@@ -552,15 +628,15 @@ async fn whole<R, W>(
     let mut out: Vec<u8> = Vec::new();
     let mut fatal = false;
     'read: loop {
-        let n = match &mut side {
-            // rpctap's own frames for the client go in between two of the server's messages.
-            Side::Server {
-                inject: Some(rx), ..
-            } if held.is_empty() && cur.is_empty() && !streaming => {
+        let between = held.is_empty() && cur.is_empty() && !streaming;
+        let n = match side.inject() {
+            // rpctap's own frames for this direction's peer go in between two messages.
+            Some(rx) if between => {
                 tokio::select! {
                     biased;
                     f = rx.recv() => {
                         match f {
+                            // Empty: a `close` fault — this side's connection dropped.
                             Some(f) if f.is_empty() => {
                                 let _ = w.shutdown().await;
                                 return;
@@ -570,11 +646,7 @@ async fn whole<R, W>(
                                     break 'read;
                                 }
                             }
-                            None => {
-                                if let Side::Server { inject, .. } = &mut side {
-                                    *inject = None;
-                                }
-                            }
+                            None => *side.inject() = None,
                         }
                         continue 'read;
                     }
@@ -654,6 +726,31 @@ async fn whole<R, W>(
                                         let replies =
                                             matches!(side, Side::Client { replies: true, .. });
                                         ws_faults(&mut s, l.faults, replies, &mut plan);
+                                        // The client's answer to a server's request an s2c
+                                        // fault was armed on.
+                                        let answer = (!s.answers.is_empty())
+                                            .then(|| crate::fault::reply_id(&t))
+                                            .flatten()
+                                            .and_then(|id| {
+                                                s.answers.take(&id).map(|(f, m)| (id, f, m))
+                                            });
+                                        if let Some(a) = answer {
+                                            let mut changed = false;
+                                            let done = armed_reply(
+                                                &side,
+                                                &mut s,
+                                                &t,
+                                                &mut plan,
+                                                &mut changed,
+                                                a,
+                                            );
+                                            if changed || (done && !keep_raw) {
+                                                rewrite |= takeover && compressed;
+                                            }
+                                            if done {
+                                                continue;
+                                            }
+                                        }
                                         let dropped = l.forward != Forward::Unchanged;
                                         let ic = side.intercept();
                                         if ic.is_some() {
@@ -696,14 +793,58 @@ async fn whole<R, W>(
                                 }
                             }
                         }
-                        Side::Server { .. } => {
+                        Side::Server { requests, .. } => {
+                            // The `direction = "s2c"` rules in force, when there are any.
+                            let rules = requests
+                                .as_ref()
+                                .map(|r| (r.rules)())
+                                .filter(|l| l.faults.has_s2c());
                             let mut s = lock(&shared);
                             for ev in events.drain(..) {
                                 let keep_raw = !rewrite && !was_streaming;
                                 match ev {
                                     WsEvent::Text(t) if !was_streaming => {
                                         // The inspector sees what the server sent.
-                                        s.ctx.line(dir, t.clone());
+                                        if let (Some(rules), Some(rq)) = (&rules, requests) {
+                                            let keys = crate::limit::RequestKeys {
+                                                peer: rq.peer,
+                                                session: rq.session.as_deref(),
+                                                headers: &rq.headers,
+                                            };
+                                            let l = limit_message(
+                                                rules,
+                                                &mut s.ctx,
+                                                dir,
+                                                t.clone(),
+                                                &keys,
+                                                None,
+                                            );
+                                            ws_faults(&mut s, l.faults, true, &mut plan);
+                                            if let Some(r) = l.reply {
+                                                // rpctap's answer in the client's place.
+                                                plan.step(Step::Reply(Bytes::from(frame::encode(
+                                                    true,
+                                                    false,
+                                                    0x1,
+                                                    &r,
+                                                    Some(mask()),
+                                                ))));
+                                            }
+                                            match l.forward {
+                                                Forward::Unchanged => {}
+                                                Forward::Smaller(b) => {
+                                                    rewrite |= takeover && compressed;
+                                                    plan.write(&side.frame(0x1, &b));
+                                                    continue;
+                                                }
+                                                Forward::Nothing => {
+                                                    rewrite |= takeover && compressed;
+                                                    continue;
+                                                }
+                                            }
+                                        } else {
+                                            s.ctx.line(dir, t.clone());
+                                        }
                                         let mut changed = false;
                                         let done = server_faults(
                                             &side,
@@ -794,7 +935,10 @@ async fn whole<R, W>(
                             Step::Write(b) => w.write_all(&b).await.is_ok(),
                             Step::Reply(f) => match &side {
                                 Side::Client { to_client, .. } => to_client.send(f).await.is_ok(),
-                                Side::Server { .. } => w.write_all(&f).await.is_ok(),
+                                Side::Server {
+                                    requests: Some(r), ..
+                                } => r.to_server.send(f).await.is_ok(),
+                                Side::Server { .. } => true,
                             },
                             Step::Sleep(d) => {
                                 tokio::time::sleep(d).await;
@@ -816,12 +960,20 @@ async fn whole<R, W>(
                                 }
                                 ok
                             }
-                            Step::Close => {
+                            Step::Close(both) => {
                                 // `close`: the connection dropped, no close frame (a crash, as
                                 // the peer sees it); a cut: the client's.
                                 let _ = w.shutdown().await;
-                                if let Side::Client { to_client, .. } = &side {
-                                    let _ = to_client.send(Bytes::new()).await;
+                                match &side {
+                                    Side::Client { to_client, .. } => {
+                                        let _ = to_client.send(Bytes::new()).await;
+                                    }
+                                    Side::Server {
+                                        requests: Some(r), ..
+                                    } if both => {
+                                        let _ = r.to_server.send(Bytes::new()).await;
+                                    }
+                                    Side::Server { .. } => {}
                                 }
                                 return;
                             }

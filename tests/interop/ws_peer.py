@@ -14,13 +14,19 @@ usage: ws_peer.py server PORT [plain]      a JSON-RPC server
                                            add dropped (2 s timeout), doubled, held 1 s,
                                            throttled; echo with a wrong id, cut JSON;
                                            subscribe with the stream cut after its result
+       ws_peer.py asked URL [plain]        a client answering the server's `sampling/createMessage`
+                                           requests, for a proxy faulting them (s2c): ten `ask`s,
+                                           then stats
        ws_peer.py eth URL                  an Ethereum client (for ganache): block number, a
                                            batch, newHeads over three mined blocks, unsubscribe
 `plain` turns compression off.
 
 Server methods: add (sum of params), echo (the params), subscribe (result "sub-1", then three
 `subscription` notifications carrying it), unsubscribe (true, and the notifications stop), stats (how many `add` calls and notifications
-reached the server).
+reached the server, and of the client's answers to its requests how many were for no request of
+its (`stray`) or not JSON (`bad`)), ask ([QUESTION]: the server asks the client
+`sampling/createMessage` and answers with what came back in 2 s — the answer's result, its
+error, or "timeout").
 Batches are answered as arrays; notifications get nothing.
 """
 
@@ -34,7 +40,7 @@ from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
 
-SEEN = {"add": 0}
+SEEN = {"add": 0, "stray": 0, "bad": 0}
 
 
 def answer(req):
@@ -43,6 +49,8 @@ def answer(req):
         SEEN["add"] += 1
     if method == "stats":
         out = {"result": dict(SEEN)}
+    elif method == "ask":
+        return None
     elif method == "add":
         out = {"result": sum(params)}
     elif method == "echo":
@@ -56,9 +64,51 @@ def answer(req):
     return None if rid is None else {"jsonrpc": "2.0", "id": rid, **out}
 
 
+async def ask(ws, pending, rid, question):
+    """Asks the client (a server→client request) and answers the client's `ask` call with what
+    came back."""
+    SEEN["asked"] = SEEN.get("asked", 0) + 1
+    sid = f"srv-{SEEN['asked']}"
+    fut = asyncio.get_running_loop().create_future()
+    pending[sid] = fut
+    await ws.send(json.dumps({"jsonrpc": "2.0", "id": sid, "method": "sampling/createMessage",
+                              "params": {"messages": [{"role": "user", "content": {"type": "text", "text": question}}],
+                                         "maxTokens": 5}}))
+    try:
+        got = await asyncio.wait_for(fut, 2)
+        out = got.get("result", {"error": got.get("error")})
+    except TimeoutError:
+        out = "timeout"
+    finally:
+        pending.pop(sid, None)
+    try:
+        await ws.send(json.dumps({"jsonrpc": "2.0", "id": rid, "result": out}))
+    except ConnectionClosed:
+        pass
+
+
 async def handler(ws):
+    pending = {}
+    tasks = set()
     async for text in ws:
-        msg = json.loads(text)
+        try:
+            msg = json.loads(text)
+        except json.JSONDecodeError:
+            SEEN["bad"] += 1
+            continue
+        if isinstance(msg, dict) and "method" not in msg and "id" in msg:
+            # The client's answer to a request of ours.
+            fut = pending.get(msg["id"])
+            if fut is None or fut.done():
+                SEEN["stray"] += 1
+            else:
+                fut.set_result(msg)
+            continue
+        if isinstance(msg, dict) and msg.get("method") == "ask":
+            t = asyncio.create_task(ask(ws, pending, msg.get("id"), msg["params"][0]))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+            continue
         if isinstance(msg, list):
             replies = [r for r in (answer(m) for m in msg) if r]
             if replies:
@@ -211,6 +261,40 @@ async def replies(url, compression):
     print(json.dumps(out))
 
 
+async def asked(url, compression):
+    """Ten `ask`s (each answered by the server after it asked us), then stats; each with what it
+    got, how long it took, and how many of the server's requests we answered meanwhile."""
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        async def call(body, timeout=6):
+            t0 = time.monotonic()
+            await ws.send(json.dumps(body))
+            sampled = 0
+            while True:
+                try:
+                    msg = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+                except TimeoutError:
+                    return {"got": "timeout", "sampled": sampled}
+                except ConnectionClosed:
+                    return {"got": "connection closed", "sampled": sampled}
+                if msg.get("method") == "sampling/createMessage":
+                    sampled += 1
+                    q = msg["params"]["messages"][0]["content"]["text"]
+                    await ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
+                                              "result": {"role": "assistant", "model": "ws-model",
+                                                         "content": {"type": "text", "text": f"42 ({q})"}}}))
+                    continue
+                return {"got": msg.get("result", msg.get("error")), "sampled": sampled,
+                        "secs": round(time.monotonic() - t0, 2)}
+
+        names = ["refused", "held", "lost", "twice", "renamed", "cut", "late", "slow"]
+        for i, q in enumerate(names):
+            out[q] = await call({"jsonrpc": "2.0", "method": "ask", "params": [q], "id": i + 1})
+        out["stats"] = await call({"jsonrpc": "2.0", "method": "stats", "id": 20})
+        out["closed"] = await call({"jsonrpc": "2.0", "method": "ask", "params": ["closed"], "id": 21})
+    print(json.dumps(out))
+
+
 async def eth(url, compression):
     out = {}
     async with connect(url, compression=compression, max_size=None) as ws:
@@ -257,6 +341,8 @@ if __name__ == "__main__":
         asyncio.run(limited(where, compression))
     elif role == "replies":
         asyncio.run(replies(where, compression))
+    elif role == "asked":
+        asyncio.run(asked(where, compression))
     elif role == "intercepted":
         asyncio.run(intercepted(where, compression))
     elif role == "faulted":

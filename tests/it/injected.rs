@@ -642,6 +642,7 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
         "name=renamed,wrong_id",
         "name=cut,malformed",
         "name=late,delay=1s,at=reply",
+        "name=slow,throttle=100B/s",
         "name=closed,close",
     ]
     .iter()
@@ -650,7 +651,7 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
     let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
     let (_p, addr, admin) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
     let calls: Vec<String> = [
-        "refused", "held", "lost", "twice", "renamed", "cut", "late", "closed", "after",
+        "refused", "held", "lost", "twice", "renamed", "cut", "late", "slow", "closed", "after",
     ]
     .iter()
     .map(|q| format!(r#"ask:{{"question":"{q}"}}"#))
@@ -662,7 +663,7 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
     })
     .await
     .unwrap();
-    assert_eq!(r.len(), 9, "{r:#?}");
+    assert_eq!(r.len(), 10, "{r:#?}");
     let said = |i: usize, q: &str| {
         assert_eq!(
             text(&r[i]),
@@ -695,10 +696,13 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
     unanswered(5, 1);
     said(6, "late");
     assert!(elapsed(&r[6]) >= 1.0, "{:?}", r[6]);
+    // About 150 bytes at 100 a second.
+    said(7, "slow");
+    assert!(elapsed(&r[7]) >= 1.0, "{:?}", r[7]);
     // The event stream carrying the request closed: the client never saw it.
-    unanswered(7, 0);
+    unanswered(8, 0);
     // The session goes on.
-    said(8, "after");
+    said(9, "after");
     let got = recorded_fault_directions(&file);
     let s2c = Some(rpctap::events::Direction::ServerToClient);
     assert_eq!(
@@ -711,6 +715,7 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
             "wrong_id",
             "malformed",
             "delay",
+            "throttle",
             "close"
         ]
         .map(|a| (a.to_string(), s2c))
@@ -780,6 +785,83 @@ async fn over_http_server_everythings_sampling_request_refused_held_doubled_and_
     // The tool call's own stream closed at the server's request: the call never completes.
     assert!(r[4]["exception"].is_string(), "{:?}", r[4]);
     recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_the_servers_requests_meet_each_s2c_fault() {
+    // The `websockets` server asks its client (`sampling/createMessage`) for each `ask` and
+    // waits 2 s; the `websockets` client answers (deflate, context takeover).
+    let work = Scratch::new("inject-s2c-ws");
+    let file = work.join("s2c.jsonl");
+    let s2c = "direction=s2c,method=sampling/*,count=1";
+    let faults: Vec<String> = [
+        "name=refused,error=-32042:no model here",
+        "name=held,delay=1s",
+        "name=lost,drop",
+        "name=twice,duplicate",
+        "name=renamed,wrong_id",
+        "name=cut,malformed",
+        "name=late,delay=1s,at=reply",
+        "name=slow,throttle=200B/s",
+        "name=closed,close",
+    ]
+    .iter()
+    .map(|f| format!("{s2c},{f}"))
+    .collect();
+    let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+    let (v, _p, _server) = ws_client_through_faults("asked", &file, &faults).await;
+    let said = |q: &str| {
+        assert_eq!(
+            v[q]["got"]["content"]["text"],
+            format!("42 ({q})"),
+            "{q}: {v}"
+        );
+        assert_eq!(v[q]["sampled"], 1, "{q}: {v}");
+    };
+    let unanswered = |q: &str| {
+        assert_eq!(v[q]["got"], "timeout", "{q}: {v}");
+        assert_eq!(v[q]["sampled"], 1, "{q}: {v}");
+    };
+    assert_eq!(v["refused"]["sampled"], 0, "{v}");
+    assert_eq!(v["refused"]["got"]["error"]["code"], -32042, "{v}");
+    assert_eq!(
+        v["refused"]["got"]["error"]["message"], "no model here",
+        "{v}"
+    );
+    said("held");
+    assert!(v["held"]["secs"].as_f64().unwrap() >= 1.0, "{v}");
+    unanswered("lost");
+    said("twice");
+    unanswered("renamed");
+    unanswered("cut");
+    said("late");
+    assert!(v["late"]["secs"].as_f64().unwrap() >= 1.0, "{v}");
+    said("slow");
+    assert!(v["slow"]["secs"].as_f64().unwrap() >= 0.4, "{v}");
+    // What reached the server: the doubled and the renamed answers for no request of its, the
+    // cut one not JSON.
+    assert_eq!(v["stats"]["got"]["stray"], 2, "{v}");
+    assert_eq!(v["stats"]["got"]["bad"], 1, "{v}");
+    assert_eq!(v["closed"]["got"], "connection closed", "{v}");
+    assert_eq!(v["closed"]["sampled"], 0, "{v}");
+    let s2c = Some(rpctap::events::Direction::ServerToClient);
+    assert_eq!(
+        recorded_fault_directions(&file),
+        [
+            "error",
+            "delay",
+            "drop",
+            "duplicate",
+            "wrong_id",
+            "malformed",
+            "delay",
+            "throttle",
+            "close"
+        ]
+        .map(|a| (a.to_string(), s2c))
+    );
+    let (code, lines) = check_json(&file);
+    assert_eq!(code, Some(0), "{lines:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
