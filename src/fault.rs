@@ -20,8 +20,8 @@
 //!
 //! A rule with `direction = "s2c"` matches the server's requests (sampling, elicitation, roots)
 //! by method and swaps the roles: `error` answers the server in the client's place, `delay`
-//! holds the request before the client gets it, the reply actions act on the client's answer.
-//! Built for stdio sessions; refused at start elsewhere (see `Faults::new`).
+//! holds the request before the client gets it, the reply actions act on the client's answer
+//! (armed by the server request's id on the client's side of each transport).
 //!
 //! The inspector always sees what the server sent; what a fault made instead is published as an
 //! [`crate::events::FaultEvent`] naming the rule (its bytes when it made a frame), so that
