@@ -29,6 +29,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// by traffic.
 pub const MAX_HELD: usize = 256;
 pub const MAX_HELD_BYTES: usize = 64 << 20;
+/// How far off a held message's deadline is put while it is being edited (its timer stopped;
+/// quitting the dashboard forwards it anyway).
+const EDITING: Duration = Duration::from_secs(24 * 3600);
+/// How often a waiting message reads its deadline again.
+const RECHECK: Duration = Duration::from_millis(100);
 
 /// What the user decided for a held message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -344,6 +349,18 @@ impl Intercept {
         self.inner.overflow.load(Ordering::Relaxed)
     }
 
+    /// Held message `n` is being edited (`true`): its timer stops (the deadline put a day off)
+    /// until the editor returns (`false`), when it starts again from the whole timeout — a
+    /// long edit never loses its message to the timeout. False when it is no longer held.
+    pub fn editing(&self, n: u64, on: bool) -> bool {
+        let mut held = locked(&self.inner.held);
+        let Some(s) = held.iter_mut().find(|s| s.held.n == n) else {
+            return false;
+        };
+        s.held.deadline = Instant::now() + if on { EDITING } else { self.inner.timeout };
+        true
+    }
+
     /// Decides held message `n`; false when it is no longer held (it timed out meanwhile).
     pub fn decide(&self, n: u64, v: Verdict) -> bool {
         let slot = {
@@ -375,26 +392,35 @@ impl Pending {
     /// Waits for the verdict; after the timeout the message is no longer held and forwards
     /// itself.
     pub async fn wait(mut self) -> Decision {
-        let left = self.inner.timeout;
-        let (verdict, timed_out) = match tokio::time::timeout(left, &mut self.rx).await {
-            Ok(Ok(v)) => (v, false),
-            // The intercept was turned off (or its state dropped): forwarded.
-            Ok(Err(_)) => (Verdict::Forward, false),
-            Err(_) => {
-                let gone = {
-                    let mut held = locked(&self.inner.held);
-                    match held.iter().position(|s| s.held.n == self.n) {
-                        Some(i) => {
-                            held.remove(i);
-                            None
+        let mut deadline = self.since + self.inner.timeout;
+        let (verdict, timed_out) = loop {
+            // The deadline can move (an edit): read again at least this often.
+            let at = tokio::time::Instant::from_std(deadline.min(Instant::now() + RECHECK));
+            match tokio::time::timeout_at(at, &mut self.rx).await {
+                Ok(Ok(v)) => break (v, false),
+                // The intercept was turned off (or its state dropped): forwarded.
+                Ok(Err(_)) => break (Verdict::Forward, false),
+                Err(_) => {
+                    let gone = {
+                        let mut held = locked(&self.inner.held);
+                        match held.iter().position(|s| s.held.n == self.n) {
+                            // Its deadline moved (it is being edited): wait on.
+                            Some(i) if held[i].held.deadline > Instant::now() => {
+                                deadline = held[i].held.deadline;
+                                continue;
+                            }
+                            Some(i) => {
+                                held.remove(i);
+                                None
+                            }
+                            None => Some(()),
                         }
-                        None => Some(()),
-                    }
-                };
-                // Decided in the same instant it timed out: the verdict wins.
-                match (gone, self.rx.try_recv()) {
-                    (Some(()), Ok(v)) => (v, false),
-                    _ => (Verdict::Forward, true),
+                    };
+                    // Decided in the same instant it timed out: the verdict wins.
+                    break match (gone, self.rx.try_recv()) {
+                        (Some(()), Ok(v)) => (v, false),
+                        _ => (Verdict::Forward, true),
+                    };
                 }
             }
         };
@@ -542,6 +568,35 @@ mod tests {
         assert_eq!(d.action(), "timeout");
         assert!(d.held_for >= Duration::from_millis(50));
         assert!(i.held().is_empty(), "no longer listed");
+    }
+
+    #[tokio::test]
+    async fn a_message_being_edited_does_not_time_out_and_its_timer_starts_again_after() {
+        let i = Intercept::new(Duration::from_millis(150));
+        i.set_filter(Some(Filter::parse("tools/call").unwrap()));
+        let p = i.hold(&call(b"{}"));
+        let n = i.held()[0].n;
+        let waiting = tokio::spawn(p.wait());
+        assert!(i.editing(n, true));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!waiting.is_finished(), "held while the editor is open");
+        assert_eq!(i.held().len(), 1);
+        // The editor returned: the whole timeout again, then it forwards itself.
+        assert!(i.editing(n, false));
+        let d = waiting.await.unwrap();
+        assert!(d.timed_out);
+        assert!(d.held_for >= Duration::from_millis(540), "{:?}", d.held_for);
+        assert!(!i.editing(n, true), "no longer held");
+        // An edit decided in time wins.
+        let p = i.hold(&call(b"{}"));
+        let n = i.held()[0].n;
+        let waiting = tokio::spawn(p.wait());
+        i.editing(n, true);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        i.editing(n, false);
+        assert!(i.decide(n, Verdict::Drop));
+        let d = waiting.await.unwrap();
+        assert_eq!((d.verdict, d.timed_out), (Verdict::Drop, false));
     }
 
     #[tokio::test]

@@ -487,10 +487,13 @@ async fn intercept_action(
                 let answer = matches!(&action_kind, Some(true));
                 // The editor gets the terminal. The dashboard's reader is not polled meanwhile
                 // (this runs between two of its events), so it takes none of the editor's keys.
+                // The message's timer stops while it is edited.
+                ic.editing(n, true);
                 screen.leave();
                 let edited = tokio::task::spawn_blocking(move || run_editor(&text, screen))
                     .await
                     .unwrap_or_else(|e| Err(format!("the editor failed: {e}")));
+                ic.editing(n, false);
                 // A new terminal draws everything on its first frame. (Not `clear()`: it asks
                 // the cursor's position on stdout, which under `stdio` is the client's pipe.)
                 *terminal = screen.enter()?;
