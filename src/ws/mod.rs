@@ -415,15 +415,9 @@ fn ws_faults(
     }
 }
 
-/// One whole text message of the server's under the faults its call armed; true when planned
-/// (else it goes on unchanged).
-fn server_faults(
-    side: &Side,
-    s: &mut Shared,
-    t: &Bytes,
-    plan: &mut Plan,
-    changed: &mut bool,
-) -> bool {
+/// One whole text message of the server's under the faults its call armed: (planned — else it
+/// goes on unchanged —, its bytes changed).
+fn server_faults(side: &Side, s: &mut Shared, t: &Bytes, plan: &mut Plan) -> (bool, bool) {
     if let Some(c) = crate::fault::Cut::due(&mut s.cut) {
         s.ctx.fault(
             &c.fired,
@@ -433,26 +427,25 @@ fn server_faults(
             "the WebSocket connection cut before this message".into(),
         );
         plan.step(Step::Close(false));
-        return true;
+        return (true, false);
     }
     let Some(armed) =
         crate::fault::reply_id(t).and_then(|id| s.armed.take(&id).map(|(f, m)| (id, f, m)))
     else {
-        return false;
+        return (false, false);
     };
-    armed_reply(side, s, t, plan, changed, armed)
+    armed_reply(side, s, t, plan, armed)
 }
 
 /// A reply — the server's to a client's call, or the client's answer to a server's request —
-/// under the fault armed for it; true when planned (else it goes on unchanged).
+/// under the fault armed for it: (planned — else it goes on unchanged —, its bytes changed).
 fn armed_reply(
     side: &Side,
     s: &mut Shared,
     t: &Bytes,
     plan: &mut Plan,
-    changed: &mut bool,
     (id, fired, method): (crate::rpc::Id, crate::fault::Fired, Arc<str>),
-) -> bool {
+) -> (bool, bool) {
     use crate::fault::{Action, At};
     let what = match fired.direction {
         Direction::ClientToServer => "the reply",
@@ -462,33 +455,27 @@ fn armed_reply(
         for f in &r.frames {
             plan.write(&side.frame(0x1, f));
         }
-        *changed = true;
         s.ctx
             .fault(&fired, Some(&id), Some(&method), r.made, r.detail.into());
-        return true;
+        return (true, true);
     }
-    let detail = match &fired.action {
+    let (detail, planned) = match &fired.action {
         Action::Delay(d, At::Reply) => {
             // One ordered stream: what its peer sends after it waits with it.
             plan.step(Step::Sleep(*d));
-            format!("{what} held {}", crate::units::show_secs(*d))
+            (
+                format!("{what} held {}", crate::units::show_secs(*d)),
+                false,
+            )
         }
         Action::Throttle(bps) => {
             plan.step(Step::Slow(side.frame(0x1, t), *bps));
-            *changed = true;
-            s.ctx.fault(
-                &fired,
-                Some(&id),
-                Some(&method),
-                None,
-                format!("{what} written at {bps} bytes a second"),
-            );
-            return true;
+            (format!("{what} written at {bps} bytes a second"), true)
         }
-        _ => return false,
+        _ => return (false, false),
     };
     s.ctx.fault(&fired, Some(&id), Some(&method), None, detail);
-    false
+    (planned, planned)
 }
 
 /// How long the other direction may run once one has ended.
@@ -735,18 +722,11 @@ async fn whole<R, W>(
                                                 s.answers.take(&id).map(|(f, m)| (id, f, m))
                                             });
                                         if let Some(a) = answer {
-                                            let mut changed = false;
-                                            let done = armed_reply(
-                                                &side,
-                                                &mut s,
-                                                &t,
-                                                &mut plan,
-                                                &mut changed,
-                                                a,
-                                            );
-                                            if changed || (done && !keep_raw) {
-                                                rewrite |= takeover && compressed;
-                                            }
+                                            let (done, changed) =
+                                                armed_reply(&side, &mut s, &t, &mut plan, a);
+                                            rewrite |= takeover
+                                                && compressed
+                                                && (changed || (done && !keep_raw));
                                             if done {
                                                 continue;
                                             }
@@ -845,17 +825,11 @@ async fn whole<R, W>(
                                         } else {
                                             s.ctx.line(dir, t.clone());
                                         }
-                                        let mut changed = false;
-                                        let done = server_faults(
-                                            &side,
-                                            &mut s,
-                                            &t,
-                                            &mut plan,
-                                            &mut changed,
-                                        );
-                                        if changed || (done && !keep_raw) {
-                                            rewrite |= takeover && compressed;
-                                        }
+                                        let (done, changed) =
+                                            server_faults(&side, &mut s, &t, &mut plan);
+                                        rewrite |= takeover
+                                            && compressed
+                                            && (changed || (done && !keep_raw));
                                         if done {
                                             continue;
                                         }

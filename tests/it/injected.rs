@@ -426,16 +426,43 @@ fn sampling_client_over_stdio(
     v.as_array().unwrap().clone()
 }
 
-/// The recorded fault events' (action, direction) pairs, in order.
-fn recorded_fault_directions(file: &Path) -> Vec<(String, Option<rpctap::events::Direction>)> {
+/// One rule per action a server's request can meet, each named for the call it fires on (with
+/// `count=1` they fire in this order, one call each).
+const EVERY_S2C_FAULT: &[&str] = &[
+    "name=refused,error=-32042:no model here",
+    "name=held,delay=1s",
+    "name=lost,drop",
+    "name=twice,duplicate",
+    "name=renamed,wrong_id",
+    "name=cut,malformed",
+    "name=late,delay=1s,at=reply",
+    "name=slow,throttle=100B/s",
+    "name=closed,close",
+];
+
+/// `rules` (each `name=…,ACTION`), each written behind `prefix` (the matcher they share).
+fn rules_behind(prefix: &str, rules: &[&str]) -> Vec<String> {
+    rules.iter().map(|r| format!("{prefix},{r}")).collect()
+}
+
+/// The recording's fault events are `actions`, in this order, each on a server's request (its
+/// `direction` is `s2c`).
+fn recorded_on_server_requests(file: &Path, actions: &[&str]) {
     let rec = rpctap::record::reader::read(file).unwrap();
-    rec.events
+    let got: Vec<(String, Option<rpctap::events::Direction>)> = rec
+        .events
         .iter()
         .filter_map(|e| match e {
             rpctap::events::Event::Fault(f) => Some((f.action.to_string(), f.direction)),
             _ => None,
         })
-        .collect()
+        .collect();
+    let s2c = Some(rpctap::events::Direction::ServerToClient);
+    let want: Vec<_> = actions.iter().map(|a| (a.to_string(), s2c)).collect();
+    assert_eq!(
+        got, want,
+        "each fault recorded once, as the server's request's"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,21 +481,21 @@ async fn over_stdio_the_servers_sampling_requests_meet_each_s2c_fault() {
     .collect();
     let calls: Vec<&str> = calls.iter().map(String::as_str).collect();
     let s2c = "direction=s2c,method=sampling/*,count=1";
-    let faults: Vec<String> = [
-        "name=refused,error=-32042:no model here",
-        "name=held,delay=1s",
-        "name=lost,drop",
-        "name=twice,duplicate",
-        // Matches nothing here (the client is never asked for roots): skipped.
-        "name=roots,method=roots/list,drop",
-        "name=renamed,wrong_id",
-        "name=cut,malformed",
-        "name=late,delay=1s,at=reply",
-        "name=closed,close",
-    ]
-    .iter()
-    .map(|f| format!("{s2c},{f}"))
-    .collect();
+    let faults = rules_behind(
+        s2c,
+        &[
+            "name=refused,error=-32042:no model here",
+            "name=held,delay=1s",
+            "name=lost,drop",
+            "name=twice,duplicate",
+            // Matches nothing here (the client is never asked for roots): skipped.
+            "name=roots,method=roots/list,drop",
+            "name=renamed,wrong_id",
+            "name=cut,malformed",
+            "name=late,delay=1s,at=reply",
+            "name=closed,close",
+        ],
+    );
     let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
     let py = installed("mcp1", &["mcp<2", "json-rpc", "werkzeug"]).join("bin/python");
     let server = root().join("tests/interop/mcp1_server.py");
@@ -515,11 +542,9 @@ async fn over_stdio_the_servers_sampling_requests_meet_each_s2c_fault() {
         "{:?}",
         r[7]
     );
-    let got = recorded_fault_directions(&file);
-    let s2c = Some(rpctap::events::Direction::ServerToClient);
-    assert_eq!(
-        got,
-        [
+    recorded_on_server_requests(
+        &file,
+        &[
             "error",
             "delay",
             "drop",
@@ -527,10 +552,8 @@ async fn over_stdio_the_servers_sampling_requests_meet_each_s2c_fault() {
             "wrong_id",
             "malformed",
             "delay",
-            "close"
-        ]
-        .map(|a| (a.to_string(), s2c)),
-        "each fault recorded once, as the server's request's"
+            "close",
+        ],
     );
     // `check` blames the server for nothing the faults did — the calls the close left
     // unanswered included — but for what FastMCP did of its own: answering the cut JSON with a
@@ -634,20 +657,7 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
     let work = Scratch::new("inject-s2c-http");
     let file = work.join("s2c.jsonl");
     let s2c = "direction=s2c,method=sampling/*,count=1";
-    let faults: Vec<String> = [
-        "name=refused,error=-32042:no model here",
-        "name=held,delay=1s",
-        "name=lost,drop",
-        "name=twice,duplicate",
-        "name=renamed,wrong_id",
-        "name=cut,malformed",
-        "name=late,delay=1s,at=reply",
-        "name=slow,throttle=100B/s",
-        "name=closed,close",
-    ]
-    .iter()
-    .map(|f| format!("{s2c},{f}"))
-    .collect();
+    let faults = rules_behind(s2c, EVERY_S2C_FAULT);
     let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
     let (_p, addr, admin) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
     let calls: Vec<String> = [
@@ -703,11 +713,9 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
     unanswered(8, 0);
     // The session goes on.
     said(9, "after");
-    let got = recorded_fault_directions(&file);
-    let s2c = Some(rpctap::events::Direction::ServerToClient);
-    assert_eq!(
-        got,
-        [
+    recorded_on_server_requests(
+        &file,
+        &[
             "error",
             "delay",
             "drop",
@@ -716,9 +724,8 @@ async fn over_http_the_servers_sampling_requests_meet_each_s2c_fault() {
             "malformed",
             "delay",
             "throttle",
-            "close"
-        ]
-        .map(|a| (a.to_string(), s2c))
+            "close",
+        ],
     );
     let m = metrics(admin);
     for rule in ["refused", "lost", "twice", "closed"] {
@@ -750,16 +757,16 @@ async fn over_http_server_everythings_sampling_request_refused_held_doubled_and_
     let work = Scratch::new("inject-s2c-http-everything");
     let file = work.join("s2c.jsonl");
     let s2c = "direction=s2c,method=sampling/createMessage,count=1";
-    let faults: Vec<String> = [
-        "name=refused,error=-32042:no model here",
-        "name=held,delay=1s",
-        "name=twice,duplicate",
-        "name=late,delay=1s,at=reply",
-        "name=closed,close",
-    ]
-    .iter()
-    .map(|f| format!("{s2c},{f}"))
-    .collect();
+    let faults = rules_behind(
+        s2c,
+        &[
+            "name=refused,error=-32042:no model here",
+            "name=held,delay=1s",
+            "name=twice,duplicate",
+            "name=late,delay=1s,at=reply",
+            "name=closed,close",
+        ],
+    );
     let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
     let (_p, addr, _admin) = proxy(&format!("http://127.0.0.1:{port}"), &file, &faults);
     let call = r#"trigger-sampling-request:{"prompt":"p","maxTokens":5}"#;
@@ -794,20 +801,7 @@ async fn over_websocket_the_servers_requests_meet_each_s2c_fault() {
     let work = Scratch::new("inject-s2c-ws");
     let file = work.join("s2c.jsonl");
     let s2c = "direction=s2c,method=sampling/*,count=1";
-    let faults: Vec<String> = [
-        "name=refused,error=-32042:no model here",
-        "name=held,delay=1s",
-        "name=lost,drop",
-        "name=twice,duplicate",
-        "name=renamed,wrong_id",
-        "name=cut,malformed",
-        "name=late,delay=1s,at=reply",
-        "name=slow,throttle=200B/s",
-        "name=closed,close",
-    ]
-    .iter()
-    .map(|f| format!("{s2c},{f}"))
-    .collect();
+    let faults = rules_behind(s2c, EVERY_S2C_FAULT);
     let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
     let (v, _p, _server) = ws_client_through_faults("asked", &file, &faults).await;
     let said = |q: &str| {
@@ -844,10 +838,9 @@ async fn over_websocket_the_servers_requests_meet_each_s2c_fault() {
     assert_eq!(v["stats"]["got"]["bad"], 1, "{v}");
     assert_eq!(v["closed"]["got"], "connection closed", "{v}");
     assert_eq!(v["closed"]["sampled"], 0, "{v}");
-    let s2c = Some(rpctap::events::Direction::ServerToClient);
-    assert_eq!(
-        recorded_fault_directions(&file),
-        [
+    recorded_on_server_requests(
+        &file,
+        &[
             "error",
             "delay",
             "drop",
@@ -856,9 +849,8 @@ async fn over_websocket_the_servers_requests_meet_each_s2c_fault() {
             "malformed",
             "delay",
             "throttle",
-            "close"
-        ]
-        .map(|a| (a.to_string(), s2c))
+            "close",
+        ],
     );
     let (code, lines) = check_json(&file);
     assert_eq!(code, Some(0), "{lines:#?}");
