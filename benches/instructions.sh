@@ -2,7 +2,7 @@
 # Instructions per proxied call, run by hand (not in CI): the figure that does not drift on a
 # noisy machine, for judging a change to rpctap's own code (benches/RESULTS.md).
 #
-#   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, rpctap --record
+#   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, its defaults, --record
 #   SECS=20 bash benches/instructions.sh
 #   BIN=target/thin/release/rpctap bash benches/instructions.sh   # another build of rpctap
 #   BUDGET_ABOVE_FLOOR=18500 BUDGET_RECORD=14500 BUDGET_ADMIN=2100 bash benches/instructions.sh   # fail if over
@@ -40,7 +40,8 @@ write_call_lua $WORK/call.lua
 # measure NAME PORT -- COMMAND...: runs COMMAND under callgrind listening on PORT.
 measure() {
   local name=$1 port=$2; shift 3
-  valgrind -q --tool=callgrind --callgrind-out-file=$WORK/$name.%p "$@" & local vp=$!
+  # What it prints on stdout (the text log) goes to a file, as a log collector would read it.
+  valgrind -q --tool=callgrind --callgrind-out-file=$WORK/$name.%p "$@" > $WORK/$name.out & local vp=$!
   wait_port $port
   wrk -t1 -c50 -d2s -s $WORK/call.lua http://127.0.0.1:$port/ >/dev/null
   callgrind_control -z $vp >/dev/null 2>&1
@@ -79,6 +80,8 @@ P=$(free_port); sed -i "s/PORT/$P/" $WORK/nginx.conf
 measure nginx $P -- $NGINX -c $WORK/nginx.conf
 P=$(free_port); measure hyper-floor $P -- target/release/examples/hyper_floor 127.0.0.1:$P 127.0.0.1:$UP
 P=$(free_port); measure rpctap $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP
+# The defaults a user runs: the text log, one line per call on stdout (here into a file).
+P=$(free_port); measure rpctap-defaults $P -- $BIN proxy --no-tui --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP
 P=$(free_port); measure rpctap+record $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --record $WORK/rec.jsonl
 # The admin listener on (metrics counted per call; the feed gated shut, nobody attached).
 P=$(free_port); A=$(free_port); measure rpctap+admin $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --admin 127.0.0.1:$A
@@ -93,7 +96,8 @@ above=$((IR[rpctap] - IR[hyper-floor])); record=$((IR[rpctap+record] - IR[rpctap
 echo
 admin=$((IR[rpctap+admin] - IR[rpctap]))
 fault=$((IR[rpctap+fault-miss] - IR[rpctap]))
-echo "rpctap above the hyper floor: $above instructions/call; --record adds $record; --admin adds $admin; a fault rule matching nothing adds $fault"
+text=$((IR[rpctap-defaults] - IR[rpctap]))
+echo "rpctap above the hyper floor: $above instructions/call; the text log (the defaults) adds $text; --record adds $record; --admin adds $admin; a fault rule matching nothing adds $fault"
 echo "ratios to nginx: floor $(awk "BEGIN{printf \"%.2f\", ${IR[hyper-floor]}/${IR[nginx]}}"), rpctap $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap]}/${IR[nginx]}}"), --record $(awk "BEGIN{printf \"%.2f\", ${IR[rpctap+record]}/${IR[nginx]}}")"
 fail=0
 if [ -n "${BUDGET_ADMIN:-}" ] && [ "$admin" -gt "$BUDGET_ADMIN" ]; then
