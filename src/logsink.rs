@@ -29,28 +29,71 @@ pub const TEXT_INTEREST: Interest = Interest::CALL
     .and(Interest::NOTICE)
     .and(Interest::HTTP_AUTH);
 
+/// `ns` as RFC 3339 with milliseconds (`2026-11-30T05:15:37.927Z`): the date and time to the
+/// second are formatted once per second and kept (lines come thousands a second), the
+/// milliseconds written as digits.
+fn write_ts(out: &mut impl Write, ns: u64) -> std::io::Result<()> {
+    thread_local! {
+        static SECOND: std::cell::Cell<(u64, [u8; 19])> = const { std::cell::Cell::new((u64::MAX, [0; 19])) };
+    }
+    let secs = ns / 1_000_000_000;
+    let ms = (ns / 1_000_000 % 1000) as u16;
+    let prefix = SECOND.with(|c| {
+        let (s, p) = c.get();
+        if s == secs {
+            return Some(p);
+        }
+        let text =
+            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string();
+        // `YYYY-MM-DDTHH:MM:SSZ`; a year past 9999 is written the slow way.
+        let p: [u8; 19] = text.as_bytes().get(..19)?.try_into().ok()?;
+        (text.len() == 20).then(|| {
+            c.set((secs, p));
+            p
+        })
+    });
+    match prefix {
+        Some(p) => {
+            out.write_all(&p)?;
+            let d = |n: u16| b'0' + (n % 10) as u8;
+            out.write_all(&[b'.', d(ms / 100), d(ms / 10), d(ms), b'Z'])
+        }
+        None => write!(
+            out,
+            "{}",
+            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns))
+        ),
+    }
+}
+
 /// A call's line written straight into `out` (the line the log prints most: no piece of it is
-/// built as a string of its own first).
+/// built as a string of its own first, and nothing goes through `fmt` on the common path).
 fn write_call(out: &mut impl Write, c: &crate::events::CallEvent) -> std::io::Result<()> {
-    let t = UNIX_EPOCH + Duration::from_nanos(c.ts);
-    write!(
-        out,
-        "{} {} {} {}",
-        humantime::format_rfc3339_millis(t),
-        c.scope.short(),
-        c.direction.arrow(),
-        c.method
-    )?;
+    write_ts(out, c.ts)?;
+    out.write_all(b" ")?;
+    c.scope.write_short(out)?;
+    out.write_all(b" ")?;
+    out.write_all(c.direction.arrow().as_bytes())?;
+    out.write_all(b" ")?;
+    out.write_all(c.method.as_bytes())?;
     if let Some(t) = &c.target {
-        write!(out, ":{t}")?;
+        out.write_all(b":")?;
+        out.write_all(t.as_bytes())?;
     }
-    write!(out, " id={} ", c.id)?;
-    match &c.outcome {
-        crate::events::Outcome::Result => out.write_all(b"result")?,
-        o => out.write_all(o.label().as_bytes())?,
+    out.write_all(b" id=")?;
+    match &c.id {
+        crate::rpc::Id::Num(n) => out.write_all(n.as_bytes())?,
+        id => write!(out, "{id}")?,
     }
+    out.write_all(b" ")?;
+    c.outcome.write_label(out)?;
     if let Some(us) = c.latency_us {
-        write!(out, " {:.1}ms", us as f64 / 1000.0)?;
+        // Tenths of a millisecond, rounded: `1.2ms`.
+        let tenths = (us + 50) / 100;
+        out.write_all(b" ")?;
+        out.write_all(itoa::Buffer::new().format(tenths / 10).as_bytes())?;
+        out.write_all(&[b'.', b'0' + (tenths % 10) as u8])?;
+        out.write_all(b"ms")?;
     }
     if !c.anomalies.is_empty() {
         out.write_all(b" [")?;
@@ -251,6 +294,67 @@ mod tests {
         let mut out = Vec::new();
         assert!(write_text(&mut out, &Event::Call(c)).unwrap());
         assert_eq!(String::from_utf8(out).unwrap(), format!("{line}\n"));
+    }
+
+    #[test]
+    fn timestamps_latencies_and_scopes_are_written_as_fmt_would() {
+        // The cached second and the digits of the milliseconds read as humantime writes them,
+        // across second boundaries and back.
+        let base = 1_796_015_737_000_000_000u64;
+        for ns in [
+            base,
+            base + 5_000_000,
+            base + 999_999_999,
+            base + 1_000_000_000,
+            base + 61_042_000_000,
+            base + 3_000_000,
+            0,
+        ] {
+            let mut v = Vec::new();
+            write_ts(&mut v, ns).unwrap();
+            let want = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns));
+            assert_eq!(String::from_utf8(v).unwrap(), want.to_string(), "{ns}");
+        }
+        let call = |us, scope| crate::events::CallEvent {
+            ts: base,
+            exchange: 1,
+            scope,
+            direction: crate::events::Direction::ServerToClient,
+            method: "ping".into(),
+            target: None,
+            id: crate::rpc::Id::Str("a\"b".into()),
+            outcome: crate::events::Outcome::Result,
+            latency_us: Some(us),
+            anomalies: vec![],
+            request_index: None,
+            response_index: None,
+            continues: None,
+            trace: None,
+        };
+        for (us, shown) in [
+            (0, "0.0ms"),
+            (49, "0.0ms"),
+            (50, "0.1ms"),
+            (1950, "2.0ms"),
+            (12_345_678, "12345.7ms"),
+        ] {
+            let l = text_line(&Event::Call(call(us, crate::events::Scope::Exchange(9)))).unwrap();
+            assert!(
+                l.ends_with(&format!(" s→c ping id=\"a\\\"b\" result {shown}")),
+                "{l}"
+            );
+        }
+        let s = crate::events::Scope::Session("ünïcødé-session".into());
+        let l = text_line(&Event::Call(call(0, s.clone()))).unwrap();
+        assert!(l.contains(" ünïcødé- s→c "), "{l}");
+        assert_eq!(s.short(), "ünïcødé-");
+        let st = crate::events::Scope::Stateless {
+            group: format!("{}client-abcdef", crate::events::STATELESS_PREFIX).into(),
+            exchange: 3,
+        };
+        assert_eq!(st.short(), "client-a");
+        let refused = crate::events::Outcome::Refused { rule: "r1".into() };
+        assert_eq!(refused.label(), "refused (r1)");
     }
 
     #[test]

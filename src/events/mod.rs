@@ -85,17 +85,33 @@ pub enum Scope {
 /// The prefix of a stateless client's group name.
 pub const STATELESS_PREFIX: &str = "stateless:";
 
+/// The first `n` characters of `s`.
+fn first_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
 impl Scope {
     pub fn short(&self) -> String {
+        let mut v = Vec::with_capacity(16);
+        let _ = self.write_short(&mut v);
+        String::from_utf8(v).unwrap_or_default()
+    }
+
+    /// [`Scope::short`] written into `out` (the log's lines build no string for it).
+    pub fn write_short(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         match self {
-            Scope::Session(s) => s.chars().take(8).collect(),
-            Scope::Exchange(n) => format!("#{n}"),
-            Scope::Stateless { group, .. } => group
-                .strip_prefix(STATELESS_PREFIX)
-                .unwrap_or(group)
-                .chars()
-                .take(8)
-                .collect(),
+            Scope::Session(s) => out.write_all(first_chars(s, 8).as_bytes()),
+            Scope::Exchange(n) => {
+                out.write_all(b"#")?;
+                out.write_all(itoa::Buffer::new().format(*n).as_bytes())
+            }
+            Scope::Stateless { group, .. } => {
+                let g = group.strip_prefix(STATELESS_PREFIX).unwrap_or(group);
+                out.write_all(first_chars(g, 8).as_bytes())
+            }
         }
     }
 
@@ -234,13 +250,23 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn label(&self) -> String {
+        let mut v = Vec::with_capacity(24);
+        let _ = self.write_label(&mut v);
+        String::from_utf8(v).unwrap_or_default()
+    }
+
+    /// [`Outcome::label`] written into `out` (the log's lines build no string for it).
+    pub fn write_label(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         match self {
-            Outcome::Result => "result".into(),
-            Outcome::InputRequired => "input required".into(),
-            Outcome::Error { code, .. } => format!("error {code}"),
-            Outcome::Refused { rule } => format!("refused ({rule})"),
-            Outcome::Rejected { status } => format!("rejected (HTTP {status})"),
-            Outcome::Missing { reason } => format!("missing ({reason})"),
+            Outcome::Result => out.write_all(b"result"),
+            Outcome::InputRequired => out.write_all(b"input required"),
+            Outcome::Error { code, .. } => {
+                out.write_all(b"error ")?;
+                out.write_all(itoa::Buffer::new().format(*code).as_bytes())
+            }
+            Outcome::Refused { rule } => write!(out, "refused ({rule})"),
+            Outcome::Rejected { status } => write!(out, "rejected (HTTP {status})"),
+            Outcome::Missing { reason } => write!(out, "missing ({reason})"),
         }
     }
 }
