@@ -458,7 +458,8 @@ impl App {
                 self.apply_fault(
                     self.ex(f.exchange),
                     &scope,
-                    id.as_deref(),
+                    id.as_deref()
+                        .map(|i| (i, f.direction.unwrap_or(Direction::ClientToServer))),
                     &format!("{}: {} — {}", f.injected, f.action, f.detail),
                 );
             }
@@ -1005,10 +1006,18 @@ impl App {
 
     /// A fault a rule injected: marked on its call's row (the newest with its scope and id,
     /// else the exchange's), counted apart from anomalies.
-    pub fn apply_fault(&mut self, exchange: u64, scope: &Text, id: Option<&str>, text: &str) {
+    /// A fault on the call `id` of direction `dir` (a server's request for `ServerToClient`:
+    /// its id is in the server's id space), or on the exchange when it names no call.
+    pub fn apply_fault(
+        &mut self,
+        exchange: u64,
+        scope: &Text,
+        id: Option<(&str, Direction)>,
+        text: &str,
+    ) {
         self.faults_total += 1;
         let target = self.rows.iter_mut().rev().take(10_000).find(|r| match id {
-            Some(i) => r.scope == *scope && &*r.id == i && r.direction == Direction::ClientToServer,
+            Some((i, dir)) => r.scope == *scope && &*r.id == i && r.direction == dir,
             None => r.exchange == exchange,
         });
         if let Some(r) = target {

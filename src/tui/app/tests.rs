@@ -1026,6 +1026,40 @@ fn an_injected_fault_marks_its_call_and_counts_apart_from_anomalies() {
         .iter()
         .filter(|r| &*r.id != "1")
         .all(|r| r.injected.is_empty()));
+    // A fault on the server's request 1 marks that request's row, not the client's call 1.
+    a.apply_message(msg(
+        1,
+        false,
+        Kind::Request,
+        Some("1"),
+        Some("sampling/createMessage"),
+        r#"{"jsonrpc":"2.0","method":"sampling/createMessage","params":{},"id":1}"#,
+    ));
+    a.apply(&Event::Fault(crate::events::FaultEvent {
+        ts: 2,
+        exchange: 1,
+        scope: crate::events::Scope::Exchange(1),
+        injected: "refused".into(),
+        action: "error",
+        method: Some("sampling/createMessage".into()),
+        id: Some(crate::rpc::Id::Num("1".into())),
+        message: None,
+        detail: "answered by rpctap in the client's place".into(),
+        direction: Some(Direction::ServerToClient),
+    }));
+    let server = a
+        .rows
+        .iter()
+        .find(|r| &*r.id == "1" && r.direction == Direction::ServerToClient)
+        .unwrap();
+    assert_eq!(server.injected.len(), 1, "{:?}", server.injected);
+    assert!(server.injected[0].starts_with("refused: error"));
+    let client = a
+        .rows
+        .iter()
+        .find(|r| &*r.id == "1" && r.direction == Direction::ClientToServer)
+        .unwrap();
+    assert_eq!(client.injected, ["lost: drop — the reply dropped"]);
 }
 
 fn held_row(n: u64, direction: Direction, method: &str, id: &str, frame: &str) -> HeldRow {
