@@ -4,13 +4,19 @@
 //! `tools/call` —, id, outcome, latency, anomaly codes), one per notification, one per anomaly,
 //! one per authorization exchange around an MCP endpoint (a 401/403 and its `WWW-Authenticate`,
 //! an OAuth discovery document), printed as they happen. `json`: every event as one JSON line.
-//! The printer may fall behind; then the bus drops events for it and it says how many it
-//! missed.
+//! The printer may fall behind; then it drops lines and says how many it missed.
+//!
+//! The text log is a bus sink ([`TextLines`]): each line is written on the thread that
+//! publishes its event, into that thread's own buffer (a shard: no event crosses threads, no
+//! two cores write the same cache line, nothing is queued or allocated per call), and the
+//! printer takes every shard each [`DRAIN`], merges their lines by time and writes them in one
+//! go. The JSON log reads the bus through a queue, as the other subscribers do.
 
-use crate::cli::LogFormat;
-use crate::events::{Event, Interest, Subscription};
+use crate::events::{Event, Interest, Sink, Subscription};
+use std::cell::Cell;
 use std::io::Write;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 fn ts(ns: u64) -> String {
@@ -208,8 +214,168 @@ pub fn text_line(ev: &Event) -> Option<String> {
 /// How often the printer takes its events off the bus.
 pub const DRAIN: Duration = Duration::from_millis(20);
 
-/// Runs the printer until the bus closes.
-pub async fn run(mut sub: Subscription, format: LogFormat, out: impl Write + Send) {
+/// The text log's lines, written by the publishing threads: one buffer per thread ([`SHARDS`]
+/// of them; more threads share them, in the order they write), each on its own cache lines and behind its own lock,
+/// which only its thread and the printer (once per drain) ever take. Bounded: a shard holding
+/// more than its share of the cap takes no more lines until the printer has been (they are
+/// counted and reported as skipped).
+#[derive(Debug)]
+pub struct TextLines {
+    shards: Box<[Shard]>,
+    /// Bytes one shard holds at most.
+    cap: usize,
+    /// Lines no shard could take.
+    lost: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<Vec<u8>>);
+
+/// The number of buffers (2 KiB of locks, whatever the number of threads).
+pub const SHARDS: usize = 16;
+
+/// Bytes of lines waiting for the printer, all shards together (seconds of full load).
+pub const TEXT_BYTES: usize = 16 << 20;
+
+/// Which shard the current thread writes to: each thread takes the next number once.
+fn shard_of(n: usize) -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    MINE.with(|m| {
+        let mut i = m.get();
+        if i == usize::MAX {
+            i = NEXT.fetch_add(1, Ordering::Relaxed);
+            m.set(i);
+        }
+        i % n
+    })
+}
+
+fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
+    // A line half written by a panicking thread is cut off by the length check in `accept`;
+    // the buffer itself stays usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl TextLines {
+    pub fn new(total_bytes: usize) -> Arc<TextLines> {
+        Arc::new(TextLines {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            cap: (total_bytes / SHARDS).max(4096),
+            lost: AtomicU64::new(0),
+        })
+    }
+
+    /// Lines skipped so far because a shard was full.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Takes every shard's lines into `bufs` (one per shard; each must be empty, and keeps its
+    /// allocation for the shard's next lines).
+    fn take(&self, bufs: &mut Vec<Vec<u8>>) {
+        bufs.resize_with(self.shards.len(), Vec::new);
+        for (s, b) in self.shards.iter().zip(bufs.iter_mut()) {
+            std::mem::swap(&mut *lock(&s.0), b);
+        }
+    }
+}
+
+impl Sink for TextLines {
+    fn accept(&self, ev: &Event) {
+        let shard = &self.shards[shard_of(self.shards.len())];
+        let mut g = lock(&shard.0);
+        let before = g.len();
+        if before >= self.cap {
+            drop(g);
+            self.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // Writing into a Vec cannot fail; a line is there whole or not at all.
+        if write_text(&mut *g, ev).is_err() {
+            g.truncate(before);
+        }
+    }
+    fn name(&self) -> &'static str {
+        "text log"
+    }
+}
+
+/// The length of a line's time prefix (`2026-11-30T05:15:37.927Z`), by which the shards' lines
+/// are merged.
+const TS_LEN: usize = 24;
+
+/// Writes the lines of every buffer into `out`, merged by their time prefix (each buffer's own
+/// lines stay in the order they were written), and empties the buffers.
+fn write_merged(out: &mut impl Write, bufs: &mut [Vec<u8>]) -> std::io::Result<()> {
+    let live: Vec<usize> = (0..bufs.len()).filter(|&i| !bufs[i].is_empty()).collect();
+    if live.len() == 1 {
+        out.write_all(&bufs[live[0]])?;
+    } else if live.len() > 1 {
+        let mut at = vec![0usize; bufs.len()];
+        loop {
+            let mut best: Option<(usize, &[u8])> = None;
+            for &i in &live {
+                let rest = &bufs[i][at[i]..];
+                if rest.is_empty() {
+                    continue;
+                }
+                let key = &rest[..rest.len().min(TS_LEN)];
+                if best.is_none_or(|(_, k)| key < k) {
+                    best = Some((i, key));
+                }
+            }
+            let Some((i, _)) = best else { break };
+            let rest = &bufs[i][at[i]..];
+            let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |n| n + 1);
+            out.write_all(&rest[..end])?;
+            at[i] += end;
+        }
+    }
+    for b in bufs.iter_mut() {
+        b.clear();
+    }
+    Ok(())
+}
+
+/// Runs the text printer until the bus is gone (the printer holds the last reference to
+/// `lines`), then prints what is left.
+pub async fn run_text(lines: Arc<TextLines>, out: impl Write + Send) {
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
+    let mut bufs = Vec::new();
+    let mut reported = 0;
+    let mut tick = tokio::time::interval(DRAIN);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let last = Arc::strong_count(&lines) == 1;
+        lines.take(&mut bufs);
+        let mut wrote = bufs.iter().any(|b| !b.is_empty());
+        let _ = write_merged(&mut out, &mut bufs);
+        let lost = lines.lost();
+        if lost > reported {
+            let _ = writeln!(
+                out,
+                "rpctap: the log fell behind and skipped {} lines",
+                lost - reported
+            );
+            reported = lost;
+            wrote = true;
+        }
+        if wrote {
+            let _ = out.flush();
+        }
+        if last {
+            return;
+        }
+    }
+}
+
+/// Runs the JSON printer until the bus closes.
+pub async fn run_json(mut sub: Subscription, out: impl Write + Send) {
     // Lines are gathered and written once per batch (a line each would be a write each: on a
     // terminal or a pipe, stdout flushes at every newline). Events are taken off the bus on a
     // timer, as the dashboard takes them, not as they come: waiting in `recv` would have every
@@ -233,16 +399,8 @@ pub async fn run(mut sub: Subscription, format: LogFormat, out: impl Write + Sen
                 }
             };
             wrote = true;
-            match format {
-                LogFormat::Off => {}
-                LogFormat::Text => {
-                    let _ = write_text(&mut out, &ev);
-                }
-                LogFormat::Json => {
-                    if serde_json::to_writer(&mut out, &*ev).is_ok() {
-                        let _ = out.write_all(b"\n");
-                    }
-                }
+            if serde_json::to_writer(&mut out, &*ev).is_ok() {
+                let _ = out.write_all(b"\n");
             }
         }
         let dropped = sub.dropped.load(Ordering::Relaxed);
@@ -355,6 +513,153 @@ mod tests {
         assert_eq!(st.short(), "client-a");
         let refused = crate::events::Outcome::Refused { rule: "r1".into() };
         assert_eq!(refused.label(), "refused (r1)");
+    }
+
+    fn ping_at(ts: u64, id: u64) -> Event {
+        Event::Call(crate::events::CallEvent {
+            ts,
+            exchange: id,
+            scope: crate::events::Scope::Exchange(id),
+            direction: crate::events::Direction::ClientToServer,
+            method: "ping".into(),
+            target: None,
+            id: crate::rpc::Id::Num(id.to_string().into()),
+            outcome: crate::events::Outcome::Result,
+            latency_us: Some(100),
+            anomalies: vec![],
+            request_index: None,
+            response_index: None,
+            continues: None,
+            trace: None,
+        })
+    }
+
+    #[test]
+    fn lines_written_on_many_threads_come_out_whole() {
+        let lines = TextLines::new(TEXT_BYTES);
+        let mut b = crate::events::BusBuilder::default();
+        b.sink(TEXT_INTEREST, lines.clone());
+        let bus = b.build();
+        let base = 1_796_015_737_000_000_000u64;
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let bus = bus.clone();
+                s.spawn(move || {
+                    for i in 0..500u64 {
+                        // Interleaved times: thread t writes the t-th of every 4 milliseconds.
+                        bus.publish(ping_at(base + (i * 4 + t) * 1_000_000, t * 1000 + i));
+                    }
+                });
+            }
+        });
+        let mut bufs = Vec::new();
+        lines.take(&mut bufs);
+        let mut out = Vec::new();
+        write_merged(&mut out, &mut bufs).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let got: Vec<&str> = text.lines().collect();
+        assert_eq!(got.len(), 2000);
+        let mut ids: Vec<&str> = got
+            .iter()
+            .map(|l| {
+                assert!(
+                    l.contains(" c→s ping id=") && l.ends_with(" result 0.1ms"),
+                    "{l}"
+                );
+                l.split(" id=")
+                    .nth(1)
+                    .and_then(|r| r.split(' ').next())
+                    .unwrap()
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 2000, "a line lost or doubled");
+        assert!(bufs.iter().all(|b| b.is_empty()));
+        assert_eq!(lines.lost(), 0);
+    }
+
+    #[test]
+    fn the_buffers_lines_are_merged_by_time_each_buffers_order_kept() {
+        let at = |ms: u64, tag: &str| {
+            let mut v = Vec::new();
+            write_ts(&mut v, 1_796_015_737_000_000_000 + ms * 1_000_000).unwrap();
+            v.extend_from_slice(format!(" {tag}\n").as_bytes());
+            v
+        };
+        let mut bufs = vec![
+            [at(1, "a1"), at(5, "a5"), at(5, "a5b"), at(9, "a9")].concat(),
+            Vec::new(),
+            [at(2, "b2"), at(5, "b5"), at(1000, "b1000")].concat(),
+            [at(0, "c0")].concat(),
+        ];
+        let mut out = Vec::new();
+        write_merged(&mut out, &mut bufs).unwrap();
+        let tags: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| l[TS_LEN + 1..].to_string())
+            .collect();
+        assert_eq!(
+            tags,
+            ["c0", "a1", "b2", "a5", "a5b", "b5", "a9", "b1000"],
+            "merged by time; a tie goes to the first buffer"
+        );
+        assert!(bufs.iter().all(|b| b.is_empty()));
+    }
+
+    #[test]
+    fn a_full_buffer_skips_lines_and_counts_them() {
+        let lines = TextLines::new(0); // each shard takes 4096 bytes at most
+        for i in 0..200 {
+            lines.accept(&ping_at(1_796_015_737_000_000_000, i));
+        }
+        let mut bufs = Vec::new();
+        lines.take(&mut bufs);
+        let taken: usize = bufs
+            .iter()
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .sum();
+        assert!(taken > 0 && taken < 200, "{taken}");
+        assert_eq!(lines.lost() as usize, 200 - taken);
+        // Taken away, the shard takes lines again.
+        lines.accept(&ping_at(1_796_015_737_000_000_000, 7));
+        lines.take(&mut bufs);
+        assert_eq!(lines.lost() as usize, 200 - taken);
+    }
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_printer_prints_as_lines_come_and_the_last_ones_when_the_bus_is_gone() {
+        let lines = TextLines::new(TEXT_BYTES);
+        let mut b = crate::events::BusBuilder::default();
+        b.sink(TEXT_INTEREST, lines.clone());
+        let bus = b.build();
+        let out = Shared::default();
+        let printer = tokio::spawn(run_text(lines, out.clone()));
+        bus.publish(ping_at(1_796_015_737_000_000_000, 1));
+        tokio::time::sleep(DRAIN * 5).await;
+        assert_eq!(out.0.lock().unwrap().split(|&c| c == b'\n').count(), 2);
+        bus.publish(ping_at(1_796_015_737_000_000_000, 2));
+        drop(bus);
+        tokio::time::timeout(Duration::from_secs(5), printer)
+            .await
+            .expect("the printer ends once the bus is gone")
+            .unwrap();
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.lines().nth(1).unwrap().contains(" id=2 "), "{text}");
     }
 
     #[test]

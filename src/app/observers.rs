@@ -41,11 +41,17 @@ pub struct Chain {
 /// The trace exporter waiting to start: its subscription, settings and the upstream's address.
 type Exporter = (Subscription, crate::otel::OtelConfig, Option<(String, u16)>);
 
+/// The headless log waiting to start, and where its lines go.
+enum Log {
+    Json(Subscription, Box<dyn Write + Send>),
+    Text(Arc<crate::logsink::TextLines>, Box<dyn Write + Send>),
+}
+
 /// The chain, attached to a bus.
 pub struct Observers {
     /// The admin side (metrics, feed, listener), when `--admin` is on.
     pub ops: Option<Ops>,
-    log: Option<(Subscription, LogFormat, Box<dyn Write + Send>)>,
+    log: Option<Log>,
     log_task: Option<tokio::task::JoinHandle<()>>,
     record_lines: Option<Arc<crate::record::LineBuffer>>,
     recorder: Option<crate::record::Finished>,
@@ -61,12 +67,16 @@ impl Observers {
     pub async fn attach(chain: Chain, bus: &mut BusBuilder) -> Result<Observers, AppError> {
         let log = match chain.log {
             LogFormat::Off => None,
-            // Every event as JSON.
-            LogFormat::Json => Some(bus.subscribe("log", 65_536)),
-            // Finished calls, notifications, anomalies, refusals, notices.
-            LogFormat::Text => Some(bus.subscribe_to("log", 65_536, crate::logsink::TEXT_INTEREST)),
-        }
-        .map(|sub| (sub, chain.log, chain.log_out));
+            // Every event as JSON, through a queue.
+            LogFormat::Json => Some(Log::Json(bus.subscribe("log", 65_536), chain.log_out)),
+            // Finished calls, notifications, anomalies, refusals, notices: lines written by
+            // the publishing threads.
+            LogFormat::Text => {
+                let lines = crate::logsink::TextLines::new(crate::logsink::TEXT_BYTES);
+                bus.sink(crate::logsink::TEXT_INTEREST, lines.clone());
+                Some(Log::Text(lines, chain.log_out))
+            }
+        };
         let ops = match &chain.admin {
             Some(a) => Some(Ops::start(a, bus, chain.feed_header).await?),
             None => None,
@@ -109,9 +119,10 @@ impl Observers {
             });
             o.run_feed();
         }
-        if let Some((sub, format, out)) = self.log.take() {
-            self.log_task = Some(tokio::spawn(crate::logsink::run(sub, format, out)));
-        }
+        self.log_task = self.log.take().map(|log| match log {
+            Log::Json(sub, out) => tokio::spawn(crate::logsink::run_json(sub, out)),
+            Log::Text(lines, out) => tokio::spawn(crate::logsink::run_text(lines, out)),
+        });
         if let Some((sub, o, up)) = self.otel.take() {
             self.otel_task = Some(crate::otel::spawn(sub, o, up));
         }
@@ -153,7 +164,7 @@ impl Observers {
                 tokio::time::timeout(Duration::from_secs(5), t).await,
             );
         }
-        // The log ends when every sender (held by the inspector) is gone; a connection that
+        // The log ends when the bus (held by the inspector) is gone; a connection that
         // outlived the grace period is not waited for.
         if let Some(t) = self.log_task {
             ended(
