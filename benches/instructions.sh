@@ -5,6 +5,8 @@
 #   bash benches/instructions.sh          # nginx, the hyper floor, rpctap, its defaults, --record
 #   SECS=20 bash benches/instructions.sh
 #   BIN=target/thin/release/rpctap bash benches/instructions.sh   # another build of rpctap
+#   PROFILE=dist bash benches/instructions.sh   # another cargo profile (rpctap and the floor)
+#   ONLY="rpctap rpctap-defaults" bash benches/instructions.sh   # some rows only
 #   BUDGET_ABOVE_FLOOR=18500 BUDGET_RECORD=14500 BUDGET_ADMIN=2100 bash benches/instructions.sh   # fail if over
 #
 # Each proxy runs under `valgrind --tool=callgrind` (one worker thread) in front of rpctap's demo
@@ -26,9 +28,14 @@ need() { command -v "$1" >/dev/null 2>&1; }
 if ! need nginx || ! need wrk || ! need valgrind; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk valgrind >/dev/null
 fi
-cargo build --release -q --bin rpctap --example hyper_floor
-# BIN=/path/to/rpctap measures that build (another profile, say) beside the same floor.
-BIN=${BIN:-target/release/rpctap}
+# PROFILE=dist (or profiling, …) measures that cargo profile's builds of rpctap and the floor;
+# BIN=/path/to/rpctap measures that build of rpctap beside the profile's floor.
+PROFILE=${PROFILE:-release}
+cargo build --profile "$PROFILE" -q --bin rpctap --example hyper_floor
+BIN=${BIN:-target/$PROFILE/rpctap}
+FLOOR=target/$PROFILE/examples/hyper_floor
+# ONLY="rpctap rpctap-defaults" measures those rows alone (the summary needs them all).
+ONLY=${ONLY:-}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 source benches/common.sh
@@ -40,6 +47,7 @@ write_call_lua $WORK/call.lua
 # measure NAME PORT -- COMMAND...: runs COMMAND under callgrind listening on PORT.
 measure() {
   local name=$1 port=$2; shift 3
+  if [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]]; then IR[$name]=0; return; fi
   # What it prints on stdout (the text log) goes to a file, as a log collector would read it.
   valgrind -q --tool=callgrind --callgrind-out-file=$WORK/$name.%p "$@" > $WORK/$name.out & local vp=$!
   wait_port $port
@@ -78,7 +86,7 @@ echo "| proxy | requests measured | instructions / call |"
 echo "|---|---|---|"
 P=$(free_port); sed -i "s/PORT/$P/" $WORK/nginx.conf
 measure nginx $P -- $NGINX -c $WORK/nginx.conf
-P=$(free_port); measure hyper-floor $P -- target/release/examples/hyper_floor 127.0.0.1:$P 127.0.0.1:$UP
+P=$(free_port); measure hyper-floor $P -- $FLOOR 127.0.0.1:$P 127.0.0.1:$UP
 P=$(free_port); measure rpctap $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP
 # The defaults a user runs: the text log, one line per call on stdout (here into a file).
 P=$(free_port); measure rpctap-defaults $P -- $BIN proxy --no-tui --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP

@@ -4,11 +4,14 @@
 /// Whether `hay` contains `needle` (ASCII, lower-case) in any letter case — a media type check
 /// without lower-casing a copy.
 pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
-    needle.is_empty()
-        || hay
-            .as_bytes()
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    let Some(first) = needle.as_bytes().first().map(u8::to_ascii_lowercase) else {
+        return true;
+    };
+    // Each request's and reply's content type is searched: the whole needle is compared only
+    // where its first letter is.
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w[0].to_ascii_lowercase() == first && w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 /// Whether a `Content-Type` is `text/event-stream` (parameters allowed), in any letter case.

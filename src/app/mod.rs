@@ -329,18 +329,19 @@ impl RunningProxy {
         server::serve_with(
             listener,
             move |peer| {
-                let p = p.clone();
                 let counted = crate::metrics::Counted::client(p.connections());
-                let conn = Arc::new(crate::proxy::ClientConn::new(peer));
+                // The proxy is cloned once per connection, into the connection's own state: each
+                // request then clones only that (a count no other core writes), not the proxy's
+                // shared one.
+                let conn = Arc::new((p.clone(), crate::proxy::ClientConn::new(peer)));
                 let driver = conn.clone();
                 let handler = move |req| {
-                    let p = p.clone();
                     let conn = conn.clone();
-                    async move { p.handle(req, &conn).await }
+                    async move { conn.0.handle(req, &conn.1).await }
                 };
                 (handler, async move {
                     let _counted = counted;
-                    driver.drive_upstream().await
+                    driver.1.drive_upstream().await
                 })
             },
             shutdown,

@@ -393,7 +393,8 @@ impl Proxy {
             }));
         }
         // Phase 3, upstream: awaited here, pinned once — this future is a large part of the
-        // exchange's state, and a function of its own would hold (and copy) it again.
+        // exchange's state, and a function of its own would hold (and copy) it again (boxed,
+        // it is copied once more and allocated: measured no cheaper, benches/RESULTS.md).
         let limit = self.inner.opts.upstream_timeout;
         let mut send = std::pin::pin!(self
             .inner

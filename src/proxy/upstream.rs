@@ -98,6 +98,10 @@ fn connector(connect_timeout: Duration, insecure: bool, allow_h2: bool) -> Conne
 pub struct Lane {
     /// A std lock: held only to take or put the sender, never across an `.await`.
     sender: Mutex<Option<Held>>,
+    /// The idle budget a kept connection holds a slot of (the proxy's; set at the first keep,
+    /// so that keeping and taking a connection never touch the budget's shared count of
+    /// references, only its count of slots).
+    budget: std::sync::OnceLock<Arc<IdleBudget>>,
     /// The lane's connection futures (normally one; an old one may still be closing) and the
     /// waker of the task that drives them. Std lock, held only while polling them, never across
     /// an `.await`.
@@ -180,21 +184,42 @@ impl Lane {
     /// The kept connection's sender, unless it has waited longer than `idle_timeout` (then it
     /// is dropped, which closes the connection).
     fn take(&self, idle_timeout: Duration) -> Option<http1::SendRequest<ForwardBody>> {
-        let mut held = locked(&self.sender).take()?;
-        if held.since.elapsed() > idle_timeout {
-            return None;
-        }
-        held.sender.take()
+        let held = locked(&self.sender).take()?;
+        self.release();
+        (held.since.elapsed() <= idle_timeout).then_some(held.sender)
     }
     /// Keeps the connection for this client connection's next request if the idle budget has
     /// room; otherwise drops the sender, and the connection closes once its reply is done.
     fn put(&self, s: http1::SendRequest<ForwardBody>, budget: &Arc<IdleBudget>) {
-        if budget.acquire() {
-            *locked(&self.sender) = Some(Held {
-                sender: Some(s),
-                budget: budget.clone(),
+        if self.budget.get_or_init(|| budget.clone()).acquire() {
+            let old = locked(&self.sender).replace(Held {
+                sender: s,
                 since: std::time::Instant::now(),
             });
+            if old.is_some() {
+                // Not reached (a lane's connection is taken before it is put back); a slot held
+                // twice would be lost for good.
+                self.release();
+            }
+        }
+    }
+
+    /// Gives back the slot a kept connection held.
+    fn release(&self) {
+        if let Some(b) = self.budget.get() {
+            b.held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        let kept = self
+            .sender
+            .get_mut()
+            .map_or_else(|p| p.into_inner().is_some(), |s| s.is_some());
+        if kept {
+            self.release();
         }
     }
 }
@@ -230,20 +255,11 @@ impl IdleBudget {
     }
 }
 
-/// A connection a lane keeps between requests, holding a slot of the idle budget until it is
-/// taken for a request or dropped.
+/// A connection a lane keeps between requests (it holds a slot of the lane's idle budget until
+/// it is taken for a request or the lane is dropped).
 struct Held {
-    sender: Option<http1::SendRequest<ForwardBody>>,
-    budget: Arc<IdleBudget>,
+    sender: http1::SendRequest<ForwardBody>,
     since: std::time::Instant,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.budget
-            .held
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 /// An upstream served in this process instead of over the network: `rpctap serve`'s bridge to
