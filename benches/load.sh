@@ -3,6 +3,13 @@
 #
 #   bash benches/load.sh            # 3 alternating rounds of 5 s each
 #   ROUNDS=5 SECS=10 bash benches/load.sh
+#   MULTI=8 WRK_THREADS=4 bash benches/load.sh   # the multi-core rows at 8 threads (a bigger machine)
+#
+# Rows at one runtime thread (nginx has one worker) are the tuned setup; the multi-core rows put
+# the hyper floor and rpctap `--log off` at MULTI threads (default 2) beside them, and
+# `rpctap-defaults` is what a user runs: no flags but the addresses — a text log line per call
+# (here into a file, as a log collector would read it) and one runtime thread per core
+# (`rpctap-defaults-1t`: the same at one thread).
 #
 # Installs what it needs (apt: nginx wrk; pip: mitmproxy into target/bench-venv), builds rpctap
 # in release mode, and prints a Markdown table. Everything runs on loopback; every loop is
@@ -72,8 +79,14 @@ RA=$(free_port); RAA=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.
 RF=$(free_port); RFA=$(free_port); $BIN proxy --no-tui --log off --listen 127.0.0.1:$RF --upstream http://127.0.0.1:$UP --admin 127.0.0.1:$RFA & PIDS+=($!); RF_PID=$!
 # The floor: the same hyper stack forwarding without inspecting (examples/hyper_floor.rs).
 HF=$(free_port); target/release/examples/hyper_floor 127.0.0.1:$HF 127.0.0.1:$UP & PIDS+=($!); HF_PID=$!
+# The multi-core rows: the floor and rpctap at MULTI threads, and rpctap's defaults.
+MULTI=${MULTI:-2}
+HF2=$(free_port); RPCTAP_THREADS=$MULTI target/release/examples/hyper_floor 127.0.0.1:$HF2 127.0.0.1:$UP & PIDS+=($!); HF2_PID=$!
+RT2=$(free_port); RPCTAP_THREADS=$MULTI $BIN proxy --no-tui --log off --listen 127.0.0.1:$RT2 --upstream http://127.0.0.1:$UP & PIDS+=($!); RT2_PID=$!
+RD=$(free_port); env -u RPCTAP_THREADS $BIN proxy --no-tui --listen 127.0.0.1:$RD --upstream http://127.0.0.1:$UP > $WORK/defaults.log & PIDS+=($!); RD_PID=$!
+RD1=$(free_port); $BIN proxy --no-tui --listen 127.0.0.1:$RD1 --upstream http://127.0.0.1:$UP > $WORK/defaults-1t.log & PIDS+=($!); RD1_PID=$!
 MP=$(free_port); $VENV/bin/mitmdump -q --mode reverse:http://127.0.0.1:$UP -p $MP --listen-host 127.0.0.1 & PIDS+=($!); MP_PID=$!
-for p in $RT $RR $RL $HF $MP $RA $RAA $RF $RFA; do wait_port $p; done
+for p in $RT $RR $RL $HF $HF2 $RT2 $RD $RD1 $MP $RA $RAA $RF $RFA; do wait_port $p; done
 curl -sN http://127.0.0.1:$RFA/events > /dev/null & PIDS+=($!)
 # A scrape per second, as an eager Prometheus would (the usual interval is 15 s).
 ( while sleep 1; do curl -s http://127.0.0.1:$RAA/metrics > /dev/null; curl -s http://127.0.0.1:$RFA/metrics > /dev/null; done ) & PIDS+=($!)
@@ -88,7 +101,7 @@ declare -A RPS P50 P99 CPU
 run_one() { # name port pid
   local name=$1 port=$2 pid=$3 c0 c1 out rps reqs
   c0=$(cpu_ticks $pid)
-  out=$(wrk -t1 -c$CONNS -d${SECS}s --latency -s $WORK/call.lua http://127.0.0.1:$port 2>&1)
+  out=$(wrk -t${WRK_THREADS:-1} -c$CONNS -d${SECS}s --latency -s $WORK/call.lua http://127.0.0.1:$port 2>&1)
   c1=$(cpu_ticks $pid)
   rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
   reqs=$(echo "$out" | awk '/requests in/{print $1}')
@@ -101,11 +114,11 @@ run_one() { # name port pid
   echo "  $name: $rps req/s, p50 $p50, p99 $p99, $cpu_us µs CPU/request" >&2
 }
 
-NAMES=(direct nginx hyper-floor rpctap rpctap+admin rpctap+admin+feed rpctap+record rpctap+limit mitmproxy)
+NAMES=(direct nginx hyper-floor rpctap hyper-floor-${MULTI}t rpctap-${MULTI}t rpctap-defaults rpctap-defaults-1t rpctap+admin rpctap+admin+feed rpctap+record rpctap+limit mitmproxy)
 # NAMES_ONLY="rpctap rpctap+admin" runs just those (e.g. to measure one feature side by side).
 if [ -n "${NAMES_ONLY:-}" ]; then read -r -a NAMES <<< "$NAMES_ONLY"; fi
-declare -A PORT=([direct]=$UP [nginx]=$NG [hyper-floor]=$HF [rpctap]=$RT [rpctap+admin]=$RA [rpctap+admin+feed]=$RF [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
-declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [hyper-floor]=$HF_PID [rpctap]=$RT_PID [rpctap+admin]=$RA_PID [rpctap+admin+feed]=$RF_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
+declare -A PORT=([direct]=$UP [nginx]=$NG [hyper-floor]=$HF [rpctap]=$RT [hyper-floor-${MULTI}t]=$HF2 [rpctap-${MULTI}t]=$RT2 [rpctap-defaults]=$RD [rpctap-defaults-1t]=$RD1 [rpctap+admin]=$RA [rpctap+admin+feed]=$RF [rpctap+record]=$RR [rpctap+limit]=$RL [mitmproxy]=$MP)
+declare -A PID=([direct]=$UP_PID [nginx]=$NG_PID [hyper-floor]=$HF_PID [rpctap]=$RT_PID [hyper-floor-${MULTI}t]=$HF2_PID [rpctap-${MULTI}t]=$RT2_PID [rpctap-defaults]=$RD_PID [rpctap-defaults-1t]=$RD1_PID [rpctap+admin]=$RA_PID [rpctap+admin+feed]=$RF_PID [rpctap+record]=$RR_PID [rpctap+limit]=$RL_PID [mitmproxy]=$MP_PID)
 # BASE_BIN=path: another build of rpctap as the row `rpctap-base`, to compare two builds side by
 # side (e.g. BASE_BIN=… NAMES_ONLY="nginx rpctap rpctap-base").
 if [ -n "${BASE_BIN:-}" ]; then
@@ -140,6 +153,9 @@ echo "rpctap/nginx req/s: $(r ${MRPS[rpctap]} ${MRPS[nginx]}); with --record: $(
 echo "rpctap/nginx CPU per request: $(r ${MCPU[rpctap]} ${MCPU[nginx]}); p50 rpctap/nginx: $(r ${MP50[rpctap]} ${MP50[nginx]})"
 echo "rpctap/mitmproxy req/s: $(r ${MRPS[rpctap]} ${MRPS[mitmproxy]})"
 echo "the hyper floor (same stack, no inspection)/nginx: req/s $(r ${MRPS[hyper-floor]} ${MRPS[nginx]}), CPU per request $(r ${MCPU[hyper-floor]} ${MCPU[nginx]}); rpctap's own work: $(python3 -c "print(round(${MCPU[rpctap]} - ${MCPU[hyper-floor]}, 1))") µs CPU/request"
+M=${MULTI}t
+echo "multi-core: the floor's CPU per request at $M ÷ 1 thread $(r ${MCPU[hyper-floor-$M]} ${MCPU[hyper-floor]}), rpctap's (--log off) $(r ${MCPU[rpctap-$M]} ${MCPU[rpctap]})"
+echo "the defaults (text log, a thread per core) ÷ the floor at $M: req/s $(r ${MRPS[rpctap-defaults]} ${MRPS[hyper-floor-$M]}), CPU per request $(r ${MCPU[rpctap-defaults]} ${MCPU[hyper-floor-$M]}); at one thread: req/s $(r ${MRPS[rpctap-defaults-1t]} ${MRPS[hyper-floor]}), CPU $(r ${MCPU[rpctap-defaults-1t]} ${MCPU[hyper-floor]}); the text log's CPU per request (defaults-1t − rpctap): $(python3 -c "print(round(${MCPU[rpctap-defaults-1t]} - ${MCPU[rpctap]}, 2))") µs"
 echo "recording: $(wc -l < $WORK/rec.jsonl) lines, $(grep -c '"event":"gap"' $WORK/rec.jsonl || true) gap records"
 
 # WebSocket: JSON-RPC calls over one WebSocket per connection (one call at a time on each), a
