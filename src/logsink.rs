@@ -215,10 +215,10 @@ pub fn text_line(ev: &Event) -> Option<String> {
 pub const DRAIN: Duration = Duration::from_millis(20);
 
 /// The text log's lines, written by the publishing threads: one buffer per thread ([`SHARDS`]
-/// of them; more threads share them, in the order they write), each on its own cache lines and behind its own lock,
-/// which only its thread and the printer (once per drain) ever take. Bounded: a shard holding
-/// more than its share of the cap takes no more lines until the printer has been (they are
-/// counted and reported as skipped).
+/// of them; more threads share them, in the order they write), each on its own cache lines and
+/// behind its own lock, which only its thread and the printer (once per drain) ever take.
+/// Bounded: a shard holding more than its share of the cap takes no more lines until the
+/// printer has been (they are counted and reported as skipped).
 #[derive(Debug)]
 pub struct TextLines {
     shards: Box<[Shard]>,
@@ -347,27 +347,14 @@ pub async fn run_text(lines: Arc<TextLines>, out: impl Write + Send) {
     let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
     let mut bufs = Vec::new();
     let mut reported = 0;
-    let mut tick = tokio::time::interval(DRAIN);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = drain_timer();
     loop {
         tick.tick().await;
         let last = Arc::strong_count(&lines) == 1;
         lines.take(&mut bufs);
-        let mut wrote = bufs.iter().any(|b| !b.is_empty());
+        let wrote = bufs.iter().any(|b| !b.is_empty());
         let _ = write_merged(&mut out, &mut bufs);
-        let lost = lines.lost();
-        if lost > reported {
-            let _ = writeln!(
-                out,
-                "rpctap: the log fell behind and skipped {} lines",
-                lost - reported
-            );
-            reported = lost;
-            wrote = true;
-        }
-        if wrote {
-            let _ = out.flush();
-        }
+        end_drain(&mut out, wrote, lines.lost(), &mut reported, "lines");
         if last {
             return;
         }
@@ -383,8 +370,7 @@ pub async fn run_json(mut sub: Subscription, out: impl Write + Send) {
     // a line is printed at most `DRAIN` late.
     let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
     let mut reported_drops = 0;
-    let mut tick = tokio::time::interval(DRAIN);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = drain_timer();
     let mut open = true;
     while open {
         tick.tick().await;
@@ -404,18 +390,32 @@ pub async fn run_json(mut sub: Subscription, out: impl Write + Send) {
             }
         }
         let dropped = sub.dropped.load(Ordering::Relaxed);
-        if dropped > reported_drops {
-            let _ = writeln!(
-                out,
-                "rpctap: the log fell behind and skipped {} events",
-                dropped - reported_drops
-            );
-            reported_drops = dropped;
-            wrote = true;
-        }
-        if wrote {
-            let _ = out.flush();
-        }
+        end_drain(&mut out, wrote, dropped, &mut reported_drops, "events");
+    }
+}
+
+/// The printers' timer: a drain every [`DRAIN`], late ones not made up for.
+fn drain_timer() -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(DRAIN);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// Ends one drain of either printer: says how many `what` were skipped since the last report
+/// (`skipped` counts them all), and flushes when anything was written.
+fn end_drain(out: &mut impl Write, wrote: bool, skipped: u64, reported: &mut u64, what: &str) {
+    let mut wrote = wrote;
+    if skipped > *reported {
+        let _ = writeln!(
+            out,
+            "rpctap: the log fell behind and skipped {} {what}",
+            skipped - *reported
+        );
+        *reported = skipped;
+        wrote = true;
+    }
+    if wrote {
+        let _ = out.flush();
     }
 }
 
