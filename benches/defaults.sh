@@ -84,3 +84,21 @@ for t in $THREADS; do
   printf "a fault rule matching nothing, %s thread(s): req/s %.3f× and CPU per call %.3f× of --log off\n" "$t" \
     "$(awk "BEGIN{print $miss / $off}")" "$(awk "BEGIN{print $missc / $offc}")"
 done
+# The issue-36 targets, from the medians above: the defaults against the floor at each thread
+# count, the text log's cost (defaults − `--log off`, same run), and two threads against one.
+m() { cut -d' ' -f"$2" "$WORK/$1" | med; }
+for t in $THREADS; do
+  printf "targets, %s thread(s): defaults ÷ floor CPU per call %.3f (≤ 1.15), req/s %.3f (≥ 0.9); text log %.2f µs a call (≤ 1)\n" "$t" \
+    "$(awk "BEGIN{print $(m rpctap-defaults-$t 2) / $(m floor-$t 2)}")" \
+    "$(awk "BEGIN{print $(m rpctap-defaults-$t 1) / $(m floor-$t 1)}")" \
+    "$(awk "BEGIN{print $(m rpctap-defaults-$t 2) - $(m rpctap-log-off-$t 2)}")"
+done
+set -- $THREADS
+if [ $# -ge 2 ]; then
+  a=$1; b=${!#}
+  fl=$(awk "BEGIN{print $(m floor-$b 2) / $(m floor-$a 2)}")
+  for r in rpctap-log-off rpctap-defaults; do
+    printf "targets, %s: CPU per call at %s threads ÷ at %s %.3f (≤ the floor's %.3f + 0.05)\n" "$r" "$b" "$a" \
+      "$(awk "BEGIN{print $(m $r-$b 2) / $(m $r-$a 2)}")" "$fl"
+  done
+fi

@@ -15,6 +15,7 @@
 //! no message content and are always open.
 
 use crate::feed::Feed;
+use crate::locks::Locked as _;
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -120,7 +121,7 @@ impl Readiness {
     }
     pub fn failed(&self, why: String) {
         self.last_ok_ms.store(0, Ordering::Relaxed);
-        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = why;
+        *self.why.locked() = why;
     }
     pub fn shutting_down(&self) {
         self.shutting_down.store(true, Ordering::Relaxed);
@@ -132,7 +133,7 @@ impl Readiness {
         }
         let last = self.last_ok_ms.load(Ordering::Relaxed);
         if last == 0 {
-            return Err(self.why.lock().unwrap_or_else(|p| p.into_inner()).clone());
+            return Err(self.why.locked().clone());
         }
         let age = Duration::from_millis(self.started.elapsed().as_millis() as u64 + 1 - last);
         // A probe runs every interval: allow one missed beat of scheduling slack.

@@ -9,6 +9,7 @@
 //! writes (it compares a recording with the baseline as it is now).
 
 use crate::diff::Change;
+use crate::locks::Locked as _;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -145,7 +146,7 @@ impl Live {
 
     /// A complete list was seen: its drift from the baseline (none when it becomes the baseline).
     pub fn seen(&self, now: &BTreeMap<String, Value>) -> Vec<Drift> {
-        let mut held = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.tools.locked();
         match &*held {
             Some(base) => drift(base, now),
             None => {

@@ -20,6 +20,7 @@
 //! redacted).
 
 use crate::events::{AnomalyEvent, CallEvent, Event, Interest, Sink, Subscription};
+use crate::locks::Locked as _;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -154,27 +155,20 @@ impl Feed {
             Interest::ALL,
             Some(self.inner.gate.clone()),
         );
-        *self
-            .inner
-            .bus_dropped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(sub.dropped.clone());
+        *self.inner.bus_dropped.locked() = Some(sub.dropped.clone());
         sub
     }
 
     fn clients_locked(&self) -> std::sync::MutexGuard<'_, Vec<Client>> {
-        self.inner.clients.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.clients.locked()
     }
 
     fn anomalies_locked(&self) -> std::sync::MutexGuard<'_, VecDeque<AnomalyEvent>> {
-        self.inner
-            .anomalies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.inner.anomalies.locked()
     }
 
     fn calls_locked(&self) -> std::sync::MutexGuard<'_, VecDeque<CallEvent>> {
-        self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.calls.locked()
     }
 
     /// Lines lost to slow clients plus events lost by the feed's bus queue.
@@ -182,8 +176,7 @@ impl Feed {
         let bus = self
             .inner
             .bus_dropped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .as_ref()
             .map_or(0, |d| d.load(Ordering::Relaxed));
         self.inner.dropped.load(Ordering::Relaxed) + bus

@@ -12,6 +12,7 @@
 
 use crate::events::Direction;
 use crate::filter::{Filter, Status, Subject};
+use crate::locks::Locked as _;
 use bytes::Bytes;
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -221,10 +222,6 @@ impl Default for Intercept {
     }
 }
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Intercept {
     /// Off until a filter is set; a held message forwards itself after `timeout`.
     pub fn new(timeout: Duration) -> Self {
@@ -273,10 +270,10 @@ impl Intercept {
     /// Sets the filter (`None`: off). Turned off, every held message is forwarded.
     pub fn set_filter(&self, f: Option<Filter>) {
         let on = f.is_some();
-        *locked(&self.inner.filter) = f.map(Arc::new);
+        *self.inner.filter.locked() = f.map(Arc::new);
         self.inner.on.store(on, Ordering::Relaxed);
         if !on {
-            let slots = std::mem::take(&mut *locked(&self.inner.held));
+            let slots = std::mem::take(&mut *self.inner.held.locked());
             for s in slots {
                 let _ = s.tx.send(Verdict::Forward);
             }
@@ -288,14 +285,14 @@ impl Intercept {
         if !self.is_on() {
             return false;
         }
-        let Some(f) = locked(&self.inner.filter).clone() else {
+        let Some(f) = self.inner.filter.locked().clone() else {
             return false;
         };
         if !f.matches(m) {
             return false;
         }
         let full = {
-            let held = locked(&self.inner.held);
+            let held = self.inner.held.locked();
             let bytes: usize = held.iter().map(|s| s.held.frame.len()).sum();
             held.len() >= MAX_HELD || bytes + m.frame.len() > MAX_HELD_BYTES
         };
@@ -327,7 +324,7 @@ impl Intercept {
                 None => Bytes::copy_from_slice(m.frame),
             },
         };
-        locked(&self.inner.held).push(Slot { held, tx });
+        self.inner.held.locked().push(Slot { held, tx });
         Pending {
             rx,
             n,
@@ -338,7 +335,9 @@ impl Intercept {
 
     /// What is held now, oldest first.
     pub fn held(&self) -> Vec<Held> {
-        locked(&self.inner.held)
+        self.inner
+            .held
+            .locked()
             .iter()
             .map(|s| s.held.clone())
             .collect()
@@ -353,7 +352,7 @@ impl Intercept {
     /// until the editor returns (`false`), when it starts again from the whole timeout — a
     /// long edit never loses its message to the timeout. False when it is no longer held.
     pub fn editing(&self, n: u64, on: bool) -> bool {
-        let mut held = locked(&self.inner.held);
+        let mut held = self.inner.held.locked();
         let Some(s) = held.iter_mut().find(|s| s.held.n == n) else {
             return false;
         };
@@ -364,7 +363,7 @@ impl Intercept {
     /// Decides held message `n`; false when it is no longer held (it timed out meanwhile).
     pub fn decide(&self, n: u64, v: Verdict) -> bool {
         let slot = {
-            let mut held = locked(&self.inner.held);
+            let mut held = self.inner.held.locked();
             let Some(i) = held.iter().position(|s| s.held.n == n) else {
                 return false;
             };
@@ -402,7 +401,7 @@ impl Pending {
                 Ok(Err(_)) => break (Verdict::Forward, false),
                 Err(_) => {
                     let gone = {
-                        let mut held = locked(&self.inner.held);
+                        let mut held = self.inner.held.locked();
                         match held.iter().position(|s| s.held.n == self.n) {
                             // Its deadline moved (it is being edited): wait on.
                             Some(i) if held[i].held.deadline > Instant::now() => {

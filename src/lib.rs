@@ -31,6 +31,8 @@
 //! - [`redact`] — secrets replaced before any observer sees an event.
 //! - [`replay`] — regression runs against a server (`replay`), a recording served as a mock.
 //! - [`logsink`] — the headless log printer (`--log text|json`).
+//! - [`locks`] — the std locks' one poison rule (a poisoned lock is used as it is), for every
+//!   module that takes one.
 //! - [`tui`] — the dashboard: plain-data state (`tui::app`: rows, keys, the filter language,
 //!   copy/export), rendering (`tui::ui`), the loop (`tui`).
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
@@ -86,6 +88,7 @@ pub mod hub;
 pub mod inspect;
 pub mod intercept;
 pub mod limit;
+pub mod locks;
 pub mod logsink;
 pub mod media;
 pub mod metrics;

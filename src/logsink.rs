@@ -13,6 +13,7 @@
 //! go. The JSON log reads the bus through a queue, as the other subscribers do.
 
 use crate::events::{Event, Interest, Sink, Subscription};
+use crate::locks::Locked as _;
 use std::cell::Cell;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -254,12 +255,6 @@ fn shard_of(n: usize) -> usize {
     })
 }
 
-fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
-    // A line half written by a panicking thread is cut off by the length check in `accept`;
-    // the buffer itself stays usable.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl TextLines {
     pub fn new(total_bytes: usize) -> Arc<TextLines> {
         Arc::new(TextLines {
@@ -279,7 +274,7 @@ impl TextLines {
     fn take(&self, bufs: &mut Vec<Vec<u8>>) {
         bufs.resize_with(self.shards.len(), Vec::new);
         for (s, b) in self.shards.iter().zip(bufs.iter_mut()) {
-            std::mem::swap(&mut *lock(&s.0), b);
+            std::mem::swap(&mut *s.0.locked(), b);
         }
     }
 }
@@ -287,7 +282,7 @@ impl TextLines {
 impl Sink for TextLines {
     fn accept(&self, ev: &Event) {
         let shard = &self.shards[shard_of(self.shards.len())];
-        let mut g = lock(&shard.0);
+        let mut g = shard.0.locked();
         let before = g.len();
         if before >= self.cap {
             drop(g);

@@ -11,6 +11,7 @@
 //! cannot grow the exposition without bound.
 
 use crate::events::{Event, HttpEvent, Interest, Outcome, Sink};
+use crate::locks::Locked as _;
 use dashmap::DashSet;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -399,7 +400,7 @@ impl Metrics {
 
     /// Sets what the scrape reads.
     pub fn set_sources(&self, f: impl FnOnce(&mut Sources)) {
-        f(&mut self.sources.lock().unwrap_or_else(|p| p.into_inner()));
+        f(&mut self.sources.locked());
     }
 
     /// The exposition in the Prometheus text format (after a refresh).
@@ -415,8 +416,8 @@ impl Metrics {
 
     /// Reads the gauges and the totals other parts keep.
     pub fn refresh(&self) {
-        let src = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let src = self.sources.locked();
+        let mut seen = self.seen.locked();
         let grow = |c: &Counter, last: &mut u64, now: u64| {
             if now > *last {
                 c.inc_by(now - *last);

@@ -7,8 +7,9 @@ use super::{AppError, Chain, Observers};
 use crate::cli::{LogFormat, StdioArgs};
 use crate::events::BusBuilder;
 use crate::inspect::{EndReason, Inspector};
+use crate::locks::Locked as _;
 use crate::stdio::child::{catch_signals, describe_exit, exit_code, spawn, spawn_signal_forwarder};
-use crate::stdio::relay::{client_to_server, locked, server_to_client, ClientOut};
+use crate::stdio::relay::{client_to_server, server_to_client, ClientOut};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -322,7 +323,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         )
         .await;
     }
-    locked(&ctx).end(EndReason::Closed(how.clone()));
+    ctx.locked().end(EndReason::Closed(how.clone()));
     tracing::info!(pid, status = %how, "server exited");
     if let Some(d) = dashboard {
         d.stop().await;
@@ -503,10 +504,10 @@ struct SharedWriter(Arc<Mutex<Box<dyn Write + Send>>>);
 
 impl Write for SharedWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        locked(&self.0).write(buf)
+        self.0.locked().write(buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        locked(&self.0).flush()
+        self.0.locked().flush()
     }
 }
 

@@ -5,7 +5,8 @@
 //! last stdout line. Stopping it is SIGTERM, then SIGKILL after the grace; tokio's wait reaps it,
 //! so no child is left a zombie.
 
-use crate::stdio::relay::{locked, StderrLines};
+use crate::locks::Locked as _;
+use crate::stdio::relay::StderrLines;
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,7 +70,7 @@ impl Child {
                 let mut buf = vec![0u8; 8 << 10];
                 let mut each = |l: &[u8], cut: bool| {
                     if !l.is_empty() {
-                        *locked(&last) = String::from_utf8_lossy(l).into_owned();
+                        *last.locked() = String::from_utf8_lossy(l).into_owned();
                     }
                     owner.stderr(l, cut);
                 };
@@ -161,7 +162,7 @@ impl Child {
                     Ok(s) => (crate::stdio::describe_exit(s), !s.success()),
                     Err(e) => (format!("the server could not be waited for: {e}"), true),
                 };
-                let last = locked(&last).clone();
+                let last = last.locked().clone();
                 let how = if failed && !last.is_empty() {
                     format!("{how}; its last stderr line: {last}")
                 } else {
@@ -199,7 +200,7 @@ impl Child {
 
     /// Its last stderr line.
     pub fn last_stderr(&self) -> String {
-        locked(&self.last_stderr).clone()
+        self.last_stderr.locked().clone()
     }
 }
 

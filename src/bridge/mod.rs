@@ -38,6 +38,7 @@
 pub mod child;
 pub mod remote;
 
+use crate::locks::Locked as _;
 use crate::proxy::body::{ForwardBody, LocalBody, LocalSender, UpstreamBody};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -47,8 +48,6 @@ use serde_json::value::RawValue;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-
-use crate::stdio::relay::locked;
 
 /// Server messages kept for a session without a stream to take them.
 pub const BACKLOG: usize = 256;
@@ -355,7 +354,7 @@ struct StreamGone(Weak<Session>);
 impl Drop for StreamGone {
     fn drop(&mut self) {
         if let Some(s) = self.0.upgrade() {
-            locked(&s.st).last = Instant::now();
+            s.st.locked().last = Instant::now();
         }
     }
 }
@@ -372,15 +371,15 @@ impl Bridge {
     }
 
     pub fn stats(&self) -> BridgeStats {
-        let st = locked(&self.inner.st);
+        let st = self.inner.st.locked();
         let own = st
             .sessions
             .values()
-            .filter(|s| s.worker.kind == Kind::Own && locked(&s.worker.child).is_some())
+            .filter(|s| s.worker.kind == Kind::Own && s.worker.child.locked().is_some())
             .count();
         let extra = [&st.shared, &st.stateless]
             .iter()
-            .filter(|w| w.as_ref().is_some_and(|w| locked(&w.child).is_some()))
+            .filter(|w| w.as_ref().is_some_and(|w| w.child.locked().is_some()))
             .count();
         BridgeStats {
             sessions: st.sessions.len(),
@@ -391,7 +390,7 @@ impl Bridge {
 
     /// Whether a new session could start now, and why not.
     pub fn ready(&self) -> Result<(), String> {
-        let st = locked(&self.inner.st);
+        let st = self.inner.st.locked();
         if st.shutting_down {
             return Err("shutting down".into());
         }
@@ -428,11 +427,11 @@ impl Bridge {
 
     fn sweep(&self) {
         let sessions: Vec<Arc<Session>> =
-            locked(&self.inner.st).sessions.values().cloned().collect();
+            self.inner.st.locked().sessions.values().cloned().collect();
         let now = Instant::now();
         for s in sessions {
             let why = {
-                let mut st = locked(&s.st);
+                let mut st = s.st.locked();
                 let st = &mut *st;
                 if let Some(g) = &st.get {
                     if g.is_closed() {
@@ -461,24 +460,26 @@ impl Bridge {
         }
         // The stateless child: stopped when idle too.
         let w = {
-            let st = locked(&self.inner.st);
+            let st = self.inner.st.locked();
             st.stateless.clone()
         };
         if let Some(w) = w {
-            let quiet = locked(&w.routes).calls.is_empty();
+            let quiet = w.routes.locked().calls.is_empty();
             if quiet && w.started.elapsed() >= self.inner.opts.session_idle {
-                let idle_for = locked(&w.routes)
+                let idle_for = w
+                    .routes
+                    .locked()
                     .last_caller
                     .upgrade()
-                    .map(|s| locked(&s.st).last.elapsed())
+                    .map(|s| s.st.locked().last.elapsed())
                     .unwrap_or(Duration::MAX);
                 if idle_for >= self.inner.opts.session_idle {
-                    let mut st = locked(&self.inner.st);
+                    let mut st = self.inner.st.locked();
                     if st.stateless.as_ref().is_some_and(|x| Arc::ptr_eq(x, &w)) {
                         st.stateless = None;
                     }
                     drop(st);
-                    if let Some(c) = locked(&w.child).take() {
+                    if let Some(c) = w.child.locked().take() {
                         c.stop();
                     }
                 }
@@ -489,7 +490,7 @@ impl Bridge {
     /// Stops every child and waits until each is reaped (at most the grace and a second).
     pub async fn shutdown(&self) {
         let (sessions, workers) = {
-            let mut st = locked(&self.inner.st);
+            let mut st = self.inner.st.locked();
             let st = &mut *st;
             st.shutting_down = true;
             let s: Vec<_> = st.sessions.drain().map(|(_, s)| s).collect();
@@ -503,13 +504,13 @@ impl Bridge {
         for s in &sessions {
             self.close_streams(s);
             if s.worker.kind == Kind::Own {
-                if let Some(c) = locked(&s.worker.child).take() {
+                if let Some(c) = s.worker.child.locked().take() {
                     children.push(c);
                 }
             }
         }
         for w in workers {
-            if let Some(c) = locked(&w.child).take() {
+            if let Some(c) = w.child.locked().take() {
                 children.push(c);
             }
         }
@@ -541,8 +542,8 @@ impl Bridge {
         )
         .map_err(|e| format!("cannot run {:?}: {e}", self.inner.opts.command.join(" ")))?;
         tracing::info!(pid = c.pid, kind = ?kind, session = label, "bridge: started a server");
-        *locked(&worker.child) = Some(c);
-        locked(&self.inner.st).children_started += 1;
+        *worker.child.locked() = Some(c);
+        self.inner.st.locked().children_started += 1;
         Ok(worker)
     }
 
@@ -561,7 +562,7 @@ impl Bridge {
     fn open_session(&self, legacy: bool) -> Result<Arc<Session>, Refusal> {
         let id = new_session_id();
         let worker = {
-            let mut st = locked(&self.inner.st);
+            let mut st = self.inner.st.locked();
             if st.shutting_down {
                 return Err(refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -608,11 +609,11 @@ impl Bridge {
             w
         };
         let opened = self.open_worker(worker, &id);
-        locked(&self.inner.st).opening -= 1;
+        self.inner.st.locked().opening -= 1;
         let worker = opened?;
         let s = Session::new(id.clone(), worker.clone(), legacy);
-        locked(&worker.routes).sessions.push(Arc::downgrade(&s));
-        locked(&self.inner.st).sessions.insert(id, s.clone());
+        worker.routes.locked().sessions.push(Arc::downgrade(&s));
+        self.inner.st.locked().sessions.insert(id, s.clone());
         Ok(s)
     }
 
@@ -629,19 +630,19 @@ impl Bridge {
         let label = if kind == Kind::Shared { "shared" } else { id };
         let w = self.start_worker(kind, label)?;
         if kind == Kind::Shared {
-            locked(&self.inner.st).shared = Some(w.clone());
+            self.inner.st.locked().shared = Some(w.clone());
         }
         Ok(w)
     }
 
     /// The stateless calls' stand-in session (one per POST) on the stateless child.
     fn stateless_session(&self) -> Result<Arc<Session>, Refusal> {
-        let existing = locked(&self.inner.st).stateless.clone();
+        let existing = self.inner.st.locked().stateless.clone();
         let worker = match existing {
-            Some(w) if locked(&w.routes).dead.is_none() => w,
+            Some(w) if w.routes.locked().dead.is_none() => w,
             _ => {
                 let w = self.start_worker(Kind::Stateless, "stateless")?;
-                locked(&self.inner.st).stateless = Some(w.clone());
+                self.inner.st.locked().stateless = Some(w.clone());
                 w
             }
         };
@@ -649,15 +650,15 @@ impl Bridge {
     }
 
     fn session(&self, id: &str) -> Option<Arc<Session>> {
-        locked(&self.inner.st).sessions.get(id).cloned()
+        self.inner.st.locked().sessions.get(id).cloned()
     }
 
     /// Ends a session: out of the table (its id answers 404 from now on), its streams closed,
     /// its own child stopped.
     fn end_session(&self, s: &Arc<Session>, why: &str) {
-        let removed = locked(&self.inner.st).sessions.remove(&s.id).is_some();
+        let removed = self.inner.st.locked().sessions.remove(&s.id).is_some();
         {
-            let mut st = locked(&s.st);
+            let mut st = s.st.locked();
             if st.ended {
                 return;
             }
@@ -668,11 +669,11 @@ impl Bridge {
         }
         self.close_streams(s);
         if s.worker.kind == Kind::Own {
-            if let Some(c) = locked(&s.worker.child).take() {
+            if let Some(c) = s.worker.child.locked().take() {
                 c.stop();
             }
         } else {
-            let mut r = locked(&s.worker.routes);
+            let mut r = s.worker.routes.locked();
             r.sessions
                 .retain(|w| w.upgrade().is_some_and(|x| !Arc::ptr_eq(&x, s)));
             // Its calls on a shared child are forgotten: nobody is there for their replies.
@@ -683,7 +684,7 @@ impl Bridge {
     }
 
     fn close_streams(&self, s: &Arc<Session>) {
-        let mut st = locked(&s.st);
+        let mut st = s.st.locked();
         st.get = None;
         st.posts.clear();
     }
@@ -882,8 +883,10 @@ impl Bridge {
     /// returns how many requests await a reply.
     fn forward(&self, s: &Arc<Session>, post: &Arc<Post>, msgs: &[Bytes]) -> Result<usize, String> {
         let w = &s.worker;
-        let Some(child) = locked(&w.child).clone() else {
-            return Err(locked(&w.routes)
+        let Some(child) = w.child.locked().clone() else {
+            return Err(w
+                .routes
+                .locked()
                 .dead
                 .clone()
                 .unwrap_or_else(|| "stopped".into()));
@@ -892,7 +895,7 @@ impl Bridge {
         let mut requests = 0;
         let mut lines = Vec::with_capacity(msgs.len());
         {
-            let mut r = locked(&w.routes);
+            let mut r = w.routes.locked();
             if let Some(d) = &r.dead {
                 return Err(d.clone());
             }
@@ -974,15 +977,15 @@ impl Bridge {
             }
         }
         if requests > 0 {
-            locked(&post.st).remaining = requests;
-            let mut st = locked(&s.st);
+            post.st.locked().remaining = requests;
+            let mut st = s.st.locked();
             st.inflight += requests;
             st.last = Instant::now();
             if post.sse {
                 st.posts.push(Arc::downgrade(post));
             }
         } else {
-            locked(&s.st).last = Instant::now();
+            s.st.locked().last = Instant::now();
         }
         for l in lines {
             let mut line = BytesMut::with_capacity(l.len() + 1);
@@ -996,7 +999,7 @@ impl Bridge {
     }
 
     fn get_stream(&self, s: &Arc<Session>) -> Response<UpstreamBody> {
-        let mut st = locked(&s.st);
+        let mut st = s.st.locked();
         if st.get.as_ref().is_some_and(|g| !g.is_closed()) {
             return error_reply(
                 StatusCode::CONFLICT,
@@ -1031,7 +1034,7 @@ impl Bridge {
             s.id
         )));
         {
-            let mut st = locked(&s.st);
+            let mut st = s.st.locked();
             st.get = Some(tx);
             st.had_get = true;
         }
@@ -1075,7 +1078,7 @@ impl Bridge {
 /// Delivers a server message to a session: its newest open SSE post, else its GET stream,
 /// else its backlog (bounded).
 fn deliver(s: &Arc<Session>, line: &Bytes, prefer_post: bool) {
-    let mut st = locked(&s.st);
+    let mut st = s.st.locked();
     if st.legacy {
         if let Some(g) = &st.get {
             g.send(sse_event(line));
@@ -1108,13 +1111,13 @@ fn deliver(s: &Arc<Session>, line: &Bytes, prefer_post: bool) {
 /// last part); the POST ends with its last reply.
 fn reply_to(post: &Arc<Post>, line: Bytes) {
     let s = &post.session;
-    if locked(&s.st).legacy {
+    if s.st.locked().legacy {
         deliver(s, &line, false);
     } else if post.sse {
         post.tx.send(sse_event(&line));
     }
     let done = {
-        let mut st = locked(&post.st);
+        let mut st = post.st.locked();
         st.remaining = st.remaining.saturating_sub(1);
         if !post.sse {
             st.parts.push(line);
@@ -1122,7 +1125,7 @@ fn reply_to(post: &Arc<Post>, line: Bytes) {
         st.remaining == 0
     };
     {
-        let mut st = locked(&s.st);
+        let mut st = s.st.locked();
         st.inflight = st.inflight.saturating_sub(1);
         st.last = Instant::now();
         if done {
@@ -1131,7 +1134,7 @@ fn reply_to(post: &Arc<Post>, line: Bytes) {
         }
     }
     if done && !post.sse {
-        let parts = std::mem::take(&mut locked(&post.st).parts);
+        let parts = std::mem::take(&mut post.st.locked().parts);
         let body = if parts.len() == 1 {
             parts.into_iter().next().unwrap_or_default()
         } else {
@@ -1164,7 +1167,7 @@ impl child::Owner for WorkerOwner {
             // A reply: to its POST, its id as the client sent it.
             (Some(id), None) => {
                 let call = {
-                    let mut r = locked(&w.routes);
+                    let mut r = w.routes.locked();
                     let c = r.calls.remove(id.get());
                     if let Some(c) = &c {
                         if let Some(t) = &c.token {
@@ -1187,7 +1190,7 @@ impl child::Owner for WorkerOwner {
                     }
                     None => {
                         // A reply nobody waits for (a call its session left): the last caller's.
-                        if let Some(s) = locked(&w.routes).last_caller.upgrade() {
+                        if let Some(s) = w.routes.locked().last_caller.upgrade() {
                             deliver(&s, &line, true);
                         }
                     }
@@ -1197,7 +1200,9 @@ impl child::Owner for WorkerOwner {
                 let token = env.params.as_ref().and_then(|p| p.progress_token);
                 if method == "notifications/progress" {
                     if let Some(t) = token {
-                        let found = locked(&w.routes)
+                        let found = w
+                            .routes
+                            .locked()
                             .tokens
                             .get(t.get())
                             .map(|k| (k.post.clone(), k.client_token.clone()));
@@ -1222,7 +1227,7 @@ impl child::Owner for WorkerOwner {
                     let target = if w.kind == Kind::Own {
                         live_sessions(&w).into_iter().next()
                     } else {
-                        locked(&w.routes).last_caller.upgrade()
+                        w.routes.locked().last_caller.upgrade()
                     };
                     if let Some(s) = target {
                         deliver(&s, &line, true);
@@ -1269,7 +1274,7 @@ impl child::Owner for WorkerOwner {
         };
         let bridge = Bridge { inner };
         let (calls, sessions) = {
-            let mut r = locked(&w.routes);
+            let mut r = w.routes.locked();
             r.dead = Some(how.clone());
             r.tokens.clear();
             r.by_client.clear();
@@ -1277,7 +1282,7 @@ impl child::Owner for WorkerOwner {
             let sessions: Vec<Arc<Session>> = r.sessions.iter().filter_map(Weak::upgrade).collect();
             (calls, sessions)
         };
-        locked(&w.child).take();
+        w.child.locked().take();
         // Each pending call answered at once, with why.
         for (child_id, c) in calls {
             let id = c.client_id.as_deref().unwrap_or(&child_id).to_string();
@@ -1286,9 +1291,9 @@ impl child::Owner for WorkerOwner {
                 error_line(&id, CODE_INTERNAL, &format!("rpctap: {how}")),
             );
         }
-        let stopping = locked(&bridge.inner.st).shutting_down;
+        let stopping = bridge.inner.st.locked().shutting_down;
         for s in &sessions {
-            if !locked(&s.st).ended {
+            if !s.st.locked().ended {
                 bridge.inner.inspector.publish(crate::events::Event::Notice(
                     crate::events::NoticeEvent {
                         ts: crate::events::now_ns(),
@@ -1303,7 +1308,7 @@ impl child::Owner for WorkerOwner {
             bridge.shared_exited(&w, &how, failed);
         }
         if w.kind == Kind::Stateless {
-            let mut st = locked(&bridge.inner.st);
+            let mut st = bridge.inner.st.locked();
             if st.stateless.as_ref().is_some_and(|x| Arc::ptr_eq(x, &w)) {
                 st.stateless = None;
             }
@@ -1320,7 +1325,7 @@ impl Bridge {
             Restart::Always => true,
         };
         let delay = {
-            let mut st = locked(&self.inner.st);
+            let mut st = self.inner.st.locked();
             if st.shared.as_ref().is_some_and(|x| Arc::ptr_eq(x, w)) {
                 st.shared = None;
             }
@@ -1347,18 +1352,18 @@ impl Bridge {
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if locked(&me.inner.st).shutting_down {
+            if me.inner.st.locked().shutting_down {
                 return;
             }
             match me.spawn_worker(Kind::Shared, "shared") {
                 Ok(nw) => {
-                    let mut st = locked(&me.inner.st);
+                    let mut st = me.inner.st.locked();
                     st.shared = Some(nw);
                     st.not_before = None;
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "bridge: the shared server could not be restarted");
-                    locked(&me.inner.st).given_up = Some(e);
+                    me.inner.st.locked().given_up = Some(e);
                 }
             }
         });
@@ -1366,7 +1371,8 @@ impl Bridge {
 }
 
 fn live_sessions(w: &Worker) -> Vec<Arc<Session>> {
-    locked(&w.routes)
+    w.routes
+        .locked()
         .sessions
         .iter()
         .filter_map(Weak::upgrade)

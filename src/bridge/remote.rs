@@ -15,8 +15,8 @@
 //! recording's header names the headers only.
 
 use crate::inspect::sse::SseDecoder;
+use crate::locks::Locked as _;
 use crate::rpc::Id;
-use crate::stdio::relay::locked;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -301,7 +301,7 @@ impl Shared {
             .flatten();
         let mut b = Request::builder().method(method).uri(self.url.clone());
         {
-            let st = locked(&self.st);
+            let st = self.st.locked();
             if let Some(s) = &st.session {
                 b = b.header("mcp-session-id", s.clone());
             }
@@ -359,7 +359,7 @@ impl Shared {
         // The session is the one an initialize opened (a refusal's header names none to keep).
         if init && status.is_success() {
             if let Some(s) = resp.headers().get("mcp-session-id") {
-                locked(&self.st).session = Some(s.clone());
+                self.st.locked().session = Some(s.clone());
             }
         }
         // A lone request's error without an id (`"id": null`, an HTTP-level refusal such as a
@@ -399,7 +399,7 @@ impl Shared {
         }
         if answered == 0 && !ids.is_empty() {
             let why = match status {
-                StatusCode::NOT_FOUND if locked(&self.st).session.is_some() => {
+                StatusCode::NOT_FOUND if self.st.locked().session.is_some() => {
                     "the upstream's session expired (404)".to_string()
                 }
                 s => format!("the upstream answered {s} without a reply"),
@@ -416,14 +416,14 @@ impl Shared {
             .ok()
             .and_then(|v| v["result"]["protocolVersion"].as_str().map(str::to_string));
         if let Some(v) = v.and_then(|v| HeaderValue::from_str(&v).ok()) {
-            locked(&self.st).version = Some(v);
+            self.st.locked().version = Some(v);
         }
     }
 
     /// The session's GET stream, for the server's own messages, re-opened while it lives.
     fn open_get(self: &Arc<Self>) {
         {
-            let mut st = locked(&self.st);
+            let mut st = self.st.locked();
             if st.get_open || st.session.is_none() {
                 return;
             }
@@ -450,7 +450,7 @@ impl Shared {
     }
 
     async fn delete(&self) -> String {
-        if locked(&self.st).session.is_none() {
+        if self.st.locked().session.is_none() {
             return "the client closed stdin".into();
         }
         let mut req = self.request(Method::DELETE, Bytes::new());

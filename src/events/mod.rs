@@ -12,6 +12,7 @@
 //! explicit gap record). The subscriber list is fixed once the bus is built, so publishing takes
 //! no lock at all.
 
+use crate::locks::Locked as _;
 use crate::rpc::{Id, Kind};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize, Serializer};
@@ -369,7 +370,7 @@ pub const INTERNED: usize = 1024;
 /// The `&'static` copy of a name (see `de_static_vec`).
 pub fn intern(t: &str) -> &'static str {
     static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
-    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    let mut names = NAMES.locked();
     if let Some(n) = names.iter().find(|n| **n == t) {
         return n;
     }

@@ -3,6 +3,7 @@
 //! `MCP_EARLY_REQUEST`, `MCP_SESSION_CHANGED` and `TOOL_ERROR`.
 
 use super::*;
+use crate::locks::Locked as _;
 
 /// The announced endpoints, oldest first out when the session cap is reached.
 #[derive(Default)]
@@ -84,7 +85,7 @@ impl Inner {
         let inner = self;
         if inner.endpoints_len.load(Ordering::Relaxed) > 0 {
             let url = format!("{}?{}", meta.path, query);
-            let eps = inner.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+            let eps = inner.endpoints.locked();
             if let Some(s) = eps.by_url.get(url.as_str()) {
                 return Some(s.clone());
             }
@@ -96,7 +97,7 @@ impl Inner {
     pub(super) fn announce_endpoint(&self, target: String) -> Arc<str> {
         let inner = self;
         let sid: Arc<str> = endpoint_session(&target).into();
-        let mut eps = inner.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let mut eps = inner.endpoints.locked();
         let key: Box<str> = target.into();
         if eps.by_url.insert(key.clone(), sid.clone()).is_none() {
             eps.order.push_back(key);

@@ -11,6 +11,7 @@ use super::offline::{CheckResult, Finding, Match};
 use super::{EndReason, InspectConfig, Inspector, RequestMeta, ResponseMeta};
 use crate::events::{BusBuilder, Direction, Event, Interest, Outcome, Severity, Sink};
 use crate::events::{HttpEvent, MessageEvent};
+use crate::locks::Locked as _;
 use crate::record::reader::Capture;
 use crate::rpc::{Id, Kind};
 use bytes::Bytes;
@@ -24,16 +25,13 @@ struct Collect(Mutex<Vec<Event>>);
 
 impl Sink for Collect {
     fn accept(&self, ev: &Event) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(ev.clone());
+        self.0.locked().push(ev.clone());
     }
 }
 
 impl Collect {
     fn take(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.0.locked())
     }
 }
 

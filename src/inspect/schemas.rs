@@ -5,6 +5,7 @@
 //! validator is dropped (counted); a schema whose validator was dropped is compiled again when
 //! next needed, from the text its sessions keep.
 
+use crate::locks::Locked as _;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,7 +123,7 @@ impl SchemaCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     /// The key a schema text is kept under (the text already cached, if it is: sessions of one

@@ -13,6 +13,7 @@
 //! that POST arrives.
 
 use crate::fault::{Action, Armed, At, Cut, Fired};
+use crate::locks::Locked as _;
 use crate::rpc::Id;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -88,7 +89,7 @@ impl Answers {
     pub const MAX: usize = 4096;
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<ArmedAnswer>> {
-        self.by_key.lock().unwrap_or_else(|p| p.into_inner())
+        self.by_key.locked()
     }
 
     pub fn arm(&self, session: Option<&str>, id: &Id, f: Fired, method: &str) {

@@ -26,6 +26,7 @@ pub mod limits;
 pub mod upstream;
 
 use crate::inspect::{ExchangeCtx, Inspector, RequestMeta, ResponseMeta};
+use crate::locks::Shared as _;
 use crate::rpc::Id;
 use body::{ClientBody, ClientBodyError, ForwardBody, ReplySource, TeeBody, UpstreamBody};
 use bytes::{Bytes, BytesMut};
@@ -212,18 +213,12 @@ impl Proxy {
 
     /// The rules in force.
     pub fn limiter(&self) -> Arc<crate::limit::Limiter> {
-        match self.inner.limiter.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.inner.limiter.read_any().clone()
     }
 
     /// Replaces the rules (a reload); connections and in-flight calls are not touched.
     pub fn set_limiter(&self, l: crate::limit::Limiter) {
-        match self.inner.limiter.write() {
-            Ok(mut g) => *g = Arc::new(l),
-            Err(p) => *p.into_inner() = Arc::new(l),
-        }
+        *self.inner.limiter.write_any() = Arc::new(l);
     }
 
     /// Handles one exchange of the client connection `conn`. Never fails: errors become

@@ -14,6 +14,7 @@
 //! default).
 
 use super::body::{ForwardBody, LeanIo, UpstreamBody};
+use crate::locks::Locked as _;
 use http::{Request, Response, Uri};
 use hyper::client::conn::http1;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -121,19 +122,13 @@ struct Driven {
     waker: Option<Waker>,
 }
 
-/// The lane's locks guard plain values that a panic cannot leave half-written: a poisoned lock
-/// is used as it is.
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Lane {
     /// Polls the lane's connections for as long as the client connection lives (it never
     /// resolves; run it beside the client connection, see `server::serve_with`). Dropping it
     /// closes them.
     pub fn drive(&self) -> impl Future<Output = ()> + '_ {
         std::future::poll_fn(move |cx| {
-            let mut d = locked(&self.driven);
+            let mut d = self.driven.locked();
             d.conns.retain_mut(|c| c.as_mut().poll(cx).is_pending());
             match &mut d.waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -150,7 +145,7 @@ impl Lane {
         mut f: Pin<&mut F>,
     ) -> Option<F::Output> {
         let deadline = tokio::time::Instant::now() + limit;
-        let taken = locked(&self.timer).take();
+        let taken = self.timer.locked().take();
         let mut timer = match taken {
             Some(mut t) => {
                 t.as_mut().reset(deadline);
@@ -168,13 +163,13 @@ impl Lane {
             }
         })
         .await;
-        *locked(&self.timer) = Some(timer);
+        *self.timer.locked() = Some(timer);
         out
     }
 
     /// Hands a new connection to the task that drives the lane.
     fn adopt(&self, conn: ConnFuture) {
-        let mut d = locked(&self.driven);
+        let mut d = self.driven.locked();
         d.conns.push(conn);
         if let Some(w) = &d.waker {
             w.wake_by_ref();
@@ -184,7 +179,7 @@ impl Lane {
     /// The kept connection's sender, unless it has waited longer than `idle_timeout` (then it
     /// is dropped, which closes the connection).
     fn take(&self, idle_timeout: Duration) -> Option<http1::SendRequest<ForwardBody>> {
-        let held = locked(&self.sender).take()?;
+        let held = self.sender.locked().take()?;
         self.release();
         (held.since.elapsed() <= idle_timeout).then_some(held.sender)
     }
@@ -192,7 +187,7 @@ impl Lane {
     /// room; otherwise drops the sender, and the connection closes once its reply is done.
     fn put(&self, s: http1::SendRequest<ForwardBody>, budget: &Arc<IdleBudget>) {
         if self.budget.get_or_init(|| budget.clone()).acquire() {
-            let old = locked(&self.sender).replace(Held {
+            let old = self.sender.locked().replace(Held {
                 sender: s,
                 since: std::time::Instant::now(),
             });

@@ -22,6 +22,7 @@ pub mod reader;
 pub mod report;
 mod writer;
 
+use crate::locks::Locked as _;
 pub use line::write_line;
 pub use writer::{create_private, part_path};
 use writer::{run, Writer};
@@ -87,10 +88,7 @@ impl LineBuffer {
     /// Swaps the waiting lines into `out` (which must be empty), leaving `out`'s old allocation
     /// for the next lines.
     fn take(&self, out: &mut Vec<u8>) {
-        match self.lines.lock() {
-            Ok(mut g) => std::mem::swap(&mut *g, out),
-            Err(p) => std::mem::swap(&mut *p.into_inner(), out),
-        }
+        std::mem::swap(&mut *self.lines.locked(), out);
     }
 }
 
@@ -109,10 +107,7 @@ impl Sink for LineBuffer {
                 return;
             }
             line.push(b'\n');
-            let mut g = match self.lines.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut g = self.lines.locked();
             if g.len() + line.len() > self.cap {
                 drop(g);
                 self.lost.fetch_add(1, Ordering::Relaxed);

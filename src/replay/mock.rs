@@ -13,6 +13,7 @@
 
 use crate::demo::DemoBody;
 use crate::events::MessageEvent;
+use crate::locks::Locked as _;
 use crate::record::reader::Capture;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -180,7 +181,7 @@ impl Mock {
 
     fn lookup(&self, key: &(String, String)) -> Option<Reply> {
         let list = self.replies.get(key)?;
-        let mut cur = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cur = self.cursors.locked();
         let i = cur.entry(key.clone()).or_insert(0);
         let r = list.get((*i).min(list.len() - 1)).cloned();
         *i += 1;

@@ -4,6 +4,7 @@
 //! counted until its reply body is dropped, [`Exchange`] boxes the handler's future per request
 //! and hands a long stream's body to the supervisor ([`LongStream`], [`Handoff`]).
 
+use crate::locks::Locked as _;
 use hyper::body::{Body, Incoming};
 use hyper::Response;
 use std::convert::Infallible;
@@ -106,7 +107,7 @@ impl<T> Default for Handoff<T> {
 
 impl<T> Handoff<T> {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Pin<Box<T>>, bool)>> {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+        self.slot.locked()
     }
     fn put(&self, body: Pin<Box<T>>, keep_alive: bool) {
         *self.lock() = Some((body, keep_alive));

@@ -8,6 +8,7 @@ use crate::events::Direction;
 use crate::inspect::ExchangeCtx;
 use crate::limit::enforce::Forward;
 use crate::limit::Limiter;
+use crate::locks::Locked as _;
 use bytes::Bytes;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -70,7 +71,7 @@ impl ClientOut {
 /// Closes the client's side of the session for a fault: rpctap's stdout is pointed at
 /// /dev/null (the client reads EOF) and nothing more is written to it.
 fn close_client(out: &Mutex<ClientOut>) {
-    let mut st = locked(out);
+    let mut st = out.locked();
     if st.closed {
         return;
     }
@@ -94,12 +95,8 @@ impl Default for ClientOut {
     }
 }
 
-pub fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn write_out(out: &Mutex<ClientOut>, chunk: &[u8]) -> std::io::Result<()> {
-    let mut st = locked(out);
+    let mut st = out.locked();
     if st.closed {
         return Ok(());
     }
@@ -118,7 +115,7 @@ fn write_out(out: &Mutex<ClientOut>, chunk: &[u8]) -> std::io::Result<()> {
 /// rpctap's own line to the client: now if the server's output is between lines, else right
 /// after the server's current line ends.
 fn inject(out: &Mutex<ClientOut>, line: &[u8]) -> std::io::Result<()> {
-    let mut st = locked(out);
+    let mut st = out.locked();
     if st.closed {
         return Ok(());
     }
@@ -231,13 +228,13 @@ fn arm_faults(
                 .to_string()
             }
             Action::CutStreamAfter { .. } => {
-                locked(out).cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
+                out.locked().cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
                 // Recorded when the cut happens.
                 continue;
             }
             _ => {
                 // Recorded when the reply (the client's answer) passes.
-                let mut o = locked(out);
+                let mut o = out.locked();
                 let armed = if s2c { &mut o.answers } else { &mut o.armed };
                 armed.arm(&f.id, f.fired, &f.method);
                 continue;
@@ -288,10 +285,10 @@ pub fn client_to_server(
         let sent = match limiter {
             None => {
                 {
-                    let mut c = locked(ctx);
+                    let mut c = ctx.locked();
                     lines.feed(chunk, &mut |p| inspect_piece(&mut c, dir, p));
                 }
-                locked(&child_in).write_all(chunk)
+                child_in.locked().write_all(chunk)
             }
             Some(l) => {
                 // Whole lines only, so that a refused call can be taken out.
@@ -314,7 +311,7 @@ pub fn client_to_server(
                     .collect();
                 let mut close = false;
                 {
-                    let mut c = locked(ctx);
+                    let mut c = ctx.locked();
                     for (p, mut shared) in pieces.into_iter().zip(shared) {
                         match p {
                             Piece::Line(line) => {
@@ -327,23 +324,23 @@ pub fn client_to_server(
                                 if let Some(d) = before.delay {
                                     // A pipe is ordered: what follows this line waits with it.
                                     drop(c);
-                                    if let Err(e) = locked(&child_in).write_all(&to_child) {
+                                    if let Err(e) = child_in.locked().write_all(&to_child) {
                                         tracing::debug!(error = %e, "writing to the server's stdin failed");
                                     }
                                     to_child.clear();
                                     std::thread::sleep(d);
-                                    c = locked(ctx);
+                                    c = ctx.locked();
                                 }
                                 if let Some(f) = r.forward {
                                     if let Some(a) = armed_answer(out, &f) {
                                         // What came before it goes first; it goes as its
                                         // fault says (its thread when held).
                                         drop(c);
-                                        let _ = locked(&child_in).write_all(&to_child);
+                                        let _ = child_in.locked().write_all(&to_child);
                                         to_child.clear();
                                         let to = To::Server(child_in.clone());
                                         armed_line(ctx, &to, trim_nl(&f), a);
-                                        c = locked(ctx);
+                                        c = ctx.locked();
                                         replies.extend(r.reply);
                                         continue;
                                     }
@@ -359,7 +356,7 @@ pub fn client_to_server(
                                         ) {
                                             // What came before it goes first; it goes when
                                             // decided, and the lines after it meanwhile.
-                                            let _ = locked(&child_in).write_all(&to_child);
+                                            let _ = child_in.locked().write_all(&to_child);
                                             to_child.clear();
                                             release_held(
                                                 h,
@@ -394,11 +391,11 @@ pub fn client_to_server(
                     }
                 }
                 if close {
-                    let _ = locked(&child_in).write_all(&to_child);
+                    let _ = child_in.locked().write_all(&to_child);
                     close_client(out);
                     break;
                 }
-                locked(&child_in).write_all(&to_child)
+                child_in.locked().write_all(&to_child)
             }
         };
         if let Err(e) = sent {
@@ -410,7 +407,7 @@ pub fn client_to_server(
     // A last line without its newline: passed on as it is.
     let mut rest: Vec<u8> = Vec::new();
     {
-        let mut c = locked(ctx);
+        let mut c = ctx.locked();
         if limiter.is_some() && lines.held() > 0 {
             lines.finish(&mut |p| {
                 if let Piece::Line(l) = &p {
@@ -423,7 +420,7 @@ pub fn client_to_server(
         }
     }
     if !rest.is_empty() {
-        let _ = locked(&child_in).write_all(&rest);
+        let _ = child_in.locked().write_all(&rest);
     }
     drop(child_in);
 }
@@ -445,7 +442,7 @@ fn remember_calls(out: &Mutex<ClientOut>, line: &Bytes) {
     if calls.is_empty() {
         return;
     }
-    let mut o = locked(out);
+    let mut o = out.locked();
     if o.calls.len() + calls.len() > CALLS_KEPT {
         let drop_n = (o.calls.len() + calls.len() - CALLS_KEPT).min(o.calls.len());
         o.calls.drain(..drop_n);
@@ -488,7 +485,7 @@ fn release_held(
                 (None, to_server.or(to_client))
             };
             {
-                let mut c = locked(&ctx);
+                let mut c = ctx.locked();
                 c.intercepted(&d, dir, id.as_ref(), Some(&method));
                 if let (Direction::ClientToServer, Some(a)) = (dir, &to_client) {
                     // rpctap's answer ends the call as a reply would.
@@ -496,7 +493,7 @@ fn release_held(
                 }
             }
             if let (Some(b), Some(w)) = (to_server, &child_in) {
-                if let Err(e) = locked(w).write_all(&b) {
+                if let Err(e) = w.locked().write_all(&b) {
                     tracing::debug!(error = %e, "writing a held message to the server failed");
                 }
             }
@@ -512,7 +509,7 @@ fn release_held(
         l.push(b'\n');
         match child_in {
             Some(w) if dir == Direction::ClientToServer => {
-                let _ = locked(&w).write_all(&l);
+                let _ = w.locked().write_all(&l);
             }
             _ => {
                 let _ = inject(&out, &l);
@@ -550,7 +547,7 @@ pub fn server_to_client(
     while let Some(n) = read_some(child_out, &mut buf, "the server's stdout") {
         let chunk = &buf[..n];
         {
-            let mut c = locked(ctx);
+            let mut c = ctx.locked();
             lines.feed(chunk, &mut |p| inspect_piece(&mut c, dir, p));
         }
         if !client_gone {
@@ -562,7 +559,7 @@ pub fn server_to_client(
             }
         }
     }
-    let mut c = locked(ctx);
+    let mut c = ctx.locked();
     lines.finish(&mut |p| inspect_piece(&mut c, dir, p));
 }
 
@@ -591,7 +588,7 @@ fn server_to_client_faulty(
                     continue;
                 }
                 Piece::LongEnd(n) => {
-                    locked(ctx).line_not_inspected(dir, n);
+                    ctx.locked().line_not_inspected(dir, n);
                     let _ = write_out(out, b"\n");
                     continue;
                 }
@@ -602,7 +599,7 @@ fn server_to_client_faulty(
                     None => continue,
                 },
                 None => {
-                    locked(ctx).line(dir, line.clone());
+                    ctx.locked().line(dir, line.clone());
                     line
                 }
             };
@@ -614,7 +611,7 @@ fn server_to_client_faulty(
             faulty_line(ctx, out, line);
         }
     }
-    let mut c = locked(ctx);
+    let mut c = ctx.locked();
     lines.finish(&mut |p| inspect_piece(&mut c, dir, p));
 }
 
@@ -631,7 +628,7 @@ fn server_request(
     let headers = http::HeaderMap::new();
     let keys = stdio_keys(&r.session, &headers);
     let (l, before) = {
-        let mut c = locked(ctx);
+        let mut c = ctx.locked();
         let mut l = crate::limit::enforce::limit_message(
             &r.limiter,
             &mut *c,
@@ -652,7 +649,7 @@ fn server_request(
         close_client(out);
         if let Some(w) = &child_in {
             // The child reads EOF (its stdin's pipe dropped), whoever else holds the handle.
-            *locked(w) = Box::new(std::io::sink());
+            *w.locked() = Box::new(std::io::sink());
         }
         return None;
     }
@@ -675,8 +672,8 @@ fn held_reply(
     out: &Arc<Mutex<ClientOut>>,
     line: &Bytes,
 ) -> bool {
-    let calls = std::mem::take(&mut locked(out).calls);
-    let scope = locked(ctx).scope_text();
+    let calls = std::mem::take(&mut out.locked().calls);
+    let scope = ctx.locked().scope_text();
     let held = crate::intercept::hold_body(
         &h.intercept,
         Direction::ServerToClient,
@@ -692,7 +689,7 @@ fn held_reply(
     {
         // Put back (with the replied call forgotten).
         let replied = crate::fault::reply_id(line);
-        let mut o = locked(out);
+        let mut o = out.locked();
         let mut calls = calls;
         if let Some(id) = replied {
             calls.retain(|(i, _, _)| *i != id);
@@ -732,7 +729,7 @@ impl To {
                 let _ = write_out(o, b);
             }
             To::Server(w) => {
-                if let Err(e) = locked(w).write_all(b) {
+                if let Err(e) = w.locked().write_all(b) {
                     tracing::debug!(error = %e, "writing to the server's stdin failed");
                 }
             }
@@ -760,7 +757,7 @@ fn with_nl(b: &[u8]) -> Vec<u8> {
 /// One whole line of the server's, passed on under the faults armed for it.
 fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>, line: Bytes) {
     let (armed, cut_now) = {
-        let mut o = locked(out);
+        let mut o = out.locked();
         let armed =
             crate::fault::reply_id(&line).and_then(|id| o.armed.take(&id).map(|(f, m)| (id, f, m)));
         // The cut counts every message of the server's from the call on.
@@ -775,7 +772,8 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
         } else {
             "the session cut before this message".to_string()
         };
-        locked(ctx).fault(&cut.fired, Some(&cut.id), Some(&cut.method), None, detail);
+        ctx.locked()
+            .fault(&cut.fired, Some(&cut.id), Some(&cut.method), None, detail);
         close_client(out);
         return;
     }
@@ -793,11 +791,11 @@ fn armed_answer(
     out: &Mutex<ClientOut>,
     line: &Bytes,
 ) -> Option<(crate::rpc::Id, crate::fault::Fired, Arc<str>)> {
-    if locked(out).answers.is_empty() {
+    if out.locked().answers.is_empty() {
         return None;
     }
     let id = crate::fault::reply_id(line)?;
-    locked(out).answers.take(&id).map(|(f, m)| (id, f, m))
+    out.locked().answers.take(&id).map(|(f, m)| (id, f, m))
 }
 
 /// A reply (the server's to a call, or the client's answer to a server's request) passed on
@@ -813,7 +811,8 @@ fn armed_line(
         for f in &r.frames {
             to.write(&with_nl(f));
         }
-        locked(ctx).fault(&fired, Some(&id), Some(&method), r.made, r.detail.into());
+        ctx.locked()
+            .fault(&fired, Some(&id), Some(&method), r.made, r.detail.into());
         return;
     }
     let what = match fired.direction {
@@ -853,7 +852,8 @@ fn armed_line(
             return;
         }
     };
-    locked(ctx).fault(&fired, Some(&id), Some(&method), None, detail);
+    ctx.locked()
+        .fault(&fired, Some(&id), Some(&method), None, detail);
 }
 
 fn inspect_piece(c: &mut ExchangeCtx, dir: Direction, p: Piece) {

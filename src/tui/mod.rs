@@ -13,6 +13,7 @@ pub mod ui;
 
 use crate::events::Event;
 use crate::events::Subscription;
+use crate::locks::Locked as _;
 use crate::record::reader::Capture;
 use app::{Action, App, Key};
 use base64::Engine;
@@ -123,11 +124,11 @@ impl Guard {
     fn new(screen: Screen) -> Guard {
         static HOOK: std::sync::Once = std::sync::Once::new();
         static SCREEN: std::sync::Mutex<Option<Screen>> = std::sync::Mutex::new(None);
-        *SCREEN.lock().unwrap_or_else(|p| p.into_inner()) = Some(screen);
+        *SCREEN.locked() = Some(screen);
         HOOK.call_once(|| {
             let prev = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
-                if let Some(s) = *SCREEN.lock().unwrap_or_else(|p| p.into_inner()) {
+                if let Some(s) = *SCREEN.locked() {
                     s.leave();
                 }
                 prev(info);

@@ -27,6 +27,7 @@ use crate::events::Direction;
 use crate::inspect::{EndReason, ExchangeCtx};
 use crate::limit::enforce::{limit_message, Forward};
 use crate::limit::Limiter;
+use crate::locks::Locked as _;
 use bytes::Bytes;
 use frame::{Decoder, Deflate, FrameEnd, WsEvent};
 use http::HeaderMap;
@@ -138,7 +139,7 @@ pub async fn tee<C, U>(
     }));
     let inspect = match &neg.unknown {
         Some(ext) => {
-            lock(&shared).ctx.not_inspected(
+            shared.locked().ctx.not_inspected(
                 Direction::ServerToClient,
                 format!("the WebSocket negotiated the extension {ext}, which rpctap cannot decode: its messages are passed on, not inspected"),
             );
@@ -224,7 +225,7 @@ pub async fn tee<C, U>(
         _ = &mut up => { let _ = tokio::time::timeout(LINGER, down).await; }
         _ = &mut down => { let _ = tokio::time::timeout(LINGER, up).await; }
     }
-    let mut s = lock(&shared);
+    let mut s = shared.locked();
     let why = s
         .close
         .take()
@@ -481,10 +482,6 @@ fn armed_reply(
 /// How long the other direction may run once one has ended.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The next frame rpctap puts in; never, without a channel.
 async fn next_injected(rx: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
     match rx {
@@ -569,7 +566,7 @@ async fn pump<R, W>(
         if events.is_empty() {
             continue;
         }
-        let mut s = lock(&shared);
+        let mut s = shared.locked();
         for ev in events.drain(..) {
             apply(&mut s, dir, ev);
         }
@@ -697,7 +694,7 @@ async fn whole<R, W>(
                                     );
                                 }
                             }
-                            let mut s = lock(&shared);
+                            let mut s = shared.locked();
                             for ev in events.drain(..) {
                                 let keep_raw = !rewrite && !was_streaming;
                                 match ev {
@@ -779,7 +776,7 @@ async fn whole<R, W>(
                                 .as_ref()
                                 .map(|r| (r.rules)())
                                 .filter(|l| l.faults.has_s2c());
-                            let mut s = lock(&shared);
+                            let mut s = shared.locked();
                             for ev in events.drain(..) {
                                 let keep_raw = !rewrite && !was_streaming;
                                 match ev {
@@ -960,9 +957,12 @@ async fn whole<R, W>(
                                     keep_raw,
                                 } = *h;
                                 let d = p.wait().await;
-                                lock(&shared)
-                                    .ctx
-                                    .intercepted(&d, dir, id.as_ref(), Some(&method));
+                                shared.locked().ctx.intercepted(
+                                    &d,
+                                    dir,
+                                    id.as_ref(),
+                                    Some(&method),
+                                );
                                 let answer_here = dir == Direction::ServerToClient;
                                 match d.verdict {
                                     Verdict::Forward if keep_raw => w.write_all(&raw).await.is_ok(),
@@ -1016,7 +1016,7 @@ async fn whole<R, W>(
             }
             if !events.is_empty() {
                 // Control frames' events (a close, a ping).
-                let mut s = lock(&shared);
+                let mut s = shared.locked();
                 for ev in events.drain(..) {
                     apply(&mut s, dir, ev);
                 }
