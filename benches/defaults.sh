@@ -68,25 +68,26 @@ for _ in $(seq "$ROUNDS"); do
   done
 done
 med() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+# m ROW FIELD: the median of a row's requests/s (1) or CPU µs per call (2).
+m() { cut -d' ' -f"$2" "$WORK/$1" | med; }
 echo "| setup | threads | requests/s | CPU µs per call | req/s ÷ floor | CPU ÷ floor |"
 echo "|---|---|---|---|---|---|"
 for row in "${ROWS[@]}"; do
   IFS='|' read -r name threads _ <<<"$row"
-  rps=$(cut -d' ' -f1 "$WORK/$name" | med); cpu=$(cut -d' ' -f2 "$WORK/$name" | med)
-  frps=$(cut -d' ' -f1 "$WORK/floor-$threads" | med); fcpu=$(cut -d' ' -f2 "$WORK/floor-$threads" | med)
+  rps=$(m "$name" 1); cpu=$(m "$name" 2)
+  frps=$(m "floor-$threads" 1); fcpu=$(m "floor-$threads" 2)
   printf "| %s | %s | %.0f | %.2f | %.2f | %.2f |\n" "${name%-*}" "$threads" "$rps" "$cpu" \
     "$(awk "BEGIN{print $rps / $frps}")" "$(awk "BEGIN{print $cpu / $fcpu}")"
 done
 echo
 for t in $THREADS; do
-  off=$(cut -d' ' -f1 "$WORK/rpctap-log-off-$t" | med); miss=$(cut -d' ' -f1 "$WORK/rpctap-fault-miss-$t" | med)
-  offc=$(cut -d' ' -f2 "$WORK/rpctap-log-off-$t" | med); missc=$(cut -d' ' -f2 "$WORK/rpctap-fault-miss-$t" | med)
+  off=$(m "rpctap-log-off-$t" 1); miss=$(m "rpctap-fault-miss-$t" 1)
+  offc=$(m "rpctap-log-off-$t" 2); missc=$(m "rpctap-fault-miss-$t" 2)
   printf "a fault rule matching nothing, %s thread(s): req/s %.3f× and CPU per call %.3f× of --log off\n" "$t" \
     "$(awk "BEGIN{print $miss / $off}")" "$(awk "BEGIN{print $missc / $offc}")"
 done
 # The issue-36 targets, from the medians above: the defaults against the floor at each thread
 # count, the text log's cost (defaults − `--log off`, same run), and two threads against one.
-m() { cut -d' ' -f"$2" "$WORK/$1" | med; }
 for t in $THREADS; do
   printf "targets, %s thread(s): defaults ÷ floor CPU per call %.3f (≤ 1.15), req/s %.3f (≥ 0.9); text log %.2f µs a call (≤ 1)\n" "$t" \
     "$(awk "BEGIN{print $(m rpctap-defaults-$t 2) / $(m floor-$t 2)}")" \

@@ -115,21 +115,17 @@ impl SchemaCache {
 
     /// Validators kept now.
     pub fn len(&self) -> usize {
-        self.lock().by_text.len()
+        self.inner.locked().by_text.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
-        self.inner.locked()
-    }
-
     /// The key a schema text is kept under (the text already cached, if it is: sessions of one
     /// server share it), compiling it if it is new.
     pub fn intern(&self, text: &str) -> Arc<str> {
-        let mut c = self.lock();
+        let mut c = self.inner.locked();
         if let Some((k, _)) = c.by_text.get_key_value(text) {
             return k.clone();
         }
@@ -142,7 +138,7 @@ impl SchemaCache {
 
     /// The validator of a schema text (compiled again if it was dropped).
     pub fn get(&self, text: &Arc<str>) -> Arc<Compiled> {
-        let mut c = self.lock();
+        let mut c = self.inner.locked();
         if let Some(v) = c.by_text.get(text) {
             return v.clone();
         }

@@ -88,12 +88,8 @@ pub struct Answers {
 impl Answers {
     pub const MAX: usize = 4096;
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<ArmedAnswer>> {
-        self.by_key.locked()
-    }
-
     pub fn arm(&self, session: Option<&str>, id: &Id, f: Fired, method: &str) {
-        let mut q = self.lock();
+        let mut q = self.by_key.locked();
         if q.len() >= Self::MAX {
             q.pop_front();
         }
@@ -118,7 +114,7 @@ impl Answers {
         }
         let id = crate::fault::reply_id(body)?;
         let (s, key) = (session.unwrap_or(""), id.to_json_text());
-        let mut q = self.lock();
+        let mut q = self.by_key.locked();
         let i = q.iter().position(|(qs, qk, _, _)| qs == s && *qk == key)?;
         let (_, _, f, m) = q.remove(i)?;
         self.len

@@ -106,17 +106,14 @@ impl<T> Default for Handoff<T> {
 }
 
 impl<T> Handoff<T> {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Pin<Box<T>>, bool)>> {
-        self.slot.locked()
-    }
     fn put(&self, body: Pin<Box<T>>, keep_alive: bool) {
-        *self.lock() = Some((body, keep_alive));
+        *self.slot.locked() = Some((body, keep_alive));
         self.full.store(true, Relaxed);
     }
     /// The body waiting to be taken over, and whether the connection stays open after it.
     pub(super) fn take(&self) -> Option<(Pin<Box<T>>, bool)> {
         self.full.store(false, Relaxed);
-        self.lock().take()
+        self.slot.locked().take()
     }
     pub(super) fn waiting(&self) -> bool {
         self.full.load(Relaxed)
