@@ -7,9 +7,18 @@ pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
     let Some(first) = needle.as_bytes().first().map(u8::to_ascii_lowercase) else {
         return true;
     };
-    // Each request's and reply's content type is searched: the whole needle is compared only
-    // where its first letter is.
-    hay.as_bytes()
+    let (hay_b, needle_b) = (hay.as_bytes(), needle.as_bytes());
+    // Each request's and reply's content type is searched, and most start or end with the
+    // needle (`text/event-stream`, `application/json`): those two places are compared first.
+    let n = needle_b.len();
+    if hay_b.len() >= n
+        && (hay_b[..n].eq_ignore_ascii_case(needle_b)
+            || hay_b[hay_b.len() - n..].eq_ignore_ascii_case(needle_b))
+    {
+        return true;
+    }
+    // Elsewhere the whole needle is compared only where its first letter is.
+    hay_b
         .windows(needle.len())
         .any(|w| w[0].to_ascii_lowercase() == first && w.eq_ignore_ascii_case(needle.as_bytes()))
 }

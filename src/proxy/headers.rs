@@ -24,21 +24,20 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
 /// The MCP session header.
 pub const MCP_SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
 pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-
-fn is_hop_by_hop(n: &HeaderName) -> bool {
-    n == header::UPGRADE || HOP_BY_HOP.iter().any(|h| h == n)
-}
 
 /// Removes the hop-by-hop headers, including those the `Connection` header names.
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay.
 pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    // Most messages carry none: one pass over their few names (standard names compare as
-    // tags) instead of a hashed removal per hop-by-hop name.
-    if h.keys().any(is_hop_by_hop) {
+    let any = pick(h).hop_by_hop;
+    strip_picked(h, keep_upgrade, any);
+}
+
+/// [`strip_hop_by_hop`] for a head [`pick`] has read: `any` is its `hop_by_hop` (most messages
+/// carry none, and then nothing is looked up).
+pub fn strip_picked(h: &mut HeaderMap, keep_upgrade: bool, any: bool) {
+    if any {
         let named: Vec<HeaderName> = h
             .get_all(header::CONNECTION)
             .iter()
@@ -62,9 +61,9 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// The headers the inspector reads from a message, found in one pass over its few headers
-/// (cheaper than a hashed lookup for each); the first value of a name counts, as with
-/// `HeaderMap::get`.
+/// What the proxy and the inspector read from a message's head, found in one pass over its
+/// few headers (cheaper than a hashed lookup for each, and than a pass per question); the
+/// first value of a name counts, as with `HeaderMap::get`.
 #[derive(Default)]
 pub struct Picked<'a> {
     pub content_type: Option<&'a str>,
@@ -76,32 +75,73 @@ pub struct Picked<'a> {
     pub mcp_method: Option<&'a str>,
     pub mcp_name: Option<&'a str>,
     pub www_authenticate: Option<&'a str>,
+    /// A hop-by-hop header is present (RFC 9110 §7.6.1: one of the fixed names or
+    /// `Upgrade`; the names `Connection` lists come with a `Connection` header).
+    pub hop_by_hop: bool,
+    /// An `Accept` value takes `text/event-stream`, in any letter case.
+    pub accepts_sse: bool,
+    /// `Upgrade` is present and `Connection` lists `upgrade`: a protocol upgrade is asked for.
+    pub upgrade: bool,
 }
 
+/// Reads a head in one pass (see [`Picked`]).
 pub fn pick(h: &HeaderMap) -> Picked<'_> {
     let mut p = Picked::default();
     let (mut ct, mut session, mut len, mut version) = (false, false, false, false);
+    let (mut upgrade_header, mut connection_upgrade) = (false, false);
     for (name, value) in h {
-        if !ct && name == header::CONTENT_TYPE {
-            ct = true;
-            p.content_type = value.to_str().ok();
-        } else if !len && name == header::CONTENT_LENGTH {
-            len = true;
-            p.content_length = value.to_str().ok().and_then(|v| v.parse().ok());
-        } else if !session && name == MCP_SESSION {
-            session = true;
-            p.session = value.to_str().ok();
-        } else if !version && name == MCP_PROTOCOL_VERSION {
-            version = true;
-            p.protocol_version = value.to_str().ok();
-        } else if p.mcp_method.is_none() && name == MCP_METHOD {
-            p.mcp_method = value.to_str().ok();
-        } else if p.mcp_name.is_none() && name == MCP_NAME {
-            p.mcp_name = value.to_str().ok();
-        } else if p.www_authenticate.is_none() && name == header::WWW_AUTHENTICATE {
-            p.www_authenticate = value.to_str().ok();
+        // One match on the name's text: a standard name's text is a table entry, and a match
+        // on strings dispatches on the length before comparing bytes (cheaper than comparing
+        // the name with each of a dozen `HeaderName`s).
+        match name.as_str() {
+            "content-type" if !ct => {
+                ct = true;
+                p.content_type = value.to_str().ok();
+            }
+            "content-length" if !len => {
+                len = true;
+                p.content_length = value.to_str().ok().and_then(|v| v.parse().ok());
+            }
+            "mcp-session-id" if !session => {
+                session = true;
+                p.session = value.to_str().ok();
+            }
+            "mcp-protocol-version" if !version => {
+                version = true;
+                p.protocol_version = value.to_str().ok();
+            }
+            "mcp-method" if p.mcp_method.is_none() => p.mcp_method = value.to_str().ok(),
+            "mcp-name" if p.mcp_name.is_none() => p.mcp_name = value.to_str().ok(),
+            "www-authenticate" if p.www_authenticate.is_none() => {
+                p.www_authenticate = value.to_str().ok()
+            }
+            "accept" => {
+                p.accepts_sse |= value
+                    .to_str()
+                    .is_ok_and(|v| crate::media::contains_ignore_case(v, "text/event-stream"))
+            }
+            "upgrade" => {
+                p.hop_by_hop = true;
+                upgrade_header = true;
+            }
+            "connection" => {
+                p.hop_by_hop = true;
+                connection_upgrade |= value.to_str().is_ok_and(|v| {
+                    v.split(',')
+                        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+                });
+            }
+            "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding" => p.hop_by_hop = true,
+            _ => {}
         }
     }
+    p.upgrade = upgrade_header && connection_upgrade;
     p
 }
 
@@ -199,6 +239,70 @@ mod tests {
             (p.content_type, p.session, p.content_length),
             (None, None, None)
         );
+    }
+
+    /// The one pass answers what the separate lookups answer, on heads with and without each
+    /// kind of header (names in any letter case, several values, tokens with spaces).
+    #[test]
+    fn pick_agrees_with_the_lookups_it_replaces() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("Content-Type", "application/json"), ("Host", "x")],
+            &[("Connection", "Upgrade"), ("Upgrade", "websocket")],
+            &[("connection", "keep-alive, upgrade "), ("upgrade", "h2c")],
+            &[("Upgrade", "websocket")],
+            &[("Connection", "close")],
+            &[("Connection", "x-hop"), ("x-hop", "1")],
+            &[("TE", "trailers")],
+            &[("Transfer-Encoding", "chunked")],
+            &[("Keep-Alive", "timeout=5")],
+            &[("Proxy-Authorization", "Basic eA==")],
+            &[("Accept", "application/json, Text/Event-Stream")],
+            &[
+                ("Accept", "application/json"),
+                ("accept", "text/event-stream"),
+            ],
+            &[("Accept", "text/html")],
+            &[("mcp-session-id", "s"), ("x-forwarded-for", "10.0.0.1")],
+        ];
+        for case in cases {
+            let mut h = HeaderMap::new();
+            for (n, v) in case.iter() {
+                h.append(
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            let p = pick(&h);
+            let reference =
+                h.contains_key(header::UPGRADE) || HOP_BY_HOP.iter().any(|n| h.contains_key(n));
+            assert_eq!(p.hop_by_hop, reference, "{case:?}");
+            assert_eq!(p.upgrade, is_upgrade(&h), "{case:?}");
+            assert_eq!(
+                p.accepts_sse,
+                h.get_all(header::ACCEPT).iter().any(|v| v
+                    .to_str()
+                    .unwrap()
+                    .to_ascii_lowercase()
+                    .contains("text/event-stream")),
+                "{case:?}"
+            );
+            // Stripping with the flag is stripping without it.
+            let (mut a, mut b) = (h.clone(), h.clone());
+            strip_picked(&mut a, false, p.hop_by_hop);
+            let mut reference_strip = b.clone();
+            for n in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+                reference_strip.remove(n);
+            }
+            if let Some(named) = h.get(header::CONNECTION) {
+                for t in named.to_str().unwrap().split(',') {
+                    reference_strip.remove(t.trim());
+                }
+            }
+            strip_hop_by_hop(&mut b, false);
+            assert_eq!(a, reference_strip, "{case:?}");
+            assert_eq!(b, reference_strip, "{case:?}");
+        }
     }
 
     #[test]

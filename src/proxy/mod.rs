@@ -227,11 +227,18 @@ impl Proxy {
     /// request, apply the rate limits), `upstream_request` (the request as the upstream gets
     /// it), the send with its time limit (`upstream_outcome`), `response_filter` (the response
     /// head, the teed body).
-    pub async fn handle(
-        &self,
+    ///
+    /// Not an `async fn`: what needs no await (the request's head read, the exchange begun) is
+    /// done before the future is made, so the request is not carried in it, and the async
+    /// block below uses what it captures in place (an `async fn` keeps a second copy of each
+    /// argument). The phases between the awaits are scoped so that what one needs is not kept
+    /// through the next await: a generator's state holds every value live across two awaits
+    /// side by side, and this future is moved several times per call.
+    pub fn handle<'a>(
+        &'a self,
         mut req: Request<crate::server::RequestBody>,
-        conn: &ClientConn,
-    ) -> Response<ProxyBody> {
+        conn: &'a ClientConn,
+    ) -> impl std::future::Future<Output = Response<ProxyBody>> + 'a {
         let picked = headers::pick(req.headers());
         let content_type = picked.content_type;
         let session = picked.session.map(str::to_string);
@@ -248,7 +255,9 @@ impl Proxy {
             peer_ip: Some(conn.peer.ip()),
             headers: Some(req.headers()),
         });
-        let upgrade = headers::is_upgrade(req.headers());
+        let upgrade = picked.upgrade;
+        let hop_by_hop = picked.hop_by_hop;
+        let accepts_sse = picked.accepts_sse;
         let websocket = upgrade && crate::ws::is_websocket(req.headers());
         let lane = (req.version() <= http::Version::HTTP_11).then_some(&conn.lane);
         let is_rpc = req.method() == Method::POST
@@ -277,172 +286,182 @@ impl Proxy {
                 ..Default::default()
             },
             plan: None,
-            accepts_sse: crate::media::accepts_event_stream(&parts.headers),
+            accepts_sse,
             upstreamed: None,
         };
         // The exchange stays here and is lent to each phase: moving it in and out of their
         // futures would copy it several times per call.
-        let read = if is_rpc {
-            read_ahead(incoming, self.inner.inspector.config().max_frame_bytes).await
-        } else {
-            Ok(ReadAhead::NotRpc(incoming))
-        };
-        // Rules counted in a shared store (Redis): asked before deciding, one round trip for the
-        // request's calls, bounded by the rules' store_timeout. Boxed: only such setups pay it.
-        // The rules in force, read once for a body that will be decided.
-        let limiter = matches!(read, Ok(ReadAhead::Whole(_))).then(|| self.limiter());
-        // `direction = "s2c"` rules: the server's requests come on event streams (a POST's
-        // reply, the GET stream), the client's answers in POSTs.
-        let s2c = match &limiter {
-            Some(l) => l.faults.has_s2c(),
-            None => parts.method == Method::GET && self.limiter().faults.has_s2c(),
-        };
-        let shared = match (&read, &limiter) {
-            (Ok(ReadAhead::Whole(b)), Some(l)) if l.has_shared() => {
-                let keys = crate::limit::RequestKeys {
-                    peer: conn.peer.ip(),
-                    session: session.as_deref(),
-                    headers: &parts.headers,
+        async move {
+            let (mut body, s2c) = {
+                let read = if is_rpc {
+                    read_ahead(incoming, self.inner.inspector.config().max_frame_bytes).await
+                } else {
+                    Ok(ReadAhead::NotRpc(incoming))
                 };
-                let parsed = crate::rpc::parse_body(b);
-                Some(Box::pin(crate::limit::enforce::ask_shared(l, &parsed, &keys)).await)
-            }
-            _ => None,
-        };
-        let body = match self.request_filter(
-            &mut ex,
-            &mut parts,
-            read,
-            conn.peer,
-            session.as_deref(),
-            (limiter, shared),
-        ) {
-            Ok(body) => body,
-            Err(Early::Error(e)) => return self.error_reply(ex, e),
-            Err(Early::Respond(resp)) => return *resp,
-        };
-        // A client's answer to a server's request that an s2c fault was armed on (boxed: only a
-        // run with such rules pays for it).
-        let mut body = body;
-        let mut again = None;
-        if s2c && !self.inner.answers.is_empty() {
-            let armed = ex
-                .summary
-                .body
-                .as_ref()
-                .and_then(|b| self.inner.answers.take(session.as_deref(), b));
-            if let Some(armed) = armed {
-                match Box::pin(client_answer(&mut ex, &mut parts, body, armed)).await {
-                    Ok((b, twice)) => {
-                        again = twice;
-                        body = b;
+                // Rules counted in a shared store (Redis): asked before deciding, one round trip for the
+                // request's calls, bounded by the rules' store_timeout. Boxed: only such setups pay it.
+                // The rules in force, read once for a body that will be decided.
+                let limiter = matches!(read, Ok(ReadAhead::Whole(_))).then(|| self.limiter());
+                // `direction = "s2c"` rules: the server's requests come on event streams (a POST's
+                // reply, the GET stream), the client's answers in POSTs.
+                let s2c = match &limiter {
+                    Some(l) => l.faults.has_s2c(),
+                    None => parts.method == Method::GET && self.limiter().faults.has_s2c(),
+                };
+                let shared = match (&read, &limiter) {
+                    (Ok(ReadAhead::Whole(b)), Some(l)) if l.has_shared() => {
+                        let keys = crate::limit::RequestKeys {
+                            peer: conn.peer.ip(),
+                            session: session.as_deref(),
+                            headers: &parts.headers,
+                        };
+                        let parsed = crate::rpc::parse_body(b);
+                        Some(Box::pin(crate::limit::enforce::ask_shared(l, &parsed, &keys)).await)
                     }
-                    Err(resp) => return *resp,
+                    _ => None,
+                };
+                match self.request_filter(
+                    &mut ex,
+                    &mut parts,
+                    read,
+                    conn.peer,
+                    session.as_deref(),
+                    (limiter, shared),
+                ) {
+                    Ok(body) => (body, s2c),
+                    Err(Early::Error(e)) => return self.error_reply(ex, e),
+                    Err(Early::Respond(resp)) => return *resp,
                 }
-            }
-        }
-        // Faults that fired on the request's calls: the request-side ones done here (boxed:
-        // only a run with fault rules pays for them), the reply's kept for `response_filter`.
-        if ex.plan.as_ref().is_some_and(|p| !p.faults.is_empty())
-            && Box::pin(request_faults(&mut ex)).await
-        {
-            // `close`: a body that fails at once, so hyper drops the connection unanswered.
-            return Response::new(TeeBody::new(ReplySource::Broken, Some(ex.ctx)));
-        }
-        // The dashboard's intercept: a matching request held until decided (boxed: only a
-        // dashboard with a filter set pays for it).
-        if self.inner.intercept.is_on() && ex.plan.as_ref().is_none_or(|p| !p.any_refused()) {
-            if let Some(b) = ex.summary.body.clone() {
-                match Box::pin(intercept::request(&self.inner.intercept, &mut ex.ctx, &b)).await {
-                    intercept::Intercepted::Unchanged => {}
-                    intercept::Intercepted::Edited(nb) => {
-                        parts
-                            .headers
-                            .insert(header::CONTENT_LENGTH, HeaderValue::from(nb.len()));
-                        ex.summary.body = Some(nb.clone());
-                        body = ForwardBody::full(nb);
-                    }
-                    intercept::Intercepted::Answer(a) => return intercept::answer(ex.ctx, a),
-                    intercept::Intercepted::Drop => return intercept::dropped(ex.ctx),
-                }
-            }
-        }
-        let is_head = parts.method == Method::HEAD;
-        // `--otlp-propagate`: the upstream's parent becomes rpctap's span (the one header rewrite
-        // asked for; without it trace headers pass unchanged).
-        if let Some(tp) = ex.ctx.trace.as_ref().and_then(|t| t.traceparent()) {
-            if let Ok(v) = HeaderValue::from_str(&tp) {
-                parts.headers.insert("traceparent", v);
-            }
-        }
-        if let Err(e) = self.upstream_request(&mut parts, upgrade, lane.is_some(), conn) {
-            return self.error_reply(ex, e);
-        }
-        if s2c {
-            ex.upstreamed = Some(Box::new(Upstreamed {
-                uri: parts.uri.clone(),
-                headers: parts.headers.clone(),
-                peer: conn.peer.ip(),
-                session: session.clone(),
-                again,
-            }));
-        }
-        // Phase 3, upstream: awaited here, pinned once — this future is a large part of the
-        // exchange's state, and a function of its own would hold (and copy) it again (boxed,
-        // it is copied once more and allocated: measured no cheaper, benches/RESULTS.md).
-        let limit = self.inner.opts.upstream_timeout;
-        let mut send = std::pin::pin!(self
-            .inner
-            .upstream
-            .send(Request::from_parts(parts, body), lane));
-        let sent = match lane {
-            Some(lane) => lane.within(limit, send.as_mut()).await,
-            None => tokio::time::timeout(limit, send.as_mut()).await.ok(),
-        };
-        let mut resp = match upstream_outcome(sent, limit, ex.ctx.id) {
-            Ok(r) => r,
-            Err(e) => return self.error_reply(ex, e),
-        };
-        if let Some(u) = ex.upstreamed.as_mut() {
-            if let Some(b) = u.again.take() {
-                // `duplicate` on a client's answer: the server gets it a second time.
-                self.post_to_server(u.uri.clone(), u.headers.clone(), b);
-            }
-        }
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            let Some(client_up) = client_upgrade else {
-                // A 101 the client never asked for (RFC 9110 §15.2.2 forbids it): passing it on
-                // would switch a client that cannot follow.
-                return self.error_reply(
-                    ex,
-                    ExchangeError::UpstreamProtocol(
-                        "101 Switching Protocols to a request that asked for no upgrade",
-                    ),
-                );
             };
-            // Upgraded: the two connections are spliced as raw bytes — a WebSocket's with its
-            // messages inspected on the way (`crate::ws`).
-            let upstream_up = hyper::upgrade::on(&mut resp);
-            let ws = websocket.then(|| {
-                (
-                    self.inner.inspector.begin_ws(ex.ctx.id),
-                    crate::ws::negotiated(resp.headers()),
-                    self.inner.inspector.config().max_frame_bytes,
-                    ws_limits,
-                )
-            });
-            tokio::spawn(splice(client_up, upstream_up, ws));
-        }
-        let permits = ex
-            .plan
-            .as_mut()
-            .map(|p| std::mem::take(&mut p.permits))
-            .unwrap_or_default();
-        match self.response_filter(resp, ex, permits, is_head) {
-            Answer::Stream(r) => r,
+            // A client's answer to a server's request that an s2c fault was armed on (boxed: only a
+            // run with such rules pays for it).
+            let mut again = None;
+            if s2c && !self.inner.answers.is_empty() {
+                let armed = ex
+                    .summary
+                    .body
+                    .as_ref()
+                    .and_then(|b| self.inner.answers.take(session.as_deref(), b));
+                if let Some(armed) = armed {
+                    match Box::pin(client_answer(&mut ex, &mut parts, body, armed)).await {
+                        Ok((b, twice)) => {
+                            again = twice;
+                            body = b;
+                        }
+                        Err(resp) => return *resp,
+                    }
+                }
+            }
+            // Faults that fired on the request's calls: the request-side ones done here (boxed:
+            // only a run with fault rules pays for them), the reply's kept for `response_filter`.
+            if ex.plan.as_ref().is_some_and(|p| !p.faults.is_empty())
+                && Box::pin(request_faults(&mut ex)).await
+            {
+                // `close`: a body that fails at once, so hyper drops the connection unanswered.
+                return Response::new(TeeBody::new(ReplySource::Broken, Some(ex.ctx)));
+            }
+            // The dashboard's intercept: a matching request held until decided (boxed: only a
+            // dashboard with a filter set pays for it).
+            if self.inner.intercept.is_on() && ex.plan.as_ref().is_none_or(|p| !p.any_refused()) {
+                if let Some(b) = ex.summary.body.clone() {
+                    match Box::pin(intercept::request(&self.inner.intercept, &mut ex.ctx, &b)).await
+                    {
+                        intercept::Intercepted::Unchanged => {}
+                        intercept::Intercepted::Edited(nb) => {
+                            parts
+                                .headers
+                                .insert(header::CONTENT_LENGTH, HeaderValue::from(nb.len()));
+                            ex.summary.body = Some(nb.clone());
+                            body = ForwardBody::full(nb);
+                        }
+                        intercept::Intercepted::Answer(a) => return intercept::answer(ex.ctx, a),
+                        intercept::Intercepted::Drop => return intercept::dropped(ex.ctx),
+                    }
+                }
+            }
+            let is_head = parts.method == Method::HEAD;
+            // `--otlp-propagate`: the upstream's parent becomes rpctap's span (the one header rewrite
+            // asked for; without it trace headers pass unchanged).
+            if let Some(tp) = ex.ctx.trace.as_ref().and_then(|t| t.traceparent()) {
+                if let Ok(v) = HeaderValue::from_str(&tp) {
+                    parts.headers.insert("traceparent", v);
+                }
+            }
+            if let Err(e) =
+                self.upstream_request(&mut parts, (upgrade, hop_by_hop), lane.is_some(), conn)
+            {
+                return self.error_reply(ex, e);
+            }
+            if s2c {
+                ex.upstreamed = Some(Box::new(Upstreamed {
+                    uri: parts.uri.clone(),
+                    headers: parts.headers.clone(),
+                    peer: conn.peer.ip(),
+                    session: session.clone(),
+                    again,
+                }));
+            }
+            // Phase 3, upstream: awaited here, pinned once — this future is a large part of the
+            // exchange's state, and a function of its own would hold (and copy) it again (boxed,
+            // it is copied once more and allocated: measured no cheaper, benches/RESULTS.md).
+            // One await, in a block of its own: the send's state (the largest part of the
+            // exchange's) then shares its place with what the other awaits keep.
+            let limit = self.inner.opts.upstream_timeout;
+            let sent = {
+                let mut send = std::pin::pin!(self
+                    .inner
+                    .upstream
+                    .send(Request::from_parts(parts, body), lane));
+                upstream::within(lane, limit, send.as_mut()).await
+            };
+            let m = {
+                let mut resp = match upstream_outcome(sent, limit, ex.ctx.id) {
+                    Ok(r) => r,
+                    Err(e) => return self.error_reply(ex, e),
+                };
+                if let Some(u) = ex.upstreamed.as_mut() {
+                    if let Some(b) = u.again.take() {
+                        // `duplicate` on a client's answer: the server gets it a second time.
+                        self.post_to_server(u.uri.clone(), u.headers.clone(), b);
+                    }
+                }
+                if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    let Some(client_up) = client_upgrade else {
+                        // A 101 the client never asked for (RFC 9110 §15.2.2 forbids it): passing it on
+                        // would switch a client that cannot follow.
+                        return self.error_reply(
+                            ex,
+                            ExchangeError::UpstreamProtocol(
+                                "101 Switching Protocols to a request that asked for no upgrade",
+                            ),
+                        );
+                    };
+                    // Upgraded: the two connections are spliced as raw bytes — a WebSocket's with its
+                    // messages inspected on the way (`crate::ws`).
+                    let upstream_up = hyper::upgrade::on(&mut resp);
+                    let ws = websocket.then(|| {
+                        (
+                            self.inner.inspector.begin_ws(ex.ctx.id),
+                            crate::ws::negotiated(resp.headers()),
+                            self.inner.inspector.config().max_frame_bytes,
+                            ws_limits,
+                        )
+                    });
+                    tokio::spawn(splice(client_up, upstream_up, ws));
+                }
+                let permits = ex
+                    .plan
+                    .as_mut()
+                    .map(|p| std::mem::take(&mut p.permits))
+                    .unwrap_or_default();
+                match self.response_filter(resp, ex, permits, is_head) {
+                    Answer::Stream(r) => return r,
+                    Answer::Merge(m) => m,
+                }
+            };
             // Boxed: a rare path whose state would otherwise widen every exchange's future
             // (moved whole several times per call).
-            Answer::Merge(m) => Box::pin(self.merge_reply(*m)).await,
+            Box::pin(self.merge_reply(*m)).await
         }
     }
 
@@ -545,7 +564,7 @@ impl Proxy {
     fn upstream_request(
         &self,
         parts: &mut http::request::Parts,
-        upgrade: bool,
+        (upgrade, hop_by_hop): (bool, bool),
         on_lane: bool,
         conn: &ClientConn,
     ) -> Result<(), ExchangeError> {
@@ -554,7 +573,7 @@ impl Proxy {
             .upstream_uri(&parts.uri, on_lane)
             .map_err(ExchangeError::Internal)?;
         parts.version = http::Version::HTTP_11;
-        headers::strip_hop_by_hop(&mut parts.headers, upgrade);
+        headers::strip_picked(&mut parts.headers, upgrade, hop_by_hop);
         if !inner.opts.preserve_host {
             match &inner.upstream_host {
                 Some(h) => {
@@ -594,8 +613,13 @@ impl Proxy {
     ) -> Answer {
         let (mut rparts, rbody) = resp.into_parts();
         let keep_upgrade = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
-        headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade);
-        let picked = headers::pick(&rparts.headers);
+        let mut picked = headers::pick(&rparts.headers);
+        if picked.hop_by_hop || keep_upgrade {
+            // Rare: a hop-by-hop header removed, and the head read again.
+            let any = picked.hop_by_hop;
+            headers::strip_picked(&mut rparts.headers, keep_upgrade, any);
+            picked = headers::pick(&rparts.headers);
+        }
         ex.ctx.response_head(&ResponseMeta {
             status: rparts.status.as_u16(),
             content_type: picked.content_type,

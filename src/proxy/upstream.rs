@@ -267,6 +267,38 @@ pub trait Local: Send + Sync {
 
 pub type LocalFuture = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, String>> + Send>>;
 
+/// Runs `f` for at most `limit`; `None` when the time ran out first. On a lane the timer is
+/// the lane's, kept from request to request; without one (HTTP/2) a timer of its own.
+pub async fn within<F: Future>(
+    lane: Option<&Lane>,
+    limit: Duration,
+    mut f: Pin<&mut F>,
+) -> Option<F::Output> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let taken = lane.and_then(|l| l.timer.locked().take());
+    let mut timer = match taken {
+        Some(mut t) => {
+            t.as_mut().reset(deadline);
+            t
+        }
+        None => Box::pin(tokio::time::sleep_until(deadline)),
+    };
+    let out = std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = f.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await;
+    if let Some(l) = lane {
+        *l.timer.locked() = Some(timer);
+    }
+    out
+}
+
 /// Sends requests upstream: on a client connection's lane, or on the shared pool.
 pub struct Upstream {
     /// A local upstream, in place of the network (`rpctap serve`).
@@ -304,66 +336,95 @@ impl Upstream {
     /// Sends `req` (its URI in absolute form, or origin form on a lane). With a lane the
     /// request goes on that lane's connection (an upgrade request takes the connection with
     /// it); without one, on the pool.
-    pub async fn send(
-        &self,
+    ///
+    /// Not an `async fn`, for the reason `Proxy::handle` is not: the request is used in place,
+    /// not kept twice in the future.
+    pub fn send<'a>(
+        &'a self,
         mut req: Request<ForwardBody>,
-        lane: Option<&Lane>,
-    ) -> Result<Response<UpstreamBody>, String> {
-        if let Some(local) = &self.local {
-            return local.call(req).await;
-        }
-        let Some(lane) = lane else {
-            return (self.pool.request(req).await)
-                .map(|r| r.map(UpstreamBody::Hyper))
-                .map_err(|e| describe(&e));
-        };
-        // HTTP/1 on a connection of our own: the request target in origin form.
-        if req.uri().scheme().is_some() {
-            if let Some(pq) = req.uri().path_and_query().cloned() {
-                *req.uri_mut() = Uri::from(pq);
+        lane: Option<&'a Lane>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, String>> + 'a {
+        async move {
+            if let Some(local) = &self.local {
+                return local.call(req).await;
             }
-        }
-        // A long stream's request: on a connection of its own, read by rpctap (`lean`).
-        // Boxed: its state (a TLS stream among it) would otherwise make every request's future
-        // larger.
-        if super::lean::wants_lean(&req) {
-            let counted = crate::metrics::Counted::upstream(&self.conns);
-            let resp = Box::pin(async {
-                let io = self.dial().await?;
-                super::lean::send(io, req, counted).await
-            })
-            .await?;
-            return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
-        }
-        let upgrade = super::headers::is_upgrade(req.headers());
-        let reused = match lane.take(self.idle_timeout) {
-            Some(mut s) => match s.ready().await {
-                Ok(()) => Some(s),
-                Err(_) => None,
-            },
-            None => None,
-        };
-        let was_reused = reused.is_some();
-        let mut sender = match reused {
-            Some(s) => s,
-            None => Box::pin(self.connect(lane)).await?,
-        };
-        let resp = match sender.try_send_request(req).await {
-            Ok(r) => r,
-            Err(mut e) => match e.take_message() {
-                // The kept-alive connection closed before the request was written: the
-                // request was not sent, so it goes once more on a new connection.
-                Some(req) if was_reused => {
-                    sender = Box::pin(self.connect(lane)).await?;
-                    sender.send_request(req).await.map_err(|e| describe(&e))?
+            let Some(lane) = lane else {
+                return (self.pool.request(req).await)
+                    .map(|r| r.map(UpstreamBody::Hyper))
+                    .map_err(|e| describe(&e));
+            };
+            // HTTP/1 on a connection of our own: the request target in origin form.
+            if req.uri().scheme().is_some() {
+                if let Some(pq) = req.uri().path_and_query().cloned() {
+                    *req.uri_mut() = Uri::from(pq);
                 }
-                _ => return Err(describe(e.error())),
-            },
-        };
-        if !upgrade {
-            lane.put(sender, &self.idle);
+            }
+            // A long stream's request: on a connection of its own, read by rpctap (`lean`).
+            // Boxed: its state (a TLS stream among it) would otherwise make every request's future
+            // larger.
+            if super::lean::wants_lean(&req) {
+                let counted = crate::metrics::Counted::upstream(&self.conns);
+                let resp = Box::pin(async {
+                    let io = self.dial().await?;
+                    super::lean::send(io, req, counted).await
+                })
+                .await?;
+                return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
+            }
+            let upgrade = super::headers::is_upgrade(req.headers());
+            let reused = match lane.take(self.idle_timeout) {
+                Some(mut s) => match s.ready().await {
+                    Ok(()) => Some(s),
+                    Err(_) => None,
+                },
+                None => None,
+            };
+            let was_reused = reused.is_some();
+            let mut sender = match reused {
+                Some(s) => s,
+                None => Box::pin(self.connect(lane)).await?,
+            };
+            let resp = match sender.try_send_request(req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The kept-alive connection closed before the request was written: the
+                    // request was not sent, so it goes once more on a new connection. The
+                    // error is gone before that await (it holds the request) and the resend is
+                    // boxed: rare, and either would otherwise widen every send's future.
+                    let again = {
+                        let mut e = e;
+                        match e.take_message() {
+                            Some(req) if was_reused => Ok(req),
+                            _ => Err(describe(e.error())),
+                        }
+                    };
+                    let (s, r) = Box::pin(self.resend(lane, again?)).await?;
+                    sender = s;
+                    r
+                }
+            };
+            if !upgrade {
+                lane.put(sender, &self.idle);
+            }
+            Ok(resp.map(UpstreamBody::Hyper))
         }
-        Ok(resp.map(UpstreamBody::Hyper))
+    }
+
+    /// Sends `req` on a new connection of `lane` (the kept one closed before it was written).
+    async fn resend(
+        &self,
+        lane: &Lane,
+        req: Request<ForwardBody>,
+    ) -> Result<
+        (
+            http1::SendRequest<ForwardBody>,
+            Response<hyper::body::Incoming>,
+        ),
+        String,
+    > {
+        let mut sender = self.connect(lane).await?;
+        let resp = sender.send_request(req).await.map_err(|e| describe(&e))?;
+        Ok((sender, resp))
     }
 
     /// Opens a connection to the upstream (TCP, and TLS for `https`).
