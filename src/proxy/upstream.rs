@@ -338,7 +338,8 @@ impl Upstream {
     /// it); without one, on the pool.
     ///
     /// Not an `async fn`, for the reason `Proxy::handle` is not: the request is used in place,
-    /// not kept twice in the future.
+    /// not kept twice in the future (which clippy's `manual_async_fn` cannot know).
+    #[allow(clippy::manual_async_fn)]
     pub fn send<'a>(
         &'a self,
         mut req: Request<ForwardBody>,
