@@ -335,10 +335,7 @@ impl RunningProxy {
                 // shared one.
                 let conn = Arc::new((p.clone(), crate::proxy::ClientConn::new(peer)));
                 let driver = conn.clone();
-                let handler = move |req| {
-                    let conn = conn.clone();
-                    async move { conn.0.handle(req, &conn.1).await }
-                };
+                let handler = move |req| crate::proxy::Proxy::handle(conn.clone(), req);
                 (handler, async move {
                     let _counted = counted;
                     driver.1.drive_upstream().await

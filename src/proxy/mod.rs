@@ -234,15 +234,15 @@ impl Proxy {
     /// argument). The phases between the awaits are scoped so that what one needs is not kept
     /// through the next await: a generator's state holds every value live across two awaits
     /// side by side, and this future is moved several times per call.
-    pub fn handle<'a>(
-        &'a self,
+    pub fn handle(
+        conn: Arc<(Proxy, ClientConn)>,
         mut req: Request<crate::server::RequestBody>,
-        conn: &'a ClientConn,
-    ) -> impl std::future::Future<Output = Response<ProxyBody>> + 'a {
+    ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
+        let (this, client) = (&conn.0, &conn.1);
         let picked = headers::pick(req.headers());
         let content_type = picked.content_type;
         let session = picked.session.map(str::to_string);
-        let ctx = self.inner.inspector.begin(&RequestMeta {
+        let ctx = this.inner.inspector.begin(&RequestMeta {
             method: req.method().as_str(),
             path: req.uri().path(),
             query: req.uri().query(),
@@ -251,15 +251,15 @@ impl Proxy {
             protocol_version: picked.protocol_version,
             mcp_method: picked.mcp_method,
             mcp_name: picked.mcp_name,
-            peer: Some(&conn.peer_text),
-            peer_ip: Some(conn.peer.ip()),
+            peer: Some(&client.peer_text),
+            peer_ip: Some(client.peer.ip()),
             headers: Some(req.headers()),
         });
         let upgrade = picked.upgrade;
         let hop_by_hop = picked.hop_by_hop;
         let accepts_sse = picked.accepts_sse;
         let websocket = upgrade && crate::ws::is_websocket(req.headers());
-        let lane = (req.version() <= http::Version::HTTP_11).then_some(&conn.lane);
+        let on_lane = req.version() <= http::Version::HTTP_11;
         let is_rpc = req.method() == Method::POST
             && !upgrade
             && content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
@@ -267,18 +267,18 @@ impl Proxy {
         let (mut parts, incoming) = req.into_parts();
         // A WebSocket's calls are limited by the upgrade request's keys.
         // Under a dashboard its intercept may hold the client's messages: decided the same way.
-        let dashboard = self.inner.intercept.has_dashboard();
-        let ws_limits = (websocket && (dashboard || !self.limiter().is_empty())).then(|| {
-            let me = self.clone();
+        let dashboard = this.inner.intercept.has_dashboard();
+        let ws_limits = (websocket && (dashboard || !this.limiter().is_empty())).then(|| {
+            let me = this.clone();
             crate::ws::Limits {
                 rules: Arc::new(move || me.limiter()),
-                peer: conn.peer.ip(),
+                peer: client.peer.ip(),
                 session: session.clone(),
                 headers: parts.headers.clone(),
-                intercept: dashboard.then(|| self.inner.intercept.clone()),
+                intercept: dashboard.then(|| this.inner.intercept.clone()),
             }
         });
-        let incoming = ClientBody::new(incoming, self.inner.opts.body_timeout);
+        let incoming = ClientBody::new(incoming, this.inner.opts.body_timeout);
         let mut ex = Exchange {
             ctx,
             summary: RequestSummary {
@@ -292,26 +292,28 @@ impl Proxy {
         // The exchange stays here and is lent to each phase: moving it in and out of their
         // futures would copy it several times per call.
         async move {
+            let (this, client) = (&conn.0, &conn.1);
+            let lane = on_lane.then_some(&client.lane);
             let (mut body, s2c) = {
                 let read = if is_rpc {
-                    read_ahead(incoming, self.inner.inspector.config().max_frame_bytes).await
+                    read_ahead(incoming, this.inner.inspector.config().max_frame_bytes).await
                 } else {
                     Ok(ReadAhead::NotRpc(incoming))
                 };
                 // Rules counted in a shared store (Redis): asked before deciding, one round trip for the
                 // request's calls, bounded by the rules' store_timeout. Boxed: only such setups pay it.
                 // The rules in force, read once for a body that will be decided.
-                let limiter = matches!(read, Ok(ReadAhead::Whole(_))).then(|| self.limiter());
+                let limiter = matches!(read, Ok(ReadAhead::Whole(_))).then(|| this.limiter());
                 // `direction = "s2c"` rules: the server's requests come on event streams (a POST's
                 // reply, the GET stream), the client's answers in POSTs.
                 let s2c = match &limiter {
                     Some(l) => l.faults.has_s2c(),
-                    None => parts.method == Method::GET && self.limiter().faults.has_s2c(),
+                    None => parts.method == Method::GET && this.limiter().faults.has_s2c(),
                 };
                 let shared = match (&read, &limiter) {
                     (Ok(ReadAhead::Whole(b)), Some(l)) if l.has_shared() => {
                         let keys = crate::limit::RequestKeys {
-                            peer: conn.peer.ip(),
+                            peer: client.peer.ip(),
                             session: session.as_deref(),
                             headers: &parts.headers,
                         };
@@ -320,28 +322,28 @@ impl Proxy {
                     }
                     _ => None,
                 };
-                match self.request_filter(
+                match this.request_filter(
                     &mut ex,
                     &mut parts,
                     read,
-                    conn.peer,
+                    client.peer,
                     session.as_deref(),
                     (limiter, shared),
                 ) {
                     Ok(body) => (body, s2c),
-                    Err(Early::Error(e)) => return self.error_reply(ex, e),
+                    Err(Early::Error(e)) => return this.error_reply(ex, e),
                     Err(Early::Respond(resp)) => return *resp,
                 }
             };
             // A client's answer to a server's request that an s2c fault was armed on (boxed: only a
             // run with such rules pays for it).
             let mut again = None;
-            if s2c && !self.inner.answers.is_empty() {
+            if s2c && !this.inner.answers.is_empty() {
                 let armed = ex
                     .summary
                     .body
                     .as_ref()
-                    .and_then(|b| self.inner.answers.take(session.as_deref(), b));
+                    .and_then(|b| this.inner.answers.take(session.as_deref(), b));
                 if let Some(armed) = armed {
                     match Box::pin(client_answer(&mut ex, &mut parts, body, armed)).await {
                         Ok((b, twice)) => {
@@ -362,9 +364,9 @@ impl Proxy {
             }
             // The dashboard's intercept: a matching request held until decided (boxed: only a
             // dashboard with a filter set pays for it).
-            if self.inner.intercept.is_on() && ex.plan.as_ref().is_none_or(|p| !p.any_refused()) {
+            if this.inner.intercept.is_on() && ex.plan.as_ref().is_none_or(|p| !p.any_refused()) {
                 if let Some(b) = ex.summary.body.clone() {
-                    match Box::pin(intercept::request(&self.inner.intercept, &mut ex.ctx, &b)).await
+                    match Box::pin(intercept::request(&this.inner.intercept, &mut ex.ctx, &b)).await
                     {
                         intercept::Intercepted::Unchanged => {}
                         intercept::Intercepted::Edited(nb) => {
@@ -388,15 +390,15 @@ impl Proxy {
                 }
             }
             if let Err(e) =
-                self.upstream_request(&mut parts, (upgrade, hop_by_hop), lane.is_some(), conn)
+                this.upstream_request(&mut parts, (upgrade, hop_by_hop), lane.is_some(), client)
             {
-                return self.error_reply(ex, e);
+                return this.error_reply(ex, e);
             }
             if s2c {
                 ex.upstreamed = Some(Box::new(Upstreamed {
                     uri: parts.uri.clone(),
                     headers: parts.headers.clone(),
-                    peer: conn.peer.ip(),
+                    peer: client.peer.ip(),
                     session: session.clone(),
                     again,
                 }));
@@ -406,9 +408,9 @@ impl Proxy {
             // it is copied once more and allocated: measured no cheaper, benches/RESULTS.md).
             // One await, in a block of its own: the send's state (the largest part of the
             // exchange's) then shares its place with what the other awaits keep.
-            let limit = self.inner.opts.upstream_timeout;
+            let limit = this.inner.opts.upstream_timeout;
             let sent = {
-                let mut send = std::pin::pin!(self
+                let mut send = std::pin::pin!(this
                     .inner
                     .upstream
                     .send(Request::from_parts(parts, body), lane));
@@ -417,19 +419,19 @@ impl Proxy {
             let m = {
                 let mut resp = match upstream_outcome(sent, limit, ex.ctx.id) {
                     Ok(r) => r,
-                    Err(e) => return self.error_reply(ex, e),
+                    Err(e) => return this.error_reply(ex, e),
                 };
                 if let Some(u) = ex.upstreamed.as_mut() {
                     if let Some(b) = u.again.take() {
                         // `duplicate` on a client's answer: the server gets it a second time.
-                        self.post_to_server(u.uri.clone(), u.headers.clone(), b);
+                        this.post_to_server(u.uri.clone(), u.headers.clone(), b);
                     }
                 }
                 if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                     let Some(client_up) = client_upgrade else {
                         // A 101 the client never asked for (RFC 9110 §15.2.2 forbids it): passing it on
                         // would switch a client that cannot follow.
-                        return self.error_reply(
+                        return this.error_reply(
                             ex,
                             ExchangeError::UpstreamProtocol(
                                 "101 Switching Protocols to a request that asked for no upgrade",
@@ -441,9 +443,9 @@ impl Proxy {
                     let upstream_up = hyper::upgrade::on(&mut resp);
                     let ws = websocket.then(|| {
                         (
-                            self.inner.inspector.begin_ws(ex.ctx.id),
+                            this.inner.inspector.begin_ws(ex.ctx.id),
                             crate::ws::negotiated(resp.headers()),
-                            self.inner.inspector.config().max_frame_bytes,
+                            this.inner.inspector.config().max_frame_bytes,
                             ws_limits,
                         )
                     });
@@ -454,14 +456,14 @@ impl Proxy {
                     .as_mut()
                     .map(|p| std::mem::take(&mut p.permits))
                     .unwrap_or_default();
-                match self.response_filter(resp, ex, permits, is_head) {
+                match this.response_filter(resp, ex, permits, is_head) {
                     Answer::Stream(r) => return r,
                     Answer::Merge(m) => m,
                 }
             };
             // Boxed: a rare path whose state would otherwise widen every exchange's future
             // (moved whole several times per call).
-            Box::pin(self.merge_reply(*m)).await
+            Box::pin(this.merge_reply(*m)).await
         }
     }
 
