@@ -174,9 +174,21 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             l.0.push(b'"');
             l.0.extend_from_slice(k.as_str().as_bytes());
             l.0.extend_from_slice(b"\",");
-            match v.to_str() {
-                Ok(text) => json_str(l.0, text), // visible ASCII (the usual case)
-                Err(_) => json_str(l.0, &String::from_utf8_lossy(v.as_bytes())),
+            let b = v.as_bytes();
+            // Visible ASCII with no quote or backslash (nearly every value): copied as it is,
+            // in one pass over it (not `to_str`'s check and then the escaping check).
+            let plain = !b.iter().fold(false, |bad, &c| {
+                bad | !(0x20..0x7f).contains(&c) | (c == b'"') | (c == b'\\')
+            });
+            if plain {
+                l.0.push(b'"');
+                l.0.extend_from_slice(b);
+                l.0.push(b'"');
+            } else {
+                match v.to_str() {
+                    Ok(text) => json_str(l.0, text),
+                    Err(_) => json_str(l.0, &String::from_utf8_lossy(b)),
+                }
             }
             l.0.push(b']');
         }
@@ -694,6 +706,8 @@ mod tests {
         hm.insert("host", http::HeaderValue::from_static("127.0.0.1:9000"));
         hm.append("x-a", http::HeaderValue::from_static("say \"hi\" \\ there"));
         hm.append("x-a", http::HeaderValue::from_static("second"));
+        hm.insert("x-tab", http::HeaderValue::from_static("a\tb"));
+        hm.insert("x-end", http::HeaderValue::from_static("~ end\\"));
         hm.insert(
             "x-bin",
             http::HeaderValue::from_bytes(b"caf\xe9\t").unwrap(),

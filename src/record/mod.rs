@@ -260,6 +260,63 @@ mod tests {
         assert_eq!(lines.lost.load(Ordering::Relaxed), 0);
     }
 
+    /// A batch larger than the writer's direct-write size goes to the file after the header
+    /// the `BufWriter` still holds, and the small batches after it follow in order.
+    #[tokio::test]
+    async fn a_large_batch_lands_after_the_header_and_before_what_follows() {
+        let dir = std::env::temp_dir().join(format!("rpctap-bigbatch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("big.jsonl");
+        let notice = |i| {
+            Event::Notice(NoticeEvent {
+                ts: i,
+                what: "test",
+                message: format!("n{i}"),
+            })
+        };
+        let lines = LineBuffer::new(8 << 20);
+        let mut b = BusBuilder::default();
+        b.sink(crate::events::Interest::ALL, lines.clone());
+        let bus = b.build();
+        // ~60 B a line: the first batch is far over 16 KiB.
+        for i in 0..3000 {
+            bus.publish(notice(i));
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let task = start(
+            Options {
+                path: path.clone(),
+                max_bytes: None,
+                mode: OpenMode::Overwrite,
+            },
+            serde_json::json!({}),
+            lines,
+            stop_rx,
+        )
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for i in 3000..3010 {
+            bus.publish(notice(i));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop_tx.send(true).unwrap();
+        let stats = task.await.unwrap().unwrap();
+        assert_eq!((stats.events, stats.lost), (3010, 0));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("{\"rpctap_recording\""), "{}", &text[..80]);
+        let rec = reader::read(&path).unwrap();
+        let ts: Vec<u64> = rec
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Notice(n) => Some(n.ts),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ts, (0..3010).collect::<Vec<u64>>());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[tokio::test]
     async fn events_the_queue_could_not_hold_become_a_gap_record() {
         let dir = std::env::temp_dir().join(format!("rpctap-gap-{}", std::process::id()));
