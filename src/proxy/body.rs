@@ -353,7 +353,9 @@ pub enum ReplySource {
 /// A reply body forwarded unchanged while the inspector reads a copy of each chunk.
 pub struct TeeBody {
     src: ReplySource,
-    ctx: Option<ExchangeCtx>,
+    /// Boxed: the body is moved whole many times on its way to hyper's connection (and by it),
+    /// and the exchange's view is most of its size; one allocation is cheaper than those copies.
+    ctx: Option<Box<ExchangeCtx>>,
     /// Bytes rpctap adds after the upstream's (refusals merged into an SSE batch reply); the
     /// inspector does not read them.
     tail: Option<Bytes>,
@@ -382,7 +384,7 @@ pub(super) fn publish(ctx: &mut ExchangeCtx, n: super::faults::Note) {
 }
 
 impl TeeBody {
-    pub fn new(src: ReplySource, ctx: Option<ExchangeCtx>) -> Self {
+    pub fn new(src: ReplySource, ctx: Option<Box<ExchangeCtx>>) -> Self {
         TeeBody {
             src,
             ctx,

@@ -47,7 +47,7 @@ pub async fn request(ic: &Intercept, ctx: &mut ExchangeCtx, body: &Bytes) -> Int
 
 /// A dropped request's response: open with nothing in it (the client's timeout decides), like
 /// a dropped reply; the exchange ends when the client leaves.
-pub fn dropped(ctx: ExchangeCtx) -> Response<ProxyBody> {
+pub fn dropped(ctx: Box<ExchangeCtx>) -> Response<ProxyBody> {
     let mut resp = Response::new(TeeBody::new(ReplySource::Never, Some(ctx)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -57,7 +57,7 @@ pub fn dropped(ctx: ExchangeCtx) -> Response<ProxyBody> {
 }
 
 /// rpctap's answer in the server's place, inspected as the reply (the call ends with it).
-pub fn answer(mut ctx: ExchangeCtx, b: Bytes) -> Response<ProxyBody> {
+pub fn answer(mut ctx: Box<ExchangeCtx>, b: Bytes) -> Response<ProxyBody> {
     let ct = "application/json";
     ctx.response_head(&ResponseMeta {
         status: 200,

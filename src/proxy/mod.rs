@@ -221,7 +221,9 @@ impl Proxy {
         *self.inner.limiter.write_any() = Arc::new(l);
     }
 
-    /// Handles one exchange of the client connection `conn`. Never fails: errors become
+    /// Handles one exchange of the client connection `conn` (the proxy and that connection's
+    /// state, shared by its requests: the future owns a count of it, so the server boxes this
+    /// future itself, not one awaiting it). Never fails: errors become
     /// 4xx/5xx replies. The phases, each a function below but the upstream's await (kept here
     /// so its large future is not carried twice): `request_filter` (read and inspect the
     /// request, apply the rate limits), `upstream_request` (the request as the upstream gets
@@ -280,7 +282,7 @@ impl Proxy {
         });
         let incoming = ClientBody::new(incoming, this.inner.opts.body_timeout);
         let mut ex = Exchange {
-            ctx,
+            ctx: Box::new(ctx),
             summary: RequestSummary {
                 is_rpc,
                 ..Default::default()
@@ -1011,8 +1013,10 @@ struct Upstreamed {
 struct Exchange {
     /// Set only under `direction = "s2c"` rules (boxed: the common exchange stays small).
     upstreamed: Option<Box<Upstreamed>>,
-    /// The inspector's view (it observes; the proxy never reads it back).
-    ctx: ExchangeCtx,
+    /// The inspector's view (it observes; the proxy never reads it back). Boxed: it is most of
+    /// the exchange's size, and it moves on into the reply's body (`TeeBody`), which is moved
+    /// whole many times on its way out.
+    ctx: Box<ExchangeCtx>,
     /// What the proxy itself knows of the request, for the replies it makes.
     summary: RequestSummary,
     /// The rate limits' decision, when rules apply.
@@ -1087,7 +1091,7 @@ struct Merge {
     plan: limits::Plan,
     rparts: http::response::Parts,
     rbody: UpstreamBody,
-    ctx: ExchangeCtx,
+    ctx: Box<ExchangeCtx>,
     accepts_sse: bool,
     permits: Vec<crate::limit::Permit>,
 }
