@@ -25,7 +25,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
-use super::body::ForwardBody;
 use crate::server::BoxError;
 
 /// Largest response head read (start line and headers).
@@ -41,7 +40,7 @@ const READ_SIZE: usize = 8192;
 
 /// Whether a request takes the lean path: an HTTP/1.1 `GET` with no body that accepts
 /// `text/event-stream`, not an upgrade.
-pub fn wants_lean(req: &Request<ForwardBody>) -> bool {
+pub fn wants_lean<B: Body>(req: &Request<B>) -> bool {
     req.method() == Method::GET
         && req.version() == Version::HTTP_11
         && req.body().is_end_stream()
@@ -49,10 +48,11 @@ pub fn wants_lean(req: &Request<ForwardBody>) -> bool {
         && !super::headers::is_upgrade(req.headers())
 }
 
-/// Sends `req` (origin form) on `io` and reads the response head; the body reads on.
-pub async fn send<T>(
+/// Sends `req` (origin form) on `io` and reads the response head; the body reads on. Only the
+/// head is sent: a lean request has no body (`wants_lean`).
+pub async fn send<T, B>(
     io: T,
-    req: Request<ForwardBody>,
+    req: Request<B>,
     counted: crate::metrics::Counted,
 ) -> Result<Response<LeanBody<T>>, String>
 where
@@ -101,7 +101,7 @@ where
 }
 
 /// The request head as it goes upstream: the client's method, target and headers, in order.
-fn encode_head(req: &Request<ForwardBody>) -> Vec<u8> {
+fn encode_head<B>(req: &Request<B>) -> Vec<u8> {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let mut out = Vec::with_capacity(128 + req.headers().len() * 48);
     out.extend_from_slice(req.method().as_str().as_bytes());

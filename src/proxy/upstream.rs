@@ -138,35 +138,6 @@ impl Lane {
         })
     }
 
-    /// Runs `f` for at most `limit`; `None` when the time ran out first.
-    pub async fn within<F: Future>(
-        &self,
-        limit: Duration,
-        mut f: Pin<&mut F>,
-    ) -> Option<F::Output> {
-        let deadline = tokio::time::Instant::now() + limit;
-        let taken = self.timer.locked().take();
-        let mut timer = match taken {
-            Some(mut t) => {
-                t.as_mut().reset(deadline);
-                t
-            }
-            None => Box::pin(tokio::time::sleep_until(deadline)),
-        };
-        let out = std::future::poll_fn(|cx| {
-            if let Poll::Ready(v) = f.as_mut().poll(cx) {
-                return Poll::Ready(Some(v));
-            }
-            match timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await;
-        *self.timer.locked() = Some(timer);
-        out
-    }
-
     /// Hands a new connection to the task that drives the lane.
     fn adopt(&self, conn: ConnFuture) {
         let mut d = self.driven.locked();

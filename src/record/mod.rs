@@ -223,9 +223,7 @@ mod tests {
     #[test]
     fn lines_from_many_threads_arrive_whole() {
         let lines = LineBuffer::new(BUFFER_BYTES);
-        let mut b = BusBuilder::default();
-        b.sink(crate::events::Interest::ALL, lines.clone());
-        let bus = b.build();
+        let bus = bus_into(&lines);
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let bus = bus.clone();
@@ -260,6 +258,40 @@ mod tests {
         assert_eq!(lines.lost.load(Ordering::Relaxed), 0);
     }
 
+    fn notice(i: u64) -> Event {
+        Event::Notice(NoticeEvent {
+            ts: i,
+            what: "test",
+            message: format!("n{i}"),
+        })
+    }
+
+    /// A bus whose one sink is `lines`.
+    fn bus_into(lines: &Arc<LineBuffer>) -> crate::events::Bus {
+        let mut b = BusBuilder::default();
+        b.sink(crate::events::Interest::ALL, lines.clone());
+        b.build()
+    }
+
+    /// The writer on `path` (overwritten), taking from `lines` until `stop`.
+    fn start_at(
+        path: &std::path::Path,
+        lines: Arc<LineBuffer>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Finished {
+        start(
+            Options {
+                path: path.to_path_buf(),
+                max_bytes: None,
+                mode: OpenMode::Overwrite,
+            },
+            serde_json::json!({}),
+            lines,
+            stop,
+        )
+        .unwrap()
+    }
+
     /// A batch larger than the writer's direct-write size goes to the file after the header
     /// the `BufWriter` still holds, and the small batches after it follow in order.
     #[tokio::test]
@@ -267,33 +299,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rpctap-bigbatch-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("big.jsonl");
-        let notice = |i| {
-            Event::Notice(NoticeEvent {
-                ts: i,
-                what: "test",
-                message: format!("n{i}"),
-            })
-        };
         let lines = LineBuffer::new(8 << 20);
-        let mut b = BusBuilder::default();
-        b.sink(crate::events::Interest::ALL, lines.clone());
-        let bus = b.build();
+        let bus = bus_into(&lines);
         // ~60 B a line: the first batch is far over 16 KiB.
         for i in 0..3000 {
             bus.publish(notice(i));
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let task = start(
-            Options {
-                path: path.clone(),
-                max_bytes: None,
-                mode: OpenMode::Overwrite,
-            },
-            serde_json::json!({}),
-            lines,
-            stop_rx,
-        )
-        .unwrap();
+        let task = start_at(&path, lines, stop_rx);
         tokio::time::sleep(Duration::from_millis(50)).await;
         for i in 3000..3010 {
             bus.publish(notice(i));
@@ -322,34 +335,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rpctap-gap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("gap.jsonl");
-        let notice = |i| {
-            Event::Notice(NoticeEvent {
-                ts: i,
-                what: "test",
-                message: format!("n{i}"),
-            })
-        };
         // Room for exactly two lines.
         let one = serde_json::to_vec(&notice(0)).unwrap().len() + 1;
         let lines = LineBuffer::new(2 * one);
-        let mut b = BusBuilder::default();
-        b.sink(crate::events::Interest::ALL, lines.clone());
-        let bus = b.build();
+        let bus = bus_into(&lines);
         for i in 0..10 {
             bus.publish(notice(i));
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let task = start(
-            Options {
-                path: path.clone(),
-                max_bytes: None,
-                mode: OpenMode::Overwrite,
-            },
-            serde_json::json!({}),
-            lines,
-            stop_rx,
-        )
-        .unwrap();
+        let task = start_at(&path, lines, stop_rx);
         tokio::time::sleep(Duration::from_millis(50)).await;
         stop_tx.send(true).unwrap();
         let stats = task.await.unwrap().unwrap();
