@@ -916,6 +916,23 @@ pub fn eventually(timeout: Duration, mut ok: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Whether some process on this machine has `needle` in its command line (read from
+/// `/proc/*/cmdline`, arguments joined by spaces).
+pub fn a_process_names(needle: &str) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
+            .unwrap_or(false)
+    })
+}
+
 /// The `websockets` JSON-RPC server (tests/interop/ws_peer.py) on a free port: the process, the
 /// port and the Python environment it runs in (its client modes run from the same one).
 pub async fn ws_peer_server() -> (Proc, u16, std::path::PathBuf) {

@@ -393,6 +393,13 @@ async fn a_stdio_session_under_its_own_dashboard_is_intercepted_the_same_way() {
     // The session ends with the client; the shell's prompt comes back, the terminal restored.
     let screen = t.wait_for("READY$", Duration::from_secs(20));
     assert!(!screen.contains("⏸"), "the dashboard is gone:\n{screen}");
+    // rpctap is the client's child: the prompt comes back when the client exits, and the
+    // recording is whole once rpctap too has ended (its writer drains at exit).
+    let recording = file.display().to_string();
+    assert!(
+        eventually(Duration::from_secs(15), || !a_process_names(&recording)),
+        "rpctap still running after its client"
+    );
     let r: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&report).unwrap_or_default())
         .unwrap_or_else(|e| {
             panic!(
