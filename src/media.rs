@@ -19,8 +19,8 @@ pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
     }
     // Elsewhere the whole needle is compared only where its first letter is.
     hay_b
-        .windows(needle.len())
-        .any(|w| w[0].to_ascii_lowercase() == first && w.eq_ignore_ascii_case(needle.as_bytes()))
+        .windows(n)
+        .any(|w| w[0].to_ascii_lowercase() == first && w.eq_ignore_ascii_case(needle_b))
 }
 
 /// Whether a `Content-Type` is `text/event-stream` (parameters allowed), in any letter case.

@@ -405,11 +405,10 @@ impl Proxy {
                     again,
                 }));
             }
-            // Phase 3, upstream: awaited here, pinned once — this future is a large part of the
-            // exchange's state, and a function of its own would hold (and copy) it again (boxed,
-            // it is copied once more and allocated: measured no cheaper, benches/RESULTS.md).
-            // One await, in a block of its own: the send's state (the largest part of the
-            // exchange's) then shares its place with what the other awaits keep.
+            // Phase 3, upstream: the send's future is the largest part of the exchange's state.
+            // Pinned here, once (moved into a function of its own it would be copied again;
+            // boxed, copied and allocated: measured no cheaper, benches/RESULTS.md), and awaited
+            // once, in a block of its own, so it shares its place with what the other awaits keep.
             let limit = this.inner.opts.upstream_timeout;
             let sent = {
                 let mut send = std::pin::pin!(this
@@ -577,7 +576,7 @@ impl Proxy {
             .upstream_uri(&parts.uri, on_lane)
             .map_err(ExchangeError::Internal)?;
         parts.version = http::Version::HTTP_11;
-        headers::strip_picked(&mut parts.headers, upgrade, hop_by_hop);
+        headers::strip_hop_by_hop(&mut parts.headers, upgrade, hop_by_hop);
         if !inner.opts.preserve_host {
             match &inner.upstream_host {
                 Some(h) => {
@@ -621,7 +620,7 @@ impl Proxy {
         if picked.hop_by_hop || keep_upgrade {
             // Rare: a hop-by-hop header removed, and the head read again.
             let any = picked.hop_by_hop;
-            headers::strip_picked(&mut rparts.headers, keep_upgrade, any);
+            headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade, any);
             picked = headers::pick(&rparts.headers);
         }
         ex.ctx.response_head(&ResponseMeta {

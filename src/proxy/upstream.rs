@@ -239,14 +239,17 @@ pub trait Local: Send + Sync {
 pub type LocalFuture = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, String>> + Send>>;
 
 /// Runs `f` for at most `limit`; `None` when the time ran out first. On a lane the timer is
-/// the lane's, kept from request to request; without one (HTTP/2) a timer of its own.
+/// the lane's, kept from request to request; without one (HTTP/2) tokio's timeout.
 pub async fn within<F: Future>(
     lane: Option<&Lane>,
     limit: Duration,
     mut f: Pin<&mut F>,
 ) -> Option<F::Output> {
+    let Some(lane) = lane else {
+        return tokio::time::timeout(limit, f).await.ok();
+    };
     let deadline = tokio::time::Instant::now() + limit;
-    let taken = lane.and_then(|l| l.timer.locked().take());
+    let taken = lane.timer.locked().take();
     let mut timer = match taken {
         Some(mut t) => {
             t.as_mut().reset(deadline);
@@ -264,9 +267,7 @@ pub async fn within<F: Future>(
         }
     })
     .await;
-    if let Some(l) = lane {
-        *l.timer.locked() = Some(timer);
-    }
+    *lane.timer.locked() = Some(timer);
     out
 }
 

@@ -425,7 +425,13 @@ pub(crate) fn connection_has(headers: &http::HeaderMap, option: &str) -> bool {
         .get_all(http::header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+        .any(|v| lists_option(v, option))
+}
+
+/// Whether one `Connection` value lists `option` (comma-separated, any letter case).
+pub(crate) fn lists_option(value: &str, option: &str) -> bool {
+    value
+        .split(',')
         .any(|o| o.trim().eq_ignore_ascii_case(option))
 }
 
