@@ -229,6 +229,48 @@ fn refresh_held(app: &mut App, ic: &crate::intercept::Intercept) {
     app.set_held(held, ic.overflow());
 }
 
+/// Applies what the sources hold now (the watch bounded per call: a big backfill never freezes
+/// the keys); returns how many bus events it took, for the sampling stride. A bus whose
+/// publishers are all gone is let go.
+fn take_in(
+    app: &mut App,
+    sub: &mut Option<Subscription>,
+    feed: &mut Option<tokio::sync::mpsc::Receiver<crate::attach::FeedMsg>>,
+    feed_state: &mut FeedState,
+    watch: &mut Option<tokio::sync::mpsc::Receiver<crate::hub::watch::WatchMsg>>,
+) -> u64 {
+    if let Some(w) = watch.as_mut() {
+        for _ in 0..20_000 {
+            match w.try_recv() {
+                Ok(msg) => apply_watch(app, msg),
+                Err(_) => break,
+            }
+        }
+    }
+    if let Some(f) = feed.as_mut() {
+        while let Ok(msg) = f.try_recv() {
+            apply_feed(app, feed_state, msg);
+        }
+    }
+    let mut n = 0;
+    if let Some(s) = sub.as_mut() {
+        loop {
+            match s.rx.try_recv() {
+                Ok(ev) => {
+                    n += 1;
+                    app.apply(&ev);
+                }
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                    *sub = None;
+                    break;
+                }
+            }
+        }
+    }
+    n
+}
+
 /// Where live events come from: the bus of this process, or a running rpctap's feed.
 pub enum Source {
     Bus(Subscription),
@@ -601,35 +643,7 @@ async fn run_loop(
     loop {
         tokio::select! {
             _ = drain.tick(), if sub.is_some() || feed.is_some() || watch.is_some() => {
-                if let Some(w) = watch.as_mut() {
-                    // Bounded per tick: a big backfill never freezes the keys.
-                    for _ in 0..20_000 {
-                        match w.try_recv() {
-                            Ok(msg) => apply_watch(&mut app, msg),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                if let Some(f) = feed.as_mut() {
-                    while let Ok(msg) = f.try_recv() {
-                        apply_feed(&mut app, &mut feed_state, msg);
-                    }
-                }
-                if let Some(s) = sub.as_mut() {
-                    loop {
-                        match s.rx.try_recv() {
-                            Ok(ev) => {
-                                window_events += 1;
-                                app.apply(&ev);
-                            }
-                            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
-                            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
-                                sub = None;
-                                break;
-                            }
-                        }
-                    }
-                }
+                window_events += take_in(&mut app, &mut sub, &mut feed, &mut feed_state, &mut watch);
                 let elapsed = window_start.elapsed();
                 if elapsed >= Duration::from_millis(500) {
                     if let Some(s) = &sub {
@@ -649,6 +663,10 @@ async fn run_loop(
                             break;
                         }
                         if let Some(key) = key_of(k.code) {
+                            // A key acts on everything that came before it: a held call's
+                            // answer (`A`) takes the earlier answer the bus brought a moment
+                            // before the call was held, not only what the last drain took in.
+                            window_events += take_in(&mut app, &mut sub, &mut feed, &mut feed_state, &mut watch);
                             let action = app.handle_key(key);
                             if action == Action::Quit {
                                 break;
@@ -692,6 +710,8 @@ async fn run_loop(
                     app.dropped = s.dropped.load(Ordering::Relaxed);
                 }
                 if let Some(ic) = intercept {
+                    // What came before a held message is shown with it.
+                    window_events += take_in(&mut app, &mut sub, &mut feed, &mut feed_state, &mut watch);
                     refresh_held(&mut app, ic);
                 }
                 app.page = terminal.size().map(|s| s.height.saturating_sub(10) as usize).unwrap_or(10).max(1);
