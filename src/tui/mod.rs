@@ -232,29 +232,23 @@ fn refresh_held(app: &mut App, ic: &crate::intercept::Intercept) {
 /// Applies what the sources hold now (the watch bounded per call: a big backfill never freezes
 /// the keys); returns how many bus events it took, for the sampling stride. A bus whose
 /// publishers are all gone is let go.
-fn take_in(
-    app: &mut App,
-    sub: &mut Option<Subscription>,
-    feed: &mut Option<tokio::sync::mpsc::Receiver<crate::attach::FeedMsg>>,
-    feed_state: &mut FeedState,
-    watch: &mut Option<tokio::sync::mpsc::Receiver<crate::hub::watch::WatchMsg>>,
-) -> u64 {
-    if let Some(w) = watch.as_mut() {
-        for _ in 0..20_000 {
-            match w.try_recv() {
-                Ok(msg) => apply_watch(app, msg),
-                Err(_) => break,
+fn take_in(app: &mut App, source: &mut Option<Source>, feed_state: &mut FeedState) -> u64 {
+    let mut n = 0;
+    match source {
+        Some(Source::Watch(w)) => {
+            for _ in 0..20_000 {
+                match w.try_recv() {
+                    Ok(msg) => apply_watch(app, msg),
+                    Err(_) => break,
+                }
             }
         }
-    }
-    if let Some(f) = feed.as_mut() {
-        while let Ok(msg) = f.try_recv() {
-            apply_feed(app, feed_state, msg);
+        Some(Source::Feed(f)) => {
+            while let Ok(msg) = f.try_recv() {
+                apply_feed(app, feed_state, msg);
+            }
         }
-    }
-    let mut n = 0;
-    if let Some(s) = sub.as_mut() {
-        loop {
+        Some(Source::Bus(s)) => loop {
             match s.rx.try_recv() {
                 Ok(ev) => {
                     n += 1;
@@ -262,11 +256,12 @@ fn take_in(
                 }
                 Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
                 Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
-                    *sub = None;
+                    *source = None;
                     break;
                 }
             }
-        }
+        },
+        None => {}
     }
     n
 }
@@ -573,7 +568,7 @@ async fn intercept_action(
     }))
 }
 
-/// Runs the dashboard until `q` or `shutdown`. `sub` feeds live events (none for a recording);
+/// Runs the dashboard until `q` or `shutdown`. `source` feeds live events (none for a recording);
 /// `intercept`, when it drives a live proxy's.
 pub async fn run(
     mut app: App,
@@ -606,18 +601,12 @@ pub async fn run(
 
 async fn run_loop(
     mut app: App,
-    source: Option<Source>,
+    mut source: Option<Source>,
     shutdown: impl Future<Output = ()>,
     (resend, recording): (Option<Resend>, Option<&Capture>),
     intercept: Option<&crate::intercept::Intercept>,
     screen: Screen,
 ) -> std::io::Result<()> {
-    let (mut sub, mut feed, mut watch) = match source {
-        Some(Source::Bus(s)) => (Some(s), None, None),
-        Some(Source::Feed(f)) => (None, Some(f), None),
-        Some(Source::Watch(w)) => (None, None, Some(w)),
-        None => (None, None, None),
-    };
     let mut feed_state = FeedState {
         base_title: app.title.clone(),
         ..Default::default()
@@ -642,11 +631,11 @@ async fn run_loop(
     let mut window_events = 0u64;
     loop {
         tokio::select! {
-            _ = drain.tick(), if sub.is_some() || feed.is_some() || watch.is_some() => {
-                window_events += take_in(&mut app, &mut sub, &mut feed, &mut feed_state, &mut watch);
+            _ = drain.tick(), if source.is_some() => {
+                window_events += take_in(&mut app, &mut source, &mut feed_state);
                 let elapsed = window_start.elapsed();
                 if elapsed >= Duration::from_millis(500) {
-                    if let Some(s) = &sub {
+                    if let Some(Source::Bus(s)) = &source {
                         let next = next_stride(s.stride.get(), window_events as f64 / elapsed.as_secs_f64());
                         s.stride.set(next);
                         app.sample = next;
@@ -666,7 +655,7 @@ async fn run_loop(
                             // A key acts on everything that came before it: a held call's
                             // answer (`A`) takes the earlier answer the bus brought a moment
                             // before the call was held, not only what the last drain took in.
-                            window_events += take_in(&mut app, &mut sub, &mut feed, &mut feed_state, &mut watch);
+                            window_events += take_in(&mut app, &mut source, &mut feed_state);
                             let action = app.handle_key(key);
                             if action == Action::Quit {
                                 break;
@@ -706,12 +695,12 @@ async fn run_loop(
                 if live {
                     app.tick(crate::events::now_ns());
                 }
-                if let Some(s) = &sub {
+                if let Some(Source::Bus(s)) = &source {
                     app.dropped = s.dropped.load(Ordering::Relaxed);
                 }
                 if let Some(ic) = intercept {
                     // What came before a held message is shown with it.
-                    window_events += take_in(&mut app, &mut sub, &mut feed, &mut feed_state, &mut watch);
+                    window_events += take_in(&mut app, &mut source, &mut feed_state);
                     refresh_held(&mut app, ic);
                 }
                 app.page = terminal.size().map(|s| s.height.saturating_sub(10) as usize).unwrap_or(10).max(1);
