@@ -519,7 +519,6 @@ impl ExchangeCtx {
         }
         if dir == Direction::ClientToServer && !self.stream {
             self.req.calls.push(key);
-            self.req.call_ids.push(id);
         }
     }
 

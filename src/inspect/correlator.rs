@@ -18,12 +18,32 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The key of a pending call.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingKey {
     pub scope: Scope,
     /// The direction the request travelled.
     pub direction: Direction,
     pub id: Id,
+}
+
+/// Hashed by hand: one word for the scope, one byte for the direction and the id's kind, and
+/// the id's text — fewer writes into the hasher than the derive's (a tag per enum, a length
+/// per string), on every insert and take. Equal keys hash equally: every part is a function of
+/// fields `Eq` compares.
+impl std::hash::Hash for PendingKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match &self.scope {
+            Scope::Exchange(n) | Scope::Stateless { exchange: n, .. } => state.write_u64(*n),
+            Scope::Session(s) => state.write(s.as_bytes()),
+        }
+        let (kind, text) = match &self.id {
+            Id::Num(t) => (0u8, &**t),
+            Id::Str(t) => (1, &**t),
+            Id::Null => (2, ""),
+        };
+        state.write_u8(kind << 1 | self.direction as u8);
+        state.write(text.as_bytes());
+    }
 }
 
 /// A call waiting for its reply.
@@ -189,8 +209,15 @@ impl Correlator {
         n
     }
 
-    /// Takes one call off a key: the entry goes when its last duplicate is answered.
+    /// Takes one call off a key: the entry goes when its last duplicate is answered. The
+    /// common case (no duplicates) is one lookup by reference; only a key with copies is
+    /// looked up again.
     pub fn take(&self, key: &PendingKey) -> Option<Pending> {
+        if let Some((_, p)) = self.pending.remove_if(key, |_, p| p.copies.is_empty()) {
+            return Some(p);
+        }
+        // A key with copies (or none): decided under the entry's lock, as another thread may
+        // have taken a copy since.
         match self.pending.entry(key.clone()) {
             Entry::Occupied(mut o) => {
                 if !o.get().copies.is_empty() {

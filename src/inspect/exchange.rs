@@ -164,9 +164,6 @@ impl ExchangeCtx {
         if let Some(pos) = self.req.calls.iter().position(|k| k == &key) {
             self.req.calls.remove(pos);
         }
-        if let Some(pos) = self.req.call_ids.iter().position(|i| i == id) {
-            self.req.call_ids.remove(pos);
-        }
     }
 
     /// The exchange's scope as the filter language reads it (`session:ID`, `exchange:N`).

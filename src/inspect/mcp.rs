@@ -134,13 +134,13 @@ impl ExchangeCtx {
             None => {
                 // A session starts here (the reply to `initialize`).
                 self.new_session = Some(new_sid.clone());
-                let initialize = self.req.call_ids.len() == 1;
+                let initialize = self.req.calls.len() == 1;
                 let ((), evicted) = inner.correlator.with_session(&new_sid, |s| {
                     s.seen_start = true;
                 });
                 self.notice_evicted(evicted);
                 if initialize {
-                    let id = self.req.call_ids[0].clone();
+                    let id = self.req.calls[0].id.clone();
                     let _ =
                         inner
                             .correlator

@@ -242,7 +242,6 @@ struct RequestSummary {
     notifications: u32,
     /// Replies (to server→client requests) the client posted.
     responses: u32,
-    call_ids: Vec<Id>,
     delete_session: bool,
     /// A fault changed the client's answer before it went up (`malformed`, `wrong_id` on a
     /// server's request): the server's status answers rpctap's bytes, not the client's.

@@ -93,7 +93,9 @@ impl Body for ClientBody {
 #[derive(Debug)]
 pub struct ForwardBody {
     prefix: Option<Bytes>,
-    rest: Option<ClientBody>,
+    /// The client's body past what was read ahead: boxed, as this body goes through hyper's
+    /// dispatch channel by value (three moves a call) and most requests are read whole.
+    rest: Option<Box<ClientBody>>,
     /// A body written at a rate (`throttle` on a client's answer): boxed, off the common path.
     slow: Option<Box<Slow>>,
 }
@@ -118,7 +120,7 @@ impl ForwardBody {
     pub fn streaming(prefix: Option<Bytes>, rest: ClientBody) -> Self {
         ForwardBody {
             prefix: prefix.filter(|b| !b.is_empty()),
-            rest: Some(rest),
+            rest: Some(Box::new(rest)),
             slow: None,
         }
     }
@@ -179,7 +181,7 @@ impl Body for ForwardBody {
             return s.poll_piece(cx).map(|p| p.map(|b| Ok(Frame::data(b))));
         }
         match self.rest.as_mut() {
-            Some(rest) => Pin::new(rest).poll_frame(cx),
+            Some(rest) => Pin::new(&mut **rest).poll_frame(cx),
             None => Poll::Ready(None),
         }
     }

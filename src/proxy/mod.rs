@@ -272,13 +272,14 @@ impl Proxy {
         let dashboard = this.inner.intercept.has_dashboard();
         let ws_limits = (websocket && (dashboard || !this.limiter().is_empty())).then(|| {
             let me = this.clone();
-            crate::ws::Limits {
+            // Boxed: only a WebSocket has them, and every exchange's future would carry them.
+            Box::new(crate::ws::Limits {
                 rules: Arc::new(move || me.limiter()),
                 peer: client.peer.ip(),
                 session: session.clone(),
                 headers: parts.headers.clone(),
                 intercept: dashboard.then(|| this.inner.intercept.clone()),
-            }
+            })
         });
         let incoming = ClientBody::new(incoming, this.inner.opts.body_timeout);
         let mut ex = Exchange {
@@ -411,10 +412,11 @@ impl Proxy {
             // once, in a block of its own, so it shares its place with what the other awaits keep.
             let limit = this.inner.opts.upstream_timeout;
             let sent = {
-                let mut send = std::pin::pin!(this
-                    .inner
-                    .upstream
-                    .send(Request::from_parts(parts, body), lane));
+                let mut send = std::pin::pin!(this.inner.upstream.send(
+                    Request::from_parts(parts, body),
+                    lane,
+                    upgrade
+                ));
                 upstream::within(lane, limit, send.as_mut()).await
             };
             let m = {
@@ -762,7 +764,7 @@ impl Proxy {
         let me = self.clone();
         tokio::spawn(async move {
             let limit = me.inner.opts.upstream_timeout;
-            match tokio::time::timeout(limit, me.inner.upstream.send(req, None)).await {
+            match tokio::time::timeout(limit, me.inner.upstream.send(req, None, false)).await {
                 Ok(Ok(resp)) => {
                     let status = resp.status();
                     let _ = tokio::time::timeout(limit, resp.into_body().collect()).await;
@@ -1113,7 +1115,7 @@ async fn splice(
         crate::inspect::ExchangeCtx,
         crate::ws::Negotiated,
         usize,
-        Option<crate::ws::Limits>,
+        Option<Box<crate::ws::Limits>>,
     )>,
 ) {
     match (client.await, upstream.await) {
@@ -1121,7 +1123,9 @@ async fn splice(
             let mut c = hyper_util::rt::TokioIo::new(c);
             let mut u = hyper_util::rt::TokioIo::new(u);
             match ws {
-                Some((ctx, neg, cap, limits)) => crate::ws::tee(c, u, ctx, neg, cap, limits).await,
+                Some((ctx, neg, cap, limits)) => {
+                    crate::ws::tee(c, u, ctx, neg, cap, limits.map(|l| *l)).await
+                }
                 None => {
                     let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
                 }

@@ -306,8 +306,9 @@ impl Upstream {
     }
 
     /// Sends `req` (its URI in absolute form, or origin form on a lane). With a lane the
-    /// request goes on that lane's connection (an upgrade request takes the connection with
-    /// it); without one, on the pool.
+    /// request goes on that lane's connection (an upgrade request — `upgrade`, what the
+    /// caller's [`super::headers::pick`] found — takes the connection with it); without one, on
+    /// the pool.
     ///
     /// Not an `async fn`, for the reason `Proxy::handle` is not: the request is used in place,
     /// not kept twice in the future (which clippy's `manual_async_fn` cannot know).
@@ -316,6 +317,7 @@ impl Upstream {
         &'a self,
         mut req: Request<ForwardBody>,
         lane: Option<&'a Lane>,
+        upgrade: bool,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, String>> + 'a {
         async move {
             if let Some(local) = &self.local {
@@ -344,7 +346,6 @@ impl Upstream {
                 .await?;
                 return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
             }
-            let upgrade = super::headers::is_upgrade(req.headers());
             let reused = match lane.take(self.idle_timeout) {
                 Some(mut s) => match s.ready().await {
                     Ok(()) => Some(s),

@@ -367,8 +367,8 @@ fn raw_str(t: &str) -> Option<std::borrow::Cow<'_, str>> {
     if first_byte(t) != b'"' {
         return None;
     }
-    // A byte search: `str::contains(char)` sets up a searcher, costly for names this short.
-    if !t.as_bytes().contains(&b'\\') && t.len() >= 2 {
+    // A plain loop: these texts are a few bytes, shorter than a search's set-up.
+    if t.len() >= 2 && !t.bytes().any(|b| b == b'\\') {
         return Some(std::borrow::Cow::Borrowed(&t[1..t.len() - 1]));
     }
     serde_json::from_str::<String>(t)
@@ -528,7 +528,7 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                     .map(|c| std::sync::Arc::from(&*c));
             }
         }
-        env.method = Some(std::sync::Arc::from(&*name));
+        env.method = Some(method_text(&name));
         if env.problem.is_none() {
             env.kind = if env.id.is_some() {
                 Kind::Request
@@ -722,34 +722,89 @@ pub fn parse_body_reference(body: &Bytes) -> Body {
     out
 }
 
+/// MCP's request methods (the MCP method table), in the order [`mcp_method_index`] numbers
+/// them.
+const MCP_METHODS: [&str; 17] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "logging/setLevel",
+    "completion/complete",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "server/discover",
+];
+
+/// The place of `method` in [`MCP_METHODS`]: a match on the text dispatches on its length
+/// before comparing bytes.
+fn mcp_method_index(method: &str) -> Option<usize> {
+    Some(match method {
+        "initialize" => 0,
+        "ping" => 1,
+        "tools/list" => 2,
+        "tools/call" => 3,
+        "resources/list" => 4,
+        "resources/read" => 5,
+        "resources/templates/list" => 6,
+        "resources/subscribe" => 7,
+        "resources/unsubscribe" => 8,
+        "prompts/list" => 9,
+        "prompts/get" => 10,
+        "logging/setLevel" => 11,
+        "completion/complete" => 12,
+        "sampling/createMessage" => 13,
+        "elicitation/create" => 14,
+        "roots/list" => 15,
+        "server/discover" => 16,
+        _ => return None,
+    })
+}
+
 /// Whether `method` is one of MCP's (the MCP method table: results of these calls are checked
 /// for size, their spans get MCP's attributes).
 pub fn is_mcp_method(method: &str) -> bool {
-    matches!(
-        method,
-        "initialize"
-            | "ping"
-            | "tools/list"
-            | "tools/call"
-            | "resources/list"
-            | "resources/read"
-            | "resources/templates/list"
-            | "resources/subscribe"
-            | "resources/unsubscribe"
-            | "prompts/list"
-            | "prompts/get"
-            | "logging/setLevel"
-            | "completion/complete"
-            | "sampling/createMessage"
-            | "elicitation/create"
-            | "roots/list"
-            | "server/discover"
-    ) || method.starts_with("notifications/")
+    mcp_method_index(method).is_some() || method.starts_with("notifications/")
+}
+
+/// A method name as the shared text a call keeps: MCP's own names are made once and shared
+/// (a count, where any other name costs an allocation and a copy per call).
+fn method_text(method: &str) -> std::sync::Arc<str> {
+    static SHARED: std::sync::LazyLock<[std::sync::Arc<str>; 17]> =
+        std::sync::LazyLock::new(|| MCP_METHODS.map(std::sync::Arc::from));
+    match mcp_method_index(method) {
+        Some(i) => SHARED[i].clone(),
+        None => std::sync::Arc::from(method),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mcp_methods_are_numbered_in_their_table_and_shared() {
+        for (i, m) in MCP_METHODS.iter().enumerate() {
+            assert_eq!(mcp_method_index(m), Some(i), "{m}");
+            assert!(
+                std::sync::Arc::ptr_eq(&method_text(m), &method_text(m)),
+                "{m}"
+            );
+            assert_eq!(&*method_text(m), *m);
+        }
+        assert_eq!(mcp_method_index("tools/calls"), None);
+        assert!(is_mcp_method("notifications/progress"));
+        assert!(!is_mcp_method("eth_call"));
+        assert_eq!(&*method_text("eth_call"), "eth_call");
+    }
 
     fn one(s: &str) -> Envelope {
         match parse_body(&Bytes::from(s.to_string())) {
