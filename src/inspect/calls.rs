@@ -633,6 +633,10 @@ impl ExchangeCtx {
         mut extra: Vec<&'static str>,
     ) {
         let inner = self.insp.clone();
+        // One of this exchange's own calls (those `register_call` listed in `req.calls`).
+        if key.direction == Direction::ClientToServer && p.exchange == self.id && !self.stream {
+            self.req.answered += 1;
+        }
         // A round that asks for input is no tool result (nor its output).
         let input = self.input_required(key, &p, env, &mut extra);
         if input {

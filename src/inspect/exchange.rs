@@ -748,7 +748,9 @@ impl ExchangeCtx {
         }
         let parked =
             self.status == 202 && matches!(self.scope, Scope::Session(_)) && self.reply_frames == 0;
-        if !parked {
+        let calls = std::mem::take(&mut self.req.calls);
+        // Every call answered here (the common case): none is left to look for.
+        if !parked && self.req.answered != calls.len() {
             let why = match (&reason, self.status) {
                 (EndReason::Complete, s) if self.reply_frames == 0 => {
                     format!("HTTP {s} with no JSON-RPC reply")
@@ -756,8 +758,8 @@ impl ExchangeCtx {
                 (EndReason::Complete, _) => "the reply ended without it".to_string(),
                 (r, _) => r.describe(),
             };
-            for k in std::mem::take(&mut self.req.calls) {
-                if let Some(p) = inner.correlator.remove_all(&k) {
+            for k in &calls {
+                if let Some(p) = inner.correlator.remove_all(k) {
                     if self.reply_frames == 0
                         && !(200..300).contains(&self.status)
                         && self.status != 0
@@ -765,9 +767,9 @@ impl ExchangeCtx {
                         let rejected = Outcome::Rejected {
                             status: self.status,
                         };
-                        end_with_copies(&inner, &k, p, &rejected, None, None);
+                        end_with_copies(&inner, k, p, &rejected, None, None);
                     } else {
-                        end_missing(&inner, &k, p, &why, true);
+                        end_missing(&inner, k, p, &why, true);
                     }
                 }
             }

@@ -239,6 +239,9 @@ struct RequestSummary {
     batch: bool,
     parse_error: bool,
     calls: Vec<PendingKey>,
+    /// How many of `calls` a reply in this exchange took off the correlator: when it is all of
+    /// them, the end has nothing left to look up.
+    answered: usize,
     notifications: u32,
     /// Replies (to server→client requests) the client posted.
     responses: u32,
