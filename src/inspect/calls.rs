@@ -312,6 +312,9 @@ impl ExchangeCtx {
         }
 
         match env.kind {
+            Kind::Request if self.redelivered(dir, env.id.as_ref(), method.as_ref()) => {
+                tracing::debug!(exchange = self.id, id = ?env.id, "a resumed stream replayed a request still waiting");
+            }
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
                 let (progress, modern) = self.mcp_request_checks(dir, &env, &mut anomalies);
@@ -522,6 +525,25 @@ impl ExchangeCtx {
         }
     }
 
+    /// A request a resumed stream replays (the server sends again what followed the client's
+    /// `Last-Event-ID`): when rpctap saw it on the stream that broke and its call still waits
+    /// (same id, same method), it is that call delivered again, not a new call reusing the id —
+    /// neither checked nor registered a second time.
+    fn redelivered(&self, dir: Direction, id: Option<&Id>, method: Option<&Arc<str>>) -> bool {
+        if !self.resumed || dir != Direction::ServerToClient {
+            return false;
+        }
+        let (Some(id), Some(method)) = (id, method) else {
+            return false;
+        };
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: dir,
+            id: id.clone(),
+        };
+        self.insp.correlator.pending_method(&key).as_ref() == Some(method)
+    }
+
     /// Matches a response; returns the method and target of the call it answered.
     pub(super) fn on_response(
         &mut self,
@@ -673,17 +695,21 @@ impl ExchangeCtx {
 
     /// A POST of only notifications answered with a body (`NOTIFICATION_REPLY`; the other case,
     /// a reply whose id is no call of the request, is in `on_response`). The body is kept
-    /// unparsed.
+    /// unparsed. A server that refuses the POST answers an HTTP error whose body may be an
+    /// id-less JSON-RPC error (Streamable HTTP, "Sending Messages to the Server"): that is no
+    /// reply to a notification, and `HTTP_STATUS` already names the status.
     pub(super) fn body_reply_to_notifications(&mut self, body: Bytes) {
-        flag(
-            &self.insp,
-            self.site(),
-            Code::NotificationReply,
-            None,
-            None,
-            "a POST of only notifications was answered with a body; notifications get no reply"
-                .into(),
-        );
+        if (200..300).contains(&self.status) {
+            flag(
+                &self.insp,
+                self.site(),
+                Code::NotificationReply,
+                None,
+                None,
+                "a POST of only notifications was answered with a body; notifications get no reply"
+                    .into(),
+            );
+        }
         self.reply_frames += 1;
         self.publish_unparsed(Direction::ServerToClient, body, None);
     }

@@ -239,6 +239,11 @@ impl Correlator {
         self.pending.remove(key).map(|(_, p)| p)
     }
 
+    /// The method of the call waiting under `key`, if one is.
+    pub fn pending_method(&self, key: &PendingKey) -> Option<Arc<str>> {
+        self.pending.get(key).map(|p| p.method.clone())
+    }
+
     pub fn contains(&self, key: &PendingKey) -> bool {
         self.pending.contains_key(key)
     }

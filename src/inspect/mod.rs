@@ -269,6 +269,9 @@ pub struct ExchangeCtx {
     ended: bool,
     bytes: u64,
     is_get_stream: bool,
+    /// A GET with `Last-Event-ID`: the server may replay here what it sent on a stream that
+    /// broke, which rpctap may have seen already (see `calls::redelivered`).
+    resumed: bool,
     /// A bidirectional stream of lines (`rpctap stdio`): calls are not tied to a request of
     /// the exchange; those pending at its end are the session's.
     stream: bool,
@@ -443,6 +446,10 @@ impl Inspector {
             ended: false,
             bytes: 0,
             is_get_stream: meta.method == "GET",
+            resumed: meta.method == "GET"
+                && meta
+                    .headers
+                    .is_some_and(|h| h.contains_key("last-event-id")),
             stream: false,
             cur: None,
             deferred: Vec::new(),
@@ -535,6 +542,7 @@ impl Inspector {
             ended: false,
             bytes: 0,
             is_get_stream: true,
+            resumed: false,
             stream: true,
             cur: None,
             deferred: Vec::new(),
@@ -639,5 +647,104 @@ mod tests {
             }
             assert_eq!(outcomes, vec![Outcome::Result], "{ct}");
         }
+    }
+
+    /// The server's request (id 4) on a tool call's event stream, that stream broken, the
+    /// client's GET (with or without `Last-Event-ID`) given the same event again, the client's
+    /// answer, the session's DELETE: the anomaly codes (with their ids) and the server's calls'
+    /// outcomes.
+    fn replayed(resume: bool) -> (Vec<(&'static str, String)>, Vec<Outcome>) {
+        let mut bus = BusBuilder::default();
+        let mut sub = bus.subscribe("t", 1 << 10);
+        let insp = Inspector::new(InspectConfig::default(), bus.build());
+        let ask = "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"sampling/createMessage\",\"params\":{\"messages\":[],\"maxTokens\":5}}\n\n";
+        let post = |body: &'static str, status: u16, reply: &str| {
+            let mut ex = insp.begin(&RequestMeta {
+                method: "POST",
+                path: "/mcp",
+                content_type: Some("application/json"),
+                session: Some("s1"),
+                ..Default::default()
+            });
+            ex.request_body(&Bytes::from_static(body.as_bytes()), true);
+            ex.response_head(&ResponseMeta {
+                status,
+                content_type: (!reply.is_empty()).then_some("text/event-stream"),
+                session: Some("s1"),
+                ..Default::default()
+            });
+            ex.response_data(reply.as_bytes());
+            ex.end(EndReason::ClientGone);
+        };
+        post(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ask","arguments":{}}}"#,
+            200,
+            &format!("id: e1\ndata: \n\n{ask}"),
+        );
+        let mut headers = http::HeaderMap::new();
+        if resume {
+            headers.insert("last-event-id", http::HeaderValue::from_static("e1"));
+        }
+        let mut get = insp.begin(&RequestMeta {
+            method: "GET",
+            path: "/mcp",
+            session: Some("s1"),
+            headers: Some(&headers),
+            ..Default::default()
+        });
+        get.response_head(&ResponseMeta {
+            status: 200,
+            content_type: Some("text/event-stream"),
+            session: Some("s1"),
+            ..Default::default()
+        });
+        get.response_data(ask.as_bytes());
+        post(
+            r#"{"jsonrpc":"2.0","id":4,"result":{"role":"assistant","content":{"type":"text","text":"42"},"model":"m"}}"#,
+            202,
+            "",
+        );
+        let mut delete = insp.begin(&RequestMeta {
+            method: "DELETE",
+            path: "/mcp",
+            session: Some("s1"),
+            ..Default::default()
+        });
+        delete.response_head(&ResponseMeta {
+            status: 200,
+            ..Default::default()
+        });
+        delete.end(EndReason::Complete);
+        get.end(EndReason::Complete);
+        let (mut codes, mut outcomes) = (Vec::new(), Vec::new());
+        while let Ok(ev) = sub.rx.try_recv() {
+            match &*ev {
+                Event::Anomaly(a) => codes.push((
+                    a.code,
+                    a.id.as_ref().map(|i| i.to_string()).unwrap_or_default(),
+                )),
+                Event::Call(c) if c.direction == Direction::ServerToClient => {
+                    outcomes.push(c.outcome.clone())
+                }
+                _ => {}
+            }
+        }
+        codes.sort();
+        (codes, outcomes)
+    }
+
+    #[test]
+    fn a_resumed_stream_replaying_a_waiting_request_is_no_new_call() {
+        let (codes, outcomes) = replayed(true);
+        // The tool call's own stream broke before its reply (that one is missing).
+        assert_eq!(codes, vec![("MISSING_RESPONSE", "7".to_string())]);
+        assert_eq!(outcomes, vec![Outcome::Result]);
+        // Without `Last-Event-ID` the same request again is a second call under a waiting id.
+        let (codes, outcomes) = replayed(false);
+        assert!(
+            codes.contains(&("DUPLICATE_ID", "4".to_string())),
+            "{codes:?}"
+        );
+        assert_eq!(outcomes.len(), 2, "{outcomes:?}");
     }
 }

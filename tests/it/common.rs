@@ -389,6 +389,8 @@ pub async fn misbehaving_upstream() -> (std::net::SocketAddr, Stop) {
                 "unsafe" => json_reply(200, r#"{"jsonrpc":"2.0","id":12345678901234567890,"result":1}"#),
                 "status" => json_reply(500, r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error"}}"#),
                 "notif-status" => json_reply(200, ""),
+                "notif-body" => json_reply(200, r#"{"jsonrpc":"2.0","id":1,"result":1}"#),
+                "notif-refused" => json_reply(400, r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#),
                 "tool" => sse_reply(&[r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#]),
                 "init" => {
                     let mut r = sse_reply(&[r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"x","version":"1"}}}"#]);

@@ -792,6 +792,11 @@ async fn over_http_server_everythings_sampling_request_refused_held_doubled_and_
     // The tool call's own stream closed at the server's request: the call never completes.
     assert!(r[4]["exception"].is_string(), "{:?}", r[4]);
     recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
+    // The Python client resumes the closed stream (a GET with `Last-Event-ID`) and the server
+    // replays its request there: the call delivered again, not a second call under its id.
+    let (_, lines) = check_json(&file);
+    let text = serde_json::to_string(&lines).unwrap();
+    assert!(!text.contains("DUPLICATE_ID"), "{lines:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

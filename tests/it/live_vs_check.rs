@@ -72,6 +72,18 @@ async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
             r#"{"jsonrpc":"2.0","method":"n"}"#.into(),
             vec!["HTTP_STATUS"],
         ),
+        // A notification answered with a reply, and one refused with HTTP 400 and an id-less
+        // error (which the transport allows: no reply to the notification).
+        (
+            "notif-body",
+            r#"{"jsonrpc":"2.0","method":"n"}"#.into(),
+            vec!["HTTP_STATUS", "NOTIFICATION_REPLY"],
+        ),
+        (
+            "notif-refused",
+            r#"{"jsonrpc":"2.0","method":"n"}"#.into(),
+            vec!["HTTP_STATUS"],
+        ),
         ("tool", tool.into(), vec!["TOOL_ERROR"]),
         // A reply body that is not JSON.
         (
