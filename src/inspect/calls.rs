@@ -541,7 +541,7 @@ impl ExchangeCtx {
             direction: dir,
             id: id.clone(),
         };
-        self.insp.correlator.pending_method(&key).as_ref() == Some(method)
+        self.insp.correlator.waits(&key, method)
     }
 
     /// Matches a response; returns the method and target of the call it answered.

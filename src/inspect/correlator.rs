@@ -239,9 +239,9 @@ impl Correlator {
         self.pending.remove(key).map(|(_, p)| p)
     }
 
-    /// The method of the call waiting under `key`, if one is.
-    pub fn pending_method(&self, key: &PendingKey) -> Option<Arc<str>> {
-        self.pending.get(key).map(|p| p.method.clone())
+    /// Whether a call of `method` waits under `key`.
+    pub fn waits(&self, key: &PendingKey, method: &str) -> bool {
+        self.pending.get(key).is_some_and(|p| &*p.method == method)
     }
 
     pub fn contains(&self, key: &PendingKey) -> bool {

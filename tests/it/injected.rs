@@ -99,8 +99,9 @@ async fn ws_client_through_faults(mode: &str, file: &Path, faults: &[&str]) -> (
     (v, p, server)
 }
 
-/// The recording holds exactly these fault actions (in any order), and `check` passes it.
-fn recorded_and_clean(file: &Path, actions: &[&str]) {
+/// The recording holds exactly these fault actions (in any order), and `check` passes it;
+/// returns the check's lines.
+fn recorded_and_clean(file: &Path, actions: &[&str]) -> Vec<Value> {
     let mut got: Vec<String> = recorded_faults(file).into_iter().map(|(a, _)| a).collect();
     got.sort();
     let mut want: Vec<&str> = actions.to_vec();
@@ -108,6 +109,7 @@ fn recorded_and_clean(file: &Path, actions: &[&str]) {
     assert_eq!(got, want);
     let (code, lines) = check_json(file);
     assert_eq!(code, Some(0), "{lines:#?}");
+    lines
 }
 
 fn metrics(admin: std::net::SocketAddr) -> String {
@@ -791,10 +793,9 @@ async fn over_http_server_everythings_sampling_request_refused_held_doubled_and_
     assert!(elapsed(&r[1]) >= 1.0 && elapsed(&r[3]) >= 1.0, "{r:?}");
     // The tool call's own stream closed at the server's request: the call never completes.
     assert!(r[4]["exception"].is_string(), "{:?}", r[4]);
-    recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
+    let lines = recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
     // The Python client resumes the closed stream (a GET with `Last-Event-ID`) and the server
     // replays its request there: the call delivered again, not a second call under its id.
-    let (_, lines) = check_json(&file);
     let text = serde_json::to_string(&lines).unwrap();
     assert!(!text.contains("DUPLICATE_ID"), "{lines:#?}");
 }
