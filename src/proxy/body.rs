@@ -131,6 +131,11 @@ impl ForwardBody {
             slow: None,
         }
     }
+    /// The whole body, when it is all here (read whole, not streaming, not throttled): such a
+    /// request goes on the lean leg (`super::lean`).
+    pub fn whole(&self) -> Option<&[u8]> {
+        (self.rest.is_none() && self.slow.is_none()).then(|| self.prefix.as_deref().unwrap_or(&[]))
+    }
     /// `b` written at `bps` bytes a second: a twentieth of a second's worth at a time.
     pub fn throttled(b: Bytes, bps: u64) -> Self {
         let piece = (bps / 20).max(1) as usize;
@@ -218,7 +223,7 @@ pub type LeanIo = hyper_rustls::MaybeHttpsStream<hyper_util::rt::TokioIo<tokio::
 #[derive(Debug)]
 pub enum UpstreamBody {
     Hyper(Incoming),
-    Lean(Box<super::lean::LeanBody<LeanIo>>),
+    Lean(Box<super::lean::LeanBody<Box<LeanIo>>>),
     /// Made in this process by a local upstream (`rpctap serve`'s bridge to a stdio server).
     Local(LocalBody),
 }

@@ -1,20 +1,32 @@
-//! The lean upstream leg of a long stream: a bodiless HTTP/1.1 `GET` that asks for an event
-//! stream (MCP's server stream, most often open for the whole session and silent) goes on a
-//! connection of its own, written and read here instead of by hyper's client connection.
+//! rpctap's own HTTP/1.1 client leg, written and read here instead of by hyper's client
+//! connection, for the two kinds of request that make up nearly all of an MCP server's traffic:
+//!
+//! - **A long stream**: a bodiless `GET` that asks for an event stream (MCP's server stream, most
+//!   often open for the whole session and silent) goes on a connection of its own, never reused.
+//! - **A whole request** on a client connection's lane (`super::upstream::Lane`): a request
+//!   whose body was read whole (a JSON-RPC POST under the inspection cap, a bodiless `GET` or
+//!   `DELETE`) is written in one piece on the lane's kept-alive connection ([`LeanConn`]), and
+//!   the connection goes back to the lane ([`Home`]) when its response's body has been read to
+//!   its end and the response lets it be reused.
 //!
 //! Why not hyper: a hyper client connection keeps, for as long as it lives, a read buffer and a
 //! write buffer, its request channel (a block of request slots) and its state — most of what an
-//! idle stream cost (heaptrack; benches/RESULTS.md). Here an open stream holds its socket, the
-//! framing state and
-//! no buffer while it waits: a read goes to the stack and is copied out once, into the frame.
-//! No crate fits: hyper's own decoder is private, and a separate HTTP client would bring back
-//! what this removes.
+//! idle stream cost (heaptrack; benches/RESULTS.md) — and every request and response crosses its
+//! dispatch channels (a request queue, a oneshot for the response head, a channel for the body)
+//! between the exchange and the connection's future: the largest part of a proxied call's cost
+//! above the hyper floor (callgrind; benches/RESULTS.md). Here a connection is its socket: a
+//! request is written with one write, its response head read into one buffer, and the body's
+//! bytes already read are yielded from that buffer without a copy. No crate fits: hyper's own
+//! decoder is private, and a separate HTTP client would bring back what this removes.
+//! Requests hyper still sends: upgrades (the connection is handed over on `101`), bodies that
+//! stream (larger than the inspection cap, or not JSON-RPC), and HTTP/2 clients' (the pool).
 //!
 //! What it does: writes the request head as it came (method, origin-form target, headers in
-//! order), reads the response head with `httparse` (skipping `1xx` interim answers), and reads
-//! the body by its framing (RFC 9112 §6.3: none for `204`/`304`, chunked, `Content-Length`, or
-//! until close), yielding each piece as it arrives — an SSE event is passed on the moment its
-//! bytes are read. The connection is not reused: it closes when the body is dropped.
+//! order; a whole body's `Content-Length` said when the client did not), reads the response
+//! head with `httparse` (skipping `1xx` interim answers), and reads the body by its framing
+//! (RFC 9112 §6.3: none for a `HEAD` or for `204`/`304`, chunked, `Content-Length`, or until
+//! close), yielding each piece as it arrives — an SSE event is passed on the moment its bytes are
+//! read.
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
@@ -48,8 +60,100 @@ pub fn wants_lean<B: Body>(req: &Request<B>) -> bool {
         && !super::headers::is_upgrade(req.headers())
 }
 
-/// Sends `req` (origin form) on `io` and reads the response head; the body reads on. Only the
-/// head is sent: a lean request has no body (`wants_lean`).
+/// A connection of the lean leg: its socket, and its place in the count of open upstream
+/// connections (`rpctap_upstream_connections`), which goes with it while a lane keeps it.
+pub struct LeanConn<T> {
+    io: TokioIo<T>,
+    _counted: crate::metrics::Counted,
+}
+
+impl<T> std::fmt::Debug for LeanConn<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeanConn").finish_non_exhaustive()
+    }
+}
+
+/// Where a connection goes back to once its response's body has been read to the end and the
+/// response lets it be reused: the lane it came from (`super::upstream::Lane`).
+pub trait Home<T>: Send + Sync {
+    fn keep(&self, conn: LeanConn<T>);
+}
+
+/// Why a request on a lean connection failed; `Unsent` when no byte of it reached the upstream
+/// (a kept connection the upstream had closed: it may go again on a new one).
+#[derive(Debug)]
+pub enum SendError {
+    Unsent(String),
+    Failed(String),
+}
+
+impl From<SendError> for String {
+    fn from(e: SendError) -> String {
+        match e {
+            SendError::Unsent(s) | SendError::Failed(s) => s,
+        }
+    }
+}
+
+impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
+    pub fn new(io: T, counted: crate::metrics::Counted) -> Self {
+        LeanConn {
+            io: TokioIo::new(io),
+            _counted: counted,
+        }
+    }
+
+    /// Whether a kept connection can take a request: the upstream has neither closed it nor
+    /// sent anything unasked. One poll with no waker: when the socket is not known readable
+    /// this answers without a system call.
+    pub fn idle_and_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut one = [0u8; 1];
+        let mut rb = ReadBuf::new(&mut one);
+        Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut rb)
+            .is_pending()
+    }
+
+    /// Writes a whole request (head and body, [`encode_request`]) and reads its response head;
+    /// the body's first bytes, read with the head, stay in the returned buffer.
+    pub async fn exchange(
+        &mut self,
+        wire: &[u8],
+        is_head: bool,
+    ) -> Result<(http::response::Parts, Framing, BytesMut), SendError> {
+        let unsent = |e: std::io::Error| {
+            SendError::Unsent(format!("writing the request to the upstream: {e}"))
+        };
+        self.io.write_all(wire).await.map_err(unsent)?;
+        self.io.flush().await.map_err(unsent)?;
+        let mut buf = BytesMut::new();
+        loop {
+            if let Some((parts, framing)) =
+                parse_head(&mut buf, is_head).map_err(SendError::Failed)?
+            {
+                return Ok((parts, framing, buf));
+            }
+            if buf.len() >= MAX_HEAD {
+                return Err(SendError::Failed(format!(
+                    "the upstream's response head is larger than {MAX_HEAD} bytes"
+                )));
+            }
+            buf.reserve(4096);
+            let n = tokio::io::AsyncReadExt::read_buf(&mut self.io, &mut buf)
+                .await
+                .map_err(|e| SendError::Failed(format!("reading the upstream's response: {e}")))?;
+            if n == 0 {
+                return Err(SendError::Failed(
+                    "the upstream closed the connection before its response head".into(),
+                ));
+            }
+        }
+    }
+}
+
+/// Sends a long stream's `req` (origin form, no body: [`wants_lean`]) on a connection of its
+/// own and reads the response head; the body reads on, and the connection closes with it.
 pub async fn send<T, B>(
     io: T,
     req: Request<B>,
@@ -58,69 +162,68 @@ pub async fn send<T, B>(
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin,
 {
-    let mut io = TokioIo::new(io);
-    let head = encode_head(&req);
+    let mut conn = LeanConn::new(io, counted);
+    let wire = encode_request(&req, &[]);
     drop(req);
-    io.write_all(&head)
-        .await
-        .map_err(|e| format!("writing the request to the upstream: {e}"))?;
-    io.flush()
-        .await
-        .map_err(|e| format!("writing the request to the upstream: {e}"))?;
-    let mut buf = BytesMut::new();
-    loop {
-        if let Some(resp) = parse_head(&mut buf)? {
-            let (parts, framing) = resp;
-            let state = match framing {
-                Framing::Empty | Framing::Length(0) => State::Done,
-                Framing::Length(n) => State::Length(n),
-                Framing::Chunked => State::Chunked(Chunked::default()),
-                Framing::Close => State::Close,
-            };
-            let body = LeanBody {
-                io,
-                pending: buf.freeze(),
-                state,
-                _counted: counted,
-            };
-            return Ok(Response::from_parts(parts, body));
-        }
-        if buf.len() >= MAX_HEAD {
-            return Err(format!(
-                "the upstream's response head is larger than {MAX_HEAD} bytes"
-            ));
-        }
-        buf.reserve(4096);
-        let n = tokio::io::AsyncReadExt::read_buf(&mut io, &mut buf)
-            .await
-            .map_err(|e| format!("reading the upstream's response: {e}"))?;
-        if n == 0 {
-            return Err("the upstream closed the connection before its response head".into());
-        }
-    }
+    let (parts, framing, buf) = conn.exchange(&wire, false).await?;
+    Ok(Response::from_parts(
+        parts,
+        LeanBody::new(conn, buf, framing, None),
+    ))
 }
 
-/// The request head as it goes upstream: the client's method, target and headers, in order.
-fn encode_head<B>(req: &Request<B>) -> Vec<u8> {
+/// The request as it goes upstream: the client's method, target and headers, in order, then
+/// the body. A whole body is framed by its length: a `Content-Length` that says it stays where
+/// it was, one that does not (or a `Transfer-Encoding`, hop-by-hop and normally gone already)
+/// is left out, and the length is said last when no header said it (for a body, or a method
+/// that carries one — what hyper's client does).
+pub fn encode_request<B>(req: &Request<B>, body: &[u8]) -> Vec<u8> {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let mut out = Vec::with_capacity(128 + req.headers().len() * 48);
+    let mut out = Vec::with_capacity(64 + target.len() + req.headers().len() * 40 + body.len());
     out.extend_from_slice(req.method().as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut digits = itoa::Buffer::new();
+    let length = digits.format(body.len()).as_bytes();
+    let mut said = false;
     for (name, value) in req.headers() {
+        if name == TRANSFER_ENCODING {
+            continue;
+        }
+        if name == CONTENT_LENGTH {
+            if said || value.as_bytes() != length {
+                continue;
+            }
+            said = true;
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    let carries_body = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH);
+    if !said && (!body.is_empty() || carries_body) {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(length);
+        out.extend_from_slice(b"\r\n");
+    }
     out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
     out
+}
+
+/// Whether a response lets its connection take another request: HTTP/1.1 without
+/// `Connection: close`, and a body framed by its length or chunked (not read to the close).
+pub fn reusable(parts: &http::response::Parts, framing: &Framing) -> bool {
+    parts.version == Version::HTTP_11
+        && !matches!(framing, Framing::Close)
+        && !crate::server::connection_has(&parts.headers, "close")
 }
 
 /// How a response's body is delimited (RFC 9112 §6.3).
 #[derive(Debug, PartialEq)]
-enum Framing {
+pub enum Framing {
     Empty,
     Length(u64),
     Chunked,
@@ -128,9 +231,12 @@ enum Framing {
 }
 
 /// Parses one final response head off the front of `buf` (interim `1xx` heads are dropped);
-/// `None` while it is incomplete.
+/// `None` while it is incomplete. `is_head`: the answer to a `HEAD`, which has no body.
 #[allow(clippy::type_complexity)]
-fn parse_head(buf: &mut BytesMut) -> Result<Option<(http::response::Parts, Framing)>, String> {
+fn parse_head(
+    buf: &mut BytesMut,
+    is_head: bool,
+) -> Result<Option<(http::response::Parts, Framing)>, String> {
     loop {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut r = httparse::Response::new(&mut headers);
@@ -162,7 +268,11 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<(http::response::Parts, Frami
         } else {
             Version::HTTP_11
         };
-        let framing = framing(status, &map)?;
+        let framing = if is_head {
+            Framing::Empty
+        } else {
+            framing(status, &map)?
+        };
         buf.advance(len);
         let mut resp = Response::new(());
         *resp.status_mut() = status;
@@ -210,19 +320,89 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
 #[derive(Debug)]
 enum State {
     Length(u64),
-    Chunked(Chunked),
+    /// Boxed: the rarer framing, and the larger state.
+    Chunked(Box<Chunked>),
     Close,
     Done,
 }
 
-/// A lean stream's body: frames as they are read from the upstream's socket.
+/// A lean response's body: frames as they are read from the upstream's socket.
 pub struct LeanBody<T> {
-    io: TokioIo<T>,
+    /// The connection, until the body ended and it went back to its lane.
+    conn: Option<LeanConn<T>>,
     /// Read and not yet yielded (empty while the stream waits).
     pending: Bytes,
     state: State,
-    /// The connection counted open (`rpctap_upstream_connections`).
-    _counted: crate::metrics::Counted,
+    /// Where the connection goes when the body ends cleanly (`None`: it closes with the body).
+    home: Option<std::sync::Arc<dyn Home<T>>>,
+    /// A failure found, given on the next poll (see [`LeanBody::fail`]).
+    failed: Option<BoxError>,
+    /// Some of the body was yielded.
+    yielded: bool,
+}
+
+impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanBody<T> {
+    /// The body after a response head: `buf` holds what was read past the head. A body that
+    /// is already over (no body, or a length of 0) hands its connection back at once.
+    pub fn new(
+        conn: LeanConn<T>,
+        buf: BytesMut,
+        framing: Framing,
+        home: Option<std::sync::Arc<dyn Home<T>>>,
+    ) -> Self {
+        let state = match framing {
+            Framing::Empty | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::Chunked(Box::default()),
+            Framing::Close => State::Close,
+        };
+        let mut body = LeanBody {
+            conn: Some(conn),
+            pending: buf.freeze(),
+            state,
+            home,
+            failed: None,
+            yielded: false,
+        };
+        if matches!(body.state, State::Done) {
+            body.ended();
+        }
+        body
+    }
+
+    /// The body failed (the connection is gone with it). Once some of the body was yielded, the
+    /// failure is given on the next poll, not this one: what was read before it reaches the
+    /// client first — hyper's server drops what it has not written yet when a body fails, and
+    /// the frame just yielded may still be in its buffer. A body that fails before any of it
+    /// came fails at once (the client gets a closed connection, no head), as it did when hyper's
+    /// client connection read it.
+    fn fail(
+        &mut self,
+        cx: &mut Context<'_>,
+        e: BoxError,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.state = State::Done;
+        self.conn = None;
+        if !self.yielded {
+            return Poll::Ready(Some(Err(e)));
+        }
+        self.failed = Some(e);
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// The body was read to its end by its framing: the connection goes home if nothing
+    /// follows it (bytes past the body would be a reply nobody asked for: then it closes).
+    fn ended(&mut self) {
+        self.state = State::Done;
+        let leftover = !self.pending.is_empty();
+        self.pending = Bytes::new();
+        if let (Some(home), false) = (self.home.take(), leftover) {
+            if let Some(conn) = self.conn.take() {
+                home.keep(conn);
+            }
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for LeanBody<T> {
@@ -254,27 +434,30 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> Body for LeanBody<T> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
         loop {
             if matches!(this.state, State::Done) {
                 return Poll::Ready(None);
             }
             if this.pending.is_empty() {
+                let Some(conn) = this.conn.as_mut() else {
+                    this.state = State::Done;
+                    return Poll::Ready(None);
+                };
                 let mut space = [0u8; READ_SIZE];
                 let mut rb = ReadBuf::new(&mut space);
-                match Pin::new(&mut this.io).poll_read(cx, &mut rb) {
+                match Pin::new(&mut conn.io).poll_read(cx, &mut rb) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(e)) => {
-                        this.state = State::Done;
-                        return Poll::Ready(Some(Err(LeanError::Io(e).into())));
-                    }
+                    Poll::Ready(Err(e)) => return this.fail(cx, LeanError::Io(e).into()),
                     Poll::Ready(Ok(())) if rb.filled().is_empty() => {
-                        let close = matches!(this.state, State::Close);
-                        this.state = State::Done;
-                        return Poll::Ready(if close {
-                            None
-                        } else {
-                            Some(Err(LeanError::Truncated.into()))
-                        });
+                        if matches!(this.state, State::Close) {
+                            this.state = State::Done;
+                            this.conn = None;
+                            return Poll::Ready(None);
+                        }
+                        return this.fail(cx, LeanError::Truncated.into());
                     }
                     Poll::Ready(Ok(())) => this.pending = Bytes::copy_from_slice(rb.filled()),
                 }
@@ -285,31 +468,29 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> Body for LeanBody<T> {
                     *rem -= n as u64;
                     let data = this.pending.split_to(n);
                     if *rem == 0 {
-                        this.state = State::Done;
-                        this.pending = Bytes::new();
+                        this.ended();
                     }
                     Step::Data(data)
                 }
                 State::Close => Step::Data(std::mem::take(&mut this.pending)),
                 State::Chunked(c) => match c.step(&mut this.pending) {
                     Ok(s) => s,
-                    Err(e) => {
-                        this.state = State::Done;
-                        return Poll::Ready(Some(Err(LeanError::Chunked(e).into())));
-                    }
+                    Err(e) => return this.fail(cx, LeanError::Chunked(e).into()),
                 },
                 State::Done => Step::End,
             };
             match step {
                 Step::Data(d) if d.is_empty() => {}
-                Step::Data(d) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+                Step::Data(d) => {
+                    this.yielded = true;
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
+                }
                 Step::Trailers(t) => {
-                    this.state = State::Done;
+                    this.ended();
                     return Poll::Ready(Some(Ok(Frame::trailers(t))));
                 }
                 Step::End => {
-                    this.state = State::Done;
-                    this.pending = Bytes::new();
+                    this.ended();
                     return Poll::Ready(None);
                 }
                 Step::More => {}
@@ -318,7 +499,7 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> Body for LeanBody<T> {
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self.state, State::Done)
+        matches!(self.state, State::Done) && self.failed.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -651,14 +832,215 @@ mod tests {
     #[test]
     fn interim_heads_are_skipped_and_a_partial_head_waits() {
         let mut buf = BytesMut::from(&b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5\r\n"[..]);
-        let (parts, framing) = parse_head(&mut buf).unwrap().unwrap();
+        let (parts, framing) = parse_head(&mut buf, false).unwrap().unwrap();
         assert_eq!(parts.status, 200);
         assert_eq!(parts.headers["content-type"], "text/event-stream");
         assert_eq!(framing, Framing::Chunked);
         assert_eq!(&buf[..], b"5\r\n", "the body's first bytes stay");
         let mut partial = BytesMut::from(&b"HTTP/1.1 200 OK\r\ncontent-le"[..]);
-        assert!(parse_head(&mut partial).unwrap().is_none());
+        assert!(parse_head(&mut partial, false).unwrap().is_none());
         let mut bad = BytesMut::from(&b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n"[..]);
-        assert!(parse_head(&mut bad).is_err());
+        assert!(parse_head(&mut bad, false).is_err());
+    }
+
+    fn request(method: Method, headers: &[(&str, &str)]) -> Request<()> {
+        let mut b = Request::builder().method(method).uri("/mcp?x=1");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn a_whole_request_is_written_with_its_length_said_once() {
+        let text =
+            |r: &Request<()>, body: &[u8]| String::from_utf8(encode_request(r, body)).unwrap();
+        // The client's Content-Length, right: kept where it was, in order.
+        let r = request(
+            Method::POST,
+            &[("host", "up"), ("content-length", "2"), ("x-a", "1")],
+        );
+        assert_eq!(
+            text(&r, b"{}"),
+            "POST /mcp?x=1 HTTP/1.1\r\nhost: up\r\ncontent-length: 2\r\nx-a: 1\r\n\r\n{}"
+        );
+        // None said (the client sent chunked, now read whole): said last, and no
+        // Transfer-Encoding goes with it.
+        let r = request(
+            Method::POST,
+            &[("host", "up"), ("transfer-encoding", "chunked")],
+        );
+        assert_eq!(
+            text(&r, b"[1]"),
+            "POST /mcp?x=1 HTTP/1.1\r\nhost: up\r\ncontent-length: 3\r\n\r\n[1]"
+        );
+        // One that no longer says the body's length (a body rpctap changed): replaced.
+        let r = request(Method::POST, &[("content-length", "40")]);
+        assert_eq!(
+            text(&r, b"{}"),
+            "POST /mcp?x=1 HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        // A bodiless GET or DELETE says no length; an empty POST says 0.
+        assert_eq!(
+            text(&request(Method::GET, &[]), b""),
+            "GET /mcp?x=1 HTTP/1.1\r\n\r\n"
+        );
+        assert_eq!(
+            text(&request(Method::DELETE, &[("mcp-session-id", "s")]), b""),
+            "DELETE /mcp?x=1 HTTP/1.1\r\nmcp-session-id: s\r\n\r\n"
+        );
+        assert_eq!(
+            text(&request(Method::POST, &[]), b""),
+            "POST /mcp?x=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
+
+    fn head(text: &str, is_head: bool) -> (http::response::Parts, Framing) {
+        parse_head(&mut BytesMut::from(text.as_bytes()), is_head)
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_connection_is_reused_only_when_the_response_allows() {
+        let (p, f) = head("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", false);
+        assert!(reusable(&p, &f));
+        let (p, f) = head(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            false,
+        );
+        assert!(reusable(&p, &f));
+        let (p, f) = head(
+            "HTTP/1.1 200 OK\r\nconnection: keep-alive, Close\r\ncontent-length: 2\r\n\r\n",
+            false,
+        );
+        assert!(!reusable(&p, &f), "Connection: close");
+        let (p, f) = head("HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n", false);
+        assert!(!reusable(&p, &f), "HTTP/1.0");
+        let (p, f) = head("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n", false);
+        assert!(!reusable(&p, &f), "a body read to the close");
+        // A HEAD's answer has no body, whatever its length says.
+        let (p, f) = head("HTTP/1.1 200 OK\r\ncontent-length: 99\r\n\r\n", true);
+        assert_eq!(f, Framing::Empty);
+        assert!(reusable(&p, &f));
+    }
+
+    /// A home that counts the connections handed back.
+    #[derive(Default)]
+    struct Counter(std::sync::atomic::AtomicUsize);
+
+    type Io = TokioIo<tokio::io::DuplexStream>;
+
+    impl Home<Io> for Counter {
+        fn keep(&self, _conn: LeanConn<Io>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Sends a request on a lean connection to a peer that answers `answer` (in `cuts`), reads
+    /// the body through, and says what it read and how many times the connection went home.
+    async fn through(
+        answer: &str,
+        cuts: &[usize],
+        is_head: bool,
+    ) -> (Result<Vec<u8>, String>, usize) {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+        let counted = crate::metrics::Counted::upstream(&Default::default());
+        let mut conn = LeanConn::new(TokioIo::new(ours), counted);
+        let answer = answer.as_bytes().to_vec();
+        let cuts = cuts.to_vec();
+        let peer = tokio::spawn(async move {
+            let mut got = vec![0u8; 256];
+            let n = tokio::io::AsyncReadExt::read(&mut theirs, &mut got)
+                .await
+                .unwrap();
+            assert!(got[..n].starts_with(b"GET / HTTP/1.1\r\n"));
+            let mut at = 0;
+            for c in cuts.into_iter().chain([answer.len()]) {
+                theirs.write_all(&answer[at..c]).await.unwrap();
+                theirs.flush().await.unwrap();
+                at = c;
+                tokio::task::yield_now().await;
+            }
+            // Closed: a body cut short ends here, not in a wait.
+            drop(theirs);
+        });
+        let home = std::sync::Arc::new(Counter::default());
+        let wire = encode_request(&request(Method::GET, &[]).map(|_| ()), b"");
+        let wire = String::from_utf8(wire).unwrap().replace("/mcp?x=1", "/");
+        let (parts, framing, buf) = match conn.exchange(wire.as_bytes(), is_head).await {
+            Ok(h) => h,
+            Err(e) => return (Err(String::from(e)), 0),
+        };
+        let back = reusable(&parts, &framing).then(|| home.clone() as std::sync::Arc<dyn Home<Io>>);
+        let body = LeanBody::new(conn, buf, framing, back);
+        let read = http_body_util::BodyExt::collect(body)
+            .await
+            .map(|c| c.to_bytes().to_vec())
+            .map_err(|e| e.to_string());
+        peer.await.unwrap();
+        (read, home.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_body_read_to_its_end_hands_its_connection_back_and_no_other_does() {
+        let ok = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+        // Whole in the head's read, or cut anywhere: read, and the connection goes home once.
+        for cuts in [vec![], vec![10], vec![40], vec![41, 43]] {
+            assert_eq!(
+                through(ok, &cuts, false).await,
+                (Ok(b"hello".to_vec()), 1),
+                "cuts {cuts:?}"
+            );
+        }
+        let chunked =
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n";
+        assert_eq!(
+            through(chunked, &[50, 60], false).await,
+            (Ok(b"hello".to_vec()), 1)
+        );
+        // No body: home at once.
+        assert_eq!(
+            through("HTTP/1.1 204 No Content\r\n\r\n", &[], false).await,
+            (Ok(vec![]), 1)
+        );
+        assert_eq!(
+            through("HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n", &[], true).await,
+            (Ok(vec![]), 1)
+        );
+        // Bytes past the body (an answer nobody asked for): the connection closes.
+        let extra = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n";
+        assert_eq!(through(extra, &[], false).await, (Ok(b"hello".to_vec()), 0));
+        // Connection: close, or a body read to the close: never home.
+        let close = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 5\r\n\r\nhello";
+        assert_eq!(through(close, &[], false).await, (Ok(b"hello".to_vec()), 0));
+        // A body cut short by the close: an error, and the connection is gone.
+        let (read, home) = through(
+            "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nhel",
+            &[],
+            false,
+        )
+        .await;
+        assert!(read
+            .unwrap_err()
+            .contains("closed the connection before the body's end"));
+        assert_eq!(home, 0);
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_the_upstream_closed_is_not_taken_for_a_request() {
+        let (ours, theirs) = tokio::io::duplex(64);
+        let counted = crate::metrics::Counted::upstream(&Default::default());
+        let mut conn = LeanConn::new(TokioIo::new(ours), counted);
+        assert!(conn.idle_and_open(), "open and silent");
+        drop(theirs);
+        assert!(!conn.idle_and_open(), "closed");
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let mut conn = LeanConn::new(
+            TokioIo::new(ours),
+            crate::metrics::Counted::upstream(&Default::default()),
+        );
+        theirs.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+        assert!(!conn.idle_and_open(), "answering what nobody asked");
     }
 }

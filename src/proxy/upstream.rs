@@ -92,17 +92,15 @@ fn connector(connect_timeout: Duration, insecure: bool, allow_h2: bool) -> Conne
 /// The upstream connection of one HTTP/1 client connection; empty until its first request,
 /// and while a request is on it.
 ///
-/// The connection itself (hyper's connection future, which reads and writes the socket) is not
-/// a task of its own: [`Lane::drive`] polls it inside the client connection's task, so handing
-/// a request to it and getting the reply back wake no other task.
+/// A whole request goes on a lean connection (`super::lean`: written and read by rpctap in the
+/// exchange's own future); a hyper connection (an upgrade, a streaming body) is not a task of
+/// its own either: [`Lane::drive`] polls it inside the client connection's task, so handing a
+/// request to it and getting the reply back wake no other task.
 #[derive(Default)]
 pub struct Lane {
-    /// A std lock: held only to take or put the sender, never across an `.await`.
-    sender: Mutex<Option<Held>>,
-    /// The idle budget a kept connection holds a slot of (the proxy's; set at the first keep,
-    /// so that keeping and taking a connection never touch the budget's shared count of
-    /// references, only its count of slots).
-    budget: std::sync::OnceLock<Arc<IdleBudget>>,
+    /// The connection kept between requests; shared with a lean response's body, which hands
+    /// its connection back when the body has been read to its end.
+    kept: Arc<Kept>,
     /// The lane's connection futures (normally one; an old one may still be closing) and the
     /// waker of the task that drives them. Std lock, held only while polling them, never across
     /// an `.await`.
@@ -114,6 +112,27 @@ pub struct Lane {
     timer: Mutex<Option<Pin<Box<tokio::time::Sleep>>>>,
 }
 
+/// A lane's connection kept between requests, and the idle budget it holds a slot of.
+#[derive(Default)]
+struct Kept {
+    /// A std lock: held only to take or put the connection, never across an `.await`.
+    conn: Mutex<Option<Held>>,
+    /// The idle budget a kept connection holds a slot of (the proxy's; set at the lane's first
+    /// request, so that keeping and taking a connection never touch the budget's shared count
+    /// of references, only its count of slots).
+    budget: std::sync::OnceLock<Arc<IdleBudget>>,
+}
+
+/// A connection of the lean leg, on its own allocation so that going to the lane and back
+/// moves a pointer (a TLS connection's state is large).
+pub type LeanConn = super::lean::LeanConn<Box<LeanIo>>;
+
+/// A kept connection: rpctap's own (whole requests) or hyper's (the rest).
+enum Conn {
+    Lean(LeanConn),
+    Hyper(http1::SendRequest<ForwardBody>),
+}
+
 type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 #[derive(Default)]
@@ -123,9 +142,9 @@ struct Driven {
 }
 
 impl Lane {
-    /// Polls the lane's connections for as long as the client connection lives (it never
-    /// resolves; run it beside the client connection, see `server::serve_with`). Dropping it
-    /// closes them.
+    /// Polls the lane's hyper connections for as long as the client connection lives (it
+    /// never resolves; run it beside the client connection, see `server::serve_with`).
+    /// Dropping it closes them.
     pub fn drive(&self) -> impl Future<Output = ()> + '_ {
         std::future::poll_fn(move |cx| {
             let mut d = self.driven.locked();
@@ -147,19 +166,28 @@ impl Lane {
         }
     }
 
-    /// The kept connection's sender, unless it has waited longer than `idle_timeout` (then it
-    /// is dropped, which closes the connection).
-    fn take(&self, idle_timeout: Duration) -> Option<http1::SendRequest<ForwardBody>> {
-        let held = self.sender.locked().take()?;
-        self.release();
-        (held.since.elapsed() <= idle_timeout).then_some(held.sender)
+    /// The kept connection, unless it has waited longer than `idle_timeout` (then it is
+    /// dropped, which closes it).
+    fn take(&self, idle_timeout: Duration) -> Option<Conn> {
+        let held = self.kept.conn.locked().take()?;
+        self.kept.release();
+        (held.since.elapsed() <= idle_timeout).then_some(held.conn)
     }
-    /// Keeps the connection for this client connection's next request if the idle budget has
-    /// room; otherwise drops the sender, and the connection closes once its reply is done.
+
+    /// Keeps a hyper connection for this client connection's next request (see [`Kept::put`]).
     fn put(&self, s: http1::SendRequest<ForwardBody>, budget: &Arc<IdleBudget>) {
-        if self.budget.get_or_init(|| budget.clone()).acquire() {
-            let old = self.sender.locked().replace(Held {
-                sender: s,
+        self.kept.budget.get_or_init(|| budget.clone());
+        self.kept.put(Conn::Hyper(s));
+    }
+}
+
+impl Kept {
+    /// Keeps the connection if the idle budget has room; otherwise drops it (it closes: at
+    /// once for a lean one, once its reply is done for a hyper one).
+    fn put(&self, conn: Conn) {
+        if self.budget.get().is_some_and(|b| b.acquire()) {
+            let old = self.conn.locked().replace(Held {
+                conn,
                 since: std::time::Instant::now(),
             });
             if old.is_some() {
@@ -178,10 +206,17 @@ impl Lane {
     }
 }
 
-impl Drop for Lane {
+/// A lean response's body gives its connection back here (to the lane it came from).
+impl super::lean::Home<Box<LeanIo>> for Kept {
+    fn keep(&self, conn: LeanConn) {
+        self.put(Conn::Lean(conn));
+    }
+}
+
+impl Drop for Kept {
     fn drop(&mut self) {
         let kept = self
-            .sender
+            .conn
             .get_mut()
             .map_or_else(|p| p.into_inner().is_some(), |s| s.is_some());
         if kept {
@@ -224,7 +259,7 @@ impl IdleBudget {
 /// A connection a lane keeps between requests (it holds a slot of the lane's idle budget until
 /// it is taken for a request or the lane is dropped).
 struct Held {
-    sender: http1::SendRequest<ForwardBody>,
+    conn: Conn,
     since: std::time::Instant,
 }
 
@@ -340,18 +375,23 @@ impl Upstream {
             if super::lean::wants_lean(&req) {
                 let counted = crate::metrics::Counted::upstream(&self.conns);
                 let resp = Box::pin(async {
-                    let io = self.dial().await?;
+                    let io = Box::new(self.dial().await?);
                     super::lean::send(io, req, counted).await
                 })
                 .await?;
                 return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
             }
+            // A whole request (read whole, no upgrade): on the lane's lean connection.
+            if !upgrade && req.body().whole().is_some() {
+                return self.send_whole(lane, req).await;
+            }
             let reused = match lane.take(self.idle_timeout) {
-                Some(mut s) => match s.ready().await {
+                Some(Conn::Hyper(mut s)) => match s.ready().await {
                     Ok(()) => Some(s),
                     Err(_) => None,
                 },
-                None => None,
+                // A lean connection cannot stream a body: it closes, a hyper one is opened.
+                Some(Conn::Lean(_)) | None => None,
             };
             let was_reused = reused.is_some();
             let mut sender = match reused {
@@ -382,6 +422,56 @@ impl Upstream {
             }
             Ok(resp.map(UpstreamBody::Hyper))
         }
+    }
+
+    /// Sends a whole request on `lane`'s lean connection (the kept one when it is still open,
+    /// else a new one) and reads its response head; the body reads on, and hands the
+    /// connection back to the lane at its end when the response allows (`lean::reusable`).
+    /// A kept connection the upstream closed before any of the request reached it is replaced
+    /// once; a request that reached it is never sent twice (it may have been acted on).
+    async fn send_whole(
+        &self,
+        lane: &Lane,
+        req: Request<ForwardBody>,
+    ) -> Result<Response<UpstreamBody>, String> {
+        let is_head = req.method() == http::Method::HEAD;
+        let wire = super::lean::encode_request(&req, req.body().whole().unwrap_or_default());
+        drop(req);
+        lane.kept.budget.get_or_init(|| self.idle.clone());
+        let kept = match lane.take(self.idle_timeout) {
+            Some(Conn::Lean(mut c)) => c.idle_and_open().then_some(c),
+            // A hyper connection: dropped (it closes).
+            Some(Conn::Hyper(_)) | None => None,
+        };
+        let reused = kept.is_some();
+        let mut conn = match kept {
+            Some(c) => c,
+            None => Box::pin(self.dial_lean()).await?,
+        };
+        let got = match conn.exchange(&wire, is_head).await {
+            Err(super::lean::SendError::Unsent(_)) if reused => {
+                conn = Box::pin(self.dial_lean()).await?;
+                conn.exchange(&wire, is_head).await
+            }
+            got => got,
+        };
+        let (parts, framing, buf) = got?;
+        let home = super::lean::reusable(&parts, &framing)
+            .then(|| lane.kept.clone() as Arc<dyn super::lean::Home<Box<LeanIo>>>);
+        let body = super::lean::LeanBody::new(conn, buf, framing, home);
+        Ok(Response::from_parts(
+            parts,
+            UpstreamBody::Lean(Box::new(body)),
+        ))
+    }
+
+    /// A new lean connection to the upstream (TCP, and TLS for `https`), counted open.
+    async fn dial_lean(&self) -> Result<LeanConn, String> {
+        let io = Box::new(self.dial().await?);
+        Ok(LeanConn::new(
+            io,
+            crate::metrics::Counted::upstream(&self.conns),
+        ))
     }
 
     /// Sends `req` on a new connection of `lane` (the kept one closed before it was written).
