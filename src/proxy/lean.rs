@@ -103,6 +103,12 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
         }
     }
 
+    /// The socket and its count, for a hyper connection to take over (a request whose body
+    /// streams, on a lane whose kept connection is a lean one).
+    pub fn into_parts(self) -> (T, crate::metrics::Counted) {
+        (self.io.into_inner(), self._counted)
+    }
+
     /// Whether a kept connection can take a request: the upstream has neither closed it nor
     /// sent anything unasked. One poll with no waker: when the socket is not known readable
     /// this answers without a system call.

@@ -8,7 +8,8 @@
 //!    streams through uninspected after what was read. Any other body streams through untouched.
 //! 2. **upstream request** (`upstream_request`) — hop-by-hop headers removed, `Host` rewritten
 //!    (unless `preserve_host`), `X-Forwarded-For`/`-Proto` added.
-//! 3. **upstream** (in `handle`, `upstream_outcome`) — the lane or the pool; unreachable gives
+//! 3. **upstream** (in `handle`, `upstream_outcome`) — the lane (a whole request on rpctap's own
+//!    client leg, `lean`; the rest on a hyper connection) or the pool; unreachable gives
 //!    502, too slow 504, with a JSON-RPC error per call when the request held calls
 //!    (`error_reply`).
 //! 4. **response** (`response_filter`) — hop-by-hop headers removed; the inspector learns

@@ -7,7 +7,9 @@
 //! lane keeps its connection only while it holds a slot of the [`IdleBudget`]
 //! (`--upstream-idle-max`), so thousands of idle client connections do not pin as many
 //! connections on the upstream; a kept connection unused past `--upstream-idle-timeout` is not
-//! reused. HTTP/2 clients
+//! reused. On a lane, a whole request (its body read whole, no upgrade) goes on rpctap's own
+//! client leg (`super::lean`), whose body hands the connection back to the lane when it ends;
+//! an upgrade or a streaming body takes a hyper client connection. HTTP/2 clients
 //! multiplex many requests on one connection, so their requests share hyper-util's pooled
 //! keep-alive client instead. Both go over plain TCP or rustls (system roots, falling back to
 //! the bundled webpki roots; `--upstream-insecure` skips certificate verification, off by
@@ -385,18 +387,17 @@ impl Upstream {
             if !upgrade && req.body().whole().is_some() {
                 return self.send_whole(lane, req).await;
             }
-            let reused = match lane.take(self.idle_timeout) {
-                Some(Conn::Hyper(mut s)) => match s.ready().await {
-                    Ok(()) => Some(s),
-                    Err(_) => None,
-                },
-                // A lean connection cannot stream a body: it closes, a hyper one is opened.
-                Some(Conn::Lean(_)) | None => None,
+            let (reused, lean) = match lane.take(self.idle_timeout) {
+                Some(Conn::Hyper(mut s)) => (s.ready().await.ok().map(|()| s), None),
+                // A kept lean connection, still open: hyper takes its socket over.
+                Some(Conn::Lean(mut c)) => (None, c.idle_and_open().then_some(c)),
+                None => (None, None),
             };
-            let was_reused = reused.is_some();
-            let mut sender = match reused {
-                Some(s) => s,
-                None => Box::pin(self.connect(lane)).await?,
+            let was_reused = reused.is_some() || lean.is_some();
+            let mut sender = match (reused, lean) {
+                (Some(s), _) => s,
+                (None, Some(c)) => Box::pin(self.handshake(lane, c)).await?,
+                (None, None) => Box::pin(self.connect(lane)).await?,
             };
             let resp = match sender.try_send_request(req).await {
                 Ok(r) => r,
@@ -504,12 +505,22 @@ impl Upstream {
 
     /// Opens a connection to the upstream for `lane`, whose task drives it.
     async fn connect(&self, lane: &Lane) -> Result<http1::SendRequest<ForwardBody>, String> {
-        let io = self.dial().await?;
+        let conn = self.dial_lean().await?;
+        self.handshake(lane, conn).await
+    }
+
+    /// A hyper client connection on `conn`'s socket (a new one, or one a lean request left),
+    /// driven by `lane`'s task.
+    async fn handshake(
+        &self,
+        lane: &Lane,
+        conn: LeanConn,
+    ) -> Result<http1::SendRequest<ForwardBody>, String> {
+        let (io, counted) = conn.into_parts();
         let (sender, conn) = http1::Builder::new()
             .handshake(io)
             .await
             .map_err(|e| describe(&e))?;
-        let counted = crate::metrics::Counted::upstream(&self.conns);
         let conn = async move {
             let _counted = counted;
             if let Err(e) = conn.with_upgrades().await {

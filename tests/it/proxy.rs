@@ -853,3 +853,144 @@ async fn copied_curl_of_an_mcp_tools_call_gets_the_clients_result() {
     let got = sse_data(&text).remove(0)["result"].clone();
     assert_eq!(got, client_saw, "{text}");
 }
+
+/// A hyper upstream (HTTP/1.1, keep-alive) that counts its connections and answers by method:
+/// `HEAD` a length and no body, `GET` a chunked body of two pieces, `DELETE` 204, a `POST` the
+/// length of what it read and the connection it came on.
+async fn method_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = std::sync::Arc::new(AtomicUsize::new(0));
+    let n = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let conn = n.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: Request<hyper::body::Incoming>| async move {
+                        let method = req.method().clone();
+                        let got = req.into_body().collect().await.unwrap().to_bytes();
+                        let r = Response::builder().header("x-conn", conn.to_string());
+                        let body: http_body_util::combinators::BoxBody<
+                            Bytes,
+                            std::convert::Infallible,
+                        > = match method.as_str() {
+                            "HEAD" => {
+                                return Ok::<_, std::convert::Infallible>(
+                                    r.header("content-length", "5")
+                                        .body(Full::new(Bytes::new()).boxed())
+                                        .unwrap(),
+                                )
+                            }
+                            "GET" => {
+                                let pieces = futures_util::stream::iter([
+                                    Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                                        Bytes::from("chun"),
+                                    )),
+                                    Ok(hyper::body::Frame::data(Bytes::from("ked"))),
+                                ]);
+                                http_body_util::StreamBody::new(pieces).boxed()
+                            }
+                            "DELETE" => {
+                                return Ok(r
+                                    .status(204)
+                                    .body(Full::new(Bytes::new()).boxed())
+                                    .unwrap())
+                            }
+                            _ => Full::new(Bytes::from(format!(
+                                r#"{{"jsonrpc":"2.0","id":1,"result":{}}}"#,
+                                got.len()
+                            )))
+                            .boxed(),
+                        };
+                        Ok(r.body(body).unwrap())
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[tokio::test]
+async fn one_client_connection_takes_every_kind_of_request_on_both_upstream_legs() {
+    use std::sync::atomic::Ordering;
+    let (up, conns) = method_upstream().await;
+    // A small inspection cap: a larger body streams on uninspected (hyper's leg).
+    let flags = rpctap::cli::ProxyFlags {
+        shared: rpctap::cli::SharedFlags {
+            max_frame_bytes: Some(1024),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let (mut tx, _conn) = one_connection(p.addr).await;
+    let mut send = |method: &str, body: String| {
+        let req = Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header("host", "rpctap.test")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let f = tx.send_request(req);
+        async move {
+            let r = f.await.unwrap();
+            let status = r.status();
+            let conn = r.headers()["x-conn"].to_str().unwrap().to_string();
+            let length = r.headers().get("content-length").cloned();
+            let b = r.into_body().collect().await.unwrap().to_bytes();
+            (status, conn, length, String::from_utf8(b.to_vec()).unwrap())
+        }
+    };
+    let call = r#"{"jsonrpc":"2.0","method":"m","id":1}"#.to_string();
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{}}}"#, call.len());
+    // Whole requests, one after another: one upstream connection, kept.
+    let (s, first, _, b) = send("POST", call.clone()).await;
+    assert_eq!((s.as_u16(), b.as_str()), (200, answer.as_str()));
+    let (s, c, len, b) = send("HEAD", String::new()).await;
+    assert_eq!(
+        (s.as_u16(), c.as_str(), b.as_str()),
+        (200, first.as_str(), "")
+    );
+    assert_eq!(len.unwrap(), "5", "a HEAD's length passes, with no body");
+    let (s, c, _, b) = send("GET", String::new()).await;
+    assert_eq!(
+        (s.as_u16(), c.as_str(), b.as_str()),
+        (200, first.as_str(), "chunked")
+    );
+    let (s, c, _, _) = send("DELETE", String::new()).await;
+    assert_eq!((s.as_u16(), c.as_str()), (204, first.as_str()));
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        1,
+        "whole requests share one connection"
+    );
+    // A body over the cap streams on hyper's leg, which takes the kept connection's socket over.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","method":"m","id":1,"params":{{"pad":"{}"}}}}"#,
+        "x".repeat(4000)
+    );
+    let (s, streamed, _, b) = send("POST", big.clone()).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        b,
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{}}}"#, big.len())
+    );
+    assert_eq!(streamed, first, "the same connection, now hyper's");
+    // And back: whole requests again (a hyper connection is not taken apart: a new one), kept.
+    let (_, c1, _, b) = send("POST", call.clone()).await;
+    assert_eq!(b, answer);
+    let (_, c2, _, _) = send("POST", call.clone()).await;
+    assert_eq!(c1, c2);
+    assert_ne!(c1, streamed);
+    assert_eq!(conns.load(Ordering::SeqCst), 2);
+}
