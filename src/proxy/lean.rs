@@ -4,8 +4,8 @@
 //! - **A long stream**: a bodiless `GET` that asks for an event stream (MCP's server stream, most
 //!   often open for the whole session and silent) goes on a connection of its own, never reused.
 //! - **A whole request** on a client connection's lane (`super::upstream::Lane`): a request
-//!   whose body was read whole (a JSON-RPC POST under the inspection cap, a bodiless `GET` or
-//!   `DELETE`) is written in one piece on the lane's kept-alive connection ([`LeanConn`]), and
+//!   whose body was read whole and is small (a JSON-RPC POST of up to 16 KiB, a bodiless `GET`
+//!   or `DELETE`) is written in one piece on the lane's kept-alive connection ([`LeanConn`]), and
 //!   the connection goes back to the lane ([`Home`]) when its response's body has been read to
 //!   its end and the response lets it be reused.
 //!
@@ -19,7 +19,8 @@
 //! bytes already read are yielded from that buffer without a copy. No crate fits: hyper's own
 //! decoder is private, and a separate HTTP client would bring back what this removes.
 //! Requests hyper still sends: upgrades (the connection is handed over on `101`), bodies that
-//! stream (larger than the inspection cap, or not JSON-RPC), and HTTP/2 clients' (the pool).
+//! stream (larger than the inspection cap, or not JSON-RPC) or are large (hyper reads an early
+//! answer while it writes), and HTTP/2 clients' (the pool).
 //!
 //! What it does: writes the request head as it came (method, origin-form target, headers in
 //! order; a whole body's `Content-Length` said when the client did not), reads the response

@@ -7,7 +7,7 @@
 //! lane keeps its connection only while it holds a slot of the [`IdleBudget`]
 //! (`--upstream-idle-max`), so thousands of idle client connections do not pin as many
 //! connections on the upstream; a kept connection unused past `--upstream-idle-timeout` is not
-//! reused. On a lane, a whole request (its body read whole, no upgrade) goes on rpctap's own
+//! reused. On a lane, a whole request (its small body read whole, no upgrade) goes on rpctap's own
 //! client leg (`super::lean`), whose body hands the connection back to the lane when it ends;
 //! an upgrade or a streaming body takes a hyper client connection. HTTP/2 clients
 //! multiplex many requests on one connection, so their requests share hyper-util's pooled
@@ -134,6 +134,12 @@ enum Conn {
     Lean(LeanConn),
     Hyper(http1::SendRequest<ForwardBody>),
 }
+
+/// The largest body a request on the lean leg carries. The lean leg writes a request whole
+/// before it reads the answer: a body this small fits a socket's smallest send buffer, so an
+/// upstream that answers early (a 401 before it reads the body) cannot leave the write waiting.
+/// A larger one goes on a hyper connection, which reads the answer while it writes.
+const LEAN_MAX_BODY: usize = 16 << 10;
 
 type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -383,8 +389,9 @@ impl Upstream {
                 .await?;
                 return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
             }
-            // A whole request (read whole, no upgrade): on the lane's lean connection.
-            if !upgrade && req.body().whole().is_some() {
+            // A whole request (read whole, no upgrade, a body the socket takes at once): on the
+            // lane's lean connection.
+            if !upgrade && req.body().whole().is_some_and(|b| b.len() <= LEAN_MAX_BODY) {
                 return self.send_whole(lane, req).await;
             }
             let (reused, lean) = match lane.take(self.idle_timeout) {
