@@ -245,9 +245,16 @@ fn parse_head(
     is_head: bool,
 ) -> Result<Option<(http::response::Parts, Framing)>, String> {
     loop {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut r = httparse::Response::new(&mut headers);
-        let len = match r.parse(buf) {
+        // Left uninitialized: httparse writes the ones it finds (a hundred initialized headers
+        // would be 3 KiB written on every response).
+        let mut headers =
+            [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut r = httparse::Response::new(&mut []);
+        let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut r,
+            buf,
+            &mut headers,
+        ) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(e) => return Err(format!("the upstream's response head is invalid: {e}")),
@@ -263,9 +270,18 @@ fn parse_head(
             continue;
         }
         let mut map = HeaderMap::with_capacity(r.headers.len());
+        // The one `Content-Length` (the usual framing), read on the way: `framing` is asked
+        // only for anything else.
+        let (mut lengths, mut length, mut coded) = (0, None, false);
         for h in r.headers.iter() {
             let name = HeaderName::from_bytes(h.name.as_bytes())
                 .map_err(|_| format!("the upstream sent an invalid header name {:?}", h.name))?;
+            if name == CONTENT_LENGTH {
+                lengths += 1;
+                length = plain_length(h.value);
+            } else if name == TRANSFER_ENCODING {
+                coded = true;
+            }
             let value = HeaderValue::from_bytes(h.value)
                 .map_err(|_| format!("the upstream sent an invalid value for {name}"))?;
             map.append(name, value);
@@ -275,10 +291,12 @@ fn parse_head(
         } else {
             Version::HTTP_11
         };
-        let framing = if is_head {
-            Framing::Empty
-        } else {
-            framing(status, &map)?
+        let bodiless =
+            is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        let framing = match (bodiless, coded, lengths, length) {
+            (true, ..) => Framing::Empty,
+            (false, false, 1, Some(n)) => Framing::Length(n),
+            _ => framing(status, &map)?,
         };
         buf.advance(len);
         let mut resp = Response::new(());
@@ -287,6 +305,15 @@ fn parse_head(
         *resp.headers_mut() = map;
         return Ok(Some((resp.into_parts().0, framing)));
     }
+}
+
+/// A `Content-Length` value of plain digits (no list, no spaces; at most 18 digits, so it
+/// cannot overflow); anything else is `framing`'s to read.
+fn plain_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(v.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
 fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
@@ -906,6 +933,32 @@ mod tests {
         parse_head(&mut BytesMut::from(text.as_bytes()), is_head)
             .unwrap()
             .unwrap()
+    }
+
+    #[test]
+    fn a_heads_framing_read_on_the_way_is_the_one_framing_reads() {
+        let f = |text: &str| {
+            parse_head(&mut BytesMut::from(text.as_bytes()), false).map(|h| h.map(|(_, f)| f))
+        };
+        let ok = |headers: &str| f(&format!("HTTP/1.1 200 OK\r\n{headers}\r\n"));
+        assert_eq!(ok("content-length: 5\r\n"), Ok(Some(Framing::Length(5))));
+        assert_eq!(
+            ok("Content-Length: 0012\r\n"),
+            Ok(Some(Framing::Length(12)))
+        );
+        assert_eq!(ok("content-length: 5, 5\r\n"), Ok(Some(Framing::Length(5))));
+        assert!(ok("content-length: 5\r\ncontent-length: 6\r\n").is_err());
+        assert!(ok("content-length: -5\r\n").is_err());
+        assert!(ok("content-length: 99999999999999999999999\r\n").is_err());
+        assert_eq!(
+            ok("content-length: 5\r\ntransfer-encoding: chunked\r\n"),
+            Ok(Some(Framing::Chunked))
+        );
+        assert_eq!(ok("x-a: b\r\n"), Ok(Some(Framing::Close)));
+        assert_eq!(
+            f("HTTP/1.1 304 Not Modified\r\ncontent-length: 5\r\n\r\n"),
+            Ok(Some(Framing::Empty))
+        );
     }
 
     #[test]
