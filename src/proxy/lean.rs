@@ -48,8 +48,12 @@ const MAX_HEADERS: usize = 100;
 const MAX_SIZE_LINE: usize = 4096;
 /// Largest trailer section.
 const MAX_TRAILERS: usize = 16 * 1024;
-/// One read's most bytes (a stack buffer, copied into the frame it becomes).
+/// One read's most bytes (a stack buffer, copied into the frame it becomes): what a body that
+/// trickles (an event stream, mostly idle) is read with, holding no buffer while it waits.
 const READ_SIZE: usize = 8192;
+/// One read's most bytes once a read filled its buffer (a large body arriving fast): read into
+/// a buffer of the frame's own, fewer reads and no copy, until a read finds less.
+const FAST_READ_SIZE: usize = 256 << 10;
 
 /// Whether a request takes the lean path: an HTTP/1.1 `GET` with no body that accepts
 /// `text/event-stream`, not an upgrade.
@@ -373,6 +377,8 @@ pub struct LeanBody<T> {
     failed: Option<BoxError>,
     /// Some of the body was yielded.
     yielded: bool,
+    /// The last read filled its buffer: the next reads go straight into large frames.
+    fast: bool,
 }
 
 impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanBody<T> {
@@ -397,6 +403,7 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanBody<T> {
             home,
             failed: None,
             yielded: false,
+            fast: false,
         };
         if matches!(body.state, State::Done) {
             body.ended();
@@ -480,12 +487,38 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> Body for LeanBody<T> {
                     this.state = State::Done;
                     return Poll::Ready(None);
                 };
-                let mut space = [0u8; READ_SIZE];
-                let mut rb = ReadBuf::new(&mut space);
-                match Pin::new(&mut conn.io).poll_read(cx, &mut rb) {
+                let read = if this.fast {
+                    // A body arriving faster than the small reads: read straight into the
+                    // frame's own buffer, a large one (given away with the frame, no copy).
+                    let mut b = BytesMut::with_capacity(FAST_READ_SIZE);
+                    let fut = tokio::io::AsyncReadExt::read_buf(&mut conn.io, &mut b);
+                    match std::future::Future::poll(std::pin::pin!(fut), cx) {
+                        Poll::Ready(Ok(n)) => {
+                            this.fast = n == FAST_READ_SIZE;
+                            Poll::Ready(Ok(b.freeze()))
+                        }
+                        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                        Poll::Pending => {
+                            this.fast = false;
+                            Poll::Pending
+                        }
+                    }
+                } else {
+                    let mut space = [0u8; READ_SIZE];
+                    let mut rb = ReadBuf::new(&mut space);
+                    match Pin::new(&mut conn.io).poll_read(cx, &mut rb) {
+                        Poll::Ready(Ok(())) => {
+                            this.fast = rb.filled().len() == READ_SIZE;
+                            Poll::Ready(Ok(Bytes::copy_from_slice(rb.filled())))
+                        }
+                        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                        Poll::Pending => Poll::Pending,
+                    }
+                };
+                match read {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(e)) => return this.fail(cx, LeanError::Io(e).into()),
-                    Poll::Ready(Ok(())) if rb.filled().is_empty() => {
+                    Poll::Ready(Ok(b)) if b.is_empty() => {
                         if matches!(this.state, State::Close) {
                             this.state = State::Done;
                             this.conn = None;
@@ -493,7 +526,7 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> Body for LeanBody<T> {
                         }
                         return this.fail(cx, LeanError::Truncated.into());
                     }
-                    Poll::Ready(Ok(())) => this.pending = Bytes::copy_from_slice(rb.filled()),
+                    Poll::Ready(Ok(b)) => this.pending = b,
                 }
             }
             let step = match &mut this.state {
@@ -1085,6 +1118,40 @@ mod tests {
             .unwrap_err()
             .contains("closed the connection before the body's end"));
         assert_eq!(home, 0);
+    }
+
+    #[tokio::test]
+    async fn a_large_body_arriving_fast_is_read_in_large_frames_and_whole() {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 20);
+        let body: Vec<u8> = (0..(2usize << 20)).map(|i| (i % 251) as u8).collect();
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+        let sent = body.clone();
+        let peer = tokio::spawn(async move {
+            theirs.write_all(head.as_bytes()).await.unwrap();
+            theirs.write_all(&sent).await.unwrap();
+            theirs
+        });
+        let counted = crate::metrics::Counted::upstream(&Default::default());
+        let mut conn = LeanConn::new(TokioIo::new(ours), counted);
+        let (_, framing, buf) = conn
+            .exchange(b"GET / HTTP/1.1\r\n\r\n", false)
+            .await
+            .unwrap();
+        let mut b = LeanBody::new(conn, buf, framing, None);
+        let (mut got, mut frames, mut largest) = (Vec::new(), 0, 0);
+        while let Some(f) = http_body_util::BodyExt::frame(&mut b).await {
+            let d = f.unwrap().into_data().unwrap();
+            frames += 1;
+            largest = largest.max(d.len());
+            got.extend_from_slice(&d);
+        }
+        assert!(got == body, "the body, whole and in order");
+        assert!(
+            largest > READ_SIZE,
+            "large frames once the reads fill ({largest})"
+        );
+        assert!(frames < body.len() / READ_SIZE, "{frames} frames");
+        drop(peer.await.unwrap());
     }
 
     #[tokio::test]
