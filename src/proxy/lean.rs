@@ -302,8 +302,15 @@ fn parse_head(
             (false, false, 1, Some(n)) => Framing::Length(n),
             _ => framing(status, &map)?,
         };
-        buf.advance(len);
         let mut resp = Response::new(());
+        // A reason phrase of the upstream's own goes on to the client (hyper's server writes
+        // it), as hyper's client kept it; the canonical one needs nothing.
+        if let Some(reason) = r.reason.filter(|r| Some(*r) != status.canonical_reason()) {
+            if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason.as_bytes()) {
+                resp.extensions_mut().insert(reason);
+            }
+        }
+        buf.advance(len);
         *resp.status_mut() = status;
         *resp.version_mut() = version;
         *resp.headers_mut() = map;
@@ -992,6 +999,18 @@ mod tests {
             f("HTTP/1.1 304 Not Modified\r\ncontent-length: 5\r\n\r\n"),
             Ok(Some(Framing::Empty))
         );
+    }
+
+    #[test]
+    fn an_upstreams_own_reason_phrase_is_kept_a_canonical_one_needs_nothing() {
+        let (p, _) = head(
+            "HTTP/1.1 200 Fine Thanks\r\ncontent-length: 0\r\n\r\n",
+            false,
+        );
+        let kept = p.extensions.get::<hyper::ext::ReasonPhrase>().unwrap();
+        assert_eq!(kept.as_bytes(), b"Fine Thanks");
+        let (p, _) = head("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n", false);
+        assert!(p.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
     }
 
     #[test]
