@@ -166,14 +166,12 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
 /// Sends a long stream's `req` (origin form, no body: [`wants_lean`]) on a connection of its
 /// own and reads the response head; the body reads on, and the connection closes with it.
 pub async fn send<T, B>(
-    io: T,
+    mut conn: LeanConn<T>,
     req: Request<B>,
-    counted: crate::metrics::Counted,
 ) -> Result<Response<LeanBody<T>>, String>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin,
 {
-    let mut conn = LeanConn::new(io, counted);
     let wire = encode_request(&req, &[]);
     drop(req);
     let (parts, framing, buf) = conn.exchange(&wire, false).await?;
@@ -295,9 +293,7 @@ fn parse_head(
         } else {
             Version::HTTP_11
         };
-        let bodiless =
-            is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-        let framing = match (bodiless, coded, lengths, length) {
+        let framing = match (is_head || bodiless(status), coded, lengths, length) {
             (true, ..) => Framing::Empty,
             (false, false, 1, Some(n)) => Framing::Length(n),
             _ => framing(status, &map)?,
@@ -327,8 +323,13 @@ fn plain_length(v: &[u8]) -> Option<u64> {
     Some(v.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
+/// A status whose response has no body, whatever its headers say.
+fn bodiless(status: StatusCode) -> bool {
+    status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
+}
+
 fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
-    if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+    if bodiless(status) {
         return Ok(Framing::Empty);
     }
     if headers.contains_key(TRANSFER_ENCODING) {

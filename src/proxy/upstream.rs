@@ -181,17 +181,12 @@ impl Lane {
         self.kept.release();
         (held.since.elapsed() <= idle_timeout).then_some(held.conn)
     }
-
-    /// Keeps a hyper connection for this client connection's next request (see [`Kept::put`]).
-    fn put(&self, s: http1::SendRequest<ForwardBody>, budget: &Arc<IdleBudget>) {
-        self.kept.budget.get_or_init(|| budget.clone());
-        self.kept.put(Conn::Hyper(s));
-    }
 }
 
 impl Kept {
-    /// Keeps the connection if the idle budget has room; otherwise drops it (it closes: at
-    /// once for a lean one, once its reply is done for a hyper one).
+    /// Keeps the connection for the lane's next request if the idle budget (set by
+    /// `Upstream::send` at the lane's first request) has room; otherwise drops it (it closes:
+    /// at once for a lean one, once its reply is done for a hyper one).
     fn put(&self, conn: Conn) {
         if self.budget.get().is_some_and(|b| b.acquire()) {
             let old = self.conn.locked().replace(Held {
@@ -371,6 +366,9 @@ impl Upstream {
                     .map(|r| r.map(UpstreamBody::Hyper))
                     .map_err(|e| describe(&e));
             };
+            // The budget a kept connection holds a slot of, known to the lane before anything
+            // is kept (a lean body hands its connection back with no access to the proxy).
+            lane.kept.budget.get_or_init(|| self.idle.clone());
             // HTTP/1 on a connection of our own: the request target in origin form.
             if req.uri().scheme().is_some() {
                 if let Some(pq) = req.uri().path_and_query().cloned() {
@@ -381,10 +379,9 @@ impl Upstream {
             // Boxed: its state (a TLS stream among it) would otherwise make every request's future
             // larger.
             if super::lean::wants_lean(&req) {
-                let counted = crate::metrics::Counted::upstream(&self.conns);
                 let resp = Box::pin(async {
-                    let io = Box::new(self.dial().await?);
-                    super::lean::send(io, req, counted).await
+                    let conn = self.dial_lean().await?;
+                    super::lean::send(conn, req).await
                 })
                 .await?;
                 return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
@@ -426,7 +423,7 @@ impl Upstream {
                 }
             };
             if !upgrade {
-                lane.put(sender, &self.idle);
+                lane.kept.put(Conn::Hyper(sender));
             }
             Ok(resp.map(UpstreamBody::Hyper))
         }
@@ -445,7 +442,6 @@ impl Upstream {
         let is_head = req.method() == http::Method::HEAD;
         let wire = super::lean::encode_request(&req, req.body().whole().unwrap_or_default());
         drop(req);
-        lane.kept.budget.get_or_init(|| self.idle.clone());
         let kept = match lane.take(self.idle_timeout) {
             Some(Conn::Lean(mut c)) => c.idle_and_open().then_some(c),
             // A hyper connection: dropped (it closes).
