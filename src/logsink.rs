@@ -7,17 +7,16 @@
 //! The printer may fall behind; then it drops lines and says how many it missed.
 //!
 //! The text log is a bus sink ([`TextLines`]): each line is written on the thread that
-//! publishes its event, into that thread's own buffer (a shard: no event crosses threads, no
-//! two cores write the same cache line, nothing is queued or allocated per call), and the
-//! printer takes every shard each [`DRAIN`], merges their lines by time and writes them in one
-//! go. The JSON log reads the bus through a queue, as the other subscribers do.
+//! publishes its event, into that thread's own buffer ([`crate::events::lines`]: no event
+//! crosses threads, no two cores write the same cache line, nothing is queued or allocated per
+//! call), and the printer takes every buffer each [`DRAIN`], merges their lines by time and
+//! writes them in one go. The JSON log reads the bus through a queue, as the other subscribers do.
 
+use crate::events::lines::{merged, LineShards, Lines};
 use crate::events::{Event, Interest, Sink, Subscription};
-use crate::locks::Locked as _;
-use std::cell::Cell;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 fn ts(ns: u64) -> String {
@@ -215,124 +214,50 @@ pub fn text_line(ev: &Event) -> Option<String> {
 /// How often the printer takes its events off the bus.
 pub const DRAIN: Duration = Duration::from_millis(20);
 
-/// The text log's lines, written by the publishing threads: one buffer per thread ([`SHARDS`]
-/// of them; more threads share them, in the order they write), each on its own cache lines and
-/// behind its own lock, which only its thread and the printer (once per drain) ever take.
-/// Bounded: a shard holding more than its share of the cap takes no more lines until the
-/// printer has been (they are counted and reported as skipped).
+/// The text log's lines, written by the publishing threads into their own buffers
+/// ([`LineShards`]); bounded (lines a full buffer refuses are reported as skipped).
 #[derive(Debug)]
-pub struct TextLines {
-    shards: Box<[Shard]>,
-    /// Bytes one shard holds at most.
-    cap: usize,
-    /// Lines no shard could take.
-    lost: AtomicU64,
-}
+pub struct TextLines(LineShards);
 
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Shard(Mutex<Vec<u8>>);
-
-/// The number of buffers (2 KiB of locks, whatever the number of threads).
-pub const SHARDS: usize = 16;
-
-/// Bytes of lines waiting for the printer, all shards together (seconds of full load).
+/// Bytes of lines waiting for the printer, all buffers together (seconds of full load).
 pub const TEXT_BYTES: usize = 16 << 20;
-
-/// Which shard the current thread writes to: each thread takes the next number once.
-fn shard_of(n: usize) -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    MINE.with(|m| {
-        let mut i = m.get();
-        if i == usize::MAX {
-            i = NEXT.fetch_add(1, Ordering::Relaxed);
-            m.set(i);
-        }
-        i % n
-    })
-}
 
 impl TextLines {
     pub fn new(total_bytes: usize) -> Arc<TextLines> {
-        Arc::new(TextLines {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            cap: (total_bytes / SHARDS).max(4096),
-            lost: AtomicU64::new(0),
-        })
+        Arc::new(TextLines(LineShards::new(total_bytes)))
     }
 
-    /// Lines skipped so far because a shard was full.
+    /// Lines skipped so far because a buffer was full.
     pub fn lost(&self) -> u64 {
-        self.lost.load(Ordering::Relaxed)
-    }
-
-    /// Takes every shard's lines into `bufs` (one per shard; each must be empty, and keeps its
-    /// allocation for the shard's next lines).
-    fn take(&self, bufs: &mut Vec<Vec<u8>>) {
-        bufs.resize_with(self.shards.len(), Vec::new);
-        for (s, b) in self.shards.iter().zip(bufs.iter_mut()) {
-            std::mem::swap(&mut *s.0.locked(), b);
-        }
+        self.0.lost()
     }
 }
 
 impl Sink for TextLines {
     fn accept(&self, ev: &Event) {
-        let shard = &self.shards[shard_of(self.shards.len())];
-        let mut g = shard.0.locked();
-        let before = g.len();
-        if before >= self.cap {
-            drop(g);
-            self.lost.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        // Writing into a Vec cannot fail; a line is there whole or not at all.
-        if write_text(&mut *g, ev).is_err() {
-            g.truncate(before);
-        }
+        self.0.put(ev.ts(), |out| write_text(out, ev).map(drop));
     }
     fn name(&self) -> &'static str {
         "text log"
     }
 }
 
-/// The length of a line's time prefix (`2026-11-30T05:15:37.927Z`), by which the shards' lines
-/// are merged.
-const TS_LEN: usize = 24;
-
-/// Writes the lines of every buffer into `out`, merged by their time prefix (each buffer's own
-/// lines stay in the order they were written), and empties the buffers.
-fn write_merged(out: &mut impl Write, bufs: &mut [Vec<u8>]) -> std::io::Result<()> {
-    let live: Vec<usize> = (0..bufs.len()).filter(|&i| !bufs[i].is_empty()).collect();
-    if live.len() == 1 {
-        out.write_all(&bufs[live[0]])?;
-    } else if live.len() > 1 {
-        let mut at = vec![0usize; bufs.len()];
-        loop {
-            let mut best: Option<(usize, &[u8])> = None;
-            for &i in &live {
-                let rest = &bufs[i][at[i]..];
-                if rest.is_empty() {
-                    continue;
-                }
-                let key = &rest[..rest.len().min(TS_LEN)];
-                if best.is_none_or(|(_, k)| key < k) {
-                    best = Some((i, key));
-                }
+/// Writes the lines of every buffer into `out`, merged by time, and empties the buffers.
+fn write_merged(out: &mut impl Write, bufs: &mut [Lines]) -> std::io::Result<()> {
+    match bufs.iter().filter(|b| !b.is_empty()).count() {
+        0 => {}
+        1 => {
+            for b in bufs.iter() {
+                out.write_all(b.bytes())?;
             }
-            let Some((i, _)) = best else { break };
-            let rest = &bufs[i][at[i]..];
-            let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |n| n + 1);
-            out.write_all(&rest[..end])?;
-            at[i] += end;
+        }
+        _ => {
+            for line in merged(bufs) {
+                out.write_all(line)?;
+            }
         }
     }
-    for b in bufs.iter_mut() {
-        b.clear();
-    }
+    bufs.iter_mut().for_each(Lines::clear);
     Ok(())
 }
 
@@ -346,7 +271,7 @@ pub async fn run_text(lines: Arc<TextLines>, out: impl Write + Send) {
     loop {
         tick.tick().await;
         let last = Arc::strong_count(&lines) == 1;
-        lines.take(&mut bufs);
+        lines.0.take(&mut bufs);
         let wrote = bufs.iter().any(|b| !b.is_empty());
         let _ = write_merged(&mut out, &mut bufs);
         end_drain(&mut out, wrote, lines.lost(), &mut reported, "lines");
@@ -548,7 +473,7 @@ mod tests {
             }
         });
         let mut bufs = Vec::new();
-        lines.take(&mut bufs);
+        lines.0.take(&mut bufs);
         let mut out = Vec::new();
         write_merged(&mut out, &mut bufs).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -575,56 +500,26 @@ mod tests {
     }
 
     #[test]
-    fn the_buffers_lines_are_merged_by_time_each_buffers_order_kept() {
-        let at = |ms: u64, tag: &str| {
-            let mut v = Vec::new();
-            write_ts(&mut v, 1_796_015_737_000_000_000 + ms * 1_000_000).unwrap();
-            v.extend_from_slice(format!(" {tag}\n").as_bytes());
-            v
-        };
-        let mut bufs = vec![
-            [at(1, "a1"), at(5, "a5"), at(5, "a5b"), at(9, "a9")].concat(),
-            Vec::new(),
-            [at(2, "b2"), at(5, "b5"), at(1000, "b1000")].concat(),
-            [at(0, "c0")].concat(),
-        ];
-        let mut out = Vec::new();
-        write_merged(&mut out, &mut bufs).unwrap();
-        let tags: Vec<String> = String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .map(|l| l[TS_LEN + 1..].to_string())
-            .collect();
-        assert_eq!(
-            tags,
-            ["c0", "a1", "b2", "a5", "a5b", "b5", "a9", "b1000"],
-            "merged by time; a tie goes to the first buffer"
-        );
-        assert!(bufs.iter().all(|b| b.is_empty()));
-    }
-
-    #[test]
     fn a_full_buffer_skips_lines_and_counts_them() {
         let lines = TextLines::new(0); // each shard takes 4096 bytes at most
         for i in 0..200 {
             lines.accept(&ping_at(1_796_015_737_000_000_000, i));
         }
         let mut bufs = Vec::new();
-        lines.take(&mut bufs);
-        let taken: usize = bufs
-            .iter()
-            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
-            .sum();
+        lines.0.take(&mut bufs);
+        let taken: usize = bufs.iter().map(Lines::count).sum();
         assert!(taken > 0 && taken < 200, "{taken}");
         assert_eq!(lines.lost() as usize, 200 - taken);
-        // Taken away, the shard takes lines again.
+        // Taken away, the buffer takes lines again.
+        bufs.iter_mut().for_each(Lines::clear);
         lines.accept(&ping_at(1_796_015_737_000_000_000, 7));
-        lines.take(&mut bufs);
+        lines.0.take(&mut bufs);
+        assert_eq!(bufs.iter().map(Lines::count).sum::<usize>(), 1);
         assert_eq!(lines.lost() as usize, 200 - taken);
     }
 
     #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
+    struct Shared(Arc<std::sync::Mutex<Vec<u8>>>);
     impl Write for Shared {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
             self.0.lock().unwrap().extend_from_slice(b);

@@ -118,13 +118,29 @@ impl Redactor {
 
     /// The headers with every secret value replaced.
     pub fn headers(&self, h: &HeaderMap) -> crate::events::Headers {
-        let mut out = h.clone();
-        for (k, v) in out.iter_mut() {
-            if self.is_secret_header(k.as_str()) {
-                *v = http::HeaderValue::from_static(REDACTED);
-            }
-        }
-        crate::events::Headers(out)
+        crate::events::Headers(
+            h.iter()
+                .map(|(k, v)| {
+                    let v = if self.is_secret_name(k) {
+                        http::HeaderValue::from_static(REDACTED)
+                    } else {
+                        v.clone()
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        )
+    }
+
+    /// [`Self::is_secret_header`] for a header's name (lower case already: the standard names
+    /// compare as the constants they are, the others as text).
+    fn is_secret_name(&self, k: &http::HeaderName) -> bool {
+        use http::header::{AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION, SET_COOKIE};
+        *k == AUTHORIZATION
+            || *k == PROXY_AUTHORIZATION
+            || *k == COOKIE
+            || *k == SET_COOKIE
+            || self.headers.iter().any(|h| k.as_str() == h)
     }
 
     /// Whether messages may be rewritten (paths, or the preset's keys).
@@ -308,6 +324,15 @@ mod tests {
         h.insert("accept", "text/event-stream".parse().unwrap());
         let out = r.headers(&h);
         let text = format!("{out:?}");
+        // Every name always redacted is, whatever its case in a map.
+        for name in ALWAYS {
+            let mut h = HeaderMap::new();
+            h.insert(
+                http::HeaderName::from_bytes(name.to_uppercase().as_bytes()).unwrap(),
+                "s3cret".parse().unwrap(),
+            );
+            assert_eq!(Redactor::default().headers(&h).get(name), Some(REDACTED));
+        }
         assert!(
             !text.contains("s3cret") && !text.contains("k3y") && text.contains("text/event-stream")
         );

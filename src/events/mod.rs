@@ -3,7 +3,8 @@
 //!
 //! Its rooms: this file holds the model; `bus` the bus, its subscriptions and sinks, and the
 //! interests that let the inspector skip building what nobody reads; `sample` the strides a
-//! display samples whole exchanges with under load.
+//! display samples whole exchanges with under load; `lines` the per-thread line buffers of the
+//! sinks that write a line per event (the text log, the recorder).
 //!
 //! The inspector turns traffic into [`Event`]s; observers (recorder, dashboard, log printer,
 //! metrics) subscribe before the proxy starts. Publishing never blocks and never awaits: each
@@ -581,15 +582,20 @@ impl HttpEvent {
 }
 
 /// An HTTP message's headers with secrets already redacted (made by
-/// [`crate::redact::Redactor::headers`]). A `HeaderMap` clone shares the values' bytes, so an
-/// event costs no string copies; it is written as `[[name, value], …]` (values as lossy UTF-8).
+/// [`crate::redact::Redactor::headers`]), in their order: a list, not a map — an event only
+/// carries them to be written or shown, and a list is one allocation where a `HeaderMap` clone
+/// is two (its index and entries). The values' bytes are shared, not copied. Written as
+/// `[[name, value], …]` (values as lossy UTF-8).
 #[derive(Clone, Debug, Default)]
-pub struct Headers(pub http::HeaderMap);
+pub struct Headers(pub Vec<(http::HeaderName, http::HeaderValue)>);
 
 impl Headers {
-    /// The first value of a header, as text.
+    /// The first value of a header (any letter case), as text.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).and_then(|v| v.to_str().ok())
+        self.0
+            .iter()
+            .find(|(k, _)| k.as_str().eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| v.to_str().ok())
     }
     /// (name, value) pairs, values as lossy UTF-8.
     pub fn pairs(&self) -> Vec<(String, String)> {
@@ -603,22 +609,31 @@ impl Headers {
             })
             .collect()
     }
+    /// As a map (the offline inspector's request meta reads one).
+    pub fn to_map(&self) -> http::HeaderMap {
+        let mut map = http::HeaderMap::with_capacity(self.0.len());
+        for (k, v) in &self.0 {
+            map.append(k.clone(), v.clone());
+        }
+        map
+    }
 }
 
 impl<'de> Deserialize<'de> for Headers {
     /// From `[[name, value], …]`; a pair that is not a valid header is left out.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let pairs = Vec::<(String, String)>::deserialize(d)?;
-        let mut map = http::HeaderMap::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            if let (Ok(k), Ok(v)) = (
-                http::HeaderName::from_bytes(k.as_bytes()),
-                http::HeaderValue::from_str(&v),
-            ) {
-                map.append(k, v);
-            }
-        }
-        Ok(Headers(map))
+        Ok(Headers(
+            pairs
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    Some((
+                        http::HeaderName::from_bytes(k.as_bytes()).ok()?,
+                        http::HeaderValue::from_str(&v).ok()?,
+                    ))
+                })
+                .collect(),
+        ))
     }
 }
 
@@ -801,6 +816,7 @@ pub enum Event {
 }
 
 mod bus;
+pub mod lines;
 mod sample;
 
 pub use bus::{Bus, BusBuilder, Interest, Sink, Subscription};

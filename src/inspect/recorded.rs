@@ -279,6 +279,7 @@ fn reinspect_with(
                     Some((p, q)) => (p, Some(q)),
                     None => (path.as_str(), None),
                 };
+                let map = headers.to_map();
                 let ctx = insp.begin_numbered(
                     *exchange,
                     &RequestMeta {
@@ -293,7 +294,7 @@ fn reinspect_with(
                         peer: None,
                         peer_ip: peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()),
                         // As recorded (the `Mcp-Param-*` rules read them).
-                        headers: Some(&headers.0),
+                        headers: Some(&map),
                     },
                 );
                 open.insert(

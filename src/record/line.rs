@@ -19,42 +19,43 @@ pub fn write_line(out: &mut Vec<u8>, ev: &Event) -> serde_json::Result<()> {
     }
 }
 
+/// A member's key as written after the one before it: `k!("ts")` is `,"ts":`, one literal
+/// (one copy of known length, not three).
+macro_rules! k {
+    ($name:literal) => {
+        concat!(",\"", $name, "\":")
+    };
+}
+
+/// A member whose value is a fixed name: `kv!("outcome", "result")` is `,"outcome":"result"`.
+macro_rules! kv {
+    ($name:literal, $value:literal) => {
+        concat!(",\"", $name, "\":\"", $value, "\"")
+    };
+}
+
 /// Appends one JSON object's members to a line.
 struct Line<'a>(&'a mut Vec<u8>);
 
 impl Line<'_> {
-    /// `{"event":"<event>"`.
-    fn open<'a>(out: &'a mut Vec<u8>, event: &str) -> Line<'a> {
-        out.extend_from_slice(b"{\"event\":\"");
-        out.extend_from_slice(event.as_bytes());
-        out.push(b'"');
+    /// The line's opening, up to its first member's end (a literal: `{"event":"call"`).
+    fn open<'a>(out: &'a mut Vec<u8>, opening: &'static str) -> Line<'a> {
+        out.extend_from_slice(opening.as_bytes());
         Line(out)
     }
-    // Inlined into each caller, where `name` is a literal: its copy becomes a few moves of
-    // known length instead of a call.
+    /// Text known to need no escaping: a `k!` key, a `kv!` member, a quoted fixed name.
     #[inline(always)]
-    fn key(&mut self, name: &str) {
-        self.0.reserve(name.len() + 4);
-        self.0.extend_from_slice(b",\"");
-        self.0.extend_from_slice(name.as_bytes());
-        self.0.extend_from_slice(b"\":");
+    fn lit(&mut self, text: &'static str) {
+        self.0.extend_from_slice(text.as_bytes());
     }
     #[inline(always)]
-    fn str(&mut self, name: &str, v: &str) {
-        self.key(name);
+    fn str(&mut self, key: &'static str, v: &str) {
+        self.lit(key);
         json_str(self.0, v);
     }
-    /// A string known to need no escaping (a fixed name).
     #[inline(always)]
-    fn name(&mut self, name: &str, v: &str) {
-        self.key(name);
-        self.0.push(b'"');
-        self.0.extend_from_slice(v.as_bytes());
-        self.0.push(b'"');
-    }
-    #[inline(always)]
-    fn num(&mut self, name: &str, v: impl itoa::Integer) {
-        self.key(name);
+    fn num(&mut self, key: &'static str, v: impl itoa::Integer) {
+        self.lit(key);
         self.0
             .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
@@ -62,29 +63,28 @@ impl Line<'_> {
     /// builds the text first, on every line).
     fn scope(&mut self, scope: &crate::events::Scope) -> serde_json::Result<()> {
         use crate::events::Scope;
-        self.key("scope");
         match scope {
             Scope::Exchange(n) => {
-                self.0.extend_from_slice(b"\"exchange:");
+                self.lit(concat!(k!("scope"), "\"exchange:"));
                 self.0
                     .extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
                 self.0.push(b'"');
                 Ok(())
             }
             Scope::Session(id) if is_plain(id) => {
-                self.0.extend_from_slice(b"\"session:");
+                self.lit(concat!(k!("scope"), "\"session:"));
                 self.0.extend_from_slice(id.as_bytes());
                 self.0.push(b'"');
                 Ok(())
             }
-            other => serde_json::to_writer(&mut *self.0, other),
+            other => {
+                self.lit(k!("scope"));
+                serde_json::to_writer(&mut *self.0, other)
+            }
         }
     }
-    fn id(&mut self, id: &crate::rpc::Id) -> serde_json::Result<()> {
-        self.id_named("id", id)
-    }
-    fn id_named(&mut self, name: &str, id: &crate::rpc::Id) -> serde_json::Result<()> {
-        self.key(name);
+    fn id(&mut self, key: &'static str, id: &crate::rpc::Id) -> serde_json::Result<()> {
+        self.lit(key);
         match id {
             crate::rpc::Id::Str(s) => {
                 json_str(self.0, s);
@@ -108,6 +108,7 @@ impl Line<'_> {
 /// else serde_json's escaping.
 fn json_str(out: &mut Vec<u8>, s: &str) {
     if is_plain(s) {
+        out.reserve(s.len() + 2);
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -119,51 +120,51 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
 
 /// Whether `s` needs no escaping in a JSON string (no control character, quote or backslash).
 fn is_plain(s: &str) -> bool {
-    // No early exit: a loop LLVM can vectorize, and strings here are short.
-    !s.bytes().fold(false, |esc, b| {
-        esc | (b < 0x20) | (b == b'"') | (b == b'\\')
-    })
+    crate::rpc::plain_text(s.as_bytes(), false)
 }
 
-fn direction_name(d: crate::events::Direction) -> &'static str {
+/// The `direction` member.
+fn direction_member(d: crate::events::Direction) -> &'static str {
     match d {
-        crate::events::Direction::ClientToServer => "c2s",
-        crate::events::Direction::ServerToClient => "s2c",
+        crate::events::Direction::ClientToServer => kv!("direction", "c2s"),
+        crate::events::Direction::ServerToClient => kv!("direction", "s2c"),
     }
 }
 
-fn transport_name(t: crate::events::Transport) -> &'static str {
+/// The `transport` member.
+fn transport_member(t: crate::events::Transport) -> &'static str {
     match t {
-        crate::events::Transport::Json => "json",
-        crate::events::Transport::Sse => "sse",
-        crate::events::Transport::LegacySse => "legacy-sse",
-        crate::events::Transport::Stdio => "stdio",
-        crate::events::Transport::Ws => "ws",
+        crate::events::Transport::Json => kv!("transport", "json"),
+        crate::events::Transport::Sse => kv!("transport", "sse"),
+        crate::events::Transport::LegacySse => kv!("transport", "legacy-sse"),
+        crate::events::Transport::Stdio => kv!("transport", "stdio"),
+        crate::events::Transport::Ws => kv!("transport", "ws"),
     }
 }
 
-fn kind_name(k: crate::rpc::Kind) -> &'static str {
+/// The `kind` member.
+fn kind_member(k: crate::rpc::Kind) -> &'static str {
     match k {
-        crate::rpc::Kind::Request => "request",
-        crate::rpc::Kind::Notification => "notification",
-        crate::rpc::Kind::Result => "result",
-        crate::rpc::Kind::Error => "error",
-        crate::rpc::Kind::Invalid => "invalid",
+        crate::rpc::Kind::Request => kv!("kind", "request"),
+        crate::rpc::Kind::Notification => kv!("kind", "notification"),
+        crate::rpc::Kind::Result => kv!("kind", "result"),
+        crate::rpc::Kind::Error => kv!("kind", "error"),
+        crate::rpc::Kind::Invalid => kv!("kind", "invalid"),
     }
 }
 
 /// An HTTP event's line.
 fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Result<()> {
     use crate::events::HttpEvent;
-    fn head<'a>(out: &'a mut Vec<u8>, phase: &str, ts: u64, exchange: u64) -> Line<'a> {
-        let mut l = Line::open(out, "http");
-        l.name("phase", phase);
-        l.num("ts", ts);
-        l.num("exchange", exchange);
+    /// `opening` is the line's start up to its phase, a literal.
+    fn head<'a>(out: &'a mut Vec<u8>, opening: &'static str, ts: u64, exchange: u64) -> Line<'a> {
+        let mut l = Line::open(out, opening);
+        l.num(k!("ts"), ts);
+        l.num(k!("exchange"), exchange);
         l
     }
     fn headers(l: &mut Line<'_>, h: &crate::events::Headers) {
-        l.key("headers");
+        l.lit(k!("headers"));
         l.0.push(b'[');
         for (i, (k, v)) in h.0.iter().enumerate() {
             if i > 0 {
@@ -175,12 +176,10 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             l.0.extend_from_slice(k.as_str().as_bytes());
             l.0.extend_from_slice(b"\",");
             let b = v.as_bytes();
-            // Visible ASCII with no quote or backslash (nearly every value): copied as it is,
-            // in one pass over it (not `to_str`'s check and then the escaping check).
-            let plain = !b.iter().fold(false, |bad, &c| {
-                bad | !(0x20..0x7f).contains(&c) | (c == b'"') | (c == b'\\')
-            });
-            if plain {
+            // ASCII with no control character, quote or backslash (nearly every value): copied
+            // as it is, in one pass over it (not `to_str`'s check and then the escaping check).
+            // DEL passes (serde_json writes it as it is too).
+            if crate::rpc::plain_text(b, true) {
                 l.0.push(b'"');
                 l.0.extend_from_slice(b);
                 l.0.push(b'"');
@@ -205,15 +204,15 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             protocol_version,
             headers: hs,
         } => {
-            let mut l = head(out, "request", *ts, *exchange);
-            l.str("method", method);
-            l.str("path", path);
-            l.str("peer", peer);
+            let mut l = head(out, r#"{"event":"http","phase":"request""#, *ts, *exchange);
+            l.str(k!("method"), method);
+            l.str(k!("path"), path);
+            l.str(k!("peer"), peer);
             if let Some(s) = session {
-                l.str("session", s);
+                l.str(k!("session"), s);
             }
             if let Some(v) = protocol_version {
-                l.str("protocol_version", v);
+                l.str(k!("protocol_version"), v);
             }
             headers(&mut l, hs);
             l.close();
@@ -226,20 +225,20 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             headers: hs,
             local,
         } => {
-            let mut l = head(out, "response", *ts, *exchange);
-            l.num("status", *status);
+            let mut l = head(out, r#"{"event":"http","phase":"response""#, *ts, *exchange);
+            l.num(k!("status"), *status);
             if let Some(ct) = content_type {
-                l.str("content_type", ct);
+                l.str(k!("content_type"), ct);
             }
             headers(&mut l, hs);
             if let Some(why) = local {
-                l.str("local", why);
+                l.str(k!("local"), why);
             }
             l.close();
         }
         HttpEvent::Endpoint { ts, exchange, url } => {
-            let mut l = head(out, "endpoint", *ts, *exchange);
-            l.str("url", url);
+            let mut l = head(out, r#"{"event":"http","phase":"endpoint""#, *ts, *exchange);
+            l.str(k!("url"), url);
             l.close();
         }
         HttpEvent::Binary {
@@ -248,9 +247,9 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             direction,
             len,
         } => {
-            let mut l = head(out, "binary", *ts, *exchange);
-            l.name("direction", direction_name(*direction));
-            l.num("len", *len);
+            let mut l = head(out, r#"{"event":"http","phase":"binary""#, *ts, *exchange);
+            l.lit(direction_member(*direction));
+            l.num(k!("len"), *len);
             l.close();
         }
         HttpEvent::Auth {
@@ -261,12 +260,12 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             status,
             www_authenticate,
         } => {
-            let mut l = head(out, "auth", *ts, *exchange);
-            l.str("method", method);
-            l.str("path", path);
-            l.num("status", *status);
+            let mut l = head(out, r#"{"event":"http","phase":"auth""#, *ts, *exchange);
+            l.str(k!("method"), method);
+            l.str(k!("path"), path);
+            l.num(k!("status"), *status);
             if let Some(w) = www_authenticate {
-                l.str("www_authenticate", w);
+                l.str(k!("www_authenticate"), w);
             }
             l.close();
         }
@@ -276,9 +275,9 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             reason,
             bytes,
         } => {
-            let mut l = head(out, "end", *ts, *exchange);
-            l.str("reason", reason);
-            l.num("bytes", *bytes);
+            let mut l = head(out, r#"{"event":"http","phase":"end""#, *ts, *exchange);
+            l.str(k!("reason"), reason);
+            l.num(k!("bytes"), *bytes);
             l.close();
         }
     }
@@ -288,41 +287,41 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
 /// A call's line (its outcome's members flattened into it).
 fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Result<()> {
     use crate::events::Outcome;
-    let mut l = Line::open(out, "call");
-    l.num("ts", c.ts);
-    l.num("exchange", c.exchange);
+    let mut l = Line::open(out, r#"{"event":"call""#);
+    l.num(k!("ts"), c.ts);
+    l.num(k!("exchange"), c.exchange);
     l.scope(&c.scope)?;
-    l.name("direction", direction_name(c.direction));
-    l.str("method", &c.method);
+    l.lit(direction_member(c.direction));
+    l.str(k!("method"), &c.method);
     if let Some(t) = &c.target {
-        l.str("target", t);
+        l.str(k!("target"), t);
     }
-    l.id(&c.id)?;
+    l.id(k!("id"), &c.id)?;
     match &c.outcome {
-        Outcome::Result => l.name("outcome", "result"),
-        Outcome::InputRequired => l.name("outcome", "input_required"),
+        Outcome::Result => l.lit(kv!("outcome", "result")),
+        Outcome::InputRequired => l.lit(kv!("outcome", "input_required")),
         Outcome::Error { code, message } => {
-            l.name("outcome", "error");
-            l.num("code", *code);
-            l.str("message", message);
+            l.lit(kv!("outcome", "error"));
+            l.num(k!("code"), *code);
+            l.str(k!("message"), message);
         }
         Outcome::Refused { rule } => {
-            l.name("outcome", "refused");
-            l.str("rule", rule);
+            l.lit(kv!("outcome", "refused"));
+            l.str(k!("rule"), rule);
         }
         Outcome::Rejected { status } => {
-            l.name("outcome", "rejected");
-            l.num("status", *status);
+            l.lit(kv!("outcome", "rejected"));
+            l.num(k!("status"), *status);
         }
         Outcome::Missing { reason } => {
-            l.name("outcome", "missing");
-            l.str("reason", reason);
+            l.lit(kv!("outcome", "missing"));
+            l.str(k!("reason"), reason);
         }
     }
     if let Some(v) = c.latency_us {
-        l.num("latency_us", v);
+        l.num(k!("latency_us"), v);
     }
-    l.key("anomalies");
+    l.lit(k!("anomalies"));
     l.0.push(b'[');
     for (i, a) in c.anomalies.iter().enumerate() {
         if i > 0 {
@@ -332,13 +331,13 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
     }
     l.0.push(b']');
     if let Some(v) = c.request_index {
-        l.num("request_index", v);
+        l.num(k!("request_index"), v);
     }
     if let Some(v) = c.response_index {
-        l.num("response_index", v);
+        l.num(k!("response_index"), v);
     }
     if let Some(v) = &c.continues {
-        l.id_named("continues", v)?;
+        l.id(k!("continues"), v)?;
     }
     l.close();
     Ok(())
@@ -348,44 +347,42 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
 /// accepted (or the redactor's re-serialization of one), so it goes out as is; an invalid one
 /// may not be JSON and takes the checked path.
 fn message_line(out: &mut Vec<u8>, m: &MessageEvent) -> serde_json::Result<()> {
-    let mut l = Line::open(out, "message");
-    l.num("ts", m.ts);
-    l.num("exchange", m.exchange);
+    let mut l = Line::open(out, r#"{"event":"message""#);
+    l.num(k!("ts"), m.ts);
+    l.num(k!("exchange"), m.exchange);
     l.scope(&m.scope)?;
-    l.name("direction", direction_name(m.direction));
-    l.name("transport", transport_name(m.transport));
-    l.name("kind", kind_name(m.kind));
+    l.lit(direction_member(m.direction));
+    l.lit(transport_member(m.transport));
+    l.lit(kind_member(m.kind));
     if let Some(id) = &m.id {
-        l.id(id)?;
+        l.id(k!("id"), id)?;
     }
     if let Some(v) = &m.method {
-        l.str("method", v);
+        l.str(k!("method"), v);
     }
     if let Some(v) = &m.target {
-        l.str("target", v);
+        l.str(k!("target"), v);
     }
     if let Some(v) = m.batch_index {
-        l.num("batch_index", v);
+        l.num(k!("batch_index"), v);
     }
     if let Some(v) = m.batch_len {
-        l.num("batch_len", v);
+        l.num(k!("batch_len"), v);
     }
     if let Some(v) = &m.sse_id {
-        l.str("sse_id", v);
+        l.str(k!("sse_id"), v);
     }
-    l.key("message");
+    l.lit(k!("message"));
     if m.kind == crate::rpc::Kind::Invalid {
         serde_json::to_writer(&mut *l.0, &crate::events::RawMessage(&m.message))?;
     } else {
         l.0.extend_from_slice(&m.message);
     }
     if m.unparsed {
-        l.key("unparsed");
-        l.0.extend_from_slice(b"true");
+        l.lit(concat!(k!("unparsed"), "true"));
     }
     if m.binary {
-        l.key("binary");
-        l.0.extend_from_slice(b"true");
+        l.lit(concat!(k!("binary"), "true"));
     }
     l.close();
     Ok(())
@@ -400,17 +397,22 @@ mod tests {
     fn fixed_names_are_serdes() {
         use crate::events::{Direction, Transport};
         use crate::rpc::Kind;
-        let q = |n: &str| format!("\"{n}\"");
+        // `,"<key>":<serde's value>`.
+        let q = |key: &str, v: String| format!(",\"{key}\":{v}");
+        fn json<T: serde::Serialize>(v: &T) -> String {
+            serde_json::to_string(v).unwrap()
+        }
         for d in [Direction::ClientToServer, Direction::ServerToClient] {
-            assert_eq!(serde_json::to_string(&d).unwrap(), q(direction_name(d)));
+            assert_eq!(q("direction", json(&d)), direction_member(d));
         }
         for t in [
             Transport::Json,
             Transport::Sse,
             Transport::LegacySse,
             Transport::Stdio,
+            Transport::Ws,
         ] {
-            assert_eq!(serde_json::to_string(&t).unwrap(), q(transport_name(t)));
+            assert_eq!(q("transport", json(&t)), transport_member(t));
         }
         for k in [
             Kind::Request,
@@ -419,7 +421,7 @@ mod tests {
             Kind::Error,
             Kind::Invalid,
         ] {
-            assert_eq!(serde_json::to_string(&k).unwrap(), q(kind_name(k)));
+            assert_eq!(q("kind", json(&k)), kind_member(k));
         }
     }
 
@@ -721,7 +723,7 @@ mod tests {
                 peer: "[::1]:4000".into(),
                 session: Some("s\u{e9}ss\u{1}".into()),
                 protocol_version: Some("2025-06-18".into()),
-                headers: Headers(hm.clone()),
+                headers: Headers(hm.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
             },
             HttpEvent::Request {
                 ts: 1,
@@ -738,7 +740,7 @@ mod tests {
                 exchange: 3,
                 status: 200,
                 content_type: Some("text/event-stream".into()),
-                headers: Headers(hm),
+                headers: Headers(hm.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
                 local: None,
             },
             HttpEvent::Response {

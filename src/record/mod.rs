@@ -22,19 +22,18 @@ pub mod reader;
 pub mod report;
 mod writer;
 
-use crate::locks::Locked as _;
 pub use line::write_line;
 pub use writer::{create_private, part_path};
 use writer::{run, Writer};
 
+use crate::events::lines::{merged, LineShards, Lines};
 use crate::events::{now_ns, Event, Sink};
 use serde_json::json;
-use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The format version written in every header line.
@@ -46,76 +45,73 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// The buffer between the proxy's threads and the writer, in bytes (over a second of full load).
 pub const BUFFER_BYTES: usize = 64 << 20;
 
-/// Lines serialized on the publishing threads, waiting for the writer.
+/// Lines serialized on the publishing threads, waiting for the writer: each thread's in a
+/// buffer of its own ([`LineShards`]), merged by time when the writer takes them.
 #[derive(Debug)]
 pub struct LineBuffer {
-    /// A std lock: held only to append one line or to swap the buffer, never across an `.await`.
-    lines: Mutex<Vec<u8>>,
-    cap: usize,
-    /// Lines the full buffer could not take.
-    lost: AtomicU64,
-    /// Lines it took.
+    lines: LineShards,
+    /// Lines the writer took from the buffers.
     taken: AtomicU64,
     /// Lines the writer took but could not write (the file's writes failed).
     write_lost: AtomicU64,
 }
 
-thread_local! {
-    /// Each publishing thread's scratch space for one line.
-    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(4096));
-}
-
 impl LineBuffer {
     pub fn new(cap: usize) -> Arc<LineBuffer> {
         Arc::new(LineBuffer {
-            lines: Mutex::new(Vec::new()),
-            cap,
-            lost: AtomicU64::new(0),
+            lines: LineShards::new(cap),
             taken: AtomicU64::new(0),
             write_lost: AtomicU64::new(0),
         })
     }
 
-    /// Lines taken and lines lost so far — by the full buffer or by failed writes (for the
+    /// Lines taken and lines lost so far — by a full buffer or by failed writes (for the
     /// metrics).
     pub fn counts(&self) -> (u64, u64) {
         (
             self.taken.load(Ordering::Relaxed),
-            self.lost.load(Ordering::Relaxed) + self.write_lost.load(Ordering::Relaxed),
+            self.lost() + self.write_lost.load(Ordering::Relaxed),
         )
     }
 
-    /// Swaps the waiting lines into `out` (which must be empty), leaving `out`'s old allocation
-    /// for the next lines.
-    fn take(&self, out: &mut Vec<u8>) {
-        std::mem::swap(&mut *self.lines.locked(), out);
+    /// Lines the full buffers could not take.
+    fn lost(&self) -> u64 {
+        self.lines.lost()
+    }
+
+    /// Takes the waiting lines into `batch` (which must be empty), merged by time, and how many
+    /// there are. The buffers keep `bufs`' old allocations for their next lines.
+    fn take(&self, bufs: &mut Vec<Lines>, batch: &mut Vec<u8>) -> u64 {
+        self.lines.take(bufs);
+        let mut n = 0;
+        let live = bufs.iter().filter(|b| !b.is_empty()).count();
+        for b in bufs.iter_mut() {
+            n += b.count() as u64;
+            // One thread's lines (a single-threaded runtime, or a quiet moment) are already in
+            // order: the batch takes their buffer as it is.
+            if live == 1 && !b.is_empty() {
+                b.swap_bytes(batch);
+            }
+        }
+        if live > 1 {
+            for line in merged(bufs) {
+                batch.extend_from_slice(line);
+            }
+        }
+        bufs.iter_mut().for_each(Lines::clear);
+        self.taken.fetch_add(n, Ordering::Relaxed);
+        n
     }
 }
 
 impl Sink for LineBuffer {
     fn accept(&self, ev: &Event) {
-        SCRATCH.with(|s| {
-            // Neither can fail in practice (a sink does not publish; events serialize); if one
-            // did, the line is counted as lost, never dropped silently.
-            let Ok(mut line) = s.try_borrow_mut() else {
-                self.lost.fetch_add(1, Ordering::Relaxed);
-                return;
-            };
-            line.clear();
-            if write_line(&mut line, ev).is_err() {
-                self.lost.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+        // Events serialize; a line that could not would be counted as lost, never dropped
+        // silently.
+        self.lines.put(ev.ts(), |line| {
+            write_line(line, ev)?;
             line.push(b'\n');
-            let mut g = self.lines.locked();
-            if g.len() + line.len() > self.cap {
-                drop(g);
-                self.lost.fetch_add(1, Ordering::Relaxed);
-            } else {
-                g.extend_from_slice(&line);
-                drop(g);
-                self.taken.fetch_add(1, Ordering::Relaxed);
-            }
+            serde_json::Result::Ok(())
         });
     }
 }
@@ -239,14 +235,16 @@ mod tests {
             }
         });
         let mut out = Vec::new();
-        lines.take(&mut out);
+        assert_eq!(lines.take(&mut Vec::new(), &mut out), 4000);
         let parsed: Vec<serde_json::Value> = out
             .split(|b| *b == b'\n')
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_slice(l).expect("a whole line"))
             .collect();
         assert_eq!(parsed.len(), 4000);
-        // Each thread's lines keep their order.
+        // Each thread's lines keep their order, and the lines are merged in time order.
+        let all: Vec<u64> = parsed.iter().map(|v| v["ts"].as_u64().unwrap()).collect();
+        assert!(all.windows(2).all(|w| w[0] <= w[1]));
         for t in 0..4u64 {
             let ts: Vec<u64> = parsed
                 .iter()
@@ -255,7 +253,7 @@ mod tests {
                 .collect();
             assert!(ts.windows(2).all(|w| w[0] < w[1]));
         }
-        assert_eq!(lines.lost.load(Ordering::Relaxed), 0);
+        assert_eq!(lines.counts(), (4000, 0));
     }
 
     fn notice(i: u64) -> Event {
@@ -335,11 +333,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rpctap-gap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("gap.jsonl");
-        // Room for exactly two lines.
-        let one = serde_json::to_vec(&notice(0)).unwrap().len() + 1;
-        let lines = LineBuffer::new(2 * one);
+        // The smallest buffers (4 KiB each; this thread writes to one): it takes lines until
+        // it holds 4 KiB, and refuses the rest.
+        let mut held = 0;
+        let fit = (0..)
+            .take_while(|&i| {
+                let before = held;
+                held += serde_json::to_vec(&notice(i)).unwrap().len() + 1;
+                before < 4096
+            })
+            .count() as u64;
+        let lines = LineBuffer::new(0);
         let bus = bus_into(&lines);
-        for i in 0..10 {
+        for i in 0..fit + 8 {
             bus.publish(notice(i));
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -347,7 +353,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         stop_tx.send(true).unwrap();
         let stats = task.await.unwrap().unwrap();
-        assert_eq!((stats.events, stats.lost, stats.gaps), (2, 8, 1));
+        assert_eq!((stats.events, stats.lost, stats.gaps), (fit, 8, 1));
         let rec = reader::read(&path).unwrap();
         let gap = rec.events.iter().find_map(|e| match e {
             Event::Gap(g) => Some(g.lost),

@@ -277,6 +277,7 @@ pub(super) fn run(
     let mut last_check = Instant::now();
     let mut dirty = false;
     let mut batch: Vec<u8> = Vec::new();
+    let mut bufs = Vec::new();
     let mut failing: Option<Failing> = None;
     loop {
         // Stop asked, or nobody can publish any more (the bus is gone): write what is
@@ -284,7 +285,7 @@ pub(super) fn run(
         let closing =
             *stop.borrow() || stop.has_changed().is_err() || Arc::strong_count(&lines) == 1;
         batch.clear();
-        lines.take(&mut batch);
+        let n = lines.take(&mut bufs, &mut batch);
         if let Some(f) = &mut failing {
             if Instant::now() >= f.next_try {
                 match w.resume(f.lost, &f.error) {
@@ -299,7 +300,6 @@ pub(super) fn run(
             }
         }
         if let Some(f) = &mut failing {
-            let n = memchr::memchr_iter(b'\n', &batch).count() as u64;
             f.lost += n;
             lines.write_lost.fetch_add(n, Ordering::Relaxed);
             if closing {
@@ -322,6 +322,7 @@ pub(super) fn run(
             &mut w,
             &lines,
             &batch,
+            n,
             &mut lost_reported,
             &mut dirty,
             &mut last_flush,
@@ -330,7 +331,6 @@ pub(super) fn run(
             Ok(()) => {}
             Err(e) => {
                 // Said once; the lines of this round (some perhaps half written) count as lost.
-                let n = memchr::memchr_iter(b'\n', &batch).count() as u64;
                 tracing::error!(error = %e, "recording writes fail: the traffic goes on, and the events are counted as lost until writes succeed again");
                 lines.write_lost.fetch_add(n, Ordering::Relaxed);
                 w.discard_buffer();
@@ -359,6 +359,7 @@ fn write_round(
     w: &mut Writer,
     lines: &LineBuffer,
     batch: &[u8],
+    n: u64,
     lost_reported: &mut u64,
     dirty: &mut bool,
     last_flush: &mut Instant,
@@ -368,8 +369,6 @@ fn write_round(
         if !batch.is_empty() {
             // Every line in the batch ends with its newline: the batch is written whole, and
             // split into lines only when it would cross a rotation.
-            // Counted with memchr: a byte-by-byte count was a large share of `--record`'s cost.
-            let n = memchr::memchr_iter(b'\n', batch).count() as u64;
             if w.fits(batch.len()) {
                 w.raw(batch)?;
             } else {
@@ -380,7 +379,7 @@ fn write_round(
             w.stats.events += n;
             *dirty = true;
         }
-        let lost = lines.lost.load(Ordering::Relaxed);
+        let lost = lines.lost();
         if lost > *lost_reported {
             let gap = json!({ "event": "gap", "ts": now_ns(), "lost": lost - *lost_reported,
                 "message": "the recorder fell behind; these events were not recorded" });

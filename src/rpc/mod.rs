@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use std::fmt;
 
 mod scan;
+pub(crate) use scan::plain_text;
 
 /// A JSON-RPC id, exactly as written on the wire. Its text is shared (`Arc`): an id is copied
 /// into the pending call's key, the exchange's call list and the events, several times a call.
