@@ -118,18 +118,16 @@ impl Redactor {
 
     /// The headers with every secret value replaced.
     pub fn headers(&self, h: &HeaderMap) -> crate::events::Headers {
-        crate::events::Headers(
-            h.iter()
-                .map(|(k, v)| {
-                    let v = if self.is_secret_name(k) {
-                        http::HeaderValue::from_static(REDACTED)
-                    } else {
-                        v.clone()
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        )
+        let mut out = Vec::with_capacity(h.len());
+        for (k, v) in h {
+            let v = if self.is_secret_name(k) {
+                http::HeaderValue::from_static(REDACTED)
+            } else {
+                v.clone()
+            };
+            out.push((k.clone(), v));
+        }
+        crate::events::Headers(out)
     }
 
     /// [`Self::is_secret_header`] for a header's name (lower case already: the standard names

@@ -242,6 +242,9 @@ impl Bus {
                 }
             }
         }
+        if self.subs.is_empty() {
+            return;
+        }
         let exchange = ev.exchange();
         let mut readers = self.subs.iter().filter(|s| s.reads(kind, exchange));
         let mut next = readers.next();

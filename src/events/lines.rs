@@ -70,7 +70,7 @@ pub struct LineShards {
 }
 
 /// Which buffer the current thread writes to: each thread takes the next number once.
-fn shard_of(n: usize) -> usize {
+fn shard_of() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
@@ -81,7 +81,7 @@ fn shard_of(n: usize) -> usize {
             i = NEXT.fetch_add(1, Ordering::Relaxed);
             m.set(i);
         }
-        i % n
+        i % SHARDS
     })
 }
 
@@ -99,7 +99,7 @@ impl LineShards {
     /// event has no line) into the calling thread's buffer; whether it was taken. A line `write`
     /// fails on is cut off, not kept in part. A refused line is counted in [`Self::lost`].
     pub fn put<E>(&self, ts: u64, write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> bool {
-        let shard = &self.shards[shard_of(self.shards.len())];
+        let shard = &self.shards[shard_of()];
         let mut g = shard.0.locked();
         let before = g.bytes.len();
         if before < self.cap {
@@ -189,7 +189,17 @@ mod tests {
         ];
         assert_eq!(
             text(&bufs),
-            ["c0\n", "a1\n", "b2\n", "a5\n", "a5b\n", "b5\n", "a9\n", "a3-late\n", "b1000\n"],
+            [
+                "c0\n",
+                "a1\n",
+                "b2\n",
+                "a5\n",
+                "a5b\n",
+                "b5\n",
+                "a9\n",
+                "a3-late\n",
+                "b1000\n"
+            ],
             "merged by time; a tie goes to the earlier buffer; a buffer's order is kept"
         );
         assert!(text(&[]).is_empty());
@@ -241,7 +251,9 @@ mod tests {
                     for i in 0..1000u64 {
                         let ts = i * 4 + t;
                         assert!(s.put(ts, |v: &mut Vec<u8>| -> Result<(), ()> {
-                            v.extend_from_slice(format!("{ts} {}\n", "y".repeat((i % 37) as usize)).as_bytes());
+                            v.extend_from_slice(
+                                format!("{ts} {}\n", "y".repeat((i % 37) as usize)).as_bytes(),
+                            );
                             Ok(())
                         }));
                     }
@@ -293,7 +305,10 @@ mod tests {
             let mut bufs = Vec::new();
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             while !done.load(Ordering::Relaxed) {
-                assert!(std::time::Instant::now() < deadline, "the lines never all came");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the lines never all came"
+                );
                 s.take(&mut bufs);
                 let got: Vec<u64> = merged(&bufs)
                     .map(|l| std::str::from_utf8(l).unwrap().trim().parse().unwrap())

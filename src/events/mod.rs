@@ -18,12 +18,13 @@ use crate::rpc::{Id, Kind};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize, Serializer};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+    // std's clock, not rustix's: rustix finds the vDSO through the ELF auxiliary vector, and
+    // that crashes under valgrind (which `benches/instructions.sh` runs rpctap in).
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
@@ -492,6 +493,18 @@ impl<'de> Deserialize<'de> for AnomalyEvent {
     }
 }
 
+/// An event's text that is nearly always one of a few fixed ones (a method, a content type, an
+/// end's reason): those are borrowed, not allocated per event.
+pub type Text = std::borrow::Cow<'static, str>;
+
+/// `t` as [`Text`]: borrowed when it is one of `known`, else a copy.
+pub fn text_of(t: &str, known: &[&'static str]) -> Text {
+    match known.iter().find(|k| **k == t) {
+        Some(k) => Text::Borrowed(k),
+        None => Text::Owned(t.to_string()),
+    }
+}
+
 /// The HTTP side of an exchange.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "lowercase")]
@@ -499,10 +512,10 @@ pub enum HttpEvent {
     Request {
         ts: u64,
         exchange: u64,
-        method: String,
+        method: Text,
         path: String,
         #[serde(default)]
-        peer: String,
+        peer: Arc<str>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
         /// The request's `MCP-Protocol-Version`.
@@ -517,7 +530,7 @@ pub enum HttpEvent {
         exchange: u64,
         status: u16,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        content_type: Option<String>,
+        content_type: Option<Text>,
         #[serde(default)]
         headers: Headers,
         /// Set when rpctap answered itself (the upstream was unreachable or too slow, or the
@@ -552,7 +565,7 @@ pub enum HttpEvent {
     End {
         ts: u64,
         exchange: u64,
-        reason: String,
+        reason: Text,
         #[serde(default)]
         bytes: u64,
     },
@@ -881,6 +894,27 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn now_is_the_system_clock_in_nanoseconds() {
+        let std_now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        };
+        let (before, ours, after) = (std_now(), now_ns(), std_now());
+        assert!(before <= ours && ours <= after, "{before} {ours} {after}");
+    }
+
+    #[test]
+    fn a_known_text_is_borrowed_another_copied() {
+        assert!(matches!(
+            text_of("POST", &["GET", "POST"]),
+            Text::Borrowed("POST")
+        ));
+        assert!(matches!(text_of("BREW", &["GET", "POST"]), Text::Owned(t) if t == "BREW"));
+    }
     use std::sync::atomic::Ordering;
 
     #[test]

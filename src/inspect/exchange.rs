@@ -276,7 +276,7 @@ impl ExchangeCtx {
                 ts: now_ns(),
                 exchange: self.id,
                 status,
-                content_type: content_type.map(str::to_string),
+                content_type: content_type.map(|c| text_of(c, CONTENT_TYPES)),
                 local: None,
             }));
         }
@@ -694,7 +694,7 @@ impl ExchangeCtx {
                 format!("the client never answered it before the session ended ({why})");
             for (k, p) in inner.correlator.drain_scope(&self.scope) {
                 let why = match k.direction {
-                    Direction::ClientToServer => &why,
+                    Direction::ClientToServer => &*why,
                     Direction::ServerToClient => &client_left,
                 };
                 end_missing(&inner, &k, p, why, true);
@@ -756,7 +756,7 @@ impl ExchangeCtx {
                     format!("HTTP {s} with no JSON-RPC reply")
                 }
                 (EndReason::Complete, _) => "the reply ended without it".to_string(),
-                (r, _) => r.describe(),
+                (r, _) => r.describe().into_owned(),
             };
             for k in &calls {
                 if let Some(p) = inner.correlator.remove_all(k) {

@@ -26,9 +26,20 @@ use mcp::Endpoints;
 pub use mcp::{endpoint_target, session_param};
 
 use crate::events::{
-    now_ns, AnomalyEvent, Bus, CallEvent, Direction, Event, HttpEvent, Interest, MessageEvent,
-    NoticeEvent, Outcome, Scope, Transport,
+    now_ns, text_of, AnomalyEvent, Bus, CallEvent, Direction, Event, HttpEvent, Interest,
+    MessageEvent, NoticeEvent, Outcome, Scope, Text, Transport,
 };
+
+/// The request methods an event names without a copy.
+const METHODS: &[&str] = &["POST", "GET", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"];
+
+/// The response content types an event names without a copy.
+const CONTENT_TYPES: &[&str] = &[
+    "application/json",
+    "text/event-stream",
+    "application/json; charset=utf-8",
+    "text/event-stream; charset=utf-8",
+];
 use crate::redact::Redactor;
 use crate::rpc::{self, Body, Envelope, Id, Kind};
 use anomaly::Code;
@@ -176,8 +187,8 @@ pub struct RequestMeta<'a> {
     /// `Mcp-Method` and `Mcp-Name` (SEP-2243).
     pub mcp_method: Option<&'a str>,
     pub mcp_name: Option<&'a str>,
-    /// The client's address as text (made once per connection).
-    pub peer: Option<&'a str>,
+    /// The client's address as text (made once per connection; an event shares it).
+    pub peer: Option<&'a Arc<str>>,
     /// Its IP (a stateless client's group names it).
     pub peer_ip: Option<std::net::IpAddr>,
     pub headers: Option<&'a http::HeaderMap>,
@@ -210,12 +221,12 @@ pub enum EndReason {
 }
 
 impl EndReason {
-    fn describe(&self) -> String {
+    fn describe(&self) -> Text {
         match self {
-            EndReason::Complete => "complete".into(),
-            EndReason::ClientGone => "client disconnected".into(),
-            EndReason::UpstreamError(e) => format!("upstream error: {e}"),
-            EndReason::Closed(how) => how.clone(),
+            EndReason::Complete => Text::Borrowed("complete"),
+            EndReason::ClientGone => Text::Borrowed("client disconnected"),
+            EndReason::UpstreamError(e) => format!("upstream error: {e}").into(),
+            EndReason::Closed(how) => how.clone().into(),
         }
     }
 }
@@ -418,12 +429,12 @@ impl Inspector {
                     .unwrap_or_default(),
                 ts: now_ns(),
                 exchange: id,
-                method: meta.method.to_string(),
+                method: text_of(meta.method, METHODS),
                 path: match meta.query {
                     Some(q) => format!("{}?{}", meta.path, q),
                     None => meta.path.to_string(),
                 },
-                peer: meta.peer.unwrap_or_default().to_string(),
+                peer: meta.peer.cloned().unwrap_or_default(),
                 session: meta.session.map(str::to_string),
                 protocol_version: meta.protocol_version.map(str::to_string),
             }));
@@ -475,7 +486,7 @@ impl Inspector {
                     .and_then(|tp| crate::trace::parse_traceparent(tp, h("tracestate")));
                 Arc::new(crate::trace::CallTrace::new(
                     parent,
-                    meta.peer.map(Into::into),
+                    meta.peer.cloned(),
                     meta.protocol_version.map(Into::into),
                     "http",
                     t,

@@ -262,7 +262,7 @@ fn reinspect_with(
                     if let Some((mut f, d)) = pending {
                         ctx.line(d, Bytes::from(f.text()));
                     }
-                    ctx.end(EndReason::Closed(reason.clone()));
+                    ctx.end(EndReason::Closed(reason.to_string()));
                 }
             }
             Event::Http(HttpEvent::Request {

@@ -131,7 +131,7 @@ pub type ProxyBody = TeeBody;
 pub struct ClientConn {
     peer: SocketAddr,
     /// The peer's address as text, for the inspector's events.
-    peer_text: Box<str>,
+    peer_text: Arc<str>,
     /// The peer's address as a header value, for `X-Forwarded-For`.
     peer_ip: HeaderValue,
     /// The upstream connection of this client connection's HTTP/1 requests.

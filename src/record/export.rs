@@ -211,7 +211,12 @@ pub fn har(rec: &Capture) -> Value {
             } => {
                 responses.insert(
                     *exchange,
-                    (*status, content_type.clone(), headers.pairs(), *ts),
+                    (
+                        *status,
+                        content_type.as_ref().map(|c| c.to_string()),
+                        headers.pairs(),
+                        *ts,
+                    ),
                 );
             }
             HttpEvent::End { ts, exchange, .. } => {

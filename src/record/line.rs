@@ -106,6 +106,7 @@ impl Line<'_> {
 /// A JSON string, byte for byte what serde_json writes: copied as is when nothing in it needs
 /// escaping (no control character, quote or backslash — nearly every header, path and name),
 /// else serde_json's escaping.
+#[inline(always)]
 fn json_str(out: &mut Vec<u8>, s: &str) {
     if is_plain(s) {
         out.reserve(s.len() + 2);
@@ -165,33 +166,35 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
     }
     fn headers(l: &mut Line<'_>, h: &crate::events::Headers) {
         l.lit(k!("headers"));
-        l.0.push(b'[');
-        for (i, (k, v)) in h.0.iter().enumerate() {
-            if i > 0 {
-                l.0.push(b',');
-            }
-            l.0.push(b'[');
-            // A header name is a lower-case token: nothing in it needs escaping.
-            l.0.push(b'"');
-            l.0.extend_from_slice(k.as_str().as_bytes());
-            l.0.extend_from_slice(b"\",");
+        // Each pair as `["name","value"]`, its punctuation written in as few copies as it
+        // can be (`[` or `,[` before it, `"]` after it): this loop is most of a head's line.
+        let mut open = "[[\"";
+        for (k, v) in &h.0 {
+            let name = k.as_str().as_bytes();
             let b = v.as_bytes();
+            l.0.reserve(name.len() + b.len() + 8);
+            l.lit(open);
+            open = ",[\"";
+            // A header name is a lower-case token: nothing in it needs escaping.
+            l.0.extend_from_slice(name);
             // ASCII with no control character, quote or backslash (nearly every value): copied
             // as it is, in one pass over it (not `to_str`'s check and then the escaping check).
             // DEL passes (serde_json writes it as it is too).
             if crate::rpc::plain_text(b, true) {
-                l.0.push(b'"');
+                l.lit("\",\"");
                 l.0.extend_from_slice(b);
-                l.0.push(b'"');
+                l.lit("\"]");
             } else {
+                l.lit("\",");
                 match v.to_str() {
                     Ok(text) => json_str(l.0, text),
                     Err(_) => json_str(l.0, &String::from_utf8_lossy(b)),
                 }
+                l.0.push(b']');
             }
-            l.0.push(b']');
         }
-        l.0.push(b']');
+        // `]` after the last pair; `[]` when there were none.
+        l.lit(if h.0.is_empty() { "[]" } else { "]" });
     }
     match h {
         HttpEvent::Request {
@@ -730,7 +733,7 @@ mod tests {
                 exchange: 0,
                 method: "GET".into(),
                 path: "/".into(),
-                peer: String::new(),
+                peer: Default::default(),
                 session: None,
                 protocol_version: None,
                 headers: Headers::default(),

@@ -219,7 +219,7 @@ fn exchanges(rec: &Capture) -> Vec<Exchange<'_>> {
                 index.insert(*exchange, list.len());
                 list.push(Exchange {
                     id: *exchange,
-                    method: method.clone(),
+                    method: method.to_string(),
                     path: path.clone(),
                     session: session.clone(),
                     headers: headers.pairs(),

@@ -87,20 +87,22 @@ fn stops(x: u64) -> u64 {
 pub(crate) fn plain_text(b: &[u8], ascii: bool) -> bool {
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let high = if ascii { HIGH } else { 0 };
-    let mut chunks = b.chunks_exact(8);
-    let mut hits = 0;
-    for c in &mut chunks {
-        let mut x = [0u8; 8];
-        x.copy_from_slice(c);
-        let x = u64::from_le_bytes(x);
-        hits |= stops(x) | (x & high);
+    let word = |c: &[u8; 8]| {
+        let x = u64::from_le_bytes(*c);
+        stops(x) | (x & high)
+    };
+    let (chunks, rest) = b.as_chunks::<8>();
+    let mut hits = chunks.iter().fold(0, |h, c| h | word(c));
+    if !rest.is_empty() {
+        hits |= match b.last_chunk::<8>() {
+            // The last eight bytes, overlapping the words before: no copy of the tail.
+            Some(last) => word(last),
+            // A short text, byte by byte (a copy into a word would be a call of its own).
+            None => rest.iter().fold(0, |h, &c| {
+                h | u64::from(c < 0x20 || c == b'"' || c == b'\\' || (ascii && c >= 0x80))
+            }),
+        };
     }
-    // The tail, padded with a byte that is neither.
-    let mut x = [b'a'; 8];
-    let rest = chunks.remainder();
-    x[..rest.len()].copy_from_slice(rest);
-    let x = u64::from_le_bytes(x);
-    hits |= stops(x) | (x & high);
     hits == 0
 }
 

@@ -415,7 +415,7 @@ impl App {
                 ..
             }) => {
                 let x = self.ex(*exchange);
-                self.apply_http_response(x, *status, content_type.clone());
+                self.apply_http_response(x, *status, content_type.as_ref().map(|c| c.to_string()));
                 self.keep_headers(x, headers, false);
             }
             Event::Http(crate::events::HttpEvent::Auth {
