@@ -321,8 +321,7 @@ pub(super) fn run(
         match write_round(
             &mut w,
             &lines,
-            &batch,
-            n,
+            (&batch, n),
             &mut lost_reported,
             &mut dirty,
             &mut last_flush,
@@ -354,12 +353,12 @@ pub(super) fn run(
     }
 }
 
-/// One round of the writer: the batch, a gap for what the full buffer lost, a flush when due.
+/// One round of the writer: the batch (its bytes and lines), a gap for what the full buffer
+/// lost, a flush when due.
 fn write_round(
     w: &mut Writer,
     lines: &LineBuffer,
-    batch: &[u8],
-    n: u64,
+    (batch, n): (&[u8], u64),
     lost_reported: &mut u64,
     dirty: &mut bool,
     last_flush: &mut Instant,

@@ -91,8 +91,11 @@ pub(crate) fn plain_text(b: &[u8], ascii: bool) -> bool {
         let x = u64::from_le_bytes(*c);
         stops(x) | (x & high)
     };
-    let (chunks, rest) = b.as_chunks::<8>();
-    let mut hits = chunks.iter().fold(0, |h, c| h | word(c));
+    let mut chunks = b.chunks_exact(8);
+    let mut hits = (&mut chunks)
+        .filter_map(<[u8]>::first_chunk::<8>)
+        .fold(0, |h, c| h | word(c));
+    let rest = chunks.remainder();
     if !rest.is_empty() {
         hits |= match b.last_chunk::<8>() {
             // The last eight bytes, overlapping the words before: no copy of the tail.
