@@ -11,9 +11,11 @@
 //! events' own, so a merge can only misorder two events if the system clock steps back between
 //! them within one drain.
 //!
-//! Bounded: a buffer holding its share of the cap takes no more lines until the drainer has
-//! been; the lines it refuses are counted (the sink reports them: the log says it skipped them,
-//! the recorder writes a `gap`).
+//! Bounded: half of the sink's bytes are shared out equally among the buffers, and a buffer past
+//! its share takes the bytes of its lines from the other half, a pool common to all, until the
+//! drainer has been (one thread's burst — a 4 MiB message, say — can fill half of the whole,
+//! and touches shared state only then). A line neither can hold is refused and counted (the sink
+//! reports them: the log says it skipped them, the recorder writes a `gap`).
 
 use crate::locks::Locked as _;
 use std::cell::Cell;
@@ -63,9 +65,13 @@ struct Shard(Mutex<Lines>);
 #[derive(Debug)]
 pub struct LineShards {
     shards: Box<[Shard]>,
-    /// Bytes one buffer holds before it refuses lines.
-    cap: usize,
-    /// Lines refused (a full buffer, or a line that could not be written).
+    /// Bytes each buffer holds of its own.
+    share: usize,
+    /// Bytes the buffers past their shares hold together at most, and hold now (emptied with
+    /// them).
+    pool: usize,
+    pooled: AtomicUsize,
+    /// Lines refused (no room, or a line that could not be written).
     lost: AtomicU64,
 }
 
@@ -86,13 +92,25 @@ fn shard_of() -> usize {
 }
 
 impl LineShards {
-    /// Buffers holding about `total_bytes` together (at least 4 KiB each).
+    /// Buffers holding `total_bytes` together at most (4 KiB a buffer and 4 KiB of pool at
+    /// the least).
     pub fn new(total_bytes: usize) -> LineShards {
         LineShards {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            cap: (total_bytes / SHARDS).max(4096),
+            share: (total_bytes / 2 / SHARDS).max(4096),
+            pool: (total_bytes / 2).max(4096),
+            pooled: AtomicUsize::new(0),
             lost: AtomicU64::new(0),
         }
+    }
+
+    /// Takes `n` bytes from the pool, if it has them.
+    fn from_pool(&self, n: usize) -> bool {
+        self.pooled
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(n).filter(|&u| u <= self.pool)
+            })
+            .is_ok()
     }
 
     /// Writes one line of time `ts` (`write` appends it, newline included, or nothing when the
@@ -102,16 +120,18 @@ impl LineShards {
         let shard = &self.shards[shard_of()];
         let mut g = shard.0.locked();
         let before = g.bytes.len();
-        if before < self.cap {
-            if write(&mut g.bytes).is_ok() {
-                let end = g.bytes.len();
+        if write(&mut g.bytes).is_ok() {
+            let end = g.bytes.len();
+            // The line's bytes past the buffer's share come from the pool.
+            let over = end.saturating_sub(self.share) - before.saturating_sub(self.share);
+            if over == 0 || self.from_pool(over) {
                 if end > before {
                     g.marks.push((ts, end));
                 }
                 return true;
             }
-            g.bytes.truncate(before);
         }
+        g.bytes.truncate(before);
         drop(g);
         self.lost.fetch_add(1, Ordering::Relaxed);
         false
@@ -130,6 +150,8 @@ impl LineShards {
         for (g, b) in held.iter_mut().zip(into.iter_mut()) {
             std::mem::swap(&mut **g, b);
         }
+        // Every buffer is empty now: so is the pool.
+        self.pooled.store(0, Ordering::Relaxed);
     }
 }
 
@@ -207,24 +229,35 @@ mod tests {
 
     #[test]
     fn a_full_buffer_refuses_lines_and_a_failed_line_leaves_nothing() {
-        let s = LineShards::new(0); // 4096 bytes a buffer
+        let s = LineShards::new(0); // 4096 bytes a buffer, and a pool of 4096
         let line = |v: &mut Vec<u8>| -> Result<(), ()> {
             v.extend_from_slice(&[b'x'; 99]);
             v.push(b'\n');
             Ok(())
         };
         let taken = (0..100).filter(|&i| s.put(i, line)).count();
-        assert_eq!(taken, 41, "lines are taken until the buffer holds its cap");
-        assert_eq!(s.lost(), 59);
+        assert_eq!(
+            taken, 81,
+            "lines are taken while the buffer's share and the pool hold them"
+        );
+        assert_eq!(s.lost(), 19);
+        // Another thread still has its own share, and no pool.
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let theirs = (0..100).filter(|&i| s.put(i, line)).count();
+                assert_eq!(theirs, 41, "its share, and the few bytes the pool had left");
+            });
+        });
+        assert_eq!(s.lost(), 19 + 59);
         assert!(!s.put(7, |v: &mut Vec<u8>| {
             v.extend_from_slice(b"half");
             Err(())
         }));
-        assert_eq!(s.lost(), 60);
+        assert_eq!(s.lost(), 19 + 59 + 1);
         let mut bufs = Vec::new();
         s.take(&mut bufs);
         let all: usize = bufs.iter().map(Lines::count).sum();
-        assert_eq!(all, 41);
+        assert_eq!(all, 81 + 41);
         assert!(bufs.iter().all(|b| b.bytes().len() == b.count() * 100));
         // Taken away, the buffer takes lines again; a failed line leaves no bytes behind.
         for b in &mut bufs {

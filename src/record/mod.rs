@@ -2,10 +2,11 @@
 //! the reader that the offline commands (`replay`, `mock`, `export`, `check`) share.
 //!
 //! The recorder is a bus sink: each event is serialized into its line on the thread that
-//! publishes it (so no event crosses threads) and appended to a bounded buffer; a writer thread
-//! of its own takes the buffer every 10 ms, writes whole lines, flushes at least every 100 ms and
-//! at shutdown, rotates to numbered files at `max_bytes`, and turns any lines the full buffer
-//! could not take into an explicit `gap` record.
+//! publishes it (so no event crosses threads), straight into that thread's own bounded buffer
+//! ([`crate::events::lines`]); a writer thread of its own takes the buffers every 10 ms (merged
+//! by time), writes whole lines, flushes at least every 100 ms and at shutdown, rotates to
+//! numbered files at `max_bytes`, and turns any lines a full buffer could not take into an
+//! explicit `gap` record.
 //!
 //! The file's own faults do not stop the proxy. When writes fail (a full disk, a file-size
 //! limit, an I/O error), the writer says so once, counts every line it cannot write as lost, and
@@ -333,14 +334,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rpctap-gap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("gap.jsonl");
-        // The smallest buffers (4 KiB each; this thread writes to one): it takes lines until
-        // it holds 4 KiB, and refuses the rest.
+        // The smallest buffers (4 KiB each, and a pool of 4 KiB; this thread writes to one):
+        // it takes lines while they fit in 8 KiB, and refuses the rest.
         let mut held = 0;
         let fit = (0..)
             .take_while(|&i| {
-                let before = held;
                 held += serde_json::to_vec(&notice(i)).unwrap().len() + 1;
-                before < 4096
+                held <= 8192
             })
             .count() as u64;
         let lines = LineBuffer::new(0);
