@@ -105,7 +105,7 @@ impl LineShards {
     }
 
     /// Takes `n` bytes from the pool, if it has them.
-    fn from_pool(&self, n: usize) -> bool {
+    fn take_pooled(&self, n: usize) -> bool {
         self.pooled
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(n).filter(|&u| u <= self.pool)
@@ -124,7 +124,7 @@ impl LineShards {
             let end = g.bytes.len();
             // The line's bytes past the buffer's share come from the pool.
             let over = end.saturating_sub(self.share) - before.saturating_sub(self.share);
-            if over == 0 || self.from_pool(over) {
+            if over == 0 || self.take_pooled(over) {
                 if end > before {
                     g.marks.push((ts, end));
                 }
