@@ -118,16 +118,14 @@ impl Redactor {
 
     /// The headers with every secret value replaced.
     pub fn headers(&self, h: &HeaderMap) -> crate::events::Headers {
-        let mut out = Vec::with_capacity(h.len());
-        for (k, v) in h {
+        crate::events::Headers::encode(h.iter().map(|(k, v)| {
             let v = if self.is_secret_name(k) {
-                http::HeaderValue::from_static(REDACTED)
+                REDACTED.as_bytes()
             } else {
-                v.clone()
+                v.as_bytes()
             };
-            out.push((k.clone(), v));
-        }
-        crate::events::Headers(out)
+            (k.as_str(), v)
+        }))
     }
 
     /// [`Self::is_secret_header`] for a header's name (lower case already: the standard names
@@ -329,7 +327,10 @@ mod tests {
                 http::HeaderName::from_bytes(name.to_uppercase().as_bytes()).unwrap(),
                 "s3cret".parse().unwrap(),
             );
-            assert_eq!(Redactor::default().headers(&h).get(name), Some(REDACTED));
+            assert_eq!(
+                Redactor::default().headers(&h).get(name).as_deref(),
+                Some(REDACTED)
+            );
         }
         assert!(
             !text.contains("s3cret") && !text.contains("k3y") && text.contains("text/event-stream")

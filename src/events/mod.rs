@@ -595,68 +595,105 @@ impl HttpEvent {
 }
 
 /// An HTTP message's headers with secrets already redacted (made by
-/// [`crate::redact::Redactor::headers`]), in their order: a list, not a map — an event only
-/// carries them to be written or shown, and a list is one allocation where a `HeaderMap` clone
-/// is two (its index and entries). The values' bytes are shared, not copied. Written as
-/// `[[name, value], …]` (values as lossy UTF-8).
-#[derive(Clone, Debug, Default)]
-pub struct Headers(pub Vec<(http::HeaderName, http::HeaderValue)>);
+/// [`crate::redact::Redactor::headers`]), kept as the JSON text a recording holds,
+/// `[["name","value"],…]` in their order (values as lossy UTF-8, escaped as serde_json escapes
+/// them): made once, in one allocation, and written by the recorder as it is — where a list of
+/// shared names and values cost a clone and a drop of each, and their encoding again per line.
+/// Read back by parsing (the dashboard, exports, the offline inspector: a few per exchange).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Headers(Box<str>);
 
 impl Headers {
-    /// The first value of a header (any letter case), as text.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k.as_str().eq_ignore_ascii_case(name))
-            .and_then(|(_, v)| v.to_str().ok())
+    /// From (name, value) pairs, names as they are (a header name needs no escaping).
+    pub fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Headers {
+        let mut out = Vec::with_capacity(128);
+        let mut open: &[u8] = b"[[\"";
+        for (name, v) in pairs {
+            out.extend_from_slice(open);
+            open = b",[\"";
+            out.extend_from_slice(name.as_bytes());
+            // ASCII with no control character, quote or backslash (nearly every value): as it
+            // is; else what serde_json writes for its text (lossy UTF-8).
+            if crate::rpc::plain_text(v, true) {
+                out.extend_from_slice(b"\",\"");
+                out.extend_from_slice(v);
+                out.extend_from_slice(b"\"]");
+            } else {
+                out.extend_from_slice(b"\",");
+                // Writing a string into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut out, &String::from_utf8_lossy(v));
+                out.push(b']');
+            }
+        }
+        if out.is_empty() {
+            return Headers::default();
+        }
+        out.push(b']');
+        // Names are ASCII and values went in as ASCII or as serde_json's UTF-8.
+        Headers(String::from_utf8_lossy(&out).into())
     }
-    /// (name, value) pairs, values as lossy UTF-8.
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        if self.0.is_empty() {
+            "[]"
+        } else {
+            &self.0
+        }
+    }
+    /// (name, value) pairs.
     pub fn pairs(&self) -> Vec<(String, String)> {
-        self.0
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect()
+        serde_json::from_str(self.json()).unwrap_or_default()
     }
-    /// As a map (the offline inspector's request meta reads one).
+    /// The first value of a header (any letter case).
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.pairs()
+            .into_iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+    /// As a map (pairs that are not valid headers left out).
     pub fn to_map(&self) -> http::HeaderMap {
-        let mut map = http::HeaderMap::with_capacity(self.0.len());
-        for (k, v) in &self.0 {
-            map.append(k.clone(), v.clone());
+        let pairs = self.pairs();
+        let mut map = http::HeaderMap::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            if let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_str(&v),
+            ) {
+                map.append(k, v);
+            }
         }
         map
+    }
+}
+
+impl From<&http::HeaderMap> for Headers {
+    /// All of them, nothing redacted (tests, and what is already redacted).
+    fn from(h: &http::HeaderMap) -> Headers {
+        Headers::encode(h.iter().map(|(k, v)| (k.as_str(), v.as_bytes())))
     }
 }
 
 impl<'de> Deserialize<'de> for Headers {
     /// From `[[name, value], …]`; a pair that is not a valid header is left out.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let pairs = Vec::<(String, String)>::deserialize(d)?;
-        Ok(Headers(
-            pairs
-                .into_iter()
-                .filter_map(|(k, v)| {
-                    Some((
-                        http::HeaderName::from_bytes(k.as_bytes()).ok()?,
-                        http::HeaderValue::from_str(&v).ok()?,
-                    ))
-                })
-                .collect(),
+        let pairs: Vec<(http::HeaderName, String)> = Vec::<(String, String)>::deserialize(d)?
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let name = http::HeaderName::from_bytes(k.as_bytes()).ok()?;
+                http::HeaderValue::from_str(&v).ok()?;
+                Some((name, v))
+            })
+            .collect();
+        Ok(Headers::encode(
+            pairs.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
         ))
     }
 }
 
 impl Serialize for Headers {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(
-            self.0
-                .iter()
-                .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v.as_bytes()))),
-        )
+        s.collect_seq(self.pairs())
     }
 }
 
@@ -905,6 +942,51 @@ mod tests {
         };
         let (before, ours, after) = (std_now(), now_ns(), std_now());
         assert!(before <= ours && ours <= after, "{before} {ours} {after}");
+    }
+
+    /// A head's headers as text are what serde_json writes for their (name, lossy value)
+    /// pairs, in order; they read back, and a recording's invalid pair is left out.
+    #[test]
+    fn headers_are_serdes_text_of_their_pairs() {
+        let values: [&[u8]; 7] = [
+            b"application/json",
+            b"a \"quoted\" \\ value",
+            b"tab\there",
+            b"caf\xc3\xa9",
+            b"bad \xff\xfe",
+            b"",
+            b"exactly8",
+        ];
+        let mut h = http::HeaderMap::new();
+        for (i, v) in values.iter().enumerate() {
+            h.append(
+                http::HeaderName::from_bytes(format!("x-h{}", i % 3).as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        let ours = Headers::from(&h);
+        let pairs: Vec<(String, String)> = h
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(ours.json(), serde_json::to_string(&pairs).unwrap());
+        assert_eq!(ours.pairs(), pairs);
+        assert_eq!(ours.get("X-H1").as_deref(), Some("a \"quoted\" \\ value"));
+        assert_eq!(Headers::default().json(), "[]");
+        assert_eq!(Headers::from(&http::HeaderMap::new()), Headers::default());
+        let back: Headers =
+            serde_json::from_str(r#"[["Content-Type","text/plain"],["bad name","x"],["x-a","1"]]"#)
+                .unwrap();
+        assert_eq!(
+            back.json(),
+            r#"[["content-type","text/plain"],["x-a","1"]]"#
+        );
+        assert_eq!(serde_json::to_string(&back).unwrap(), back.json());
     }
 
     #[test]

@@ -280,17 +280,18 @@ fn reinspect_with(
                     None => (path.as_str(), None),
                 };
                 let map = headers.to_map();
+                let get = |n: &str| map.get(n).and_then(|v| v.to_str().ok());
                 let ctx = insp.begin_numbered(
                     *exchange,
                     &RequestMeta {
                         method,
                         path: p,
                         query: q,
-                        content_type: headers.get("content-type"),
+                        content_type: get("content-type"),
                         session: session.as_deref(),
                         protocol_version: protocol_version.as_deref(),
-                        mcp_method: headers.get("mcp-method"),
-                        mcp_name: headers.get("mcp-name"),
+                        mcp_method: get("mcp-method"),
+                        mcp_name: get("mcp-name"),
                         peer: None,
                         peer_ip: peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()),
                         // As recorded (the `Mcp-Param-*` rules read them).
@@ -387,14 +388,16 @@ fn reinspect_with(
                     continue;
                 };
                 o.flush();
+                let session = headers.get("mcp-session-id");
+                let challenge = headers.get("www-authenticate");
                 match local {
                     Some(why) => o.ctx.answer_locally(*status, why),
                     None => o.ctx.response_head(&ResponseMeta {
                         status: *status,
                         content_type: content_type.as_deref(),
-                        session: headers.get("mcp-session-id"),
+                        session: session.as_deref(),
                         content_length: None,
-                        www_authenticate: headers.get("www-authenticate"),
+                        www_authenticate: challenge.as_deref(),
                         headers: None,
                     }),
                 }

@@ -249,7 +249,7 @@ pub fn har(rec: &Capture) -> Value {
                 .cloned()
                 .unwrap_or((0, None, vec![], *ts));
         let sse = ct.as_deref().is_some_and(crate::media::is_event_stream);
-        let req_ct = headers.get("content-type").map(str::to_string);
+        let req_ct = headers.get("content-type");
         let req_text = body_text(&req_msgs, false);
         let resp_text = body_text(&resp_msgs, sse);
         let end = ends.get(exchange).copied().unwrap_or(rts);

@@ -166,35 +166,8 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
     }
     fn headers(l: &mut Line<'_>, h: &crate::events::Headers) {
         l.lit(k!("headers"));
-        // Each pair as `["name","value"]`, its punctuation written in as few copies as it
-        // can be (`[` or `,[` before it, `"]` after it): this loop is most of a head's line.
-        let mut open = "[[\"";
-        for (k, v) in &h.0 {
-            let name = k.as_str().as_bytes();
-            let b = v.as_bytes();
-            l.0.reserve(name.len() + b.len() + 8);
-            l.lit(open);
-            open = ",[\"";
-            // A header name is a lower-case token: nothing in it needs escaping.
-            l.0.extend_from_slice(name);
-            // ASCII with no control character, quote or backslash (nearly every value): copied
-            // as it is, in one pass over it (not `to_str`'s check and then the escaping check).
-            // DEL passes (serde_json writes it as it is too).
-            if crate::rpc::plain_text(b, true) {
-                l.lit("\",\"");
-                l.0.extend_from_slice(b);
-                l.lit("\"]");
-            } else {
-                l.lit("\",");
-                match v.to_str() {
-                    Ok(text) => json_str(l.0, text),
-                    Err(_) => json_str(l.0, &String::from_utf8_lossy(b)),
-                }
-                l.0.push(b']');
-            }
-        }
-        // `]` after the last pair; `[]` when there were none.
-        l.lit(if h.0.is_empty() { "[]" } else { "]" });
+        // Already the JSON text (`events::Headers`).
+        l.0.extend_from_slice(h.json().as_bytes());
     }
     match h {
         HttpEvent::Request {
@@ -726,7 +699,7 @@ mod tests {
                 peer: "[::1]:4000".into(),
                 session: Some("s\u{e9}ss\u{1}".into()),
                 protocol_version: Some("2025-06-18".into()),
-                headers: Headers(hm.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+                headers: Headers::from(&hm),
             },
             HttpEvent::Request {
                 ts: 1,
@@ -743,7 +716,7 @@ mod tests {
                 exchange: 3,
                 status: 200,
                 content_type: Some("text/event-stream".into()),
-                headers: Headers(hm.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+                headers: Headers::from(&hm),
                 local: None,
             },
             HttpEvent::Response {

@@ -236,7 +236,7 @@ fn exchanges(rec: &Capture) -> Vec<Exchange<'_>> {
             } => {
                 if let Some(&i) = index.get(exchange) {
                     list[i].status = Some(*status);
-                    list[i].resp_session = headers.get("mcp-session-id").map(str::to_string);
+                    list[i].resp_session = headers.get("mcp-session-id");
                 }
             }
             HttpEvent::End { .. }
