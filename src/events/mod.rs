@@ -600,8 +600,14 @@ impl HttpEvent {
 /// them): made once, in one allocation, and written by the recorder as it is — where a list of
 /// shared names and values cost a clone and a drop of each, and their encoding again per line.
 /// Read back by parsing (the dashboard, exports, the offline inspector: a few per exchange).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Headers(Box<str>);
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Headers(Vec<u8>);
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.json()))
+    }
+}
 
 impl Headers {
     /// From (name, value) pairs, names as they are (a header name needs no escaping).
@@ -629,20 +635,20 @@ impl Headers {
             return Headers::default();
         }
         out.push(b']');
-        // Names are ASCII and values went in as ASCII or as serde_json's UTF-8.
-        Headers(String::from_utf8_lossy(&out).into())
+        Headers(out)
     }
-    /// The JSON text.
-    pub fn json(&self) -> &str {
+    /// The JSON text (UTF-8: names are ASCII, and values went in as ASCII or as serde_json's
+    /// text of their lossy UTF-8; kept as bytes so that nothing checks it again).
+    pub fn json(&self) -> &[u8] {
         if self.0.is_empty() {
-            "[]"
+            b"[]"
         } else {
             &self.0
         }
     }
     /// (name, value) pairs.
     pub fn pairs(&self) -> Vec<(String, String)> {
-        serde_json::from_str(self.json()).unwrap_or_default()
+        serde_json::from_slice(self.json()).unwrap_or_default()
     }
     /// The first value of a header (any letter case).
     pub fn get(&self, name: &str) -> Option<String> {
@@ -974,19 +980,22 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(ours.json(), serde_json::to_string(&pairs).unwrap());
+        assert_eq!(
+            ours.json(),
+            serde_json::to_string(&pairs).unwrap().as_bytes()
+        );
         assert_eq!(ours.pairs(), pairs);
         assert_eq!(ours.get("X-H1").as_deref(), Some("a \"quoted\" \\ value"));
-        assert_eq!(Headers::default().json(), "[]");
+        assert_eq!(Headers::default().json(), b"[]");
         assert_eq!(Headers::from(&http::HeaderMap::new()), Headers::default());
         let back: Headers =
             serde_json::from_str(r#"[["Content-Type","text/plain"],["bad name","x"],["x-a","1"]]"#)
                 .unwrap();
         assert_eq!(
             back.json(),
-            r#"[["content-type","text/plain"],["x-a","1"]]"#
+            br#"[["content-type","text/plain"],["x-a","1"]]"#
         );
-        assert_eq!(serde_json::to_string(&back).unwrap(), back.json());
+        assert_eq!(serde_json::to_vec(&back).unwrap(), back.json());
     }
 
     #[test]

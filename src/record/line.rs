@@ -167,7 +167,7 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
     fn headers(l: &mut Line<'_>, h: &crate::events::Headers) {
         l.lit(k!("headers"));
         // Already the JSON text (`events::Headers`).
-        l.0.extend_from_slice(h.json().as_bytes());
+        l.0.extend_from_slice(h.json());
     }
     match h {
         HttpEvent::Request {
