@@ -119,7 +119,10 @@ impl LineShards {
     pub fn put<E>(&self, ts: u64, write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> bool {
         let shard = &self.shards[shard_of()];
         let mut g = shard.0.locked();
-        let before = g.bytes.len();
+        // What a writer that panicked left of its line (the bus drops such a sink, but its
+        // last line must not run into the next) ends at the last whole line.
+        let before = g.marks.last().map_or(0, |m| m.1);
+        g.bytes.truncate(before);
         if write(&mut g.bytes).is_ok() {
             let end = g.bytes.len();
             // The line's bytes past the buffer's share come from the pool.
@@ -148,6 +151,9 @@ impl LineShards {
         into.resize_with(self.shards.len(), Lines::default);
         let mut held: Vec<_> = self.shards.iter().map(|s| s.0.locked()).collect();
         for (g, b) in held.iter_mut().zip(into.iter_mut()) {
+            // Whole lines only (see `put`).
+            let end = g.marks.last().map_or(0, |m| m.1);
+            g.bytes.truncate(end);
             std::mem::swap(&mut **g, b);
         }
         // Every buffer is empty now: so is the pool.
@@ -270,6 +276,39 @@ mod tests {
         assert!(s.put(9, line));
         s.take(&mut bufs);
         assert_eq!(text(&bufs), [format!("{}\n", "x".repeat(99))]);
+    }
+
+    /// A writer that panicked half-way leaves nothing of its line behind.
+    #[test]
+    fn a_line_half_written_by_a_panic_is_cut_off() {
+        let s = LineShards::new(1 << 20);
+        let half = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.put(1, |v: &mut Vec<u8>| -> Result<(), ()> {
+                v.extend_from_slice(b"{\"half");
+                panic!("a writer's bug");
+            })
+        }));
+        assert!(half.is_err());
+        let mut bufs = Vec::new();
+        s.take(&mut bufs);
+        assert!(
+            bufs.iter().all(|b| b.bytes().is_empty()),
+            "drained: nothing"
+        );
+        bufs.iter_mut().for_each(Lines::clear);
+        let half = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.put(1, |v: &mut Vec<u8>| -> Result<(), ()> {
+                v.extend_from_slice(b"{\"half");
+                panic!("a writer's bug");
+            })
+        }));
+        assert!(half.is_err());
+        assert!(s.put(2, |v: &mut Vec<u8>| -> Result<(), ()> {
+            v.extend_from_slice(b"whole\n");
+            Ok(())
+        }));
+        s.take(&mut bufs);
+        assert_eq!(text(&bufs), ["whole\n"]);
     }
 
     /// Lines written on many threads, each thread's in time order: every one comes out once,
