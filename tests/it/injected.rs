@@ -793,7 +793,33 @@ async fn over_http_server_everythings_sampling_request_refused_held_doubled_and_
     assert!(elapsed(&r[1]) >= 1.0 && elapsed(&r[3]) >= 1.0, "{r:?}");
     // The tool call's own stream closed at the server's request: the call never completes.
     assert!(r[4]["exception"].is_string(), "{:?}", r[4]);
-    let lines = recorded_and_clean(&file, &["close", "delay", "delay", "duplicate", "error"]);
+    let mut got: Vec<String> = recorded_faults(&file).into_iter().map(|(a, _)| a).collect();
+    got.sort();
+    assert_eq!(got, ["close", "delay", "delay", "duplicate", "error"]);
+    // `check` passes — or, when server-everything refused (400) the client's answer to the
+    // request it replayed on the resumed stream (its own race: the run then never completes the
+    // closed call), it says exactly that and nothing else.
+    let (code, lines) = check_json(&file);
+    if code != Some(0) {
+        let findings: Vec<&Value> = lines
+            .iter()
+            .filter_map(|l| l["result"]["findings"].as_array())
+            .flatten()
+            .collect();
+        let said = |f: &Value, code: &str, words: &str| {
+            f["code"] == code && f["message"].as_str().unwrap_or("").contains(words)
+        };
+        assert!(
+            findings
+                .iter()
+                .any(|f| said(f, "HTTP_STATUS", "answered HTTP 400"))
+                && findings.iter().all(|f| {
+                    said(f, "HTTP_STATUS", "answered HTTP 400")
+                        || said(f, "MISSING_RESPONSE", "after the fault `closed`")
+                }),
+            "{lines:#?}"
+        );
+    }
     // The Python client resumes the closed stream (a GET with `Last-Event-ID`) and the server
     // replays its request there: the call delivered again, not a second call under its id.
     let text = serde_json::to_string(&lines).unwrap();
