@@ -12,7 +12,7 @@
 //! call), and the printer takes every buffer each [`DRAIN`], merges their lines by time and
 //! writes them in one go. The JSON log reads the bus through a queue, as the other subscribers do.
 
-use crate::events::lines::{merged, LineShards, Lines};
+use crate::events::lines::{LineShards, Lines};
 use crate::events::{Event, Interest, Sink, Subscription};
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -242,39 +242,20 @@ impl Sink for TextLines {
     }
 }
 
-/// Writes the lines of every buffer into `out`, merged by time, and empties the buffers.
-fn write_merged(out: &mut impl Write, bufs: &mut [Lines]) -> std::io::Result<()> {
-    match bufs.iter().filter(|b| !b.is_empty()).count() {
-        0 => {}
-        1 => {
-            for b in bufs.iter() {
-                out.write_all(b.bytes())?;
-            }
-        }
-        _ => {
-            for line in merged(bufs) {
-                out.write_all(line)?;
-            }
-        }
-    }
-    bufs.iter_mut().for_each(Lines::clear);
-    Ok(())
-}
-
 /// Runs the text printer until the bus is gone (the printer holds the last reference to
 /// `lines`), then prints what is left.
 pub async fn run_text(lines: Arc<TextLines>, out: impl Write + Send) {
     let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
-    let mut bufs = Vec::new();
+    let (mut bufs, mut batch) = (Vec::new(), Vec::new());
     let mut reported = 0;
     let mut tick = drain_timer();
     loop {
         tick.tick().await;
         let last = Arc::strong_count(&lines) == 1;
-        lines.0.take(&mut bufs);
-        let wrote = bufs.iter().any(|b| !b.is_empty());
-        let _ = write_merged(&mut out, &mut bufs);
-        end_drain(&mut out, wrote, lines.lost(), &mut reported, "lines");
+        let n = lines.0.drain(&mut bufs, &mut batch);
+        let _ = out.write_all(&batch);
+        batch.clear();
+        end_drain(&mut out, n > 0, lines.lost(), &mut reported, "lines");
         if last {
             return;
         }
@@ -472,10 +453,8 @@ mod tests {
                 });
             }
         });
-        let mut bufs = Vec::new();
-        lines.0.take(&mut bufs);
-        let mut out = Vec::new();
-        write_merged(&mut out, &mut bufs).unwrap();
+        let (mut bufs, mut out) = (Vec::new(), Vec::new());
+        assert_eq!(lines.0.drain(&mut bufs, &mut out), 2000);
         let text = String::from_utf8(out).unwrap();
         let got: Vec<&str> = text.lines().collect();
         assert_eq!(got.len(), 2000);
@@ -501,7 +480,8 @@ mod tests {
 
     #[test]
     fn a_full_buffer_skips_lines_and_counts_them() {
-        let lines = TextLines::new(0); // each shard takes 4096 bytes at most
+        // One thread's buffer takes its 4 KiB share and the 4 KiB pool at most.
+        let lines = TextLines::new(0);
         for i in 0..200 {
             lines.accept(&ping_at(1_796_015_737_000_000_000, i));
         }

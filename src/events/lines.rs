@@ -47,7 +47,7 @@ impl Lines {
         self.marks.is_empty()
     }
     /// Swaps the lines' bytes with `other` (clear them after: their marks stay).
-    pub fn swap_bytes(&mut self, other: &mut Vec<u8>) {
+    fn swap_bytes(&mut self, other: &mut Vec<u8>) {
         std::mem::swap(&mut self.bytes, other);
     }
     /// Empties them, keeping the allocations for the next lines.
@@ -159,6 +159,38 @@ impl LineShards {
         // Every buffer is empty now: so is the pool.
         self.pooled.store(0, Ordering::Relaxed);
     }
+
+    /// Takes every buffer's lines (see [`take`](Self::take)) and appends them to `batch` in
+    /// time order; returns how many lines. `bufs` is the drainer's own set of buffers, kept
+    /// between drains for their allocations. When one buffer alone has lines (one runtime
+    /// thread, or a quiet moment) they are in order already: an empty `batch` then swaps
+    /// allocations with that buffer instead of copying it.
+    pub fn drain(&self, bufs: &mut Vec<Lines>, batch: &mut Vec<u8>) -> usize {
+        self.take(bufs);
+        let mut live = bufs.iter_mut().filter(|b| !b.is_empty());
+        let n = match (live.next(), live.next()) {
+            (None, _) => 0,
+            (Some(one), None) => {
+                let n = one.count();
+                if batch.is_empty() {
+                    one.swap_bytes(batch);
+                } else {
+                    batch.extend_from_slice(one.bytes());
+                }
+                n
+            }
+            _ => {
+                let mut n = 0;
+                for line in merged(bufs) {
+                    batch.extend_from_slice(line);
+                    n += 1;
+                }
+                n
+            }
+        };
+        bufs.iter_mut().for_each(Lines::clear);
+        n
+    }
 }
 
 /// Every line of `bufs` (newline included), merged by time: each buffer's own lines in the
@@ -231,6 +263,54 @@ mod tests {
             "merged by time; a tie goes to the earlier buffer; a buffer's order is kept"
         );
         assert!(text(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_drain_gives_every_line_once_in_time_order() {
+        let s = LineShards::new(1 << 20);
+        let put = |ts: u64, t: &str| {
+            assert!(s.put(ts, |v: &mut Vec<u8>| -> Result<(), ()> {
+                v.extend_from_slice(t.as_bytes());
+                v.push(b'\n');
+                Ok(())
+            }))
+        };
+        let (mut bufs, mut batch) = (Vec::new(), Vec::new());
+        assert_eq!(s.drain(&mut bufs, &mut batch), 0);
+        assert!(batch.is_empty());
+        // One thread's lines: taken as they are.
+        put(3, "a3");
+        put(1, "a1-late");
+        assert_eq!(s.drain(&mut bufs, &mut batch), 2);
+        assert_eq!(batch, b"a3\na1-late\n");
+        // A batch not yet empty is added to, not replaced.
+        put(4, "a4");
+        assert_eq!(s.drain(&mut bufs, &mut batch), 1);
+        assert_eq!(batch, b"a3\na1-late\na4\n");
+        batch.clear();
+        // Two threads' lines: merged by time.
+        put(10, "a10");
+        put(30, "a30");
+        // (A thread whose number falls on this thread's buffer is passed over.)
+        let mine = shard_of();
+        let other = || {
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    shard_of() != mine && {
+                        put(20, "b20");
+                        true
+                    }
+                })
+                .join()
+                .unwrap()
+            })
+        };
+        assert!(other() || other());
+        assert_eq!(s.drain(&mut bufs, &mut batch), 3);
+        assert_eq!(batch, b"a10\nb20\na30\n");
+        batch.clear();
+        assert_eq!(s.drain(&mut bufs, &mut batch), 0, "each line once");
+        assert!(batch.is_empty() && bufs.iter().all(Lines::is_empty));
     }
 
     #[test]

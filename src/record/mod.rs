@@ -27,7 +27,7 @@ pub use line::write_line;
 pub use writer::{create_private, part_path};
 use writer::{run, Writer};
 
-use crate::events::lines::{merged, LineShards, Lines};
+use crate::events::lines::{LineShards, Lines};
 use crate::events::{now_ns, Event, Sink};
 use serde_json::json;
 use std::fs::File;
@@ -80,26 +80,9 @@ impl LineBuffer {
         self.lines.lost()
     }
 
-    /// Takes the waiting lines into `batch` (which must be empty), merged by time, and how many
-    /// there are. The buffers keep `bufs`' old allocations for their next lines.
+    /// Takes the waiting lines into `batch`, in time order, and how many there are.
     fn take(&self, bufs: &mut Vec<Lines>, batch: &mut Vec<u8>) -> u64 {
-        self.lines.take(bufs);
-        let mut n = 0;
-        let live = bufs.iter().filter(|b| !b.is_empty()).count();
-        for b in bufs.iter_mut() {
-            n += b.count() as u64;
-            // One thread's lines (a single-threaded runtime, or a quiet moment) are already in
-            // order: the batch takes their buffer as it is.
-            if live == 1 && !b.is_empty() {
-                b.swap_bytes(batch);
-            }
-        }
-        if live > 1 {
-            for line in merged(bufs) {
-                batch.extend_from_slice(line);
-            }
-        }
-        bufs.iter_mut().for_each(Lines::clear);
+        let n = self.lines.drain(bufs, batch) as u64;
         self.taken.fetch_add(n, Ordering::Relaxed);
         n
     }
