@@ -12,7 +12,7 @@
 //! call), and the printer takes every buffer each [`DRAIN`], merges their lines by time and
 //! writes them in one go. The JSON log reads the bus through a queue, as the other subscribers do.
 
-use crate::events::lines::{LineShards, Lines};
+use crate::events::lines::LineShards;
 use crate::events::{Event, Interest, Sink, Subscription};
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -323,6 +323,7 @@ fn end_drain(out: &mut impl Write, wrote: bool, skipped: u64, reported: &mut u64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::lines::Lines;
 
     #[test]
     fn a_call_line_reads_as_it_always_did() {
