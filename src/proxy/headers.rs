@@ -24,8 +24,8 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
 /// The MCP session header.
 pub const MCP_SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
 pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Removes the hop-by-hop headers, including those the `Connection` header names.
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay. `any` is what [`pick`] found
@@ -138,24 +138,43 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
     p
 }
 
-/// Appends the client's address to `X-Forwarded-For` and sets `X-Forwarded-Proto`.
-pub fn add_forwarded(h: &mut HeaderMap, peer: &HeaderValue, proto: &'static str) {
-    match h.entry(X_FORWARDED_FOR) {
-        header::Entry::Occupied(mut e) => {
-            let prev = e.get();
-            let mut v = Vec::with_capacity(prev.len() + 2 + peer.len());
-            v.extend_from_slice(prev.as_bytes());
-            v.extend_from_slice(b", ");
-            v.extend_from_slice(peer.as_bytes());
-            if let Ok(v) = HeaderValue::from_bytes(&v) {
-                e.insert(v);
+/// What a forwarded request says of its client: `X-Forwarded-For` gets the client's address
+/// appended, `X-Forwarded-Proto` is set. Added by whatever writes the request upstream: the
+/// lean path writes them into the request's bytes as it encodes the head
+/// (`lean::encode_request`), the others add them to the head's map (`add_to`) — so the common
+/// call never grows the client's header map for two headers.
+#[derive(Clone, Copy)]
+pub struct Forwarded<'a> {
+    pub peer: &'a HeaderValue,
+    pub proto: &'static str,
+}
+
+impl Forwarded<'_> {
+    /// Adds them to `h` (an earlier `X-Forwarded-For` keeps its first value, then the client's
+    /// address; any `X-Forwarded-Proto` is replaced).
+    pub fn add_to(self, h: &mut HeaderMap) {
+        match h.entry(X_FORWARDED_FOR) {
+            header::Entry::Occupied(mut e) => {
+                let v = self.appended_to(e.get());
+                if let Ok(v) = HeaderValue::from_bytes(&v) {
+                    e.insert(v);
+                }
+            }
+            header::Entry::Vacant(e) => {
+                e.insert(self.peer.clone());
             }
         }
-        header::Entry::Vacant(e) => {
-            e.insert(peer.clone());
-        }
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.proto));
     }
-    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+
+    /// An earlier `X-Forwarded-For` value with the client's address appended.
+    pub fn appended_to(self, prev: &HeaderValue) -> Vec<u8> {
+        let mut v = Vec::with_capacity(prev.len() + 2 + self.peer.len());
+        v.extend_from_slice(prev.as_bytes());
+        v.extend_from_slice(b", ");
+        v.extend_from_slice(self.peer.as_bytes());
+        v
+    }
 }
 
 /// An IP address as a header value (made once per client connection).
@@ -305,11 +324,21 @@ mod tests {
     fn forwarded_for_appends() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        add_forwarded(&mut h, &ip_header("127.0.0.1".parse().unwrap()), "http");
+        let local = ip_header("127.0.0.1".parse().unwrap());
+        Forwarded {
+            peer: &local,
+            proto: "http",
+        }
+        .add_to(&mut h);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
         let mut fresh = HeaderMap::new();
-        add_forwarded(&mut fresh, &ip_header("::1".parse().unwrap()), "http");
+        let v6 = ip_header("::1".parse().unwrap());
+        Forwarded {
+            peer: &v6,
+            proto: "http",
+        }
+        .add_to(&mut fresh);
         assert_eq!(fresh["x-forwarded-for"], "::1");
     }
 }

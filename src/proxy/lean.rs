@@ -23,7 +23,8 @@
 //! answer while it writes), and HTTP/2 clients' (the pool).
 //!
 //! What it does: writes the request head as it came (method, origin-form target, headers in
-//! order; a whole body's `Content-Length` said when the client did not), reads the response
+//! order; a whole body's `Content-Length` said when the client did not; the forwarding headers
+//! added as it writes, `headers::Forwarded`), reads the response
 //! head with `httparse` (skipping `1xx` interim answers), and reads the body by its framing
 //! (RFC 9112 §6.3: none for a `HEAD` or for `204`/`304`, chunked, `Content-Length`, or until
 //! close), yielding each piece as it arrives — an SSE event is passed on the moment its bytes are
@@ -38,6 +39,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
+use super::headers::{Forwarded, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 use crate::server::BoxError;
 
 /// Largest response head read (start line and headers).
@@ -168,11 +170,12 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
 pub async fn send<T, B>(
     mut conn: LeanConn<T>,
     req: Request<B>,
+    fwd: Option<Forwarded<'_>>,
 ) -> Result<Response<LeanBody<T>>, String>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin,
 {
-    let wire = encode_request(&req, &[]);
+    let wire = encode_request(&req, &[], fwd);
     drop(req);
     let (parts, framing, buf) = conn.exchange(&wire, false).await?;
     Ok(Response::from_parts(
@@ -185,17 +188,26 @@ where
 /// the body. A whole body is framed by its length: a `Content-Length` that says it stays where
 /// it was, one that does not (or a `Transfer-Encoding`, hop-by-hop and normally gone already)
 /// is left out, and the length is said last when no header said it (for a body, or a method
-/// that carries one — what hyper's client does).
-pub fn encode_request<B>(req: &Request<B>, body: &[u8]) -> Vec<u8> {
+/// that carries one — what hyper's client does). With `fwd`, the forwarding headers are written
+/// as [`Forwarded::add_to`] would have put them in the map: an earlier `X-Forwarded-For` (its
+/// first value) gets the client's address appended where it stands, a new one follows the
+/// client's headers, and `X-Forwarded-Proto` replaces the client's.
+pub fn encode_request<B>(req: &Request<B>, body: &[u8], fwd: Option<Forwarded<'_>>) -> Vec<u8> {
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let mut out = Vec::with_capacity(64 + target.len() + req.headers().len() * 40 + body.len());
+    let mut out = Vec::with_capacity(128 + target.len() + req.headers().len() * 40 + body.len());
     out.extend_from_slice(req.method().as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut line = |name: &[u8], value: &[u8]| {
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    };
     let mut digits = itoa::Buffer::new();
     let length = digits.format(body.len()).as_bytes();
-    let mut said = false;
+    let (mut said, mut said_for, mut said_proto) = (false, false, false);
     for (name, value) in req.headers() {
         if name == TRANSFER_ENCODING {
             continue;
@@ -206,16 +218,33 @@ pub fn encode_request<B>(req: &Request<B>, body: &[u8]) -> Vec<u8> {
             }
             said = true;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        if let Some(f) = fwd {
+            if name == X_FORWARDED_FOR {
+                if !std::mem::replace(&mut said_for, true) {
+                    line(name.as_str().as_bytes(), &f.appended_to(value));
+                }
+                continue;
+            }
+            if name == X_FORWARDED_PROTO {
+                if !std::mem::replace(&mut said_proto, true) {
+                    line(name.as_str().as_bytes(), f.proto.as_bytes());
+                }
+                continue;
+            }
+        }
+        line(name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(f) = fwd {
+        if !said_for {
+            line(b"x-forwarded-for", f.peer.as_bytes());
+        }
+        if !said_proto {
+            line(b"x-forwarded-proto", f.proto.as_bytes());
+        }
     }
     let carries_body = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH);
     if !said && (!body.is_empty() || carries_body) {
-        out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(length);
-        out.extend_from_slice(b"\r\n");
+        line(b"content-length", length);
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
@@ -928,8 +957,9 @@ mod tests {
 
     #[test]
     fn a_whole_request_is_written_with_its_length_said_once() {
-        let text =
-            |r: &Request<()>, body: &[u8]| String::from_utf8(encode_request(r, body)).unwrap();
+        let text = |r: &Request<()>, body: &[u8]| {
+            String::from_utf8(encode_request(r, body, None)).unwrap()
+        };
         // The client's Content-Length, right: kept where it was, in order.
         let r = request(
             Method::POST,
@@ -967,6 +997,50 @@ mod tests {
         assert_eq!(
             text(&request(Method::POST, &[]), b""),
             "POST /mcp?x=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
+
+    /// The forwarding headers written with the request are the bytes the map route gives
+    /// (`Forwarded::add_to`, then the head encoded): an earlier `X-Forwarded-For` (two of them,
+    /// or none) and `X-Forwarded-Proto` (or none), in any place.
+    #[test]
+    fn forwarding_headers_are_written_as_the_map_would_hold_them() {
+        let peer = HeaderValue::from_static("10.1.2.3");
+        let fwd = Forwarded {
+            peer: &peer,
+            proto: "http",
+        };
+        let cases: &[&[(&str, &str)]] = &[
+            &[("host", "up"), ("content-length", "2")],
+            &[("x-forwarded-for", "1.1.1.1"), ("host", "up")],
+            &[
+                ("x-forwarded-for", "1.1.1.1"),
+                ("x-a", "1"),
+                ("x-forwarded-for", "2.2.2.2"),
+            ],
+            &[("x-forwarded-proto", "https"), ("x-a", "1")],
+            &[
+                ("x-a", "1"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-for", "3.3.3.3"),
+                ("x-forwarded-proto", "ws"),
+            ],
+        ];
+        for case in cases {
+            let r = request(Method::POST, case);
+            let written = String::from_utf8(encode_request(&r, b"{}", Some(fwd))).unwrap();
+            let mut mapped = r.map(|_| ());
+            fwd.add_to(mapped.headers_mut());
+            let reference = String::from_utf8(encode_request(&mapped, b"{}", None)).unwrap();
+            assert_eq!(written, reference, "{case:?}");
+            assert!(written.contains("x-forwarded-proto: http\r\n"), "{written}");
+            assert_eq!(written.matches("x-forwarded-for: ").count(), 1, "{written}");
+        }
+        let r = request(Method::POST, &[("x-forwarded-for", "1.1.1.1")]);
+        let written = String::from_utf8(encode_request(&r, b"", Some(fwd))).unwrap();
+        assert!(
+            written.contains("x-forwarded-for: 1.1.1.1, 10.1.2.3\r\n"),
+            "{written}"
         );
     }
 
@@ -1079,7 +1153,7 @@ mod tests {
             drop(theirs);
         });
         let home = std::sync::Arc::new(Counter::default());
-        let wire = encode_request(&request(Method::GET, &[]).map(|_| ()), b"");
+        let wire = encode_request(&request(Method::GET, &[]).map(|_| ()), b"", None);
         let wire = String::from_utf8(wire).unwrap().replace("/mcp?x=1", "/");
         let (parts, framing, buf) = match conn.exchange(wire.as_bytes(), is_head).await {
             Ok(h) => h,

@@ -393,15 +393,21 @@ impl Proxy {
                     parts.headers.insert("traceparent", v);
                 }
             }
-            if let Err(e) =
-                this.upstream_request(&mut parts, (upgrade, hop_by_hop), lane.is_some(), client)
+            if let Err(e) = this.upstream_request(&mut parts, (upgrade, hop_by_hop), lane.is_some())
             {
                 return this.error_reply(ex, e);
             }
+            // The forwarding headers are added as the request is written (`upstream::send`).
+            let fwd = headers::Forwarded {
+                peer: &client.peer_ip,
+                proto: "http",
+            };
             if s2c {
+                let mut headers = parts.headers.clone();
+                fwd.add_to(&mut headers);
                 ex.upstreamed = Some(Box::new(Upstreamed {
                     uri: parts.uri.clone(),
-                    headers: parts.headers.clone(),
+                    headers,
                     peer: client.peer.ip(),
                     session: session.clone(),
                     again,
@@ -416,7 +422,8 @@ impl Proxy {
                 let mut send = std::pin::pin!(this.inner.upstream.send(
                     Request::from_parts(parts, body),
                     lane,
-                    upgrade
+                    upgrade,
+                    Some(fwd)
                 ));
                 upstream::within(lane, limit, send.as_mut()).await
             };
@@ -565,14 +572,14 @@ impl Proxy {
     }
 
     /// Phase 2, **upstream request**: the upstream's base path and origin-form target,
-    /// hop-by-hop headers removed, `Host` rewritten (unless `preserve_host`),
-    /// `X-Forwarded-For`/`-Proto` added.
+    /// hop-by-hop headers removed, `Host` rewritten (unless `preserve_host`). The
+    /// `X-Forwarded-For`/`-Proto` headers are added as the request is written
+    /// (`headers::Forwarded`, passed to `upstream::send`).
     fn upstream_request(
         &self,
         parts: &mut http::request::Parts,
         (upgrade, hop_by_hop): (bool, bool),
         on_lane: bool,
-        conn: &ClientConn,
     ) -> Result<(), ExchangeError> {
         let inner = &self.inner;
         parts.uri = self
@@ -599,7 +606,6 @@ impl Proxy {
                 parts.headers.insert(header::HOST, a);
             }
         }
-        headers::add_forwarded(&mut parts.headers, &conn.peer_ip, "http");
         Ok(())
     }
 
@@ -765,7 +771,8 @@ impl Proxy {
         let me = self.clone();
         tokio::spawn(async move {
             let limit = me.inner.opts.upstream_timeout;
-            match tokio::time::timeout(limit, me.inner.upstream.send(req, None, false)).await {
+            match tokio::time::timeout(limit, me.inner.upstream.send(req, None, false, None)).await
+            {
                 Ok(Ok(resp)) => {
                     let status = resp.status();
                     let _ = tokio::time::timeout(limit, resp.into_body().collect()).await;

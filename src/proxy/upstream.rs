@@ -16,6 +16,7 @@
 //! default).
 
 use super::body::{ForwardBody, LeanIo, UpstreamBody};
+use super::headers::Forwarded;
 use crate::locks::Locked as _;
 use http::{Request, Response, Uri};
 use hyper::client::conn::http1;
@@ -346,7 +347,7 @@ impl Upstream {
     /// Sends `req` (its URI in absolute form, or origin form on a lane). With a lane the
     /// request goes on that lane's connection (an upgrade request — `upgrade`, what the
     /// caller's [`super::headers::pick`] found — takes the connection with it); without one, on
-    /// the pool.
+    /// the pool. `fwd`: the forwarding headers to add (`None` when the head has them already).
     ///
     /// Not an `async fn`, for the reason `Proxy::handle` is not: the request is used in place,
     /// not kept twice in the future (which clippy's `manual_async_fn` cannot know).
@@ -356,12 +357,21 @@ impl Upstream {
         mut req: Request<ForwardBody>,
         lane: Option<&'a Lane>,
         upgrade: bool,
+        fwd: Option<Forwarded<'a>>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, String>> + 'a {
         async move {
+            // The forwarding headers go in the map unless the lean path writes them itself.
+            let add = |req: &mut Request<ForwardBody>| {
+                if let Some(f) = fwd {
+                    f.add_to(req.headers_mut());
+                }
+            };
             if let Some(local) = &self.local {
+                add(&mut req);
                 return local.call(req).await;
             }
             let Some(lane) = lane else {
+                add(&mut req);
                 return (self.pool.request(req).await)
                     .map(|r| r.map(UpstreamBody::Hyper))
                     .map_err(|e| describe(&e));
@@ -381,7 +391,7 @@ impl Upstream {
             if super::lean::wants_lean(&req) {
                 let resp = Box::pin(async {
                     let conn = self.dial_lean().await?;
-                    super::lean::send(conn, req).await
+                    super::lean::send(conn, req, fwd).await
                 })
                 .await?;
                 return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
@@ -389,8 +399,9 @@ impl Upstream {
             // A whole request (read whole, no upgrade, a body the socket takes at once): on the
             // lane's lean connection.
             if !upgrade && req.body().whole().is_some_and(|b| b.len() <= LEAN_MAX_BODY) {
-                return self.send_whole(lane, req).await;
+                return self.send_whole(lane, req, fwd).await;
             }
+            add(&mut req);
             let (reused, lean) = match lane.take(self.idle_timeout) {
                 Some(Conn::Hyper(mut s)) => (s.ready().await.ok().map(|()| s), None),
                 // A kept lean connection, still open: hyper takes its socket over.
@@ -438,9 +449,10 @@ impl Upstream {
         &self,
         lane: &Lane,
         req: Request<ForwardBody>,
+        fwd: Option<Forwarded<'_>>,
     ) -> Result<Response<UpstreamBody>, String> {
         let is_head = req.method() == http::Method::HEAD;
-        let wire = super::lean::encode_request(&req, req.body().whole().unwrap_or_default());
+        let wire = super::lean::encode_request(&req, req.body().whole().unwrap_or_default(), fwd);
         drop(req);
         let kept = match lane.take(self.idle_timeout) {
             Some(Conn::Lean(mut c)) => c.idle_and_open().then_some(c),

@@ -380,6 +380,29 @@ async fn non_json_rpc_passes_untouched_and_headers_are_rewritten() {
     assert!(anomalies(&ev).is_empty());
     assert!(calls(&ev).is_empty());
 
+    // A whole JSON-RPC POST goes on the lean path, which writes the forwarding headers into the
+    // request as it encodes it: the upstream sees the same.
+    for (client_sent, want) in [
+        (Some("10.1.2.3"), "10.1.2.3, 127.0.0.1"),
+        (None, "127.0.0.1"),
+    ] {
+        let mut headers = vec![("content-type", "application/json")];
+        headers.extend(client_sent.map(|v| ("x-forwarded-for", v)));
+        headers.push(("x-forwarded-proto", "https"));
+        let via = send(
+            proxy.addr,
+            "POST",
+            "/rpc",
+            &headers,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        )
+        .await;
+        let v: serde_json::Value = serde_json::from_slice(&via.body).unwrap();
+        assert_eq!(v["method"], "POST");
+        assert_eq!(v["headers"]["x-forwarded-for"], want);
+        assert_eq!(v["headers"]["x-forwarded-proto"], "http", "replaced");
+    }
+
     // --preserve-host keeps the client's Host.
     let flags = rpctap::cli::ProxyFlags {
         preserve_host: true,
