@@ -68,7 +68,7 @@ pub(super) fn end_call(
     outcome: Outcome,
     extra: &[&'static str],
     response_index: Option<u32>,
-    defer: Option<&mut Vec<Event>>,
+    defer: Option<&mut Deferred>,
 ) {
     super::mcp_checks::release_progress(inner, key, &p);
     if inner.bus.wants_in(Interest::CALL, p.exchange) {
@@ -110,7 +110,7 @@ pub(super) fn end_with_copies(
     p: Pending,
     outcome: &Outcome,
     response_index: Option<u32>,
-    mut defer: Option<&mut Vec<Event>>,
+    mut defer: Option<&mut Deferred>,
 ) {
     for one in p.each_copy() {
         end_call(

@@ -243,6 +243,9 @@ enum ReplyMode {
     },
 }
 
+/// Call events a reply ended, waiting for its message event (one, nearly always: inline).
+pub(super) type Deferred = smallvec::SmallVec<[Event; 1]>;
+
 /// What the request of an exchange held.
 #[derive(Debug, Default)]
 struct RequestSummary {
@@ -289,7 +292,7 @@ pub struct ExchangeCtx {
     /// The frame being processed (direction, batch index), for anomaly sites and call indices.
     cur: Option<(Direction, Option<u32>)>,
     /// Call events waiting for the message event that caused them.
-    deferred: Vec<Event>,
+    deferred: Deferred,
     /// Anomaly events flagged on the message being processed, published right after it.
     held: std::cell::RefCell<Vec<Event>>,
     /// A message is being processed (`on_envelope_t`): findings wait in `held`.
@@ -463,7 +466,7 @@ impl Inspector {
                     .is_some_and(|h| h.contains_key("last-event-id")),
             stream: false,
             cur: None,
-            deferred: Vec::new(),
+            deferred: Default::default(),
             held: Default::default(),
             holding: false,
             binary_frame: false,
@@ -556,7 +559,7 @@ impl Inspector {
             resumed: false,
             stream: true,
             cur: None,
-            deferred: Vec::new(),
+            deferred: Default::default(),
             held: Default::default(),
             holding: false,
             binary_frame: false,
