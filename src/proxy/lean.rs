@@ -134,7 +134,7 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
         &mut self,
         wire: &[u8],
         is_head: bool,
-    ) -> Result<(http::response::Parts, Framing, BytesMut), SendError> {
+    ) -> Result<(http::response::Parts, Framing, Bytes), SendError> {
         let unsent = |e: std::io::Error| {
             SendError::Unsent(format!("writing the request to the upstream: {e}"))
         };
@@ -142,10 +142,8 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
         self.io.flush().await.map_err(unsent)?;
         let mut buf = BytesMut::new();
         loop {
-            if let Some((parts, framing)) =
-                parse_head(&mut buf, is_head).map_err(SendError::Failed)?
-            {
-                return Ok((parts, framing, buf));
+            if let Some(head) = parse_head(&mut buf, is_head).map_err(SendError::Failed)? {
+                return Ok(head);
             }
             if buf.len() >= MAX_HEAD {
                 return Err(SendError::Failed(format!(
@@ -269,12 +267,18 @@ pub enum Framing {
 }
 
 /// Parses one final response head off the front of `buf` (interim `1xx` heads are dropped);
-/// `None` while it is incomplete. `is_head`: the answer to a `HEAD`, which has no body.
+/// `None` while it is incomplete (`buf` then holds what was read, to read more after). Done, it
+/// gives the head and the bytes read past it (the body's first), and leaves `buf` empty.
+/// `is_head`: the answer to a `HEAD`, which has no body.
+///
+/// The bytes read are frozen first: each header value is a slice of them, not a copy of its
+/// own (an allocation per value), as hyper's client reads heads.
 #[allow(clippy::type_complexity)]
 fn parse_head(
     buf: &mut BytesMut,
     is_head: bool,
-) -> Result<Option<(http::response::Parts, Framing)>, String> {
+) -> Result<Option<(http::response::Parts, Framing, Bytes)>, String> {
+    let mut read = std::mem::take(buf).freeze();
     loop {
         // Left uninitialized: httparse writes the ones it finds (a hundred initialized headers
         // would be 3 KiB written on every response).
@@ -283,11 +287,15 @@ fn parse_head(
         let mut r = httparse::Response::new(&mut []);
         let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
             &mut r,
-            buf,
+            &read,
             &mut headers,
         ) {
             Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(None),
+            Ok(httparse::Status::Partial) => {
+                // Back to a buffer to read into (no copy: these bytes have no other owner).
+                *buf = BytesMut::from(read);
+                return Ok(None);
+            }
             Err(e) => return Err(format!("the upstream's response head is invalid: {e}")),
         };
         let code = r.code.unwrap_or(0);
@@ -297,7 +305,7 @@ fn parse_head(
             return Err("101 Switching Protocols to a request that asked for no upgrade".into());
         }
         if status.is_informational() {
-            buf.advance(len);
+            read.advance(len);
             continue;
         }
         let mut map = HeaderMap::with_capacity(r.headers.len());
@@ -313,7 +321,7 @@ fn parse_head(
             } else if name == TRANSFER_ENCODING {
                 coded = true;
             }
-            let value = HeaderValue::from_bytes(h.value)
+            let value = HeaderValue::from_maybe_shared(read.slice_ref(h.value))
                 .map_err(|_| format!("the upstream sent an invalid value for {name}"))?;
             map.append(name, value);
         }
@@ -335,11 +343,11 @@ fn parse_head(
                 resp.extensions_mut().insert(reason);
             }
         }
-        buf.advance(len);
         *resp.status_mut() = status;
         *resp.version_mut() = version;
         *resp.headers_mut() = map;
-        return Ok(Some((resp.into_parts().0, framing)));
+        read.advance(len);
+        return Ok(Some((resp.into_parts().0, framing, read)));
     }
 }
 
@@ -423,7 +431,7 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanBody<T> {
     /// is already over (no body, or a length of 0) hands its connection back at once.
     pub fn new(
         conn: LeanConn<T>,
-        buf: BytesMut,
+        buf: Bytes,
         framing: Framing,
         home: Option<std::sync::Arc<dyn Home<T>>>,
     ) -> Self {
@@ -435,7 +443,7 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanBody<T> {
         };
         let mut body = LeanBody {
             conn: Some(conn),
-            pending: buf.freeze(),
+            pending: buf,
             state,
             home,
             failed: None,
@@ -936,13 +944,25 @@ mod tests {
     #[test]
     fn interim_heads_are_skipped_and_a_partial_head_waits() {
         let mut buf = BytesMut::from(&b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5\r\n"[..]);
-        let (parts, framing) = parse_head(&mut buf, false).unwrap().unwrap();
+        let (parts, framing, rest) = parse_head(&mut buf, false).unwrap().unwrap();
         assert_eq!(parts.status, 200);
         assert_eq!(parts.headers["content-type"], "text/event-stream");
         assert_eq!(framing, Framing::Chunked);
-        assert_eq!(&buf[..], b"5\r\n", "the body's first bytes stay");
-        let mut partial = BytesMut::from(&b"HTTP/1.1 200 OK\r\ncontent-le"[..]);
+        assert_eq!(&rest[..], b"5\r\n", "the body's first bytes are given back");
+        assert!(buf.is_empty());
+        let text = &b"HTTP/1.1 200 OK\r\ncontent-le"[..];
+        let mut partial = BytesMut::from(text);
         assert!(parse_head(&mut partial, false).unwrap().is_none());
+        assert_eq!(&partial[..], text, "a partial head stays to be read on");
+        // Read on: the whole head parses, its values whole.
+        partial.extend_from_slice(b"ngth: 2\r\nx-a: b c\r\nx-a: d\r\n\r\nhi");
+        let (parts, framing, rest) = parse_head(&mut partial, false).unwrap().unwrap();
+        assert_eq!(framing, Framing::Length(2));
+        let xa: Vec<_> = parts.headers.get_all("x-a").iter().collect();
+        assert_eq!(xa, ["b c", "d"]);
+        assert_eq!(&rest[..], b"hi");
+        let mut bad_value = BytesMut::from(&b"HTTP/1.1 200 OK\r\nx-a: a\x7fb\r\n\r\n"[..]);
+        assert!(parse_head(&mut bad_value, false).is_err());
         let mut bad = BytesMut::from(&b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n"[..]);
         assert!(parse_head(&mut bad, false).is_err());
     }
@@ -1045,15 +1065,16 @@ mod tests {
     }
 
     fn head(text: &str, is_head: bool) -> (http::response::Parts, Framing) {
-        parse_head(&mut BytesMut::from(text.as_bytes()), is_head)
+        let (parts, framing, _) = parse_head(&mut BytesMut::from(text.as_bytes()), is_head)
             .unwrap()
-            .unwrap()
+            .unwrap();
+        (parts, framing)
     }
 
     #[test]
     fn a_heads_framing_read_on_the_way_is_the_one_framing_reads() {
         let f = |text: &str| {
-            parse_head(&mut BytesMut::from(text.as_bytes()), false).map(|h| h.map(|(_, f)| f))
+            parse_head(&mut BytesMut::from(text.as_bytes()), false).map(|h| h.map(|(_, f, _)| f))
         };
         let ok = |headers: &str| f(&format!("HTTP/1.1 200 OK\r\n{headers}\r\n"));
         assert_eq!(ok("content-length: 5\r\n"), Ok(Some(Framing::Length(5))));
