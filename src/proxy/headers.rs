@@ -138,6 +138,21 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
     p
 }
 
+/// Sets `name` to `value`, as `HeaderMap::insert` does (every earlier value gone). A name there
+/// once has its value replaced in place: `insert` makes room for a new entry before it looks
+/// for the name (http 1.x), and the map hyper builds for a head is full, so even a replacement
+/// reallocated it — on every call, for `Host`.
+pub fn set(h: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    let mut all = h.get_all(&name).iter();
+    if all.next().is_some() && all.next().is_none() {
+        if let Some(v) = h.get_mut(&name) {
+            *v = value;
+            return;
+        }
+    }
+    h.insert(name, value);
+}
+
 /// What a forwarded request says of its client: `X-Forwarded-For` gets the client's address
 /// appended, `X-Forwarded-Proto` is set. Added by whatever writes the request upstream: the
 /// lean path writes them into the request's bytes as it encodes the head
@@ -317,6 +332,31 @@ mod tests {
                 }
             }
             assert_eq!(a, reference_strip, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn set_replaces_every_value_as_insert_does() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("host", "a")],
+            &[("x-a", "1"), ("host", "a"), ("x-b", "2")],
+            &[("host", "a"), ("x-a", "1"), ("host", "b")],
+        ];
+        for case in cases {
+            let mut h = HeaderMap::new();
+            for (k, v) in *case {
+                h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+            }
+            let mut reference = h.clone();
+            reference.insert(header::HOST, HeaderValue::from_static("up"));
+            set(&mut h, header::HOST, HeaderValue::from_static("up"));
+            let pairs = |m: &HeaderMap| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={v:?}"))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(pairs(&h), pairs(&reference), "{case:?}");
         }
     }
 

@@ -278,6 +278,9 @@ fn parse_head(
     buf: &mut BytesMut,
     is_head: bool,
 ) -> Result<Option<(http::response::Parts, Framing, Bytes)>, String> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
     let mut read = std::mem::take(buf).freeze();
     loop {
         // Left uninitialized: httparse writes the ones it finds (a hundred initialized headers

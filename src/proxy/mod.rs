@@ -590,7 +590,7 @@ impl Proxy {
         if !inner.opts.preserve_host {
             match &inner.upstream_host {
                 Some(h) => {
-                    parts.headers.insert(header::HOST, h.clone());
+                    headers::set(&mut parts.headers, header::HOST, h.clone());
                 }
                 None => {
                     parts.headers.remove(header::HOST);
