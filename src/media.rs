@@ -10,12 +10,17 @@ pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
     let (hay_b, needle_b) = (hay.as_bytes(), needle.as_bytes());
     // Each request's and reply's content type is searched, and most start or end with the
     // needle (`text/event-stream`, `application/json`): those two places are compared first.
+    // Exactly first (a compare of whole words), then in any case (byte by byte).
     let n = needle_b.len();
-    if hay_b.len() >= n
-        && (hay_b[..n].eq_ignore_ascii_case(needle_b)
-            || hay_b[hay_b.len() - n..].eq_ignore_ascii_case(needle_b))
-    {
-        return true;
+    if hay_b.len() >= n {
+        let (start, end) = (&hay_b[..n], &hay_b[hay_b.len() - n..]);
+        if start == needle_b
+            || end == needle_b
+            || start.eq_ignore_ascii_case(needle_b)
+            || end.eq_ignore_ascii_case(needle_b)
+        {
+            return true;
+        }
     }
     // Elsewhere the whole needle is compared only where its first letter is.
     hay_b

@@ -625,7 +625,11 @@ pub(crate) fn is_integer_literal(s: &str) -> bool {
 fn slice_of(whole: &Bytes, part: &[u8]) -> Bytes {
     let start = whole.as_ptr() as usize;
     let p = part.as_ptr() as usize;
-    if p >= start && p + part.len() <= start + whole.len() {
+    if p == start && part.len() == whole.len() {
+        // The whole (a body with no space around its message, the usual case): a clone, without
+        // `slice_ref`'s checks and arithmetic.
+        whole.clone()
+    } else if p >= start && p + part.len() <= start + whole.len() {
         whole.slice_ref(part)
     } else {
         Bytes::copy_from_slice(part)
