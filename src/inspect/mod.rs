@@ -252,7 +252,8 @@ struct RequestSummary {
     is_rpc: bool,
     batch: bool,
     parse_error: bool,
-    calls: Vec<PendingKey>,
+    /// The request's calls (one, nearly always: inline, no allocation a call).
+    calls: smallvec::SmallVec<[PendingKey; 1]>,
     /// How many of `calls` a reply in this exchange took off the correlator: when it is all of
     /// them, the end has nothing left to look up.
     answered: usize,
