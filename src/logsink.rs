@@ -244,8 +244,8 @@ impl Sink for TextLines {
 
 /// Runs the text printer until the bus is gone (the printer holds the last reference to
 /// `lines`), then prints what is left.
-pub async fn run_text(lines: Arc<TextLines>, out: impl Write + Send) {
-    let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
+pub async fn run_text(lines: Arc<TextLines>, mut out: impl Write + Send) {
+    // The batch is the buffer: one write a drain, no copy into a `BufWriter` of its own.
     let (mut bufs, mut batch) = (Vec::new(), Vec::new());
     let mut reported = 0;
     let mut tick = drain_timer();
