@@ -303,11 +303,10 @@ impl ExchangeCtx {
             // content type is an HTTP error page, not JSON-RPC.
             // A body declared larger than the cap is never buffered at all.
             let overflow = content_length.is_some_and(|n| n > inner.cfg.max_frame_bytes as u64);
-            let buf = match content_length {
-                Some(n) if !overflow => BytesMut::with_capacity(n as usize),
-                _ => BytesMut::new(),
-            };
-            ReplyMode::Json { buf, overflow }
+            ReplyMode::Json {
+                buf: Default::default(),
+                overflow,
+            }
         } else {
             ReplyMode::Ignore
         };
@@ -330,6 +329,16 @@ impl ExchangeCtx {
 
     /// A chunk of the response body (a copy of what is forwarded).
     pub fn response_data(&mut self, chunk: &[u8]) {
+        self.response_chunk(chunk, None);
+    }
+
+    /// A chunk of the response body as it is forwarded: a JSON reply keeps it without a copy
+    /// when it is the reply's only one.
+    pub fn response_bytes(&mut self, chunk: &Bytes) {
+        self.response_chunk(chunk, Some(chunk));
+    }
+
+    fn response_chunk(&mut self, chunk: &[u8], shared: Option<&Bytes>) {
         self.bytes += chunk.len() as u64;
         let max = self.insp.cfg.max_frame_bytes;
         match &mut self.mode {
@@ -338,12 +347,14 @@ impl ExchangeCtx {
                 if *overflow {
                     return;
                 }
-                if buf.len() + chunk.len() > max || buf.capacity() > 2 * max {
+                if buf.len() + chunk.len() > max || buf.copied_capacity() > 2 * max {
                     *overflow = true;
-                    buf.clear();
-                    *buf = BytesMut::new();
+                    *buf = Default::default();
                 } else {
-                    buf.extend_from_slice(chunk);
+                    match shared {
+                        Some(b) => buf.push(b.clone()),
+                        None => buf.push_slice(chunk),
+                    }
                 }
             }
             ReplyMode::Sse { dec } => {
@@ -362,7 +373,7 @@ impl ExchangeCtx {
         match &mut self.mode {
             ReplyMode::Json { buf, overflow } => {
                 *overflow = true;
-                *buf = BytesMut::new();
+                *buf = Default::default();
             }
             ReplyMode::Sse { .. } => {
                 flag(&self.insp, self.site(),
@@ -722,9 +733,9 @@ impl ExchangeCtx {
                         && !self.req.parse_error
                         && self.req.notifications > 0
                     {
-                        self.body_reply_to_notifications(buf.freeze());
+                        self.body_reply_to_notifications(buf.into_bytes());
                     } else {
-                        self.reply_body(buf.freeze(), Transport::Json, None);
+                        self.reply_body(buf.into_bytes(), Transport::Json, None);
                     }
                 } else if !buf.is_empty() {
                     self.reply_frames += 1; // torn; not parsed

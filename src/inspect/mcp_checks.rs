@@ -946,7 +946,7 @@ impl ExchangeCtx {
         let Some(line) = self.req_line.take() else {
             return;
         };
-        let (method, path) = *line;
+        let (method, path) = line;
         let discovery = DISCOVERY.iter().any(|d| path.starts_with(d));
         if !(discovery || (mcp && matches!(status, 401 | 403))) {
             return;

@@ -43,7 +43,7 @@ const CONTENT_TYPES: &[&str] = &[
 use crate::redact::Redactor;
 use crate::rpc::{self, Body, Envelope, Id, Kind};
 use anomaly::Code;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use correlator::{Correlator, Inserted, Limits, Pending, PendingKey};
 use sse::SseDecoder;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -235,7 +235,7 @@ enum ReplyMode {
     /// Not inspected (not JSON-RPC, or no body expected).
     Ignore,
     Json {
-        buf: BytesMut,
+        buf: crate::rpc::Gathered,
         overflow: bool,
     },
     Sse {
@@ -311,8 +311,9 @@ pub struct ExchangeCtx {
     /// itself, a 401 to it is judged by `MCP_AUTH`).
     mcp_request: bool,
     /// The request's method and path, kept only while someone reads authorization exchanges
-    /// (to name one if this turns out to be one).
-    req_line: Option<Box<(Box<str>, Box<str>)>>,
+    /// (to name one if this turns out to be one). Inline when short, as nearly every method and
+    /// endpoint path is: kept for every exchange, used by few.
+    req_line: Option<(compact_str::CompactString, compact_str::CompactString)>,
     /// A stream's live subscriptions (`eth_subscribe`…).
     subs: Option<Box<subscriptions::Subscriptions>>,
     /// The request's trace context, for its calls' spans (only with `--otlp`).
@@ -478,7 +479,7 @@ impl Inspector {
             req_line: inner
                 .bus
                 .wants_in(Interest::HTTP_AUTH, id)
-                .then(|| Box::new((meta.method.into(), meta.path.into()))),
+                .then(|| (meta.method.into(), meta.path.into())),
             subs: None,
             trace: inner.cfg.trace.map(|t| {
                 let h = |n: &str| {

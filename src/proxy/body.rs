@@ -451,7 +451,7 @@ impl TeeBody {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => {
                         if let Some(ctx) = self.ctx.as_mut() {
-                            ctx.response_data(&data);
+                            ctx.response_bytes(&data);
                         }
                         stage.feed(&data, &mut notes);
                     }
@@ -520,7 +520,7 @@ impl Body for TeeBody {
         match polled {
             Some(Ok(frame)) => {
                 if let (Some(data), Some(ctx)) = (frame.data_ref(), this.ctx.as_mut()) {
-                    ctx.response_data(data);
+                    ctx.response_bytes(data);
                 }
                 if this.is_src_end() {
                     this.end(EndReason::Complete);

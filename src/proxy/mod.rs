@@ -30,7 +30,7 @@ use crate::inspect::{ExchangeCtx, Inspector, RequestMeta, ResponseMeta};
 use crate::locks::Shared as _;
 use crate::rpc::Id;
 use body::{ClientBody, ClientBodyError, ForwardBody, ReplySource, TeeBody, UpstreamBody};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -1161,30 +1161,16 @@ async fn read_ahead(mut body: ClientBody, cap: usize) -> Result<ReadAhead, Clien
     if declared.is_some_and(|n| n > cap as u64) {
         return Ok(ReadAhead::Partial(Bytes::new(), body));
     }
-    let mut first: Option<Bytes> = None;
-    let mut buf = BytesMut::new();
+    let mut body_read = crate::rpc::Gathered::default();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
         };
-        let have = first.as_ref().map_or(0, |b| b.len()) + buf.len();
-        if have + data.len() > cap {
-            let mut all = BytesMut::with_capacity(have + data.len());
-            if let Some(f) = first.take() {
-                all.extend_from_slice(&f);
-            }
-            all.extend_from_slice(&buf);
-            all.extend_from_slice(&data);
-            return Ok(ReadAhead::Partial(all.freeze(), body));
-        }
-        match first.take() {
-            None if buf.is_empty() => first = Some(data),
-            Some(f) => {
-                buf.extend_from_slice(&f);
-                buf.extend_from_slice(&data);
-            }
-            None => buf.extend_from_slice(&data),
+        let over = body_read.len() + data.len() > cap;
+        body_read.push(data);
+        if over {
+            return Ok(ReadAhead::Partial(body_read.into_bytes(), body));
         }
     }
-    Ok(ReadAhead::Whole(first.unwrap_or_else(|| buf.freeze())))
+    Ok(ReadAhead::Whole(body_read.into_bytes()))
 }

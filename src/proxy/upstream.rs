@@ -35,6 +35,10 @@ use std::time::Duration;
 use tower_service::Service;
 
 pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, ForwardBody>;
+
+/// Any way's send but a whole request's on a lane (see [`Upstream::send`]).
+type SendOther<'a> =
+    Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, String>> + Send + 'a>>;
 type Connector = HttpsConnector<HttpConnector>;
 
 /// Builds the pooled client (HTTP/1 or HTTP/2, by ALPN on TLS).
@@ -349,9 +353,11 @@ impl Upstream {
     /// caller's [`super::headers::pick`] found — takes the connection with it); without one, on
     /// the pool. `fwd`: the forwarding headers to add (`None` when the head has them already).
     ///
-    /// Not an `async fn`, for the reason `Proxy::handle` is not: the request is used in place,
-    /// not kept twice in the future (which clippy's `manual_async_fn` cannot know).
-    #[allow(clippy::manual_async_fn)]
+    /// Not `async`: the way is chosen here, before any await. A whole request on a lane (nearly
+    /// every call) is written out now and goes on as [`Self::send_whole`]'s small future,
+    /// which holds neither the request nor the state of the other ways; those go on boxed, as
+    /// [`Self::send_other`]. The caller keeps this future in its own, moved several times a
+    /// call: one future for every way would be the size of the largest.
     pub fn send<'a>(
         &'a self,
         mut req: Request<ForwardBody>,
@@ -359,85 +365,111 @@ impl Upstream {
         upgrade: bool,
         fwd: Option<Forwarded<'a>>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, String>> + 'a {
-        async move {
-            // The forwarding headers go in the map unless the lean path writes them itself.
-            let add = |req: &mut Request<ForwardBody>| {
-                if let Some(f) = fwd {
-                    f.add_to(req.headers_mut());
-                }
-            };
-            if let Some(local) = &self.local {
-                add(&mut req);
-                return local.call(req).await;
+        use futures_util::future::Either;
+        let lane = match lane {
+            Some(lane) if self.local.is_none() => lane,
+            _ => {
+                let other: SendOther<'a> = Box::pin(self.send_other(req, lane, upgrade, fwd));
+                return Either::Right(other);
             }
-            let Some(lane) = lane else {
-                add(&mut req);
-                return (self.pool.request(req).await)
-                    .map(|r| r.map(UpstreamBody::Hyper))
-                    .map_err(|e| describe(&e));
-            };
-            // The budget a kept connection holds a slot of, known to the lane before anything
-            // is kept (a lean body hands its connection back with no access to the proxy).
-            lane.kept.budget.get_or_init(|| self.idle.clone());
-            // HTTP/1 on a connection of our own: the request target in origin form.
-            if req.uri().scheme().is_some() {
-                if let Some(pq) = req.uri().path_and_query().cloned() {
-                    *req.uri_mut() = Uri::from(pq);
-                }
+        };
+        // The budget a kept connection holds a slot of, known to the lane before anything
+        // is kept (a lean body hands its connection back with no access to the proxy).
+        lane.kept.budget.get_or_init(|| self.idle.clone());
+        // HTTP/1 on a connection of our own: the request target in origin form.
+        if req.uri().scheme().is_some() {
+            if let Some(pq) = req.uri().path_and_query().cloned() {
+                *req.uri_mut() = Uri::from(pq);
             }
-            // A long stream's request: on a connection of its own, read by rpctap (`lean`).
-            // Boxed: its state (a TLS stream among it) would otherwise make every request's future
-            // larger.
-            if super::lean::wants_lean(&req) {
-                let resp = Box::pin(async {
-                    let conn = self.dial_lean().await?;
-                    super::lean::send(conn, req, fwd).await
-                })
-                .await?;
-                return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
-            }
-            // A whole request (read whole, no upgrade, a body the socket takes at once): on the
-            // lane's lean connection.
-            if !upgrade && req.body().whole().is_some_and(|b| b.len() <= LEAN_MAX_BODY) {
-                return self.send_whole(lane, req, fwd).await;
-            }
-            add(&mut req);
-            let (reused, lean) = match lane.take(self.idle_timeout) {
-                Some(Conn::Hyper(mut s)) => (s.ready().await.ok().map(|()| s), None),
-                // A kept lean connection, still open: hyper takes its socket over.
-                Some(Conn::Lean(mut c)) => (None, c.idle_and_open().then_some(c)),
-                None => (None, None),
-            };
-            let was_reused = reused.is_some() || lean.is_some();
-            let mut sender = match (reused, lean) {
-                (Some(s), _) => s,
-                (None, Some(c)) => Box::pin(self.handshake(lane, c)).await?,
-                (None, None) => Box::pin(self.connect(lane)).await?,
-            };
-            let resp = match sender.try_send_request(req).await {
-                Ok(r) => r,
-                Err(e) => {
-                    // The kept-alive connection closed before the request was written: the
-                    // request was not sent, so it goes once more on a new connection. The
-                    // error is gone before that await (it holds the request) and the resend is
-                    // boxed: rare, and either would otherwise widen every send's future.
-                    let again = {
-                        let mut e = e;
-                        match e.take_message() {
-                            Some(req) if was_reused => Ok(req),
-                            _ => Err(describe(e.error())),
-                        }
-                    };
-                    let (s, r) = Box::pin(self.resend(lane, again?)).await?;
-                    sender = s;
-                    r
-                }
-            };
-            if !upgrade {
-                lane.kept.put(Conn::Hyper(sender));
-            }
-            Ok(resp.map(UpstreamBody::Hyper))
         }
+        // A whole request (read whole, no upgrade, a body the socket takes at once, not a long
+        // stream's): on the lane's lean connection, written out now.
+        let whole = req.body().whole().filter(|b| b.len() <= LEAN_MAX_BODY);
+        match whole {
+            Some(body) if !upgrade && !super::lean::wants_lean(&req) => {
+                let is_head = req.method() == http::Method::HEAD;
+                let wire = super::lean::encode_request(&req, body, fwd);
+                Either::Left(self.send_whole(lane, wire, is_head))
+            }
+            _ => {
+                let other: SendOther<'a> = Box::pin(self.send_other(req, Some(lane), upgrade, fwd));
+                Either::Right(other)
+            }
+        }
+    }
+
+    /// The ways other than a whole request on a lane's lean connection: to the local upstream,
+    /// on the pool (no lane: HTTP/2), a long stream's request on a connection of its own, and
+    /// the rest (a streaming body, an upgrade) on the lane's hyper connection.
+    async fn send_other(
+        &self,
+        mut req: Request<ForwardBody>,
+        lane: Option<&Lane>,
+        upgrade: bool,
+        fwd: Option<Forwarded<'_>>,
+    ) -> Result<Response<UpstreamBody>, String> {
+        // The forwarding headers go in the map unless the lean path writes them itself.
+        let add = |req: &mut Request<ForwardBody>| {
+            if let Some(f) = fwd {
+                f.add_to(req.headers_mut());
+            }
+        };
+        if let Some(local) = &self.local {
+            add(&mut req);
+            return local.call(req).await;
+        }
+        let Some(lane) = lane else {
+            add(&mut req);
+            return (self.pool.request(req).await)
+                .map(|r| r.map(UpstreamBody::Hyper))
+                .map_err(|e| describe(&e));
+        };
+        // A long stream's request: on a connection of its own, read by rpctap (`lean`).
+        // Boxed: its state (a TLS stream among it) would otherwise make this future larger.
+        if super::lean::wants_lean(&req) {
+            let resp = Box::pin(async {
+                let conn = self.dial_lean().await?;
+                super::lean::send(conn, req, fwd).await
+            })
+            .await?;
+            return Ok(resp.map(|b| UpstreamBody::Lean(Box::new(b))));
+        }
+        add(&mut req);
+        let (reused, lean) = match lane.take(self.idle_timeout) {
+            Some(Conn::Hyper(mut s)) => (s.ready().await.ok().map(|()| s), None),
+            // A kept lean connection, still open: hyper takes its socket over.
+            Some(Conn::Lean(mut c)) => (None, c.idle_and_open().then_some(c)),
+            None => (None, None),
+        };
+        let was_reused = reused.is_some() || lean.is_some();
+        let mut sender = match (reused, lean) {
+            (Some(s), _) => s,
+            (None, Some(c)) => Box::pin(self.handshake(lane, c)).await?,
+            (None, None) => Box::pin(self.connect(lane)).await?,
+        };
+        let resp = match sender.try_send_request(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                // The kept-alive connection closed before the request was written: the
+                // request was not sent, so it goes once more on a new connection. The
+                // error is gone before that await (it holds the request) and the resend is
+                // boxed: rare, and either would otherwise widen every send's future.
+                let again = {
+                    let mut e = e;
+                    match e.take_message() {
+                        Some(req) if was_reused => Ok(req),
+                        _ => Err(describe(e.error())),
+                    }
+                };
+                let (s, r) = Box::pin(self.resend(lane, again?)).await?;
+                sender = s;
+                r
+            }
+        };
+        if !upgrade {
+            lane.kept.put(Conn::Hyper(sender));
+        }
+        Ok(resp.map(UpstreamBody::Hyper))
     }
 
     /// Sends a whole request on `lane`'s lean connection (the kept one when it is still open,
@@ -448,12 +480,9 @@ impl Upstream {
     async fn send_whole(
         &self,
         lane: &Lane,
-        req: Request<ForwardBody>,
-        fwd: Option<Forwarded<'_>>,
+        wire: Vec<u8>,
+        is_head: bool,
     ) -> Result<Response<UpstreamBody>, String> {
-        let is_head = req.method() == http::Method::HEAD;
-        let wire = super::lean::encode_request(&req, req.body().whole().unwrap_or_default(), fwd);
-        drop(req);
         let kept = match lane.take(self.idle_timeout) {
             Some(Conn::Lean(mut c)) => c.idle_and_open().then_some(c),
             // A hyper connection: dropped (it closes).
@@ -464,12 +493,14 @@ impl Upstream {
             Some(c) => c,
             None => Box::pin(self.dial_lean()).await?,
         };
-        let got = match conn.exchange(&wire, is_head).await {
-            Err(super::lean::SendError::Unsent(_)) if reused => {
-                conn = Box::pin(self.dial_lean()).await?;
-                conn.exchange(&wire, is_head).await
-            }
-            got => got,
+        // The first answer is gone before the retry's awaits (this future would keep it).
+        let first = conn.exchange(&wire, is_head).await;
+        let got = if reused && matches!(first, Err(super::lean::SendError::Unsent(_))) {
+            drop(first);
+            conn = Box::pin(self.dial_lean()).await?;
+            conn.exchange(&wire, is_head).await
+        } else {
+            first
         };
         let (parts, framing, buf) = got?;
         let home = super::lean::reusable(&parts, &framing)

@@ -11,17 +11,21 @@ use serde::de::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use std::fmt;
 
+mod gather;
 mod scan;
+pub use gather::Gathered;
 pub(crate) use scan::plain_text;
 
-/// A JSON-RPC id, exactly as written on the wire. Its text is shared (`Arc`): an id is copied
-/// into the pending call's key, the exchange's call list and the events, several times a call.
+/// A JSON-RPC id, exactly as written on the wire. Its text is kept inline up to 24 bytes
+/// (`CompactString`; longer ones on the heap): an id is copied into the pending call's key, the
+/// exchange's call list and the events, several times a call, and nearly every id is short —
+/// inline, reading one and copying it allocate nothing and touch no shared count.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Id {
     /// A number, kept as its literal text (`1`, `1.0`, `12345678901234567890`).
-    Num(std::sync::Arc<str>),
+    Num(compact_str::CompactString),
     /// A string, kept as its decoded value.
-    Str(std::sync::Arc<str>),
+    Str(compact_str::CompactString),
     /// `null`.
     Null,
 }
