@@ -31,7 +31,7 @@
 //! read.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
@@ -254,8 +254,14 @@ pub fn encode_request<B>(req: &Request<B>, body: &[u8], fwd: Option<Forwarded<'_
 pub fn reusable(parts: &http::response::Parts, framing: &Framing) -> bool {
     parts.version == Version::HTTP_11
         && !matches!(framing, Framing::Close)
-        && !crate::server::connection_has(&parts.headers, "close")
+        && parts.extensions.get::<Closes>().is_none()
 }
+
+/// Marks a response head whose `Connection` lists `close`: found while [`parse_head`] reads the
+/// headers anyway, so [`reusable`] needs no lookup in the map on every response (only such a
+/// response, rare and never kept, pays for the mark).
+#[derive(Clone, Copy, Debug)]
+struct Closes;
 
 /// How a response's body is delimited (RFC 9112 §6.3).
 #[derive(Debug, PartialEq)]
@@ -314,7 +320,7 @@ fn parse_head(
         let mut map = HeaderMap::with_capacity(r.headers.len());
         // The one `Content-Length` (the usual framing), read on the way: `framing` is asked
         // only for anything else.
-        let (mut lengths, mut length, mut coded) = (0, None, false);
+        let (mut lengths, mut length, mut coded, mut closes) = (0, None, false, false);
         for h in r.headers.iter() {
             let name = HeaderName::from_bytes(h.name.as_bytes())
                 .map_err(|_| format!("the upstream sent an invalid header name {:?}", h.name))?;
@@ -323,6 +329,9 @@ fn parse_head(
                 length = plain_length(h.value);
             } else if name == TRANSFER_ENCODING {
                 coded = true;
+            } else if name == CONNECTION {
+                closes |= std::str::from_utf8(h.value)
+                    .is_ok_and(|v| crate::server::lists_option(v, "close"));
             }
             let value = HeaderValue::from_maybe_shared(read.slice_ref(h.value))
                 .map_err(|_| format!("the upstream sent an invalid value for {name}"))?;
@@ -345,6 +354,9 @@ fn parse_head(
             if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason.as_bytes()) {
                 resp.extensions_mut().insert(reason);
             }
+        }
+        if closes {
+            resp.extensions_mut().insert(Closes);
         }
         *resp.status_mut() = status;
         *resp.version_mut() = version;
@@ -1126,6 +1138,16 @@ mod tests {
             false,
         );
         assert!(!reusable(&p, &f), "Connection: close");
+        let (p, f) = head(
+            "HTTP/1.1 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\nConnection: upgrade,close\r\n\r\n",
+            false,
+        );
+        assert!(!reusable(&p, &f), "close in a second Connection header");
+        let (p, f) = head(
+            "HTTP/1.1 200 OK\r\nconnection: keep-alive, closed\r\ncontent-length: 2\r\n\r\n",
+            false,
+        );
+        assert!(reusable(&p, &f), "an option that only starts with close");
         let (p, f) = head("HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n", false);
         assert!(!reusable(&p, &f), "HTTP/1.0");
         let (p, f) = head("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n", false);
