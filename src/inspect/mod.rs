@@ -399,21 +399,22 @@ impl Inspector {
         &self.inner.cfg
     }
 
-    /// Starts an exchange.
-    pub fn begin(&self, meta: &RequestMeta<'_>) -> ExchangeCtx {
+    /// Starts an exchange. Boxed: an exchange's state is large and lives as long as its reply
+    /// streams, so the proxy keeps it on the heap; made in its box, it is not copied there.
+    pub fn begin(&self, meta: &RequestMeta<'_>) -> Box<ExchangeCtx> {
         let id = self.inner.next_exchange.fetch_add(1, Ordering::Relaxed);
         self.start(id, meta)
     }
 
     /// Starts an exchange with a given number (offline: the number the recording gave it).
-    pub fn begin_numbered(&self, id: u64, meta: &RequestMeta<'_>) -> ExchangeCtx {
+    pub fn begin_numbered(&self, id: u64, meta: &RequestMeta<'_>) -> Box<ExchangeCtx> {
         self.inner
             .next_exchange
             .fetch_max(id + 1, Ordering::Relaxed);
         self.start(id, meta)
     }
 
-    fn start(&self, id: u64, meta: &RequestMeta<'_>) -> ExchangeCtx {
+    fn start(&self, id: u64, meta: &RequestMeta<'_>) -> Box<ExchangeCtx> {
         let inner = &self.inner;
         let (scope, transport, session_header) = match meta.session {
             Some(s) => {
@@ -444,7 +445,7 @@ impl Inspector {
                 protocol_version: meta.protocol_version.map(str::to_string),
             }));
         }
-        let mut ctx = ExchangeCtx {
+        let mut ctx = Box::new(ExchangeCtx {
             insp: inner.clone(),
             id,
             get_path: (meta.method == "GET").then(|| meta.path.into()),
@@ -502,7 +503,7 @@ impl Inspector {
             sender: None,
             sender_read: false,
             ws_decided: false,
-        };
+        });
         ctx.mcp_request_head(meta);
         ctx
     }

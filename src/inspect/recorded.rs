@@ -81,7 +81,7 @@ impl Frame {
 }
 
 struct Open {
-    ctx: super::ExchangeCtx,
+    ctx: Box<super::ExchangeCtx>,
     /// The request body's frame, until it is whole.
     request: Option<Frame>,
     request_fed: bool,

@@ -284,7 +284,7 @@ impl Proxy {
         });
         let incoming = ClientBody::new(incoming, this.inner.opts.body_timeout);
         let mut ex = Exchange {
-            ctx: Box::new(ctx),
+            ctx,
             summary: RequestSummary {
                 is_rpc,
                 ..Default::default()

@@ -420,11 +420,13 @@ async fn refusal(
 }
 
 /// Whether a message's `Connection` header lists `option` (`close`, `upgrade`), in any case.
+/// A walk over the head, not a lookup (asked of every request): a head holds a few headers,
+/// comparing a standard name is a byte compare, and a lookup hashes the name.
 pub(crate) fn connection_has(headers: &http::HeaderMap, option: &str) -> bool {
     headers
-        .get_all(http::header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .filter(|(n, _)| *n == http::header::CONNECTION)
+        .filter_map(|(_, v)| v.to_str().ok())
         .any(|v| lists_option(v, option))
 }
 
