@@ -413,10 +413,9 @@ impl Proxy {
                     again,
                 }));
             }
-            // Phase 3, upstream: the send's future is the largest part of the exchange's state.
-            // Pinned here, once (moved into a function of its own it would be copied again;
-            // boxed, copied and allocated: measured no cheaper, benches/RESULTS.md), and awaited
-            // once, in a block of its own, so it shares its place with what the other awaits keep.
+            // Phase 3, upstream: the send's future (a whole request's on a lane, small; any other
+            // way's boxed by `Upstream::send`) is pinned here, once, and awaited once, in a block
+            // of its own, so it shares its place with what the other awaits keep.
             let limit = this.inner.opts.upstream_timeout;
             let sent = {
                 let mut send = std::pin::pin!(this.inner.upstream.send(
