@@ -13,6 +13,11 @@
 # call; each at every thread count (`RPCTAP_THREADS`). CPU per
 # call is the process's utime + stime (/proc/PID/stat) over the requests wrk completed. The
 # upstream is rpctap's demo server. Loopback only; bounded by ROUNDS × rows × SECS.
+#
+# Two readings of the targets: "targets" divides the rows' medians (as the issue's table does);
+# "paired" divides within each round first (a row by the floor run a few seconds before it) and
+# takes the median of those, which cancels what drifts between rounds. On this shared machine
+# the first swung by ±0.1 between runs of the same builds (RESULTS, session 31).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -80,6 +85,13 @@ for row in "${ROWS[@]}"; do
     "$(awk "BEGIN{print $rps / $frps}")" "$(awk "BEGIN{print $cpu / $fcpu}")"
 done
 echo
+# Each row's rounds in the order they ran (CPU µs per call), for the paired figures below.
+echo "rounds, CPU µs per call:"
+for row in "${ROWS[@]}"; do
+  IFS='|' read -r name _ <<<"$row"
+  printf "  %-22s %s\n" "$name" "$(cut -d' ' -f2 "$WORK/$name" | awk '{printf "%.2f ", $1}')"
+done
+echo
 for t in $THREADS; do
   off=$(m "rpctap-log-off-$t" 1); miss=$(m "rpctap-fault-miss-$t" 1)
   offc=$(m "rpctap-log-off-$t" 2); missc=$(m "rpctap-fault-miss-$t" 2)
@@ -94,6 +106,26 @@ for t in $THREADS; do
     "$(awk "BEGIN{print $(m rpctap-defaults-$t 1) / $(m floor-$t 1)}")" \
     "$(awk "BEGIN{print $(m rpctap-defaults-$t 2) - $(m rpctap-log-off-$t 2)}")"
 done
+# The same targets paired round by round: each round's row against that round's floor (and its
+# `--log off` row, and its other thread count), then the median of those. The rows of one round
+# run within a minute of each other, so what drifts over the run (the machine's load, its clock)
+# cancels; the medians above compare rows whose noise is independent.
+# pm EXPR ROW…: the median over rounds of EXPR, an awk expression over $1, $2… — the rounds' CPU µs
+# per call (or requests/s with FIELD=1) of the ROWs in order.
+pm() {
+  local expr=$1; shift
+  local files=(); for r in "$@"; do files+=("$WORK/$r"); done
+  paste -d' ' "${files[@]}" | awk -v f="${FIELD:-2}" -v n=$# '{
+    for (i = 1; i <= n; i++) v[i] = $((i - 1) * 2 + f)
+    $0 = ""; for (i = 1; i <= n; i++) $i = v[i]
+    print '"$expr"' }' | med
+}
+for t in $THREADS; do
+  printf "paired, %s thread(s): defaults ÷ floor CPU per call %.3f, req/s %.3f; text log %.2f µs a call\n" "$t" \
+    "$(pm '$1 / $2' rpctap-defaults-$t floor-$t)" \
+    "$(FIELD=1 pm '$1 / $2' rpctap-defaults-$t floor-$t)" \
+    "$(pm '$1 - $2' rpctap-defaults-$t rpctap-log-off-$t)"
+done
 set -- $THREADS
 if [ $# -ge 2 ]; then
   a=$1; b=${!#}
@@ -101,5 +133,9 @@ if [ $# -ge 2 ]; then
   for r in rpctap-log-off rpctap-defaults; do
     printf "targets, %s: CPU per call at %s threads ÷ at %s %.3f (≤ the floor's %.3f + 0.05)\n" "$r" "$b" "$a" \
       "$(awk "BEGIN{print $(m $r-$b 2) / $(m $r-$a 2)}")" "$fl"
+  done
+  for r in rpctap-log-off rpctap-defaults; do
+    printf "paired, %s: CPU per call at %s threads ÷ at %s, less the floor's ratio in the same round %+.3f (≤ 0.05)\n" \
+      "$r" "$b" "$a" "$(pm '$1 / $2 - $3 / $4' $r-$b $r-$a floor-$b floor-$a)"
   done
 fi
