@@ -85,11 +85,11 @@ for row in "${ROWS[@]}"; do
     "$(awk "BEGIN{print $rps / $frps}")" "$(awk "BEGIN{print $cpu / $fcpu}")"
 done
 echo
-# Each row's rounds in the order they ran (CPU µs per call), for the paired figures below.
-echo "rounds, CPU µs per call:"
+# Each row's rounds in the order they ran, for the paired figures below.
+echo "rounds, CPU µs per call @ requests/s:"
 for row in "${ROWS[@]}"; do
   IFS='|' read -r name _ <<<"$row"
-  printf "  %-22s %s\n" "$name" "$(cut -d' ' -f2 "$WORK/$name" | awk '{printf "%.2f ", $1}')"
+  printf "  %-22s %s\n" "$name" "$(awk '{printf "%.2f@%.0f ", $2, $1}' "$WORK/$name")"
 done
 echo
 for t in $THREADS; do

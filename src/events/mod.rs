@@ -242,7 +242,10 @@ pub enum Outcome {
     #[serde(rename = "input_required")]
     InputRequired,
     /// An `error` arrived.
-    Error { code: i64, message: String },
+    Error {
+        code: i64,
+        message: compact_str::CompactString,
+    },
     /// rpctap refused it (rate limit).
     Refused { rule: String },
     /// The HTTP layer refused it: a non-2xx status without a JSON-RPC reply.

@@ -555,7 +555,7 @@ impl ExchangeCtx {
         let outcome = match env.kind {
             Kind::Error => Outcome::Error {
                 code: env.error_code.unwrap_or(0),
-                message: env.error_message.as_deref().unwrap_or("").to_string(),
+                message: env.error_message.clone().unwrap_or_default(),
             },
             _ => Outcome::Result,
         };

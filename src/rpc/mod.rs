@@ -146,7 +146,9 @@ pub struct Envelope {
     /// For `tools/call`, `prompts/get`, `resources/read`…: the tool, prompt or resource name.
     pub target: Option<std::sync::Arc<str>>,
     pub error_code: Option<i64>,
-    pub error_message: Option<Box<str>>,
+    /// Inline when short (most are: "Method not found"), and moved into the call's outcome
+    /// as it is: no allocation for either.
+    pub error_message: Option<compact_str::CompactString>,
     /// `result.isError` of an MCP `tools/call` result.
     pub tool_error: bool,
     /// Why the envelope is invalid (for `Kind::Invalid`).
