@@ -155,8 +155,14 @@ impl ConnState {
 /// A request's body as handlers get it: hyper's, counted in its connection's state until it has
 /// been read to its end or dropped (a connection is only parked between exchanges).
 pub struct RequestBody {
-    inner: Incoming,
+    inner: Inner,
     state: Option<Arc<ConnState>>,
+}
+
+enum Inner {
+    Hyper(Incoming),
+    /// Read whole by the connection before the exchange began (`lean`).
+    Whole(Option<bytes::Bytes>),
 }
 
 impl RequestBody {
@@ -165,7 +171,17 @@ impl RequestBody {
             state.bodies.fetch_add(1, Relaxed);
             state.clone()
         });
-        RequestBody { inner, state }
+        RequestBody {
+            inner: Inner::Hyper(inner),
+            state,
+        }
+    }
+    /// A body the connection has read whole already.
+    pub(super) fn whole(b: bytes::Bytes) -> Self {
+        RequestBody {
+            inner: Inner::Whole((!b.is_empty()).then_some(b)),
+            state: None,
+        }
     }
     fn done(&mut self) {
         if let Some(s) = self.state.take() {
@@ -182,9 +198,12 @@ impl Drop for RequestBody {
 
 impl std::fmt::Debug for RequestBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RequestBody")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("RequestBody");
+        match &self.inner {
+            Inner::Hyper(i) => d.field("inner", i),
+            Inner::Whole(b) => d.field("whole", b),
+        };
+        d.finish_non_exhaustive()
     }
 }
 
@@ -195,19 +214,33 @@ impl Body for RequestBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>> {
-        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        let inner = match &mut self.inner {
+            Inner::Hyper(i) => i,
+            Inner::Whole(b) => {
+                return Poll::Ready(b.take().map(|b| Ok(hyper::body::Frame::data(b))));
+            }
+        };
+        let r = Pin::new(&mut *inner).poll_frame(cx);
         if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_))))
-            || (r.is_ready() && self.inner.is_end_stream())
+            || (r.is_ready() && inner.is_end_stream())
         {
             self.done();
         }
         r
     }
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Inner::Hyper(i) => i.is_end_stream(),
+            Inner::Whole(b) => b.is_none(),
+        }
     }
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::Hyper(i) => i.size_hint(),
+            Inner::Whole(b) => {
+                http_body::SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
     }
 }
 
@@ -312,6 +345,38 @@ impl Watched {
                 Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
             });
         }
+    }
+}
+
+impl Watched {
+    /// Writes `out`'s pieces (vectored, as many as each write takes), then flushes.
+    pub(super) fn poll_write_all(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Vec<bytes::Bytes>,
+    ) -> Poll<std::io::Result<()>> {
+        while !out.is_empty() {
+            let polled = {
+                let slices: smallvec::SmallVec<[std::io::IoSlice<'_>; 4]> =
+                    out.iter().map(|b| std::io::IoSlice::new(b)).collect();
+                Pin::new(&mut *self).poll_write_vectored(cx, &slices)
+            };
+            let mut n = std::task::ready!(polled)?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            while n > 0 {
+                let first = &mut out[0];
+                if n >= first.len() {
+                    n -= first.len();
+                    out.remove(0);
+                } else {
+                    bytes::Buf::advance(first, n);
+                    n = 0;
+                }
+            }
+        }
+        Pin::new(self).poll_flush(cx)
     }
 }
 

@@ -1,5 +1,6 @@
-//! A client connection's protocol state and its supervisor: [`Machine`] (HTTP/1 served by
-//! hyper and parked while idle, a long stream written here, or HTTP/2), [`supervise`] (one timer for the header and
+//! A client connection's protocol state and its supervisor: [`Machine`] (HTTP/1 whole requests
+//! read by `lean.rs`, others served by hyper, parked while idle, a long stream written here, or
+//! HTTP/2), [`supervise`] (one timer for the header and
 //! keep-alive timeouts and the park looks; the drain signal).
 
 use super::conn::{ConnState, Handoff, Watched};
@@ -8,9 +9,7 @@ use super::{
     HYPER_MAX_HEADERS,
 };
 use hyper::body::{Body, Incoming};
-use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -24,6 +23,8 @@ use tokio::time::Instant;
 pub struct Builders {
     pub(super) h1: hyper::server::conn::http1::Builder,
     pub(super) h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    /// The same head limits, for the requests read without hyper.
+    pub(super) head: super::lean::HeadLimits,
 }
 
 impl Builders {
@@ -40,17 +41,25 @@ impl Builders {
             .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
             .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
             .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS);
-        Builders { h1, h2 }
+        Builders {
+            h1,
+            h2,
+            head: super::lean::HeadLimits {
+                bytes: limits.max_header_bytes,
+                fields: limits.max_headers,
+            },
+        }
     }
 }
 
 type Io = TokioIo<Watched>;
 
-/// A client connection's protocol state. HTTP/1 is served by a hyper connection while
-/// exchanges come, and **parked** when it has been idle a while (`PARK_AFTER`, a second): hyper's
-/// connection is taken apart (its read and write buffers, some 25 KiB, freed) and only the
-/// socket is kept until its next bytes arrive, when a new hyper connection picks up where the
-/// last one stopped. A **long stream** (an SSE reply marked [`super::LongStream`]) is taken over
+/// A client connection's protocol state. HTTP/1 is read by the lean reader (`lean.rs`) while
+/// its requests are whole `POST`s, and served by a hyper connection from the first request
+/// that is not (with the bytes read so far). Either is **parked** when it has been idle a while
+/// (`PARK_AFTER`, a second): hyper's connection is taken apart (its read and write buffers, some
+/// 25 KiB, freed), or the lean reader's state dropped, and only the socket is kept until its
+/// next bytes arrive, when the lean reader picks up where the last one stopped. A **long stream** (an SSE reply marked [`super::LongStream`]) is taken over
 /// the same way once hyper has written its head: its body is written here, chunk by chunk, and
 /// the connection parks when it ends. HTTP/2 (prior knowledge, seen from the first bytes) is
 /// served by one hyper connection for its life.
@@ -71,6 +80,8 @@ enum State<S: hyper::service::HttpService<Incoming>> {
         first: bool,
         svc: S,
     },
+    /// Serving whole requests itself (`lean.rs`).
+    Lean(Box<super::lean::Lean<S>>),
     H1(Pin<Box<hyper::server::conn::http1::UpgradeableConnection<Io, S>>>),
     H2(Pin<Box<hyper::server::conn::http2::Connection<Io, S, TokioExecutor>>>),
     /// A long stream's body, written here (hyper's connection taken apart after the head).
@@ -115,20 +126,16 @@ pub trait Supervised {
     fn streaming(&self) -> bool;
 }
 
-impl<S, B> Supervised for Machine<S>
+impl<S> Supervised for Machine<S>
 where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Unpin
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: super::lean::WholeCall + Clone + Unpin + Send + 'static,
+    S::Future: Send + Unpin + 'static,
+    S::ResBody: Send + 'static,
+    <S::ResBody as Body>::Data: Send,
+    <S::ResBody as Body>::Error: Into<BoxError>,
 {
     fn serving_h1(&self) -> bool {
-        matches!(self.state, State::H1(_))
+        matches!(self.state, State::H1(_) | State::Lean(_))
     }
 
     fn parked(&self) -> bool {
@@ -165,10 +172,30 @@ where
                     self.state = if h2 {
                         State::H2(Box::pin(b.h2.serve_connection(TokioIo::new(io), svc)))
                     } else {
-                        State::H1(Box::pin(
-                            b.h1.serve_connection(TokioIo::new(io), svc).with_upgrades(),
-                        ))
+                        State::Lean(Box::new(super::lean::Lean::new(io, svc)))
                     };
+                }
+                State::Lean(l) => {
+                    let next =
+                        match std::task::ready!(l.poll(cx, &self.handoff, b.head, self.closing)) {
+                            Ok(n) => n,
+                            Err(e) => return Poll::Ready(Err(e)),
+                        };
+                    let State::Lean(l) = std::mem::replace(&mut self.state, State::Gone) else {
+                        unreachable!("matched above")
+                    };
+                    let (io, svc) = l.into_parts();
+                    match next {
+                        super::lean::Next::Hyper => {
+                            self.state = State::H1(Box::pin(
+                                b.h1.serve_connection(TokioIo::new(io), svc).with_upgrades(),
+                            ));
+                        }
+                        super::lean::Next::Closed => return Poll::Ready(Ok(())),
+                        super::lean::Next::Stream(body, keep_alive) => {
+                            self.state = Streaming::state(io, svc, body, keep_alive);
+                        }
+                    }
                 }
                 State::H1(c) => {
                     let polled = c.as_mut().poll(cx).map_err(Into::into);
@@ -214,6 +241,8 @@ where
         self.closing = true;
         match &mut self.state {
             State::Parked { .. } => self.state = State::Gone,
+            State::Lean(l) if l.idle() => self.state = State::Gone,
+            State::Lean(_) => {}
             State::H1(c) => c.as_mut().graceful_shutdown(),
             State::H2(c) => c.as_mut().graceful_shutdown(),
             State::Streaming(_) | State::Gone => {}
@@ -223,6 +252,18 @@ where
     /// Takes an idle HTTP/1 connection apart, keeping the socket and whatever hyper had read
     /// but not used (handed to the next connection first).
     fn park(&mut self) {
+        if matches!(&self.state, State::Lean(l) if l.idle()) {
+            let State::Lean(l) = std::mem::replace(&mut self.state, State::Gone) else {
+                unreachable!("matched above")
+            };
+            let (io, svc) = l.into_parts();
+            self.state = State::Parked {
+                io,
+                first: false,
+                svc,
+            };
+            return;
+        }
         if let Some((io, svc)) = self.take_h1() {
             self.state = State::Parked {
                 io,
@@ -264,14 +305,7 @@ where
         };
         match self.handoff.take() {
             Some((body, keep_alive)) => {
-                self.state = State::Streaming(Box::new(Streaming {
-                    io,
-                    svc,
-                    body: Some(body),
-                    out: Vec::new(),
-                    keep_alive,
-                    watch_close: true,
-                }));
+                self.state = Streaming::state(io, svc, body, keep_alive);
             }
             None => {
                 self.state = State::Parked {
@@ -300,6 +334,20 @@ struct Streaming<S: hyper::service::HttpService<Incoming>> {
     keep_alive: bool,
     /// Still watching the client's side for its close (stops once it sends bytes).
     watch_close: bool,
+}
+
+impl<S: hyper::service::HttpService<Incoming>> Streaming<S> {
+    /// A connection writing `body` as chunks after its head went out.
+    fn state(io: Watched, svc: S, body: Pin<Box<S::ResBody>>, keep_alive: bool) -> State<S> {
+        State::Streaming(Box::new(Streaming {
+            io,
+            svc,
+            body: Some(body),
+            out: Vec::new(),
+            keep_alive,
+            watch_close: true,
+        }))
+    }
 }
 
 impl<S> Streaming<S>
@@ -349,29 +397,11 @@ where
         self.out.push(bytes::Bytes::from_static(b"0\r\n\r\n"));
     }
 
-    /// Writes the pending pieces (vectored), then flushes.
+    /// Writes the pending pieces, then flushes (and frees the list).
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        use tokio::io::AsyncWrite;
-        while !self.out.is_empty() {
-            let slices: Vec<std::io::IoSlice<'_>> =
-                self.out.iter().map(|b| std::io::IoSlice::new(b)).collect();
-            let mut n = std::task::ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices))?;
-            if n == 0 {
-                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-            }
-            while n > 0 {
-                let first = &mut self.out[0];
-                if n >= first.len() {
-                    n -= first.len();
-                    self.out.remove(0);
-                } else {
-                    bytes::Buf::advance(first, n);
-                    n = 0;
-                }
-            }
-        }
+        std::task::ready!(self.io.poll_write_all(cx, &mut self.out))?;
         self.out = Vec::new();
-        Pin::new(&mut self.io).poll_flush(cx)
+        Poll::Ready(Ok(()))
     }
 
     /// Pending, unless the client has closed its side (`Ready(Ok(false))`) or the socket failed.

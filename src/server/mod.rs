@@ -1,5 +1,6 @@
-//! The listener: accepts TCP connections, serves each with hyper (HTTP/1.1 and h2c, upgrades
-//! allowed) under the connection-level limits ([`ConnLimits`]: a connection
+//! The listener: accepts TCP connections, serves each (HTTP/1.1 and h2c, upgrades allowed;
+//! whole JSON-RPC `POST`s read and answered by `lean.rs`, everything else by hyper) under the
+//! connection-level limits ([`ConnLimits`]: a connection
 //! cap, header, keep-alive and HTTP/2 limits), and shuts down gracefully: stop accepting, let
 //! in-flight exchanges finish up to a grace period, then return.
 //!
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 mod conn;
+mod lean;
 mod machine;
 
 pub use conn::{ConnState, Handoff, LongStream, RequestBody, Tracked, Watched};
@@ -217,23 +219,12 @@ pub async fn serve_with<M, H, S, F, B>(
         let open = Open::new(&stats);
         let state = Arc::new(ConnState::default());
         let (h, companion) = per_connection(peer);
-        let h = Arc::new(h);
-        let svc_state = state.clone();
         let handoff = Arc::new(Handoff::default());
-        let svc_handoff = handoff.clone();
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let active = Active::begin(&svc_state);
-            // A long stream may be handed to the supervisor only on HTTP/1.1, not for a HEAD.
-            let handoff = (req.version() == http::Version::HTTP_11
-                && req.method() != http::Method::HEAD)
-                .then(|| (svc_handoff.clone(), !connection_has(req.headers(), "close")));
-            let fut = h(req.map(|b| RequestBody::new(b, &svc_state)));
-            Exchange {
-                fut: Box::pin(fut),
-                active: Some(active),
-                handoff,
-            }
-        });
+        let service = Svc {
+            h: Arc::new(h),
+            state: state.clone(),
+            handoff: handoff.clone(),
+        };
         let io = Watched {
             io: stream,
             prefix: None,
@@ -263,6 +254,73 @@ pub async fn serve_with<M, H, S, F, B>(
     let _ = drain.send(());
     if tokio::time::timeout(grace, drain.closed()).await.is_err() {
         tracing::warn!("grace period over; closing the remaining connections");
+    }
+}
+
+/// A connection's service: begins each exchange (counted in the connection's state, its
+/// future boxed, a long stream's hand-off prepared) for hyper or for the connection's own reading
+/// of whole requests (`machine::WholeCall`).
+struct Svc<H, B> {
+    h: Arc<H>,
+    state: Arc<ConnState>,
+    handoff: Arc<Handoff<Tracked<B>>>,
+}
+
+impl<H, B> Clone for Svc<H, B> {
+    fn clone(&self) -> Self {
+        Svc {
+            h: self.h.clone(),
+            state: self.state.clone(),
+            handoff: self.handoff.clone(),
+        }
+    }
+}
+
+impl<H, F, B> Svc<H, B>
+where
+    H: Fn(Request<RequestBody>) -> F,
+{
+    fn begin(&self, req: Request<RequestBody>) -> Exchange<F, B> {
+        let active = Active::begin(&self.state);
+        // A long stream may be handed to the supervisor only on HTTP/1.1, not for a HEAD.
+        let handoff = (req.version() == http::Version::HTTP_11
+            && req.method() != http::Method::HEAD)
+            .then(|| {
+                (
+                    self.handoff.clone(),
+                    !connection_has(req.headers(), "close"),
+                )
+            });
+        Exchange {
+            fut: Box::pin((self.h)(req)),
+            active: Some(active),
+            handoff,
+        }
+    }
+}
+
+impl<H, F, B> hyper::service::Service<Request<Incoming>> for Svc<H, B>
+where
+    H: Fn(Request<RequestBody>) -> F,
+    F: Future<Output = Response<B>>,
+    B: Body,
+{
+    type Response = Response<Tracked<B>>;
+    type Error = Infallible;
+    type Future = Exchange<F, B>;
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        self.begin(req.map(|b| RequestBody::new(b, &self.state)))
+    }
+}
+
+impl<H, F, B> lean::WholeCall for Svc<H, B>
+where
+    H: Fn(Request<RequestBody>) -> F,
+    F: Future<Output = Response<B>>,
+    B: Body,
+{
+    fn call_whole(&self, req: Request<RequestBody>) -> Exchange<F, B> {
+        self.begin(req)
     }
 }
 

@@ -1,0 +1,813 @@
+//! Whole HTTP/1.1 requests read and answered by the connection itself, without hyper's
+//! connection: a `POST` whose head and body (by one `Content-Length`, at most [`MAX_BODY`]) have
+//! come together, with no `Connection` but `keep-alive` and no `Upgrade`, `Expect` or
+//! `Transfer-Encoding`, within the listener's head limits — the JSON-RPC call as clients send it.
+//! Anything else (another method, a body still coming, a head hyper would refuse) is handed to
+//! hyper with the bytes read so far (`Watched::prefix`), as a parked connection's next request
+//! is, and hyper serves the connection until it parks. The answer is written as hyper's server
+//! writes it (`encode_head`; the tests compare the bytes with hyper's for each kind of answer),
+//! its body frame by frame as it comes, at most [`WRITE_AHEAD`] gathered for one write. A client
+//! that closes while its call is in flight has left, as with hyper (no half-close): the
+//! exchange is dropped.
+//!
+//! Why hand-written: hyper's HTTP/1 connection spent 9.2k instructions a proxied call on the
+//! request's head, the answer's head and its dispatch between them (RESULTS, session 31); no
+//! other server crate serves a request this way and falls back to hyper on the same socket. The
+//! same trade rpctap's own client leg (`proxy::lean`) makes on the upstream side.
+
+use super::conn::{RequestBody, Watched};
+use super::BoxError;
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, StatusCode, Uri, Version};
+use hyper::body::{Body, Incoming};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Largest request body read here; larger ones go to hyper (which streams them).
+pub const MAX_BODY: usize = 16 * 1024;
+/// Largest request head read here (hyper applies the listener's own limit to larger ones).
+const MAX_HEAD: usize = 8 * 1024;
+/// Most header fields read here (parsed on the stack).
+const MAX_HEADERS: usize = 32;
+/// Most bytes of an answer's body gathered for one write.
+const WRITE_AHEAD: usize = 64 * 1024;
+
+/// The listener's limits on a request head, as hyper applies them: a head past either is
+/// left to hyper, which answers it (`431`).
+#[derive(Clone, Copy, Debug)]
+pub struct HeadLimits {
+    pub bytes: usize,
+    pub fields: usize,
+}
+
+/// A service that can begin an exchange from a request read whole (see `server::Svc`).
+pub trait WholeCall:
+    hyper::service::HttpService<Incoming, Error = std::convert::Infallible>
+{
+    fn call_whole(&self, req: Request<RequestBody>) -> Self::Future;
+}
+
+/// What a connection served here does next.
+pub enum Next<B> {
+    /// A request this does not read: hyper serves the connection (the bytes read are in the
+    /// socket's prefix).
+    Hyper,
+    /// The connection is done (the client closed, or the answer said `close`).
+    Closed,
+    /// A long stream's head is out: its body goes to `Streaming` (keep-alive after it?).
+    Stream(Pin<Box<B>>, bool),
+}
+
+/// An HTTP/1 connection between requests it reads itself, or answering one.
+pub struct Lean<S: hyper::service::HttpService<Incoming>> {
+    io: Watched,
+    svc: S,
+    /// Bytes read and not yet used (a request's start, or the next one's).
+    buf: BytesMut,
+    phase: Phase<S>,
+    /// Pieces of the answer still to write.
+    out: Vec<Bytes>,
+    /// While an exchange is in flight: still watching the client's side for its close (stops
+    /// once it sends the next request's bytes, which wait in the socket).
+    watch_close: bool,
+}
+
+enum Phase<S: hyper::service::HttpService<Incoming>> {
+    Read,
+    Call(S::Future),
+    Write {
+        body: Option<Pin<Box<S::ResBody>>>,
+        chunked: bool,
+        keep_alive: bool,
+    },
+}
+
+/// A request this does not read (hyper's to answer).
+struct NotLean;
+
+/// Where a piece of a request head sits in its buffer: offset and length.
+type Span = (usize, usize);
+
+impl<S> Lean<S>
+where
+    S: WholeCall,
+    S::Future: Unpin,
+    <S::ResBody as Body>::Error: Into<BoxError>,
+{
+    pub fn new(mut io: Watched, svc: S) -> Self {
+        let buf = io.prefix.take().map(BytesMut::from).unwrap_or_default();
+        Lean {
+            io,
+            svc,
+            buf,
+            phase: Phase::Read,
+            out: Vec::new(),
+            watch_close: true,
+        }
+    }
+
+    /// Between exchanges with nothing read: may be parked.
+    pub fn idle(&self) -> bool {
+        matches!(self.phase, Phase::Read) && self.buf.is_empty()
+    }
+
+    /// Gives the socket back, with what was read and not used as its prefix.
+    pub fn into_parts(mut self) -> (Watched, S) {
+        if !self.buf.is_empty() {
+            self.io.prefix = Some(self.buf.freeze());
+        }
+        (self.io, self.svc)
+    }
+
+    /// Serves requests until one it does not read, the connection's end, or a long stream.
+    pub fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        handoff: &super::Handoff<S::ResBody>,
+        limits: HeadLimits,
+        closing: bool,
+    ) -> Poll<Result<Next<S::ResBody>, BoxError>> {
+        loop {
+            match &mut self.phase {
+                Phase::Read => {
+                    match parse(&mut self.buf, limits) {
+                        Ok(Some(req)) => {
+                            self.phase = Phase::Call(self.svc.call_whole(req));
+                            self.watch_close = self.buf.is_empty();
+                            continue;
+                        }
+                        Err(NotLean) => return Poll::Ready(Ok(Next::Hyper)),
+                        Ok(None) => {}
+                    }
+                    if closing && self.buf.is_empty() {
+                        return Poll::Ready(Ok(Next::Closed));
+                    }
+                    self.buf.reserve(4096);
+                    let read = tokio::io::AsyncReadExt::read_buf(&mut self.io, &mut self.buf);
+                    let n = std::task::ready!(std::pin::pin!(read).poll(cx))?;
+                    if n == 0 {
+                        return Poll::Ready(Ok(Next::Closed));
+                    }
+                }
+                Phase::Call(fut) => {
+                    let Poll::Ready(Ok(resp)) = Pin::new(fut).poll(cx) else {
+                        // As hyper's connection (no half-close): a client that closes its side
+                        // while its call is in flight has left; the exchange is dropped.
+                        if self.watch_close {
+                            let mut one = [0u8; 1];
+                            let mut rb = tokio::io::ReadBuf::new(&mut one);
+                            match self.io.io.poll_peek(cx, &mut rb) {
+                                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(Next::Closed)),
+                                Poll::Ready(Ok(_)) => self.watch_close = false,
+                                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                                Poll::Pending => {}
+                            }
+                        }
+                        return Poll::Pending;
+                    };
+                    let (parts, body) = resp.into_parts();
+                    // hyper's view of the body: none (ended already), or its known length.
+                    let length = (!body.is_end_stream()).then(|| body.size_hint().exact());
+                    let mut head = Vec::with_capacity(256);
+                    let (framing, has_body, close) =
+                        encode_head(&parts, length, closing, &mut head);
+                    self.out.push(Bytes::from(head));
+                    let keep_alive = !close && !closing;
+                    let chunked = framing == Framing::Chunked;
+                    if handoff.waiting() {
+                        std::task::ready!(self.io.poll_write_all(cx, &mut self.out))?;
+                        return match handoff.take() {
+                            Some((body, keep)) => {
+                                self.phase = Phase::Read;
+                                Poll::Ready(Ok(Next::Stream(body, keep && keep_alive)))
+                            }
+                            None => Poll::Ready(Ok(Next::Closed)),
+                        };
+                    }
+                    self.phase = Phase::Write {
+                        // A status without a body writes none, whatever the handler gave.
+                        body: has_body.then(|| Box::pin(body)),
+                        chunked,
+                        keep_alive,
+                    };
+                }
+                Phase::Write {
+                    body,
+                    chunked,
+                    keep_alive,
+                } => {
+                    if let Some(b) = body.as_mut() {
+                        match b.as_mut().poll_frame(cx) {
+                            Poll::Ready(Some(Ok(frame))) => {
+                                if let Ok(data) = frame.into_data() {
+                                    let n = bytes::Buf::remaining(&data);
+                                    if n > 0 {
+                                        let mut data = data;
+                                        let data = bytes::Buf::copy_to_bytes(&mut data, n);
+                                        if *chunked {
+                                            self.out.push(Bytes::from(format!("{n:X}\r\n")));
+                                            self.out.push(data);
+                                            self.out.push(Bytes::from_static(b"\r\n"));
+                                        } else {
+                                            self.out.push(data);
+                                        }
+                                    }
+                                }
+                                // The next frame may be ready too: one write for what is,
+                                // up to `WRITE_AHEAD` (a fast upstream's body is not gathered
+                                // here beyond it).
+                                if self.out.iter().map(Bytes::len).sum::<usize>() < WRITE_AHEAD {
+                                    continue;
+                                }
+                            }
+                            Poll::Ready(None) => {
+                                if *chunked {
+                                    self.out.push(Bytes::from_static(b"0\r\n\r\n"));
+                                }
+                                *body = None;
+                            }
+                            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e.into())),
+                            Poll::Pending => {
+                                if self.out.is_empty() {
+                                    return Poll::Pending;
+                                }
+                            }
+                        }
+                    }
+                    let (done, keep) = (body.is_none(), *keep_alive);
+                    std::task::ready!(self.io.poll_write_all(cx, &mut self.out))?;
+                    if done {
+                        if !keep {
+                            return Poll::Ready(Ok(Next::Closed));
+                        }
+                        self.phase = Phase::Read;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A whole request at the front of `buf` (taken off it), `None` while it has not all come.
+fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Request<RequestBody>>, NotLean> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    let max_head = limits.bytes.min(MAX_HEAD);
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers[..limits.fields.min(MAX_HEADERS)]);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) if n <= max_head => n,
+        Ok(httparse::Status::Partial) if buf.len() <= max_head => return Ok(None),
+        // Too long, too many fields, or not a head hyper would read: hyper answers it.
+        _ => return Err(NotLean),
+    };
+    if req.method != Some("POST") || req.version != Some(1) {
+        return Err(NotLean);
+    }
+    let Some(path) = req.path.filter(|p| p.starts_with('/')) else {
+        return Err(NotLean);
+    };
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let path_at = at(path.as_bytes());
+    let mut length = None;
+    let mut fields: [(Span, Span); MAX_HEADERS] = [((0, 0), (0, 0)); MAX_HEADERS];
+    let count = req.headers.len();
+    for (h, f) in req.headers.iter().zip(fields.iter_mut()) {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if length.is_some() {
+                return Err(NotLean);
+            }
+            let v = h.value;
+            if v.is_empty() || v.len() > 6 || !v.iter().all(u8::is_ascii_digit) {
+                return Err(NotLean);
+            }
+            length = Some(v.iter().fold(0usize, |n, d| n * 10 + usize::from(d - b'0')));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            // What most clients send; `close` and upgrades are hyper's.
+            if !h.value.eq_ignore_ascii_case(b"keep-alive") {
+                return Err(NotLean);
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"upgrade")
+            || name.eq_ignore_ascii_case(b"expect")
+        {
+            return Err(NotLean);
+        }
+        *f = (at(name), at(h.value));
+    }
+    let Some(length) = length.filter(|&n| n <= MAX_BODY) else {
+        return Err(NotLean);
+    };
+    if buf.len() < head_len + length {
+        // The body has not all come with its head: hyper reads it, under the handler's own
+        // limit on a stalled body (reading it here would wait without one).
+        return Err(NotLean);
+    }
+    let head = buf.split_to(head_len).freeze();
+    let body = buf.split_to(length).freeze();
+    let Some((uri, map)) = build(&head, path_at, &fields[..count]) else {
+        // Not a head hyper would take either: put the bytes back for it to answer.
+        let mut all = BytesMut::with_capacity(head.len() + body.len() + buf.len());
+        all.extend_from_slice(&head);
+        all.extend_from_slice(&body);
+        all.extend_from_slice(buf);
+        *buf = all;
+        return Err(NotLean);
+    };
+    let mut req = Request::new(RequestBody::whole(body));
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = uri;
+    *req.version_mut() = Version::HTTP_11;
+    *req.headers_mut() = map;
+    Ok(Some(req))
+}
+
+/// The request's URI and headers, their texts shared with `head` (no copy).
+fn build(head: &Bytes, path: Span, fields: &[(Span, Span)]) -> Option<(Uri, HeaderMap)> {
+    let slice = |(i, n): Span| head.slice(i..i + n);
+    let uri = Uri::from_maybe_shared(slice(path)).ok()?;
+    let mut map = HeaderMap::with_capacity(fields.len());
+    for &(name, value) in fields {
+        let name = HeaderName::from_bytes(head.get(name.0..name.0 + name.1)?).ok()?;
+        map.append(name, HeaderValue::from_maybe_shared(slice(value)).ok()?);
+    }
+    Some((uri, map))
+}
+
+/// How an answer's body goes on the wire after its head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    /// As it is (a `content-length` says where it ends), or nothing for a status without a body.
+    Plain,
+    /// The chunked coding.
+    Chunked,
+    /// As it is, the connection's close ending it (an HTTP/1.0 answer of unknown length).
+    Close,
+}
+
+/// Writes a response head as hyper's server writes it to an HTTP/1.1 `POST` (`role.rs`,
+/// `Server::encode`, and `Conn::enforce_version` for keep-alive): the status line in the
+/// answer's own version, the headers in order (`content-length` dropped before an empty body,
+/// `transfer-encoding` for a status or version that cannot chunk, `chunked` added as its last
+/// coding), then the framing the body needs when no header gave it, `connection: close` when the
+/// connection is closing, and `date` when there is none. Returns how the body goes, whether it is
+/// written at all, and whether the connection closes after it.
+fn encode_head(
+    parts: &http::response::Parts,
+    body: Option<Option<u64>>,
+    closing: bool,
+    out: &mut Vec<u8>,
+) -> (Framing, bool, bool) {
+    use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+    let status = parts.status;
+    let v10 = parts.version == Version::HTTP_10;
+    let bodiless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    out.extend_from_slice(if v10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    match parts.extensions.get::<hyper::ext::ReasonPhrase>() {
+        Some(r) => out.extend_from_slice(r.as_bytes()),
+        None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+    }
+    out.extend_from_slice(b"\r\n");
+    let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    };
+    let (mut framed, mut framing, mut dated, mut close) = (false, Framing::Plain, false, false);
+    // Names in the map's order, each with its values (as hyper's `drain` gives them).
+    for name in parts.headers.keys() {
+        for value in parts.headers.get_all(name) {
+            let v = value.as_bytes();
+            if name == CONTENT_LENGTH {
+                // Before an empty body hyper leaves the header out; a second one it refuses.
+                if body.is_none() || framed {
+                    continue;
+                }
+                framed = true;
+            } else if name == TRANSFER_ENCODING {
+                if v10 || bodiless {
+                    continue;
+                }
+                framed = true;
+                framing = Framing::Chunked;
+                if !v
+                    .rsplit(|&c| c == b',')
+                    .next()
+                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+                {
+                    out.extend_from_slice(name.as_str().as_bytes());
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(v);
+                    out.extend_from_slice(b", chunked\r\n");
+                    continue;
+                }
+            } else if name == DATE {
+                dated = true;
+            } else if name == CONNECTION {
+                close |= value
+                    .to_str()
+                    .is_ok_and(|v| super::lists_option(v, "close"));
+            }
+            line(out, name.as_str().as_bytes(), v);
+        }
+        if name == CONNECTION && closing && !close {
+            line(out, b"connection", b"close");
+            close = true;
+        }
+    }
+    // A connection closing (the drain): hyper adds this to the map, after the headers.
+    if closing && !close && !parts.headers.contains_key(CONNECTION) {
+        line(out, b"connection", b"close");
+        close = true;
+    }
+    if !framed {
+        match body {
+            Some(None) if v10 || bodiless => framing = Framing::Close,
+            Some(None) => {
+                line(out, b"transfer-encoding", b"chunked");
+                framing = Framing::Chunked;
+            }
+            _ if bodiless => {}
+            n => line(
+                out,
+                b"content-length",
+                itoa::Buffer::new()
+                    .format(n.flatten().unwrap_or(0))
+                    .as_bytes(),
+            ),
+        }
+    }
+    if !dated {
+        line(
+            out,
+            b"date",
+            httpdate::fmt_http_date(std::time::SystemTime::now()).as_bytes(),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+    let close = close || (framing == Framing::Close && !bodiless);
+    (framing, !bodiless, close)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{serve, serve_with, ConnLimits, RequestBody, ServeOptions};
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use hyper::body::Frame;
+    use hyper::{Request, Response};
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    type Answer = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+    /// The answer the handler gives, picked by the request's path; its body says what the
+    /// handler got (method, body), so a test sees the request as the handler saw it.
+    async fn answer(req: Request<RequestBody>) -> Response<Answer> {
+        let path = req.uri().path().to_string();
+        let method = req.method().to_string();
+        let ka = req.headers().get("connection").is_some();
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let text = format!("{method:>4} {} ka={ka}", String::from_utf8_lossy(&body));
+        let mut resp = match path.as_str() {
+            // A body of unknown length, in two frames: chunked.
+            "/stream" => {
+                let frames = vec![
+                    Ok::<_, Infallible>(Frame::data(Bytes::from(text))),
+                    Ok(Frame::data(Bytes::from_static(b"!"))),
+                ];
+                Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed())
+            }
+            "/empty" => {
+                let mut r = Response::new(Full::new(Bytes::new()).boxed());
+                *r.status_mut() = http::StatusCode::NO_CONTENT;
+                r
+            }
+            "/reason" => {
+                let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+                *r.status_mut() = http::StatusCode::from_u16(299).unwrap();
+                r.extensions_mut()
+                    .insert(hyper::ext::ReasonPhrase::from_static(b"Fine Thanks"));
+                r
+            }
+            "/dated" => {
+                let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+                r.headers_mut().insert(
+                    "date",
+                    http::HeaderValue::from_static("Tue, 01 Dec 2026 00:00:00 GMT"),
+                );
+                r
+            }
+            // An HTTP/1.0 upstream's answer, of known and of unknown length.
+            "/v10" | "/v10stream" => {
+                let body = if path == "/v10" {
+                    Full::new(Bytes::from(text)).boxed()
+                } else {
+                    let frames = vec![Ok::<_, Infallible>(Frame::data(Bytes::from(text)))];
+                    StreamBody::new(futures_util::stream::iter(frames)).boxed()
+                };
+                let mut r = Response::new(body);
+                *r.version_mut() = http::Version::HTTP_10;
+                r
+            }
+            // A coding of its own: hyper adds `chunked` as the last one.
+            "/gzip" => {
+                let frames = vec![Ok::<_, Infallible>(Frame::data(Bytes::from(text)))];
+                let mut r =
+                    Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed());
+                r.headers_mut()
+                    .insert("transfer-encoding", http::HeaderValue::from_static("gzip"));
+                r
+            }
+            // A length header before an empty body (left out), and on a 204.
+            "/claims" | "/nocontent" => {
+                let mut r = Response::new(Full::new(Bytes::new()).boxed());
+                r.headers_mut()
+                    .insert("content-length", http::HeaderValue::from_static("5"));
+                if path == "/nocontent" {
+                    *r.status_mut() = http::StatusCode::NO_CONTENT;
+                }
+                r
+            }
+            "/keep" => {
+                let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+                r.headers_mut()
+                    .insert("connection", http::HeaderValue::from_static("keep-alive"));
+                r
+            }
+            "/close" => {
+                let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+                r.headers_mut()
+                    .insert("connection", http::HeaderValue::from_static("close"));
+                r
+            }
+            _ => Response::new(Full::new(Bytes::from(text)).boxed()),
+        };
+        resp.headers_mut()
+            .insert("x-seen", http::HeaderValue::from_static("yes"));
+        resp
+    }
+
+    async fn start() -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(
+            listener,
+            |_| answer,
+            std::future::pending(),
+            Duration::from_secs(1),
+        ));
+        addr
+    }
+
+    /// Reads what arrives until `n` answers have come whole or the connection closes (bounded).
+    async fn read_answers(c: &mut TcpStream, n: usize) -> String {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while count_answers(&got) < n {
+            match tokio::time::timeout_at(deadline, c.read(&mut buf)).await {
+                Ok(Ok(0)) | Err(_) => break,
+                Ok(Ok(k)) => got.extend_from_slice(&buf[..k]),
+                Ok(Err(_)) => break,
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    fn count_answers(b: &[u8]) -> usize {
+        let text = String::from_utf8_lossy(b);
+        let mut n = 0;
+        let mut rest = &text[..];
+        while let Some(at) = rest.find("HTTP/1.") {
+            let after = &rest[at..];
+            let Some(head_end) = after.find("\r\n\r\n") else {
+                break;
+            };
+            let head = after[..head_end].to_ascii_lowercase();
+            let body = &after[head_end + 4..];
+            let used = if let Some(l) = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+            {
+                let l: usize = l.trim().parse().unwrap_or(0);
+                if body.len() < l {
+                    break;
+                }
+                l
+            } else if head.contains("transfer-encoding:") {
+                match body.find("0\r\n\r\n") {
+                    Some(e) => e + 5,
+                    None => break,
+                }
+            } else if head.starts_with("http/1.1 204") {
+                0
+            } else {
+                // Ended by the connection's close: not whole until then.
+                break;
+            };
+            n += 1;
+            rest = &after[head_end + 4 + used..];
+        }
+        n
+    }
+
+    /// The date hyper writes is now's; masked for comparing.
+    fn undated(s: &str) -> String {
+        s.lines()
+            .map(|l| {
+                if l.starts_with("date: ") && !l.contains("2026 00:00:00") {
+                    "date: <now>"
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    async fn one(addr: std::net::SocketAddr, raw: &str) -> String {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(raw.as_bytes()).await.unwrap();
+        read_answers(&mut c, 1).await
+    }
+
+    /// Each kind of answer, to a `POST` read here and to the same request as a `GET` (which
+    /// hyper reads): the same bytes but for the method the handler saw.
+    #[tokio::test]
+    async fn answers_are_written_as_hyper_writes_them() {
+        let addr = start().await;
+        for path in [
+            "/",
+            "/stream",
+            "/empty",
+            "/reason",
+            "/dated",
+            "/close",
+            "/v10",
+            "/v10stream",
+            "/gzip",
+            "/claims",
+            "/nocontent",
+            "/keep",
+        ] {
+            let req = |m: &str| {
+                format!("{m} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello")
+            };
+            let lean = one(addr, &req("POST")).await;
+            let hyper = one(addr, &req("GET")).await;
+            let bodiless = ["/empty", "/claims", "/nocontent"].contains(&path);
+            assert!(lean.contains("POST hello") || bodiless, "{path}: {lean}");
+            assert_eq!(
+                undated(&lean).replace("POST", " GET"),
+                undated(&hyper),
+                "{path}"
+            );
+        }
+    }
+
+    /// Requests sent back to back in one write are answered in order; one this does not read (a
+    /// `GET`, a `Transfer-Encoding`) goes to hyper with the bytes after it, and a `POST` after
+    /// that is answered too.
+    #[tokio::test]
+    async fn pipelined_requests_and_those_left_to_hyper_are_all_answered_in_order() {
+        let addr = start().await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let post = |b: &str| {
+            format!(
+                "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{b}",
+                b.len()
+            )
+        };
+        let all = [
+            post("one"),
+            post("two"),
+            "GET / HTTP/1.1\r\nhost: x\r\n\r\n".to_string(),
+            "POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nthree\r\n0\r\n\r\n"
+                .to_string(),
+            post("four"),
+        ]
+        .concat();
+        c.write_all(all.as_bytes()).await.unwrap();
+        let got = read_answers(&mut c, 5).await;
+        let order: Vec<_> = ["POST one", "POST two", "GET  ka", "POST three", "POST four"]
+            .iter()
+            .map(|w| got.find(w).unwrap_or_else(|| panic!("{w} in {got}")))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{got}");
+    }
+
+    /// A body that comes in a later segment than its head goes to hyper (which times a stalled
+    /// body), and the connection's next whole request is answered; `Connection: keep-alive` is
+    /// read here.
+    #[tokio::test]
+    async fn a_body_after_its_head_goes_to_hyper_and_the_connection_is_kept() {
+        let addr = start().await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(
+            b"POST / HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\ncontent-length: 4\r\n\r\nab",
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.write_all(b"cd").await.unwrap();
+        let got = read_answers(&mut c, 1).await;
+        assert!(got.contains("POST abcd ka=true"), "{got}");
+        c.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\ne")
+            .await
+            .unwrap();
+        let got = read_answers(&mut c, 1).await;
+        assert!(got.contains("POST e ka=false"), "{got}");
+        let ka = one(
+            addr,
+            "POST / HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\nf",
+        )
+        .await;
+        assert!(ka.contains("POST f ka=true"), "{ka}");
+    }
+
+    /// The listener's head limits hold for requests read here: past them hyper answers `431`.
+    #[tokio::test]
+    async fn a_head_past_the_listeners_limits_gets_hypers_431() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ConnLimits {
+            max_headers: 4,
+            ..ConnLimits::default()
+        };
+        tokio::spawn(serve_with(
+            listener,
+            |_| (answer, std::future::pending::<()>()),
+            std::future::pending(),
+            ServeOptions::new(limits, Duration::from_secs(1)),
+        ));
+        let many = "POST / HTTP/1.1\r\nhost: x\r\na: 1\r\nb: 2\r\nc: 3\r\nd: 4\r\ncontent-length: 0\r\n\r\n";
+        assert!(one(addr, many).await.starts_with("HTTP/1.1 431"));
+        let few = "POST / HTTP/1.1\r\nhost: x\r\na: 1\r\ncontent-length: 2\r\n\r\nok";
+        assert!(one(addr, few).await.contains("POST ok"));
+    }
+
+    /// A client that closes while its call is in flight has left: the exchange is dropped.
+    #[tokio::test]
+    async fn a_client_that_closes_mid_call_drops_the_exchange() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = dropped.clone();
+        tokio::spawn(serve(
+            listener,
+            move |_| {
+                let flag = flag.clone();
+                move |_req: Request<RequestBody>| {
+                    struct Guard(Arc<AtomicBool>);
+                    impl Drop for Guard {
+                        fn drop(&mut self) {
+                            self.0.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    let guard = Guard(flag.clone());
+                    async move {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        drop(guard);
+                        Response::new(Full::new(Bytes::new()))
+                    }
+                }
+            },
+            std::future::pending(),
+            Duration::from_secs(1),
+        ));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!dropped.load(Ordering::SeqCst), "in flight");
+        drop(c);
+        for _ in 0..100 {
+            if dropped.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the exchange was not dropped when its client left");
+    }
+}
