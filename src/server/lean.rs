@@ -77,6 +77,10 @@ pub struct Lean<S: hyper::service::HttpService<Incoming>> {
 enum Phase<S: hyper::service::HttpService<Incoming>> {
     Read,
     Call(S::Future),
+    /// A long stream's head being written; its body then goes to `Streaming`.
+    Handoff {
+        keep_alive: bool,
+    },
     Write {
         body: Option<Pin<Box<S::ResBody>>>,
         chunked: bool,
@@ -177,14 +181,8 @@ where
                     let keep_alive = !close && !closing;
                     let chunked = framing == Framing::Chunked;
                     if handoff.waiting() {
-                        std::task::ready!(self.io.poll_write_all(cx, &mut self.out))?;
-                        return match handoff.take() {
-                            Some((body, keep)) => {
-                                self.phase = Phase::Read;
-                                Poll::Ready(Ok(Next::Stream(body, keep && keep_alive)))
-                            }
-                            None => Poll::Ready(Ok(Next::Closed)),
-                        };
+                        self.phase = Phase::Handoff { keep_alive };
+                        continue;
                     }
                     self.phase = Phase::Write {
                         // A status without a body writes none, whatever the handler gave.
@@ -193,12 +191,23 @@ where
                         keep_alive,
                     };
                 }
+                Phase::Handoff { keep_alive } => {
+                    let keep_alive = *keep_alive;
+                    std::task::ready!(self.io.poll_write_all(cx, &mut self.out))?;
+                    self.phase = Phase::Read;
+                    return Poll::Ready(Ok(match handoff.take() {
+                        Some((body, keep)) => Next::Stream(body, keep && keep_alive),
+                        None => Next::Closed,
+                    }));
+                }
                 Phase::Write {
                     body,
                     chunked,
                     keep_alive,
                 } => {
-                    if let Some(b) = body.as_mut() {
+                    // More of the body only while less than `WRITE_AHEAD` waits to be written.
+                    let room = self.out.iter().map(Bytes::len).sum::<usize>() < WRITE_AHEAD;
+                    if let Some(b) = body.as_mut().filter(|_| room) {
                         match b.as_mut().poll_frame(cx) {
                             Poll::Ready(Some(Ok(frame))) => {
                                 if let Ok(data) = frame.into_data() {
