@@ -326,7 +326,8 @@ fn parse_head(
                 .map_err(|_| format!("the upstream sent an invalid header name {:?}", h.name))?;
             if name == CONTENT_LENGTH {
                 lengths += 1;
-                length = plain_length(h.value);
+                // Anything but plain digits is `framing`'s to read.
+                length = crate::server::plain_length(h.value);
             } else if name == TRANSFER_ENCODING {
                 coded = true;
             } else if name == CONNECTION {
@@ -364,15 +365,6 @@ fn parse_head(
         read.advance(len);
         return Ok(Some((resp.into_parts().0, framing, read)));
     }
-}
-
-/// A `Content-Length` value of plain digits (no list, no spaces; at most 18 digits, so it
-/// cannot overflow); anything else is `framing`'s to read.
-fn plain_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(v.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
 /// A status whose response has no body, whatever its headers say.

@@ -291,11 +291,7 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Request<Reques
             if length.is_some() {
                 return Err(NotLean);
             }
-            let v = h.value;
-            if v.is_empty() || v.len() > 6 || !v.iter().all(u8::is_ascii_digit) {
-                return Err(NotLean);
-            }
-            length = Some(v.iter().fold(0usize, |n, d| n * 10 + usize::from(d - b'0')));
+            length = Some(super::plain_length(h.value).ok_or(NotLean)?);
         } else if name.eq_ignore_ascii_case(b"connection") {
             // What most clients send; `close` and upgrades are hyper's.
             if !h.value.eq_ignore_ascii_case(b"keep-alive") {
@@ -309,7 +305,10 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Request<Reques
         }
         *f = (at(name), at(h.value));
     }
-    let Some(length) = length.filter(|&n| n <= MAX_BODY) else {
+    let Some(length) = length
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= MAX_BODY)
+    else {
         return Err(NotLean);
     };
     if buf.len() < head_len + length {
