@@ -348,33 +348,95 @@ impl Watched {
     }
 }
 
+/// An answer's pieces waiting to be written (heads, chunk-size lines, data), with their total.
+/// Heads and chunk-size lines are written into `scratch`, whose allocation is taken back once
+/// the pieces cut from it have been written: no allocation per answer or per chunk.
+#[derive(Default)]
+pub(super) struct Outbox {
+    parts: Vec<bytes::Bytes>,
+    len: usize,
+    scratch: bytes::BytesMut,
+}
+
+impl Outbox {
+    /// Bytes waiting.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+    pub(super) fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+    pub(super) fn push(&mut self, b: bytes::Bytes) {
+        if !b.is_empty() {
+            self.len += b.len();
+            self.parts.push(b);
+        }
+    }
+    /// A piece written by `f` (a head, `at_least` bytes reserved for it).
+    pub(super) fn push_with(&mut self, at_least: usize, f: impl FnOnce(&mut bytes::BytesMut)) {
+        self.scratch.reserve(at_least);
+        f(&mut self.scratch);
+        let piece = self.scratch.split().freeze();
+        self.push(piece);
+    }
+    /// `data` as one chunk of the chunked coding (nothing when it is empty: an empty chunk
+    /// would end the body).
+    pub(super) fn push_chunk(&mut self, data: bytes::Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        let n = data.len();
+        self.push_with(32, |b| {
+            // `BytesMut`'s `fmt::Write` does not fail.
+            let _ = std::fmt::Write::write_fmt(b, format_args!("{n:X}\r\n"));
+        });
+        self.push(data);
+        self.push(bytes::Bytes::from_static(b"\r\n"));
+    }
+    /// The chunked coding's last chunk.
+    pub(super) fn push_last_chunk(&mut self) {
+        self.push(bytes::Bytes::from_static(b"0\r\n\r\n"));
+    }
+    /// Forgets the pieces written (the first `n` bytes).
+    fn consume(&mut self, mut n: usize) {
+        self.len = self.len.saturating_sub(n);
+        let mut whole = 0;
+        for p in &mut self.parts {
+            if n < p.len() {
+                bytes::Buf::advance(p, n);
+                break;
+            }
+            n -= p.len();
+            whole += 1;
+        }
+        self.parts.drain(..whole);
+    }
+}
+
 impl Watched {
     /// Writes `out`'s pieces (vectored, as many as each write takes), then flushes.
     pub(super) fn poll_write_all(
         &mut self,
         cx: &mut Context<'_>,
-        out: &mut Vec<bytes::Bytes>,
+        out: &mut Outbox,
     ) -> Poll<std::io::Result<()>> {
+        // As many pieces as one `writev` takes.
+        const MAX_IOV: usize = 1024;
         while !out.is_empty() {
             let polled = {
-                let slices: smallvec::SmallVec<[std::io::IoSlice<'_>; 4]> =
-                    out.iter().map(|b| std::io::IoSlice::new(b)).collect();
+                let slices: smallvec::SmallVec<[std::io::IoSlice<'_>; 4]> = out
+                    .parts
+                    .iter()
+                    .take(MAX_IOV)
+                    .map(|b| std::io::IoSlice::new(b))
+                    .collect();
                 Pin::new(&mut *self).poll_write_vectored(cx, &slices)
             };
-            let mut n = std::task::ready!(polled)?;
+            let n = std::task::ready!(polled)?;
             if n == 0 {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
             }
-            while n > 0 {
-                let first = &mut out[0];
-                if n >= first.len() {
-                    n -= first.len();
-                    out.remove(0);
-                } else {
-                    bytes::Buf::advance(first, n);
-                    n = 0;
-                }
-            }
+            out.consume(n);
         }
         Pin::new(self).poll_flush(cx)
     }
@@ -440,5 +502,42 @@ impl AsyncWrite for Watched {
     #[inline]
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outbox;
+    use bytes::Bytes;
+
+    fn waiting(o: &Outbox) -> Vec<u8> {
+        o.parts.concat()
+    }
+
+    /// Pieces come off as a write takes them, whole or in part, and the count follows; the
+    /// room heads are written in is used again once what was cut from it has been written.
+    #[test]
+    fn an_outbox_gives_up_what_each_write_took_and_reuses_its_room() {
+        let mut o = Outbox::default();
+        o.push_with(64, |b| b.extend_from_slice(b"HEAD\r\n\r\n"));
+        let room = o.parts[0].as_ptr();
+        o.push_chunk(Bytes::from_static(b"hello, world"));
+        o.push_chunk(Bytes::new());
+        o.push(Bytes::new());
+        o.push_last_chunk();
+        let all = b"HEAD\r\n\r\nC\r\nhello, world\r\n0\r\n\r\n".to_vec();
+        assert_eq!(waiting(&o), all, "an empty chunk or piece adds nothing");
+        assert_eq!(o.len(), all.len());
+        let mut at = 0;
+        for step in [1, 8, 3, 2, 13, 1, 100] {
+            let n = step.min(all.len() - at);
+            o.consume(n);
+            at += n;
+            assert_eq!(waiting(&o), all[at..], "after {at} bytes written");
+            assert_eq!(o.len(), all.len() - at);
+        }
+        assert!(o.is_empty());
+        o.push_with(64, |b| b.extend_from_slice(b"NEXT"));
+        assert_eq!(o.parts[0].as_ptr(), room, "the same room, taken back");
     }
 }

@@ -15,7 +15,7 @@
 //! other server crate serves a request this way and falls back to hyper on the same socket. The
 //! same trade rpctap's own client leg (`proxy::lean`) makes on the upstream side.
 
-use super::conn::{RequestBody, Watched};
+use super::conn::{Outbox, RequestBody, Watched};
 use super::BoxError;
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
@@ -68,7 +68,7 @@ pub struct Lean<S: hyper::service::HttpService<Incoming>> {
     buf: BytesMut,
     phase: Phase<S>,
     /// Pieces of the answer still to write.
-    out: Vec<Bytes>,
+    out: Outbox,
     /// While an exchange is in flight: still watching the client's side for its close (stops
     /// once it sends the next request's bytes, which wait in the socket).
     watch_close: bool,
@@ -82,7 +82,7 @@ enum Phase<S: hyper::service::HttpService<Incoming>> {
         keep_alive: bool,
     },
     Write {
-        body: Option<Pin<Box<S::ResBody>>>,
+        body: Option<S::ResBody>,
         chunked: bool,
         keep_alive: bool,
     },
@@ -107,7 +107,7 @@ where
             svc,
             buf,
             phase: Phase::Read,
-            out: Vec::new(),
+            out: Outbox::default(),
             watch_close: true,
         }
     }
@@ -124,7 +124,16 @@ where
         }
         (self.io, self.svc)
     }
+}
 
+impl<S> Lean<S>
+where
+    S: WholeCall,
+    S::Future: Unpin,
+    // The answer's body is kept in place while it is written (no box per answer).
+    S::ResBody: Unpin,
+    <S::ResBody as Body>::Error: Into<BoxError>,
+{
     /// Serves requests until one it does not read, the connection's end, or a long stream.
     pub fn poll(
         &mut self,
@@ -174,10 +183,11 @@ where
                     let (parts, body) = resp.into_parts();
                     // hyper's view of the body: none (ended already), or its known length.
                     let length = (!body.is_end_stream()).then(|| body.size_hint().exact());
-                    let mut head = Vec::with_capacity(256);
-                    let (framing, has_body, close) =
-                        encode_head(&parts, length, closing, &mut head);
-                    self.out.push(Bytes::from(head));
+                    let mut framed = (Framing::Plain, false, false);
+                    self.out.push_with(1024, |head| {
+                        framed = encode_head(&parts, length, closing, head);
+                    });
+                    let (framing, has_body, close) = framed;
                     let keep_alive = !close && !closing;
                     let chunked = framing == Framing::Chunked;
                     if handoff.waiting() {
@@ -186,7 +196,7 @@ where
                     }
                     self.phase = Phase::Write {
                         // A status without a body writes none, whatever the handler gave.
-                        body: has_body.then(|| Box::pin(body)),
+                        body: has_body.then_some(body),
                         chunked,
                         keep_alive,
                     };
@@ -206,34 +216,29 @@ where
                     keep_alive,
                 } => {
                     // More of the body only while less than `WRITE_AHEAD` waits to be written.
-                    let room = self.out.iter().map(Bytes::len).sum::<usize>() < WRITE_AHEAD;
+                    let room = self.out.len() < WRITE_AHEAD;
                     if let Some(b) = body.as_mut().filter(|_| room) {
-                        match b.as_mut().poll_frame(cx) {
+                        match Pin::new(b).poll_frame(cx) {
                             Poll::Ready(Some(Ok(frame))) => {
-                                if let Ok(data) = frame.into_data() {
+                                if let Ok(mut data) = frame.into_data() {
                                     let n = bytes::Buf::remaining(&data);
-                                    if n > 0 {
-                                        let mut data = data;
-                                        let data = bytes::Buf::copy_to_bytes(&mut data, n);
-                                        if *chunked {
-                                            self.out.push(Bytes::from(format!("{n:X}\r\n")));
-                                            self.out.push(data);
-                                            self.out.push(Bytes::from_static(b"\r\n"));
-                                        } else {
-                                            self.out.push(data);
-                                        }
+                                    let data = bytes::Buf::copy_to_bytes(&mut data, n);
+                                    if *chunked {
+                                        self.out.push_chunk(data);
+                                    } else {
+                                        self.out.push(data);
                                     }
                                 }
                                 // The next frame may be ready too: one write for what is,
                                 // up to `WRITE_AHEAD` (a fast upstream's body is not gathered
                                 // here beyond it).
-                                if self.out.iter().map(Bytes::len).sum::<usize>() < WRITE_AHEAD {
+                                if self.out.len() < WRITE_AHEAD {
                                     continue;
                                 }
                             }
                             Poll::Ready(None) => {
                                 if *chunked {
-                                    self.out.push(Bytes::from_static(b"0\r\n\r\n"));
+                                    self.out.push_last_chunk();
                                 }
                                 *body = None;
                             }
@@ -369,7 +374,7 @@ fn encode_head(
     parts: &http::response::Parts,
     body: Option<Option<u64>>,
     closing: bool,
-    out: &mut Vec<u8>,
+    out: &mut BytesMut,
 ) -> (Framing, bool, bool) {
     use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
     let status = parts.status;
@@ -379,13 +384,13 @@ fn encode_head(
         || status == StatusCode::NOT_MODIFIED;
     out.extend_from_slice(if v10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
     out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
+    out.extend_from_slice(b" ");
     match parts.extensions.get::<hyper::ext::ReasonPhrase>() {
         Some(r) => out.extend_from_slice(r.as_bytes()),
         None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
     }
     out.extend_from_slice(b"\r\n");
-    let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
+    let line = |out: &mut BytesMut, name: &[u8], value: &[u8]| {
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
@@ -503,6 +508,18 @@ mod tests {
                     Ok::<_, Infallible>(Frame::data(Bytes::from(text))),
                     Ok(Frame::data(Bytes::from_static(b"!"))),
                 ];
+                Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed())
+            }
+            // Twenty thousand frames of a byte each, all ready at once: gathered for writes
+            // of many more pieces than one `writev` takes (the same for any request).
+            "/many" => {
+                let frames: Vec<_> = b"abcdefgh"
+                    .iter()
+                    .copied()
+                    .cycle()
+                    .take(20_000)
+                    .map(|c| Ok::<_, Infallible>(Frame::data(Bytes::copy_from_slice(&[c]))))
+                    .collect();
                 Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed())
             }
             "/empty" => {
@@ -667,6 +684,7 @@ mod tests {
         for path in [
             "/",
             "/stream",
+            "/many",
             "/empty",
             "/reason",
             "/dated",
@@ -684,7 +702,12 @@ mod tests {
             let lean = one(addr, &req("POST")).await;
             let hyper = one(addr, &req("GET")).await;
             let bodiless = ["/empty", "/claims", "/nocontent"].contains(&path);
-            assert!(lean.contains("POST hello") || bodiless, "{path}: {lean}");
+            // (`/many`'s text is cut up by its chunks' framing.)
+            let many = path == "/many" && lean.len() > 100_000 && lean.ends_with("\r\n0\r\n\r\n");
+            assert!(
+                lean.contains("POST hello") || bodiless || many,
+                "{path}: {lean}"
+            );
             assert_eq!(
                 undated(&lean).replace("POST", " GET"),
                 undated(&hyper),

@@ -3,7 +3,7 @@
 //! HTTP/2), [`supervise`] (one timer for the header and
 //! keep-alive timeouts and the park looks; the drain signal).
 
-use super::conn::{ConnState, Handoff, Watched};
+use super::conn::{ConnState, Handoff, Outbox, Watched};
 use super::{
     BoxError, ConnLimits, ListenerStats, H2_MAX_LOCAL_RESETS, H2_MAX_PENDING_RESETS,
     HYPER_MAX_HEADERS,
@@ -130,7 +130,7 @@ impl<S> Supervised for Machine<S>
 where
     S: super::lean::WholeCall + Clone + Unpin + Send + 'static,
     S::Future: Send + Unpin + 'static,
-    S::ResBody: Send + 'static,
+    S::ResBody: Send + Unpin + 'static,
     <S::ResBody as Body>::Data: Send,
     <S::ResBody as Body>::Error: Into<BoxError>,
 {
@@ -330,7 +330,7 @@ struct Streaming<S: hyper::service::HttpService<Incoming>> {
     /// `None` once it has ended (its last chunk being written).
     body: Option<Pin<Box<S::ResBody>>>,
     /// Pieces still to write.
-    out: Vec<bytes::Bytes>,
+    out: Outbox,
     keep_alive: bool,
     /// Still watching the client's side for its close (stops once it sends bytes).
     watch_close: bool,
@@ -343,7 +343,7 @@ impl<S: hyper::service::HttpService<Incoming>> Streaming<S> {
             io,
             svc,
             body: Some(body),
-            out: Vec::new(),
+            out: Outbox::default(),
             keep_alive,
             watch_close: true,
         }))
@@ -375,11 +375,7 @@ where
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(mut data) => {
                         let n = data.remaining();
-                        if n > 0 {
-                            self.out.push(bytes::Bytes::from(format!("{n:X}\r\n")));
-                            self.out.push(data.copy_to_bytes(n));
-                            self.out.push(bytes::Bytes::from_static(b"\r\n"));
-                        }
+                        self.out.push_chunk(data.copy_to_bytes(n));
                     }
                     // Trailers end the body.
                     Err(_) => self.finish(),
@@ -394,13 +390,14 @@ where
 
     fn finish(&mut self) {
         self.body = None;
-        self.out.push(bytes::Bytes::from_static(b"0\r\n\r\n"));
+        self.out.push_last_chunk();
     }
 
-    /// Writes the pending pieces, then flushes (and frees the list).
+    /// Writes the pending pieces, then flushes (and frees their room: a stream waits long
+    /// between chunks).
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         std::task::ready!(self.io.poll_write_all(cx, &mut self.out))?;
-        self.out = Vec::new();
+        self.out = Outbox::default();
         Poll::Ready(Ok(()))
     }
 

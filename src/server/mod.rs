@@ -142,7 +142,7 @@ pub async fn serve<M, H, F, B>(
     M: Fn(SocketAddr) -> H,
     H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body + Send + 'static,
+    B: Body + Send + Unpin + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
@@ -169,7 +169,7 @@ pub async fn serve_with<M, H, S, F, B>(
     H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
     S: Future<Output = ()> + Send + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
-    B: Body + Send + 'static,
+    B: Body + Send + Unpin + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
