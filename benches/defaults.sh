@@ -2,8 +2,8 @@
 # The defaults a user runs, beside the tuned setup and the hyper floor, at one and two runtime
 # threads: requests/s and CPU per call, rounds alternating, medians (run by hand, not in CI).
 #
-#   bash benches/defaults.sh                      # 3 rounds of 5 s, wrk -t2 -c50
-#   ROUNDS=5 SECS=10 bash benches/defaults.sh
+#   bash benches/defaults.sh                      # 10 rounds of 3 s, wrk -t2 -c50
+#   ROUNDS=20 SECS=5 bash benches/defaults.sh
 #   BIN_B=/path/to/other/rpctap bash benches/defaults.sh   # and a second build, side by side
 #   THREADS="1 2 4 8" bash benches/defaults.sh    # a bigger machine
 #
@@ -12,7 +12,10 @@
 # sidecar's log collector would read it), and `--log off` with a `--fault` rule that matches no
 # call; each at every thread count (`RPCTAP_THREADS`). CPU per
 # call is the process's utime + stime (/proc/PID/stat) over the requests wrk completed. The
-# upstream is rpctap's demo server. Loopback only; bounded by ROUNDS × rows × SECS.
+# upstream is rpctap's demo server. Every row's process is started (and warmed up) once and
+# serves all the rounds: a process started afresh for each round made the rounds of one row
+# differ by about 2.5 µs a call, twice what they differ by this way (RESULTS, session 32).
+# Loopback only; bounded by ROUNDS × rows × SECS.
 #
 # Two readings of the targets: "targets" divides the rows' medians (as the issue's table does);
 # "paired" divides within each round first (a row by the floor run a few seconds before it) and
@@ -20,8 +23,8 @@
 # the first swung by ±0.1 between runs of the same builds (RESULTS, session 31).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-3}
-SECS=${SECS:-5}
+ROUNDS=${ROUNDS:-10}
+SECS=${SECS:-3}
 THREADS=${THREADS:-"1 2"}
 WORK=$(mktemp -d /tmp/rpctap-defaults.XXXXXX)
 PIDS=()
@@ -37,18 +40,25 @@ wait_port $UP
 write_call_lua $WORK/call.lua
 TICK=$(getconf CLK_TCK)
 
-# run NAME THREADS -- COMMAND…: one round of one row; appends "rps cpu_us_per_call" to NAME.
-run() {
+# start NAME THREADS -- COMMAND…: starts one row's process on a port of its own and warms it up
+# (1 s of load); it serves every round, so a round measures a process already running.
+declare -A PID PORT
+start() {
   local name=$1 threads=$2; shift 3
   local port; port=$(free_port)
   local cmd=("${@//PORT/$port}")
   RPCTAP_THREADS=$threads "${cmd[@]}" > "$WORK/$name.log" 2>&1 & local pid=$!
+  PIDS+=("$pid"); PID[$name]=$pid; PORT[$name]=$port
   wait_port "$port"
   wrk -t2 -c50 -d1s -s $WORK/call.lua "http://127.0.0.1:$port/" >/dev/null
+}
+
+# run NAME: one round of one row; appends "rps cpu_us_per_call" to NAME.
+run() {
+  local name=$1 pid=${PID[$1]} port=${PORT[$1]}
   local t0; t0=$(awk '{print $14 + $15}' /proc/$pid/stat)
   local out; out=$(wrk -t2 -c50 -d${SECS}s -s $WORK/call.lua "http://127.0.0.1:$port/")
   local t1; t1=$(awk '{print $14 + $15}' /proc/$pid/stat)
-  kill $pid; wait $pid 2>/dev/null || true
   local n; n=$(echo "$out" | awk '/requests in/{print $1}')
   echo "$(awk "BEGIN{print $n / $SECS}") $(awk "BEGIN{print ($t1 - $t0) * 1e6 / $TICK / $n}")" >> "$WORK/$name"
 }
@@ -65,11 +75,14 @@ for t in $THREADS; do
     ROWS+=("B-defaults-$t|$t|$BIN_B proxy --no-tui --listen 127.0.0.1:PORT --upstream http://127.0.0.1:$UP")
   fi
 done
+for row in "${ROWS[@]}"; do
+  IFS='|' read -r name threads cmd <<<"$row"
+  # shellcheck disable=SC2086
+  start "$name" "$threads" -- $cmd
+done
 for _ in $(seq "$ROUNDS"); do
   for row in "${ROWS[@]}"; do
-    IFS='|' read -r name threads cmd <<<"$row"
-    # shellcheck disable=SC2086
-    run "$name" "$threads" -- $cmd
+    run "${row%%|*}"
   done
 done
 med() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
@@ -110,7 +123,7 @@ done
 # `--log off` row, and its other thread count), then the median of those. The rows of one round
 # run within a minute of each other, so what drifts over the run (the machine's load, its clock)
 # cancels; the medians above compare rows whose noise is independent.
-# pm EXPR ROW…: the median over rounds of EXPR, an awk expression over $1, $2… — the rounds' CPU µs
+# pm EXPR ROW…: the median (or with REDUCE=sd, the spread) over rounds of EXPR, an awk expression over $1, $2… — the rounds' CPU µs
 # per call (or requests/s with FIELD=1) of the ROWs in order.
 pm() {
   local expr=$1; shift
@@ -118,13 +131,16 @@ pm() {
   paste -d' ' "${files[@]}" | awk -v f="${FIELD:-2}" -v n=$# '{
     for (i = 1; i <= n; i++) v[i] = $((i - 1) * 2 + f)
     $0 = ""; for (i = 1; i <= n; i++) $i = v[i]
-    print '"$expr"' }' | med
+    print '"$expr"' }' | "${REDUCE:-med}"
 }
+# sd: the standard deviation of the numbers on stdin.
+sd() { awk '{s += $1; q += $1 * $1} END{print sqrt((q - s * s / NR) / (NR > 1 ? NR - 1 : 1))}'; }
 for t in $THREADS; do
-  printf "paired, %s thread(s): defaults ÷ floor CPU per call %.3f, req/s %.3f; text log %.2f µs a call\n" "$t" \
+  printf "paired, %s thread(s): defaults ÷ floor CPU per call %.3f, req/s %.3f; text log %.2f µs a call (its rounds' spread: sd %.2f µs)\n" "$t" \
     "$(pm '$1 / $2' rpctap-defaults-$t floor-$t)" \
     "$(FIELD=1 pm '$1 / $2' rpctap-defaults-$t floor-$t)" \
-    "$(pm '$1 - $2' rpctap-defaults-$t rpctap-log-off-$t)"
+    "$(pm '$1 - $2' rpctap-defaults-$t rpctap-log-off-$t)" \
+    "$(REDUCE=sd pm '$1 - $2' rpctap-defaults-$t rpctap-log-off-$t)"
 done
 set -- $THREADS
 if [ $# -ge 2 ]; then

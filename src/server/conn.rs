@@ -163,6 +163,32 @@ enum Inner {
     Hyper(Incoming),
     /// Read whole by the connection before the exchange began (`lean`).
     Whole(Option<bytes::Bytes>),
+    /// Read by the connection as it comes while the exchange runs (`lean`, a body that had not
+    /// all come with its head): `left` bytes not yet given to the handler.
+    Coming {
+        rx: tokio::sync::mpsc::UnboundedReceiver<bytes::Bytes>,
+        left: usize,
+    },
+}
+
+/// The connection's end of a [`RequestBody`] still coming: hands on the body's bytes as they
+/// are read (at most `left` more; bounded by the request's `Content-Length`).
+pub(super) struct BodyFeed {
+    tx: tokio::sync::mpsc::UnboundedSender<bytes::Bytes>,
+    left: usize,
+}
+
+impl BodyFeed {
+    /// Hands on what `buf` holds of the body (taken off it); whether the body is all read.
+    /// A handler that dropped the body no longer gets it: the bytes are read and let go.
+    pub(super) fn feed(&mut self, buf: &mut bytes::BytesMut) -> bool {
+        let n = self.left.min(buf.len());
+        if n > 0 {
+            self.left -= n;
+            let _ = self.tx.send(buf.split_to(n).freeze());
+        }
+        self.left == 0
+    }
 }
 
 impl RequestBody {
@@ -175,6 +201,15 @@ impl RequestBody {
             inner: Inner::Hyper(inner),
             state,
         }
+    }
+    /// A body of `len` bytes the connection reads as it comes, and the connection's end of it.
+    pub(super) fn coming(len: usize) -> (Self, BodyFeed) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let body = RequestBody {
+            inner: Inner::Coming { rx, left: len },
+            state: None,
+        };
+        (body, BodyFeed { tx, left: len })
     }
     /// A body the connection has read whole already.
     pub(super) fn whole(b: bytes::Bytes) -> Self {
@@ -202,6 +237,7 @@ impl std::fmt::Debug for RequestBody {
         match &self.inner {
             Inner::Hyper(i) => d.field("inner", i),
             Inner::Whole(b) => d.field("whole", b),
+            Inner::Coming { left, .. } => d.field("coming", left),
         };
         d.finish_non_exhaustive()
     }
@@ -219,6 +255,17 @@ impl Body for RequestBody {
             Inner::Whole(b) => {
                 return Poll::Ready(b.take().map(|b| Ok(hyper::body::Frame::data(b))));
             }
+            Inner::Coming { left: 0, .. } => return Poll::Ready(None),
+            // (The channel closes early only when the connection is gone, and the exchange
+            // with it.)
+            Inner::Coming { rx, left } => {
+                return rx.poll_recv(cx).map(|b| {
+                    b.map(|b| {
+                        *left = left.saturating_sub(b.len());
+                        Ok(hyper::body::Frame::data(b))
+                    })
+                });
+            }
         };
         let r = Pin::new(&mut *inner).poll_frame(cx);
         if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_))))
@@ -232,6 +279,7 @@ impl Body for RequestBody {
         match &self.inner {
             Inner::Hyper(i) => i.is_end_stream(),
             Inner::Whole(b) => b.is_none(),
+            Inner::Coming { left, .. } => *left == 0,
         }
     }
     fn size_hint(&self) -> http_body::SizeHint {
@@ -240,6 +288,7 @@ impl Body for RequestBody {
             Inner::Whole(b) => {
                 http_body::SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64))
             }
+            Inner::Coming { left, .. } => http_body::SizeHint::with_exact(*left as u64),
         }
     }
 }

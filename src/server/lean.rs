@@ -1,21 +1,24 @@
 //! Whole HTTP/1.1 requests read and answered by the connection itself, without hyper's
-//! connection: a `POST` whose head and body (by one `Content-Length`, at most [`MAX_BODY`]) have
-//! come together, with no `Connection` but `keep-alive` and no `Upgrade`, `Expect` or
-//! `Transfer-Encoding`, within the listener's head limits — the JSON-RPC call as clients send it.
-//! Anything else (another method, a body still coming, a head hyper would refuse) is handed to
-//! hyper with the bytes read so far (`Watched::prefix`), as a parked connection's next request
-//! is, and hyper serves the connection until it parks. The answer is written as hyper's server
-//! writes it (`encode_head`; the tests compare the bytes with hyper's for each kind of answer),
-//! its body frame by frame as it comes, at most [`WRITE_AHEAD`] gathered for one write. A client
-//! that closes while its call is in flight has left, as with hyper (no half-close): the
-//! exchange is dropped.
+//! connection: a `POST` with one `Content-Length` (at most [`MAX_BODY`]), no `Connection` but
+//! `keep-alive` and no `Upgrade`, `Expect` or `Transfer-Encoding`, within the listener's head
+//! limits — the JSON-RPC call as clients send it. A body that came with its head is given to the
+//! handler whole; one that had not all come (clients that write the head and the body apart) is
+//! read here as it comes while the exchange runs, and the handler times it as it times hyper's
+//! (an answer before it has all come closes the connection after it). Anything else (another
+//! method, a head hyper would refuse) is handed to hyper with the bytes read so far
+//! (`Watched::prefix`), as a parked connection's next request is, and hyper serves the
+//! connection until it parks. The answer is written as hyper's server writes it (`encode_head`;
+//! the tests compare the bytes with hyper's for each kind of answer), its body frame by frame as
+//! it comes, at most [`WRITE_AHEAD`] gathered for one write (`conn::Outbox`). A client that
+//! closes while its call is in flight has left, as with hyper (no half-close): the exchange is
+//! dropped.
 //!
 //! Why hand-written: hyper's HTTP/1 connection spent 9.2k instructions a proxied call on the
 //! request's head, the answer's head and its dispatch between them (RESULTS, session 31); no
 //! other server crate serves a request this way and falls back to hyper on the same socket. The
 //! same trade rpctap's own client leg (`proxy::lean`) makes on the upstream side.
 
-use super::conn::{Outbox, RequestBody, Watched};
+use super::conn::{BodyFeed, Outbox, RequestBody, Watched};
 use super::BoxError;
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
@@ -72,6 +75,8 @@ pub struct Lean<S: hyper::service::HttpService<Incoming>> {
     /// While an exchange is in flight: still watching the client's side for its close (stops
     /// once it sends the next request's bytes, which wait in the socket).
     watch_close: bool,
+    /// The request's body while it is still coming (read here and handed on as it comes).
+    feed: Option<BodyFeed>,
 }
 
 enum Phase<S: hyper::service::HttpService<Incoming>> {
@@ -109,6 +114,7 @@ where
             phase: Phase::Read,
             out: Outbox::default(),
             watch_close: true,
+            feed: None,
         }
     }
 
@@ -146,8 +152,9 @@ where
             match &mut self.phase {
                 Phase::Read => {
                     match parse(&mut self.buf, limits) {
-                        Ok(Some(req)) => {
+                        Ok(Some((req, feed))) => {
                             self.phase = Phase::Call(self.svc.call_whole(req));
+                            self.feed = feed;
                             self.watch_close = self.buf.is_empty();
                             continue;
                         }
@@ -165,10 +172,28 @@ where
                     }
                 }
                 Phase::Call(fut) => {
+                    // The body's bytes as they come, before the handler looks for them.
+                    while let Some(feed) = &mut self.feed {
+                        if feed.feed(&mut self.buf) {
+                            self.feed = None;
+                            self.watch_close = self.buf.is_empty();
+                            break;
+                        }
+                        self.buf.reserve(4096);
+                        let read = tokio::io::AsyncReadExt::read_buf(&mut self.io, &mut self.buf);
+                        match std::pin::pin!(read).poll(cx) {
+                            // The client left mid-body: the exchange is dropped.
+                            Poll::Ready(Ok(0)) => return Poll::Ready(Ok(Next::Closed)),
+                            Poll::Ready(Ok(_)) => {}
+                            Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                            Poll::Pending => break,
+                        }
+                    }
                     let Poll::Ready(Ok(resp)) = Pin::new(fut).poll(cx) else {
                         // As hyper's connection (no half-close): a client that closes its side
-                        // while its call is in flight has left; the exchange is dropped.
-                        if self.watch_close {
+                        // while its call is in flight has left; the exchange is dropped. (While
+                        // the body comes, the read above watches.)
+                        if self.watch_close && self.feed.is_none() {
                             let mut one = [0u8; 1];
                             let mut rb = tokio::io::ReadBuf::new(&mut one);
                             match self.io.io.poll_peek(cx, &mut rb) {
@@ -181,6 +206,9 @@ where
                         return Poll::Pending;
                     };
                     let (parts, body) = resp.into_parts();
+                    // An answer before the request's body has all come (a stalled body's
+                    // timeout, say): the connection closes after it (and the feed with it).
+                    let closing = closing || self.feed.is_some();
                     // hyper's view of the body: none (ended already), or its known length.
                     let length = (!body.is_end_stream()).then(|| body.size_hint().exact());
                     let mut framed = (Framing::Plain, false, false);
@@ -265,7 +293,7 @@ where
 }
 
 /// A whole request at the front of `buf` (taken off it), `None` while it has not all come.
-fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Request<RequestBody>>, NotLean> {
+fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLean> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -316,29 +344,33 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Request<Reques
     else {
         return Err(NotLean);
     };
-    if buf.len() < head_len + length {
-        // The body has not all come with its head: hyper reads it, under the handler's own
-        // limit on a stalled body (reading it here would wait without one).
-        return Err(NotLean);
-    }
     let head = buf.split_to(head_len).freeze();
-    let body = buf.split_to(length).freeze();
     let Some((uri, map)) = build(&head, path_at, &fields[..count]) else {
         // Not a head hyper would take either: put the bytes back for it to answer.
-        let mut all = BytesMut::with_capacity(head.len() + body.len() + buf.len());
+        let mut all = BytesMut::with_capacity(head.len() + buf.len());
         all.extend_from_slice(&head);
-        all.extend_from_slice(&body);
         all.extend_from_slice(buf);
         *buf = all;
         return Err(NotLean);
     };
-    let mut req = Request::new(RequestBody::whole(body));
+    // A body that has not all come with its head is read as it comes (the handler times a
+    // stalled one, as it does hyper's).
+    let (body, feed) = if buf.len() >= length {
+        (RequestBody::whole(buf.split_to(length).freeze()), None)
+    } else {
+        let (body, feed) = RequestBody::coming(length);
+        (body, Some(feed))
+    };
+    let mut req = Request::new(body);
     *req.method_mut() = Method::POST;
     *req.uri_mut() = uri;
     *req.version_mut() = Version::HTTP_11;
     *req.headers_mut() = map;
-    Ok(Some(req))
+    Ok(Some((req, feed)))
 }
+
+/// A request read here, and its body's feed while the body is still coming.
+type Whole = (Request<RequestBody>, Option<BodyFeed>);
 
 /// The request's URI and headers, their texts shared with `head` (no copy).
 fn build(head: &Bytes, path: Span, fields: &[(Span, Span)]) -> Option<(Uri, HeaderMap)> {
@@ -494,13 +526,26 @@ mod tests {
         let path = req.uri().path().to_string();
         let method = req.method().to_string();
         let ka = req.headers().get("connection").is_some();
+        if path == "/early" {
+            // Answers without waiting for the request's body.
+            return Response::new(Full::new(Bytes::from_static(b"early")).boxed());
+        }
+        // How the body reached the handler: read whole here, read here as it came, or hyper's.
+        let via = format!("{:?}", req.body());
+        let via = ["whole", "coming"]
+            .into_iter()
+            .find(|k| via.contains(&format!("{k}:")))
+            .unwrap_or("hyper");
         let body = req
             .into_body()
             .collect()
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        let text = format!("{method:>4} {} ka={ka}", String::from_utf8_lossy(&body));
+        let mut text = format!("{method:>4} {} ka={ka}", String::from_utf8_lossy(&body));
+        if path == "/via" {
+            text += &format!(" via={via}");
+        }
         let mut resp = match path.as_str() {
             // A body of unknown length, in two frames: chunked.
             "/stream" => {
@@ -747,33 +792,63 @@ mod tests {
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{got}");
     }
 
-    /// A body that comes in a later segment than its head goes to hyper (which times a stalled
-    /// body), and the connection's next whole request is answered; `Connection: keep-alive` is
-    /// read here.
+    /// A body that comes in later segments than its head is read here as it comes, and the
+    /// connection's next request too; `Connection: keep-alive` is read here.
     #[tokio::test]
-    async fn a_body_after_its_head_goes_to_hyper_and_the_connection_is_kept() {
+    async fn a_body_after_its_head_is_read_as_it_comes_and_the_connection_is_kept() {
         let addr = start().await;
         let mut c = TcpStream::connect(addr).await.unwrap();
         c.write_all(
-            b"POST / HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\ncontent-length: 4\r\n\r\nab",
+            b"POST /via HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\ncontent-length: 6\r\n\r\nab",
         )
         .await
         .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        c.write_all(b"cd").await.unwrap();
+        for piece in [&b"cd"[..], b"ef"] {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            c.write_all(piece).await.unwrap();
+        }
         let got = read_answers(&mut c, 1).await;
-        assert!(got.contains("POST abcd ka=true"), "{got}");
-        c.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\ne")
+        assert!(got.contains("POST abcdef ka=true via=coming"), "{got}");
+        // The head alone first, then the body and the next request in one write.
+        c.write_all(b"POST /via HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\n")
             .await
             .unwrap();
-        let got = read_answers(&mut c, 1).await;
-        assert!(got.contains("POST e ka=false"), "{got}");
-        let ka = one(
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.write_all(b"ePOST /via HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\nf")
+            .await
+            .unwrap();
+        let got = read_answers(&mut c, 2).await;
+        assert!(got.contains("POST e ka=false via=coming"), "{got}");
+        assert!(got.contains("POST f ka=false via=whole"), "{got}");
+        // A `GET` is hyper's, with its body.
+        let hyper = one(
             addr,
-            "POST / HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\nf",
+            "GET /via HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\ng",
         )
         .await;
-        assert!(ka.contains("POST f ka=true"), "{ka}");
+        assert!(hyper.contains(" GET g ka=false via=hyper"), "{hyper}");
+    }
+
+    /// An answer that comes before the request's body has all come closes the connection
+    /// after it (the rest of the body is not read); a client that leaves mid-body ends its
+    /// exchange.
+    #[tokio::test]
+    async fn an_answer_before_its_body_has_come_closes_the_connection() {
+        let addr = start().await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"POST /early HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nab")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut got)).await;
+        assert!(
+            matches!(read, Ok(Ok(_))),
+            "closed after the answer: {read:?}"
+        );
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(got.contains("\r\nconnection: close\r\n"), "{got}");
+        assert!(got.ends_with("\r\n\r\nearly"), "{got}");
     }
 
     /// The listener's head limits hold for requests read here: past them hyper answers `431`.
@@ -797,7 +872,8 @@ mod tests {
         assert!(one(addr, few).await.contains("POST ok"));
     }
 
-    /// A client that closes while its call is in flight has left: the exchange is dropped.
+    /// A client that closes while its call is in flight (its body read or still coming) has
+    /// left: the exchange is dropped.
     #[tokio::test]
     async fn a_client_that_closes_mid_call_drops_the_exchange() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -826,19 +902,26 @@ mod tests {
             std::future::pending(),
             Duration::from_secs(1),
         ));
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        c.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(!dropped.load(Ordering::SeqCst), "in flight");
-        drop(c);
-        for _ in 0..100 {
-            if dropped.load(Ordering::SeqCst) {
-                return;
+        // A whole request, and one whose body is still coming.
+        for req in [
+            &b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nab",
+        ] {
+            dropped.store(false, Ordering::SeqCst);
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(req).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(!dropped.load(Ordering::SeqCst), "in flight");
+            drop(c);
+            let mut waited = 0;
+            while !dropped.load(Ordering::SeqCst) {
+                waited += 1;
+                assert!(
+                    waited < 100,
+                    "the exchange was not dropped when its client left"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        panic!("the exchange was not dropped when its client left");
     }
 }
