@@ -80,8 +80,14 @@ for row in "${ROWS[@]}"; do
   # shellcheck disable=SC2086
   start "$name" "$threads" -- $cmd
 done
-for _ in $(seq "$ROUNDS"); do
-  for row in "${ROWS[@]}"; do
+# Every other round runs the rows in the reverse order, so that no row always follows the same
+# one (what ran just before a row, and how long its process sat idle, are evened out).
+for r in $(seq "$ROUNDS"); do
+  order=("${ROWS[@]}")
+  if [ $((r % 2)) -eq 0 ]; then
+    order=(); for ((i = ${#ROWS[@]} - 1; i >= 0; i--)); do order+=("${ROWS[$i]}"); done
+  fi
+  for row in "${order[@]}"; do
     run "${row%%|*}"
   done
 done
