@@ -397,14 +397,44 @@ impl Watched {
     }
 }
 
-/// An answer's pieces waiting to be written (heads, chunk-size lines, data), with their total.
-/// Heads and chunk-size lines are written into `scratch`, whose allocation is taken back once
-/// the pieces cut from it have been written: no allocation per answer or per chunk.
+/// An answer's pieces waiting to be written, with their total: the head first, written into a
+/// buffer kept for the connection's next answers (cleared, not freed, once written), then the
+/// body's pieces — shared bytes, or a chunk's size line held inline. No allocation and no shared
+/// count per answer or per chunk.
 #[derive(Default)]
 pub(super) struct Outbox {
-    parts: Vec<bytes::Bytes>,
+    head: Vec<u8>,
+    /// How much of `head` has been written.
+    head_at: usize,
+    parts: Vec<Piece>,
     len: usize,
-    scratch: bytes::BytesMut,
+}
+
+/// A piece of an answer's body on its way out.
+enum Piece {
+    Shared(bytes::Bytes),
+    /// A chunk's size line (at most 16 hex digits and CRLF), bytes `at..end` of `line`.
+    Line {
+        line: [u8; 18],
+        at: u8,
+        end: u8,
+    },
+}
+
+impl Piece {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Shared(b) => b,
+            Piece::Line { line, at, end } => &line[*at as usize..*end as usize],
+        }
+    }
+    /// Forgets the first `n` bytes (fewer than it holds).
+    fn advance(&mut self, n: usize) {
+        match self {
+            Piece::Shared(b) => bytes::Buf::advance(b, n),
+            Piece::Line { at, .. } => *at += n as u8,
+        }
+    }
 }
 
 impl Outbox {
@@ -413,20 +443,22 @@ impl Outbox {
         self.len
     }
     pub(super) fn is_empty(&self) -> bool {
-        self.parts.is_empty()
+        self.len == 0
+    }
+    /// Writes an answer's head with `f`; it goes out before the body's pieces, so only with
+    /// nothing else waiting.
+    pub(super) fn push_head(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+        debug_assert!(self.is_empty(), "a head goes out first");
+        self.head.clear();
+        self.head_at = 0;
+        f(&mut self.head);
+        self.len += self.head.len();
     }
     pub(super) fn push(&mut self, b: bytes::Bytes) {
         if !b.is_empty() {
             self.len += b.len();
-            self.parts.push(b);
+            self.parts.push(Piece::Shared(b));
         }
-    }
-    /// A piece written by `f` (a head, `at_least` bytes reserved for it).
-    pub(super) fn push_with(&mut self, at_least: usize, f: impl FnOnce(&mut bytes::BytesMut)) {
-        self.scratch.reserve(at_least);
-        f(&mut self.scratch);
-        let piece = self.scratch.split().freeze();
-        self.push(piece);
     }
     /// `data` as one chunk of the chunked coding (nothing when it is empty: an empty chunk
     /// would end the body).
@@ -434,10 +466,22 @@ impl Outbox {
         if data.is_empty() {
             return;
         }
-        let n = data.len();
-        self.push_with(32, |b| {
-            // `BytesMut`'s `fmt::Write` does not fail.
-            let _ = std::fmt::Write::write_fmt(b, format_args!("{n:X}\r\n"));
+        let mut line = [0u8; 18];
+        line[16..].copy_from_slice(b"\r\n");
+        let (mut at, mut n) = (16, data.len());
+        loop {
+            at -= 1;
+            line[at] = b"0123456789ABCDEF"[n & 15];
+            n >>= 4;
+            if n == 0 {
+                break;
+            }
+        }
+        self.len += line.len() - at;
+        self.parts.push(Piece::Line {
+            line,
+            at: at as u8,
+            end: 18,
         });
         self.push(data);
         self.push(bytes::Bytes::from_static(b"\r\n"));
@@ -449,13 +493,17 @@ impl Outbox {
     /// Forgets the pieces written (the first `n` bytes).
     fn consume(&mut self, mut n: usize) {
         self.len = self.len.saturating_sub(n);
+        let head = (self.head.len() - self.head_at).min(n);
+        self.head_at += head;
+        n -= head;
         let mut whole = 0;
         for p in &mut self.parts {
-            if n < p.len() {
-                bytes::Buf::advance(p, n);
+            let len = p.bytes().len();
+            if n < len {
+                p.advance(n);
                 break;
             }
-            n -= p.len();
+            n -= len;
             whole += 1;
         }
         self.parts.drain(..whole);
@@ -473,11 +521,13 @@ impl Watched {
         const MAX_IOV: usize = 1024;
         while !out.is_empty() {
             let polled = {
-                let slices: smallvec::SmallVec<[std::io::IoSlice<'_>; 4]> = out
-                    .parts
-                    .iter()
+                let head = &out.head[out.head_at..];
+                let slices: smallvec::SmallVec<[std::io::IoSlice<'_>; 4]> = (!head.is_empty())
+                    .then_some(head)
+                    .into_iter()
+                    .chain(out.parts.iter().map(Piece::bytes))
                     .take(MAX_IOV)
-                    .map(|b| std::io::IoSlice::new(b))
+                    .map(std::io::IoSlice::new)
                     .collect();
                 Pin::new(&mut *self).poll_write_vectored(cx, &slices)
             };
@@ -560,25 +610,32 @@ mod tests {
     use bytes::Bytes;
 
     fn waiting(o: &Outbox) -> Vec<u8> {
-        o.parts.concat()
+        let mut all = o.head[o.head_at..].to_vec();
+        for p in &o.parts {
+            all.extend_from_slice(p.bytes());
+        }
+        all
     }
 
     /// Pieces come off as a write takes them, whole or in part, and the count follows; the
-    /// room heads are written in is used again once what was cut from it has been written.
+    /// head's buffer is kept for the next answer.
     #[test]
-    fn an_outbox_gives_up_what_each_write_took_and_reuses_its_room() {
+    fn an_outbox_gives_up_what_each_write_took_and_keeps_its_head_buffer() {
         let mut o = Outbox::default();
-        o.push_with(64, |b| b.extend_from_slice(b"HEAD\r\n\r\n"));
-        let room = o.parts[0].as_ptr();
+        o.push_head(|b| b.extend_from_slice(b"HEAD\r\n\r\n"));
+        let room = o.head.as_ptr();
         o.push_chunk(Bytes::from_static(b"hello, world"));
         o.push_chunk(Bytes::new());
         o.push(Bytes::new());
+        o.push_chunk(Bytes::from(vec![b'x'; 0x1_2345]));
         o.push_last_chunk();
-        let all = b"HEAD\r\n\r\nC\r\nhello, world\r\n0\r\n\r\n".to_vec();
+        let mut all = b"HEAD\r\n\r\nC\r\nhello, world\r\n12345\r\n".to_vec();
+        all.extend_from_slice(&[b'x'; 0x1_2345]);
+        all.extend_from_slice(b"\r\n0\r\n\r\n");
         assert_eq!(waiting(&o), all, "an empty chunk or piece adds nothing");
         assert_eq!(o.len(), all.len());
         let mut at = 0;
-        for step in [1, 8, 3, 2, 13, 1, 100] {
+        for step in [1, 8, 3, 2, 13, 1, 2, 3, 0x1_2345, 4, 100] {
             let n = step.min(all.len() - at);
             o.consume(n);
             at += n;
@@ -586,7 +643,8 @@ mod tests {
             assert_eq!(o.len(), all.len() - at);
         }
         assert!(o.is_empty());
-        o.push_with(64, |b| b.extend_from_slice(b"NEXT"));
-        assert_eq!(o.parts[0].as_ptr(), room, "the same room, taken back");
+        o.push_head(|b| b.extend_from_slice(b"NEXT"));
+        assert_eq!(o.head.as_ptr(), room, "the same buffer, kept");
+        assert_eq!(waiting(&o), b"NEXT");
     }
 }

@@ -212,7 +212,7 @@ where
                     // hyper's view of the body: none (ended already), or its known length.
                     let length = (!body.is_end_stream()).then(|| body.size_hint().exact());
                     let mut framed = (Framing::Plain, false, false);
-                    self.out.push_with(1024, |head| {
+                    self.out.push_head(|head| {
                         framed = encode_head(&parts, length, closing, head);
                     });
                     let (framing, has_body, close) = framed;
@@ -406,7 +406,7 @@ fn encode_head(
     parts: &http::response::Parts,
     body: Option<Option<u64>>,
     closing: bool,
-    out: &mut BytesMut,
+    out: &mut Vec<u8>,
 ) -> (Framing, bool, bool) {
     use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
     let status = parts.status;
@@ -416,59 +416,65 @@ fn encode_head(
         || status == StatusCode::NOT_MODIFIED;
     out.extend_from_slice(if v10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
     out.extend_from_slice(status.as_str().as_bytes());
-    out.extend_from_slice(b" ");
+    out.push(b' ');
     match parts.extensions.get::<hyper::ext::ReasonPhrase>() {
         Some(r) => out.extend_from_slice(r.as_bytes()),
         None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
     }
     out.extend_from_slice(b"\r\n");
-    let line = |out: &mut BytesMut, name: &[u8], value: &[u8]| {
+    let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     };
     let (mut framed, mut framing, mut dated, mut close) = (false, Framing::Plain, false, false);
-    // Names in the map's order, each with its values (as hyper's `drain` gives them).
-    for name in parts.headers.keys() {
-        for value in parts.headers.get_all(name) {
-            let v = value.as_bytes();
-            if name == CONTENT_LENGTH {
-                // Before an empty body hyper leaves the header out; a second one it refuses.
-                if body.is_none() || framed {
-                    continue;
-                }
-                framed = true;
-            } else if name == TRANSFER_ENCODING {
-                if v10 || bodiless {
-                    continue;
-                }
-                framed = true;
-                framing = Framing::Chunked;
-                if !v
-                    .rsplit(|&c| c == b',')
-                    .next()
-                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-                {
-                    out.extend_from_slice(name.as_str().as_bytes());
-                    out.extend_from_slice(b": ");
-                    out.extend_from_slice(v);
-                    out.extend_from_slice(b", chunked\r\n");
-                    continue;
-                }
-            } else if name == DATE {
-                dated = true;
-            } else if name == CONNECTION {
-                close |= value
-                    .to_str()
-                    .is_ok_and(|v| super::lists_option(v, "close"));
-            }
-            line(out, name.as_str().as_bytes(), v);
-        }
-        if name == CONNECTION && closing && !close {
+    // Names in the map's order, each with its values (as hyper's `drain` gives them: the map's
+    // `iter` gives them so, without a lookup per name). `connection: close` is added after the
+    // `connection` values when the connection is closing and none said so.
+    let mut in_connection = false;
+    for (name, value) in &parts.headers {
+        if in_connection && name != CONNECTION && closing && !close {
             line(out, b"connection", b"close");
             close = true;
         }
+        in_connection = name == CONNECTION;
+        let v = value.as_bytes();
+        if name == CONTENT_LENGTH {
+            // Before an empty body hyper leaves the header out; a second one it refuses.
+            if body.is_none() || framed {
+                continue;
+            }
+            framed = true;
+        } else if name == TRANSFER_ENCODING {
+            if v10 || bodiless {
+                continue;
+            }
+            framed = true;
+            framing = Framing::Chunked;
+            if !v
+                .rsplit(|&c| c == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+            {
+                out.extend_from_slice(name.as_str().as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(v);
+                out.extend_from_slice(b", chunked\r\n");
+                continue;
+            }
+        } else if name == DATE {
+            dated = true;
+        } else if in_connection {
+            close |= value
+                .to_str()
+                .is_ok_and(|v| super::lists_option(v, "close"));
+        }
+        line(out, name.as_str().as_bytes(), v);
+    }
+    if in_connection && closing && !close {
+        line(out, b"connection", b"close");
+        close = true;
     }
     // A connection closing (the drain): hyper adds this to the map, after the headers.
     if closing && !close && !parts.headers.contains_key(CONNECTION) {
