@@ -6,6 +6,7 @@
 #   ROUNDS=20 SECS=5 bash benches/defaults.sh
 #   BIN_B=/path/to/other/rpctap bash benches/defaults.sh   # and a second build, side by side
 #   THREADS="1 2 4 8" bash benches/defaults.sh    # a bigger machine
+#   PAIRS=0 bash benches/defaults.sh              # without the text log's side-by-side pairs
 #
 # Rows: the hyper floor (examples/hyper_floor.rs: the same stack forwarding blindly), rpctap
 # `--log off`, and rpctap's defaults (a text log line per call on stdout — here into a file, as a
@@ -53,14 +54,14 @@ start() {
   wrk -t2 -c50 -d1s -s $WORK/call.lua "http://127.0.0.1:$port/" >/dev/null
 }
 
-# run NAME: one round of one row; appends "rps cpu_us_per_call" to NAME.
+# run NAME [FILE SECONDS]: one round of one row; appends "rps cpu_us_per_call" to NAME (or FILE).
 run() {
-  local name=$1 pid=${PID[$1]} port=${PORT[$1]}
+  local name=$1 pid=${PID[$1]} port=${PORT[$1]} file=${2:-$1} secs=${3:-$SECS}
   local t0; t0=$(awk '{print $14 + $15}' /proc/$pid/stat)
-  local out; out=$(wrk -t2 -c50 -d${SECS}s -s $WORK/call.lua "http://127.0.0.1:$port/")
+  local out; out=$(wrk -t2 -c50 -d${secs}s -s $WORK/call.lua "http://127.0.0.1:$port/")
   local t1; t1=$(awk '{print $14 + $15}' /proc/$pid/stat)
   local n; n=$(echo "$out" | awk '/requests in/{print $1}')
-  echo "$(awk "BEGIN{print $n / $SECS}") $(awk "BEGIN{print ($t1 - $t0) * 1e6 / $TICK / $n}")" >> "$WORK/$name"
+  echo "$(awk "BEGIN{print $n / $secs}") $(awk "BEGIN{print ($t1 - $t0) * 1e6 / $TICK / $n}")" >> "$WORK/$file"
 }
 
 ROWS=()
@@ -89,6 +90,22 @@ for r in $(seq "$ROUNDS"); do
   fi
   for row in "${order[@]}"; do
     run "${row%%|*}"
+  done
+done
+# The text log's cost read closely: after the rounds, its two rows alone (`--log off` and the
+# defaults) in PAIRS pairs of PAIR_SECS-second runs, each pair's order the reverse of the last's.
+# The rows' medians above differ by the text log and by each row's own noise (±1–2 µs a round);
+# side by side in short runs, a pair's difference spreads by about 0.6–0.9 µs, so 30 pairs read
+# the text log to about ±0.15 µs (RESULTS, session 32).
+PAIRS=${PAIRS:-30}
+PAIR_SECS=${PAIR_SECS:-2}
+for t in $THREADS; do
+  for p in $(seq "$PAIRS"); do
+    if [ $((p % 2)) -eq 1 ]; then
+      run "rpctap-log-off-$t" "pair-off-$t" "$PAIR_SECS"; run "rpctap-defaults-$t" "pair-text-$t" "$PAIR_SECS"
+    else
+      run "rpctap-defaults-$t" "pair-text-$t" "$PAIR_SECS"; run "rpctap-log-off-$t" "pair-off-$t" "$PAIR_SECS"
+    fi
   done
 done
 med() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
@@ -147,6 +164,13 @@ for t in $THREADS; do
     "$(FIELD=1 pm '$1 / $2' rpctap-defaults-$t floor-$t)" \
     "$(pm '$1 - $2' rpctap-defaults-$t rpctap-log-off-$t)" \
     "$(REDUCE=sd pm '$1 - $2' rpctap-defaults-$t rpctap-log-off-$t)"
+done
+for t in $THREADS; do
+  [ "$PAIRS" -gt 0 ] || break
+  paste -d' ' "$WORK/pair-text-$t" "$WORK/pair-off-$t" | awk -v t="$t" -v s="$PAIR_SECS" '
+    { d = $2 - $4; n++; sum += d; sq += d * d }
+    END { m = sum / n; sd = sqrt((sq - sum * sum / n) / (n > 1 ? n - 1 : 1))
+          printf "targets, %s thread(s), the text log side by side (%d pairs of %s s): %.2f ± %.2f µs a call (mean ± its standard error; ≤ 1)\n", t, n, s, m, sd / sqrt(n) }'
 done
 set -- $THREADS
 if [ $# -ge 2 ]; then
