@@ -2,7 +2,10 @@
 //! written by the socket wrapper [`Watched`] (bytes arrived, replies flushed) and by the service
 //! ([`Active`] per exchange, [`RequestBody`] per unread body); [`Tracked`] keeps an exchange
 //! counted until its reply body is dropped, [`Exchange`] boxes the handler's future per request
-//! and hands a long stream's body to the supervisor ([`LongStream`], [`Handoff`]).
+//! and hands a long stream's body to the supervisor ([`LongStream`], [`Handoff`]). [`Outbox`]
+//! holds the pieces of an answer rpctap writes itself (the lean reader's, a long stream's) until
+//! [`Watched`] has written them; a request body the lean reader reads on while its exchange runs
+//! reaches the handler through a [`BodyFeed`].
 
 use crate::locks::Locked as _;
 use hyper::body::{Body, Incoming};
