@@ -7,6 +7,7 @@
 #   BIN_B=/path/to/other/rpctap bash benches/defaults.sh   # and a second build, side by side
 #   THREADS="1 2 4 8" bash benches/defaults.sh    # a bigger machine
 #   PAIRS=0 bash benches/defaults.sh              # without the text log's side-by-side pairs
+#   CHECK=1 bash benches/defaults.sh              # exit 1 when a target of issue 36 is missed
 #
 # Rows: the hyper floor (examples/hyper_floor.rs: the same stack forwarding blindly), rpctap
 # `--log off`, and rpctap's defaults (a text log line per call on stdout — here into a file, as a
@@ -136,11 +137,20 @@ for t in $THREADS; do
 done
 # The issue-36 targets, from the medians above: the defaults against the floor at each thread
 # count, the text log's cost (defaults − `--log off`, same run), and two threads against one.
+# Each "targets" reading is also checked (`hold`); the text log by its side-by-side reading when
+# the run has one. The run ends with what missed, and with CHECK=1 exits 1 if anything did.
+MISSED=()
+# hold WHAT VALUE OP LIMIT: notes WHAT as missed unless VALUE OP LIMIT (awk comparison).
+hold() { awk "BEGIN{exit !($2 $3 $4)}" || MISSED+=("$1: $2 (target $3 $4)"); }
 for t in $THREADS; do
+  cpu=$(awk "BEGIN{print $(m rpctap-defaults-$t 2) / $(m floor-$t 2)}")
+  rps=$(awk "BEGIN{print $(m rpctap-defaults-$t 1) / $(m floor-$t 1)}")
+  text=$(awk "BEGIN{print $(m rpctap-defaults-$t 2) - $(m rpctap-log-off-$t 2)}")
   printf "targets, %s thread(s): defaults ÷ floor CPU per call %.3f (≤ 1.15), req/s %.3f (≥ 0.9); text log %.2f µs a call (≤ 1)\n" "$t" \
-    "$(awk "BEGIN{print $(m rpctap-defaults-$t 2) / $(m floor-$t 2)}")" \
-    "$(awk "BEGIN{print $(m rpctap-defaults-$t 1) / $(m floor-$t 1)}")" \
-    "$(awk "BEGIN{print $(m rpctap-defaults-$t 2) - $(m rpctap-log-off-$t 2)}")"
+    "$cpu" "$rps" "$text"
+  hold "defaults ÷ floor CPU per call, $t thread(s)" "$cpu" "<=" 1.15
+  hold "defaults ÷ floor requests/s, $t thread(s)" "$rps" ">=" 0.9
+  [ "$PAIRS" -gt 0 ] || hold "the text log by the medians, $t thread(s)" "$text" "<=" 1
 done
 # The same targets paired round by round: each round's row against that round's floor (and its
 # `--log off` row, and its other thread count), then the median of those. The rows of one round
@@ -167,21 +177,33 @@ for t in $THREADS; do
 done
 for t in $THREADS; do
   [ "$PAIRS" -gt 0 ] || break
-  paste -d' ' "$WORK/pair-text-$t" "$WORK/pair-off-$t" | awk -v t="$t" -v s="$PAIR_SECS" '
+  side=$(paste -d' ' "$WORK/pair-text-$t" "$WORK/pair-off-$t" | awk '
     { d = $2 - $4; n++; sum += d; sq += d * d }
-    END { m = sum / n; sd = sqrt((sq - sum * sum / n) / (n > 1 ? n - 1 : 1))
-          printf "targets, %s thread(s), the text log side by side (%d pairs of %s s): %.2f ± %.2f µs a call (mean ± its standard error; ≤ 1)\n", t, n, s, m, sd / sqrt(n) }'
+    END { m = sum / n; print m, sqrt((sq - sum * sum / n) / (n > 1 ? n - 1 : 1)) / sqrt(n), n }')
+  read -r mean se n <<<"$side"
+  printf "targets, %s thread(s), the text log side by side (%d pairs of %s s): %.2f ± %.2f µs a call (mean ± its standard error; ≤ 1)\n" \
+    "$t" "$n" "$PAIR_SECS" "$mean" "$se"
+  hold "the text log side by side, $t thread(s)" "$mean" "<=" 1
 done
 set -- $THREADS
 if [ $# -ge 2 ]; then
   a=$1; b=${!#}
   fl=$(awk "BEGIN{print $(m floor-$b 2) / $(m floor-$a 2)}")
   for r in rpctap-log-off rpctap-defaults; do
+    ratio=$(awk "BEGIN{print $(m $r-$b 2) / $(m $r-$a 2)}")
     printf "targets, %s: CPU per call at %s threads ÷ at %s %.3f (≤ the floor's %.3f + 0.05)\n" "$r" "$b" "$a" \
-      "$(awk "BEGIN{print $(m $r-$b 2) / $(m $r-$a 2)}")" "$fl"
+      "$ratio" "$fl"
+    hold "$r: CPU per call at $b threads ÷ at $a" "$ratio" "<=" "$(awk "BEGIN{print $fl + 0.05}")"
   done
   for r in rpctap-log-off rpctap-defaults; do
     printf "paired, %s: CPU per call at %s threads ÷ at %s, less the floor's ratio in the same round %+.3f (≤ 0.05)\n" \
       "$r" "$b" "$a" "$(pm '$1 / $2 - $3 / $4' $r-$b $r-$a floor-$b floor-$a)"
   done
+fi
+echo
+if [ ${#MISSED[@]} -eq 0 ]; then
+  echo "every target met"
+else
+  echo "missed:"; printf '  %s\n' "${MISSED[@]}"
+  [ "${CHECK:-0}" != 1 ] || exit 1
 fi

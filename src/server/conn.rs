@@ -448,10 +448,15 @@ impl Outbox {
     pub(super) fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// Writes an answer's head with `f`; it goes out before the body's pieces, so only with
-    /// nothing else waiting.
+    /// Writes an answer's head with `f` into the kept buffer, which goes out before the body's
+    /// pieces (behind anything still waiting, it is added as a piece of its own).
     pub(super) fn push_head(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
-        debug_assert!(self.is_empty(), "a head goes out first");
+        if !self.is_empty() {
+            let mut head = Vec::new();
+            f(&mut head);
+            self.push(bytes::Bytes::from(head));
+            return;
+        }
         self.head.clear();
         self.head_at = 0;
         f(&mut self.head);
@@ -648,6 +653,12 @@ mod tests {
         assert!(o.is_empty());
         o.push_head(|b| b.extend_from_slice(b"NEXT"));
         assert_eq!(o.head.as_ptr(), room, "the same buffer, kept");
-        assert_eq!(waiting(&o), b"NEXT");
+        o.push(Bytes::from_static(b" body"));
+        o.push_head(|b| b.extend_from_slice(b" AFTER"));
+        assert_eq!(
+            waiting(&o),
+            b"NEXT body AFTER",
+            "a head behind a waiting piece stays behind"
+        );
     }
 }
