@@ -416,11 +416,10 @@ pub(super) struct Outbox {
 /// A piece of an answer's body on its way out.
 enum Piece {
     Shared(bytes::Bytes),
-    /// A chunk's size line (at most 16 hex digits and CRLF), bytes `at..end` of `line`.
+    /// A chunk's size line (at most 16 hex digits and CRLF): `line` from `at` on.
     Line {
         line: [u8; 18],
         at: u8,
-        end: u8,
     },
 }
 
@@ -428,7 +427,7 @@ impl Piece {
     fn bytes(&self) -> &[u8] {
         match self {
             Piece::Shared(b) => b,
-            Piece::Line { line, at, end } => &line[*at as usize..*end as usize],
+            Piece::Line { line, at } => &line[*at as usize..],
         }
     }
     /// Forgets the first `n` bytes (fewer than it holds).
@@ -486,11 +485,7 @@ impl Outbox {
             }
         }
         self.len += line.len() - at;
-        self.parts.push(Piece::Line {
-            line,
-            at: at as u8,
-            end: 18,
-        });
+        self.parts.push(Piece::Line { line, at: at as u8 });
         self.push(data);
         self.push(bytes::Bytes::from_static(b"\r\n"));
     }
