@@ -266,14 +266,23 @@ pub async fn start(cfg: &AdminConfig, state: AdminState) -> Result<AdminHandle, 
     match &cfg.addr {
         AdminAddr::Tcp(a) => {
             let l = tokio::net::TcpListener::bind(a).await.map_err(bind_err)?;
-            let addr = AdminAddr::Tcp(l.local_addr().map_err(bind_err)?);
+            let bound = l.local_addr().map_err(bind_err)?;
+            let addr = AdminAddr::Tcp(bound);
+            // Without a token (loopback only), any web page could read the feed and drive the
+            // agent API through a rebound name: Host and Origin must name this listener.
+            let guard = state.token.as_deref().is_none_or(str::is_empty).then(|| {
+                Arc::new(crate::server::guard::Guard::new(
+                    crate::server::guard::GuardConfig::default(),
+                    bound,
+                ))
+            });
             let task = tokio::spawn(async move {
                 let mut conns = tokio::task::JoinSet::new();
                 loop {
                     match l.accept().await {
                         Ok((s, _)) => {
                             let _ = s.set_nodelay(true);
-                            conns.spawn(serve_conn(TokioIo::new(s), state.clone()));
+                            conns.spawn(serve_conn(TokioIo::new(s), state.clone(), guard.clone()));
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "admin accept failed");
@@ -317,7 +326,7 @@ pub async fn start(cfg: &AdminConfig, state: AdminState) -> Result<AdminHandle, 
                     loop {
                         match l.accept().await {
                             Ok((s, _)) => {
-                                conns.spawn(serve_conn(TokioIo::new(s), state.clone()));
+                                conns.spawn(serve_conn(TokioIo::new(s), state.clone(), None));
                             }
                             Err(e) => {
                                 tracing::warn!(error = %e, "admin accept failed");
@@ -341,13 +350,23 @@ pub async fn start(cfg: &AdminConfig, state: AdminState) -> Result<AdminHandle, 
     }
 }
 
-async fn serve_conn<I>(io: I, state: AdminState)
+async fn serve_conn<I>(io: I, state: AdminState, guard: Option<Arc<crate::server::guard::Guard>>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let state = state.clone();
+        let refused = guard
+            .as_ref()
+            .and_then(|g| g.check(req.method(), req.uri(), req.headers()).err());
         async move {
+            if let Some(r) = refused {
+                return Ok::<_, Infallible>(text(
+                    r.status,
+                    format!("{}\n", r.why),
+                    "text/plain; charset=utf-8",
+                ));
+            }
             if req.uri().path() == "/mcp" {
                 return Ok::<_, Infallible>(mcp(req, &state).await);
             }
@@ -441,6 +460,20 @@ async fn mcp(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
     // POST only: no server stream to open (GET) and no session to end (DELETE).
     if req.method() != Method::POST {
         return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n", PLAIN);
+    }
+    // JSON only: the content types a web page may send without asking first are refused.
+    let json = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "POST /mcp takes Content-Type: application/json\n",
+            PLAIN,
+        );
     }
     let body = match http_body_util::Limited::new(req.into_body(), MCP_BODY_MAX)
         .collect()

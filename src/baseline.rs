@@ -80,10 +80,11 @@ pub fn save(dir: &Path, b: &Baseline) -> Result<PathBuf, BaselineError> {
         path: p.clone(),
         source: e,
     };
-    std::fs::create_dir_all(dir).map_err(io)?;
+    // The owner's alone, as every file of the state directory (`crate::private`).
+    crate::private::dir(dir).map_err(io)?;
     let tmp = p.with_extension("json.tmp");
     let text = serde_json::to_vec_pretty(b).unwrap_or_default();
-    std::fs::write(&tmp, text).map_err(io)?;
+    crate::private::write(&tmp, &text).map_err(io)?;
     std::fs::rename(&tmp, &p).map_err(io)?;
     Ok(p)
 }

@@ -742,6 +742,22 @@ pub struct ServeArgs {
     /// With --hub: do not record.
     #[arg(long, requires = "hub", conflicts_with = "record")]
     pub no_record: bool,
+    /// An origin besides the listen address's own whose web pages may call the endpoint
+    /// (`https://app.example`); any other `Origin` gets 403. Repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+    /// A host name besides the listen address that requests may name in `Host`
+    /// (`bridge.internal`, `bridge.internal:8931`); any other gets 403. Repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// Require `Authorization: Bearer TOKEN` on every request (needed off loopback).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "RPCTAP_SERVE_TOKEN",
+        hide_env_values = true
+    )]
+    pub auth_token: Option<String>,
     #[command(flatten)]
     pub flags: ProxyFlags,
     /// The stdio server's command and its arguments, after `--`.

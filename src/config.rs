@@ -182,6 +182,9 @@ pub struct ProxyConfig {
     pub baseline_dir: Option<PathBuf>,
     /// `rpctap serve`: the upstream is this bridge to stdio servers, in this process.
     pub bridge: Option<crate::bridge::BridgeOptions>,
+    /// Who may send requests (`serve`'s Host, Origin, content type and token checks), made a
+    /// [`crate::server::guard::Guard`] once the listener has its address.
+    pub guard: Option<crate::server::guard::GuardConfig>,
 }
 
 /// The admin settings from flags over the file (`None`: no admin listener).
@@ -664,6 +667,7 @@ pub fn resolve(
                 }
                 None => None,
             },
+            guard: None,
         },
         conn: conn_limits(flags, &file)?,
         inspect,
@@ -686,6 +690,7 @@ pub fn resolve(
         session_meta: None,
         baseline_dir,
         bridge: None,
+        guard: None,
     })
 }
 

@@ -93,6 +93,7 @@ pub mod logsink;
 pub mod media;
 pub mod metrics;
 pub mod otel;
+pub mod private;
 pub mod proxy;
 pub mod record;
 pub mod redact;

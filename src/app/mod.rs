@@ -242,7 +242,11 @@ impl RunningProxy {
         let local = bridge
             .clone()
             .map(|b| Arc::new(b) as Arc<dyn crate::proxy::upstream::Local>);
-        let proxy = Proxy::with_local(cfg.proxy.clone(), inspector, limiter, local);
+        let mut popts = cfg.proxy.clone();
+        if let (Some(g), Ok(addr)) = (&cfg.guard, listener.local_addr()) {
+            popts.guard = Some(Arc::new(crate::server::guard::Guard::new(g.clone(), addr)));
+        }
+        let proxy = Proxy::with_local(popts, inspector, limiter, local);
         observers.start(|s| {
             s.inspector = Some(proxy.inspector().clone());
             s.connections = Some(proxy.connections().clone());

@@ -32,6 +32,20 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
         ))
         .into());
     }
+    let token = args.auth_token.clone().filter(|t| !t.is_empty());
+    if token.is_none() && crate::server::guard::Guard::needs_token(&cfg.listen) {
+        return Err(crate::config::ConfigError::Invalid(format!(
+            "--listen {} is not a loopback address: anyone who reaches it could run the server's tools; set --auth-token (or RPCTAP_SERVE_TOKEN)",
+            cfg.listen
+        ))
+        .into());
+    }
+    cfg.guard = Some(crate::server::guard::GuardConfig {
+        allow_hosts: args.allow_host.clone(),
+        allow_origins: args.allow_origin.clone(),
+        token,
+        json_posts: true,
+    });
     // `--max-sessions` caps the sessions served (each a child) and, as everywhere, those the
     // inspector remembers.
     let max_sessions = args

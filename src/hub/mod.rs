@@ -113,13 +113,7 @@ impl Home {
 }
 
 fn private_dir(d: &Path) -> Result<(), HubError> {
-    std::fs::create_dir_all(d).map_err(io(d))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).map_err(io(d))?;
-    }
-    Ok(())
+    crate::private::dir(d).map_err(io(d))
 }
 
 /// A session's name: its label, its start (UTC, to the second) and its pid —

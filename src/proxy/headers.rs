@@ -76,6 +76,9 @@ pub struct Picked<'a> {
     pub accepts_sse: bool,
     /// `Upgrade` is present and `Connection` lists `upgrade`: a protocol upgrade is asked for.
     pub upgrade: bool,
+    /// A `Content-Length` that is not one value of plain digits (a second one, a list, a sign):
+    /// a reply's is then replaced by rpctap's own before it is forwarded.
+    pub odd_length: bool,
 }
 
 /// Reads a head in one pass (see [`Picked`]).
@@ -94,8 +97,10 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
             }
             "content-length" if !len => {
                 len = true;
-                p.content_length = value.to_str().ok().and_then(|v| v.parse().ok());
+                p.content_length = crate::server::plain_length(value.as_bytes());
+                p.odd_length = p.content_length.is_none();
             }
+            "content-length" => p.odd_length = true,
             "mcp-session-id" if !session => {
                 session = true;
                 p.session = value.to_str().ok();

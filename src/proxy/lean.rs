@@ -318,16 +318,23 @@ fn parse_head(
             continue;
         }
         let mut map = HeaderMap::with_capacity(r.headers.len());
-        // The one `Content-Length` (the usual framing), read on the way: `framing` is asked
-        // only for anything else.
-        let (mut lengths, mut length, mut coded, mut closes) = (0, None, false, false);
+        // RFC 9112 §6.3, read on the way: the one plain `Content-Length` (the usual framing)
+        // goes on as it came; anything else about the length is decided below.
+        let (mut length, mut odd_length, mut coded, mut closes) = (None, false, false, false);
         for h in r.headers.iter() {
             let name = HeaderName::from_bytes(h.name.as_bytes())
                 .map_err(|_| format!("the upstream sent an invalid header name {:?}", h.name))?;
             if name == CONTENT_LENGTH {
-                lengths += 1;
-                // Anything but plain digits is `framing`'s to read.
-                length = crate::server::plain_length(h.value);
+                match (length, crate::server::plain_length(h.value)) {
+                    (None, Some(n)) => length = Some(Ok(n)),
+                    // A second one, a list, a sign, not digits: the whole set is read as a list
+                    // of values that must agree, and the one value passed on is rpctap's own.
+                    _ => {
+                        odd_length = true;
+                        length = Some(list_length(h.value, length));
+                        continue;
+                    }
+                }
             } else if name == TRANSFER_ENCODING {
                 coded = true;
             } else if name == CONNECTION {
@@ -343,9 +350,24 @@ fn parse_head(
         } else {
             Version::HTTP_11
         };
-        let framing = match (is_head || bodiless(status), coded, lengths, length) {
+        if coded {
+            // Transfer-Encoding overrides Content-Length; a reply that sent both is not one to
+            // trust the connection after (RFC 9112 §6.1 and §6.3): it closes once read.
+            if length.is_some() {
+                map.remove(CONTENT_LENGTH);
+                closes = true;
+            }
+            // A coding in an HTTP/1.0 reply: its framing is faulty, read to the close.
+            closes |= version == Version::HTTP_10;
+        } else if let Some(n) = length {
+            let n = n.map_err(|_| "the upstream sent an invalid Content-Length".to_string())?;
+            if odd_length {
+                map.insert(CONTENT_LENGTH, HeaderValue::from(n));
+            }
+        }
+        let framing = match (is_head || bodiless(status), coded, length) {
             (true, ..) => Framing::Empty,
-            (false, false, 1, Some(n)) => Framing::Length(n),
+            (false, false, Some(Ok(n))) => Framing::Length(n),
             _ => framing(status, &map)?,
         };
         let mut resp = Response::new(());
@@ -365,6 +387,25 @@ fn parse_head(
         read.advance(len);
         return Ok(Some((resp.into_parts().0, framing, read)));
     }
+}
+
+/// The length a `Content-Length` value says, with what earlier ones said (`before`): a list of
+/// plain digits that all agree (RFC 9110 §8.6 lets a recipient take `42, 42` as 42); anything
+/// else (a sign, spaces inside, a different value, an empty element) is an error.
+fn list_length(value: &[u8], before: Option<Result<u64, ()>>) -> Result<u64, ()> {
+    let mut length = match before {
+        Some(Err(())) => return Err(()),
+        Some(Ok(n)) => Some(n),
+        None => None,
+    };
+    for part in value.split(|&c| c == b',') {
+        let n = crate::server::plain_length(part.trim_ascii()).ok_or(())?;
+        if length.is_some_and(|l| l != n) {
+            return Err(());
+        }
+        length = Some(n);
+    }
+    length.ok_or(())
 }
 
 /// A status whose response has no body, whatever its headers say.
@@ -392,18 +433,13 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
     }
     let mut length = None;
     for v in headers.get_all(CONTENT_LENGTH) {
-        for part in v.to_str().unwrap_or("x").split(',') {
-            let n: u64 = part
-                .trim()
-                .parse()
-                .map_err(|_| "the upstream sent an invalid Content-Length".to_string())?;
-            if length.is_some_and(|l| l != n) {
-                return Err("the upstream sent conflicting Content-Length values".into());
-            }
-            length = Some(n);
-        }
+        length = Some(list_length(v.as_bytes(), length));
     }
-    Ok(length.map_or(Framing::Close, Framing::Length))
+    match length {
+        None => Ok(Framing::Close),
+        Some(Ok(n)) => Ok(Framing::Length(n)),
+        Some(Err(())) => Err("the upstream sent an invalid Content-Length".into()),
+    }
 }
 
 /// Where the body's reading is.

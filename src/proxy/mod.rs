@@ -65,6 +65,10 @@ pub struct ProxyOptions {
     pub intercept_timeout: Duration,
     /// The filter the dashboard's intercept starts with (`--intercept`).
     pub intercept: Option<String>,
+    /// Who may send requests at all (`serve`: Host, Origin, content type, token), checked
+    /// before anything reads a request; `None` for a plain proxy, which forwards them as they
+    /// come for its upstream to decide.
+    pub guard: Option<Arc<crate::server::guard::Guard>>,
 }
 
 struct Inner {
@@ -239,6 +243,30 @@ impl Proxy {
     /// side by side, and this future is moved several times per call.
     pub fn handle(
         conn: Arc<(Proxy, ClientConn)>,
+        req: Request<crate::server::RequestBody>,
+    ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
+        use futures_util::future::Either;
+        if let Some(guard) = &conn.0.inner.opts.guard {
+            if let Err(r) = guard.check(req.method(), req.uri(), req.headers()) {
+                tracing::warn!(
+                    peer = %conn.1.peer,
+                    status = r.status.as_u16(),
+                    why = %r.why,
+                    "request refused before it was read"
+                );
+                let mut resp = conn.0.error_reply_plain(r.status, &r.why);
+                if r.status == StatusCode::UNAUTHORIZED {
+                    resp.headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                }
+                return Either::Left(std::future::ready(resp));
+            }
+        }
+        Either::Right(Self::exchange(conn, req))
+    }
+
+    fn exchange(
+        conn: Arc<(Proxy, ClientConn)>,
         mut req: Request<crate::server::RequestBody>,
     ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
         let (this, client) = (&conn.0, &conn.1);
@@ -258,10 +286,14 @@ impl Proxy {
             peer_ip: Some(client.peer.ip()),
             headers: Some(req.headers()),
         });
-        let upgrade = picked.upgrade;
+        // Only a WebSocket upgrade is passed on (its messages are inspected): any other protocol
+        // (`h2c`, say) would turn the connection into a tunnel nothing inspects, so its `Upgrade`
+        // is removed with the hop-by-hop headers and the request handled as a plain one (as
+        // nginx does).
+        let websocket = picked.upgrade && crate::ws::is_websocket(req.headers());
+        let upgrade = websocket;
         let hop_by_hop = picked.hop_by_hop;
         let accepts_sse = picked.accepts_sse;
-        let websocket = upgrade && crate::ws::is_websocket(req.headers());
         let on_lane = req.version() <= http::Version::HTTP_11;
         let is_rpc = req.method() == Method::POST
             && !upgrade
@@ -448,6 +480,16 @@ impl Proxy {
                             ),
                         );
                     };
+                    if !crate::ws::is_websocket(resp.headers()) {
+                        // The one upgrade passed on is WebSocket's: a switch to anything else
+                        // would be a tunnel nothing inspects.
+                        return this.error_reply(
+                            ex,
+                            ExchangeError::UpstreamProtocol(
+                                "101 Switching Protocols to a protocol other than WebSocket",
+                            ),
+                        );
+                    }
                     // Upgraded: the two connections are spliced as raw bytes — a WebSocket's with its
                     // messages inspected on the way (`crate::ws`).
                     let upstream_up = hyper::upgrade::on(&mut resp);
@@ -625,9 +667,25 @@ impl Proxy {
         let (mut rparts, rbody) = resp.into_parts();
         let keep_upgrade = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
         let mut picked = headers::pick(&rparts.headers);
-        if picked.hop_by_hop || keep_upgrade {
-            // Rare: a hop-by-hop header removed, and the head read again.
-            let any = picked.hop_by_hop;
+        let (any, odd_length) = (picked.hop_by_hop, picked.odd_length);
+        if any || keep_upgrade || odd_length {
+            // Rare: a hop-by-hop header removed, and the head read again. The length the client
+            // is told is rpctap's own (RFC 9112 §6.3): none beside a transfer coding (which
+            // overrides it), and one plain value for a list hyper's client agreed with.
+            if rparts.headers.contains_key(header::TRANSFER_ENCODING) {
+                rparts.headers.remove(header::CONTENT_LENGTH);
+            } else if odd_length {
+                match http_body::Body::size_hint(&rbody).exact() {
+                    Some(n) => {
+                        rparts
+                            .headers
+                            .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+                    }
+                    None => {
+                        rparts.headers.remove(header::CONTENT_LENGTH);
+                    }
+                }
+            }
             headers::strip_hop_by_hop(&mut rparts.headers, keep_upgrade, any);
             picked = headers::pick(&rparts.headers);
         }

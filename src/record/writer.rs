@@ -27,25 +27,7 @@ fn append_private(path: &Path) -> std::io::Result<File> {
     Ok(f)
 }
 
-/// Creates (or truncates) a private file (mode 0600): recordings and everything exported from
-/// them hold the same traffic.
-pub fn create_private(path: &Path) -> std::io::Result<File> {
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600);
-    }
-    let f = o.open(path)?;
-    // An existing file keeps its mode through open(): make sure it is private too.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    Ok(f)
-}
+pub use crate::private::create as create_private;
 
 /// A batch at least this large is written to the file directly (see `Writer::raw`).
 const DIRECT_WRITE: usize = 16 << 10;

@@ -89,6 +89,9 @@ enum Phase<S: hyper::service::HttpService<Incoming>> {
     Write {
         body: Option<S::ResBody>,
         chunked: bool,
+        /// What the head's `content-length` said and is not written yet: the writer counts the
+        /// body against it (never more; a body that ends short closes the connection).
+        left: Option<u64>,
         keep_alive: bool,
     },
 }
@@ -211,11 +214,11 @@ where
                     let closing = closing || self.feed.is_some();
                     // hyper's view of the body: none (ended already), or its known length.
                     let length = (!body.is_end_stream()).then(|| body.size_hint().exact());
-                    let mut framed = (Framing::Plain, false, false);
+                    let mut framed = (Framing::Plain, false, false, None);
                     self.out.push_head(|head| {
                         framed = encode_head(&parts, length, closing, head);
                     });
-                    let (framing, has_body, close) = framed;
+                    let (framing, has_body, close, left) = framed;
                     let keep_alive = !close && !closing;
                     let chunked = framing == Framing::Chunked;
                     if handoff.waiting() {
@@ -226,6 +229,7 @@ where
                         // A status without a body writes none, whatever the handler gave.
                         body: has_body.then_some(body),
                         chunked,
+                        left: left.filter(|_| has_body),
                         keep_alive,
                     };
                 }
@@ -241,6 +245,7 @@ where
                 Phase::Write {
                     body,
                     chunked,
+                    left,
                     keep_alive,
                 } => {
                     // More of the body only while less than `WRITE_AHEAD` waits to be written.
@@ -250,9 +255,25 @@ where
                             Poll::Ready(Some(Ok(frame))) => {
                                 if let Ok(mut data) = frame.into_data() {
                                     let n = bytes::Buf::remaining(&data);
-                                    let data = bytes::Buf::copy_to_bytes(&mut data, n);
+                                    let mut data = bytes::Buf::copy_to_bytes(&mut data, n);
                                     if *chunked {
                                         self.out.push_chunk(data);
+                                    } else if let Some(rest) = left.as_mut() {
+                                        // Never more than the head declared: what goes past
+                                        // it would be read as the client's next answer.
+                                        let over = n as u64 > *rest;
+                                        if over {
+                                            data.truncate(*rest as usize);
+                                        }
+                                        *rest -= data.len() as u64;
+                                        self.out.push(data);
+                                        if over {
+                                            tracing::warn!(
+                                                "an answer's body is longer than its content-length: cut there, the connection closes"
+                                            );
+                                            *body = None;
+                                            *keep_alive = false;
+                                        }
                                     } else {
                                         self.out.push(data);
                                     }
@@ -267,6 +288,10 @@ where
                             Poll::Ready(None) => {
                                 if *chunked {
                                     self.out.push_last_chunk();
+                                }
+                                if left.is_some_and(|rest| rest > 0) {
+                                    // Shorter than declared: only the close tells the client.
+                                    *keep_alive = false;
                                 }
                                 *body = None;
                             }
@@ -407,7 +432,7 @@ fn encode_head(
     body: Option<Option<u64>>,
     closing: bool,
     out: &mut Vec<u8>,
-) -> (Framing, bool, bool) {
+) -> (Framing, bool, bool, Option<u64>) {
     use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
     let status = parts.status;
     let v10 = parts.version == Version::HTTP_10;
@@ -429,6 +454,7 @@ fn encode_head(
         out.extend_from_slice(b"\r\n");
     };
     let (mut framed, mut framing, mut dated, mut close) = (false, Framing::Plain, false, false);
+    let mut declared = None;
     // Names in the map's order, each with its values (as hyper's `drain` gives them: the map's
     // `iter` gives them so, without a lookup per name). `connection: close` is added after the
     // `connection` values when the connection is closing and none said so.
@@ -445,6 +471,12 @@ fn encode_head(
             if body.is_none() || framed {
                 continue;
             }
+            // A length that is not plain digits is never passed on (the body's own framing is
+            // used instead): what rpctap writes it frames itself.
+            let Some(n) = super::plain_length(v) else {
+                continue;
+            };
+            declared = Some(n);
             framed = true;
         } else if name == TRANSFER_ENCODING {
             if v10 || bodiless {
@@ -489,13 +521,15 @@ fn encode_head(
                 framing = Framing::Chunked;
             }
             _ if bodiless => {}
-            n => line(
-                out,
-                b"content-length",
-                itoa::Buffer::new()
-                    .format(n.flatten().unwrap_or(0))
-                    .as_bytes(),
-            ),
+            n => {
+                let n = n.flatten().unwrap_or(0);
+                declared = Some(n);
+                line(
+                    out,
+                    b"content-length",
+                    itoa::Buffer::new().format(n).as_bytes(),
+                )
+            }
         }
     }
     if !dated {
@@ -507,7 +541,8 @@ fn encode_head(
     }
     out.extend_from_slice(b"\r\n");
     let close = close || (framing == Framing::Close && !bodiless);
-    (framing, !bodiless, close)
+    let declared = declared.filter(|_| framing == Framing::Plain && !bodiless);
+    (framing, !bodiless, close, declared)
 }
 
 #[cfg(test)]

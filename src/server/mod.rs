@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 mod conn;
+pub mod guard;
 mod lean;
 mod machine;
 

@@ -37,13 +37,15 @@ use tokio::sync::mpsc;
 
 /// Whether a request asks to become a WebSocket (`Upgrade: websocket`).
 pub fn is_websocket(h: &HeaderMap) -> bool {
-    h.get_all(http::header::UPGRADE)
+    // Every token names WebSocket (RFC 6455 sends exactly one): a list that offers another
+    // protocol too would let the upstream switch to one nothing here inspects.
+    let mut tokens = h
+        .get_all(http::header::UPGRADE)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| {
-            v.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
-        })
+        .flat_map(|v| v.to_str().unwrap_or(",").split(','))
+        .map(str::trim)
+        .peekable();
+    tokens.peek().is_some() && tokens.all(|t| t.eq_ignore_ascii_case("websocket"))
 }
 
 /// The extensions the server's `101` accepted, as the decoders need them.

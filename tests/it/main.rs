@@ -31,3 +31,4 @@ mod transports;
 mod tui_e2e;
 mod tui_snapshots;
 mod websocket;
+mod wire;
