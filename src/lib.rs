@@ -66,6 +66,8 @@
 //! - [`baseline`] — each server label's trusted tools (`MCP_TOOL_DRIFT`, `rpctap baseline`).
 //! - [`bridge`] — `rpctap serve` (a Streamable HTTP endpoint in front of stdio servers, the
 //!   proxy's local upstream) and `rpctap stdio --upstream` (a remote HTTP server over stdio).
+//! - [`private`] — files and folders only their owner may read (the hub's state, baselines,
+//!   recordings).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;

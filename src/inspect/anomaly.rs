@@ -29,6 +29,10 @@ pub enum Code {
     NullIdResponse,
     /// A numeric id with a fraction, or beyond ±(2^53−1).
     UnsafeId,
+    /// A message with a member given twice (`method`, `id`, `params.name`…): read as the
+    /// last one, as most servers' parsers do, but a parser that keeps the first reads another
+    /// message.
+    DuplicateMember,
     /// A JSON-RPC reply carried by a status other than 200, or a notification-only POST
     /// answered by other than 202/204.
     HttpStatus,
@@ -86,7 +90,7 @@ pub enum Code {
 }
 
 impl Code {
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 32] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -97,6 +101,7 @@ impl Code {
         Code::ParseError,
         Code::NullIdResponse,
         Code::UnsafeId,
+        Code::DuplicateMember,
         Code::HttpStatus,
         Code::ToolError,
         Code::NotInspected,
@@ -132,6 +137,7 @@ impl Code {
             Code::ParseError => "PARSE_ERROR",
             Code::NullIdResponse => "NULL_ID_RESPONSE",
             Code::UnsafeId => "UNSAFE_ID",
+            Code::DuplicateMember => "DUPLICATE_MEMBER",
             Code::HttpStatus => "HTTP_STATUS",
             Code::ToolError => "TOOL_ERROR",
             Code::NotInspected => "NOT_INSPECTED",
@@ -176,6 +182,7 @@ impl Code {
             | Code::McpToolDrift => Severity::Error,
             Code::NullIdResponse
             | Code::UnsafeId
+            | Code::DuplicateMember
             | Code::HttpStatus
             | Code::McpInputResponse
             | Code::McpEarlyRequest

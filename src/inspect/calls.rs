@@ -310,6 +310,18 @@ impl ExchangeCtx {
             );
             anomalies.push(Code::UnsafeId.as_str());
         }
+        if let Some(member) = env.duplicate {
+            flag(&inner, self.site(),
+                Code::DuplicateMember,
+                env.id.as_ref(),
+                method.as_ref(),
+                format!(
+                    "`{member}` is given more than once{}: read as the last one, as the parsers servers run on read it (others keep the first or refuse)",
+                    batch_index.map(|i| format!(" (batch member {i})")).unwrap_or_default()
+                ),
+            );
+            anomalies.push(Code::DuplicateMember.as_str());
+        }
 
         match env.kind {
             Kind::Request if self.redelivered(dir, env.id.as_ref(), method.as_ref()) => {

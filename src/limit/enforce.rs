@@ -65,6 +65,14 @@ fn info(e: &Envelope) -> CallInfo<'_> {
     }
 }
 
+/// Whether the rules count a message: a call or a notification — and an invalid message that
+/// names a method (no `jsonrpc`, say), which a lenient server may still execute: what could
+/// run is counted, never let through for being invalid.
+fn counted(e: &Envelope) -> bool {
+    matches!(e.kind, Kind::Request | Kind::Notification)
+        || (e.kind == Kind::Invalid && e.method.is_some())
+}
+
 /// A parsed body's messages and whether it is a batch (`None`: not JSON).
 fn members(parsed: &Body) -> Option<(Vec<&Envelope>, bool)> {
     match parsed {
@@ -81,7 +89,7 @@ pub fn calls(parsed: &Body) -> Vec<Option<CallInfo<'_>>> {
         return vec![];
     };
     envs.into_iter()
-        .map(|e| matches!(e.kind, Kind::Request | Kind::Notification).then(|| info(e)))
+        .map(|e| counted(e).then(|| info(e)))
         .collect()
 }
 
@@ -145,7 +153,7 @@ pub fn plan_in(
     };
     for (i, e) in envs.into_iter().enumerate() {
         let mut refused = None;
-        if matches!(e.kind, Kind::Request | Kind::Notification) && rate {
+        if counted(e) && rate {
             let mut shadow = Vec::new();
             let verdicts = shared.as_deref_mut().map(|v| (i, v));
             match limiter.check_with(&info(e), keys, &mut shadow, verdicts) {
@@ -179,7 +187,7 @@ pub fn plan_in(
             raw: e.raw.clone(),
             id: e.id.clone(),
             method: e.method.as_deref().unwrap_or("").to_string(),
-            is_call: e.kind == Kind::Request,
+            is_call: e.kind == Kind::Request || (counted(e) && e.id.is_some()),
             refused,
         });
     }

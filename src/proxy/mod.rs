@@ -107,6 +107,8 @@ pub enum ExchangeError {
     RequestStalled(Duration),
     #[error("could not build the upstream request: {0}")]
     Internal(String),
+    #[error("refused: {0}")]
+    Undecidable(&'static str),
 }
 
 impl ExchangeError {
@@ -125,6 +127,7 @@ impl ExchangeError {
             ExchangeError::Downstream(_) => (StatusCode::BAD_REQUEST, CODE_BAD_REQUEST),
             ExchangeError::RequestStalled(_) => (StatusCode::REQUEST_TIMEOUT, CODE_BAD_REQUEST),
             ExchangeError::Internal(_) => (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE),
+            ExchangeError::Undecidable(_) => (StatusCode::PAYLOAD_TOO_LARGE, CODE_BAD_REQUEST),
         }
     }
 }
@@ -295,9 +298,14 @@ impl Proxy {
         let hop_by_hop = picked.hop_by_hop;
         let accepts_sse = picked.accepts_sse;
         let on_lane = req.version() <= http::Version::HTTP_11;
-        let is_rpc = req.method() == Method::POST
-            && !upgrade
-            && content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
+        // Whatever the upstream could execute is read: a POST in any letter case and of any
+        // content type (a `text/plain` JSON-RPC body is a call to a server that reads the body
+        // whatever its type). A body that is not JSON and not said to be is passed on as the
+        // form or upload it is (`request_filter`).
+        let is_rpc = (req.method() == Method::POST
+            || req.method().as_str().eq_ignore_ascii_case("post"))
+            && !upgrade;
+        let said_json = content_type.is_none_or(|c| crate::media::contains_ignore_case(c, "json"));
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
         // A WebSocket's calls are limited by the upgrade request's keys.
@@ -319,6 +327,7 @@ impl Proxy {
             ctx,
             summary: RequestSummary {
                 is_rpc,
+                said_json,
                 ..Default::default()
             },
             plan: None,
@@ -542,6 +551,14 @@ impl Proxy {
         let b = match read {
             Ok(ReadAhead::Whole(b)) => b,
             Ok(ReadAhead::Partial(prefix, rest)) => {
+                if ex.summary.said_json && self.rules_in_force(limiter.as_deref()) {
+                    // Too large to read, so it could not be decided: while a rule is in force
+                    // it does not run undecided (rpctap never inspected it).
+                    ex.ctx.request_body(&prefix, false);
+                    return Err(Early::Error(ExchangeError::Undecidable(
+                        "the body is larger than --max-frame-bytes, so no rule could be applied to it",
+                    )));
+                }
                 ex.ctx.request_body(&prefix, false);
                 return Ok(ForwardBody::streaming(Some(prefix), rest));
             }
@@ -558,6 +575,12 @@ impl Proxy {
             Err(e) => return Err(Early::Error(ExchangeError::Downstream(e.to_string()))),
         };
         let parsed = crate::rpc::parse_body(&b);
+        if !ex.summary.said_json && matches!(parsed, crate::rpc::Body::ParseError(_)) {
+            // Not JSON and not said to be (a form, an upload): no JSON-RPC server reads it as
+            // a call, so it is not one.
+            ex.summary.is_rpc = false;
+            return Ok(ForwardBody::full(b));
+        }
         ex.summary.body = Some(b.clone());
         let limiter = limiter.unwrap_or_else(|| self.limiter());
         if limiter.is_empty() {
@@ -610,6 +633,15 @@ impl Proxy {
         };
         ex.plan = Some(p);
         Ok(ForwardBody::full(body))
+    }
+
+    /// Whether any rule acts on requests: a rate limit, a fault, or the dashboard's intercept.
+    fn rules_in_force(&self, limiter: Option<&crate::limit::Limiter>) -> bool {
+        let any = match limiter {
+            Some(l) => !l.is_empty(),
+            None => !self.limiter().is_empty(),
+        };
+        any || self.inner.intercept.is_on()
     }
 
     /// Phase 2, **upstream request**: the upstream's base path and origin-form target,
@@ -1094,8 +1126,10 @@ struct Exchange {
 /// count, no copy), read again only on the rare path that makes such a reply.
 #[derive(Debug, Default)]
 struct RequestSummary {
-    /// A JSON-RPC POST (JSON or no content type).
+    /// A POST, read as JSON-RPC (until its body shows it is not: see `said_json`).
     is_rpc: bool,
+    /// Its content type says JSON, or it has none.
+    said_json: bool,
     /// The body, when it was read whole.
     body: Option<Bytes>,
 }

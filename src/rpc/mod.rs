@@ -153,6 +153,8 @@ pub struct Envelope {
     pub tool_error: bool,
     /// Why the envelope is invalid (for `Kind::Invalid`).
     pub problem: Option<String>,
+    /// A member given more than once (read as the last one: see `RawEnvelope`).
+    pub duplicate: Option<&'static str>,
     pub raw: Bytes,
 }
 
@@ -165,32 +167,113 @@ pub enum Body {
     ParseError(String),
 }
 
-/// A member that is present, even as `null` (serde's `Option` would read `null` as absent).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
+/// The members of one envelope the inspector reads, as raw JSON texts borrowed from the body
+/// (read by [`scan`] when it can, by serde_json otherwise — see [`read_envelope`]).
+///
+/// A member given twice is read as the parsers JSON-RPC servers run on read it — Python's,
+/// JavaScript's and Go's keep the **last** — and noted in `duplicate`: what rpctap inspects,
+/// limits and records is what the server will execute (a `"method":"ping"` followed by
+/// `"method":"tools/call"` is a `tools/call`), and the message is flagged `DUPLICATE_MEMBER`.
+#[derive(Default)]
+struct RawEnvelope<'a> {
+    jsonrpc: Option<&'a str>,
+    id: Option<&'a str>,
+    method: Option<&'a str>,
+    params: Option<Member<'a>>,
+    result: Option<Member<'a>>,
+    error: Option<Member<'a>>,
+    /// The first member given more than once (in the envelope or, for `name`/`uri`, in
+    /// `params`).
+    duplicate: Option<&'static str>,
+}
+
+impl<'de> Deserialize<'de> for RawEnvelope<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawEnvelope<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON-RPC message object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RawEnvelope<'de>, A::Error> {
+                let mut e = RawEnvelope::default();
+                fn last<T>(
+                    slot: &mut Option<T>,
+                    v: T,
+                    name: &'static str,
+                    dup: &mut Option<&'static str>,
+                ) {
+                    if slot.replace(v).is_some() {
+                        dup.get_or_insert(name);
+                    }
+                }
+                while let Some(key) = map.next_key::<EnvKey>()? {
+                    let dup = &mut e.duplicate;
+                    match key {
+                        EnvKey::Jsonrpc => {
+                            last(&mut e.jsonrpc, raw_text(&mut map)?, "jsonrpc", dup)
+                        }
+                        EnvKey::Id => last(&mut e.id, raw_text(&mut map)?, "id", dup),
+                        EnvKey::Method => last(&mut e.method, raw_text(&mut map)?, "method", dup),
+                        EnvKey::Params => last(&mut e.params, map.next_value()?, "params", dup),
+                        EnvKey::Result => last(&mut e.result, map.next_value()?, "result", dup),
+                        EnvKey::Error => last(&mut e.error, map.next_value()?, "error", dup),
+                        EnvKey::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                if e.duplicate.is_none() {
+                    e.duplicate = e.params.as_ref().and_then(|p| p.duplicate);
+                }
+                Ok(e)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// A member that is present, kept as its raw JSON text.
-fn raw_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de str>, D::Error> {
-    <&RawValue>::deserialize(d).map(|r| Some(r.get()))
+fn raw_text<'de, A: serde::de::MapAccess<'de>>(map: &mut A) -> Result<&'de str, A::Error> {
+    map.next_value::<&RawValue>().map(RawValue::get)
 }
 
-/// The members of one envelope the inspector reads, as raw JSON texts borrowed from the body
-/// (read by [`scan`] when it can, by serde_json otherwise — see [`read_envelope`]).
-#[derive(serde::Deserialize, Default)]
-struct RawEnvelope<'a> {
-    #[serde(borrow, default, deserialize_with = "raw_text")]
-    jsonrpc: Option<&'a str>,
-    #[serde(borrow, default, deserialize_with = "raw_text")]
-    id: Option<&'a str>,
-    #[serde(borrow, default, deserialize_with = "raw_text")]
-    method: Option<&'a str>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<Member<'a>>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    result: Option<Member<'a>>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    error: Option<Member<'a>>,
+/// The envelope's member names rpctap reads.
+enum EnvKey {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for EnvKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = EnvKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<EnvKey, E> {
+                Ok(match v {
+                    "jsonrpc" => EnvKey::Jsonrpc,
+                    "id" => EnvKey::Id,
+                    "method" => EnvKey::Method,
+                    "params" => EnvKey::Params,
+                    "result" => EnvKey::Result,
+                    "error" => EnvKey::Error,
+                    _ => EnvKey::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
 }
 
 /// What the inspector reads inside `params`, `result` or `error`, taken in the envelope's one
@@ -207,6 +290,8 @@ struct Member<'a> {
     message: Option<&'a str>,
     /// `isError` is `true`.
     is_error: bool,
+    /// `name` or `uri` given twice (the last is kept).
+    duplicate: Option<&'static str>,
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
@@ -239,8 +324,22 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
         };
         while let Some(key) = map.next_key::<Key>()? {
             match key {
-                Key::Name => m.name = Some(map.next_value::<&RawValue>()?.get()),
-                Key::Uri => m.uri = Some(map.next_value::<&RawValue>()?.get()),
+                Key::Name => {
+                    if m.name
+                        .replace(map.next_value::<&RawValue>()?.get())
+                        .is_some()
+                    {
+                        m.duplicate.get_or_insert("params.name");
+                    }
+                }
+                Key::Uri => {
+                    if m.uri
+                        .replace(map.next_value::<&RawValue>()?.get())
+                        .is_some()
+                    {
+                        m.duplicate.get_or_insert("params.uri");
+                    }
+                }
                 Key::Code => m.code = Some(map.next_value::<&RawValue>()?.get()),
                 Key::Message => m.message = Some(map.next_value::<&RawValue>()?.get()),
                 Key::IsError => m.is_error = map.next_value::<IsTrue>()?.0,
@@ -401,6 +500,11 @@ fn skip_ws(b: &[u8]) -> &[u8] {
 
 /// Parses a whole body (one JSON value) into envelopes.
 pub fn parse_body(body: &Bytes) -> Body {
+    // A UTF-8 byte order mark first: read past, as Python's `json.loads` of bytes and most
+    // servers' body readers do (what the server will execute is what is inspected).
+    if body.starts_with(b"\xEF\xBB\xBF") {
+        return parse_body(&body.slice(3..));
+    }
     let trimmed = skip_ws(body);
     match trimmed.first() {
         Some(b'[') => match serde_json::from_slice::<Vec<&RawValue>>(body) {
@@ -482,6 +586,7 @@ impl Envelope {
             error_message: None,
             tool_error: false,
             problem: None,
+            duplicate: None,
             raw,
         }
     }
@@ -497,6 +602,7 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
             return env;
         }
     };
+    env.duplicate = parsed.duplicate;
     // The id is read first so that even an invalid envelope reports it.
     if let Some(id) = parsed.id {
         match Id::from_raw(id) {
@@ -872,12 +978,49 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"a","params":3}"#,
             r#"{"jsonrpc":"2.0","id":{},"method":"a"}"#,
-            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"a"}"#,
             r#"5"#,
         ] {
             let e = one(bad);
             assert_eq!(e.kind, Kind::Invalid, "{bad}");
             assert!(e.problem.is_some(), "{bad}");
+        }
+    }
+
+    /// A member given twice is read as the last one — what Python's, JavaScript's and Go's
+    /// parsers execute — and noted, on both readers (the fast scan leaves it to serde_json).
+    #[test]
+    fn duplicate_members_are_read_as_the_last_and_noted() {
+        for serde_only in [false, true] {
+            SERDE_ONLY.with(|c| c.set(serde_only));
+            let e = one(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"a"}"#);
+            assert_eq!(
+                (e.kind, e.id.clone(), e.duplicate),
+                (Kind::Request, Some(Id::Num("2".into())), Some("id"))
+            );
+            let e = one(
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"name":"safe"},"method":"tools/call"}"#,
+            );
+            assert_eq!(e.method.as_deref(), Some("tools/call"));
+            assert_eq!(e.target.as_deref(), Some("safe"));
+            assert_eq!(e.duplicate, Some("method"));
+            let e = one(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"safe","arguments":{},"name":"rm"}}"#,
+            );
+            assert_eq!(
+                (e.target.as_deref(), e.duplicate),
+                (Some("rm"), Some("params.name"))
+            );
+            let e =
+                one(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#);
+            assert_eq!(e.duplicate, None);
+        }
+        SERDE_ONLY.with(|c| c.set(false));
+        // A byte order mark first is read past.
+        match parse_body(&Bytes::from_static(
+            b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}",
+        )) {
+            Body::Single(e) => assert_eq!(e.kind, Kind::Request),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -393,7 +393,8 @@ impl<'a> Scanner<'a> {
     }
 
     /// `params`, `result` or `error`: its shape, and the few members of an object the
-    /// inspector reads (the last of a repeated one wins, as in serde_json's reading).
+    /// inspector reads (the last of a repeated one wins, as in serde_json's reading; a repeated
+    /// `name` or `uri`, which decide a call's target, is left to serde_json to flag).
     fn member(&mut self) -> Option<Member<'a>> {
         self.ws();
         match self.peek()? {
@@ -410,8 +411,9 @@ impl<'a> Scanner<'a> {
                 }
                 loop {
                     match self.key()? {
-                        b"name" => m.name = Some(self.raw()?),
-                        b"uri" => m.uri = Some(self.raw()?),
+                        // Given twice, they are serde_json's to read (and flag).
+                        b"name" => once(&mut m.name, self.raw()?)?,
+                        b"uri" => once(&mut m.uri, self.raw()?)?,
                         b"code" => m.code = Some(self.raw()?),
                         b"message" => m.message = Some(self.raw()?),
                         b"isError" => m.is_error = self.is_true()?,

@@ -96,8 +96,13 @@ enum Phase<S: hyper::service::HttpService<Incoming>> {
     },
 }
 
-/// A request this does not read (hyper's to answer).
-struct NotLean;
+/// A request this does not read: hyper's to answer, or a head over the listener's
+/// `--max-header-bytes`, answered `431` here (hyper's read buffer cannot be held to the exact
+/// limit: a head that arrives in one read may pass it by half).
+enum NotLean {
+    Hyper,
+    TooLarge,
+}
 
 /// Where a piece of a request head sits in its buffer: offset and length.
 type Span = (usize, usize);
@@ -161,7 +166,23 @@ where
                             self.watch_close = self.buf.is_empty();
                             continue;
                         }
-                        Err(NotLean) => return Poll::Ready(Ok(Next::Hyper)),
+                        Err(NotLean::Hyper) => return Poll::Ready(Ok(Next::Hyper)),
+                        Err(NotLean::TooLarge) => {
+                            self.buf.clear();
+                            let mut head = http::Response::new(());
+                            *head.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+                            let parts = head.into_parts().0;
+                            self.out.push_head(|out| {
+                                encode_head(&parts, None, true, out);
+                            });
+                            self.phase = Phase::Write {
+                                body: None,
+                                chunked: false,
+                                left: None,
+                                keep_alive: false,
+                            };
+                            continue;
+                        }
                         Ok(None) => {}
                     }
                     if closing && self.buf.is_empty() {
@@ -328,14 +349,17 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
     let head_len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) if n <= max_head => n,
         Ok(httparse::Status::Partial) if buf.len() <= max_head => return Ok(None),
-        // Too long, too many fields, or not a head hyper would read: hyper answers it.
-        _ => return Err(NotLean),
+        Ok(httparse::Status::Complete(n)) if n > limits.bytes => return Err(NotLean::TooLarge),
+        // All of it is head, and more is still to come.
+        Ok(httparse::Status::Partial) if buf.len() > limits.bytes => return Err(NotLean::TooLarge),
+        // Too many fields, or not a head hyper would read: hyper answers it.
+        _ => return Err(NotLean::Hyper),
     };
     if req.method != Some("POST") || req.version != Some(1) {
-        return Err(NotLean);
+        return Err(NotLean::Hyper);
     }
     let Some(path) = req.path.filter(|p| p.starts_with('/')) else {
-        return Err(NotLean);
+        return Err(NotLean::Hyper);
     };
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
@@ -347,19 +371,19 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
             if length.is_some() {
-                return Err(NotLean);
+                return Err(NotLean::Hyper);
             }
-            length = Some(super::plain_length(h.value).ok_or(NotLean)?);
+            length = Some(super::plain_length(h.value).ok_or(NotLean::Hyper)?);
         } else if name.eq_ignore_ascii_case(b"connection") {
             // What most clients send; `close` and upgrades are hyper's.
             if !h.value.eq_ignore_ascii_case(b"keep-alive") {
-                return Err(NotLean);
+                return Err(NotLean::Hyper);
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding")
             || name.eq_ignore_ascii_case(b"upgrade")
             || name.eq_ignore_ascii_case(b"expect")
         {
-            return Err(NotLean);
+            return Err(NotLean::Hyper);
         }
         *f = (at(name), at(h.value));
     }
@@ -367,7 +391,7 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
         .and_then(|n| usize::try_from(n).ok())
         .filter(|&n| n <= MAX_BODY)
     else {
-        return Err(NotLean);
+        return Err(NotLean::Hyper);
     };
     let head = buf.split_to(head_len).freeze();
     let Some((uri, map)) = build(&head, path_at, &fields[..count]) else {
@@ -376,7 +400,7 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
         all.extend_from_slice(&head);
         all.extend_from_slice(buf);
         *buf = all;
-        return Err(NotLean);
+        return Err(NotLean::Hyper);
     };
     // A body that has not all come with its head is read as it comes (the handler times a
     // stalled one, as it does hyper's).

@@ -354,9 +354,11 @@ async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
 
 async fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut got = Vec::new();
     let _ = s.read_to_end(&mut got).await;
     String::from_utf8_lossy(&got).into_owned()

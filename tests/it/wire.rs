@@ -565,3 +565,146 @@ fn the_admin_listener_answers_no_web_page() {
     );
     assert_eq!(status(&h), 403, "{h}");
 }
+
+/// Parse and header tricks that a server executes as a call: each is read as the server reads
+/// it and counted by the limit (one of three runs), never "invalid, so not counted".
+#[test]
+fn parse_and_header_tricks_are_counted_as_the_server_reads_them() {
+    let tool = |id: u32| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"rm"}}}}"#)
+    };
+    type Request = Box<dyn Fn(u32) -> String>;
+    let cases: Vec<(&str, Request)> = vec![
+        (
+            "method twice",
+            Box::new(|id| {
+                post(
+                    "/rpc",
+                    "",
+                    &format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"name":"rm"}},"method":"tools/call"}}"#
+                    ),
+                )
+            }),
+        ),
+        (
+            "id twice",
+            Box::new(|id| {
+                post(
+                    "/rpc",
+                    "",
+                    &format!(
+                        r#"{{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{{"name":"rm"}},"id":{id}}}"#
+                    ),
+                )
+            }),
+        ),
+        (
+            "params twice",
+            Box::new(|id| {
+                post(
+                    "/rpc",
+                    "",
+                    &format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"x"}},"params":{{"name":"rm"}}}}"#
+                    ),
+                )
+            }),
+        ),
+        (
+            "a byte order mark",
+            Box::new(move |id| post("/rpc", "", &format!("\u{feff}{}", tool(id)))),
+        ),
+        (
+            "text/plain",
+            Box::new(move |id| {
+                let b = tool(id);
+                format!("POST /rpc HTTP/1.1\r\nhost: localhost\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{b}", b.len())
+            }),
+        ),
+        (
+            "the method written post",
+            Box::new(move |id| {
+                let b = tool(id);
+                format!("post /rpc HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{b}", b.len())
+            }),
+        ),
+        (
+            "no jsonrpc member",
+            Box::new(|id| {
+                post(
+                    "/rpc",
+                    "",
+                    &format!(r#"{{"id":{id},"method":"tools/call","params":{{"name":"rm"}}}}"#),
+                )
+            }),
+        ),
+    ];
+    for (what, request) in cases {
+        let (up, seen) = raw_upstream(|_, _| {
+            let b = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+            (format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{b}", b.len()).into_bytes(), false)
+        });
+        let (_p, addr) = proxy(up, &["--limit", "tools/call=1/h"]);
+        for id in 1..=3 {
+            let (mut w, mut r) = client(addr);
+            w.write_all(request(id).as_bytes()).unwrap();
+            read_one(&mut r).unwrap_or_else(|| panic!("{what}: no answer"));
+        }
+        let ran = seen.lock().unwrap().requests.len();
+        assert_eq!(ran, 1, "{what}: {ran} of 3 calls ran under a limit of 1");
+    }
+}
+
+/// A form post is not a call: passed on as it is, without a finding, even under a limit.
+#[test]
+fn a_form_post_is_not_a_call() {
+    let (up, seen) = raw_upstream(|_, _| {
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+                .to_vec(),
+            false,
+        )
+    });
+    let (_p, addr) = proxy(up, &["--limit", "*=1/h"]);
+    for _ in 0..3 {
+        let (mut w, mut r) = client(addr);
+        let b = "grant_type=client_credentials&scope=mcp";
+        w.write_all(format!("POST /token HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\n{b}", b.len()).as_bytes()).unwrap();
+        let (h, _) = read_one(&mut r).unwrap();
+        assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    }
+    assert_eq!(seen.lock().unwrap().requests.len(), 3);
+}
+
+/// A body too large to inspect is not decided, so while a rule is in force it does not run;
+/// without rules it passes uninspected as before.
+#[test]
+fn a_body_too_large_to_decide_is_refused_while_a_rule_is_in_force() {
+    let (up, seen) = raw_upstream(|_, _| {
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+                .to_vec(),
+            false,
+        )
+    });
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"rm","arguments":{{"pad":"{}"}}}}}}"#,
+        "x".repeat(4000)
+    );
+    let (_p, addr) = proxy(
+        up,
+        &["--limit", "tools/call=5/h", "--max-frame-bytes", "1024"],
+    );
+    let (mut w, mut r) = client(addr);
+    w.write_all(post("/rpc", "", &big).as_bytes()).unwrap();
+    let (h, _) = read_one(&mut r).unwrap();
+    assert!(h.starts_with("HTTP/1.1 413"), "{h}");
+    assert_eq!(seen.lock().unwrap().requests.len(), 0);
+    let (_p2, addr2) = proxy(up, &["--max-frame-bytes", "1024"]);
+    let (mut w, mut r) = client(addr2);
+    w.write_all(post("/rpc", "", &big).as_bytes()).unwrap();
+    let (h, _) = read_one(&mut r).unwrap();
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert_eq!(seen.lock().unwrap().requests.len(), 1);
+}
