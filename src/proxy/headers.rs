@@ -21,6 +21,23 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
     h.contains_key(header::UPGRADE) && crate::server::connection_has(h, "upgrade")
 }
 
+/// What is wrong with a request's `Host` (RFC 9112 §3.2), if anything: none in an HTTP/1.1
+/// request, more than one, or a value that is no `host[:port]` (an empty one is allowed: the
+/// target had no authority). HTTP/2 names the authority in the request target instead.
+pub fn host_fault(version: http::Version, h: &HeaderMap) -> Option<&'static str> {
+    let mut hosts = h.get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(v), None) => (!v
+            .as_bytes()
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&c)))
+        .then_some("the Host header is not a host name"),
+        (Some(_), Some(_)) => Some("more than one Host header"),
+        (None, _) if version == http::Version::HTTP_11 => Some("no Host header"),
+        (None, _) => None,
+    }
+}
+
 /// The MCP session header.
 pub const MCP_SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
 pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");

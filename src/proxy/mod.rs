@@ -249,6 +249,12 @@ impl Proxy {
         req: Request<crate::server::RequestBody>,
     ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
         use futures_util::future::Either;
+        if let Some(why) = headers::host_fault(req.version(), req.headers()) {
+            // RFC 9112 §3.2: a 400, not a request forwarded with rpctap's own Host in its place.
+            return Either::Left(std::future::ready(
+                conn.0.error_reply_plain(StatusCode::BAD_REQUEST, why),
+            ));
+        }
         if let Some(guard) = &conn.0.inner.opts.guard {
             if let Err(r) = guard.check(req.method(), req.uri(), req.headers()) {
                 tracing::warn!(

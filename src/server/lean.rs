@@ -148,6 +148,26 @@ where
     S::ResBody: Unpin,
     <S::ResBody as Body>::Error: Into<BoxError>,
 {
+    /// Whether the client closed its side while nothing of its is waiting to be read (a
+    /// pipelined request stops the watch): then the exchange is dropped (`Next::Closed`).
+    /// Pending otherwise, with the socket's read readiness registered.
+    fn client_left(&mut self, cx: &mut Context<'_>) -> Poll<Result<Next<S::ResBody>, BoxError>> {
+        if !self.watch_close {
+            return Poll::Pending;
+        }
+        let mut one = [0u8; 1];
+        let mut rb = tokio::io::ReadBuf::new(&mut one);
+        match self.io.io.poll_peek(cx, &mut rb) {
+            Poll::Ready(Ok(0)) => Poll::Ready(Ok(Next::Closed)),
+            Poll::Ready(Ok(_)) => {
+                self.watch_close = false;
+                Poll::Pending
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
     /// Serves requests until one it does not read, the connection's end, or a long stream.
     pub fn poll(
         &mut self,
@@ -217,14 +237,9 @@ where
                         // As hyper's connection (no half-close): a client that closes its side
                         // while its call is in flight has left; the exchange is dropped. (While
                         // the body comes, the read above watches.)
-                        if self.watch_close && self.feed.is_none() {
-                            let mut one = [0u8; 1];
-                            let mut rb = tokio::io::ReadBuf::new(&mut one);
-                            match self.io.io.poll_peek(cx, &mut rb) {
-                                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(Next::Closed)),
-                                Poll::Ready(Ok(_)) => self.watch_close = false,
-                                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
-                                Poll::Pending => {}
+                        if self.feed.is_none() {
+                            if let Poll::Ready(r) = self.client_left(cx) {
+                                return Poll::Ready(r);
                             }
                         }
                         return Poll::Pending;
@@ -319,6 +334,12 @@ where
                             Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e.into())),
                             Poll::Pending => {
                                 if self.out.is_empty() {
+                                    // An answer whose body stalls (its upstream went quiet
+                                    // mid-body): a client that leaves meanwhile ends it, and
+                                    // the upstream leg with it.
+                                    if let Poll::Ready(r) = self.client_left(cx) {
+                                        return Poll::Ready(r);
+                                    }
                                     return Poll::Pending;
                                 }
                             }

@@ -708,3 +708,136 @@ fn a_body_too_large_to_decide_is_refused_while_a_rule_is_in_force() {
     assert!(h.starts_with("HTTP/1.1 200"), "{h}");
     assert_eq!(seen.lock().unwrap().requests.len(), 1);
 }
+
+/// RFC 9112 §3.2: no `Host`, two, or one that is no host name is a 400 (not forwarded with
+/// rpctap's own Host in its place); a head over `--max-header-bytes` is a 431 however it
+/// arrives, by one byte.
+#[test]
+fn host_rules_and_an_exact_head_limit() {
+    let (up, seen) = raw_upstream(|_, _| {
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+                .to_vec(),
+            false,
+        )
+    });
+    let (_p, addr) = proxy(up, &["--max-header-bytes", "8192"]);
+    let body = call(1, "ping");
+    let req = |hosts: &str, version: &str| {
+        format!("POST /rpc HTTP/{version}\r\n{hosts}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len())
+    };
+    for (hosts, version, want) in [
+        ("", "1.1", 400),
+        ("host: a\r\nhost: b\r\n", "1.1", 400),
+        ("host: a b\r\n", "1.1", 400),
+        ("host: a/b\r\n", "1.1", 400),
+        ("host: localhost:80\r\n", "1.1", 200),
+        ("host: [::1]:80\r\n", "1.1", 200),
+        ("", "1.0", 200),
+    ] {
+        let (h, _) = raw(addr, &req(hosts, version));
+        assert_eq!(status(&h), want, "{hosts:?} HTTP/{version}: {h}");
+    }
+    assert_eq!(seen.lock().unwrap().requests.len(), 3);
+    // The head's size, exactly: the start line and headers with their line ends.
+    let head_of = |method: &str, pad: usize| {
+        let start = format!("{method} /rpc HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nx-pad: ", body.len());
+        let fixed = start.len() + "\r\n\r\n".len();
+        format!("{start}{}\r\n\r\n{body}", "p".repeat(pad - fixed))
+    };
+    let head = |pad: usize| head_of("POST", pad);
+    let (h, _) = raw(addr, &head(8192));
+    assert_eq!(status(&h), 200, "a head of exactly the limit: {h}");
+    let (h, _) = raw(addr, &head(8193));
+    assert_eq!(status(&h), 431, "one byte over: {h}");
+    for method in ["GET", "DELETE"] {
+        let (h, _) = raw(addr, &head_of(method, 8193));
+        assert_eq!(status(&h), 431, "{method}, one byte over: {h}");
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// A client that gives up while the upstream has sent its head and stalls mid-body ends its
+/// exchange at once: no call left pending, the upstream connection closed (the upstream sees
+/// its end long before it would close on its own).
+#[test]
+fn a_client_that_leaves_mid_body_ends_its_exchange_and_the_upstream_leg() {
+    let closed = Arc::new(Mutex::new(None::<std::time::Instant>));
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = l.local_addr().unwrap();
+    let seen_close = closed.clone();
+    std::thread::spawn(move || {
+        // The admin listener's readiness probe connects too (and sends nothing): only the
+        // connection that brings a request is answered.
+        for s in l.incoming().flatten() {
+            let seen_close = seen_close.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                while r.read_line(&mut line).unwrap_or(0) > 0 && !line.ends_with("\r\n\r\n") {}
+                let mut w = s;
+                let _ = w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"jsonrpc\":\"2.0\",");
+                // Stalls; a read that ends means rpctap closed the upstream leg.
+                w.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut one = [0u8; 1];
+                if matches!(r.get_mut().read(&mut one), Ok(0)) {
+                    *seen_close.lock().unwrap() = Some(std::time::Instant::now());
+                }
+            });
+        }
+    });
+    let dir = Scratch::new("wire-left");
+    let file = dir.join("left.jsonl");
+    let mut cmd = proxy_cmd(&format!("http://{up}"), true);
+    cmd.args(["--record", file.to_str().unwrap()]);
+    let (mut p, addrs, _rest) =
+        spawn_with_banner(&mut cmd, &["proxy on http://", "admin on http://"]);
+    let (addr, admin) = (addrs[0], addrs[1]);
+    let (mut w, mut r) = client(addr);
+    w.write_all(post("/rpc", "", &call(1, "slow")).as_bytes())
+        .unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let left = std::time::Instant::now();
+    drop((w, r));
+    let metrics = || {
+        raw(
+            admin,
+            &format!("GET /metrics HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\r\n"),
+        )
+        .1
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let m = String::from_utf8_lossy(&metrics()).into_owned();
+            metric(&m, "rpctap_pending_calls") == 0.0 && closed.lock().unwrap().is_some()
+        }),
+        "still pending or the upstream leg still open: {}",
+        String::from_utf8_lossy(&metrics())
+    );
+    let at = closed.lock().unwrap().unwrap();
+    assert!(at.duration_since(left) < Duration::from_secs(5));
+    assert!(p.term().success());
+    let text = std::fs::read_to_string(&file).unwrap();
+    let call = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["event"] == "call")
+        .expect(&text);
+    assert_eq!(call["outcome"], "missing", "{call}");
+    assert!(
+        call["reason"] == "client disconnected",
+        "the reason is said: {call}"
+    );
+}
