@@ -66,6 +66,9 @@
 //! - [`baseline`] — each server label's trusted tools (`MCP_TOOL_DRIFT`, `rpctap baseline`).
 //! - [`bridge`] — `rpctap serve` (a Streamable HTTP endpoint in front of stdio servers, the
 //!   proxy's local upstream) and `rpctap stdio --upstream` (a remote HTTP server over stdio).
+//! - [`http1`] — rpctap's own HTTP/1 engine (what the lean reader and the lean upstream leg read
+//!   and write instead of hyper): one framing decision, one chunked decoder, one writer that
+//!   counts.
 //! - [`private`] — files and folders only their owner may read (the hub's state, baselines,
 //!   recordings).
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
@@ -86,6 +89,7 @@ pub mod fault;
 pub mod feed;
 pub mod filter;
 pub mod gate;
+pub mod http1;
 pub mod hub;
 pub mod inspect;
 pub mod intercept;

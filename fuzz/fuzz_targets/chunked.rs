@@ -1,4 +1,4 @@
-//! The lean stream path's chunked decoder (`proxy::lean::Chunked`) under any chunking: the
+//! The HTTP/1 engine's chunked decoder (`http1::chunked::Chunked`) under any chunking: the
 //! data, trailers, end and first error decoded from the pieces must be those decoded from the
 //! whole body at once — and no input panics.
 #![no_main]
@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 
 #[path = "cuts.rs"]
 mod cuts;
-use rpctap::proxy::lean::{Chunked, Step};
+use rpctap::http1::chunked::{Chunked, Step};
 
 /// Data, trailers (as text), ended, failed.
 fn decode(pieces: &[&[u8]]) -> (Vec<u8>, Option<String>, bool, bool) {

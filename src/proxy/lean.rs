@@ -40,16 +40,15 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use super::headers::{Forwarded, X_FORWARDED_FOR, X_FORWARDED_PROTO};
+pub use crate::http1::chunked::{Chunked, Step};
+pub use crate::http1::Framing;
+use crate::http1::FramingFields;
 use crate::server::BoxError;
 
 /// Largest response head read (start line and headers).
 const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields of a response head (hyper's default too).
 const MAX_HEADERS: usize = 100;
-/// Largest chunk-size line (the size and any extensions).
-const MAX_SIZE_LINE: usize = 4096;
-/// Largest trailer section.
-const MAX_TRAILERS: usize = 16 * 1024;
 /// One read's most bytes (a stack buffer, copied into the frame it becomes): what a body that
 /// trickles (an event stream, mostly idle) is read with, holding no buffer while it waits.
 const READ_SIZE: usize = 8192;
@@ -263,15 +262,6 @@ pub fn reusable(parts: &http::response::Parts, framing: &Framing) -> bool {
 #[derive(Clone, Copy, Debug)]
 struct Closes;
 
-/// How a response's body is delimited (RFC 9112 §6.3).
-#[derive(Debug, PartialEq)]
-pub enum Framing {
-    Empty,
-    Length(u64),
-    Chunked,
-    Close,
-}
-
 /// Parses one final response head off the front of `buf` (interim `1xx` heads are dropped);
 /// `None` while it is incomplete (`buf` then holds what was read, to read more after). Done, it
 /// gives the head and the bytes read past it (the body's first), and leaves `buf` empty.
@@ -318,25 +308,19 @@ fn parse_head(
             continue;
         }
         let mut map = HeaderMap::with_capacity(r.headers.len());
-        // RFC 9112 §6.3, read on the way: the one plain `Content-Length` (the usual framing)
-        // goes on as it came; anything else about the length is decided below.
-        let (mut length, mut odd_length, mut coded, mut closes) = (None, false, false, false);
+        // RFC 9112 §6.3, read on the way (`http1::framing`): the one plain `Content-Length` (the
+        // usual framing) goes on as it came, as rpctap would write it; any other is not passed
+        // on, and rpctap's own is written in its place below.
+        let (mut fields, mut closes) = (FramingFields::default(), false);
         for h in r.headers.iter() {
             let name = HeaderName::from_bytes(h.name.as_bytes())
                 .map_err(|_| format!("the upstream sent an invalid header name {:?}", h.name))?;
             if name == CONTENT_LENGTH {
-                match (length, crate::server::plain_length(h.value)) {
-                    (None, Some(n)) => length = Some(Ok(n)),
-                    // A second one, a list, a sign, not digits: the whole set is read as a list
-                    // of values that must agree, and the one value passed on is rpctap's own.
-                    _ => {
-                        odd_length = true;
-                        length = Some(list_length(h.value, length));
-                        continue;
-                    }
+                if !fields.content_length(h.value) {
+                    continue;
                 }
             } else if name == TRANSFER_ENCODING {
-                coded = true;
+                fields.transfer_encoding(h.value);
             } else if name == CONNECTION {
                 closes |= std::str::from_utf8(h.value)
                     .is_ok_and(|v| crate::server::lists_option(v, "close"));
@@ -350,26 +334,27 @@ fn parse_head(
         } else {
             Version::HTTP_11
         };
-        if coded {
+        let framing = fields
+            .response(status, is_head)
+            .map_err(|e| format!("the upstream's response framing is invalid: {e}"))?;
+        if fields.coded() {
             // Transfer-Encoding overrides Content-Length; a reply that sent both is not one to
-            // trust the connection after (RFC 9112 §6.1 and §6.3): it closes once read.
-            if length.is_some() {
+            // trust the connection after (RFC 9112 §6.1 and §6.3): it closes once read. A
+            // coding in an HTTP/1.0 reply: its framing is faulty, read to the close.
+            if fields.has_length() {
                 map.remove(CONTENT_LENGTH);
                 closes = true;
             }
-            // A coding in an HTTP/1.0 reply: its framing is faulty, read to the close.
             closes |= version == Version::HTTP_10;
-        } else if let Some(n) = length {
-            let n = n.map_err(|_| "the upstream sent an invalid Content-Length".to_string())?;
-            if odd_length {
+        } else if let (true, Framing::Length(n)) = (fields.odd_length(), framing) {
+            map.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        } else if let (true, Framing::Empty) = (fields.odd_length(), framing) {
+            // A HEAD's or 304's length describes another body: passed on as one value if it
+            // is one, else not at all.
+            if let Ok(Framing::Length(n)) = fields.response(StatusCode::OK, false) {
                 map.insert(CONTENT_LENGTH, HeaderValue::from(n));
             }
         }
-        let framing = match (is_head || bodiless(status), coded, length) {
-            (true, ..) => Framing::Empty,
-            (false, false, Some(Ok(n))) => Framing::Length(n),
-            _ => framing(status, &map)?,
-        };
         let mut resp = Response::new(());
         // A reason phrase of the upstream's own goes on to the client (hyper's server writes
         // it), as hyper's client kept it; the canonical one needs nothing.
@@ -386,59 +371,6 @@ fn parse_head(
         *resp.headers_mut() = map;
         read.advance(len);
         return Ok(Some((resp.into_parts().0, framing, read)));
-    }
-}
-
-/// The length a `Content-Length` value says, with what earlier ones said (`before`): a list of
-/// plain digits that all agree (RFC 9110 §8.6 lets a recipient take `42, 42` as 42); anything
-/// else (a sign, spaces inside, a different value, an empty element) is an error.
-fn list_length(value: &[u8], before: Option<Result<u64, ()>>) -> Result<u64, ()> {
-    let mut length = match before {
-        Some(Err(())) => return Err(()),
-        Some(Ok(n)) => Some(n),
-        None => None,
-    };
-    for part in value.split(|&c| c == b',') {
-        let n = crate::server::plain_length(part.trim_ascii()).ok_or(())?;
-        if length.is_some_and(|l| l != n) {
-            return Err(());
-        }
-        length = Some(n);
-    }
-    length.ok_or(())
-}
-
-/// A status whose response has no body, whatever its headers say.
-fn bodiless(status: StatusCode) -> bool {
-    status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
-}
-
-fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
-    if bodiless(status) {
-        return Ok(Framing::Empty);
-    }
-    if headers.contains_key(TRANSFER_ENCODING) {
-        let last = headers
-            .get_all(TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .rfind(|c| !c.is_empty());
-        // Chunked last: chunked framing; any other last coding: the body runs to the close.
-        return Ok(match last {
-            Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
-            _ => Framing::Close,
-        });
-    }
-    let mut length = None;
-    for v in headers.get_all(CONTENT_LENGTH) {
-        length = Some(list_length(v.as_bytes(), length));
-    }
-    match length {
-        None => Ok(Framing::Close),
-        Some(Ok(n)) => Ok(Framing::Length(n)),
-        Some(Err(())) => Err("the upstream sent an invalid Content-Length".into()),
     }
 }
 
@@ -666,323 +598,9 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> Body for LeanBody<T> {
     }
 }
 
-/// What one step of the chunked decoder gives.
-#[derive(Debug, PartialEq)]
-pub enum Step {
-    /// Body bytes (possibly empty).
-    Data(Bytes),
-    /// The trailer section (the body has ended).
-    Trailers(HeaderMap),
-    /// The body has ended (no trailers).
-    End,
-    /// Every byte given was used: more are needed.
-    More,
-}
-
-/// An incremental decoder of the chunked transfer coding (RFC 9112 §7.1): fed any cut of the
-/// stream, it yields the same data (chunk extensions ignored, strict CRLFs, sizes bounded to 64
-/// bits, the size line to [`MAX_SIZE_LINE`], trailers to [`MAX_TRAILERS`]).
-#[derive(Debug, Default)]
-pub struct Chunked {
-    phase: Phase,
-    /// The size line's or trailer section's bytes so far.
-    line: Vec<u8>,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-enum Phase {
-    #[default]
-    Size,
-    Data(u64),
-    DataCr,
-    DataLf,
-    Trailers,
-    Done,
-}
-
-impl Chunked {
-    /// Consumes from the front of `input` and says what came of it; call again while `input`
-    /// is not empty (or after [`Step::Data`] with more input to come).
-    pub fn step(&mut self, input: &mut Bytes) -> Result<Step, &'static str> {
-        loop {
-            match self.phase {
-                Phase::Done => return Ok(Step::End),
-                Phase::Data(rem) => {
-                    if input.is_empty() {
-                        return Ok(Step::More);
-                    }
-                    let n = rem.min(input.len() as u64) as usize;
-                    let data = input.split_to(n);
-                    let left = rem - n as u64;
-                    self.phase = if left == 0 {
-                        Phase::DataCr
-                    } else {
-                        Phase::Data(left)
-                    };
-                    return Ok(Step::Data(data));
-                }
-                Phase::DataCr | Phase::DataLf => {
-                    let Some(&b) = input.first() else {
-                        return Ok(Step::More);
-                    };
-                    let want = if self.phase == Phase::DataCr {
-                        b'\r'
-                    } else {
-                        b'\n'
-                    };
-                    if b != want {
-                        return Err("a chunk's data is not followed by CRLF");
-                    }
-                    input.advance(1);
-                    self.phase = if self.phase == Phase::DataCr {
-                        Phase::DataLf
-                    } else {
-                        Phase::Size
-                    };
-                }
-                Phase::Size => {
-                    let Some(line) = self.take_line(input, MAX_SIZE_LINE)? else {
-                        return Ok(Step::More);
-                    };
-                    let size = parse_size(&line)?;
-                    self.phase = if size == 0 {
-                        Phase::Trailers
-                    } else {
-                        Phase::Data(size)
-                    };
-                }
-                Phase::Trailers => {
-                    // Lines up to an empty one; the section is parsed whole at its end.
-                    let Some(pos) = memchr::memchr(b'\n', input) else {
-                        self.keep(input, MAX_TRAILERS)?;
-                        return Ok(Step::More);
-                    };
-                    let piece = input.split_to(pos + 1);
-                    if self.line.len() + piece.len() > MAX_TRAILERS {
-                        return Err("the trailer section is too large");
-                    }
-                    self.line.extend_from_slice(&piece);
-                    let ended = self.line == b"\r\n" || self.line.ends_with(b"\r\n\r\n");
-                    if !ended {
-                        if !self.line.ends_with(b"\r\n") {
-                            return Err("a trailer line does not end with CRLF");
-                        }
-                        continue;
-                    }
-                    self.phase = Phase::Done;
-                    let section = std::mem::take(&mut self.line);
-                    if section == b"\r\n" {
-                        return Ok(Step::End);
-                    }
-                    return parse_trailers(&section).map(Step::Trailers);
-                }
-            }
-        }
-    }
-
-    /// Whether the body has ended.
-    pub fn done(&self) -> bool {
-        self.phase == Phase::Done
-    }
-
-    /// Appends all of `input` to the line kept so far, bounded.
-    fn keep(&mut self, input: &mut Bytes, max: usize) -> Result<(), &'static str> {
-        if self.line.len() + input.len() > max {
-            return Err("a chunk-size line or the trailer section is too long");
-        }
-        self.line.extend_from_slice(input);
-        input.clear();
-        Ok(())
-    }
-
-    /// A whole CRLF-ended line (without the CRLF), or `None` (the part kept) when it has not
-    /// ended yet.
-    fn take_line(
-        &mut self,
-        input: &mut Bytes,
-        max: usize,
-    ) -> Result<Option<Vec<u8>>, &'static str> {
-        let Some(pos) = memchr::memchr(b'\n', input) else {
-            self.keep(input, max)?;
-            return Ok(None);
-        };
-        if self.line.len() + pos + 1 > max {
-            return Err("a chunk-size line is too long");
-        }
-        self.line.extend_from_slice(&input[..pos + 1]);
-        input.advance(pos + 1);
-        let mut line = std::mem::take(&mut self.line);
-        if line.len() < 2 || line[line.len() - 2] != b'\r' {
-            return Err("a chunk-size line does not end with CRLF");
-        }
-        line.truncate(line.len() - 2);
-        Ok(Some(line))
-    }
-}
-
-/// The chunk size of a size line: hex digits, then optional whitespace and `;extensions`.
-fn parse_size(line: &[u8]) -> Result<u64, &'static str> {
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 {
-        return Err("a chunk size is missing");
-    }
-    let rest = &line[digits..];
-    let rest_ok = rest.is_empty()
-        || matches!(
-            rest.iter().find(|b| **b != b' ' && **b != b'\t'),
-            Some(b';') | None
-        );
-    if !rest_ok {
-        return Err("a chunk size is invalid");
-    }
-    let mut n: u64 = 0;
-    for &b in &line[..digits] {
-        let d = (b as char).to_digit(16).unwrap_or(0) as u64;
-        n = n
-            .checked_mul(16)
-            .and_then(|n| n.checked_add(d))
-            .ok_or("a chunk size is too large")?;
-    }
-    Ok(n)
-}
-
-fn parse_trailers(section: &[u8]) -> Result<HeaderMap, &'static str> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let parsed = match httparse::parse_headers(section, &mut headers) {
-        Ok(httparse::Status::Complete((_, h))) => h,
-        _ => return Err("the trailer section is invalid"),
-    };
-    let mut map = HeaderMap::with_capacity(parsed.len());
-    for h in parsed {
-        let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| "a trailer name is invalid")?;
-        let value = HeaderValue::from_bytes(h.value).map_err(|_| "a trailer value is invalid")?;
-        map.append(name, value);
-    }
-    Ok(map)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Decodes `input` fed in pieces cut at `cuts`: the data, and the trailers if any.
-    fn decode(
-        input: &[u8],
-        cuts: &[usize],
-    ) -> Result<(Vec<u8>, Option<HeaderMap>, bool), &'static str> {
-        let mut d = Chunked::default();
-        let (mut data, mut trailers, mut ended) = (Vec::new(), None, false);
-        let mut at = 0;
-        for &end in cuts.iter().chain(std::iter::once(&input.len())) {
-            let mut piece = Bytes::copy_from_slice(&input[at..end.max(at)]);
-            at = end.max(at);
-            while !ended {
-                match d.step(&mut piece)? {
-                    Step::Data(b) => data.extend_from_slice(&b),
-                    Step::Trailers(t) => {
-                        trailers = Some(t);
-                        ended = true;
-                    }
-                    Step::End => ended = true,
-                    Step::More => break,
-                }
-            }
-        }
-        Ok((data, trailers, ended))
-    }
-
-    const BODY: &[u8] = b"5\r\nhello\r\n1A;name=value\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n";
-
-    #[test]
-    fn any_cut_decodes_like_the_whole() {
-        let whole = decode(BODY, &[]).unwrap();
-        assert_eq!(whole.0, b"helloabcdefghijklmnopqrstuvwxyz");
-        assert!(whole.2, "ended");
-        for i in 0..=BODY.len() {
-            for j in i..=BODY.len() {
-                assert_eq!(decode(BODY, &[i, j]).unwrap(), whole, "cut at {i}, {j}");
-            }
-        }
-    }
-
-    #[test]
-    fn trailers_are_kept_and_any_cut_gives_them() {
-        let body = b"3\r\nabc\r\n0\r\nx-check: 1\r\nx-other: two\r\n\r\n";
-        let whole = decode(body, &[]).unwrap();
-        let t = whole.1.clone().expect("trailers");
-        assert_eq!(t["x-check"], "1");
-        assert_eq!(t["x-other"], "two");
-        for i in 0..=body.len() {
-            assert_eq!(decode(body, &[i]).unwrap(), whole, "cut at {i}");
-        }
-    }
-
-    #[test]
-    fn invalid_framing_is_an_error_not_a_panic() {
-        for bad in [
-            &b"zz\r\n"[..],
-            b"5\r\nhelloX\r\n",
-            b"5\nhello\r\n",
-            b"fffffffffffffffff\r\n",
-            b"5 x\r\nhello\r\n",
-            b"0\r\nbad trailer\r\n\r\n",
-        ] {
-            assert!(
-                decode(bad, &[]).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-        let long = [b"1".to_vec(), b";".to_vec(), b"x".repeat(MAX_SIZE_LINE)].concat();
-        assert!(decode(&long, &[]).is_err());
-    }
-
-    #[test]
-    fn framing_follows_rfc_9112() {
-        let h = |pairs: &[(&str, &str)]| {
-            let mut m = HeaderMap::new();
-            for (k, v) in pairs {
-                m.append(
-                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                    v.parse().unwrap(),
-                );
-            }
-            m
-        };
-        let ok = StatusCode::OK;
-        assert_eq!(
-            framing(ok, &h(&[("transfer-encoding", "chunked")])),
-            Ok(Framing::Chunked)
-        );
-        assert_eq!(
-            framing(ok, &h(&[("transfer-encoding", "gzip, chunked")])),
-            Ok(Framing::Chunked)
-        );
-        assert_eq!(
-            framing(ok, &h(&[("transfer-encoding", "gzip")])),
-            Ok(Framing::Close)
-        );
-        assert_eq!(
-            framing(ok, &h(&[("content-length", "12")])),
-            Ok(Framing::Length(12))
-        );
-        assert_eq!(
-            framing(ok, &h(&[("content-length", "12, 12")])),
-            Ok(Framing::Length(12))
-        );
-        assert!(framing(
-            ok,
-            &h(&[("content-length", "12"), ("content-length", "13")])
-        )
-        .is_err());
-        assert!(framing(ok, &h(&[("content-length", "-1")])).is_err());
-        assert_eq!(framing(ok, &h(&[])), Ok(Framing::Close));
-        assert_eq!(
-            framing(StatusCode::NO_CONTENT, &h(&[("content-length", "5")])),
-            Ok(Framing::Empty)
-        );
-    }
 
     #[test]
     fn interim_heads_are_skipped_and_a_partial_head_waits() {

@@ -20,6 +20,7 @@
 
 use super::conn::{BodyFeed, Outbox, RequestBody, Watched};
 use super::BoxError;
+use crate::http1::write::{encode_head, Written};
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, StatusCode, Uri, Version};
@@ -91,7 +92,7 @@ enum Phase<S: hyper::service::HttpService<Incoming>> {
         chunked: bool,
         /// What the head's `content-length` said and is not written yet: the writer counts the
         /// body against it (never more; a body that ends short closes the connection).
-        left: Option<u64>,
+        left: Option<crate::http1::write::Declared>,
         keep_alive: bool,
     },
 }
@@ -250,13 +251,13 @@ where
                     let closing = closing || self.feed.is_some();
                     // hyper's view of the body: none (ended already), or its known length.
                     let length = (!body.is_end_stream()).then(|| body.size_hint().exact());
-                    let mut framed = (Framing::Plain, false, false, None);
+                    let mut framed = (Written::Plain, false, false, None);
                     self.out.push_head(|head| {
                         framed = encode_head(&parts, length, closing, head);
                     });
                     let (framing, has_body, close, left) = framed;
                     let keep_alive = !close && !closing;
-                    let chunked = framing == Framing::Chunked;
+                    let chunked = framing == Written::Chunked;
                     if handoff.waiting() {
                         self.phase = Phase::Handoff { keep_alive };
                         continue;
@@ -265,7 +266,7 @@ where
                         // A status without a body writes none, whatever the handler gave.
                         body: has_body.then_some(body),
                         chunked,
-                        left: left.filter(|_| has_body),
+                        left: left.filter(|_| has_body).map(crate::http1::write::Declared),
                         keep_alive,
                     };
                 }
@@ -294,14 +295,10 @@ where
                                     let mut data = bytes::Buf::copy_to_bytes(&mut data, n);
                                     if *chunked {
                                         self.out.push_chunk(data);
-                                    } else if let Some(rest) = left.as_mut() {
+                                    } else if let Some(declared) = left.as_mut() {
                                         // Never more than the head declared: what goes past
                                         // it would be read as the client's next answer.
-                                        let over = n as u64 > *rest;
-                                        if over {
-                                            data.truncate(*rest as usize);
-                                        }
-                                        *rest -= data.len() as u64;
+                                        let over = declared.take(&mut data);
                                         self.out.push(data);
                                         if over {
                                             tracing::warn!(
@@ -325,7 +322,7 @@ where
                                 if *chunked {
                                     self.out.push_last_chunk();
                                 }
-                                if left.is_some_and(|rest| rest > 0) {
+                                if left.is_some_and(|d| d.short()) {
                                     // Shorter than declared: only the close tells the client.
                                     *keep_alive = false;
                                 }
@@ -385,16 +382,13 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let path_at = at(path.as_bytes());
-    let mut length = None;
+    let mut framing = crate::http1::FramingFields::default();
     let mut fields: [(Span, Span); MAX_HEADERS] = [((0, 0), (0, 0)); MAX_HEADERS];
     let count = req.headers.len();
     for (h, f) in req.headers.iter().zip(fields.iter_mut()) {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            if length.is_some() {
-                return Err(NotLean::Hyper);
-            }
-            length = Some(super::plain_length(h.value).ok_or(NotLean::Hyper)?);
+            framing.content_length(h.value);
         } else if name.eq_ignore_ascii_case(b"connection") {
             // What most clients send; `close` and upgrades are hyper's.
             if !h.value.eq_ignore_ascii_case(b"keep-alive") {
@@ -408,10 +402,14 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
         }
         *f = (at(name), at(h.value));
     }
-    let Some(length) = length
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n <= MAX_BODY)
-    else {
+    // The engine's one framing decision (`http1::framing`); what it does not read here — a
+    // body with no length said, chunked, invalid, or larger than a whole call's — is hyper's.
+    let length = match framing.request() {
+        Ok(crate::http1::Framing::Length(n)) => usize::try_from(n).ok(),
+        Ok(crate::http1::Framing::Empty) if framing.has_length() => Some(0),
+        _ => None,
+    };
+    let Some(length) = length.filter(|&n| n <= MAX_BODY) else {
         return Err(NotLean::Hyper);
     };
     let head = buf.split_to(head_len).freeze();
@@ -452,142 +450,6 @@ fn build(head: &Bytes, path: Span, fields: &[(Span, Span)]) -> Option<(Uri, Head
         map.append(name, HeaderValue::from_maybe_shared(slice(value)).ok()?);
     }
     Some((uri, map))
-}
-
-/// How an answer's body goes on the wire after its head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Framing {
-    /// As it is (a `content-length` says where it ends), or nothing for a status without a body.
-    Plain,
-    /// The chunked coding.
-    Chunked,
-    /// As it is, the connection's close ending it (an HTTP/1.0 answer of unknown length).
-    Close,
-}
-
-/// Writes a response head as hyper's server writes it to an HTTP/1.1 `POST` (`role.rs`,
-/// `Server::encode`, and `Conn::enforce_version` for keep-alive): the status line in the
-/// answer's own version, the headers in order (`content-length` dropped before an empty body,
-/// `transfer-encoding` for a status or version that cannot chunk, `chunked` added as its last
-/// coding), then the framing the body needs when no header gave it, `connection: close` when the
-/// connection is closing, and `date` when there is none. Returns how the body goes, whether it is
-/// written at all, and whether the connection closes after it.
-fn encode_head(
-    parts: &http::response::Parts,
-    body: Option<Option<u64>>,
-    closing: bool,
-    out: &mut Vec<u8>,
-) -> (Framing, bool, bool, Option<u64>) {
-    use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
-    let status = parts.status;
-    let v10 = parts.version == Version::HTTP_10;
-    let bodiless = status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    out.extend_from_slice(if v10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    match parts.extensions.get::<hyper::ext::ReasonPhrase>() {
-        Some(r) => out.extend_from_slice(r.as_bytes()),
-        None => out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
-    }
-    out.extend_from_slice(b"\r\n");
-    let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    };
-    let (mut framed, mut framing, mut dated, mut close) = (false, Framing::Plain, false, false);
-    let mut declared = None;
-    // Names in the map's order, each with its values (as hyper's `drain` gives them: the map's
-    // `iter` gives them so, without a lookup per name). `connection: close` is added after the
-    // `connection` values when the connection is closing and none said so.
-    let mut in_connection = false;
-    for (name, value) in &parts.headers {
-        if in_connection && name != CONNECTION && closing && !close {
-            line(out, b"connection", b"close");
-            close = true;
-        }
-        in_connection = name == CONNECTION;
-        let v = value.as_bytes();
-        if name == CONTENT_LENGTH {
-            // Before an empty body hyper leaves the header out; a second one it refuses.
-            if body.is_none() || framed {
-                continue;
-            }
-            // A length that is not plain digits is never passed on (the body's own framing is
-            // used instead): what rpctap writes it frames itself.
-            let Some(n) = super::plain_length(v) else {
-                continue;
-            };
-            declared = Some(n);
-            framed = true;
-        } else if name == TRANSFER_ENCODING {
-            if v10 || bodiless {
-                continue;
-            }
-            framed = true;
-            framing = Framing::Chunked;
-            if !v
-                .rsplit(|&c| c == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-            {
-                out.extend_from_slice(name.as_str().as_bytes());
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(v);
-                out.extend_from_slice(b", chunked\r\n");
-                continue;
-            }
-        } else if name == DATE {
-            dated = true;
-        } else if in_connection {
-            close |= value
-                .to_str()
-                .is_ok_and(|v| super::lists_option(v, "close"));
-        }
-        line(out, name.as_str().as_bytes(), v);
-    }
-    if in_connection && closing && !close {
-        line(out, b"connection", b"close");
-        close = true;
-    }
-    // A connection closing (the drain): hyper adds this to the map, after the headers.
-    if closing && !close && !parts.headers.contains_key(CONNECTION) {
-        line(out, b"connection", b"close");
-        close = true;
-    }
-    if !framed {
-        match body {
-            Some(None) if v10 || bodiless => framing = Framing::Close,
-            Some(None) => {
-                line(out, b"transfer-encoding", b"chunked");
-                framing = Framing::Chunked;
-            }
-            _ if bodiless => {}
-            n => {
-                let n = n.flatten().unwrap_or(0);
-                declared = Some(n);
-                line(
-                    out,
-                    b"content-length",
-                    itoa::Buffer::new().format(n).as_bytes(),
-                )
-            }
-        }
-    }
-    if !dated {
-        line(
-            out,
-            b"date",
-            httpdate::fmt_http_date(std::time::SystemTime::now()).as_bytes(),
-        );
-    }
-    out.extend_from_slice(b"\r\n");
-    let close = close || (framing == Framing::Close && !bodiless);
-    let declared = declared.filter(|_| framing == Framing::Plain && !bodiless);
-    (framing, !bodiless, close, declared)
 }
 
 #[cfg(test)]

@@ -489,22 +489,7 @@ pub(crate) fn connection_has(headers: &http::HeaderMap, option: &str) -> bool {
         .any(|v| lists_option(v, option))
 }
 
-/// A `Content-Length` value of plain digits (no list, no spaces; at most 18 digits, so it
-/// cannot overflow), read by both HTTP/1 heads rpctap parses itself (`lean.rs` here, and the
-/// upstream's answers in `proxy::lean`).
-pub(crate) fn plain_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(v.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
-}
-
-/// Whether one `Connection` value lists `option` (comma-separated, any letter case).
-pub(crate) fn lists_option(value: &str, option: &str) -> bool {
-    value
-        .split(',')
-        .any(|o| o.trim().eq_ignore_ascii_case(option))
-}
+pub(crate) use crate::http1::{lists_option, plain_length};
 
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
