@@ -15,7 +15,7 @@ SECS=${1:-10}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(envelope sse stdio_lines recording check_document config ws_frames chunked)
+  TARGETS=(envelope sse stdio_lines recording check_document config ws_frames chunked http1_diff)
 fi
 rustup run nightly rustc --version >/dev/null 2>&1 || { echo "fuzz: no nightly toolchain (rustup run nightly)" >&2; exit 1; }
 if ! cargo fuzz --version >/dev/null 2>&1; then

@@ -10,9 +10,11 @@
 //!   after).
 //! - A coding whose last is `chunked` is chunked; `chunked` given twice is invalid; another
 //!   last coding runs a reply to the close and makes a request invalid.
-//! - `Content-Length` is plain digits; a list, or several fields, must all say one value
-//!   (`42, 42` is 42); a sign, a space inside, another value or no digits is invalid.
+//! - `Content-Length` is plain digits; several fields must all say one value, and a reply's
+//!   may be a list of it (`42, 42` is 42; a request's may not, as hyper's server reads it); a
+//!   sign, a space inside, another value or no digits is invalid.
 //! - A reply to `HEAD` and a `1xx`, `204` or `304` have no body whatever they say.
+//! - HTTP/1.0 has no transfer codings: a reply in it that names one is refused.
 
 use http::StatusCode;
 
@@ -36,6 +38,8 @@ pub enum Invalid {
     NotChunkedLast,
     #[error("chunked applied more than once")]
     ChunkedTwice,
+    #[error("a Transfer-Encoding in an HTTP/1.0 message")]
+    CodedHttp10,
 }
 
 /// A `Content-Length` value of plain digits (no list, no sign, no spaces; at most 18 digits, so
@@ -54,6 +58,9 @@ pub struct FramingFields {
     length: Option<Result<u64, Invalid>>,
     /// The length came as other than one plain value (a list, a second field).
     odd_length: bool,
+    /// A value was a list (`5, 5`): a reply may say so, a request may not (hyper's server
+    /// refuses it, so a request read so here would be read otherwise there).
+    listed: bool,
     /// `Transfer-Encoding` was given.
     coded: bool,
     /// Its last coding is `chunked`.
@@ -66,6 +73,7 @@ impl FramingFields {
     /// One `Content-Length` field's value; `true` when it is the first and one plain value
     /// (then it may be passed on as it came: it is the value rpctap would write).
     pub fn content_length(&mut self, v: &[u8]) -> bool {
+        self.listed |= v.contains(&b',');
         match (self.length, plain_length(v)) {
             (None, Some(n)) => {
                 self.length = Some(Ok(n));
@@ -108,8 +116,17 @@ impl FramingFields {
         self.odd_length
     }
 
-    /// The framing of a reply with `status`, to a `HEAD` when `is_head`.
-    pub fn response(&self, status: StatusCode, is_head: bool) -> Result<Framing, Invalid> {
+    /// The framing of a reply with `status`, to a `HEAD` when `is_head`, in HTTP/1.0 when
+    /// `http10` (which has no transfer codings: one there is a faulty framing, refused).
+    pub fn response(
+        &self,
+        status: StatusCode,
+        is_head: bool,
+        http10: bool,
+    ) -> Result<Framing, Invalid> {
+        if self.coded && http10 {
+            return Err(Invalid::CodedHttp10);
+        }
         if is_head
             || status.is_informational()
             || status == StatusCode::NO_CONTENT
@@ -139,6 +156,9 @@ impl FramingFields {
                 (_, true) => Ok(Framing::Chunked),
                 _ => Err(Invalid::NotChunkedLast),
             };
+        }
+        if self.listed {
+            return Err(Invalid::Length);
         }
         match self.length {
             None | Some(Ok(0)) => Ok(Framing::Empty),
@@ -186,7 +206,7 @@ mod tests {
     #[test]
     fn rfc_9112_for_replies_and_requests_alike() {
         let ok = StatusCode::OK;
-        let reply = |p: &[(&str, &str)]| fields(p).response(ok, false);
+        let reply = |p: &[(&str, &str)]| fields(p).response(ok, false, false);
         let request = |p: &[(&str, &str)]| fields(p).request();
         let (cl, te) = ("content-length", "transfer-encoding");
         assert_eq!(reply(&[(cl, "12")]), Ok(Framing::Length(12)));
@@ -224,17 +244,26 @@ mod tests {
         );
         assert_eq!(request(&[(te, "gzip")]), Err(Invalid::NotChunkedLast));
         assert_eq!(request(&[(te, "chunked"), (cl, "5")]), Ok(Framing::Chunked));
+        assert_eq!(request(&[(cl, "5"), (cl, "5")]), Ok(Framing::Length(5)));
+        assert_eq!(request(&[(cl, "5, 5")]), Err(Invalid::Length));
         for bodiless in [
             StatusCode::NO_CONTENT,
             StatusCode::NOT_MODIFIED,
             StatusCode::CONTINUE,
         ] {
             assert_eq!(
-                fields(&[(cl, "5")]).response(bodiless, false),
+                fields(&[(cl, "5")]).response(bodiless, false, false),
                 Ok(Framing::Empty)
             );
         }
-        assert_eq!(fields(&[(cl, "5")]).response(ok, true), Ok(Framing::Empty));
+        assert_eq!(
+            fields(&[(cl, "5")]).response(ok, true, false),
+            Ok(Framing::Empty)
+        );
+        assert_eq!(
+            fields(&[(te, "chunked")]).response(ok, false, true),
+            Err(Invalid::CodedHttp10)
+        );
         assert!(fields(&[(cl, "5"), (cl, "5")]).odd_length());
         assert!(!fields(&[(cl, "5")]).odd_length());
     }

@@ -181,6 +181,39 @@ where
     ))
 }
 
+/// The fuzzers' view of the lean leg (`fuzz/fuzz_targets/http1_diff.rs`): sends a bodiless
+/// `GET` (or `HEAD`) on `io` and reads the reply as the engine reads it — its status, the
+/// `content-length` it would pass on, and its whole body — or why it failed.
+#[cfg(feature = "fuzzing")]
+pub async fn fuzz_read_reply<T>(io: T, is_head: bool) -> Result<(u16, Option<u64>, Vec<u8>), String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin,
+{
+    let mut conn = LeanConn::new(io, crate::metrics::Counted::upstream(&Default::default()));
+    let wire: &[u8] = if is_head {
+        b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\n"
+    } else {
+        b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+    };
+    let (parts, framing, buf) = conn.exchange(wire, is_head).await.map_err(String::from)?;
+    let length = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .map(|v| {
+            crate::http1::plain_length(v.as_bytes())
+                .ok_or("a content-length rpctap would pass on is not plain")
+        })
+        .transpose()?;
+    let mut body = LeanBody::new(conn, buf, framing, None);
+    let mut out = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        if let Ok(d) = frame.map_err(|e| e.to_string())?.into_data() {
+            out.extend_from_slice(&d);
+        }
+    }
+    Ok((parts.status.as_u16(), length, out))
+}
+
 /// The request as it goes upstream: the client's method, target and headers, in order, then
 /// the body. A whole body is framed by its length: a `Content-Length` that says it stays where
 /// it was, one that does not (or a `Transfer-Encoding`, hop-by-hop and normally gone already)
@@ -335,23 +368,21 @@ fn parse_head(
             Version::HTTP_11
         };
         let framing = fields
-            .response(status, is_head)
+            .response(status, is_head, version == Version::HTTP_10)
             .map_err(|e| format!("the upstream's response framing is invalid: {e}"))?;
         if fields.coded() {
             // Transfer-Encoding overrides Content-Length; a reply that sent both is not one to
-            // trust the connection after (RFC 9112 §6.1 and §6.3): it closes once read. A
-            // coding in an HTTP/1.0 reply: its framing is faulty, read to the close.
+            // trust the connection after (RFC 9112 §6.1 and §6.3): it closes once read.
             if fields.has_length() {
                 map.remove(CONTENT_LENGTH);
                 closes = true;
             }
-            closes |= version == Version::HTTP_10;
         } else if let (true, Framing::Length(n)) = (fields.odd_length(), framing) {
             map.insert(CONTENT_LENGTH, HeaderValue::from(n));
         } else if let (true, Framing::Empty) = (fields.odd_length(), framing) {
             // A HEAD's or 304's length describes another body: passed on as one value if it
             // is one, else not at all.
-            if let Ok(Framing::Length(n)) = fields.response(StatusCode::OK, false) {
+            if let Ok(Framing::Length(n)) = fields.response(StatusCode::OK, false, false) {
                 map.insert(CONTENT_LENGTH, HeaderValue::from(n));
             }
         }

@@ -437,6 +437,39 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
     Ok(Some((req, feed)))
 }
 
+/// The fuzzers' view of the lean reader (`fuzz/fuzz_targets/http1_diff.rs`): the first
+/// request in `bytes` as the engine reads it — method, target, headers in order, body — or
+/// `None` when the engine leaves it to hyper (or it has not all come).
+#[cfg(feature = "fuzzing")]
+#[allow(clippy::type_complexity)]
+pub fn fuzz_read_request(
+    bytes: &[u8],
+) -> Option<(String, String, Vec<(String, Vec<u8>)>, Vec<u8>)> {
+    let mut buf = BytesMut::from(bytes);
+    let limits = HeadLimits {
+        bytes: 64 * 1024,
+        fields: MAX_HEADERS,
+    };
+    let Ok(Some((req, None))) = parse(&mut buf, limits) else {
+        return None;
+    };
+    let (parts, body) = req.into_parts();
+    let body = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(body))?
+        .ok()?
+        .to_bytes();
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    Some((
+        parts.method.to_string(),
+        parts.uri.to_string(),
+        headers,
+        body.to_vec(),
+    ))
+}
+
 /// A request read here, and its body's feed while the body is still coming.
 type Whole = (Request<RequestBody>, Option<BodyFeed>);
 

@@ -31,6 +31,8 @@ use tokio::time::Instant;
 mod conn;
 pub mod guard;
 mod lean;
+#[cfg(feature = "fuzzing")]
+pub use lean::fuzz_read_request;
 mod machine;
 
 pub use conn::{ConnState, Handoff, LongStream, RequestBody, Tracked, Watched};
