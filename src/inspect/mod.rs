@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 /// A fixed byte string searched for in messages, its searcher built once: `memmem::find` builds
 /// one per call, which costs more than the search itself on a message of a few hundred bytes
-/// (benches/RESULTS.md, session 14). `needle!(NAME, "text")` declares one; `NAME.find(bytes)`.
+/// (measured in benches/RESULTS.md). `needle!(NAME, "text")` declares one; `NAME.find(bytes)`.
 macro_rules! needle {
     ($name:ident, $text:expr) => {
         static $name: std::sync::LazyLock<memchr::memmem::Finder<'static>> =

@@ -92,6 +92,9 @@ impl Writer {
             },
         };
         w.header()?;
+        // On disk at once: a session killed before any traffic is still a session (`sessions`
+        // and `watch` read its header), not an empty file.
+        w.flush()?;
         // Only the run's first header says it was appended; its rotated parts continue it.
         if let Some(m) = w.meta.as_object_mut() {
             m.remove("appended");

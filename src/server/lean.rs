@@ -1,22 +1,26 @@
 //! Whole HTTP/1.1 requests read and answered by the connection itself, without hyper's
-//! connection: a `POST` with one `Content-Length` (at most [`MAX_BODY`]), no `Connection` but
-//! `keep-alive` and no `Upgrade`, `Expect` or `Transfer-Encoding`, within the listener's head
-//! limits — the JSON-RPC call as clients send it. A body that came with its head is given to the
-//! handler whole; one that had not all come (clients that write the head and the body apart) is
-//! read here as it comes while the exchange runs, and the handler times it as it times hyper's
-//! (an answer before it has all come closes the connection after it). Anything else (another
-//! method, a head hyper would refuse) is handed to hyper with the bytes read so far
-//! (`Watched::prefix`), as a parked connection's next request is, and hyper serves the
-//! connection until it parks. The answer is written as hyper's server writes it (`encode_head`;
-//! the tests compare the bytes with hyper's for each kind of answer), its body frame by frame as
-//! it comes, at most [`WRITE_AHEAD`] gathered for one write (`conn::Outbox`). A client that
-//! closes while its call is in flight has left, as with hyper (no half-close): the exchange is
-//! dropped.
+//! connection: a `POST` whose body's length the engine's framing decision gives
+//! (`http1::framing`: one plain `Content-Length`, or several that agree; at most [`MAX_BODY`]),
+//! no `Connection` but `keep-alive`, no `Upgrade`, `Expect` or `Transfer-Encoding`, within the
+//! listener's head limits — the JSON-RPC call as clients send it. A body that came with its
+//! head is given to the handler whole; one that had not all come (clients that write the head
+//! and the body apart) is read here as it comes while the exchange runs, and the handler times
+//! it as it times hyper's (an answer before it has all come closes the connection after it).
+//! Anything else (another method, a head hyper would refuse) is handed to hyper with the bytes
+//! read so far (`Watched::prefix`), as a parked connection's next request is, and hyper serves
+//! the connection until it parks; a head over `--max-header-bytes` is answered `431` here, by
+//! the exact limit. The answer's head is written as hyper's server writes it
+//! (`http1::write::encode_head`; the tests compare the bytes with hyper's for each kind of
+//! answer), its body frame by frame as it comes, counted against the length the head declared
+//! (`http1::write::Declared`), at most [`WRITE_AHEAD`] gathered for one write
+//! (`conn::Outbox`). A client that closes while its call is in flight, or while its answer's
+//! body waits, has left, as with hyper (no half-close): the exchange is dropped.
 //!
-//! Why hand-written: hyper's HTTP/1 connection spent 9.2k instructions a proxied call on the
-//! request's head, the answer's head and its dispatch between them (RESULTS, session 31); no
-//! other server crate serves a request this way and falls back to hyper on the same socket. The
-//! same trade rpctap's own client leg (`proxy::lean`) makes on the upstream side.
+//! Why hand-written: hyper's HTTP/1 connection was the largest part of a proxied call's cost
+//! above the floor (benches/RESULTS.md); no other server crate serves a request this way and
+//! falls back to hyper on the same socket. The same trade rpctap's own client leg
+//! (`proxy::lean`) makes on the upstream side; both are held to hyper's verdicts by the
+//! `http1_diff` fuzz target.
 
 use super::conn::{BodyFeed, Outbox, RequestBody, Watched};
 use super::BoxError;

@@ -767,3 +767,26 @@ async fn a_panicking_observer_leaves_the_proxy_answering_and_the_recorder_record
     served.await.unwrap();
     assert_eq!(answered_calls(&file), 20, "every call recorded");
 }
+
+/// A recording's header is on disk as soon as rpctap listens: a process killed before any
+/// traffic leaves a session `sessions` and `watch` can read, not an empty file (issue 62).
+#[test]
+fn a_process_killed_before_any_traffic_leaves_its_header() {
+    let dir = Scratch::new("record-header-at-once");
+    let file = dir.join("quiet.jsonl");
+    let mut cmd = proxy_cmd("http://127.0.0.1:9", false);
+    cmd.args(["--record", file.to_str().unwrap()]);
+    let (p, _addrs, _rest) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    // The banner is printed once the recorder is running; its first write needs no traffic.
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || std::fs::metadata(
+            &file
+        )
+        .is_ok_and(|m| m.len() > 0)),
+        "nothing on disk"
+    );
+    signal(p.0.id(), "KILL");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(header.get("rpctap_recording").is_some(), "{text}");
+}
