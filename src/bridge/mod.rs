@@ -206,6 +206,11 @@ struct Inner {
     opts: BridgeOptions,
     inspector: crate::inspect::Inspector,
     st: Mutex<BridgeState>,
+    /// Held while the one shared or stateless child is looked for and, when there is none,
+    /// started: two sessions that open at the same moment get one child, never two (the
+    /// state's lock cannot be held across the start, which takes it too). Never held across
+    /// an await.
+    starting: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -366,6 +371,7 @@ impl Bridge {
                 opts,
                 inspector,
                 st: Mutex::new(BridgeState::default()),
+                starting: Mutex::new(()),
             }),
         }
     }
@@ -627,16 +633,22 @@ impl Bridge {
         } else {
             Kind::Own
         };
-        let label = if kind == Kind::Shared { "shared" } else { id };
-        let w = self.start_worker(kind, label)?;
-        if kind == Kind::Shared {
-            self.inner.st.locked().shared = Some(w.clone());
+        if kind == Kind::Own {
+            return self.start_worker(kind, id);
         }
+        let _one = self.inner.starting.locked();
+        // Started by another session while this one waited for the lock.
+        if let Some(w) = self.inner.st.locked().shared.clone() {
+            return Ok(w);
+        }
+        let w = self.start_worker(kind, "shared")?;
+        self.inner.st.locked().shared = Some(w.clone());
         Ok(w)
     }
 
     /// The stateless calls' stand-in session (one per POST) on the stateless child.
     fn stateless_session(&self) -> Result<Arc<Session>, Refusal> {
+        let _one = self.inner.starting.locked();
         let existing = self.inner.st.locked().stateless.clone();
         let worker = match existing {
             Some(w) if w.routes.locked().dead.is_none() => w,

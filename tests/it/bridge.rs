@@ -564,3 +564,35 @@ async fn legacy_sse_behind_serve_is_the_python_sdk_1_legacy_server() {
     assert!(bridge.term().success());
     assert!(children_of(bridge.id()).is_empty());
 }
+
+/// `--shared`: sessions that initialize at the same moment share one child, never two, and
+/// each gets its own reply to the same request id (the ids rewritten on the way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_sessions_opened_at_once_start_one_child() {
+    let (bridge, addr) = serve(&["--shared"]);
+    let sids = futures_util::future::join_all((0..8).map(|_| mcp_session(addr))).await;
+    let kids = children_of(bridge.id());
+    assert_eq!(kids.len(), 1, "one shared child: {kids:?}");
+    let replies = futures_util::future::join_all(sids.iter().map(|sid| async move {
+        let r = send(
+            addr,
+            "POST",
+            "/mcp",
+            &mcp_headers(sid),
+            tool_call(1, "echo", serde_json::json!({"message": sid})),
+        )
+        .await;
+        (sid.clone(), sse_data(&r.text()))
+    }))
+    .await;
+    for (sid, v) in replies {
+        // The shared child's notifications may come first on the stream.
+        let reply = v.iter().find(|m| m.get("id").is_some()).expect("a reply");
+        assert_eq!(reply["id"], 1, "{v:?}");
+        assert_eq!(
+            reply["result"]["content"][0]["text"],
+            format!("Echo: {sid}")
+        );
+    }
+    assert_eq!(children_of(bridge.id()).len(), 1);
+}
