@@ -387,12 +387,28 @@ impl ExchangeCtx {
             env.id.as_ref(),
             Some(method),
             format!(
-                "`{method}` ({what}) needs the {who} capability `{}`, which the {who} did not declare {}",
+                "`{method}` ({what}) needs the {who} capability `{}`, which the {who} did not declare {}: {}",
                 need.name,
                 match (need.side, self.sender.is_some()) {
                     (Side::Client, true) => "in the request's _meta",
                     (Side::Server, true) => "in server/discover",
                     _ => "in initialize",
+                },
+                // Whose fault it is: the sender's, for using what the other side never
+                // offered, or for not declaring what it does itself.
+                match (dir, need.side) {
+                    (Direction::ClientToServer, Side::Server) => {
+                        "the client used a capability the server did not offer"
+                    }
+                    (Direction::ServerToClient, Side::Client) => {
+                        "the server used a capability the client did not offer"
+                    }
+                    (Direction::ClientToServer, Side::Client) => {
+                        "the client sent it without declaring the capability itself"
+                    }
+                    (Direction::ServerToClient, Side::Server) => {
+                        "the server sent it without declaring the capability itself"
+                    }
                 }
             ),
         );

@@ -415,13 +415,17 @@ mod rules {
         let c = t.codes();
         let caps = only(&c, "MCP_CAPABILITY");
         assert_eq!(caps.len(), 2, "{c:?}");
+        // Each says whose fault it is.
         assert!(
             caps[0].contains("sampling/createMessage")
-                && caps[0].contains("client capability `sampling`"),
+                && caps[0].contains("client capability `sampling`")
+                && caps[0].ends_with("the server used a capability the client did not offer"),
             "{caps:?}"
         );
         assert!(
-            caps[1].contains("tools.listChanged") && caps[1].contains("once per session"),
+            caps[1].contains("tools.listChanged")
+                && caps[1].contains("once per session")
+                && caps[1].ends_with("the server sent it without declaring the capability itself"),
             "{caps:?}"
         );
         // A client that subscribes where the server has resources but no `subscribe`.
@@ -443,7 +447,12 @@ mod rules {
         );
         let c = t.codes();
         assert_eq!(only(&c, "MCP_CAPABILITY").len(), 1, "{c:?}");
-        assert!(only(&c, "MCP_CAPABILITY")[0].contains("resources.subscribe"));
+        let found = &only(&c, "MCP_CAPABILITY")[0];
+        assert!(
+            found.contains("resources.subscribe")
+                && found.ends_with("the client used a capability the server did not offer"),
+            "{found}"
+        );
         // Plain JSON-RPC, or a session whose handshake rpctap did not see: nothing to judge by.
         t.post(
             Some("unseen"),
