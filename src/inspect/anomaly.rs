@@ -45,6 +45,9 @@ pub enum Code {
     McpEarlyRequest,
     /// MCP: the server answered a request in one session with a different `Mcp-Session-Id`.
     McpSessionChanged,
+    /// MCP: a request or notification only the other side may send (`initialize` from the
+    /// server, `sampling/createMessage` from the client).
+    McpDirection,
     /// MCP: a request or notification that needs a capability the other side did not declare
     /// in the session's `initialize` exchange.
     McpCapability,
@@ -90,7 +93,7 @@ pub enum Code {
 }
 
 impl Code {
-    pub const ALL: [Code; 32] = [
+    pub const ALL: [Code; 33] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -107,6 +110,7 @@ impl Code {
         Code::NotInspected,
         Code::McpEarlyRequest,
         Code::McpSessionChanged,
+        Code::McpDirection,
         Code::McpCapability,
         Code::McpOutputSchema,
         Code::McpInputSchema,
@@ -143,6 +147,7 @@ impl Code {
             Code::NotInspected => "NOT_INSPECTED",
             Code::McpEarlyRequest => "MCP_EARLY_REQUEST",
             Code::McpSessionChanged => "MCP_SESSION_CHANGED",
+            Code::McpDirection => "MCP_DIRECTION",
             Code::McpCapability => "MCP_CAPABILITY",
             Code::McpOutputSchema => "MCP_OUTPUT_SCHEMA",
             Code::McpInputSchema => "MCP_INPUT_SCHEMA",
@@ -173,6 +178,7 @@ impl Code {
             | Code::InvalidEnvelope
             | Code::ParseError
             | Code::McpCapability
+            | Code::McpDirection
             | Code::McpOutputSchema
             | Code::McpHeaderMismatch
             | Code::McpRequestState

@@ -172,6 +172,41 @@ pub fn needed(method: &str, dir: Direction, version: &str) -> Option<Need> {
     }
 }
 
+/// The one direction an MCP method may be sent in (`None`: either, or not MCP's): a client's
+/// requests (`initialize`, the tools, resources and prompts, …) never come from the server, the
+/// server's (`sampling/createMessage`, `elicitation/create`, `roots/list`) never from the
+/// client; likewise their notifications.
+pub fn only_direction(method: &str) -> Option<Direction> {
+    use Direction::*;
+    match method {
+        "initialize"
+        | "notifications/initialized"
+        | "server/discover"
+        | "tools/list"
+        | "tools/call"
+        | "resources/list"
+        | "resources/read"
+        | "resources/templates/list"
+        | "resources/subscribe"
+        | "resources/unsubscribe"
+        | "prompts/list"
+        | "prompts/get"
+        | "logging/setLevel"
+        | "completion/complete"
+        | "subscriptions/listen"
+        | "notifications/roots/list_changed" => Some(ClientToServer),
+        "sampling/createMessage"
+        | "elicitation/create"
+        | "roots/list"
+        | "notifications/tools/list_changed"
+        | "notifications/resources/list_changed"
+        | "notifications/resources/updated"
+        | "notifications/prompts/list_changed"
+        | "notifications/message" => Some(ServerToClient),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

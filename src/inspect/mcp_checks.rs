@@ -339,6 +339,35 @@ impl ExchangeCtx {
         self.routing_headers(env, method, is_request, anomalies);
     }
 
+    /// A message only the other side may send (a server that sends `initialize` to its
+    /// client, say: a wrapped command that echoes its input).
+    fn direction_rule(
+        &self,
+        dir: Direction,
+        env: &Envelope,
+        method: &Arc<str>,
+        anomalies: &mut Vec<&'static str>,
+    ) {
+        let Some(only) = capability::only_direction(method) else {
+            return;
+        };
+        if only == dir {
+            return;
+        }
+        let (sender, other) = match dir {
+            Direction::ClientToServer => ("client", "server"),
+            Direction::ServerToClient => ("server", "client"),
+        };
+        self.flag_here(
+            dir,
+            Code::McpDirection,
+            env.id.as_ref(),
+            Some(method),
+            format!("`{method}` is the {other}'s to send, and the {sender} sent it"),
+        );
+        anomalies.push(Code::McpDirection.as_str());
+    }
+
     /// The capability a message needs, against what the other side declared.
     fn capability_rule(
         &self,
@@ -425,6 +454,7 @@ impl ExchangeCtx {
         let Some(method) = env.method.clone() else {
             return (None, None);
         };
+        self.direction_rule(dir, env, &method, anomalies);
         let inner = self.insp.clone();
         let modern = if dir == Direction::ClientToServer {
             self.client_message(env, &method, true, anomalies);
@@ -576,6 +606,7 @@ impl ExchangeCtx {
         };
         let inner = self.insp.clone();
         let mut sink = Vec::new();
+        self.direction_rule(dir, env, &method, &mut sink);
         if dir == Direction::ClientToServer {
             self.client_message(env, &method, false, &mut sink);
         }

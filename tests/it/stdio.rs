@@ -778,3 +778,41 @@ fn the_feed_and_recent_calls_on_a_unix_socket_and_the_export_of_a_stdio_recordin
     assert_eq!(e["_rpctap"]["transport"], "stdio");
     assert_eq!(e["_rpctap"]["outcome"], "result");
 }
+
+/// A wrapped `cat` echoes the client's `initialize` back: a server that sends a request only a
+/// client may send is flagged (`MCP_DIRECTION`, an error), live and in `check` (issue 62.18).
+#[test]
+fn a_server_that_sends_the_clients_initialize_is_flagged() {
+    let tmp = Scratch::new("stdio-direction");
+    let file = tmp.join("echo.jsonl");
+    let mut p = Proc::spawn(
+        rpctap()
+            .args(["stdio", "--record", file.to_str().unwrap(), "--", "cat"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null()),
+    );
+    let mut stdin = p.0.stdin.take().unwrap();
+    stdin
+        .write_all(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+        .unwrap();
+    stdin.write_all(b"\n").unwrap();
+    drop(stdin);
+    assert_eq!(p.0.wait().unwrap().code(), Some(0));
+    let live = live_codes(&file);
+    let codes: Vec<&String> = live.values().flatten().collect();
+    assert!(
+        codes.iter().any(|c| c.as_str() == "MCP_DIRECTION"),
+        "{live:?}"
+    );
+    assert_eq!(check_recording(&file).codes, live);
+    let out = rpctap()
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
