@@ -574,6 +574,25 @@ pub async fn view_capture(
     max_rows: usize,
     shutdown: impl Future<Output = ()>,
 ) -> Result<i32, OfflineError> {
+    // Without a terminal (a pipe, a CI log): the recording as the headless log prints it, as
+    // `attach` does — never the dashboard's escape codes into a file.
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        for line in rec.events.iter().filter_map(crate::logsink::text_line) {
+            match writeln!(out, "{line}") {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+                Err(e) => return Err(OfflineError::Io(format!("stdout: {e}"))),
+            }
+        }
+        return match out.flush() {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(OfflineError::Io(format!("stdout: {e}")))
+            }
+            _ => Ok(0),
+        };
+    }
     let (listen, upstream) = crate::tui::header_endpoints(&rec.header);
     let mut app = crate::tui::app::App::new(title, &listen, &upstream, max_rows, 0);
     crate::tui::load_recording(&mut app, &rec);

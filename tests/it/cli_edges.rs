@@ -449,3 +449,39 @@ async fn attach_and_the_feed_take_the_filter_language() {
     assert!(r.text().contains("unknown filter field"), "{}", r.text());
     proxy.term();
 }
+
+/// `view` and `open` without a terminal (a pipe): the recording as the headless log prints it,
+/// no escape codes, exit 0 — and `| head` ends them cleanly (issue 62.10).
+#[test]
+fn view_and_open_without_a_terminal_print_text() {
+    let file = root().join("recordings/demo.jsonl");
+    for sub in ["view", "open"] {
+        let out = rpctap()
+            .args([sub, file.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{sub}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!text.contains('\x1b'), "{sub}: escape codes in {text:?}");
+        assert!(text.lines().count() > 3, "{sub}: {text}");
+        assert!(text.contains("add"), "{sub}: the demo's calls: {text}");
+    }
+    let mut child = rpctap()
+        .args(["view", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(0),
+        "a closed pipe is a clean end"
+    );
+}
