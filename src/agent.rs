@@ -404,7 +404,11 @@ impl Agent {
             };
             let e = per.entry(key).or_default();
             e.0.extend(c.latency_us);
-            if !matches!(c.outcome, Outcome::Result | Outcome::InputRequired) {
+            if crate::events::call_failed(
+                &c.method,
+                &c.outcome,
+                c.anomalies.iter().map(|a| a.as_ref()),
+            ) {
                 e.1 += 1;
             }
         }

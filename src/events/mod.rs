@@ -254,6 +254,28 @@ pub enum Outcome {
     Missing { reason: String },
 }
 
+/// An error reply that is the protocol working as meant, not a failure: a pre-2026-07-28
+/// server's `-32601` to `server/discover` (a 2026 client's `auto` mode then falls back to
+/// `initialize`). The error counts (dashboard, agent API, `sessions`) leave it out.
+pub fn expected_error(method: &str, code: i64) -> bool {
+    method == "server/discover" && code == -32601
+}
+
+/// Whether a call failed, as the error counts mean it: an error reply (but the expected ones,
+/// [`expected_error`]), a refusal, a rejection, no reply — or a result whose tool says it failed
+/// (`isError: true`, flagged `TOOL_ERROR`).
+pub fn call_failed<'a>(
+    method: &str,
+    outcome: &Outcome,
+    mut anomalies: impl Iterator<Item = &'a str>,
+) -> bool {
+    match outcome {
+        Outcome::Error { code, .. } => !expected_error(method, *code),
+        Outcome::Refused { .. } | Outcome::Rejected { .. } | Outcome::Missing { .. } => true,
+        Outcome::Result | Outcome::InputRequired => anomalies.any(|a| a == "TOOL_ERROR"),
+    }
+}
+
 impl Outcome {
     pub fn label(&self) -> String {
         let mut v = Vec::with_capacity(24);

@@ -238,7 +238,7 @@ fn started_long_ago(p: &Path) -> bool {
 }
 
 /// One session, live or on disk.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct SessionInfo {
     pub name: String,
     pub label: String,
@@ -511,7 +511,10 @@ fn count(lines: impl Iterator<Item = std::io::Result<String>>, info: &mut Sessio
     for l in lines.map_while(Result::ok) {
         if l.starts_with("{\"event\":\"call\"") {
             info.calls += 1;
-            if l.contains("\"outcome\":\"error\"") {
+            // As `events::call_failed` counts: not the expected discovery fallback, and a
+            // tool's own failure too.
+            let expected = l.contains("\"method\":\"server/discover\"") && l.contains("-32601");
+            if (l.contains("\"outcome\":\"error\"") && !expected) || l.contains("\"TOOL_ERROR\"") {
                 info.errors += 1;
             }
         } else if l.starts_with("{\"event\":\"anomaly\"") {
@@ -523,6 +526,20 @@ fn count(lines: impl Iterator<Item = std::io::Result<String>>, info: &mut Sessio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sessions` counts errors as the dashboard does (`events::call_failed`).
+    #[test]
+    fn the_discovery_fallback_is_no_error_and_a_tool_failure_is_one() {
+        let lines = [
+            r#"{"event":"call","ts":1,"exchange":1,"scope":"s","direction":"c2s","method":"server/discover","id":1,"outcome":"error","code":-32601,"message":"Method not found","latency_us":1,"anomalies":[]}"#,
+            r#"{"event":"call","ts":2,"exchange":2,"scope":"s","direction":"c2s","method":"tools/call","id":2,"outcome":"result","latency_us":1,"anomalies":["TOOL_ERROR"]}"#,
+            r#"{"event":"call","ts":3,"exchange":3,"scope":"s","direction":"c2s","method":"tools/call","id":3,"outcome":"error","code":-32602,"message":"bad","latency_us":1,"anomalies":[]}"#,
+            r#"{"event":"call","ts":4,"exchange":4,"scope":"s","direction":"c2s","method":"tools/list","id":4,"outcome":"result","latency_us":1,"anomalies":[]}"#,
+        ];
+        let mut info = SessionInfo::default();
+        count(lines.iter().map(|l| Ok(l.to_string())), &mut info);
+        assert_eq!((info.calls, info.errors), (4, 2));
+    }
     use std::ffi::OsString;
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {

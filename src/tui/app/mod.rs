@@ -805,7 +805,15 @@ impl App {
         let w = self.sample.max(1);
         let (ts, latency_us, outcome) = (c.ts_ns, c.latency_us, c.outcome);
         self.calls_total += w;
-        let err = outcome.is_error();
+        // As the error counts mean it (`events::call_failed`): not the expected discovery
+        // fallback, and a tool's own failure too.
+        let err = match &outcome {
+            RowOutcome::Error(code) => !crate::events::expected_error(&c.method, *code),
+            RowOutcome::Result | RowOutcome::InputRequired => {
+                c.anomalies.iter().any(|a| &**a == "TOOL_ERROR")
+            }
+            o => o.is_error(),
+        };
         if err {
             self.errors_total += w;
         }

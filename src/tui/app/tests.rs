@@ -1174,3 +1174,45 @@ fn intercept_keys_set_the_filter_and_decide_the_selected_held_message() {
     assert_eq!(a.handle_key(Key::Enter), Action::Intercept(None));
     assert!(a.held.filter.is_empty());
 }
+
+/// The error counts mean what users mean: a tool's own failure (`isError`, `TOOL_ERROR`) is one;
+/// a pre-2026 server's `-32601` to `server/discover` (the `auto` mode's fallback) is not.
+#[test]
+fn tool_failures_count_as_errors_and_the_discovery_fallback_does_not() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let call = |ex: u64, method: &str, outcome: RowOutcome, anomalies: Vec<Text>| CallIn {
+        ts_ns: ex,
+        exchange: ex,
+        scope: "s".into(),
+        direction: Direction::ClientToServer,
+        id: ex.to_string().into(),
+        method: method.into(),
+        target: None,
+        outcome,
+        latency_us: Some(5),
+        anomalies,
+        continues: None,
+    };
+    a.apply_call_at(call(
+        1,
+        "server/discover",
+        RowOutcome::Error(-32601),
+        vec![],
+    ));
+    a.apply_call_at(call(
+        2,
+        "tools/call",
+        RowOutcome::Result,
+        vec!["TOOL_ERROR".into()],
+    ));
+    a.apply_call_at(call(3, "tools/call", RowOutcome::Result, vec![]));
+    a.apply_call_at(call(
+        4,
+        "server/discover",
+        RowOutcome::Error(-32603),
+        vec![],
+    ));
+    assert_eq!((a.calls_total, a.errors_total), (4, 2));
+    assert_eq!(a.methods["server/discover"].errors, 1);
+    assert_eq!(a.methods["tools/call"].errors, 1);
+}
