@@ -40,6 +40,8 @@ pub enum Status {
     Error,
     Missing,
     Refused,
+    /// Cancelled by the client, or abandoned (the client went away): no failure of the server's.
+    Cancelled,
     /// A round of an MCP multi round-trip call that ended asking for the client's input.
     Input,
     /// Neither (an HTTP row below 400, a frame, a finding).
@@ -78,6 +80,7 @@ enum Term {
     Ok,
     Missing,
     Refused,
+    Cancelled,
     Notification,
     Dir(Direction),
     Id(String),
@@ -152,6 +155,7 @@ impl Filter {
                             "ok" | "result" => Term::Ok,
                             "error" | "errors" | "failed" => Term::Error,
                             "missing" => Term::Missing,
+                            "cancelled" | "canceled" | "abandoned" => Term::Cancelled,
                             "refused" => Term::Refused,
                             "pending" => Term::Pending,
                             "input" | "input_required" => Term::Input,
@@ -159,7 +163,7 @@ impl Filter {
                             "notification" | "notif" => Term::Notification,
                             _ => {
                                 return Err(format!(
-                                    "status:{value}: use ok, error, missing, refused, pending, input, flagged or notification"
+                                    "status:{value}: use ok, error, missing, refused, cancelled, pending, input, flagged or notification"
                                 ))
                             }
                         },
@@ -195,6 +199,7 @@ impl Filter {
             Term::Ok => r.status() == Status::Ok,
             Term::Input => r.status() == Status::Input,
             Term::Missing => r.status() == Status::Missing,
+            Term::Cancelled => r.status() == Status::Cancelled,
             Term::Refused => r.status() == Status::Refused,
             Term::Notification => r.status() == Status::Notification,
             Term::Dir(d) => r.direction() == Some(*d),
@@ -271,6 +276,7 @@ impl Subject for Event {
                 Outcome::InputRequired => Status::Input,
                 Outcome::Error { .. } | Outcome::Rejected { .. } => Status::Error,
                 Outcome::Missing { .. } => Status::Missing,
+                Outcome::Cancelled { .. } | Outcome::Abandoned { .. } => Status::Cancelled,
                 Outcome::Refused { .. } => Status::Refused,
             },
             Event::Refusal(_) => Status::Refused,

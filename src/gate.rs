@@ -376,7 +376,15 @@ pub fn evaluate(
         let limit = max.as_micros() as u64;
         let slow: Vec<String> = calls
             .iter()
-            .filter(|c| !matches!(c.outcome, Outcome::Missing { .. } | Outcome::Refused { .. }))
+            .filter(|c| {
+                !matches!(
+                    c.outcome,
+                    Outcome::Missing { .. }
+                        | Outcome::Refused { .. }
+                        | Outcome::Cancelled { .. }
+                        | Outcome::Abandoned { .. }
+                )
+            })
             .filter(|c| c.latency_us.is_some_and(|l| l > limit))
             .map(|c| {
                 format!(

@@ -518,6 +518,8 @@ impl Metrics {
             Outcome::Refused { .. } => "refused",
             Outcome::Rejected { .. } => "rejected",
             Outcome::Missing { .. } => "missing",
+            Outcome::Cancelled { .. } => "cancelled",
+            Outcome::Abandoned { .. } => "abandoned",
         };
         let key = (method, target, outcome);
         match self.call_handles.get(&key) {

@@ -252,6 +252,12 @@ pub enum Outcome {
     Rejected { status: u16 },
     /// No reply, and why.
     Missing { reason: String },
+    /// The client cancelled it (`notifications/cancelled`) and no reply came — as MCP's
+    /// cancellation says (a receiver should not answer a cancelled request): no failure of the
+    /// server's.
+    Cancelled { reason: String },
+    /// The client went away before the reply: its doing, not the server's.
+    Abandoned { reason: String },
 }
 
 /// An error reply that is the protocol working as meant, not a failure: a pre-2026-07-28
@@ -272,6 +278,7 @@ pub fn call_failed<'a>(
     match outcome {
         Outcome::Error { code, .. } => !expected_error(method, *code),
         Outcome::Refused { .. } | Outcome::Rejected { .. } | Outcome::Missing { .. } => true,
+        Outcome::Cancelled { .. } | Outcome::Abandoned { .. } => false,
         Outcome::Result | Outcome::InputRequired => anomalies.any(|a| a == "TOOL_ERROR"),
     }
 }
@@ -295,6 +302,8 @@ impl Outcome {
             Outcome::Refused { rule } => write!(out, "refused ({rule})"),
             Outcome::Rejected { status } => write!(out, "rejected (HTTP {status})"),
             Outcome::Missing { reason } => write!(out, "missing ({reason})"),
+            Outcome::Cancelled { reason } => write!(out, "cancelled ({reason})"),
+            Outcome::Abandoned { reason } => write!(out, "abandoned ({reason})"),
         }
     }
 }

@@ -142,6 +142,21 @@ pub(super) fn end_missing(
         } else {
             reason.to_string()
         };
+        if p.cancelled {
+            // MCP cancellation: a receiver should not answer a cancelled request, so no reply
+            // is the protocol working — not the server's failure.
+            let reason = format!("cancelled by its sender; no reply ({reason})");
+            end_call(
+                inner,
+                key,
+                p,
+                Outcome::Cancelled { reason },
+                &[],
+                None,
+                None,
+            );
+            continue;
+        }
         let extra: &[&'static str] = if anomaly && !listen {
             flag(
                 inner,
@@ -171,6 +186,17 @@ pub(super) fn end_missing(
             None,
             None,
         );
+    }
+}
+
+/// Ends a waiting call (and its duplicates) whose client went away before the reply: the
+/// client's doing, not the server's — `abandoned`, no finding.
+pub(super) fn end_abandoned(inner: &Inner, key: &PendingKey, p: Pending, reason: &str) {
+    for p in p.each_copy() {
+        let outcome = Outcome::Abandoned {
+            reason: reason.to_string(),
+        };
+        end_call(inner, key, p, outcome, &[], None, None);
     }
 }
 
@@ -507,6 +533,7 @@ impl ExchangeCtx {
             progress,
             trace,
             modern,
+            cancelled: false,
         };
         let mut evicted = Vec::new();
         let res = inner.correlator.insert(key.clone(), p, &mut evicted);

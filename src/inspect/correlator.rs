@@ -67,6 +67,8 @@ pub struct Pending {
     /// What an MCP 2026-07-28 call keeps (its arguments' hash, declared capabilities, the round
     /// it continues).
     pub modern: Option<Box<super::modern::CallMeta>>,
+    /// Its sender cancelled it (`notifications/cancelled`): with no reply it ends `cancelled`.
+    pub cancelled: bool,
 }
 
 impl Pending {
@@ -248,6 +250,17 @@ impl Correlator {
         self.pending.contains_key(key)
     }
 
+    /// Marks the call waiting under `key` as cancelled by its sender; whether one waits.
+    pub fn cancel(&self, key: &PendingKey) -> bool {
+        match self.pending.get_mut(key) {
+            Some(mut p) => {
+                p.cancelled = true;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Removes the calls whose `started` is before `deadline`.
     pub fn expired(&self, deadline: Instant) -> Vec<(PendingKey, Pending)> {
         let keys: Vec<PendingKey> = self
@@ -373,6 +386,7 @@ mod tests {
             progress: None,
             trace: None,
             modern: None,
+            cancelled: false,
         }
     }
 

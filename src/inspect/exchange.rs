@@ -779,6 +779,8 @@ impl ExchangeCtx {
                             status: self.status,
                         };
                         end_with_copies(&inner, k, p, &rejected, None, None);
+                    } else if matches!(reason, EndReason::ClientGone) && !p.cancelled {
+                        super::calls::end_abandoned(&inner, k, p, &why);
                     } else {
                         end_missing(&inner, k, p, &why, true);
                     }

@@ -661,10 +661,9 @@ impl ExchangeCtx {
 
     /// A cancel of a request never sent in the session (a cancel that crosses its reply is a
     /// race the specification allows, not flagged).
+    /// A cancel of a call still waiting marks it: without a reply it ends `cancelled`, no
+    /// failure (on every transport).
     fn cancel_rule(&self, dir: Direction, env: &Envelope, method: &Arc<str>) {
-        let Scope::Session(sid) = &self.scope else {
-            return;
-        };
         let Some(c) = params::<Cancelled>(&env.raw) else {
             return;
         };
@@ -677,7 +676,13 @@ impl ExchangeCtx {
             direction: dir,
             id: id.clone(),
         };
-        if inner.correlator.contains(&key) || inner.correlator.session_used(sid, dir, &id) {
+        if inner.correlator.cancel(&key) {
+            return;
+        }
+        let Scope::Session(sid) = &self.scope else {
+            return;
+        };
+        if inner.correlator.session_used(sid, dir, &id) {
             return;
         }
         self.flag_here(

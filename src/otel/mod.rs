@@ -279,6 +279,8 @@ impl Maker {
             Outcome::Refused { .. } => Some("rate_limited".into()),
             Outcome::Rejected { status } => Some(format!("http_{status}").into()),
             Outcome::Missing { .. } => Some("missing_response".into()),
+            Outcome::Cancelled { .. } => Some("cancelled".into()),
+            Outcome::Abandoned { .. } => Some("abandoned".into()),
         };
         if let Some(t) = &error_type {
             attrs.push(("error.type", Attr::Str(t)));

@@ -293,6 +293,14 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
             l.lit(kv!("outcome", "missing"));
             l.str(k!("reason"), reason);
         }
+        Outcome::Cancelled { reason } => {
+            l.lit(kv!("outcome", "cancelled"));
+            l.str(k!("reason"), reason);
+        }
+        Outcome::Abandoned { reason } => {
+            l.lit(kv!("outcome", "abandoned"));
+            l.str(k!("reason"), reason);
+        }
     }
     if let Some(v) = c.latency_us {
         l.num(k!("latency_us"), v);

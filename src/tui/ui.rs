@@ -234,6 +234,8 @@ fn outcome_style(t: &Theme, r: &Row) -> Style {
         RowOutcome::Notification => t.fg(Color::DarkGray),
         RowOutcome::Result => t.fg(Color::Green),
         RowOutcome::InputRequired => t.fg(Color::Yellow),
+        // The client's doing, not a failure: shown apart from errors.
+        RowOutcome::Cancelled(_) | RowOutcome::Abandoned(_) => t.fg(Color::DarkGray),
         _ => t.fg(Color::Red),
     }
 }
@@ -420,7 +422,11 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 r.direction.arrow(),
                 r.scope
             )));
-            if let RowOutcome::Missing(why) | RowOutcome::Refused(why) = &r.outcome {
+            if let RowOutcome::Missing(why)
+            | RowOutcome::Refused(why)
+            | RowOutcome::Cancelled(why)
+            | RowOutcome::Abandoned(why) = &r.outcome
+            {
                 lines.push(Line::from(Span::styled(
                     format!("why: {why}"),
                     t.fg(Color::Red),

@@ -18,6 +18,15 @@ def add(a: int, b: int) -> str:
 
 
 @server.tool()
+async def wait(seconds: float) -> str:
+    """Sleeps, then answers (a call for a client to cancel)."""
+    import anyio
+
+    await anyio.sleep(seconds)
+    return f"waited {seconds} s"
+
+
+@server.tool()
 async def slow(steps: int, ctx: Context) -> str:
     """Reports progress and logs before answering."""
     for i in range(steps):

@@ -456,6 +456,11 @@ async fn clients_that_go_away_leave_every_call_one_outcome_and_nothing_behind() 
             "call {id} was seen and ended: {outcomes:?}"
         );
     }
+    // The calls the client left before their replies are its doing: `abandoned`, not the
+    // server's `missing`.
+    for id in ["\"b3\"", "\"s1\""] {
+        assert_eq!(outcomes[id], ["abandoned"], "{id}: {outcomes:?}");
+    }
     assert!(
         outcomes.keys().any(|k| k.starts_with("\"p")),
         "some pipelined calls reached the proxy: {outcomes:?}"

@@ -816,3 +816,78 @@ fn a_server_that_sends_the_clients_initialize_is_flagged() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A call its client cancels (`notifications/cancelled`) and the Python SDK 2.x's FastMCP
+/// server therefore never answers, as MCP's cancellation says it should not: the call ends
+/// `cancelled`, nothing is flagged, and `check` passes the session (issue 62.2).
+#[test]
+fn a_cancelled_call_the_server_rightly_leaves_unanswered_is_no_failure() {
+    let tmp = Scratch::new("stdio-cancelled");
+    let file = tmp.join("cancelled.jsonl");
+    let py2 = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
+    let mut p = Proc::spawn(
+        rpctap()
+            .args(["stdio", "--record", file.to_str().unwrap(), "--"])
+            .arg(py2)
+            .args([script("mcp2_server.py"), "stdio".into()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    let mut stdin = p.0.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+    let mut send = |line: &str| {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.contains("\"id\":1"), "{line}");
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    send(
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"seconds":30}}}"#,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    send(
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"the user gave up"}}"#,
+    );
+    // A call after the cancel is answered: the server is well.
+    send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(
+        line.contains("\"id\":3"),
+        "the cancelled call got no reply first: {line}"
+    );
+    drop(stdin);
+    let _ = p.0.wait();
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let call2 = rec
+        .calls()
+        .find(|c| c.id.to_string() == "2")
+        .expect("call 2 ended");
+    assert!(
+        matches!(call2.outcome, rpctap::events::Outcome::Cancelled { .. }),
+        "{:?}",
+        call2.outcome
+    );
+    let live = live_codes(&file);
+    assert!(
+        !live.values().flatten().any(|c| c == "MISSING_RESPONSE"),
+        "{live:?}"
+    );
+    assert_eq!(check_recording(&file).codes, live);
+    let out = rpctap()
+        .args(["check", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -835,7 +835,7 @@ fn a_client_that_leaves_mid_body_ends_its_exchange_and_the_upstream_leg() {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .find(|v| v["event"] == "call")
         .expect(&text);
-    assert_eq!(call["outcome"], "missing", "{call}");
+    assert_eq!(call["outcome"], "abandoned", "{call}");
     assert!(
         call["reason"] == "client disconnected",
         "the reason is said: {call}"

@@ -32,6 +32,7 @@ impl Subject for Row {
             RowOutcome::InputRequired => Status::Input,
             RowOutcome::Error(_) | RowOutcome::Rejected(_) => Status::Error,
             RowOutcome::Missing(_) => Status::Missing,
+            RowOutcome::Cancelled(_) | RowOutcome::Abandoned(_) => Status::Cancelled,
             RowOutcome::Refused(_) => Status::Refused,
             RowOutcome::Http(s) if *s >= 400 => Status::Error,
             RowOutcome::Http(_) => Status::Other,

@@ -17,6 +17,10 @@ pub enum RowOutcome {
     Refused(String),
     Rejected(u16),
     Missing(String),
+    /// Cancelled by the client (`notifications/cancelled`), no reply.
+    Cancelled(String),
+    /// The client went away before the reply.
+    Abandoned(String),
     /// An `http` row: an authorization exchange around an MCP endpoint, and its status.
     Http(u16),
 }
@@ -30,6 +34,8 @@ impl From<&Outcome> for RowOutcome {
             Outcome::Refused { rule } => RowOutcome::Refused(rule.clone()),
             Outcome::Rejected { status } => RowOutcome::Rejected(*status),
             Outcome::Missing { reason } => RowOutcome::Missing(reason.clone()),
+            Outcome::Cancelled { reason } => RowOutcome::Cancelled(reason.clone()),
+            Outcome::Abandoned { reason } => RowOutcome::Abandoned(reason.clone()),
         }
     }
 }
@@ -45,6 +51,8 @@ impl RowOutcome {
             RowOutcome::Refused(_) => "refused".into(),
             RowOutcome::Rejected(s) => format!("HTTP {s}"),
             RowOutcome::Missing(_) => "missing".into(),
+            RowOutcome::Cancelled(_) => "cancelled".into(),
+            RowOutcome::Abandoned(_) => "abandoned".into(),
             RowOutcome::Http(s) => format!("HTTP {s}"),
         }
     }
