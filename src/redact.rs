@@ -167,6 +167,106 @@ impl Redactor {
     }
 }
 
+impl Redactor {
+    /// A frame that is not JSON (a banner a server prints on stdout, a broken line), with the
+    /// secrets inside it redacted as text: the value after a secret key (the preset's, or the
+    /// last name of a configured path) written `key=value`, `key: value` or `"key":"value"`,
+    /// and the token after `Bearer`. The rest of the line is kept, so the finding still shows
+    /// what went wrong.
+    pub fn text(&self, raw: &[u8]) -> Vec<u8> {
+        let names: Vec<&str> = self
+            .paths
+            .iter()
+            .filter_map(|p| p.last())
+            .map(String::as_str)
+            .filter(|n| *n != "*")
+            .collect();
+        let secret = |word: &[u8]| {
+            let w = String::from_utf8_lossy(word);
+            (self.preset && is_secret_key(&w))
+                || names.iter().any(|n| n.eq_ignore_ascii_case(&w))
+                || w.eq_ignore_ascii_case("bearer")
+        };
+        let word_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+        let mut out = Vec::with_capacity(raw.len());
+        let mut i = 0;
+        while i < raw.len() {
+            if !word_byte(raw[i]) {
+                out.push(raw[i]);
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < raw.len() && word_byte(raw[i]) {
+                i += 1;
+            }
+            out.extend_from_slice(&raw[start..i]);
+            if !secret(&raw[start..i]) {
+                continue;
+            }
+            // What separates the key from its value: a closing quote, spaces, `:` or `=` (a
+            // bearer's token follows a space alone).
+            let bearer = raw[start..i].eq_ignore_ascii_case(b"bearer");
+            let mut j = i;
+            while j < raw.len() && matches!(raw[j], b'"' | b'\'') {
+                j += 1;
+            }
+            while j < raw.len() && raw[j] == b' ' {
+                j += 1;
+            }
+            let sep = j < raw.len() && matches!(raw[j], b':' | b'=');
+            if sep {
+                j += 1;
+                while j < raw.len() && raw[j] == b' ' {
+                    j += 1;
+                }
+            } else if !bearer || j == i {
+                continue;
+            }
+            let quote = raw.get(j).copied().filter(|q| matches!(q, b'"' | b'\''));
+            let mut value_start = j + usize::from(quote.is_some());
+            let value_end = |from: usize| {
+                let mut k = from;
+                while k < raw.len() {
+                    let b = raw[k];
+                    let ends = match quote {
+                        Some(q) => b == q && raw[k - 1] != b'\\',
+                        None => {
+                            b.is_ascii_whitespace() || matches!(b, b',' | b';' | b'&' | b'}' | b']')
+                        }
+                    };
+                    if ends {
+                        break;
+                    }
+                    k += 1;
+                }
+                k
+            };
+            let mut k = value_end(value_start);
+            // `Authorization: Bearer TOKEN`: the scheme stays, the credentials go.
+            let scheme = &raw[value_start..k];
+            if quote.is_none()
+                && raw.get(k) == Some(&b' ')
+                && [&b"bearer"[..], b"basic", b"token", b"digest"]
+                    .iter()
+                    .any(|s| scheme.eq_ignore_ascii_case(s))
+            {
+                out.extend_from_slice(&raw[i..k + 1]);
+                i = k + 1;
+                value_start = i;
+                k = value_end(value_start);
+            }
+            if k == value_start {
+                continue;
+            }
+            out.extend_from_slice(&raw[i..value_start]);
+            out.extend_from_slice(REDACTED.as_bytes());
+            i = k;
+        }
+        out
+    }
+}
+
 /// A cheap pass over the bytes before any parse: no secret key can be there without one of
 /// these (in any letter case).
 fn may_hold_a_secret_key(raw: &[u8]) -> bool {
@@ -255,6 +355,26 @@ pub fn scrub_text(text: &str, secrets: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_that_is_not_json_keeps_its_text_and_loses_its_secrets() {
+        let r = Redactor::new(&[], &["params.arguments.passcode".into()]).with_preset();
+        let t = |s: &str| String::from_utf8(r.text(s.as_bytes())).unwrap();
+        assert_eq!(
+            t("Starting server v1.2 on port 8080 (api_key=sk-123abc, user=bob)"),
+            format!("Starting server v1.2 on port 8080 (api_key={REDACTED}, user=bob)")
+        );
+        assert_eq!(
+            t(r#"config: {"token": "ghp_xyz", "name": "demo"} loaded"#),
+            format!(r#"config: {{"token": "{REDACTED}", "name": "demo"}} loaded"#)
+        );
+        assert_eq!(
+            t("Authorization: Bearer abc.def.ghi and passcode: 4242"),
+            format!("Authorization: Bearer {REDACTED} and passcode: {REDACTED}")
+        );
+        assert_eq!(t("nothing secret here"), "nothing secret here");
+        assert_eq!(t("a token without a value"), "a token without a value");
+    }
 
     #[test]
     fn paths_and_wildcards() {

@@ -220,12 +220,19 @@ impl ExchangeCtx {
         sse_id: Option<String>,
         transport: Transport,
     ) {
-        // Not JSON: redaction by path cannot apply, so with paths set it is withheld.
-        let (raw, unparsed) = if self.insp.cfg.redact.has_paths() {
-            (Bytes::from_static(b"[REDACTED: unparsable message]"), true)
+        let unparsed = serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_err();
+        let raw = if !self.insp.cfg.redact.has_paths() {
+            raw
+        } else if unparsed {
+            // Not JSON: redaction by path cannot apply, so the secrets are found in the text
+            // (the line itself stays, so the finding shows what came).
+            Bytes::from(self.insp.cfg.redact.text(&raw))
         } else {
-            let unparsed = serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_err();
-            (raw, unparsed)
+            // JSON that is no message (a body notifications got): redacted as a message.
+            match self.insp.cfg.redact.message(&raw) {
+                Some(r) => Bytes::from(r),
+                None => raw,
+            }
         };
         self.publish_frame(dir, raw, sse_id, transport, None, unparsed);
     }

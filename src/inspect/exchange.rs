@@ -531,7 +531,14 @@ impl ExchangeCtx {
         let inner = self.insp.clone();
         match rpc::parse_body(&line) {
             Body::ParseError(why) => {
-                let preview: String = String::from_utf8_lossy(text).chars().take(200).collect();
+                // The finding quotes the line as the recording keeps it: secrets inside it
+                // redacted (`Redactor::text`) when redaction is on.
+                let shown = if inner.cfg.redact.has_paths() {
+                    std::borrow::Cow::Owned(inner.cfg.redact.text(text))
+                } else {
+                    std::borrow::Cow::Borrowed(&text[..])
+                };
+                let preview: String = String::from_utf8_lossy(&shown).chars().take(200).collect();
                 self.cur = Some((dir, None));
                 self.publish_unparsed_with(dir, line, None, t);
                 let side = match (dir, t) {

@@ -869,3 +869,37 @@ fn prune_deletes_only_old_ended_sessions_and_the_cap_removes_the_oldest_first() 
     );
     assert!(left.contains(&"new-1".to_string()), "{left:?}");
 }
+
+/// A wrapped server that prints a banner on stdout before speaking JSON-RPC: the recording
+/// keeps the banner's text (its `PARSE_ERROR` shows what came) with the secret inside it
+/// redacted — not the whole line withheld (issue 62.7).
+#[test]
+fn a_banner_line_keeps_its_text_and_loses_its_secret() {
+    let home = Scratch::new("hub-banner");
+    let mut shim = at_home(&home)
+        .args(["stdio", "--", "sh", "-c"])
+        .arg("echo 'Starting demo v1 with api_key=sk-live-999 on stdio'; cat >/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(shim.stdin.take());
+    assert!(shim.wait().unwrap().success());
+    let sessions = state(&home).join("sessions");
+    let file = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("a recording");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains("sk-live-999"), "{text}");
+    assert!(
+        text.contains("Starting demo v1 with api_key=[REDACTED] on stdio"),
+        "{text}"
+    );
+    let out = at_home(&home).arg("check").arg(&file).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("PARSE_ERROR"), "{report}");
+    assert!(!report.contains("sk-live-999"), "{report}");
+}
