@@ -536,7 +536,7 @@ impl ExchangeCtx {
                 let shown = if inner.cfg.redact.has_paths() {
                     std::borrow::Cow::Owned(inner.cfg.redact.text(text))
                 } else {
-                    std::borrow::Cow::Borrowed(&text[..])
+                    std::borrow::Cow::Borrowed(text)
                 };
                 let preview: String = String::from_utf8_lossy(&shown).chars().take(200).collect();
                 self.cur = Some((dir, None));
