@@ -8,8 +8,9 @@
 //! - `Transfer-Encoding` overrides `Content-Length`; a message with both is read by its coding,
 //!   and the length is not passed on (a reply that sent both is not one to reuse a connection
 //!   after).
-//! - A coding whose last is `chunked` is chunked; `chunked` given twice is invalid; another
-//!   last coding runs a reply to the close and makes a request invalid.
+//! - A coding whose last is `chunked` is chunked; `chunked` given twice, or an empty element in
+//!   the list (`chunked,`, which hyper and RFC 9110 read differently), is invalid; another last
+//!   coding runs a reply to the close and makes a request invalid.
 //! - `Content-Length` is plain digits; several fields must all say one value, and a reply's
 //!   may be a list of it (`42, 42` is 42; a request's may not, as hyper's server reads it); a
 //!   sign, a space inside, another value or no digits is invalid.
@@ -40,6 +41,8 @@ pub enum Invalid {
     ChunkedTwice,
     #[error("a Transfer-Encoding in an HTTP/1.0 message")]
     CodedHttp10,
+    #[error("a Transfer-Encoding with an empty element")]
+    EmptyCoding,
 }
 
 /// A `Content-Length` value of plain digits (no list, no sign, no spaces; at most 18 digits, so
@@ -67,6 +70,9 @@ pub struct FramingFields {
     chunked_last: bool,
     /// How many times `chunked` was named.
     chunked: u8,
+    /// A coding list with an empty element (`chunked,`): RFC 9110 lets a recipient skip it,
+    /// hyper reads the last element as the last coding — an ambiguity the engine refuses.
+    empty_coding: bool,
 }
 
 impl FramingFields {
@@ -92,6 +98,7 @@ impl FramingFields {
         self.coded = true;
         for coding in v.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
             if coding.is_empty() {
+                self.empty_coding = true;
                 continue;
             }
             self.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
@@ -127,6 +134,9 @@ impl FramingFields {
         if self.coded && http10 {
             return Err(Invalid::CodedHttp10);
         }
+        if self.coded && self.empty_coding {
+            return Err(Invalid::EmptyCoding);
+        }
         if is_head
             || status.is_informational()
             || status == StatusCode::NO_CONTENT
@@ -150,6 +160,9 @@ impl FramingFields {
 
     /// The framing of a request.
     pub fn request(&self) -> Result<Framing, Invalid> {
+        if self.coded && self.empty_coding {
+            return Err(Invalid::EmptyCoding);
+        }
         if self.coded {
             return match (self.chunked, self.chunked_last) {
                 (2.., _) => Err(Invalid::ChunkedTwice),
