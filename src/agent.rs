@@ -305,12 +305,22 @@ impl Agent {
             .get(index)
             .ok_or_else(|| format!("no call {index}: the session has {}", calls.len()))?;
         let (request, reply) = messages_of(&rec, c);
+        // A call's findings are its own: those naming its id, and those naming none only when
+        // its exchange holds no other call (a stdio or WebSocket stream is one exchange for the
+        // whole session: its findings belong to their calls, not to every call).
+        let alone = calls.iter().filter(|x| x.exchange == c.exchange).count() == 1;
         let findings: Vec<Value> = rec
             .events
             .iter()
             .filter_map(|e| match e {
                 Event::Anomaly(a)
-                    if a.scope == c.scope && (a.id.as_ref() == Some(&c.id) || a.exchange == c.exchange) =>
+                    if a.scope == c.scope
+                        && match &a.id {
+                            // Its id, and a code its call line names (one of two calls that
+                            // share an id, each way, keeps its own).
+                            Some(id) => *id == c.id && c.anomalies.contains(&a.code),
+                            None => alone && a.exchange == c.exchange,
+                        } =>
                 {
                     Some(json!({"code": a.code, "severity": a.severity, "message": a.message, "direction": a.direction}))
                 }

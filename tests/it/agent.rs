@@ -420,3 +420,73 @@ async fn a_new_session_is_a_resource_list_change() {
     drop(stdin);
     let _ = server.wait();
 }
+
+/// `get_call` on a stdio session (one exchange for the whole stream): each call's findings are
+/// its own — the `initialize` does not list a later call's `TOOL_ERROR` (issue 62.6).
+#[test]
+fn get_call_on_a_stdio_session_gives_each_call_its_own_findings() {
+    use std::io::{BufRead, Write};
+    let dir = Scratch::new("agent-stdio-findings");
+    let file = dir.join("stdio.jsonl");
+    let py2 = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
+    let mut p = Proc::spawn(
+        rpctap()
+            .args(["stdio", "--record", file.to_str().unwrap(), "--"])
+            .arg(&py2)
+            .arg(root().join("tests/interop/mcp2_server.py"))
+            .arg("stdio")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped()),
+    );
+    let mut stdin = p.0.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+    let mut line = String::new();
+    for msg in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fail","arguments":{}}}"#,
+    ] {
+        writeln!(stdin, "{msg}").unwrap();
+        if msg.contains("\"id\"") {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+        }
+    }
+    drop(stdin);
+    let _ = p.0.wait();
+    let mut agent = Proc::spawn(
+        rpctap()
+            .args(["mcp", "--dir", dir.to_str().unwrap()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped()),
+    );
+    let mut ain = agent.0.stdin.take().unwrap();
+    let mut aout = std::io::BufReader::new(agent.0.stdout.take().unwrap());
+    let mut ask = |id: u32, body: String| -> serde_json::Value {
+        writeln!(ain, "{body}").unwrap();
+        loop {
+            let mut l = String::new();
+            assert!(aout.read_line(&mut l).unwrap() > 0, "the agent API ended");
+            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    ask(1, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.into());
+    let mut findings = |index: u32| -> Vec<String> {
+        let call = serde_json::json!({"jsonrpc":"2.0","id":10 + index,"method":"tools/call","params":{"name":"get_call","arguments":{"session": file, "index": index}}});
+        let v = ask(10 + index, call.to_string());
+        let data = &v["result"]["structuredContent"];
+        data["findings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|f| f["code"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let init = findings(0);
+    let failed = findings(1);
+    assert!(!init.contains(&"TOOL_ERROR".to_string()), "{init:?}");
+    assert!(failed.contains(&"TOOL_ERROR".to_string()), "{failed:?}");
+}
