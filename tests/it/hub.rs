@@ -903,3 +903,34 @@ fn a_banner_line_keeps_its_text_and_loses_its_secret() {
     assert!(report.contains("PARSE_ERROR"), "{report}");
     assert!(!report.contains("sk-live-999"), "{report}");
 }
+
+/// The hub's folders — every one rpctap made on the way, not only the last — are the owner's
+/// alone (0700), its files 0600 (issue 61).
+#[test]
+fn the_state_directory_and_every_folder_made_for_it_are_the_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Scratch::new("hub-private");
+    let mut shim = at_home(&home)
+        .args(["stdio", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(shim.stdin.take());
+    assert!(shim.wait().unwrap().success());
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for d in [
+        home.join(".local"),
+        home.join(".local/state"),
+        state(&home),
+        state(&home).join("sessions"),
+    ] {
+        assert_eq!(mode(&d), 0o700, "{}", d.display());
+    }
+    for f in std::fs::read_dir(state(&home).join("sessions"))
+        .unwrap()
+        .flatten()
+    {
+        assert_eq!(mode(&f.path()), 0o600, "{}", f.path().display());
+    }
+}
