@@ -160,6 +160,13 @@ where
         if !self.watch_close {
             return Poll::Pending;
         }
+        // Readiness first: in the common case (nothing came) no system call is made, and the
+        // waker is registered for when something does.
+        match self.io.io.poll_read_ready(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+            Poll::Ready(Ok(())) => {}
+        }
         let mut one = [0u8; 1];
         let mut rb = tokio::io::ReadBuf::new(&mut one);
         match self.io.io.poll_peek(cx, &mut rb) {
