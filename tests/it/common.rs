@@ -950,3 +950,13 @@ pub async fn ws_peer_server() -> (Proc, u16, std::path::PathBuf) {
     wait_listening(([127, 0, 0, 1], port).into()).await;
     (p, port, env)
 }
+
+/// A Prometheus sample's value from `/metrics` text (the first line that starts with `name`,
+/// labels included), or NaN when there is none.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}

@@ -237,14 +237,6 @@ async fn call_case(addr: SocketAddr, i: usize) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 /// `rpctap proxy` (the real binary) in front of `upstream`, recording to a scratch file, with its
 /// admin listener; `extra` flags added.
 struct Expected {

@@ -756,14 +756,6 @@ fn host_rules_and_an_exact_head_limit() {
     }
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 /// A client that gives up while the upstream has sent its head and stalls mid-body ends its
 /// exchange at once: no call left pending, the upstream connection closed (the upstream sees
 /// its end long before it would close on its own).
