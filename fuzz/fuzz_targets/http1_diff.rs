@@ -1,7 +1,7 @@
 //! rpctap's HTTP/1 engine against hyper, on the same bytes: a request as the lean reader reads
 //! it (`server::fuzz_read_request`) against hyper's server, and a reply as the lean upstream
-//! leg reads it (`proxy::lean::fuzz_read_reply`) against hyper's client, the reply cut into
-//! pieces as the input's first bytes say (`cuts.rs`). Every verdict agrees, or the engine is
+//! leg reads it (`proxy::lean::fuzz_read_reply`) against hyper's client, each cut into pieces
+//! for the engine as the input's first bytes say (`cuts.rs`). Every verdict agrees, or the engine is
 //! the stricter one: whatever the engine accepts, hyper accepts alike — the same method,
 //! target and body of a request; the same status and body of a reply — and the length the
 //! engine would pass on for a reply is the length of the body it delivers.
@@ -122,11 +122,12 @@ fuzz_target!(|data: &[u8]| {
         let local = tokio::task::LocalSet::new();
         local.block_on(rt, async {
             if mode & 1 == 0 {
-                // A request: what the engine reads whole, hyper reads alike.
-                let Some((method, target, _headers, body)) = rpctap::server::fuzz_read_request(rest) else {
+                // A request, cut where the input says: what the engine reads, hyper reads alike.
+                let (stream, pieces) = cuts::cut(rest, 1, 64);
+                let Some((method, target, _headers, body)) = rpctap::server::fuzz_read_request(&pieces) else {
                     return;
                 };
-                let Some((hm, ht, hb)) = hyper_request(rest).await else {
+                let Some((hm, ht, hb)) = hyper_request(stream).await else {
                     panic!("the engine read {method} {target} ({} body bytes); hyper read no request", body.len());
                 };
                 assert_eq!((&method, &target, &body), (&hm, &ht, &hb), "the engine and hyper read different requests");

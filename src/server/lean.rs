@@ -449,21 +449,37 @@ fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<Whole>, NotLea
 }
 
 /// The fuzzers' view of the lean reader (`fuzz/fuzz_targets/http1_diff.rs`): the first
-/// request in `bytes` as the engine reads it — method, target, headers in order, body — or
-/// `None` when the engine leaves it to hyper (or it has not all come).
+/// request in `pieces` (the bytes as they arrive, read after each as the connection reads
+/// them, a body that had not all come with its head fed as it comes) as the engine reads it —
+/// method, target, headers in order, body — or `None` when the engine leaves it to hyper (or
+/// it has not all come).
 #[cfg(feature = "fuzzing")]
 #[allow(clippy::type_complexity)]
 pub fn fuzz_read_request(
-    bytes: &[u8],
+    pieces: &[&[u8]],
 ) -> Option<(String, String, Vec<(String, Vec<u8>)>, Vec<u8>)> {
-    let mut buf = BytesMut::from(bytes);
     let limits = HeadLimits {
         bytes: 64 * 1024,
         fields: MAX_HEADERS,
     };
-    let Ok(Some((req, None))) = parse(&mut buf, limits) else {
-        return None;
+    let mut buf = BytesMut::new();
+    let mut rest = pieces.iter();
+    let (req, mut feed) = loop {
+        buf.extend_from_slice(rest.next()?);
+        match parse(&mut buf, limits) {
+            Ok(Some(whole)) => break whole,
+            Ok(None) => continue,
+            Err(_) => return None,
+        }
     };
+    while let Some(f) = &mut feed {
+        if f.feed(&mut buf) {
+            feed = None;
+            break;
+        }
+        buf.extend_from_slice(rest.next()?);
+    }
+    drop(feed);
     let (parts, body) = req.into_parts();
     let body = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(body))?
         .ok()?
