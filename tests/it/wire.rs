@@ -833,3 +833,44 @@ fn a_client_that_leaves_mid_body_ends_its_exchange_and_the_upstream_leg() {
         "the reason is said: {call}"
     );
 }
+
+/// The same forged framing on the path hyper's client reads (a request body too large for the
+/// lean leg, 20 KiB): the client gets the reply the coding delimits, framed by rpctap, and the
+/// recording says what the client got.
+#[test]
+fn a_forged_length_on_hypers_path_is_not_passed_on_either() {
+    let (up, _seen) = raw_upstream(|_, _| {
+        let r = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n{}",
+            chunked(REPLY)
+        );
+        (r.into_bytes(), true)
+    });
+    let dir = Scratch::new("wire-hyper-path");
+    let file = dir.join("hyper.jsonl");
+    let (mut p, addr) = proxy(up, &["--record", file.to_str().unwrap()]);
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"pad":"{}"}}}}}}"#,
+        "x".repeat(20 << 10)
+    );
+    let (mut w, mut r) = client(addr);
+    w.write_all(post("/rpc", "", &big).as_bytes()).unwrap();
+    let (h, b) = read_one(&mut r).unwrap();
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(
+        !h.to_ascii_lowercase().contains("content-length: 5\r"),
+        "{h}"
+    );
+    assert_eq!(String::from_utf8_lossy(&b), REPLY);
+    drop((w, r));
+    assert!(p.term().success());
+    let text = std::fs::read_to_string(&file).unwrap();
+    let replies: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"direction\":\"s2c\"") && l.contains("\"event\":\"message\""))
+        .collect();
+    assert!(
+        replies.iter().any(|l| l.contains(r#""result":"ok""#)),
+        "the recording has the reply the client got: {replies:?}"
+    );
+}
