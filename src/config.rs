@@ -614,6 +614,7 @@ pub fn resolve(
             )));
         }
     }
+    let conn = conn_limits(flags, &file)?;
     Ok(ProxyConfig {
         listen,
         proxy: ProxyOptions {
@@ -668,8 +669,9 @@ pub fn resolve(
                 None => None,
             },
             guard: None,
+            max_header_bytes: conn.max_header_bytes,
         },
-        conn: conn_limits(flags, &file)?,
+        conn,
         inspect,
         log,
         no_tui: flags.no_tui || file.no_tui.unwrap_or(false),

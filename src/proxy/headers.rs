@@ -21,6 +21,20 @@ pub fn is_upgrade(h: &HeaderMap) -> bool {
     h.contains_key(header::UPGRADE) && crate::server::connection_has(h, "upgrade")
 }
 
+/// The size of an HTTP/1 request head as written the usual way: its request line and each field
+/// line (`name: value`, one space after the colon) with their line ends. What a sender wrote
+/// otherwise (no space, or several) is not known once hyper has parsed the head.
+pub fn head_size<B>(req: &http::Request<B>) -> usize {
+    let target = req.uri().path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method().as_str().len() + 1 + target + 1 + "HTTP/1.1\r\n".len();
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + 2 + v.len() + 2)
+        .sum();
+    line + fields + 2
+}
+
 /// What is wrong with a request's `Host` (RFC 9112 §3.2), if anything: none in an HTTP/1.1
 /// request, more than one, or a value that is no `host[:port]` (an empty one is allowed: the
 /// target had no authority). HTTP/2 names the authority in the request target instead.

@@ -65,6 +65,9 @@ pub struct ProxyOptions {
     pub intercept_timeout: Duration,
     /// The filter the dashboard's intercept starts with (`--intercept`).
     pub intercept: Option<String>,
+    /// `--max-header-bytes`: a head hyper read (its read buffer cannot hold it to the byte) is
+    /// measured again here and refused `431` past it.
+    pub max_header_bytes: usize,
     /// Who may send requests at all (`serve`: Host, Origin, content type, token), checked
     /// before anything reads a request; `None` for a plain proxy, which forwards them as they
     /// come for its upstream to decide.
@@ -249,6 +252,15 @@ impl Proxy {
         req: Request<crate::server::RequestBody>,
     ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
         use futures_util::future::Either;
+        if req.body().read_by_hyper()
+            && req.version() <= http::Version::HTTP_11
+            && headers::head_size(&req) > conn.0.inner.opts.max_header_bytes
+        {
+            return Either::Left(std::future::ready(conn.0.error_reply_plain(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "the request head is larger than --max-header-bytes",
+            )));
+        }
         if let Some(why) = headers::host_fault(req.version(), req.headers()) {
             // RFC 9112 §3.2: a 400, not a request forwarded with rpctap's own Host in its place.
             return Either::Left(std::future::ready(

@@ -195,6 +195,12 @@ impl BodyFeed {
 }
 
 impl RequestBody {
+    /// Whether hyper read the request (not the lean reader, which holds heads to the listener's
+    /// exact limits itself).
+    pub fn read_by_hyper(&self) -> bool {
+        matches!(self.inner, Inner::Hyper(_))
+    }
+
     pub(super) fn new(inner: Incoming, state: &Arc<ConnState>) -> Self {
         let state = (!inner.is_end_stream()).then(|| {
             state.bodies.fetch_add(1, Relaxed);

@@ -754,6 +754,24 @@ fn host_rules_and_an_exact_head_limit() {
         let (h, _) = raw(addr, &head_of(method, 8193));
         assert_eq!(status(&h), 431, "{method}, one byte over: {h}");
     }
+    // On a connection hyper serves (its first request was one hyper reads), the next heads are
+    // held to the same limit, sent in one write each — at the default limit (64 KiB), where
+    // hyper's read buffer let heads half again as large through.
+    let (_p64, addr) = proxy(up, &[]);
+    for (pad, want) in [(65536, 200), (65537, 431), (90000, 431)] {
+        let (mut w, mut r) = client(addr);
+        w.write_all(b"GET /rpc HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .unwrap();
+        let (h, _) = read_one(&mut r).expect("an answer to the first GET");
+        assert_eq!(status(&h), 200, "{h}");
+        w.write_all(head_of("GET", pad).as_bytes()).unwrap();
+        let (h, _) = read_one(&mut r).unwrap_or_else(|| panic!("no answer to a {pad}-byte head"));
+        assert_eq!(
+            status(&h),
+            want,
+            "a {pad}-byte head on hyper's connection: {h}"
+        );
+    }
 }
 
 /// A client that gives up while the upstream has sent its head and stalls mid-body ends its
