@@ -41,7 +41,7 @@ pub enum Command {
     /// resources offered, calls' outcomes and latencies (exit 1 on a regression with
     /// `--exit-code`).
     Diff(DiffArgs),
-    /// Export a recording as exchange documents or HAR.
+    /// Export a recording as exchange documents, HAR or an HTML report.
     Export(ExportArgs),
     /// Open a recording in the dashboard.
     View(ViewArgs),

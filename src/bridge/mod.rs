@@ -931,11 +931,14 @@ impl Bridge {
                             r.next += 1;
                             let n = r.next.to_string();
                             edits.push((client_id, n.clone()));
-                            self.inner.inspector.publish(crate::events::Event::Notice(crate::events::NoticeEvent {
-                                ts: crate::events::now_ns(),
-                                what: "bridge-rewrite",
-                                message: format!("session {}: {method} id {client_id} is {n} on the shared server", s.id),
-                            }));
+                            // Said only when the id changed: "id 1 is 1" tells nobody anything.
+                            if client_id != n {
+                                self.inner.inspector.publish(crate::events::Event::Notice(crate::events::NoticeEvent {
+                                    ts: crate::events::now_ns(),
+                                    what: "bridge-rewrite",
+                                    message: format!("session {}: {method} id {client_id} is {n} on the shared server", s.id),
+                                }));
+                            }
                             r.by_client
                                 .insert((s.id.clone(), client_id.into()), n.as_str().into());
                             n.into()

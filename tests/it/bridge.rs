@@ -596,3 +596,44 @@ async fn shared_sessions_opened_at_once_start_one_child() {
     }
     assert_eq!(children_of(bridge.id()).len(), 1);
 }
+
+/// `--shared` says an id rewrite only when the id changed: no "id 2 is 2" (issue 62.17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_id_rewrites_are_said_only_when_the_id_changes() {
+    let work = Scratch::new("bridge-rewrites");
+    let file = work.join("shared.jsonl");
+    let (mut bridge, addr) = serve(&["--shared", "--record", file.to_str().unwrap()]);
+    // `initialize` (id 0) becomes 1 on the shared server; the next call is its 2.
+    let sid = mcp_session(addr).await;
+    for id in [2, 7] {
+        let r = send(
+            addr,
+            "POST",
+            "/mcp",
+            &mcp_headers(&sid),
+            tool_call(id, "echo", serde_json::json!({"message": "x"})),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+    }
+    assert!(bridge.term().success());
+    let notices: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["event"] == "notice" && v["what"] == "bridge-rewrite")
+        .map(|v| v["message"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        notices.iter().any(|m| m.contains("id 0 is 1")),
+        "{notices:?}"
+    );
+    assert!(
+        notices.iter().any(|m| m.contains("id 7 is 3")),
+        "{notices:?}"
+    );
+    assert!(
+        !notices.iter().any(|m| m.contains("id 2 is 2")),
+        "{notices:?}"
+    );
+}
