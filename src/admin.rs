@@ -462,13 +462,7 @@ async fn mcp(req: Request<Incoming>, st: &AdminState) -> Response<AdminBody> {
         return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n", PLAIN);
     }
     // JSON only: the content types a web page may send without asking first are refused.
-    let json = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
-    if !json {
+    if !crate::server::guard::is_json(req.headers()) {
         return text(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "POST /mcp takes Content-Type: application/json\n",

@@ -107,18 +107,11 @@ impl Guard {
                 ));
             }
         }
-        if self.cfg.json_posts && method == Method::POST {
-            let json = headers
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(';').next())
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
-            if !json {
-                return Err(refused(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "a POST here must have Content-Type: application/json",
-                ));
-            }
+        if self.cfg.json_posts && method == Method::POST && !is_json(headers) {
+            return Err(refused(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a POST here must have Content-Type: application/json",
+            ));
         }
         Ok(())
     }
@@ -196,6 +189,16 @@ impl Guard {
             _ => false,
         }
     }
+}
+
+/// Whether a head's `Content-Type` is `application/json` (parameters allowed): the one type a
+/// web page cannot send without asking first.
+pub fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// `name[:port]` (a bracketed IPv6 name keeps its brackets); `None` when it is not one.
