@@ -24,19 +24,32 @@ use tokio::sync::oneshot;
 /// A free port outside the kernel's ephemeral range (32768–60999 on Linux by default), for a
 /// server the test starts as a child process. Ports from `bind(127.0.0.1:0)` are ephemeral: after
 /// such a probe is dropped, another test of this process binding port 0 can be handed the same
-/// port before the child listens on it (seen in CI). Here a per-process counter makes every port
-/// distinct within the process, and the range keeps them away from port-0 binds.
+/// port before the child listens on it (seen in CI). Each port is also claimed across test
+/// processes (nextest runs one per test): a lock on a file named for it, held until the process
+/// ends, so two tests running at once are never handed the same port, whatever their pids.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
     static NEXT: AtomicU32 = AtomicU32::new(0);
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ports");
+    let _ = std::fs::create_dir_all(&dir);
     let offset = (std::process::id() % 480) * 25;
-    loop {
+    for _ in 0..100_000 {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = 20_000 + ((offset + n) % 12_000) as u16;
+        let Ok(f) = std::fs::File::create(dir.join(port.to_string())) else {
+            continue;
+        };
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue;
+        }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            HELD.lock().unwrap_or_else(|e| e.into_inner()).push(f);
             return port;
         }
     }
+    panic!("no free port in 20000..32000");
 }
 
 /// Waits (up to 10 s) until something listens on `addr`, e.g. a child process the test started.

@@ -456,7 +456,8 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
             r#"{"jsonrpc":"2.0","id":1,"method":"add","params":[2,3]}"#,
             r#"{"jsonrpc":"2.0","id":2,"method":"add","params":[10,-4]}"#,
         ] {
-            post_json(p.addr, "/jsonrpc", body).await;
+            let r = post_json(p.addr, "/jsonrpc", body).await;
+            assert_eq!(r.status, 200, "{:?}", r.body);
         }
         p.drain().await;
         drop(p.stop);
@@ -495,10 +496,15 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
         })
         .await
         .unwrap();
+        // What the job's steps left, so a failure says which step went wrong.
+        let left = |f: &str| std::fs::read_to_string(work.join(f)).unwrap_or_default();
         let say = format!(
-            "changed={changed}\n{}\n{}",
+            "changed={changed}\n{}\n{}\nreplay.txt:\n{}\nsession.jsonl:\n{}\ngolden:\n{}",
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            left("replay.txt"),
+            left("session.jsonl"),
+            std::fs::read_to_string(&golden).unwrap_or_default(),
         );
         assert_eq!(out.status.code(), Some(exit), "{say}");
         for f in [
