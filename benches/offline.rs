@@ -60,7 +60,7 @@ fn recording(calls: usize) -> String {
                 format!("event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":{i},\"progress\":1}}}}\n\nevent: message\nid: {i}\ndata: {{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"5\"}}]}}}}\n\n"),
             ),
         };
-        n += if i % 3 == 0 { 2 } else { 1 };
+        n += if i.is_multiple_of(3) { 2 } else { 1 };
         let mut ex = insp.begin(&RequestMeta {
             method: "POST",
             path: if session.is_some() {

@@ -41,7 +41,9 @@ fn files(a: &WrapArgs) -> Result<Vec<PathBuf>, OfflineError> {
                 found.push(p);
                 break;
             }
-            looked.push(p);
+            if !looked.contains(&p) {
+                looked.push(p);
+            }
         }
     }
     if found.is_empty() {
@@ -78,14 +80,22 @@ fn run(a: WrapArgs, wrapping: bool) -> Result<i32, OfflineError> {
     for path in files(&a)? {
         let text =
             std::fs::read_to_string(&path).map_err(|e| err(format!("{}: {e}", path.display())))?;
-        let shown = path.display();
+        let shown = path.display().to_string();
         let backup = clients::backup_path(&path);
-        let (new, changes, comments) = if wrapping {
-            clients::wrap(&text, &rpctap).map_err(|e| err(format!("{shown}: {e}")))?
+        let in_file = |e: clients::ClientError| err(format!("{shown}: {e}"));
+        if !wrapping && !clients::has_wrapped(&text).map_err(in_file)? {
+            // Nothing of rpctap's: the file is the user's, untouched (and a backup left by an
+            // earlier `wrap` stays where it is).
+            println!("{shown}: nothing to unwrap (no entry runs through rpctap)");
+            continue;
+        }
+        let (new, changes, restored) = if wrapping {
+            let (new, changes) = clients::wrap(&text, &rpctap).map_err(in_file)?;
+            (new, changes, false)
         } else {
-            unwrapped(&text, &backup).map_err(|e| err(format!("{shown}: {e}")))?
+            unwrapped(&text, &backup).map_err(in_file)?
         };
-        say(&shown.to_string(), &changes, wrapping);
+        say(&shown, &changes, wrapping);
         if new == text {
             println!("{shown}: nothing to change");
             continue;
@@ -96,32 +106,39 @@ fn run(a: WrapArgs, wrapping: bool) -> Result<i32, OfflineError> {
             continue;
         }
         if wrapping {
-            std::fs::write(&backup, &text)
-                .map_err(|e| err(format!("{}: {e}", backup.display())))?;
-            if comments {
-                println!("{shown}: its comments are kept in {} and come back with `rpctap config unwrap`", backup.display());
-            }
+            write_backup(&backup, &text)?;
             replace(&path, &new)?;
             println!("{shown}: wrapped (the original is in {}); restart the client, then run `rpctap watch`", backup.display());
-        } else {
+        } else if restored {
             replace(&path, &new)?;
-            if backup.is_file() && std::fs::read_to_string(&backup).ok().as_deref() == Some(&new) {
-                let _ = std::fs::remove_file(&backup);
-                println!("{shown}: restored as it was before `wrap`");
-            } else {
-                println!("{shown}: unwrapped entry by entry (it changed since `wrap`, so its layout may differ)");
-            }
+            let _ = std::fs::remove_file(&backup);
+            println!("{shown}: restored as it was before `wrap`");
+        } else {
+            // The file changed since `wrap` (or was wrapped by hand): the wrapped entries are
+            // undone in place, and the file as it was is kept.
+            let aside = clients::unwrap_backup_path(&path);
+            write_backup(&aside, &text)?;
+            replace(&path, &new)?;
+            println!(
+                "{shown}: unwrapped entry by entry, comments and layout kept (it changed since `wrap`; the file as it was is in {})",
+                aside.display()
+            );
         }
     }
     Ok(0)
 }
 
+fn write_backup(to: &Path, text: &str) -> Result<(), OfflineError> {
+    std::fs::write(to, text).map_err(|e| err(format!("{}: {e}", to.display())))
+}
+
 /// Unwrap: the backup byte for byte when the file is still what `wrap` made of it (the
-/// entries the backup itself had wrapped unwrapped too), else entry by entry.
+/// entries the backup itself had wrapped unwrapped too; `true`), else entry by entry.
 fn unwrapped(
     text: &str,
     backup: &Path,
 ) -> Result<(String, Vec<Change>, bool), clients::ClientError> {
+    let names = clients::unwrap(text)?;
     if let Ok(orig) = std::fs::read_to_string(backup) {
         if same_after_wrap(&orig, text) {
             let (entries, changes) = clients::unwrap(&orig)?;
@@ -130,30 +147,16 @@ fn unwrapped(
             } else {
                 orig
             };
-            let names = clients::unwrap(text)?.1;
-            return Ok((restored, names, false));
+            return Ok((restored, names.1, true));
         }
     }
-    let (t, c) = clients::unwrap(text)?;
-    Ok((t, c, false))
+    Ok((names.0, names.1, false))
 }
 
 /// Whether `current` is what `wrap` made of `orig` (with whatever rpctap path it used).
 fn same_after_wrap(orig: &str, current: &str) -> bool {
-    let prog = serde_json::from_str::<serde_json::Value>(current)
-        .ok()
-        .and_then(|v| {
-            ["mcpServers", "servers"].iter().find_map(|k| {
-                v.get(k)?.as_object()?.values().find_map(|e| {
-                    let args = e.get("args")?.as_array()?;
-                    (args.first()?.as_str()? == "stdio")
-                        .then(|| e.get("command")?.as_str().map(str::to_string))
-                        .flatten()
-                })
-            })
-        });
-    match prog {
-        Some(p) => clients::wrap(orig, &p).is_ok_and(|(w, _, _)| w == current),
+    match clients::wrapped_with(current) {
+        Some(p) => clients::wrap(orig, &p).is_ok_and(|(w, _)| w == current),
         None => false,
     }
 }

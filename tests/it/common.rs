@@ -41,7 +41,7 @@ pub fn free_port() -> u16 {
         let Ok(f) = std::fs::File::create(dir.join(port.to_string())) else {
             continue;
         };
-        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        if f.try_lock().is_err() {
             continue;
         }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {

@@ -332,8 +332,7 @@ fn config_wrap_and_unwrap_for_each_client_are_idempotent_and_byte_exact() {
             original.contains("\"url\""),
             "{client}: {said}"
         );
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let v = jsonc(&std::fs::read_to_string(&file).unwrap());
         let servers = v
             .get("mcpServers")
             .or(v.get("servers"))
@@ -413,6 +412,157 @@ fn config_wrap_and_unwrap_for_each_client_are_idempotent_and_byte_exact() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no client config found (looked in:"));
+}
+
+/// A config with comments and trailing commas, as a JSON value.
+fn jsonc(text: &str) -> serde_json::Value {
+    jsonc_parser::cst::CstRootNode::parse(text, &Default::default())
+        .unwrap()
+        .value()
+        .unwrap()
+        .to_serde_value()
+        .unwrap()
+}
+
+/// Runs `rpctap config ARGS` at `home` (in `cwd`); its stdout, after checking it exited 0.
+fn config_cmd(home: &Path, cwd: &Path, args: &[&str]) -> String {
+    let out = at_home(home)
+        .current_dir(cwd)
+        .arg("config")
+        .args(args)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said
+}
+
+/// Files whose name starts with `file`'s beside it (its backups).
+fn beside(file: &Path) -> Vec<String> {
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    let mut v: Vec<String> = std::fs::read_dir(file.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&name) && *n != name)
+        .collect();
+    v.sort();
+    v
+}
+
+/// `unwrap` changes only what `wrap` did: a hand-edited file it never wrapped is left alone
+/// ("nothing to unwrap", byte for byte, no backup), `wrap` keeps the comments, an unwrap after
+/// the user edited the wrapped file undoes the entries in place with the comments kept and the
+/// file as it was set aside, a second unwrap does nothing, and so does a bare `config unwrap`
+/// over every client config it finds.
+#[test]
+fn unwrap_touches_only_what_wrap_did_and_keeps_comments() {
+    let home = Scratch::new("hub-unwrap");
+    let project = home.join("project");
+    let cursor = project.join(".cursor/mcp.json");
+    let vscode = project.join(".vscode/mcp.json");
+    let hand_edited = r#"{
+  // My servers. Keep "github" first.
+  "mcpServers": {
+    /* the filesystem one, for ~/notes */
+    "notes": {
+      "command": "npx",
+      "args": [
+        "-y",
+        "@modelcontextprotocol/server-filesystem",
+        "/home/me/notes", // trailing comma next
+      ],
+    },
+    "time": { "command": "uvx", "args": ["mcp-server-time"] }, // UTC
+  },
+}
+"#;
+    let vscode_text = "{\n\t// workspace servers\n\t\"servers\": {\n\t\t\"memory\": { \"type\": \"stdio\", \"command\": \"npx\", \"args\": [\"-y\", \"@modelcontextprotocol/server-memory\"], },\n\t},\n}\n";
+    for (f, t) in [(&cursor, hand_edited), (&vscode, vscode_text)] {
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, t).unwrap();
+    }
+    let file = cursor.to_str().unwrap();
+
+    // Never wrapped: nothing to unwrap, nothing written.
+    let said = config_cmd(&home, &project, &["unwrap", file]);
+    assert!(said.contains("nothing to unwrap"), "{said}");
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), hand_edited);
+    assert!(beside(&cursor).is_empty(), "{:?}", beside(&cursor));
+
+    // Wrapped: the comments and the layout stay, the entries run through rpctap.
+    config_cmd(&home, &project, &["wrap", file]);
+    let wrapped = std::fs::read_to_string(&cursor).unwrap();
+    for kept in [
+        "// My servers. Keep \"github\" first.",
+        "/* the filesystem one, for ~/notes */",
+        "\"/home/me/notes\", // trailing comma next",
+        "// UTC",
+    ] {
+        assert!(wrapped.contains(kept), "{kept}: {wrapped}");
+    }
+    let v = jsonc(&wrapped);
+    assert_eq!(
+        v["mcpServers"]["time"]["args"],
+        serde_json::json!(["stdio", "--label", "time", "--", "uvx", "mcp-server-time"])
+    );
+    assert_eq!(
+        std::fs::read_to_string(clients_backup(&cursor)).unwrap(),
+        hand_edited
+    );
+
+    // The user edits a comment: unwrap undoes the entries in place, keeps the new comment and
+    // sets the file as it was aside.
+    let edited = wrapped.replace("Keep \"github\" first.", "Keep \"github\" first!");
+    std::fs::write(&cursor, &edited).unwrap();
+    let said = config_cmd(&home, &project, &["unwrap", file]);
+    assert!(
+        said.contains("unwrapped entry by entry, comments and layout kept"),
+        "{said}"
+    );
+    let after = std::fs::read_to_string(&cursor).unwrap();
+    assert_eq!(
+        after,
+        hand_edited.replace("first.", "first!"),
+        "only the entries changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("{file}.rpctap-unwrap.bak")).unwrap(),
+        edited
+    );
+
+    // Again: nothing to unwrap, nothing written.
+    let said = config_cmd(&home, &project, &["unwrap", file]);
+    assert!(said.contains("nothing to unwrap"), "{said}");
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), after);
+
+    // A bare `config unwrap` finds both configs and leaves both alone.
+    std::fs::write(&cursor, hand_edited).unwrap();
+    let said = config_cmd(&home, &project, &["unwrap"]);
+    assert_eq!(said.matches("nothing to unwrap").count(), 2, "{said}");
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), hand_edited);
+    assert_eq!(std::fs::read_to_string(&vscode).unwrap(), vscode_text);
+
+    // Where no config exists (home and project the same folder), each place is named once.
+    let empty = Scratch::new("hub-unwrap-none");
+    let out = at_home(&empty)
+        .current_dir(&*empty)
+        .args(["config", "unwrap"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let cursor_home = empty.join(".cursor/mcp.json").display().to_string();
+    assert_eq!(err.matches(&cursor_home).count(), 1, "{err}");
+}
+
+fn clients_backup(file: &Path) -> PathBuf {
+    let mut s = file.as_os_str().to_os_string();
+    s.push(".rpctap.bak");
+    PathBuf::from(s)
 }
 
 /// A raw MCP session over a shim's stdin/stdout: `lines` sent one by one, each call's reply read.
