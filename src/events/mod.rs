@@ -70,7 +70,9 @@ pub enum Transport {
     Ws,
 }
 
-/// Where ids are unique: an MCP session, or one HTTP exchange.
+/// Where ids are unique: an MCP session, or one HTTP exchange. An `initialize` sent outside any
+/// session (Streamable HTTP) is in the session its reply's `Mcp-Session-Id` starts: its events
+/// are published once that head came, already in the session.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
     Session(Arc<str>),

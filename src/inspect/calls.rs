@@ -289,16 +289,27 @@ impl ExchangeCtx {
     ) {
         self.cur = Some((dir, batch_index));
         self.holding = true;
+        if dir == Direction::ClientToServer && env.method.as_deref() == Some("initialize") {
+            self.await_session();
+        }
         self.on_envelope_inner(dir, env, batch_index, sse_id, transport);
         self.holding = false;
         self.cur = None;
         // The message first, then its findings, then the calls it ended.
-        for ev in self.held.get_mut().drain(..) {
-            self.insp.bus.publish(ev);
-        }
-        for ev in self.deferred.drain(..) {
-            self.insp.bus.publish(ev);
-        }
+        let out = match &mut self.awaiting {
+            Some(wait) => wait,
+            None => {
+                for ev in self.held.get_mut().drain(..) {
+                    self.insp.bus.publish(ev);
+                }
+                for ev in self.deferred.drain(..) {
+                    self.insp.bus.publish(ev);
+                }
+                return;
+            }
+        };
+        out.extend(self.held.get_mut().drain(..));
+        out.extend(self.deferred.drain(..));
     }
 
     pub(super) fn on_envelope_inner(
@@ -437,7 +448,7 @@ impl ExchangeCtx {
             Interest::MESSAGE_REST
         };
         if inner.bus.wants_in(wanted, self.id) {
-            inner.bus.publish(Event::Message(MessageEvent {
+            self.emit(Event::Message(MessageEvent {
                 ts: now_ns(),
                 exchange: self.id,
                 scope: self.scope.clone(),

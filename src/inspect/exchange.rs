@@ -266,6 +266,7 @@ impl ExchangeCtx {
             headers,
         } = *meta;
         self.status = status;
+        self.settle_session(session);
         let inner = self.insp.clone();
         if inner.bus.wants_in(Interest::HTTP_STATUS, self.id) {
             inner.bus.publish(Event::Http(HttpEvent::Response {
@@ -396,6 +397,7 @@ impl ExchangeCtx {
     /// without a finding against the server.
     pub fn answer_locally(&mut self, status: u16, reason: &str) {
         self.status = status;
+        self.settle_session(None);
         let inner = self.insp.clone();
         if inner.bus.wants_in(Interest::HTTP_STATUS, self.id) {
             inner.bus.publish(Event::Http(HttpEvent::Response {
@@ -703,6 +705,7 @@ impl ExchangeCtx {
             return;
         }
         self.ended = true;
+        self.settle_session(None);
         let inner = self.insp.clone();
         if self.stream {
             // The stream is the session: what is still pending (both ways) ends here, each call

@@ -115,6 +115,66 @@ impl Inner {
 }
 
 impl ExchangeCtx {
+    /// An `initialize` outside any session (Streamable HTTP): its session is named by the
+    /// reply's head, so its events wait for it (`settle_session`).
+    pub(super) fn await_session(&mut self) {
+        if matches!(self.scope, Scope::Exchange(_))
+            && self.session_header.is_none()
+            && !self.stream
+            && self.transport == Transport::Json
+        {
+            self.awaiting.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// Publishes an event of the message being processed, or keeps it while the exchange waits
+    /// for its session.
+    pub(super) fn emit(&mut self, ev: Event) {
+        match &mut self.awaiting {
+            Some(w) => w.push(ev),
+            None => self.insp.bus.publish(ev),
+        }
+    }
+
+    /// The reply's head came (or none will): an exchange that waited for its session moves
+    /// into the one the reply's `Mcp-Session-Id` names — its calls still pending, its scope,
+    /// the events it kept — and those events are published.
+    pub(super) fn settle_session(&mut self, session: Option<&str>) {
+        let Some(mut kept) = self.awaiting.take() else {
+            return;
+        };
+        if let (Some(sid), Scope::Exchange(_)) = (session, &self.scope) {
+            let inner = self.insp.clone();
+            let scope = Scope::Session(sid.into());
+            let mut evicted = Vec::new();
+            for k in &mut self.req.calls {
+                let moved = PendingKey {
+                    scope: scope.clone(),
+                    ..k.clone()
+                };
+                if let Some(p) = inner.correlator.remove_all(k) {
+                    inner.correlator.insert(moved.clone(), p, &mut evicted);
+                }
+                *k = moved;
+            }
+            for (k, p) in evicted {
+                end_missing(&inner, &k, p, "evicted: too many pending calls", false);
+            }
+            for ev in &mut kept {
+                match ev {
+                    Event::Message(m) => m.scope = scope.clone(),
+                    Event::Anomaly(a) => a.scope = scope.clone(),
+                    Event::Call(c) => c.scope = scope.clone(),
+                    _ => {}
+                }
+            }
+            self.scope = scope;
+        }
+        for ev in kept {
+            self.insp.bus.publish(ev);
+        }
+    }
+
     /// The reply's `Mcp-Session-Id`: a session starts here (the reply to `initialize`), or the
     /// server answered a session with another id (`MCP_SESSION_CHANGED`).
     pub(super) fn mcp_session_header(&mut self, session: Option<&str>) {

@@ -328,6 +328,10 @@ pub struct ExchangeCtx {
     sender_read: bool,
     /// A WebSocket connection became an MCP session (its first request was MCP's).
     ws_decided: bool,
+    /// The events of an `initialize` sent outside any session, until the reply's head says
+    /// which session it started (`Mcp-Session-Id`): then they are published in that session, as
+    /// its first call, instead of in a scope of their own (`mcp::await_session`).
+    awaiting: Option<Vec<Event>>,
 }
 
 impl Inspector {
@@ -503,6 +507,7 @@ impl Inspector {
             sender: None,
             sender_read: false,
             ws_decided: false,
+            awaiting: None,
         });
         ctx.mcp_request_head(meta);
         ctx
@@ -583,6 +588,7 @@ impl Inspector {
             sender: None,
             sender_read: false,
             ws_decided: false,
+            awaiting: None,
         }
     }
 

@@ -448,6 +448,76 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
     }
 }
 
+/// Over Streamable HTTP an `initialize` carries no session id: the session is named by its
+/// reply's `Mcp-Session-Id`. The call is that session's first, live, in the dashboard (what `i`
+/// reads) and in `check` — two client sessions are two scopes, not four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_initialize_is_in_the_session_its_reply_starts() {
+    use rpctap::events::Scope;
+    let env = venv("mcp2", &["mcp>=2,<3"]);
+    let dir = Scratch::new("init-scope");
+    let port = free_port();
+    let _server = start_peer(
+        python(&env, "mcp2_server.py", &["sse", &port.to_string()]),
+        port,
+    )
+    .await;
+    let upstream = format!("http://127.0.0.1:{port}");
+    let file = dir.join("two-sessions.jsonl");
+    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+    let via = format!("http://{}/mcp", proxy.addr);
+    run_script(&env, "mcp2_client.py", &[&via, "legacy", &via, "legacy"]).await;
+    let ev = proxy.drain().await;
+    let cs = calls(&ev);
+    let inits: Vec<_> = cs.iter().filter(|c| &*c.method == "initialize").collect();
+    assert_eq!(inits.len(), 2, "{cs:?}");
+    let mut scopes: Vec<String> = cs.iter().map(|c| c.scope.report_key()).collect();
+    scopes.sort();
+    scopes.dedup();
+    assert_eq!(
+        scopes.len(),
+        2,
+        "every call in one of two sessions: {scopes:?}"
+    );
+    for i in &inits {
+        assert!(matches!(i.scope, Scope::Session(_)), "{i:?}");
+    }
+    assert_ne!(inits[0].scope, inits[1].scope);
+    for e in &ev {
+        if let Event::Message(m) = &**e {
+            if m.method.as_deref() == Some("initialize") {
+                assert!(matches!(m.scope, Scope::Session(_)), "{m:?}");
+            }
+        }
+    }
+    drop(proxy.stop);
+    proxy.served.await.unwrap();
+    // The dashboard: each session's rows hold its initialize (what `i` looks for).
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let mut app = rpctap::tui::app::App::new("t", "l", "u", 10_000, 0);
+    rpctap::tui::load_recording(&mut app, &rec);
+    for s in &scopes {
+        assert!(
+            app.rows
+                .iter()
+                .any(|r| *r.scope == **s && &*r.method == "initialize"),
+            "{s}: its initialize is in its rows"
+        );
+    }
+    // `check`: one verdict per client session (failing on the server's real rule break only:
+    // FastMCP logs without declaring `logging`).
+    let c = check_recording(&file);
+    for codes in c.codes.values() {
+        assert_eq!(codes, &["MCP_CAPABILITY", "TOOL_ERROR"], "{}", c.stdout);
+    }
+    let checked: Vec<String> = c
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["scope"].to_string())
+        .collect();
+    assert_eq!(checked.len(), 2, "{checked:?}");
+}
+
 /// The npm packages `scripts/peers.sh` installed under target/interop/node.
 fn node_modules(packages: &[&str]) -> PathBuf {
     installed("node", packages)
