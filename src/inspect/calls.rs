@@ -308,7 +308,7 @@ impl ExchangeCtx {
                 return;
             }
         };
-        out.extend(self.held.get_mut().drain(..));
+        out.append(self.held.get_mut());
         out.extend(self.deferred.drain(..));
     }
 
