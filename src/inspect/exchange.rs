@@ -617,19 +617,87 @@ impl ExchangeCtx {
     /// A stream's line (a WebSocket's message) longer than the inspection cap was passed on
     /// uninspected.
     pub fn line_not_inspected(&mut self, dir: Direction, len: u64) {
+        let head = self.long[dir_index(dir)].take().map(|s| s.finish());
+        self.line_not_inspected_head(dir, len, head);
+    }
+
+    /// Bytes of a line already past the inspection cap, as they are passed on: read for the
+    /// line's envelope (`rpc::head`), never kept.
+    pub fn line_spill(&mut self, dir: Direction, bytes: &[u8]) {
+        self.long[dir_index(dir)]
+            .get_or_insert_with(Default::default)
+            .feed(bytes);
+    }
+
+    /// A line too large to inspect, and what its envelope said: a request with an id is
+    /// counted as a call (waiting for its reply), a reply with an id ends its call — with a
+    /// result, or its error's code — so neither is lost or left to end missing.
+    pub(crate) fn line_not_inspected_head(
+        &mut self,
+        dir: Direction,
+        len: u64,
+        head: Option<crate::rpc::head::FrameHead>,
+    ) {
         self.bytes += len + 1;
         let what = if self.transport == Transport::Ws {
             "a message"
         } else {
             "a line"
         };
-        self.not_inspected(
-            dir,
+        let id = head.as_ref().and_then(|h| h.id());
+        let method: Option<Arc<str>> = head.as_ref().and_then(|h| h.method()).map(Into::into);
+        let said = head.as_ref().and_then(envelope_note).unwrap_or_default();
+        self.cur = Some((dir, None));
+        flag(
+            &self.insp,
+            self.site(),
+            Code::NotInspected,
+            id.as_ref(),
+            method.as_ref(),
             format!(
-                "{what} of {len} bytes, larger than the inspection cap ({} bytes): passed on, not inspected",
+                "{what} of {len} bytes, larger than the inspection cap ({} bytes): passed on, not inspected{said}",
                 self.insp.cfg.max_frame_bytes
             ),
         );
+        self.cur = None;
+        let (Some(h), Some(id)) = (head, id) else {
+            return;
+        };
+        let not_inspected = Code::NotInspected.as_str();
+        match method {
+            Some(m) if !h.result && !h.error => {
+                self.register_call(dir, id, m, None, vec![not_inspected], (None, None), None);
+            }
+            None if h.result || h.error => {
+                let inner = self.insp.clone();
+                let outcome = match h.error() {
+                    Some((code, message)) => Outcome::Error {
+                        code,
+                        message: message.into(),
+                    },
+                    None if h.error => Outcome::Error {
+                        code: 0,
+                        message: "(in a reply too large to inspect)".into(),
+                    },
+                    None => Outcome::Result,
+                };
+                let key = PendingKey {
+                    scope: self.scope.clone(),
+                    direction: dir.reverse(),
+                    id,
+                };
+                if let Some(p) = inner.correlator.take(&key) {
+                    if key.direction == Direction::ClientToServer
+                        && p.exchange == self.id
+                        && !self.stream
+                    {
+                        self.req.answered += 1;
+                    }
+                    super::calls::end_call(&inner, &key, p, outcome, &[not_inspected], None, None);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A WebSocket's binary message: JSON-RPC when it is UTF-8 JSON (some servers — ganache with
@@ -848,4 +916,49 @@ impl ExchangeCtx {
             extra.push(Code::HttpStatus.as_str());
         }
     }
+}
+
+fn dir_index(dir: Direction) -> usize {
+    usize::from(dir == Direction::ServerToClient)
+}
+
+/// What a too-large line's envelope said, as the end of its `NOT_INSPECTED` message:
+/// ` (its envelope: {...})` with its id, method, and whether it is a result or an error (code and
+/// message) — read back by `check` ([`envelope_from_note`]). None when nothing useful was read.
+fn envelope_note(h: &crate::rpc::head::FrameHead) -> Option<String> {
+    let id = h.id.as_deref()?;
+    let mut v = format!("{{\"id\":{id}");
+    if let Some(m) = &h.method {
+        v.push_str(&format!(",\"method\":{m}"));
+    }
+    if h.result {
+        v.push_str(",\"result\":true");
+    }
+    if h.error {
+        v.push_str(&format!(
+            ",\"error\":{{\"code\":{},\"message\":{}}}",
+            h.code.as_deref().unwrap_or("null"),
+            h.message.as_deref().unwrap_or("null")
+        ));
+    }
+    v.push('}');
+    // Only what reads back as JSON (the frame may not have been).
+    serde_json::from_str::<serde_json::Value>(&v).ok()?;
+    Some(format!(" (its envelope: {v})"))
+}
+
+/// The envelope a recorded `NOT_INSPECTED` message names (see [`envelope_note`]).
+pub(crate) fn envelope_from_note(message: &str) -> Option<crate::rpc::head::FrameHead> {
+    let (_, rest) = message.rsplit_once(" (its envelope: ")?;
+    let v: serde_json::Value = serde_json::from_str(rest.strip_suffix(')')?).ok()?;
+    let raw = |v: Option<&serde_json::Value>| v.filter(|v| !v.is_null()).map(|v| v.to_string());
+    let error = v.get("error");
+    Some(crate::rpc::head::FrameHead {
+        id: v.get("id").map(|i| i.to_string()),
+        method: raw(v.get("method")),
+        result: v.get("result").is_some(),
+        error: error.is_some(),
+        code: raw(error.and_then(|e| e.get("code"))),
+        message: raw(error.and_then(|e| e.get("message"))),
+    })
 }

@@ -332,6 +332,9 @@ pub struct ExchangeCtx {
     /// which session it started (`Mcp-Session-Id`): then they are published in that session, as
     /// its first call, instead of in a scope of their own (`mcp::await_session`).
     awaiting: Option<Vec<Event>>,
+    /// A line too large to inspect, being read for its envelope as it passes (client's,
+    /// server's): its id and method count its call or end it (`line_not_inspected`).
+    long: [Option<Box<crate::rpc::head::HeadScan>>; 2],
 }
 
 impl Inspector {
@@ -508,6 +511,7 @@ impl Inspector {
             sender_read: false,
             ws_decided: false,
             awaiting: None,
+            long: [None, None],
         });
         ctx.mcp_request_head(meta);
         ctx
@@ -589,6 +593,7 @@ impl Inspector {
             sender_read: false,
             ws_decided: false,
             awaiting: None,
+            long: [None, None],
         }
     }
 

@@ -251,7 +251,11 @@ fn reinspect_with(
                     .and_then(|n| n.parse().ok());
                 match len {
                     _ if a.code == "PARSE_ERROR" => ctx.framing_error_said(dir, a.message.clone()),
-                    Some(len) => ctx.line_not_inspected(dir, len),
+                    Some(len) => ctx.line_not_inspected_head(
+                        dir,
+                        len,
+                        super::exchange::envelope_from_note(&a.message),
+                    ),
                     None => ctx.not_inspected(dir, a.message.clone()),
                 }
             }

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use std::fmt;
 
 mod gather;
+pub mod head;
 mod scan;
 pub use gather::Gathered;
 pub(crate) use scan::plain_text;

@@ -377,7 +377,10 @@ pub fn client_to_server(
                                 }
                                 replies.extend(r.reply);
                             }
-                            Piece::Spill(b) => to_child.extend_from_slice(&b),
+                            Piece::Spill(b) => {
+                                c.line_spill(dir, &b);
+                                to_child.extend_from_slice(&b)
+                            }
                             Piece::LongEnd(n) => {
                                 c.line_not_inspected(dir, n);
                                 to_child.push(b'\n');
@@ -584,6 +587,7 @@ fn server_to_client_faulty(
             let line = match p {
                 Piece::Line(l) => l,
                 Piece::Spill(b) => {
+                    ctx.locked().line_spill(dir, &b);
                     let _ = write_out(out, &b);
                     continue;
                 }
@@ -859,7 +863,7 @@ fn armed_line(
 fn inspect_piece(c: &mut ExchangeCtx, dir: Direction, p: Piece) {
     match p {
         Piece::Line(l) => c.line(dir, l),
-        Piece::Spill(_) => {}
+        Piece::Spill(b) => c.line_spill(dir, &b),
         Piece::LongEnd(n) => c.line_not_inspected(dir, n),
     }
 }

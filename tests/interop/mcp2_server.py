@@ -18,6 +18,12 @@ def add(a: int, b: int) -> str:
 
 
 @server.tool()
+def echo(text: str, times: int = 1) -> str:
+    """Answers the text, `times` times over (a large argument, a large result)."""
+    return text * times
+
+
+@server.tool()
 async def wait(seconds: float) -> str:
     """Sleeps, then answers (a call for a client to cancel)."""
     import anyio

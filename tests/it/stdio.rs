@@ -891,3 +891,98 @@ fn a_cancelled_call_the_server_rightly_leaves_unanswered_is_no_failure() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Lines larger than the inspection cap, both ways, with the Python SDK 2.x server: a call whose
+/// argument is too large to inspect is still counted and answered, a reply too large to inspect
+/// still ends its call (read from the line's envelope as it passes), so nothing ends missing or
+/// unmatched — live and in `check` — and the bytes reach each side whole.
+#[test]
+fn lines_beyond_the_inspection_cap_still_count_and_end_their_calls() {
+    let tmp = Scratch::new("stdio-large");
+    let file = tmp.join("large.jsonl");
+    let py2 = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
+    let mut p = Proc::spawn(
+        rpctap()
+            .args(["stdio", "--max-frame-bytes", "64KiB", "--record"])
+            .arg(&file)
+            .arg("--")
+            .arg(py2)
+            .args([script("mcp2_server.py"), "stdio".into()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    let mut stdin = p.0.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+    let mut call = |line: &str| -> String {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+        if !line.contains("\"id\"") {
+            return String::new();
+        }
+        let mut reply = String::new();
+        std::io::BufRead::read_line(&mut out, &mut reply).unwrap();
+        reply
+    };
+    call(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    call(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    // A 1 MiB result (16 times the cap).
+    let big = call(
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"abcdefgh","times":131072}}}"#,
+    );
+    let v: serde_json::Value = serde_json::from_str(&big).unwrap();
+    assert_eq!(v["id"], 2);
+    assert_eq!(
+        v["result"]["content"][0]["text"].as_str().unwrap().len(),
+        1 << 20
+    );
+    // A 512 KiB argument.
+    let arg = "x".repeat(512 << 10);
+    let echoed = call(&format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{arg}"}}}}}}"#
+    ));
+    let v: serde_json::Value = serde_json::from_str(&echoed).unwrap();
+    assert_eq!(v["id"], 3);
+    // An unknown tool named by a 100 KiB name: the tool's failure, in a result too large to
+    // inspect (so no `TOOL_ERROR` can be read from it).
+    let name = "n".repeat(100 << 10);
+    let refused = call(&format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"{name}","arguments":{{}}}}}}"#
+    ));
+    assert!(refused.contains("\"id\":4"), "{}", &refused[..200]);
+    call(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#);
+    drop(stdin);
+    let _ = p.0.wait();
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let mut ended: Vec<(String, String, String)> = rec
+        .calls()
+        .map(|c| {
+            let outcome = match &c.outcome {
+                rpctap::events::Outcome::Result => "result".to_string(),
+                rpctap::events::Outcome::Error { .. } => "error".to_string(),
+                o => format!("{o:?}"),
+            };
+            (c.id.to_string(), c.method.to_string(), outcome)
+        })
+        .collect();
+    ended.sort();
+    assert_eq!(
+        ended,
+        [
+            ("1", "initialize", "result"),
+            ("2", "tools/call", "result"),
+            ("3", "tools/call", "result"),
+            ("4", "tools/call", "result"),
+            ("5", "ping", "result"),
+        ]
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    );
+    let live = live_codes(&file);
+    let mut codes: Vec<&String> = live.values().flatten().collect();
+    codes.sort();
+    codes.dedup();
+    assert_eq!(codes, ["NOT_INSPECTED"], "{live:?}");
+    assert_eq!(check_recording(&file).codes, live);
+}
