@@ -1,6 +1,8 @@
 //! Serving a recording as the server (`rpctap mock`): each request gets the recorded reply of
 //! the matching recorded request (same method and params, `_meta` ignored; on a tie, recording
-//! order), with the live request's id. JSON or SSE as the client accepts; notifications get
+//! order), with the live request's id; protocol plumbing (`initialize`, `ping`, the lists' first
+//! pages… [`PLUMBING`]) is answered from the recorded server whatever the client's params, so
+//! any client can talk to the mock, not only the recorded one. JSON or SSE as the client accepts; notifications get
 //! 202/204; an unmatched request gets a JSON-RPC error naming the closest recorded method, and a
 //! warning line on stderr. The server notifications recorded inside a call's reply (an SSE
 //! reply's progress and log events, a stdio server's lines before its answer) come before the
@@ -54,8 +56,30 @@ pub struct Mock {
     /// Which recorded reply comes next, per key (the last one repeats).
     cursors: Mutex<HashMap<(String, String), usize>>,
     methods: Vec<String>,
+    /// The first recorded reply of each protocol-plumbing method ([`PLUMBING`]), whatever its
+    /// params: what a client other than the recorded one gets.
+    plumbing: HashMap<String, Reply>,
     sessions: AtomicU64,
 }
+
+/// Protocol plumbing: answered from the recording's server side whatever the params (another
+/// client's `initialize` names another client, asks for its own version and capabilities; a
+/// list's first page has no cursor), while the server's own operations — tool calls, reads,
+/// prompts — are matched as `--match` says. `ping` and `logging/setLevel` get an empty result
+/// even when the recorded client never sent them.
+const PLUMBING: [&str; 8] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+];
+
+/// Plumbing a server answers with an empty result whatever it recorded.
+const EMPTY_OK: [&str; 2] = ["ping", "logging/setLevel"];
 
 /// Params in a canonical form: keys sorted, `_meta` removed.
 fn canonical(params: Option<&Value>) -> String {
@@ -164,13 +188,19 @@ impl Mock {
                 (None, Some(e)) => ("error", e.get().to_string()),
                 _ => continue,
             };
-            mock.replies.entry(key).or_default().push(Reply {
+            let r = Reply {
                 member,
                 value,
                 sse: reply.transport == crate::events::Transport::Sse,
                 before: before.into(),
                 then: then.into(),
-            });
+            };
+            if PLUMBING.contains(&key.0.as_str()) {
+                mock.plumbing
+                    .entry(key.0.clone())
+                    .or_insert_with(|| r.clone());
+            }
+            mock.replies.entry(key).or_default().push(r);
         }
         mock
     }
@@ -195,6 +225,25 @@ impl Mock {
             .map(String::as_str)
     }
 
+    /// A plumbing request no recorded one matched: the recorded reply of its method (a list
+    /// only for its first page: a cursor the recording never gave out is an error), or an empty
+    /// result for `ping` and `logging/setLevel`.
+    fn plumbing_reply(&self, method: &str, v: &Value) -> Option<Reply> {
+        if !PLUMBING.contains(&method) || v.pointer("/params/cursor").is_some() {
+            return None;
+        }
+        if let Some(r) = self.plumbing.get(method) {
+            return Some(r.clone());
+        }
+        EMPTY_OK.contains(&method).then(|| Reply {
+            member: "result",
+            value: "{}".into(),
+            sse: false,
+            before: Arc::from(Vec::new()),
+            then: Arc::from(Vec::new()),
+        })
+    }
+
     /// The answer to one message, or `None` for notifications and responses.
     fn answer(&self, raw: &RawValue) -> Option<Answer> {
         let v: Value = serde_json::from_str(raw.get()).ok()?;
@@ -215,6 +264,17 @@ impl Mock {
                 sse: r.sse,
                 before: r.before.iter().map(|n| with_token(n, token)).collect(),
                 then: r.then,
+            });
+        }
+        if let Some(r) = self.plumbing_reply(&method, &v) {
+            return Some(Answer {
+                reply: format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"{}":{}}}"#,
+                    r.member, r.value
+                ),
+                sse: r.sse,
+                before: Vec::new(),
+                then: Arc::from(Vec::new()),
             });
         }
         let (code, message) = if self.methods.contains(&method) {
@@ -532,5 +592,37 @@ mod tests {
             ("live".into(), true.into())
         );
         assert!(then.is_empty());
+    }
+
+    /// Plumbing: `ping` and `logging/setLevel` answered though never recorded, a list's first
+    /// page whatever its params, a cursor the recording never gave out refused; an operation
+    /// with other params still refused.
+    #[test]
+    fn plumbing_is_answered_whatever_the_params_and_operations_are_matched() {
+        let lines = [
+            r#"{"rpctap_recording":1,"part":0,"transport":"stdio"}"#,
+            r#"{"event":"message","ts":1,"exchange":1,"scope":"session:s","direction":"c2s","transport":"stdio","kind":"request","id":1,"method":"tools/list","message":{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"x":1}}}}"#,
+            r#"{"event":"message","ts":2,"exchange":1,"scope":"session:s","direction":"s2c","transport":"stdio","kind":"result","id":1,"message":{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}}"#,
+            r#"{"event":"message","ts":3,"exchange":1,"scope":"session:s","direction":"c2s","transport":"stdio","kind":"request","id":2,"method":"tools/call","message":{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a"}}}"#,
+            r#"{"event":"message","ts":4,"exchange":1,"scope":"session:s","direction":"s2c","transport":"stdio","kind":"result","id":2,"message":{"jsonrpc":"2.0","id":2,"result":{"content":[]}}}"#,
+        ];
+        let mut rec = Capture::default();
+        crate::record::reader::parse_part(&lines.join("\n"), "t", &mut rec, true).unwrap();
+        let mock = Mock::from_recording(&rec);
+        let reply = |req: &str| -> Value {
+            serde_json::from_str(&mock.answer_message(req).1.unwrap()).unwrap()
+        };
+        for m in ["ping", "logging/setLevel"] {
+            let r = reply(&format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"{m}","params":{{"level":"debug"}}}}"#
+            ));
+            assert_eq!(r["result"], serde_json::json!({}), "{m}: {r}");
+        }
+        let r = reply(r#"{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{"other":true}}"#);
+        assert_eq!(r["result"]["tools"], serde_json::json!([]), "{r}");
+        let r = reply(r#"{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"cursor":"c2"}}"#);
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let r = reply(r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"b"}}"#);
+        assert_eq!(r["error"]["code"], -32602, "{r}");
     }
 }

@@ -52,6 +52,15 @@ pub fn free_port() -> u16 {
     panic!("no free port in 20000..32000");
 }
 
+/// The path of a peer script under tests/interop.
+pub fn script(name: &str) -> String {
+    root()
+        .join("tests/interop")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Waits (up to 10 s) until something listens on `addr`, e.g. a child process the test started.
 pub async fn wait_listening(addr: SocketAddr) {
     for _ in 0..400 {

@@ -18,14 +18,6 @@ fn py2() -> PathBuf {
     installed("mcp2", &["mcp>=2,<3"]).join("bin/python")
 }
 
-fn script(name: &str) -> String {
-    root()
-        .join("tests/interop")
-        .join(name)
-        .display()
-        .to_string()
-}
-
 fn everything() -> String {
     installed("node", NODE_PACKAGES)
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")

@@ -790,3 +790,70 @@ fn a_process_killed_before_any_traffic_leaves_its_header() {
     let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert!(header.get("rpctap_recording").is_some(), "{text}");
 }
+
+/// A mock of one client's session answers another client: the MCP Inspector's CLI (its own
+/// `initialize`, with its own client info, version and capabilities) against a mock of
+/// the Python SDK 2.x client's stdio session with the Python SDK 2.x server gets the recorded
+/// server's tools, resources and tool results — with each `--match`.
+#[test]
+fn a_mock_answers_any_clients_protocol_plumbing_from_the_recorded_server() {
+    let tmp = Scratch::new("mock-plumbing");
+    let file = tmp.join("py.jsonl");
+    let py2 = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
+    let out = Command::new(&py2)
+        .arg(script("mcp2_client.py"))
+        .args(["--stdio", "legacy", env!("CARGO_BIN_EXE_rpctap"), "stdio"])
+        .args(["--no-hub", "--record", file.to_str().unwrap(), "--"])
+        .arg(&py2)
+        .args([script("mcp2_server.py"), "stdio".into()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inspector = installed("node", NODE_PACKAGES).join("node_modules/.bin/mcp-inspector");
+    for matching in ["method-params", "sequential"] {
+        let run = |extra: &[&str]| {
+            json_stdout(
+                Command::new(&inspector)
+                    .args(["--cli", env!("CARGO_BIN_EXE_rpctap"), "mock", "--stdio"])
+                    .args(["--match", matching, file.to_str().unwrap()])
+                    .args(extra),
+                "the Inspector CLI",
+            )
+        };
+        let tools = run(&["--method", "tools/list"]);
+        let names: Vec<&str> = tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"add") && names.contains(&"echo"),
+            "{matching}: {tools}"
+        );
+        let resources = run(&["--method", "resources/list"]);
+        assert_eq!(
+            resources["resources"][0]["uri"], "demo://readme",
+            "{matching}: {resources}"
+        );
+        let sum = run(&[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "add",
+            "--tool-arg",
+            "a=2",
+            "b=3",
+        ]);
+        assert_eq!(sum["content"][0]["text"], "5", "{matching}: {sum}");
+        let readme = run(&["--method", "resources/read", "--uri", "demo://readme"]);
+        assert!(
+            readme["contents"][0]["text"].is_string(),
+            "{matching}: {readme}"
+        );
+    }
+}

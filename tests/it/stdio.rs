@@ -18,14 +18,6 @@ fn py() -> String {
         .into_owned()
 }
 
-fn script(name: &str) -> String {
-    root()
-        .join("tests/interop")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
-
 /// Runs the SDK's stdio client against `command`; its JSON output.
 fn sdk_client(command: &[String]) -> serde_json::Value {
     let out = Command::new(py())
