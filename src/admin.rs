@@ -214,8 +214,8 @@ pub struct AdminState {
     pub feed: Feed,
     pub ready: Arc<Readiness>,
     pub token: Option<String>,
-    /// `/mcp`: what answers one JSON-RPC message of the agent API (`rpctap mcp` over HTTP),
-    /// when there is a state directory to serve; given by the app, which knows the agent.
+    /// `/mcp`: what answers one JSON-RPC message of the agent API (`rpctap mcp` over HTTP,
+    /// with this rpctap's own live session); given by the app, which knows the agent.
     pub agent: Option<McpHandler>,
 }
 

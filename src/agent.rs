@@ -9,7 +9,9 @@
 //! earlier), so a 2026-07-28 client falls back to the `initialize` handshake.
 //!
 //! What it serves is what the recordings hold: the hub's live and past sessions (a live
-//! session's recording is at most 100 ms behind it), or the recordings in `--dir`. Redaction is
+//! session's recording is at most 100 ms behind it), or the recordings in `--dir`; on an admin
+//! listener also that rpctap's own live session ([`THIS`]: its recording, else its feed's recent
+//! calls and findings). Redaction is
 //! the recording's: the API never sees more than a recording holds. Every list is paginated and
 //! every body cut at [`MAX_BODY`] bytes (said with `"cut": true`), and no tool result is larger
 //! than [`MAX_RESULT`].
@@ -37,10 +39,34 @@ pub enum Source {
     Dir(PathBuf),
 }
 
+/// The session of the rpctap serving the API (a proxy's, a demo's, `serve`'s on its admin
+/// listener), listed first as [`THIS`]: its recording when it records, else what its feed
+/// keeps (the recent calls and findings, without bodies).
+#[derive(Clone)]
+pub enum Own {
+    Recording(PathBuf),
+    Feed(crate::feed::Feed),
+}
+
+impl std::fmt::Debug for Own {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Own::Recording(p) => write!(f, "Recording({})", p.display()),
+            Own::Feed(_) => f.write_str("Feed"),
+        }
+    }
+}
+
+/// The name of the serving rpctap's own session.
+pub const THIS: &str = "this";
+
 /// The server's state.
 #[derive(Clone, Debug)]
 pub struct Agent {
-    pub source: Source,
+    /// The hub's or a directory's sessions (none: only `own`).
+    pub source: Option<Source>,
+    /// The session of the rpctap serving the API, live.
+    pub own: Option<Own>,
     /// `replay_call` may send a recorded call to a target.
     pub allow_replay: bool,
 }
@@ -175,11 +201,74 @@ fn outcome_json(o: &Outcome) -> Value {
 }
 
 impl Agent {
-    /// The sessions, newest first.
+    /// The sessions: the serving rpctap's own first, then the others newest first.
     fn sessions(&self) -> Vec<SessionInfo> {
+        let own = self.own_session();
+        let mut all: Vec<SessionInfo> = self
+            .source_sessions()
+            .into_iter()
+            // A recording joined to the hub is listed once, as this rpctap's own.
+            .filter(|s| {
+                own.as_ref()
+                    .is_none_or(|o| o.recording.is_none() || o.recording != s.recording)
+            })
+            .collect();
+        if let Some(o) = own {
+            all.insert(0, o);
+        }
+        all
+    }
+
+    /// The serving rpctap's own session, as listed.
+    fn own_session(&self) -> Option<SessionInfo> {
+        let (path, rec) = match self.own.as_ref()? {
+            Own::Recording(p) => (Some(p.clone()), crate::record::reader::read(p).ok()?),
+            Own::Feed(f) => (None, f.snapshot()),
+        };
+        // A recording's header says `created_ns`, the feed's `started`.
+        let started = ["created_ns", "started"]
+            .iter()
+            .find_map(|k| rec.header.get(k).and_then(Value::as_u64))
+            .unwrap_or_default();
+        let calls: Vec<&crate::events::CallEvent> = rec.calls().collect();
+        Some(SessionInfo {
+            name: THIS.to_string(),
+            label: crate::record::label(&rec.header),
+            mode: rec
+                .header
+                .get("mode")
+                .and_then(Value::as_str)
+                .unwrap_or("proxy")
+                .to_string(),
+            command: Vec::new(),
+            pid: Some(std::process::id()),
+            started,
+            live: true,
+            bytes: path
+                .as_ref()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(0, |m| m.len()),
+            recording: path,
+            calls: calls.len() as u64,
+            errors: calls
+                .iter()
+                .filter(|c| {
+                    crate::events::call_failed(&c.method, &c.outcome, c.anomalies.iter().copied())
+                })
+                .count() as u64,
+            anomalies: rec
+                .events
+                .iter()
+                .filter(|e| matches!(e, Event::Anomaly(_)))
+                .count() as u64,
+        })
+    }
+
+    fn source_sessions(&self) -> Vec<SessionInfo> {
         match &self.source {
-            Source::Home(h) => h.sessions_list(10_000),
-            Source::Dir(d) => {
+            None => Vec::new(),
+            Some(Source::Home(h)) => h.sessions_list(10_000),
+            Some(Source::Dir(d)) => {
                 let mut out: Vec<SessionInfo> = std::fs::read_dir(d)
                     .map(|rd| {
                         rd.flatten()
@@ -197,9 +286,18 @@ impl Agent {
 
     /// A session's recording, by name (or a path).
     fn recording(&self, what: &str) -> Result<(PathBuf, Capture), String> {
+        match (&self.own, what) {
+            (Some(Own::Recording(p)), THIS) => {
+                let rec = crate::record::reader::read(p).map_err(|e| e.to_string())?;
+                return Ok((p.clone(), rec));
+            }
+            (Some(Own::Feed(f)), THIS) => return Ok((PathBuf::new(), f.snapshot())),
+            _ => {}
+        }
         let path = match &self.source {
-            Source::Home(h) => h.find(what).map_err(|e| e.to_string())?,
-            Source::Dir(d) => {
+            None => return Err(format!("no session {what:?} (list_sessions names them)")),
+            Some(Source::Home(h)) => h.find(what).map_err(|e| e.to_string())?,
+            Some(Source::Dir(d)) => {
                 let by_name = d.join(format!("{what}.jsonl"));
                 let p = Path::new(what);
                 if by_name.is_file() {

@@ -353,6 +353,26 @@ impl Feed {
         Ok(FeedClient { rx })
     }
 
+    /// What the feed keeps, as a recording: its header, and the recent calls and findings in
+    /// the order they happened (no message bodies: the feed keeps none).
+    pub fn snapshot(&self) -> crate::record::reader::Capture {
+        let mut events: Vec<Event> = self
+            .calls_locked()
+            .iter()
+            .cloned()
+            .map(Event::Call)
+            .collect();
+        events.extend(self.anomalies_locked().iter().cloned().map(Event::Anomaly));
+        events.sort_by_key(Event::ts);
+        let header = serde_json::from_slice(&self.inner.header).unwrap_or_default();
+        crate::record::reader::Capture {
+            header,
+            events,
+            runs: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
     /// The most recent ended calls, newest last, as recording lines' JSON values.
     pub fn recent_calls(&self, limit: usize) -> Vec<serde_json::Value> {
         let recent: Vec<CallEvent> = {

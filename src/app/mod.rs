@@ -77,10 +77,12 @@ pub struct Ops {
 impl Ops {
     /// Subscribes the metrics and the feed to `bus` and binds the admin listener (so a bad
     /// address fails before anything serves). `header` describes this run in the feed.
+    /// `recording`: where this run records, which the agent API serves as its own session.
     pub async fn start(
         cfg: &crate::admin::AdminConfig,
         bus: &mut BusBuilder,
         header: serde_json::Value,
+        recording: Option<std::path::PathBuf>,
     ) -> Result<Ops, AppError> {
         let metrics = crate::metrics::Metrics::new(cfg.max_label_values);
         bus.sink(crate::metrics::INTEREST, metrics.clone());
@@ -94,17 +96,24 @@ impl Ops {
                 feed: feed.clone(),
                 ready: ready.clone(),
                 token: cfg.token.clone(),
-                agent: crate::hub::Home::from_env().ok().map(|h| {
+                agent: {
+                    // Its own live session (its recording, else its feed), and the hub's.
                     let agent = crate::agent::Agent {
-                        source: crate::agent::Source::Home(h),
+                        source: crate::hub::Home::from_env()
+                            .ok()
+                            .map(crate::agent::Source::Home),
+                        own: Some(match recording {
+                            Some(p) => crate::agent::Own::Recording(p),
+                            None => crate::agent::Own::Feed(feed.clone()),
+                        }),
                         allow_replay: false,
                     };
                     let handler: crate::admin::McpHandler = Arc::new(move |m| {
                         let a = agent.clone();
                         Box::pin(async move { a.handle(&m).await })
                     });
-                    handler
-                }),
+                    Some(handler)
+                },
             },
         )
         .await?;
@@ -1258,7 +1267,8 @@ pub async fn agent(args: crate::cli::McpArgs) -> Result<i32, OfflineError> {
         ),
     };
     crate::agent::serve_stdio(crate::agent::Agent {
-        source,
+        source: Some(source),
+        own: None,
         allow_replay: args.allow_replay,
     })
     .await

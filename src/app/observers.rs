@@ -78,7 +78,10 @@ impl Observers {
             }
         };
         let ops = match &chain.admin {
-            Some(a) => Some(Ops::start(a, bus, chain.feed_header).await?),
+            Some(a) => {
+                let recording = chain.record.as_ref().map(|r| r.path.clone());
+                Some(Ops::start(a, bus, chain.feed_header, recording).await?)
+            }
             None => None,
         };
         let otel = chain.otel.map(|o| {

@@ -490,3 +490,89 @@ fn get_call_on_a_stdio_session_gives_each_call_its_own_findings() {
     assert!(!init.contains(&"TOOL_ERROR".to_string()), "{init:?}");
     assert!(failed.contains(&"TOOL_ERROR".to_string()), "{failed:?}");
 }
+
+/// A proxy's admin listener serves its own live session as `this`, without joining the hub:
+/// from its recording when it records (bodies too), else from what its feed keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listeners_agent_api_sees_its_own_live_session() {
+    let dir = Scratch::new("agent-own");
+    let (demo, _d) = start_demo().await;
+    for record in [false, true] {
+        let admin_port = free_port();
+        let listen = free_port();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["proxy", "--no-tui", "--log", "off"])
+            .args(["--listen", &format!("127.0.0.1:{listen}")])
+            .args(["--upstream", &format!("http://{demo}")])
+            .args(["--admin", &format!("127.0.0.1:{admin_port}")])
+            // An empty state directory: nothing of the hub's to list.
+            .env("RPCTAP_HOME", dir.join(format!("home-{record}")));
+        if record {
+            cmd.args(["--record", dir.join("own.jsonl").to_str().unwrap()]);
+        }
+        let _proxy = Proc::spawn(&mut cmd);
+        let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], listen));
+        wait_listening(admin).await;
+        wait_listening(addr).await;
+        post_json(
+            addr,
+            "/jsonrpc",
+            r#"{"jsonrpc":"2.0","id":1,"method":"add","params":[2,3]}"#,
+        )
+        .await;
+        post_json(
+            addr,
+            "/jsonrpc",
+            r#"{"jsonrpc":"2.0","id":2,"method":"nosuch"}"#,
+        )
+        .await;
+        let ask = |name: &str, args: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#
+            )
+        };
+        let json = [("content-type", "application/json")];
+        // The recording is at most 100 ms behind.
+        let mut calls = serde_json::Value::Null;
+        for _ in 0..50 {
+            let r = send(
+                admin,
+                "POST",
+                "/mcp",
+                &json,
+                ask("list_calls", r#"{"session":"this"}"#),
+            )
+            .await;
+            calls = r.json()["result"]["structuredContent"].clone();
+            if calls["total"] == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(calls["total"], 2, "record={record}: {calls}");
+        assert_eq!(calls["calls"][1]["method"], "nosuch", "{calls}");
+        let r = send(admin, "POST", "/mcp", &json, ask("list_sessions", "{}")).await;
+        let s = &r.json()["result"]["structuredContent"]["sessions"];
+        assert_eq!(s[0]["name"], "this", "{s}");
+        assert_eq!(s[0]["live"], true);
+        assert_eq!(s[0]["calls"], 2);
+        assert_eq!(s[0]["errors"], 1, "{s}");
+        let r = send(
+            admin,
+            "POST",
+            "/mcp",
+            &json,
+            ask("get_call", r#"{"session":"this","index":0}"#),
+        )
+        .await;
+        let c = &r.json()["result"]["structuredContent"];
+        assert_eq!(c["call"]["method"], "add", "{c}");
+        if record {
+            assert_eq!(
+                c["reply"]["text"], r#"{"jsonrpc":"2.0","id":1,"result":5}"#,
+                "the bodies come from the recording: {c}"
+            );
+        }
+    }
+}
