@@ -382,9 +382,17 @@ pub struct CheckArgs {
     /// Fail if any call took longer than this.
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub max_duration: Option<f64>,
-    /// `json` (seed 004's result, one line per scope), `text` (a summary), `junit` (XML).
+    /// `json` (seed 004's result, one line per scope), `text` (a summary), `junit` (XML),
+    /// `html` (the recording's report with the gate's verdict on top).
     #[arg(long, value_enum, default_value = "json")]
     pub format: CheckFormat,
+    /// With `--format html`: the diff of this golden recording against the checked one, in the
+    /// report (as `rpctap diff GOLDEN FILE` says it).
+    #[arg(long, value_name = "GOLDEN")]
+    pub diff_from: Option<String>,
+    /// With `--format html`: a replay's output (`rpctap replay … > FILE`), in the report.
+    #[arg(long, value_name = "FILE")]
+    pub replay_report: Option<PathBuf>,
     /// Write the report here instead of stdout.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -468,6 +476,7 @@ pub enum CheckFormat {
     Json,
     Text,
     Junit,
+    Html,
 }
 
 /// Export formats.

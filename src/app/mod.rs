@@ -1116,7 +1116,17 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
             )));
         }
         report = crate::gate::recording(&gate, &rec, results);
+        if args.format == crate::cli::CheckFormat::Html {
+            let out = gated_report(&args, &rec, &report)?;
+            write_out(args.output.as_deref(), &out)?;
+            return Ok(i32::from(report.failed()));
+        }
     } else {
+        if args.format == crate::cli::CheckFormat::Html {
+            return Err(OfflineError::Io(
+                "--format html needs a recording (an exchange document has no report)".into(),
+            ));
+        }
         if !(gate.expect_tools.is_empty()
             && gate.forbid_tools.is_empty()
             && gate.max_duration.is_none())
@@ -1162,10 +1172,57 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     let out = match args.format {
         crate::cli::CheckFormat::Json => crate::gate::json(&report),
         crate::cli::CheckFormat::Text => crate::gate::text(&report),
-        crate::cli::CheckFormat::Junit => crate::gate::junit(&report),
+        crate::cli::CheckFormat::Junit | crate::cli::CheckFormat::Html => {
+            crate::gate::junit(&report)
+        }
     };
     write_out(args.output.as_deref(), &out)?;
     Ok(i32::from(report.failed()))
+}
+
+/// `check --format html`: the recording's report under the gate's verdict (what failed it,
+/// the drift against the baseline among it), with the diff against `--diff-from` and the
+/// replay's output when given — what a CI job's artifact needs to say why it failed.
+fn gated_report(
+    args: &crate::cli::CheckArgs,
+    rec: &crate::record::reader::Capture,
+    report: &crate::gate::Report,
+) -> Result<String, OfflineError> {
+    let mut sections = vec![crate::record::report::Section {
+        id: "gate",
+        title: if report.failed() {
+            "Gate: FAIL".into()
+        } else {
+            "Gate: pass".into()
+        },
+        failed: report.failed(),
+        text: crate::gate::text(report),
+    }];
+    if let Some(golden) = &args.diff_from {
+        let (gn, g) = recording_named(golden)?;
+        let th = crate::diff::Thresholds {
+            min_us: 100_000,
+            ratio: 2.0,
+        };
+        let d = crate::diff::diff(&gn, &g, &args.file, rec, th);
+        sections.push(crate::record::report::Section {
+            id: "diff",
+            title: format!("Diff against {gn}"),
+            failed: d.regressions() > 0,
+            text: crate::diff::text(&d),
+        });
+    }
+    if let Some(f) = &args.replay_report {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", f.display())))?;
+        sections.push(crate::record::report::Section {
+            id: "replay",
+            title: format!("Replay ({})", f.display()),
+            failed: false,
+            text,
+        });
+    }
+    Ok(crate::record::report::html_with(rec, &args.file, &sections))
 }
 
 /// A recording named by its path or, in the state directory, by its session name.

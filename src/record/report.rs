@@ -63,8 +63,23 @@ const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222
 
 const SCRIPT: &str = "const q=document.getElementById('q');q.addEventListener('input',()=>{const t=q.value.toLowerCase();let n=0;for(const r of document.querySelectorAll('tr.call')){const s=r.textContent.toLowerCase().includes(t);r.style.display=s?'':'none';if(s)n++;}document.getElementById('shown').textContent=n;});";
 
+/// A section above the report's own: the gate's verdict, a diff, a replay's output — each
+/// said as its command says it.
+pub struct Section {
+    pub id: &'static str,
+    pub title: String,
+    /// Whether it says the run failed (shown as an error).
+    pub failed: bool,
+    pub text: String,
+}
+
 /// The report of a recording.
 pub fn html(rec: &Capture, name: &str) -> String {
+    html_with(rec, name, &[])
+}
+
+/// The report of a recording, `sections` first (`check --format html`).
+pub fn html_with(rec: &Capture, name: &str, sections: &[Section]) -> String {
     let label = super::label(&rec.header);
     // The messages of each call, by (scope, direction of the request, id).
     let mut requests: HashMap<(String, Direction, String), &[u8]> = HashMap::new();
@@ -118,7 +133,21 @@ pub fn html(rec: &Capture, name: &str) -> String {
         calls.len(),
         findings.len()
     );
-    let _ = write!(o, "<h2 id=\"findings\">Findings ({})</h2>", findings.len());
+    for s in sections {
+        let class = if s.failed { "error" } else { "ok" };
+        let _ = write!(
+            o,
+            "<h2 id=\"{}\" class=\"{class}\">{}</h2><pre>{}</pre>",
+            s.id,
+            esc(&s.title),
+            esc(&s.text)
+        );
+    }
+    let _ = write!(
+        o,
+        "<h2 id=\"findings\">Findings recorded live ({})</h2>",
+        findings.len()
+    );
     if findings.is_empty() {
         o.push_str("<p class=\"ok\">none</p>");
     } else {

@@ -228,6 +228,35 @@ async fn baselines_catch_tool_drift_live_and_in_check() {
     let (_, text, _) = run(&["check", b, "--baseline", dir, "--format", "text"]);
     assert!(text.contains("error   MCP_TOOL_DRIFT"), "{text}");
     assert!(text.contains("warning MCP_TOOL_DRIFT"), "{text}");
+    // The HTML report says why the gate failed (the drift), with the diff against the first
+    // build — what a CI job's artifact needs.
+    let html = r.baselines.with_file_name("gated.html");
+    let (code, _, err) = run(&[
+        "check",
+        b,
+        "--baseline",
+        dir,
+        "--format",
+        "html",
+        "-o",
+        html.to_str().unwrap(),
+        "--diff-from",
+        r.a.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains(r#"<h2 id="gate" class="error">Gate: FAIL</h2>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains("error   MCP_TOOL_DRIFT") && page.contains("tool `search` drifted"),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<h2 id="diff" class="error">Diff against"#),
+        "{page}"
+    );
     // Taken by hand from the first session instead: the same verdict.
     let label = rpctap::gate::label(&rpctap::record::reader::read(&r.b).unwrap().header);
     assert_eq!(run(&["baseline", "reset", &label, "--dir", dir]).0, 0);
@@ -517,8 +546,14 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
             assert!(work.join(f).is_file(), "{f}: {say}");
         }
         let replay = std::fs::read_to_string(work.join("replay.txt")).unwrap();
+        let report = std::fs::read_to_string(work.join("report.html")).unwrap();
+        assert!(report.contains(r#"<h2 id="gate""#), "{report}");
         if changed {
             assert!(replay.contains("result: expected 5, got 6"), "{replay}");
+            assert!(
+                report.contains("result: expected 5, got 6"),
+                "the report says why the job failed: {report}"
+            );
         } else {
             let diff = std::fs::read_to_string(work.join("diff.md")).unwrap();
             assert!(diff.contains("No differences (2 calls matched)"), "{diff}");
