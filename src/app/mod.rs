@@ -1058,15 +1058,31 @@ pub async fn mock(
 /// error or a warning) or an assertion breaks.
 pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     use crate::inspect::offline::{check_document, CheckLimits};
-    let bytes = if args.file == "-" {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+    // A file is read once: its first line says whether it is a recording (read by the reader,
+    // its rotated parts too) or exchange documents (read whole here).
+    let stdin = args.file == "-";
+    let mut bytes = Vec::new();
+    if stdin {
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
             .map_err(|e| OfflineError::Io(format!("cannot read stdin: {e}")))?;
-        b
     } else {
-        std::fs::read(&args.file)
-            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?
-    };
+        let f = std::fs::File::open(&args.file)
+            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?;
+        std::io::BufRead::read_until(
+            &mut std::io::BufReader::new(std::io::Read::take(f, 1 << 20)),
+            b'\n',
+            &mut bytes,
+        )
+        .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?;
+    }
+    let recording = String::from_utf8_lossy(&bytes)
+        .lines()
+        .next()
+        .is_some_and(|l| l.contains("\"rpctap_recording\""));
+    if !stdin && !recording {
+        bytes = std::fs::read(&args.file)
+            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?;
+    }
     let limits = CheckLimits {
         max_bytes: args.max_bytes,
         max_depth: args.max_depth,
@@ -1075,15 +1091,14 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         ..Default::default()
     };
     let text = String::from_utf8_lossy(&bytes);
-    let first = text.lines().next().unwrap_or("");
     let mut gate = crate::gate::Gate::new(&args.fail_on, &args.allow)
         .map_err(|e| OfflineError::Io(e.to_string()))?;
     gate.expect_tools = args.expect_tool.clone();
     gate.forbid_tools = args.forbid_tool.clone();
     gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
     let report;
-    if first.contains("\"rpctap_recording\"") {
-        let rec = if args.file == "-" {
+    if recording {
+        let rec = if stdin {
             let mut rec = crate::record::reader::Capture::default();
             crate::record::reader::parse_part(&text, "stdin", &mut rec, true)
                 .map_err(|why| OfflineError::Io(format!("stdin: {why}")))?;

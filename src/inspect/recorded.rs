@@ -162,17 +162,24 @@ fn end_reason(reason: &str) -> EndReason {
 
 /// Feeds one run of a recording through a fresh inspector; returns the events it published.
 pub fn reinspect(header: &serde_json::Value, events: &[Event]) -> Vec<Event> {
-    reinspect_with(header, events, None)
+    reinspect_with(header, events, None, Interest::ALL)
 }
+
+/// What `check` reads of a re-inspection: the messages, the calls and the findings (no HTTP
+/// heads, which would be built and kept for nothing).
+const CHECKED: Interest = Interest::MESSAGE.and(Interest::CALL).and(Interest::ANOMALY);
 
 fn reinspect_with(
     header: &serde_json::Value,
     events: &[Event],
     baseline: Option<Arc<crate::baseline::Live>>,
+    interest: Interest,
 ) -> Vec<Event> {
     let mut bus = BusBuilder::default();
-    let out = Arc::new(Collect::default());
-    bus.sink(Interest::ALL, out.clone());
+    // About as many events come out as went in: room for them at once (growing by doubling
+    // copies hundreds of megabytes on a large recording).
+    let out = Arc::new(Collect(Mutex::new(Vec::with_capacity(events.len()))));
+    bus.sink(interest, out.clone());
     let mut cfg = recorded_config(header);
     cfg.baseline = baseline;
     let sweep_every = (cfg.call_timeout / 4)
@@ -489,7 +496,12 @@ pub fn check_recording_with(
 ) -> Vec<(String, CheckResult)> {
     let mut out = Vec::new();
     for (header, events) in rec.run_slices() {
-        out.extend(results(reinspect_with(header, events, baseline.clone())));
+        out.extend(results(reinspect_with(
+            header,
+            events,
+            baseline.clone(),
+            CHECKED,
+        )));
     }
     out
 }

@@ -110,6 +110,10 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Capture, first: bool) -> Res
     if first || h.get("appended").and_then(|v| v.as_bool()) == Some(true) {
         rec.runs.push((rec.events.len(), h));
     }
+    // One event a line, nearly: room for them at once, not by doubling (a large recording's
+    // events are hundreds of megabytes, copied at each growth).
+    rec.events
+        .reserve(memchr::memchr_iter(b'\n', text.as_bytes()).count());
     let mut n = 1;
     while let Some(line) = lines.next() {
         n += 1;
@@ -157,7 +161,9 @@ pub fn read(path: &Path) -> Result<Capture, Error> {
     loop {
         let p = part_path(path, n);
         let text = match std::fs::read(&p) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            // Valid UTF-8 (as rpctap writes it) is taken as it is, not copied.
+            Ok(b) => String::from_utf8(b)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
             Err(e) if n > 0 && e.kind() == std::io::ErrorKind::NotFound => break,
             Err(source) => return Err(Error::Read { path: p, source }),
         };
