@@ -29,7 +29,9 @@ pub fn show_secs(d: std::time::Duration) -> String {
     } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
-        format!("{}s", d.as_secs_f64())
+        // Two decimals at most (a held message's 1.953579624 s is "1.95s").
+        let t = format!("{:.2}", d.as_secs_f64());
+        format!("{}s", t.trim_end_matches('0').trim_end_matches('.'))
     }
 }
 
@@ -114,6 +116,15 @@ pub fn de_size_usize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<us
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_show_as_a_person_reads_them() {
+        let d = std::time::Duration::from_nanos;
+        assert_eq!(show_secs(d(1_953_579_624)), "1.95s");
+        assert_eq!(show_secs(d(1_500_000_000)), "1.5s");
+        assert_eq!(show_secs(d(2_000_000_000)), "2s");
+        assert_eq!(show_secs(d(250_000_000)), "250ms");
+    }
+
     use super::*;
 
     #[test]

@@ -10,13 +10,27 @@ use std::sync::Arc;
 /// stays flat however high the load; the header says so.
 pub const EVENT_BUDGET: f64 = 10_000.0;
 
+/// The budget in force: [`EVENT_BUDGET`], or `RPCTAP_EVENT_BUDGET` (events a second) when set —
+/// for a display on a slow terminal, and for tests that must see sampling start whatever the
+/// machine's speed.
+fn budget() -> f64 {
+    static B: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("RPCTAP_EVENT_BUDGET")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|b| *b >= 1.0)
+            .unwrap_or(EVENT_BUDGET)
+    })
+}
+
 /// The stride that keeps `seen_per_sec` events per second — taken in at stride `current` —
-/// within [`EVENT_BUDGET`]. It rises at once, and falls only when the traffic would fit in half
-/// the stride (no flapping at the edge).
+/// within the budget ([`EVENT_BUDGET`]). It rises at once, and falls only when the traffic would
+/// fit in half the stride (no flapping at the edge).
 pub fn next_stride(current: u64, seen_per_sec: f64) -> u64 {
     let current = current.max(1);
     let offered = seen_per_sec * current as f64;
-    let want = (offered / EVENT_BUDGET).ceil().clamp(1.0, 1024.0) as u64;
+    let want = (offered / budget()).ceil().clamp(1.0, 1024.0) as u64;
     if want > current || want * 2 <= current {
         want
     } else {

@@ -62,11 +62,11 @@ pub fn spawn(
         })
         .await
         .unwrap_or_default();
-        for s in past {
+        for s in &past {
             known.insert(s.name.clone());
-            if !load_past(s, &mut next_src, &tx).await {
-                return;
-            }
+        }
+        if !load_past(past, &mut next_src, &tx).await {
+            return;
         }
         let mut tick = tokio::time::interval(POLL);
         loop {
@@ -122,7 +122,7 @@ pub fn spawn(
                     .ok()
                     .flatten();
                 if let Some(info) = info {
-                    if !load_past(info, &mut next_src, &tx).await {
+                    if !load_past(vec![info], &mut next_src, &tx).await {
                         return;
                     }
                 }
@@ -138,40 +138,69 @@ fn session_name_of(p: &std::path::Path) -> Option<String> {
     Some(p.file_name()?.to_str()?.strip_suffix(".jsonl")?.to_string())
 }
 
-/// Reads a past session and hands it on; `false` when the dashboard is gone.
-async fn load_past(info: SessionInfo, next_src: &mut u32, tx: &mpsc::Sender<WatchMsg>) -> bool {
-    let Some(path) = info.recording.clone() else {
-        return true;
-    };
-    let rec = tokio::task::spawn_blocking(move || crate::record::reader::read(&path)).await;
-    let rec = match rec {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            return tx
-                .send(WatchMsg::Note(format!("{}: {e}", info.name)))
-                .await
-                .is_ok()
+/// Reads past sessions and hands them on, their events merged in time order (sessions that ran
+/// side by side — a desktop client's servers — interleave in the calls list as they happened);
+/// `false` when the dashboard is gone.
+async fn load_past(
+    infos: Vec<SessionInfo>,
+    next_src: &mut u32,
+    tx: &mpsc::Sender<WatchMsg>,
+) -> bool {
+    let mut read = Vec::new();
+    for info in infos {
+        let Some(path) = info.recording.clone() else {
+            continue;
+        };
+        let rec = tokio::task::spawn_blocking(move || crate::record::reader::read(&path)).await;
+        match rec {
+            Ok(Ok(r)) => {
+                let src = *next_src;
+                *next_src += 1;
+                if tx.send(WatchMsg::Server { src, info }).await.is_err() {
+                    return false;
+                }
+                read.push((src, r.events.into_iter().peekable()));
+            }
+            Ok(Err(e)) => {
+                if tx
+                    .send(WatchMsg::Note(format!("{}: {e}", info.name)))
+                    .await
+                    .is_err()
+                {
+                    return false;
+                }
+            }
+            Err(_) => {}
         }
-        Err(_) => return true,
-    };
-    let src = *next_src;
-    *next_src += 1;
-    if tx.send(WatchMsg::Server { src, info }).await.is_err() {
-        return false;
     }
-    for e in rec.events {
-        if tx
-            .send(WatchMsg::Event {
-                src,
-                event: Box::new(e),
-            })
-            .await
-            .is_err()
-        {
+    // The earliest next event of any session, each time (a few sessions: a scan is enough).
+    loop {
+        let next = read
+            .iter_mut()
+            .filter_map(|(src, evs)| Some((evs.peek()?.ts(), *src)))
+            .min();
+        let Some((_, src)) = next else { break };
+        let Some(event) = read
+            .iter_mut()
+            .find(|(s, _)| *s == src)
+            .and_then(|(_, evs)| evs.next())
+        else {
+            break;
+        };
+        let msg = WatchMsg::Event {
+            src,
+            event: Box::new(event),
+        };
+        if tx.send(msg).await.is_err() {
             return false;
         }
     }
-    tx.send(WatchMsg::Ended { src, why: None }).await.is_ok()
+    for (src, _) in read {
+        if tx.send(WatchMsg::Ended { src, why: None }).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// Follows one live session's feed until its process is gone.
@@ -241,4 +270,50 @@ fn follow(
         task.abort();
         let _ = tx.send(WatchMsg::Ended { src, why: None }).await;
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two past sessions that ran side by side reach the dashboard with their events
+    /// interleaved in time, not one session after the other.
+    #[tokio::test]
+    async fn past_sessions_side_by_side_come_in_time_order() {
+        let dir = std::env::temp_dir().join(format!("rpctap-watch-order-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let home = Home {
+            state: dir.clone(),
+            runtime: dir.join("run"),
+        };
+        std::fs::create_dir_all(home.sessions()).unwrap();
+        for (name, start) in [("a", 1_000u64), ("b", 1_500)] {
+            let mut text = format!(
+                "{{\"rpctap_recording\":1,\"part\":0,\"created_ns\":{start},\"transport\":\"stdio\",\"label\":\"{name}\"}}\n"
+            );
+            for i in 0..4u64 {
+                let ts = start + i * 1_000;
+                text.push_str(&format!(
+                    "{{\"event\":\"message\",\"ts\":{ts},\"exchange\":1,\"scope\":\"session:{name}\",\"direction\":\"c2s\",\"transport\":\"stdio\",\"kind\":\"notification\",\"method\":\"n\",\"message\":{{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}}}\n"
+                ));
+            }
+            std::fs::write(home.sessions().join(format!("{name}.jsonl")), text).unwrap();
+        }
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = spawn(home, 10, tx);
+        let mut ts = Vec::new();
+        let mut ended = 0;
+        while ended < 2 {
+            match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+                Ok(Some(WatchMsg::Event { event, .. })) => ts.push(event.ts()),
+                Ok(Some(WatchMsg::Ended { .. })) => ended += 1,
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+        task.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(ts.len(), 8, "{ts:?}");
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]), "{ts:?}");
+    }
 }

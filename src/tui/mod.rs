@@ -316,6 +316,8 @@ pub fn load_recording(app: &mut App, rec: &Capture) {
     if let Some(first) = rec.messages().next() {
         app.started_ns = first.ts;
     }
+    let span = |e: Option<&crate::events::Event>| e.map_or(0, crate::events::Event::ts);
+    app.recorded_ns = Some(span(rec.events.last()).saturating_sub(span(rec.events.first())));
 }
 
 /// The `listen → upstream` the header names: a recording's header or a feed's. A stdio

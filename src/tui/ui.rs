@@ -164,10 +164,10 @@ fn header(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     };
     let mut l1 = vec![
         Span::raw(format!("{} → {}", app.listen, app.upstream)),
-        Span::raw(format!(
-            "  up {}",
-            uptime(app.now_ns.saturating_sub(app.started_ns))
-        )),
+        Span::raw(match app.recorded_ns {
+            Some(span) => format!("  recorded, {} long", uptime(span)),
+            None => format!("  up {}", uptime(app.now_ns.saturating_sub(app.started_ns))),
+        }),
     ];
     if app.sample > 1 {
         l1.push(Span::styled(

@@ -87,6 +87,8 @@ pub struct App {
     pub can_resend: bool,
     pub started_ns: u64,
     pub now_ns: u64,
+    /// A past recording on screen: how long it spans (the header says so instead of `up`).
+    pub recorded_ns: Option<u64>,
     pub rows: VecDeque<Row>,
     /// Rows folded into a later round of their call (kept, not listed).
     folded: usize,
@@ -198,6 +200,7 @@ impl App {
             can_resend: false,
             started_ns: now_ns,
             now_ns,
+            recorded_ns: None,
             rows: VecDeque::new(),
             folded: 0,
             max_rows: max_rows.max(1),
