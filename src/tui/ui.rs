@@ -302,13 +302,21 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             })
         })
         .collect();
+    // On a wide terminal the method stops at 72 columns (a tool's name fits) and the id and
+    // outcome get room, so they stay beside it instead of at the far right; what is left over
+    // stays blank after the last column.
+    let wide = area.width >= 160;
     let mut widths = vec![
         Constraint::Length(if narrow { 8 } else { 12 }),
         Constraint::Length(crate::tui::app::SCOPE_WIDTH as u16),
         Constraint::Length(3),
-        Constraint::Min(12),
-        Constraint::Length(6),
-        Constraint::Length(12),
+        if wide {
+            Constraint::Max(72)
+        } else {
+            Constraint::Min(12)
+        },
+        Constraint::Length(if wide { 14 } else { 6 }),
+        Constraint::Length(if wide { 24 } else { 12 }),
         Constraint::Length(9),
     ];
     let mut head = vec!["time", "scope", "dir", "method", "id", "outcome", "latency"];
@@ -318,6 +326,10 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     }
     widths.push(Constraint::Length(1));
     head.push("!");
+    if wide {
+        widths.push(Constraint::Fill(1));
+        head.push("");
+    }
     // Rows are calls and notifications alike; the header's `calls` counts calls that ended.
     let title = format!(
         " {} of {} {}",

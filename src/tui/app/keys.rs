@@ -127,6 +127,15 @@ impl App {
         Filter::parse(&self.filter).unwrap_or_default()
     }
 
+    /// The list filters as the input is typed (as k9s and lazygit do): whenever what is typed so
+    /// far reads, it is in force; while it does not, the last one that did stays.
+    fn filter_as_typed(&mut self) {
+        if Filter::parse(&self.filter_input).is_ok() && self.filter != self.filter_input {
+            self.filter = self.filter_input.clone();
+            self.selected = 0;
+        }
+    }
+
     /// Why the filter being typed cannot be read, if it cannot.
     pub fn filter_error(&self) -> Option<String> {
         Filter::parse(&self.filter_input).err()
@@ -229,11 +238,14 @@ impl App {
                 Key::Esc => {
                     self.editing_filter = false;
                     self.filter_input.clear();
+                    self.filter = std::mem::take(&mut self.filter_before);
+                    self.selected = 0;
                 }
                 Key::Enter => match Filter::parse(&self.filter_input) {
                     Ok(_) => {
                         self.editing_filter = false;
                         self.filter = std::mem::take(&mut self.filter_input);
+                        self.filter_before.clear();
                         self.selected = 0;
                     }
                     // Kept open, the reason beside what was typed.
@@ -241,8 +253,12 @@ impl App {
                 },
                 Key::Backspace => {
                     self.filter_input.pop();
+                    self.filter_as_typed();
                 }
-                Key::Char(c) => self.filter_input.push(c),
+                Key::Char(c) => {
+                    self.filter_input.push(c);
+                    self.filter_as_typed();
+                }
                 _ => {}
             }
             return Action::None;
@@ -373,6 +389,7 @@ impl App {
             Key::Char('/') => {
                 self.editing_filter = true;
                 self.filter_input = self.filter.clone();
+                self.filter_before = self.filter.clone();
             }
             Key::Char('n') if self.detail && !self.find.is_empty() => {
                 self.find_hit = self.find_hit.wrapping_add(1);

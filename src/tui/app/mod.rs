@@ -141,6 +141,9 @@ pub struct App {
     pub filter: String,
     pub editing_filter: bool,
     pub filter_input: String,
+    /// The filter in force when `/` opened the input: what Esc puts back (the list filters as
+    /// the input is typed, whenever what is typed so far reads).
+    filter_before: String,
     /// A message for the status line: set through `say`, it clears itself `STATUS_FOR` later;
     /// set directly (a standing hint), it stays.
     pub status: String,
@@ -234,6 +237,7 @@ impl App {
             filter: String::new(),
             editing_filter: false,
             filter_input: String::new(),
+            filter_before: String::new(),
             status: String::new(),
             status_at: None,
             no_color: false,

@@ -615,7 +615,31 @@ fn a_filter_that_cannot_be_read_says_why_and_is_not_applied() {
     a.handle_key(Key::Enter);
     assert!(a.editing_filter, "kept open to be mended");
     assert!(a.status.contains("filter not applied"), "{}", a.status);
+    // As it was typed, the list was filtered by what read so far (`tol`, as text); `tol:` never
+    // applied. Esc puts back the filter from before.
+    assert_eq!(a.filter, "tol");
+    a.handle_key(Key::Esc);
     assert_eq!(a.filter, "");
+}
+
+/// The list filters as the filter is typed, and Enter keeps it.
+#[test]
+fn the_list_filters_as_the_filter_is_typed() {
+    let mut a = app_for_filters();
+    let all = a.visible_len();
+    a.handle_key(Key::Char('/'));
+    for c in "status:error".chars() {
+        a.handle_key(Key::Char(c));
+    }
+    assert_eq!(a.filter, "status:error", "in force before Enter");
+    let errors = a.visible_len();
+    assert!(errors < all && errors > 0, "{errors} of {all}");
+    a.handle_key(Key::Enter);
+    assert!(!a.editing_filter);
+    assert_eq!(
+        (a.filter.as_str(), a.visible_len()),
+        ("status:error", errors)
+    );
 }
 
 #[test]
