@@ -518,16 +518,17 @@ pub(crate) async fn serve_maybe_tui(
     let running = RunningProxy::bind_with(cfg, bus).await?;
     // The banner goes inside the dashboard (the empty list's placeholder): printed before it
     // opens, it would be hidden until quitting.
+    // The keys and the admin listener first: on a small terminal (80×24) what is cut is the
+    // last of the examples, never how to get help or attach.
     let mut intro: Vec<String> = Vec::new();
     if let Some(b) = banner {
         let addr = running.local_addr().unwrap_or(running.cfg.listen);
-        intro.extend(b(addr).lines().map(str::to_string));
+        intro.push("Every call shows up here as a row. `?` lists the keys, `q` quits.".into());
         if let Some(o) = &running.observers.ops {
-            intro.push(String::new());
             intro.push(o.banner().trim_start_matches("rpctap: ").to_string());
         }
         intro.push(String::new());
-        intro.push("Every call shows up here as a row. `?` lists the keys, `q` quits.".into());
+        intro.extend(b(addr).lines().map(str::to_string));
     }
     let listen = running
         .local_addr()

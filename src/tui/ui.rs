@@ -555,9 +555,16 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     if app.editing_find {
         title = format!(" find: {}▏ (Enter, Esc) ", app.find_input);
     }
+    // Full screen, the frame has no side borders: a wrapped line selected with the mouse
+    // copies as the text alone.
+    let borders = if app.detail_full {
+        Borders::TOP
+    } else {
+        Borders::ALL
+    };
     f.render_widget(
         Paragraph::new(lines)
-            .block(Block::default().borders(Borders::ALL).title(title))
+            .block(Block::default().borders(borders).title(title))
             .wrap(Wrap { trim: false })
             .scroll((scroll, 0)),
         area,
@@ -1025,7 +1032,7 @@ pub const HELP: [(&str, &str); 22] = [
     ("h", "hide / show the http rows (401/403, OAuth discovery)"),
     (
         "z / /",
-        "in the detail: full screen / find in the frame (n next)",
+        "in the detail: full screen, no side borders (select to copy) / find in the frame (n next)",
     ),
     (
         "i",

@@ -288,6 +288,33 @@ fn attach_shows_a_stdio_session_from_its_backlog_and_refuses_resend() {
     stdio.term();
 }
 
+/// On an 80×24 terminal the demo's panel still shows how to get help and how to attach (the
+/// last of the examples are what does not fit), and the status line its `?` hint.
+#[test]
+fn the_demo_at_80x24_keeps_the_keys_and_the_attach_line_on_screen() {
+    assert!(tmux_available());
+    let port = free_port();
+    let t = Tmux::shell("small", 80, 24, &[]);
+    let bin = env!("CARGO_BIN_EXE_rpctap");
+    t.cmd(&[
+        "send-keys",
+        "-t",
+        "t",
+        &format!("{bin} demo --listen 127.0.0.1:{port}"),
+        "Enter",
+    ]);
+    let screen = t.wait_for("watch it with:", Duration::from_secs(10));
+    for shown in [
+        "`?` lists the keys",
+        "watch it with:",
+        "? help",
+        "curl -s http://",
+    ] {
+        assert!(screen.contains(shown), "{shown}:\n{screen}");
+    }
+    t.cmd(&["send-keys", "-t", "t", "q"]);
+}
+
 /// A new user's first minute: the demo opens on its own instructions, and following them — the
 /// curl command and the attach line as the dashboard shows them — works.
 #[test]
