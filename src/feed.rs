@@ -319,15 +319,7 @@ impl Feed {
         if clients.len() >= self.inner.limits.max_clients {
             return Err(FeedError::TooManyClients(self.inner.limits.max_clients));
         }
-        // The recent calls and anomalies, in the order they happened.
-        let mut backlog: Vec<Event> = self
-            .calls_locked()
-            .iter()
-            .cloned()
-            .map(Event::Call)
-            .collect();
-        backlog.extend(self.anomalies_locked().iter().cloned().map(Event::Anomaly));
-        backlog.sort_by_key(Event::ts);
+        let backlog = self.backlog();
         // The backlog may be larger than the queue: it goes first, whole.
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE + backlog.len() + 2);
         let _ = tx.try_send(self.inner.header.clone());
@@ -353,9 +345,8 @@ impl Feed {
         Ok(FeedClient { rx })
     }
 
-    /// What the feed keeps, as a recording: its header, and the recent calls and findings in
-    /// the order they happened (no message bodies: the feed keeps none).
-    pub fn snapshot(&self) -> crate::record::reader::Capture {
+    /// The recent calls and anomalies, in the order they happened.
+    fn backlog(&self) -> Vec<Event> {
         let mut events: Vec<Event> = self
             .calls_locked()
             .iter()
@@ -364,10 +355,16 @@ impl Feed {
             .collect();
         events.extend(self.anomalies_locked().iter().cloned().map(Event::Anomaly));
         events.sort_by_key(Event::ts);
+        events
+    }
+
+    /// What the feed keeps, as a recording: its header, and the recent calls and findings in
+    /// the order they happened (no message bodies: the feed keeps none).
+    pub fn snapshot(&self) -> crate::record::reader::Capture {
         let header = serde_json::from_slice(&self.inner.header).unwrap_or_default();
         crate::record::reader::Capture {
             header,
-            events,
+            events: self.backlog(),
             runs: Vec::new(),
             warnings: Vec::new(),
         }

@@ -288,13 +288,11 @@ fn attach_shows_a_stdio_session_from_its_backlog_and_refuses_resend() {
     stdio.term();
 }
 
-/// On an 80×24 terminal the demo's panel still shows how to get help and how to attach (the
-/// last of the examples are what does not fit), and the status line its `?` hint.
-#[test]
-fn the_demo_at_80x24_keeps_the_keys_and_the_attach_line_on_screen() {
+/// `rpctap demo` started in a tmux shell of `w`×`h`; the shell, and the binary's path.
+fn demo_in_tmux(name: &str, w: u16, h: u16) -> (Tmux, &'static str) {
     assert!(tmux_available());
     let port = free_port();
-    let t = Tmux::shell("small", 80, 24, &[]);
+    let t = Tmux::shell(name, w, h, &[]);
     let bin = env!("CARGO_BIN_EXE_rpctap");
     t.cmd(&[
         "send-keys",
@@ -303,6 +301,14 @@ fn the_demo_at_80x24_keeps_the_keys_and_the_attach_line_on_screen() {
         &format!("{bin} demo --listen 127.0.0.1:{port}"),
         "Enter",
     ]);
+    (t, bin)
+}
+
+/// On an 80×24 terminal the demo's panel still shows how to get help and how to attach (the
+/// last of the examples are what does not fit), and the status line its `?` hint.
+#[test]
+fn the_demo_at_80x24_keeps_the_keys_and_the_attach_line_on_screen() {
+    let (t, _) = demo_in_tmux("small", 80, 24);
     let screen = t.wait_for("watch it with:", Duration::from_secs(10));
     for shown in [
         "`?` lists the keys",
@@ -319,17 +325,7 @@ fn the_demo_at_80x24_keeps_the_keys_and_the_attach_line_on_screen() {
 /// curl command and the attach line as the dashboard shows them — works.
 #[test]
 fn the_demo_is_followed_from_its_own_instructions_inside_the_dashboard() {
-    assert!(tmux_available());
-    let port = free_port();
-    let t = Tmux::shell("first", 240, 40, &[]);
-    let bin = env!("CARGO_BIN_EXE_rpctap");
-    t.cmd(&[
-        "send-keys",
-        "-t",
-        "t",
-        &format!("{bin} demo --listen 127.0.0.1:{port}"),
-        "Enter",
-    ]);
+    let (t, bin) = demo_in_tmux("first", 240, 40);
     let screen = t.wait_for("getting started", Duration::from_secs(10));
     // The panel's lines, without its border.
     let panel: Vec<String> = screen
