@@ -16,6 +16,8 @@
 //!   sign, a space inside, another value or no digits is invalid.
 //! - A reply to `HEAD` and a `1xx`, `204` or `304` have no body whatever they say.
 //! - HTTP/1.0 has no transfer codings: a reply in it that names one is refused.
+//! - A `Transfer-Encoding` value must be ASCII text (visible characters, space, tab): hyper does
+//!   not read codings out of any other, so neither does the engine — it refuses them.
 
 use http::StatusCode;
 
@@ -43,6 +45,8 @@ pub enum Invalid {
     CodedHttp10,
     #[error("a Transfer-Encoding with an empty element")]
     EmptyCoding,
+    #[error("a Transfer-Encoding that is not ASCII text")]
+    OpaqueCoding,
 }
 
 /// A `Content-Length` value of plain digits (no list, no sign, no spaces; at most 18 digits, so
@@ -73,6 +77,11 @@ pub struct FramingFields {
     /// A coding list with an empty element (`chunked,`): RFC 9110 lets a recipient skip it,
     /// hyper reads the last element as the last coding — an ambiguity the engine refuses.
     empty_coding: bool,
+    /// A value with a byte that is not visible ASCII (obs-text, a control): hyper cannot read
+    /// such a field as text, so does not see `chunked` in it and reads the body to the close,
+    /// where a byte-wise reading would stop at the last chunk — two framings of one reply. Found
+    /// by `http1_diff` (`Transfer-Encoding: \xe4a\xd1,chunked`); refused.
+    opaque_coding: bool,
 }
 
 impl FramingFields {
@@ -96,6 +105,7 @@ impl FramingFields {
     /// One `Transfer-Encoding` field's value (the codings of all fields are one list).
     pub fn transfer_encoding(&mut self, v: &[u8]) {
         self.coded = true;
+        self.opaque_coding |= !v.iter().all(|&c| c == b'\t' || (b' '..=b'~').contains(&c));
         for coding in v.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
             if coding.is_empty() {
                 self.empty_coding = true;
@@ -137,6 +147,9 @@ impl FramingFields {
         if self.coded && self.empty_coding {
             return Err(Invalid::EmptyCoding);
         }
+        if self.opaque_coding {
+            return Err(Invalid::OpaqueCoding);
+        }
         if is_head
             || status.is_informational()
             || status == StatusCode::NO_CONTENT
@@ -162,6 +175,9 @@ impl FramingFields {
     pub fn request(&self) -> Result<Framing, Invalid> {
         if self.coded && self.empty_coding {
             return Err(Invalid::EmptyCoding);
+        }
+        if self.opaque_coding {
+            return Err(Invalid::OpaqueCoding);
         }
         if self.coded {
             return match (self.chunked, self.chunked_last) {
@@ -279,5 +295,28 @@ mod tests {
         );
         assert!(fields(&[(cl, "5"), (cl, "5")]).odd_length());
         assert!(!fields(&[(cl, "5")]).odd_length());
+    }
+
+    /// A coding hyper cannot read as text is refused, wherever it is in the list.
+    #[test]
+    fn a_coding_that_is_not_ascii_text_is_refused() {
+        let ok = StatusCode::OK;
+        for v in [
+            &b"\xe4a\xd1,chunked"[..],
+            b"chunked\x01",
+            b"gzip\x7f, chunked",
+        ] {
+            let mut f = FramingFields::default();
+            f.transfer_encoding(v);
+            assert_eq!(
+                f.response(ok, false, false),
+                Err(Invalid::OpaqueCoding),
+                "{v:?}"
+            );
+            assert_eq!(f.request(), Err(Invalid::OpaqueCoding), "{v:?}");
+        }
+        let mut f = FramingFields::default();
+        f.transfer_encoding(b"gzip,\tchunked");
+        assert_eq!(f.response(ok, false, false), Ok(Framing::Chunked));
     }
 }

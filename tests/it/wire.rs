@@ -259,6 +259,34 @@ fn invalid_lengths_are_a_502_and_a_list_of_one_value_is_rpctaps_own() {
     }
 }
 
+/// A `Transfer-Encoding` that is not ASCII text before its `chunked` (found by `http1_diff` at
+/// 5.4 million executions): hyper reads such a reply to the close, a byte-wise reading stops at
+/// the last chunk and would take what follows for the next reply. Refused: a 502 with the call's
+/// error, and the forged "next reply" never reaches a client.
+#[test]
+fn a_coding_that_is_not_text_is_a_502_not_two_readings() {
+    let (up, _seen) = raw_upstream(move |_, _| {
+        let mut r = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: \xe4a\xd1,chunked\r\n\r\n0\r\n\r\n".to_vec();
+        r.extend_from_slice(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{REPLY}",
+                REPLY.len()
+            )
+            .as_bytes(),
+        );
+        (r, true)
+    });
+    let (_p, addr) = proxy(up, &[]);
+    let (mut w, mut r) = client(addr);
+    w.write_all(post("/rpc", "", &call(1, "first")).as_bytes())
+        .unwrap();
+    let (h, b) = read_one(&mut r).unwrap();
+    let b = String::from_utf8_lossy(&b).into_owned();
+    assert!(h.starts_with("HTTP/1.1 502"), "{h}{b}");
+    let v: serde_json::Value = serde_json::from_str(&b).expect(&b);
+    assert_eq!(v["id"], 1, "{b}");
+}
+
 /// Two differing `Content-Length` headers: a 502 too (and a second one alike, passed as one).
 #[test]
 fn two_length_headers_are_one_value_or_a_502() {
