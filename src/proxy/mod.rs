@@ -261,12 +261,6 @@ impl Proxy {
                 "the request head is larger than --max-header-bytes",
             )));
         }
-        if let Some(why) = headers::host_fault(req.version(), req.headers()) {
-            // RFC 9112 §3.2: a 400, not a request forwarded with rpctap's own Host in its place.
-            return Either::Left(std::future::ready(
-                conn.0.error_reply_plain(StatusCode::BAD_REQUEST, why),
-            ));
-        }
         if let Some(guard) = &conn.0.inner.opts.guard {
             if let Err(r) = guard.check(req.method(), req.uri(), req.headers()) {
                 tracing::warn!(
@@ -290,8 +284,15 @@ impl Proxy {
         conn: Arc<(Proxy, ClientConn)>,
         mut req: Request<crate::server::RequestBody>,
     ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
+        use futures_util::future::Either;
         let (this, client) = (&conn.0, &conn.1);
         let picked = headers::pick(req.headers());
+        if let Some(why) = picked.host_fault(req.version()) {
+            // RFC 9112 §3.2: a 400, not a request forwarded with rpctap's own Host in its place.
+            return Either::Left(std::future::ready(
+                this.error_reply_plain(StatusCode::BAD_REQUEST, why),
+            ));
+        }
         let content_type = picked.content_type;
         let session = picked.session.map(str::to_string);
         let ctx = this.inner.inspector.begin(&RequestMeta {
@@ -354,7 +355,7 @@ impl Proxy {
         };
         // The exchange stays here and is lent to each phase: moving it in and out of their
         // futures would copy it several times per call.
-        async move {
+        Either::Right(async move {
             let (this, client) = (&conn.0, &conn.1);
             let lane = on_lane.then_some(&client.lane);
             let (mut body, s2c) = {
@@ -543,7 +544,7 @@ impl Proxy {
             // Boxed: a rare path whose state would otherwise widen every exchange's future
             // (moved whole several times per call).
             Box::pin(this.merge_reply(*m)).await
-        }
+        })
     }
 
     /// Phase 1, **request**: a JSON-RPC POST body (JSON or no content type) is read ahead up to
