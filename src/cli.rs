@@ -561,6 +561,12 @@ pub struct SharedFlags {
     /// `--fault 'method=tools/call,drop,count=1'`. Faults are recorded as injected.
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
+    /// Denies a tool or a method (repeatable): the `[[deny]]` keys comma separated, e.g.
+    /// `--deny 'tool=run_*'`, `--deny 'method=resources/*,code=-32000'`. A denied call is
+    /// answered with an error (-32601) and never reaches the server; a denied tool is hidden
+    /// from `tools/list` replies. Both are recorded as injected.
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<String>,
     /// Serve /healthz, /readyz, /metrics, the live feed (/events) and /calls on this address:
     /// `IP:PORT`, `:PORT` (loopback) or `unix:PATH`.
     #[arg(long, value_name = "ADDR")]

@@ -83,6 +83,9 @@ pub struct FileConfig {
     /// Fault injection rules, `[[fault]]` tables (`crate::fault`).
     #[serde(default)]
     pub fault: Vec<crate::fault::FaultSpec>,
+    /// Tools and methods denied, `[[deny]]` tables (`crate::flow::deny`).
+    #[serde(default)]
+    pub deny: Vec<crate::flow::deny::DenySpec>,
     /// The admin listener's address (`IP:PORT`, `:PORT` or `unix:PATH`).
     pub admin: Option<String>,
     pub ready_path: Option<String>,
@@ -171,6 +174,10 @@ pub struct ProxyConfig {
     /// reloads.
     pub faults: Vec<crate::fault::FaultSpec>,
     pub flag_faults: Vec<crate::fault::FaultSpec>,
+    /// The deny rules: the `--deny` flags' first, then the file's; the flags' kept across
+    /// reloads.
+    pub deny: Vec<crate::flow::deny::DenySpec>,
+    pub flag_deny: Vec<crate::flow::deny::DenySpec>,
     /// The admin listener, when on.
     pub admin: Option<crate::admin::AdminConfig>,
     /// OpenTelemetry traces, when on.
@@ -244,25 +251,31 @@ pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigE
     let file = FileConfig::load(path)?;
     let specs = [cfg.flag_limits.clone(), file.limit].concat();
     let faults = [cfg.flag_faults.clone(), file.fault].concat();
+    let deny = [cfg.flag_deny.clone(), file.deny].concat();
     let code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
-    limiter(&specs, code, &faults, crate::fault::Carrier::Http).map_err(|e| ConfigError::Parse {
-        path: path.clone(),
-        message: e.to_string(),
+    limiter(&specs, code, &faults, &deny, crate::fault::Carrier::Http).map_err(|e| {
+        ConfigError::Parse {
+            path: path.clone(),
+            message: e.to_string(),
+        }
     })
 }
 
-/// The rate-limit rules with the fault rules for `carrier` (a bad rule named in the error).
+/// The rate-limit rules with the pipeline's stages — the deny rules, the fault rules for
+/// `carrier` — after them (a bad rule named in the error).
 pub fn limiter(
     limits: &[RuleSpec],
     code: i64,
     faults: &[crate::fault::FaultSpec],
+    deny: &[crate::flow::deny::DenySpec],
     carrier: crate::fault::Carrier,
 ) -> Result<crate::limit::Limiter, ConfigError> {
     let l = crate::limit::Limiter::new(limits, code)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let f = crate::fault::Faults::new(faults, carrier)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    Ok(l.with_faults(f))
+    let d = crate::flow::deny::Deny::new(deny).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    Ok(l.with_stages(f, d))
 }
 
 /// The listener's connection limits from flags over the file over the defaults.
@@ -385,6 +398,8 @@ pub struct Shared {
     pub flag_limits: Vec<RuleSpec>,
     pub faults: Vec<crate::fault::FaultSpec>,
     pub flag_faults: Vec<crate::fault::FaultSpec>,
+    pub deny: Vec<crate::flow::deny::DenySpec>,
+    pub flag_deny: Vec<crate::flow::deny::DenySpec>,
     pub admin: Option<crate::admin::AdminConfig>,
     pub otel: Option<crate::otel::OtelConfig>,
     /// `--baseline DIR`: where the server's tool baseline is kept (joined to the hub without it:
@@ -533,6 +548,15 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let faults = [flag_faults.clone(), file.fault.clone()].concat();
+    let flag_deny = flags
+        .shared
+        .deny
+        .iter()
+        .map(|f| crate::flow::deny::DenySpec::parse_flag(f))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let deny = [flag_deny.clone(), file.deny.clone()].concat();
+    crate::flow::deny::Deny::new(&deny).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     // Built once here so a bad rule is a usage error naming the rule (each transport builds its
     // own, refusing the actions that mean nothing there).
     crate::limit::Limiter::new(&limits, limit_code)
@@ -562,6 +586,8 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         flag_limits,
         faults,
         flag_faults,
+        deny,
+        flag_deny,
         admin: admin_config(flags, file)?,
         otel,
         baseline_dir: flags.shared.baseline.clone(),
@@ -603,6 +629,8 @@ pub fn resolve(
         flag_limits,
         faults,
         flag_faults,
+        deny,
+        flag_deny,
         admin,
         otel,
         baseline_dir,
@@ -687,6 +715,8 @@ pub fn resolve(
         flag_limits,
         faults,
         flag_faults,
+        deny,
+        flag_deny,
         admin,
         otel,
         session_meta: None,

@@ -143,6 +143,34 @@ pub enum Action {
     Close,
     /// Bytes per second.
     Throttle(u64),
+    /// The reply's bytes replaced by what a stage makes of them (`crate::flow`).
+    Edit(Edit),
+}
+
+/// A change a stage makes to a reply (a deny list hiding tools from `tools/list`, say): applied
+/// by every transport where it applies the other reply faults, and recorded as injected.
+pub trait ReplyEdit: Send + Sync {
+    /// The action's name in events and metrics.
+    fn name(&self) -> &'static str;
+    /// The reply as the client gets it and what was done; `None` when there is nothing to
+    /// change.
+    fn edit(&self, reply: &[u8]) -> Option<(Vec<u8>, String)>;
+}
+
+/// A [`ReplyEdit`] in an [`Action`] (equal when it is the same edit).
+#[derive(Clone)]
+pub struct Edit(pub Arc<dyn ReplyEdit>);
+
+impl PartialEq for Edit {
+    fn eq(&self, other: &Edit) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Debug for Edit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Edit({})", self.0.name())
+    }
 }
 
 impl Action {
@@ -159,6 +187,7 @@ impl Action {
             Action::CutStreamAfter { .. } => "cut_stream_after",
             Action::Close => "close",
             Action::Throttle(_) => "throttle",
+            Action::Edit(e) => e.0.name(),
         }
     }
 
@@ -173,6 +202,7 @@ impl Action {
                 | Action::Malformed
                 | Action::CutStreamAfter { .. }
                 | Action::Throttle(_)
+                | Action::Edit(_)
         )
     }
 }
@@ -677,7 +707,7 @@ pub struct Reshaped {
     /// None (dropped), the reply twice, or one frame (changed, or the reply as it was).
     pub frames: Vec<bytes::Bytes>,
     pub made: Option<bytes::Bytes>,
-    pub detail: &'static str,
+    pub detail: std::borrow::Cow<'static, str>,
 }
 
 /// `drop`, `duplicate`, `wrong_id` and `malformed` applied to one reply (`fired`'s call's: the
@@ -687,7 +717,9 @@ pub struct Reshaped {
 pub fn reshape(fired: &Fired, reply: &bytes::Bytes) -> Option<Reshaped> {
     use bytes::Bytes;
     let s2c = fired.direction == crate::events::Direction::ServerToClient;
-    let say = |c2s: &'static str, s2c_text: &'static str| if s2c { s2c_text } else { c2s };
+    let say = |c2s: &'static str, s2c_text: &'static str| {
+        std::borrow::Cow::Borrowed(if s2c { s2c_text } else { c2s })
+    };
     Some(match &fired.action {
         Action::Drop => Reshaped {
             frames: Vec::new(),
@@ -720,7 +752,7 @@ pub fn reshape(fired: &Fired, reply: &bytes::Bytes) -> Option<Reshaped> {
             None => Reshaped {
                 frames: vec![reply.clone()],
                 made: None,
-                detail: "the reply has no id to change: passed on",
+                detail: "the reply has no id to change: passed on".into(),
             },
         },
         Action::Malformed => {
@@ -734,6 +766,21 @@ pub fn reshape(fired: &Fired, reply: &bytes::Bytes) -> Option<Reshaped> {
                 ),
             }
         }
+        Action::Edit(e) => match e.0.edit(reply) {
+            Some((b, detail)) => {
+                let b = Bytes::from(b);
+                Reshaped {
+                    frames: vec![b.clone()],
+                    made: Some(b),
+                    detail: detail.into(),
+                }
+            }
+            None => Reshaped {
+                frames: vec![reply.clone()],
+                made: None,
+                detail: "nothing to change: passed on".into(),
+            },
+        },
         _ => return None,
     })
 }

@@ -88,6 +88,7 @@ pub mod events;
 pub mod fault;
 pub mod feed;
 pub mod filter;
+pub mod flow;
 pub mod gate;
 pub mod http1;
 pub mod hub;

@@ -242,6 +242,7 @@ impl RunningProxy {
             &cfg.limits,
             cfg.limit_code,
             &cfg.faults,
+            &cfg.deny,
             crate::fault::Carrier::Http,
         )?;
         let bridge = cfg
@@ -427,7 +428,8 @@ fn spawn_reloader(proxy: Proxy, cfg: ProxyConfig) -> tokio::task::JoinHandle<()>
                         tracing::warn!(
                             rules = l.len(),
                             faults = l.faults.len(),
-                            "rate-limit and fault rules reloaded"
+                            stages = ?l.stages,
+                            "rate-limit, deny and fault rules reloaded"
                         );
                         proxy.set_limiter(l);
                     }

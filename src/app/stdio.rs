@@ -27,9 +27,10 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         &shared.limits,
         shared.limit_code,
         &shared.faults,
+        &shared.deny,
         crate::fault::Carrier::Stdio,
     )?;
-    let faults_on = !limiter.faults.is_empty();
+    let faults_on = !limiter.stages.is_empty();
     let limiter = Arc::new(limiter);
     let log_out: Option<Box<dyn Write + Send>> = match (&shared.log, &args.log_file) {
         (LogFormat::Off, _) => None,

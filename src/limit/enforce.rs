@@ -129,17 +129,25 @@ pub fn plan_in(
     let Some((envs, batch)) = members(parsed) else {
         return Plan::default();
     };
+    // The pipeline's stages (deny, faults) on what could run: a request, a notification, or an
+    // invalid message that names a method.
+    let staged = limiter.stages.wants(dir);
     let decide_fault = |e: &Envelope| {
-        (e.kind == Kind::Request && !limiter.faults.is_empty())
+        (staged && counted(e))
             .then(|| {
-                limiter
-                    .faults
-                    .decide_in(dir, &info(e), keys.session, keys.peer, keys.headers)
+                limiter.stages.decide(&crate::flow::Msg {
+                    dir,
+                    kind: e.kind,
+                    call: &info(e),
+                    session: keys.session,
+                    peer: keys.peer,
+                    headers: keys.headers,
+                })
             })
             .flatten()
     };
     let rate = dir == Direction::ClientToServer && limiter.has_rate_rules();
-    // Fault rules alone: a request none of them fires on costs its matching and no plan.
+    // Stages alone: a request none of them acts on costs its matching and no plan.
     let mut early: Vec<Option<crate::fault::Fired>> = Vec::new();
     if !rate {
         early = envs.iter().map(|e| decide_fault(e)).collect();

@@ -227,8 +227,11 @@ pub enum Decision {
 /// The rules, in order.
 pub struct Limiter<C: Clock = DefaultClock> {
     rules: Vec<Rule<C>>,
-    /// The `[[fault]]` rules, decided on the same calls after the rate limits.
-    pub faults: crate::fault::Faults,
+    /// The `[[fault]]` rules (also the last of `stages`).
+    pub faults: Arc<crate::fault::Faults>,
+    /// The acting pipeline's stages (`crate::flow`), decided on the calls the rate limits let
+    /// through: the `[[deny]]` rules, then the faults.
+    pub stages: crate::flow::Stages,
     hasher: std::collections::hash_map::RandomState,
     clock: C,
 }
@@ -412,6 +415,7 @@ impl<C: Clock + Clone> Limiter<C> {
         Ok(Limiter {
             rules,
             faults: Default::default(),
+            stages: Default::default(),
             hasher: std::collections::hash_map::RandomState::new(),
             clock,
         })
@@ -419,7 +423,7 @@ impl<C: Clock + Clone> Limiter<C> {
 
     /// No rate-limit and no fault rule: nothing to decide.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.faults.is_empty()
+        self.rules.is_empty() && self.stages.is_empty()
     }
 
     /// How many rate-limit rules are in force.
@@ -433,8 +437,26 @@ impl<C: Clock + Clone> Limiter<C> {
     }
 
     /// The same rules with `faults` decided after them.
-    pub fn with_faults(mut self, faults: crate::fault::Faults) -> Self {
+    pub fn with_faults(self, faults: crate::fault::Faults) -> Self {
+        self.with_stages(faults, None)
+    }
+
+    /// The same rules with the pipeline's stages after them: `deny`, then `faults`.
+    pub fn with_stages(
+        mut self,
+        faults: crate::fault::Faults,
+        deny: Option<crate::flow::deny::Deny>,
+    ) -> Self {
+        let faults = Arc::new(faults);
+        let mut stages: Vec<Box<dyn crate::flow::Stage>> = Vec::new();
+        if let Some(d) = deny {
+            stages.push(Box::new(d));
+        }
+        if !faults.is_empty() {
+            stages.push(Box::new(crate::flow::FaultStage(faults.clone())));
+        }
         self.faults = faults;
+        self.stages = crate::flow::Stages::new(stages);
         self
     }
 

@@ -821,7 +821,7 @@ mod tests {
             .map(|f| crate::fault::FaultSpec::parse_flag(f).unwrap())
             .collect();
         let limiter =
-            crate::config::limiter(&[], -32001, &specs, crate::fault::Carrier::Http).unwrap();
+            crate::config::limiter(&[], -32001, &specs, &[], crate::fault::Carrier::Http).unwrap();
         let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
         let to = sent.clone();
         let rq = ServerRequests {

@@ -156,7 +156,7 @@ pub async fn tee<C, U>(
     // may hold them; else they pass as they come.
     let server_whole = limits
         .as_ref()
-        .is_some_and(|l| l.intercept.is_some() || !(l.rules)().faults.is_empty());
+        .is_some_and(|l| l.intercept.is_some() || !(l.rules)().stages.is_empty());
     let server_intercept = limits.as_ref().and_then(|l| l.intercept.clone());
     // rpctap's own frames to the client (refusals), put in between the server's messages; and
     // to the server (answers to its requests in the client's place), between the client's.

@@ -4,7 +4,8 @@ call, what the client observed (its result, or the exception it raised), as JSON
 usage: fault_client.py URL MODE TIMEOUT CALL [CALL …]
        fault_client.py --stdio MODE TIMEOUT CALLS_JSON COMMAND [ARGS…]
   MODE: auto or legacy; TIMEOUT: each call's read timeout in seconds;
-  CALL: TOOL:JSON_ARGS, e.g. 'add:{"a":2,"b":3}' (CALLS_JSON: a JSON list of such strings).
+  CALL: TOOL:JSON_ARGS, e.g. 'add:{"a":2,"b":3}' (CALLS_JSON: a JSON list of such strings);
+  `@tools` lists the tools instead (the entry's `tools`: their names).
 
 Each call is timed; a call that raises is reported with the exception's type and message, and
 the session goes on when it can (a broken session stops the list: later calls say so).
@@ -45,6 +46,10 @@ async def run(server, mode, timeout, calls):
         async with Client(server, mode=mode, **extra) as c:
             for call in calls:
                 sampled.clear()
+                if call == "@tools":
+                    listed = await c.list_tools()
+                    out.append({"tools": [t.name for t in listed.tools]})
+                    continue
                 tool, args = call.split(":", 1)
                 progress = []
 

@@ -40,15 +40,21 @@ from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
 
-SEEN = {"add": 0, "stray": 0, "bad": 0}
+SEEN = {"add": 0, "stray": 0, "bad": 0, "tools/call": 0}
 
 
 def answer(req):
     method, params, rid = req.get("method"), req.get("params"), req.get("id")
     if method == "add":
         SEEN["add"] += 1
+    if method == "tools/call":
+        SEEN["tools/call"] += 1
     if method == "stats":
         out = {"result": dict(SEEN)}
+    elif method == "tools/list":
+        out = {"result": {"tools": [{"name": "add"}, {"name": "echo"}]}}
+    elif method == "tools/call":
+        out = {"result": {"content": [{"type": "text", "text": params["name"]}]}}
     elif method == "ask":
         return None
     elif method == "add":
@@ -207,6 +213,24 @@ async def faulted(url, compression):
     print(json.dumps(out))
 
 
+async def denied(url, compression):
+    """`tools/list` twice (a changed reply, then the next under context takeover), a denied
+    tool's call, an allowed call, and what the server saw."""
+    out = {}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        async def call(body):
+            await ws.send(json.dumps(body))
+            return json.loads(await ws.recv())
+
+        out["list"] = await call({"jsonrpc": "2.0", "method": "tools/list", "id": 1})
+        out["denied"] = await call({"jsonrpc": "2.0", "method": "tools/call",
+                                    "params": {"name": "echo", "arguments": {}}, "id": 2})
+        out["add"] = await call({"jsonrpc": "2.0", "method": "add", "params": [2, 3], "id": 3})
+        out["list2"] = await call({"jsonrpc": "2.0", "method": "tools/list", "id": 4})
+        out["stats"] = await call({"jsonrpc": "2.0", "method": "stats", "id": 5})
+    print(json.dumps(out))
+
+
 async def intercepted(url, compression):
     out = {}
     async with connect(url, compression=compression, max_size=None) as ws:
@@ -347,5 +371,7 @@ if __name__ == "__main__":
         asyncio.run(intercepted(where, compression))
     elif role == "faulted":
         asyncio.run(faulted(where, compression))
+    elif role == "denied":
+        asyncio.run(denied(where, compression))
     else:
         asyncio.run(client(where, compression))

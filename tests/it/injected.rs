@@ -1120,3 +1120,127 @@ async fn a_reply_fault_in_a_batch_merged_with_refusals_is_recorded_as_not_applie
     assert_eq!(details.len(), 1, "{details:?}");
     assert!(details[0].starts_with("not applied"), "{details:?}");
 }
+
+/// The recording of a run under `--deny tool=echo` holds the refusal of the denied call and the
+/// `tools/list` replies changed, each as injected by the deny rule, and `check` passes it.
+fn deny_recorded(file: &Path, lists: usize) {
+    let got = recorded_faults(file);
+    let refused = got
+        .iter()
+        .filter(|(a, r)| a == "error" && r == "deny 1")
+        .count();
+    let hidden = got
+        .iter()
+        .filter(|(a, r)| a == "deny" && r == "deny")
+        .count();
+    assert_eq!((refused, hidden), (1, lists), "{got:?}");
+    let (code, lines) = check_json(file);
+    assert_eq!(code, Some(0), "{lines:#?}");
+}
+
+/// The Python SDK client's view under `--deny tool=echo`: `echo` not offered, its call answered
+/// with an error saying why, the other tool working.
+fn denied_as_the_client_saw_it(r: &[Value], other: &str) {
+    let tools: Vec<&str> = r[0]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r:?}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(!tools.contains(&"echo"), "{tools:?}");
+    assert!(tools.contains(&other), "{tools:?}");
+    assert_eq!(r[1]["exception"], "MCPError", "{:?}", r[1]);
+    let m = r[1]["message"].as_str().unwrap();
+    assert!(
+        m.contains("\"echo\"") && m.contains("denied by rpctap"),
+        "{m}"
+    );
+    assert!(r[2]["result"].is_object(), "{:?}", r[2]);
+    assert_ne!(r[2]["result"]["isError"], true, "{:?}", r[2]);
+}
+
+/// `--deny` is a stage of the acting pipeline that no transport names: the same rule refuses a
+/// tool's call (`-32601`, never reaching the server) and hides the tool from `tools/list` over
+/// HTTP with SSE and with JSON replies (the Python SDK's server and client), stdio (the
+/// reference server-everything) and WebSocket (a `websockets` peer, compressed with context
+/// takeover), and is recorded as injected on each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_tool_is_refused_and_hidden_on_every_transport() {
+    let work = Scratch::new("deny");
+    for mode in ["sse", "json"] {
+        let (_server, port) = py_server(mode).await;
+        let file = work.join(format!("{mode}.jsonl"));
+        let mut cmd = proxy_cmd(&format!("http://127.0.0.1:{port}"), false);
+        cmd.args(["--record", file.to_str().unwrap(), "--deny", "tool=echo"]);
+        let (mut p, addrs, _) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+        let url = format!("http://{}/mcp", addrs[0]);
+        let r = client(&[
+            &url,
+            "auto",
+            "5",
+            "@tools",
+            r#"echo:{"text":"hi"}"#,
+            r#"add:{"a":2,"b":3}"#,
+        ]);
+        denied_as_the_client_saw_it(&r, "add");
+        assert!(text(&r[2]).contains('5'), "{:?}", r[2]);
+        p.term();
+        deny_recorded(&file, 1);
+    }
+
+    let file = work.join("stdio.jsonl");
+    let calls = serde_json::json!([
+        "@tools",
+        r#"echo:{"message":"hi"}"#,
+        r#"get-sum:{"a":2,"b":3}"#
+    ])
+    .to_string();
+    let r = client(&[
+        "--stdio",
+        "auto",
+        "5",
+        &calls,
+        env!("CARGO_BIN_EXE_rpctap"),
+        "stdio",
+        "--no-hub",
+        "--record",
+        file.to_str().unwrap(),
+        "--deny",
+        "tool=echo",
+        "--",
+        "node",
+        everything_js().to_str().unwrap(),
+        "stdio",
+    ]);
+    denied_as_the_client_saw_it(&r, "get-sum");
+    assert!(text(&r[2]).contains('5'), "{:?}", r[2]);
+    deny_recorded(&file, 1);
+
+    let file = work.join("ws.jsonl");
+    let (server, port, env) = ws_peer_server().await;
+    let mut cmd = proxy_cmd(&format!("http://127.0.0.1:{port}"), false);
+    cmd.args(["--record", file.to_str().unwrap(), "--deny", "tool=echo"]);
+    let (mut p, addrs, _) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    let v = json_stdout(
+        Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/ws_peer.py"))
+            .args(["denied", &format!("ws://{}/", addrs[0])]),
+        "the WebSocket client",
+    );
+    for list in ["list", "list2"] {
+        assert_eq!(
+            v[list]["result"]["tools"],
+            serde_json::json!([{ "name": "add" }]),
+            "{v}"
+        );
+    }
+    assert_eq!(v["denied"]["error"]["code"], -32601, "{v}");
+    assert_eq!(v["add"]["result"], 5, "{v}");
+    assert_eq!(
+        v["stats"]["result"]["tools/call"], 0,
+        "the server never saw it: {v}"
+    );
+    p.term();
+    drop(server);
+    deny_recorded(&file, 2);
+}

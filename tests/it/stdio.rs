@@ -822,6 +822,8 @@ fn a_cancelled_call_the_server_rightly_leaves_unanswered_is_no_failure() {
             .args(["stdio", "--record", file.to_str().unwrap(), "--"])
             .arg(py2)
             .args([script("mcp2_server.py"), "stdio".into()])
+            // Its own state: a tool baseline another run left under HOME is not this test's.
+            .env("RPCTAP_HOME", tmp.join("state"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped()),
     );
@@ -874,6 +876,7 @@ fn a_cancelled_call_the_server_rightly_leaves_unanswered_is_no_failure() {
     assert_eq!(check_recording(&file).codes, live);
     let out = rpctap()
         .args(["check", file.to_str().unwrap()])
+        .env("RPCTAP_HOME", tmp.join("state"))
         .output()
         .unwrap();
     assert_eq!(
