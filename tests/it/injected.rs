@@ -1024,7 +1024,7 @@ fn post(addr: std::net::SocketAddr, body: &str) -> (Option<i32>, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults() {
+async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults_and_deny_rules() {
     let (_upstream, port) = demo_upstream().await;
     let work = Scratch::new("inject-reload");
     let config = work.join("rpctap.toml");
@@ -1071,8 +1071,31 @@ async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults()
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(reloaded.contains("reloaded"), "{reloaded}");
+    // The pipeline's other stages are reloaded with them: a `[[deny]]` table now refuses echo.
+    std::fs::write(&config, "[[deny]]\nname = \"no echo\"\nmethod = \"echo\"\n").unwrap();
+    signal(p.id(), "HUP");
+    let echo = r#"{"jsonrpc":"2.0","id":3,"method":"echo","params":["x"]}"#;
+    let mut denied = String::new();
+    for _ in 0..100 {
+        let (_, body) = post(addrs[0], echo);
+        if body.contains("-32601") {
+            denied = body;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(denied.contains("denied by rpctap rule"), "{denied}");
+    let (_, body) = post(addrs[0], call);
+    assert!(
+        body.contains("\"result\""),
+        "the fault rule is gone: {body}"
+    );
     p.term();
     let got: Vec<(String, String)> = recorded_faults(&file);
+    assert!(
+        got.iter().any(|(a, r)| a == "error" && r == "no echo"),
+        "{got:?}"
+    );
     assert_eq!(
         got.first().map(|(a, r)| (a.as_str(), r.as_str())),
         Some(("close", "hang-up"))
