@@ -63,20 +63,16 @@ fn main() {
     };
     let code = rt.block_on(async move {
         let shutdown = server::shutdown_signal();
-        let served = |r: Result<(), app::AppError>| match r {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("rpctap: {e}");
-                e.exit_code()
-            }
-        };
-        let offline = |r: Result<i32, app::OfflineError>| match r {
+        // One error type for every subcommand: its variant decides the code.
+        let code = |r: Result<i32, app::AppError>| match r {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("rpctap: {e}");
                 e.exit_code()
             }
         };
+        let served = |r: Result<(), app::AppError>| code(r.map(|()| 0));
+        let offline = code;
         match command {
             Command::Proxy(a) => served(app::proxy(a, shutdown).await),
             Command::Demo(a) => served(app::demo(a, shutdown).await),
@@ -89,13 +85,7 @@ fn main() {
             Command::Mcp(a) => offline(app::agent(a).await),
             Command::Export(a) => offline(app::export(a)),
             Command::View(a) => offline(app::view(a, shutdown).await),
-            Command::Stdio(a) => match app::stdio::run(a).await {
-                Ok(code) => code,
-                Err(e) => {
-                    eprintln!("rpctap: {e}");
-                    e.exit_code()
-                }
-            },
+            Command::Stdio(a) => offline(app::stdio::run(a).await),
             Command::Serve(a) => served(app::serve::run(a, shutdown).await),
             Command::Attach(a) => offline(app::attach(a, shutdown).await),
             Command::Watch(a) => offline(app::hub::watch(a, shutdown).await),

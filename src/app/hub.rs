@@ -5,7 +5,7 @@
 //! cannot be opened or a socket that cannot be bound there is a warning on stderr, and the run
 //! goes on without what failed.
 
-use super::OfflineError;
+use super::AppError;
 use crate::config::Shared;
 use crate::hub::{Home, Registered, Registration};
 use std::future::Future;
@@ -212,12 +212,12 @@ pub fn merge(v: &mut serde_json::Value, extra: serde_json::Value) {
     }
 }
 
-fn home() -> Result<Home, OfflineError> {
-    Home::from_env().map_err(|e| OfflineError::Io(e.to_string()))
+fn home() -> Result<Home, AppError> {
+    Home::from_env().map_err(|e| AppError::Io(e.to_string()))
 }
 
 /// `rpctap sessions [--json]`.
-pub fn sessions(args: crate::cli::SessionsArgs) -> Result<i32, OfflineError> {
+pub fn sessions(args: crate::cli::SessionsArgs) -> Result<i32, AppError> {
     let home = home()?;
     let list = home.sessions_list(args.limit);
     if args.json {
@@ -258,20 +258,20 @@ pub fn sessions(args: crate::cli::SessionsArgs) -> Result<i32, OfflineError> {
 pub async fn open(
     args: crate::cli::OpenArgs,
     shutdown: impl Future<Output = ()>,
-) -> Result<i32, OfflineError> {
+) -> Result<i32, AppError> {
     let (rec, title) = if args.session == "-" {
         let mut b = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
-            .map_err(|e| OfflineError::Io(format!("cannot read stdin: {e}")))?;
+            .map_err(|e| AppError::Io(format!("cannot read stdin: {e}")))?;
         let mut rec = crate::record::reader::Capture::default();
         crate::record::reader::parse_part(&String::from_utf8_lossy(&b), "stdin", &mut rec, true)
-            .map_err(|why| OfflineError::Io(format!("stdin: {why}")))?;
+            .map_err(|why| AppError::Io(format!("stdin: {why}")))?;
         (rec, "rpctap open -".to_string())
     } else {
         let path = home()
             .and_then(|h| {
                 h.find(&args.session)
-                    .map_err(|e| OfflineError::Io(e.to_string()))
+                    .map_err(|e| AppError::Io(e.to_string()))
             })
             .or_else(|e| {
                 // Without a home, a file still opens.
@@ -291,7 +291,7 @@ pub async fn open(
 }
 
 /// `rpctap prune --older-than AGE [--dry-run] [--yes]`.
-pub fn prune(args: crate::cli::PruneArgs) -> Result<i32, OfflineError> {
+pub fn prune(args: crate::cli::PruneArgs) -> Result<i32, AppError> {
     let home = home()?;
     let old = home.older_than(args.older_than);
     let total: u64 = old.iter().map(|(_, n)| n).sum();
@@ -316,7 +316,7 @@ pub fn prune(args: crate::cli::PruneArgs) -> Result<i32, OfflineError> {
     }
     if !args.yes {
         if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-            return Err(OfflineError::Io(format!(
+            return Err(AppError::Io(format!(
                 "{} sessions would be deleted: pass --yes to delete them, or --dry-run to list them",
                 old.len()
             )));
@@ -347,10 +347,10 @@ pub fn prune(args: crate::cli::PruneArgs) -> Result<i32, OfflineError> {
 pub async fn watch(
     args: crate::cli::WatchArgs,
     shutdown: impl Future<Output = ()>,
-) -> Result<i32, OfflineError> {
+) -> Result<i32, AppError> {
     let home = home()?;
     if let Err(e) = home.create() {
-        return Err(OfflineError::Io(e.to_string()));
+        return Err(AppError::Io(e.to_string()));
     }
     let (tx, rx) = tokio::sync::mpsc::channel(65_536);
     let task = crate::hub::watch::spawn(home.clone(), args.history, tx);
@@ -377,6 +377,6 @@ pub async fn watch(
     )
     .await;
     task.abort();
-    r.map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
+    r.map_err(|e| AppError::Terminal(e.to_string()))?;
     Ok(0)
 }

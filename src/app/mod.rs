@@ -21,7 +21,7 @@ pub mod stdio;
 pub mod wrap;
 pub use observers::{Chain, Observers};
 
-/// Errors at the edge of a subcommand.
+/// Errors at the edge of every subcommand: one type, whose variant decides the exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error(transparent)]
@@ -33,25 +33,44 @@ pub enum AppError {
     },
     #[error(transparent)]
     Record(#[from] crate::record::Error),
+    /// The terminal (the dashboard's screen, its keys) could not be used.
     #[error("terminal: {0}")]
     Terminal(String),
     #[error(transparent)]
     Admin(#[from] crate::admin::AdminError),
+    #[error(transparent)]
+    Replay(#[from] crate::replay::ReplayError),
+    #[error(transparent)]
+    Check(#[from] crate::inspect::offline::CheckError),
+    /// A file or stream named on the command line that cannot be read or written as asked.
+    #[error("{0}")]
+    Io(String),
+    /// Nothing to check or replay: exit 2, so CI does not take silence for success.
+    #[error("no calls: {0}")]
+    Empty(String),
 }
 
 impl AppError {
-    /// 2 for usage errors, 1 for everything else.
+    /// The one rule of every subcommand: 2 when the command line or its input is wrong (a bad
+    /// flag or config, a file that cannot be read or is no recording, nothing to check), 1 when
+    /// the run itself failed (an address that cannot be bound, a recording that cannot be
+    /// written, the terminal, the admin listener).
     pub fn exit_code(&self) -> i32 {
+        use crate::record::Error as R;
         match self {
             AppError::Config(_)
+            | AppError::Replay(_)
+            | AppError::Check(_)
+            | AppError::Io(_)
+            | AppError::Empty(_)
             | AppError::Record(
-                crate::record::Error::Exists { .. } | crate::record::Error::IsDir { .. },
-            ) => 2,
-            AppError::Admin(
+                R::Read { .. } | R::Format { .. } | R::Exists { .. } | R::IsDir { .. },
+            )
+            | AppError::Admin(
                 crate::admin::AdminError::TokenRequired(_) | crate::admin::AdminError::InUse(_),
             ) => 2,
             AppError::Bind { .. }
-            | AppError::Record(_)
+            | AppError::Record(R::Write { .. })
             | AppError::Terminal(_)
             | AppError::Admin(_) => 1,
         }
@@ -573,7 +592,7 @@ pub(crate) async fn serve_maybe_tui(
 pub async fn view(
     args: crate::cli::ViewArgs,
     shutdown: impl Future<Output = ()>,
-) -> Result<i32, OfflineError> {
+) -> Result<i32, AppError> {
     let rec = crate::record::reader::read(&args.file)?;
     let title = format!("rpctap view {}", args.file.display());
     view_capture(rec, &title, args.max_rows, shutdown).await
@@ -585,7 +604,7 @@ pub async fn view_capture(
     title: &str,
     max_rows: usize,
     shutdown: impl Future<Output = ()>,
-) -> Result<i32, OfflineError> {
+) -> Result<i32, AppError> {
     // Without a terminal (a pipe, a CI log): the recording as the headless log prints it, as
     // `attach` does — never the dashboard's escape codes into a file.
     if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
@@ -595,12 +614,12 @@ pub async fn view_capture(
             match writeln!(out, "{line}") {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
-                Err(e) => return Err(OfflineError::Io(format!("stdout: {e}"))),
+                Err(e) => return Err(AppError::Io(format!("stdout: {e}"))),
             }
         }
         return match out.flush() {
             Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                Err(OfflineError::Io(format!("stdout: {e}")))
+                Err(AppError::Io(format!("stdout: {e}")))
             }
             _ => Ok(0),
         };
@@ -619,30 +638,30 @@ pub async fn view_capture(
         crate::tui::Screen::Stdout,
     )
     .await
-    .map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
+    .map_err(|e| AppError::Terminal(e.to_string()))?;
     Ok(0)
 }
 
 /// `rpctap completions SHELL`: the completion script, from the one clap definition.
-pub fn completions(args: crate::cli::CompletionsArgs) -> Result<i32, OfflineError> {
+pub fn completions(args: crate::cli::CompletionsArgs) -> Result<i32, AppError> {
     let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
     clap_complete::generate(args.shell, &mut cmd, "rpctap", &mut std::io::stdout());
     Ok(0)
 }
 
 /// `rpctap man`: the manual page (roff): the options, and every subcommand with what it does.
-pub fn man() -> Result<i32, OfflineError> {
+pub fn man() -> Result<i32, AppError> {
     let cmd = <crate::cli::Cli as clap::CommandFactory>::command();
     let mut out = Vec::new();
     clap_mangen::Man::new(cmd)
         .render(&mut out)
-        .map_err(|e| OfflineError::Io(format!("man: {e}")))?;
+        .map_err(|e| AppError::Io(format!("man: {e}")))?;
     use std::io::Write;
     let mut so = std::io::stdout().lock();
     match so.write_all(&out).and_then(|()| so.flush()) {
         Ok(()) => Ok(0),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-        Err(e) => Err(OfflineError::Io(format!("man: {e}"))),
+        Err(e) => Err(AppError::Io(format!("man: {e}"))),
     }
 }
 
@@ -650,13 +669,13 @@ pub fn man() -> Result<i32, OfflineError> {
 pub async fn attach(
     args: crate::cli::AttachArgs,
     shutdown: impl Future<Output = ()>,
-) -> Result<i32, OfflineError> {
+) -> Result<i32, AppError> {
     let mut target = crate::attach::FeedTarget::parse(&args.addr)
-        .map_err(|e| OfflineError::Io(format!("attach: {e}")))?;
+        .map_err(|e| AppError::Io(format!("attach: {e}")))?;
     if let Some(f) = &args.filter {
         // Refused here, naming the term, rather than by the feed.
         crate::filter::Filter::parse(f)
-            .map_err(|why| OfflineError::Io(format!("--filter {f:?}: {why}")))?;
+            .map_err(|why| AppError::Io(format!("--filter {f:?}: {why}")))?;
         target = target.with_filter(f);
     }
     let (tx, mut feed) = tokio::sync::mpsc::channel(65_536);
@@ -669,7 +688,7 @@ pub async fn attach(
         .flatten();
     if let Some(crate::attach::FeedMsg::Refused(why)) = &first {
         task.abort();
-        return Err(OfflineError::Io(format!("attach {}: {why}", target.addr)));
+        return Err(AppError::Io(format!("attach {}: {why}", target.addr)));
     }
     // Without a terminal (or with --text): the feed as the headless log prints it.
     if args.text || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
@@ -708,7 +727,7 @@ pub async fn attach(
     .await;
     task.abort();
     forward.abort();
-    r.map_err(|e| OfflineError::Io(format!("terminal: {e}")))?;
+    r.map_err(|e| AppError::Terminal(e.to_string()))?;
     Ok(0)
 }
 
@@ -718,7 +737,7 @@ async fn tail_feed(
     first: Option<crate::attach::FeedMsg>,
     mut feed: tokio::sync::mpsc::Receiver<crate::attach::FeedMsg>,
     shutdown: impl Future<Output = ()>,
-) -> Result<i32, OfflineError> {
+) -> Result<i32, AppError> {
     use crate::attach::FeedMsg;
     use std::io::Write;
     tokio::pin!(shutdown);
@@ -743,11 +762,11 @@ async fn tail_feed(
                 match writeln!(out, "{line}").and_then(|()| out.flush()) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
-                    Err(e) => return Err(OfflineError::Io(format!("stdout: {e}"))),
+                    Err(e) => return Err(AppError::Io(format!("stdout: {e}"))),
                 }
             }
             FeedMsg::State(s) => eprintln!("rpctap: {s}"),
-            FeedMsg::Refused(why) => return Err(OfflineError::Io(why)),
+            FeedMsg::Refused(why) => return Err(AppError::Io(why)),
             FeedMsg::Header(_) | FeedMsg::Marker(_) => {}
         }
     }
@@ -817,64 +836,24 @@ fn demo_banner(addr: SocketAddr, demo_addr: SocketAddr) -> String {
     )
 }
 
-/// Errors of the offline commands (exit 2: usage or I/O).
-#[derive(Debug, thiserror::Error)]
-pub enum OfflineError {
-    #[error(transparent)]
-    Record(#[from] crate::record::Error),
-    #[error(transparent)]
-    Config(#[from] config::ConfigError),
-    #[error(transparent)]
-    Replay(#[from] crate::replay::ReplayError),
-    #[error(transparent)]
-    Check(#[from] crate::inspect::offline::CheckError),
-    #[error("{0}")]
-    Io(String),
-    /// Nothing to check or replay: exit 2, so CI does not take silence for success.
-    #[error("no calls: {0}")]
-    Empty(String),
-    /// A listen address that cannot be bound (`mock`): exit 1, as in every subcommand.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-}
-
-impl OfflineError {
-    /// The one rule of every subcommand: 2 when the command line or its input is wrong, 1
-    /// when the run itself failed (an address that cannot be bound among them).
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            OfflineError::Bind { .. } => 1,
-            OfflineError::Record(_)
-            | OfflineError::Config(_)
-            | OfflineError::Replay(_)
-            | OfflineError::Check(_)
-            | OfflineError::Io(_)
-            | OfflineError::Empty(_) => 2,
-        }
-    }
-}
-
-fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), OfflineError> {
+fn write_out(path: Option<&std::path::Path>, text: &str) -> Result<(), AppError> {
     match path {
         // Private (0600), like the recording it comes from.
         Some(p) => crate::record::create_private(p)
             .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .map_err(|e| OfflineError::Io(format!("cannot write {}: {e}", p.display()))),
+            .map_err(|e| AppError::Io(format!("cannot write {}: {e}", p.display()))),
         None => {
             use std::io::Write;
             let mut out = std::io::stdout().lock();
             out.write_all(text.as_bytes())
                 .and_then(|_| out.flush())
-                .map_err(|e| OfflineError::Io(format!("cannot write to stdout: {e}")))
+                .map_err(|e| AppError::Io(format!("cannot write to stdout: {e}")))
         }
     }
 }
 
 /// `rpctap replay`: 0 when every call matches, 1 on any regression.
-pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
+pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, AppError> {
     let rec = crate::record::reader::read(&args.file)?;
     let stdio = crate::replay::stdio::is_stdio(&rec);
     let mut ignore = args.ignore.clone();
@@ -883,13 +862,13 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
     }
     let mut headers = Vec::new();
     for h in &args.headers {
-        let (k, v) = h.split_once(':').ok_or_else(|| {
-            OfflineError::Io(format!("--header {h:?} must look like `Name: value`"))
-        })?;
+        let (k, v) = h
+            .split_once(':')
+            .ok_or_else(|| AppError::Io(format!("--header {h:?} must look like `Name: value`")))?;
         headers.push((k.trim().to_string(), v.trim().to_string()));
     }
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        return Err(OfflineError::Io(format!(
+        return Err(AppError::Io(format!(
             "--timeout must be a positive number of seconds, not {}",
             args.timeout
         )));
@@ -901,7 +880,7 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
                 crate::rpc::Kind::Request | crate::rpc::Kind::Notification
             )
     }) {
-        return Err(OfflineError::Empty(format!(
+        return Err(AppError::Empty(format!(
             "{}: the recording holds no client calls to replay",
             args.file.display()
         )));
@@ -909,14 +888,14 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
     let timeout = Duration::from_secs_f64(args.timeout);
     let report = if stdio || args.target_command {
         if args.target.is_some() {
-            return Err(OfflineError::Io(format!(
+            return Err(AppError::Io(format!(
                 "{} is a stdio recording: replay it with --target-command [-- COMMAND …], not --target",
                 args.file.display()
             )));
         }
         let command = if args.command.is_empty() {
             crate::replay::stdio::recorded_command(&rec).ok_or_else(|| {
-                OfflineError::Io(format!(
+                AppError::Io(format!(
                     "{} records no command: give one with --target-command -- COMMAND …",
                     args.file.display()
                 ))
@@ -927,7 +906,7 @@ pub async fn replay(args: crate::cli::ReplayArgs) -> Result<i32, OfflineError> {
         crate::replay::stdio::replay(&rec, &command, &ignore, timeout).await?
     } else {
         let Some(target) = &args.target else {
-            return Err(OfflineError::Io(
+            return Err(AppError::Io(
                 "--target URL is required to replay an HTTP recording".into(),
             ));
         };
@@ -972,8 +951,8 @@ async fn update_recording(
     args: &crate::cli::ReplayArgs,
     rec: &crate::record::reader::Capture,
     mut opts: crate::replay::ReplayOptions,
-) -> Result<i32, OfflineError> {
-    let io = |what: &str, e: std::io::Error| OfflineError::Io(format!("{what}: {e}"));
+) -> Result<i32, AppError> {
+    let io = |what: &str, e: std::io::Error| AppError::Io(format!("{what}: {e}"));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| io("cannot find a free port", e))?
@@ -994,7 +973,7 @@ async fn update_recording(
         .map_err(|e| io("cannot start the recording proxy", e))?;
     opts.target = format!("http://127.0.0.1:{port}")
         .parse()
-        .map_err(|e| OfflineError::Io(format!("{e}")))?;
+        .map_err(|e| AppError::Io(format!("{e}")))?;
     opts.wait = opts.wait.max(Duration::from_secs(5));
     let report = crate::replay::replay(rec, &opts).await;
     // A graceful stop: the recording is flushed whole.
@@ -1023,7 +1002,7 @@ async fn update_recording(
 pub async fn mock(
     args: crate::cli::MockArgs,
     shutdown: impl Future<Output = ()>,
-) -> Result<i32, OfflineError> {
+) -> Result<i32, AppError> {
     let rec = crate::record::reader::read(&args.file)?;
     let mock = crate::replay::mock::Mock::matching(&rec, args.matching);
     if args.stdio {
@@ -1037,13 +1016,13 @@ pub async fn mock(
             mock.serve_stdio(std::io::stdin().lock(), std::io::stdout().lock())
         })
         .await
-        .map_err(|e| OfflineError::Io(e.to_string()))?;
-        served.map_err(|e| OfflineError::Io(format!("mock: {e}")))?;
+        .map_err(|e| AppError::Io(e.to_string()))?;
+        served.map_err(|e| AppError::Io(format!("mock: {e}")))?;
         return Ok(0);
     }
     let listener = TcpListener::bind(args.listen)
         .await
-        .map_err(|source| OfflineError::Bind {
+        .map_err(|source| AppError::Bind {
             addr: args.listen,
             source,
         })?;
@@ -1059,7 +1038,7 @@ pub async fn mock(
 
 /// `rpctap check`: 0 when everything passes the gate, 1 when a finding fails it (by default an
 /// error or a warning) or an assertion breaks.
-pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
+pub fn check(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
     use crate::inspect::offline::{check_document, CheckLimits};
     // A file is read once: its first line says whether it is a recording (read by the reader,
     // its rotated parts too) or exchange documents (read whole here).
@@ -1067,16 +1046,16 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     let mut bytes = Vec::new();
     if stdin {
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
-            .map_err(|e| OfflineError::Io(format!("cannot read stdin: {e}")))?;
+            .map_err(|e| AppError::Io(format!("cannot read stdin: {e}")))?;
     } else {
         let f = std::fs::File::open(&args.file)
-            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?;
+            .map_err(|e| AppError::Io(format!("cannot read {}: {e}", args.file)))?;
         std::io::BufRead::read_until(
             &mut std::io::BufReader::new(std::io::Read::take(f, 1 << 20)),
             b'\n',
             &mut bytes,
         )
-        .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?;
+        .map_err(|e| AppError::Io(format!("cannot read {}: {e}", args.file)))?;
     }
     let recording = String::from_utf8_lossy(&bytes)
         .lines()
@@ -1084,7 +1063,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         .is_some_and(|l| l.contains("\"rpctap_recording\""));
     if !stdin && !recording {
         bytes = std::fs::read(&args.file)
-            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", args.file)))?;
+            .map_err(|e| AppError::Io(format!("cannot read {}: {e}", args.file)))?;
     }
     let limits = CheckLimits {
         max_bytes: args.max_bytes,
@@ -1095,7 +1074,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
     };
     let text = String::from_utf8_lossy(&bytes);
     let mut gate = crate::gate::Gate::new(&args.fail_on, &args.allow)
-        .map_err(|e| OfflineError::Io(e.to_string()))?;
+        .map_err(|e| AppError::Io(e.to_string()))?;
     gate.expect_tools = args.expect_tool.clone();
     gate.forbid_tools = args.forbid_tool.clone();
     gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
@@ -1104,7 +1083,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         let rec = if stdin {
             let mut rec = crate::record::reader::Capture::default();
             crate::record::reader::parse_part(&text, "stdin", &mut rec, true)
-                .map_err(|why| OfflineError::Io(format!("stdin: {why}")))?;
+                .map_err(|why| AppError::Io(format!("stdin: {why}")))?;
             rec
         } else {
             // A file: its rotated parts too.
@@ -1122,13 +1101,13 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         let baseline = match dir {
             Some(d) => Some(std::sync::Arc::new(
                 crate::baseline::Live::open(&d, &label, false)
-                    .map_err(|e| OfflineError::Io(e.to_string()))?,
+                    .map_err(|e| AppError::Io(e.to_string()))?,
             )),
             None => None,
         };
         let results = crate::inspect::recorded::check_recording_with(&rec, baseline);
         if results.is_empty() {
-            return Err(OfflineError::Empty(format!(
+            return Err(AppError::Empty(format!(
                 "{}: the recording holds no JSON-RPC messages",
                 args.file
             )));
@@ -1141,7 +1120,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
         }
     } else {
         if args.format == crate::cli::CheckFormat::Html {
-            return Err(OfflineError::Io(
+            return Err(AppError::Io(
                 "--format html needs a recording (an exchange document has no report)".into(),
             ));
         }
@@ -1149,7 +1128,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
             && gate.forbid_tools.is_empty()
             && gate.max_duration.is_none())
         {
-            return Err(OfflineError::Io(
+            return Err(AppError::Io(
                 "--expect-tool, --forbid-tool and --max-duration need a recording (an exchange document has no calls' times or sessions)".into(),
             ));
         }
@@ -1160,7 +1139,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
             text.lines().filter(|l| !l.trim().is_empty()).collect()
         };
         if docs.is_empty() {
-            return Err(OfflineError::Empty(format!("{} is empty", args.file)));
+            return Err(AppError::Empty(format!("{} is empty", args.file)));
         }
         let mut anything = false;
         let mut results = Vec::new();
@@ -1170,7 +1149,7 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, OfflineError> {
             results.push((format!("document:{}", i + 1), r));
         }
         if !anything {
-            return Err(OfflineError::Empty(format!(
+            return Err(AppError::Empty(format!(
                 "{}: no request or response in it",
                 args.file
             )));
@@ -1205,7 +1184,7 @@ fn gated_report(
     args: &crate::cli::CheckArgs,
     rec: &crate::record::reader::Capture,
     report: &crate::gate::Report,
-) -> Result<String, OfflineError> {
+) -> Result<String, AppError> {
     let mut sections = vec![crate::record::report::Section {
         id: "gate",
         title: if report.failed() {
@@ -1232,7 +1211,7 @@ fn gated_report(
     }
     if let Some(f) = &args.replay_report {
         let text = std::fs::read_to_string(f)
-            .map_err(|e| OfflineError::Io(format!("cannot read {}: {e}", f.display())))?;
+            .map_err(|e| AppError::Io(format!("cannot read {}: {e}", f.display())))?;
         sections.push(crate::record::report::Section {
             id: "replay",
             title: format!("Replay ({})", f.display()),
@@ -1244,29 +1223,29 @@ fn gated_report(
 }
 
 /// A recording named by its path or, in the state directory, by its session name.
-fn recording_named(what: &str) -> Result<(String, crate::record::reader::Capture), OfflineError> {
+fn recording_named(what: &str) -> Result<(String, crate::record::reader::Capture), AppError> {
     let path = std::path::PathBuf::from(what);
     let path = if path.is_file() {
         path
     } else {
         crate::hub::Home::from_env()
             .and_then(|h| h.find(what))
-            .map_err(|e| OfflineError::Io(format!("{what}: not a file, and {e}")))?
+            .map_err(|e| AppError::Io(format!("{what}: not a file, and {e}")))?
     };
     let rec = crate::record::reader::read(&path)?;
     Ok((path.display().to_string(), rec))
 }
 
 /// `rpctap baseline show|accept|reset`.
-pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, OfflineError> {
+pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, AppError> {
     use crate::cli::BaselineAction;
     let dir = match args.dir {
         Some(d) => d,
         None => crate::hub::Home::from_env()
-            .map_err(|e| OfflineError::Io(e.to_string()))?
+            .map_err(|e| AppError::Io(e.to_string()))?
             .baselines(),
     };
-    let io = |e: crate::baseline::BaselineError| OfflineError::Io(e.to_string());
+    let io = |e: crate::baseline::BaselineError| AppError::Io(e.to_string());
     match args.action {
         BaselineAction::Show { label: Some(l) } => {
             match crate::baseline::load(&dir, &l).map_err(io)? {
@@ -1275,7 +1254,7 @@ pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, OfflineError> {
                     &format!("{}\n", serde_json::to_string_pretty(&b).unwrap_or_default()),
                 )?,
                 None => {
-                    return Err(OfflineError::Empty(format!(
+                    return Err(AppError::Empty(format!(
                         "no baseline for {l} in {}",
                         dir.display()
                     )))
@@ -1303,7 +1282,7 @@ pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, OfflineError> {
             let (name, rec) = recording_named(&session)?;
             let label = label.unwrap_or_else(|| crate::gate::label(&rec.header));
             let Some(tools) = crate::diff::last_tool_list(&rec) else {
-                return Err(OfflineError::Empty(format!(
+                return Err(AppError::Empty(format!(
                     "{name}: no complete tools/list in it"
                 )));
             };
@@ -1334,11 +1313,11 @@ pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, OfflineError> {
 }
 
 /// `rpctap mcp`: the recordings as an MCP server on stdio.
-pub async fn agent(args: crate::cli::McpArgs) -> Result<i32, OfflineError> {
+pub async fn agent(args: crate::cli::McpArgs) -> Result<i32, AppError> {
     let source = match args.dir {
         Some(d) => crate::agent::Source::Dir(d),
         None => crate::agent::Source::Home(
-            crate::hub::Home::from_env().map_err(|e| OfflineError::Io(e.to_string()))?,
+            crate::hub::Home::from_env().map_err(|e| AppError::Io(e.to_string()))?,
         ),
     };
     crate::agent::serve_stdio(crate::agent::Agent {
@@ -1347,12 +1326,12 @@ pub async fn agent(args: crate::cli::McpArgs) -> Result<i32, OfflineError> {
         allow_replay: args.allow_replay,
     })
     .await
-    .map_err(|e| OfflineError::Io(format!("stdio: {e}")))?;
+    .map_err(|e| AppError::Io(format!("stdio: {e}")))?;
     Ok(0)
 }
 
 /// `rpctap diff A B`.
-pub fn diff(args: crate::cli::DiffArgs) -> Result<i32, OfflineError> {
+pub fn diff(args: crate::cli::DiffArgs) -> Result<i32, AppError> {
     let (an, a) = recording_named(&args.a)?;
     let (bn, b) = recording_named(&args.b)?;
     let th = crate::diff::Thresholds {
@@ -1372,7 +1351,7 @@ pub fn diff(args: crate::cli::DiffArgs) -> Result<i32, OfflineError> {
 }
 
 /// `rpctap export`.
-pub fn export(args: crate::cli::ExportArgs) -> Result<i32, OfflineError> {
+pub fn export(args: crate::cli::ExportArgs) -> Result<i32, AppError> {
     let rec = crate::record::reader::read(&args.file)?;
     let text = match args.format {
         crate::cli::ExportFormat::Exchange => {
@@ -1395,4 +1374,49 @@ pub fn export(args: crate::cli::ExportArgs) -> Result<i32, OfflineError> {
     };
     write_out(args.output.as_deref(), &text)?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AppError;
+    use crate::record::Error as R;
+
+    /// One rule for every subcommand: the input wrong is 2, the run failed is 1 — a terminal
+    /// that cannot be used is 1 in `view`, `watch` and `attach` as in `proxy` and `stdio`.
+    #[test]
+    fn the_variant_decides_the_exit_code() {
+        let io = || std::io::Error::other("x");
+        let p = std::path::PathBuf::from("f.jsonl");
+        let two = [
+            AppError::Io("cannot write out.xml".into()),
+            AppError::Empty("f.jsonl".into()),
+            AppError::Record(R::Read {
+                path: p.clone(),
+                source: io(),
+            }),
+            AppError::Record(R::Format {
+                path: p.clone(),
+                why: "x".into(),
+            }),
+            AppError::Record(R::Exists { path: p.clone() }),
+            AppError::Config(crate::config::ConfigError::Invalid("x".into())),
+        ];
+        for e in two {
+            assert_eq!(e.exit_code(), 2, "{e:?}");
+        }
+        let one = [
+            AppError::Terminal("not a terminal".into()),
+            AppError::Record(R::Write {
+                path: p,
+                source: io(),
+            }),
+            AppError::Bind {
+                addr: ([127, 0, 0, 1], 1).into(),
+                source: io(),
+            },
+        ];
+        for e in one {
+            assert_eq!(e.exit_code(), 1, "{e:?}");
+        }
+    }
 }

@@ -2,18 +2,18 @@
 //! rewritten so that every stdio server runs through `rpctap stdio --label NAME --`
 //! (`crate::hub::clients`), backed up first, and restored by `unwrap`.
 
-use super::OfflineError;
+use super::AppError;
 use crate::cli::{ClientKind, ConfigAction, ConfigArgs, WrapArgs};
 use crate::hub::clients::{self, Change};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
 
-fn err(e: impl std::fmt::Display) -> OfflineError {
-    OfflineError::Io(e.to_string())
+fn err(e: impl std::fmt::Display) -> AppError {
+    AppError::Io(e.to_string())
 }
 
 /// `rpctap config …`.
-pub fn config(args: ConfigArgs) -> Result<i32, OfflineError> {
+pub fn config(args: ConfigArgs) -> Result<i32, AppError> {
     match args.action {
         ConfigAction::Wrap(a) => run(a, true),
         ConfigAction::Unwrap(a) => run(a, false),
@@ -21,7 +21,7 @@ pub fn config(args: ConfigArgs) -> Result<i32, OfflineError> {
 }
 
 /// The files to change: the one given, the client's, or every client's that exists.
-fn files(a: &WrapArgs) -> Result<Vec<PathBuf>, OfflineError> {
+fn files(a: &WrapArgs) -> Result<Vec<PathBuf>, AppError> {
     if let Some(f) = &a.file {
         return Ok(vec![f.clone()]);
     }
@@ -60,7 +60,7 @@ fn files(a: &WrapArgs) -> Result<Vec<PathBuf>, OfflineError> {
 }
 
 /// Writes `text` in place of `path` whole (aside, then renamed in), keeping its mode.
-fn replace(path: &Path, text: &str) -> Result<(), OfflineError> {
+fn replace(path: &Path, text: &str) -> Result<(), AppError> {
     let tmp = path.with_extension("rpctap.tmp");
     std::fs::write(&tmp, text).map_err(|e| err(format!("{}: {e}", tmp.display())))?;
     if let Ok(m) = std::fs::metadata(path) {
@@ -69,7 +69,7 @@ fn replace(path: &Path, text: &str) -> Result<(), OfflineError> {
     std::fs::rename(&tmp, path).map_err(|e| err(format!("{}: {e}", path.display())))
 }
 
-fn run(a: WrapArgs, wrapping: bool) -> Result<i32, OfflineError> {
+fn run(a: WrapArgs, wrapping: bool) -> Result<i32, AppError> {
     let rpctap = match &a.rpctap {
         Some(p) => p.display().to_string(),
         None => std::env::current_exe()
@@ -128,7 +128,7 @@ fn run(a: WrapArgs, wrapping: bool) -> Result<i32, OfflineError> {
     Ok(0)
 }
 
-fn write_backup(to: &Path, text: &str) -> Result<(), OfflineError> {
+fn write_backup(to: &Path, text: &str) -> Result<(), AppError> {
     std::fs::write(to, text).map_err(|e| err(format!("{}: {e}", to.display())))
 }
 
