@@ -209,8 +209,8 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let child_in: crate::stdio::relay::ChildIn = Arc::new(Mutex::new(child_in));
     // The server's requests decided by `direction = "s2c"` rules.
     let requests = limiter
-        .faults
-        .has_s2c()
+        .stages
+        .wants(crate::events::Direction::ServerToClient)
         .then(|| crate::stdio::relay::ServerRequests {
             limiter: limiter.clone(),
             session: session.clone(),

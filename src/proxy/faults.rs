@@ -227,6 +227,11 @@ pub struct Stage {
     /// What held messages' verdicts did, for the body to publish.
     notes: Vec<Note>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// SSE events a `delay` holds, each with its time: it alone waits, the stream's other
+    /// events pass meanwhile (as calls over HTTP are each their own request); one goes out
+    /// between two events once due, and the stream ends after the last.
+    later: Vec<(tokio::time::Instant, Bytes)>,
+    later_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     src_done: bool,
     /// The stream was cut: nothing more goes out.
     ended: bool,
@@ -323,6 +328,8 @@ impl Stage {
             gave_up: false,
             out: VecDeque::new(),
             timer: None,
+            later: Vec::new(),
+            later_timer: None,
             src_done: false,
             ended: false,
             hold: false,
@@ -602,6 +609,13 @@ impl Stage {
             return (r.made, r.detail.to_string());
         }
         match &fired.action {
+            Action::Delay(d, At::Reply) if sse => {
+                self.later.push((tokio::time::Instant::now() + *d, frame));
+                (
+                    None,
+                    format!("the reply held {}", crate::units::show_secs(*d)),
+                )
+            }
             Action::Delay(d, At::Reply) => {
                 self.push(frame, Some(*d));
                 (
@@ -726,6 +740,9 @@ impl Stage {
 
     /// The next thing the body should do.
     pub fn poll_out(&mut self, cx: &mut Context<'_>) -> Out {
+        if let Some(b) = self.due_later(cx) {
+            return Out::Data(b);
+        }
         if let Some(t) = self.timer.as_mut() {
             if t.as_mut().poll(cx).is_pending() {
                 return Out::Wait;
@@ -767,10 +784,44 @@ impl Stage {
             // Never woken: the body lives until the client gives up and drops it.
             return Out::Wait;
         }
+        if self.src_done && !self.ended && !self.later.is_empty() {
+            // The delayed events still to go: their timer is registered (`due_later`).
+            return Out::Wait;
+        }
         if self.ended || self.src_done {
             return Out::End;
         }
         Out::Need
+    }
+
+    /// A delayed SSE event whose time has come, when the stream is between two events; else
+    /// the earliest one's timer registered with `cx`. Inside a throttled event nothing is
+    /// registered: its own timer wakes the body, and the event goes out after it.
+    fn due_later(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        if self.later.is_empty()
+            || self.ended
+            || self.timer.is_some()
+            || matches!(self.out.front(), Some(Item::Data(_, Some(_))))
+        {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        if let Some(i) = self.later.iter().position(|(at, _)| *at <= now) {
+            self.later_timer = None;
+            return Some(self.later.remove(i).1);
+        }
+        let first = self.later.iter().map(|(at, _)| *at).min()?;
+        let t = self
+            .later_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(first)));
+        if t.deadline() != first {
+            t.as_mut().reset(first);
+        }
+        if t.as_mut().poll(cx).is_ready() {
+            // Due since the check above: taken on the next poll.
+            cx.waker().wake_by_ref();
+        }
+        None
     }
 }
 
@@ -804,6 +855,42 @@ mod tests {
                 Out::Need | Out::End => return out,
             }
         }
+    }
+
+    /// A delayed reply on an event stream waits alone: the stream's later events pass it, and
+    /// the stream ends after it (as on stdio and WebSocket, and as two POSTs over HTTP).
+    #[tokio::test]
+    async fn a_delayed_sse_reply_is_overtaken_by_the_events_after_it() {
+        let d = Duration::from_millis(300);
+        let mut s = Stage::new(
+            vec![fault(1, Action::Delay(d, At::Reply))],
+            true,
+            1 << 20,
+            None,
+            None,
+        )
+        .unwrap();
+        let two = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n\n";
+        let mut notes = Vec::new();
+        s.feed(REPLY, &mut notes);
+        s.feed(two, &mut notes);
+        s.finish(&mut notes);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let t0 = tokio::time::Instant::now();
+        let mut got: Vec<(Vec<u8>, Duration)> = Vec::new();
+        std::future::poll_fn(|cx| loop {
+            match s.poll_out(cx) {
+                Out::Data(b) => got.push((b.to_vec(), t0.elapsed())),
+                Out::Wait => return std::task::Poll::Pending,
+                Out::Need | Out::End => return std::task::Poll::Ready(()),
+            }
+        })
+        .await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, two, "the later event first");
+        assert!(got[0].1 < d, "{:?}", got[0].1);
+        assert_eq!(got[1].0, REPLY);
+        assert!(got[1].1 >= d, "{:?}", got[1].1);
     }
 
     const PROGRESS: &[u8] =

@@ -371,8 +371,14 @@ impl Proxy {
                 // `direction = "s2c"` rules: the server's requests come on event streams (a POST's
                 // reply, the GET stream), the client's answers in POSTs.
                 let s2c = match &limiter {
-                    Some(l) => l.faults.has_s2c(),
-                    None => parts.method == Method::GET && this.limiter().faults.has_s2c(),
+                    Some(l) => l.stages.wants(crate::events::Direction::ServerToClient),
+                    None => {
+                        parts.method == Method::GET
+                            && this
+                                .limiter()
+                                .stages
+                                .wants(crate::events::Direction::ServerToClient)
+                    }
                 };
                 let shared = match (&read, &limiter) {
                     (Ok(ReadAhead::Whole(b)), Some(l)) if l.has_shared() => {

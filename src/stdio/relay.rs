@@ -315,21 +315,28 @@ pub fn client_to_server(
                     for (p, mut shared) in pieces.into_iter().zip(shared) {
                         match p {
                             Piece::Line(line) => {
-                                let r = limit_line(l, &mut c, line, session, shared.as_mut());
-                                let before = arm_faults(&mut c, out, r.faults);
+                                let mut r = limit_line(l, &mut c, line, session, shared.as_mut());
+                                let before = arm_faults(&mut c, out, std::mem::take(&mut r.faults));
                                 if before.close {
                                     close = true;
                                     break;
                                 }
                                 if let Some(d) = before.delay {
-                                    // A pipe is ordered: what follows this line waits with it.
-                                    drop(c);
-                                    if let Err(e) = child_in.locked().write_all(&to_child) {
-                                        tracing::debug!(error = %e, "writing to the server's stdin failed");
+                                    // The call alone waits: the lines after it pass meanwhile
+                                    // (as calls over HTTP, each a request of its own).
+                                    if let Some(f) = r.forward.take() {
+                                        drop(c);
+                                        let _ = child_in.locked().write_all(&to_child);
+                                        to_child.clear();
+                                        send_later(
+                                            To::Server(child_in.clone()),
+                                            with_nl(&trim_nl(&f)),
+                                            d,
+                                        );
+                                        c = ctx.locked();
                                     }
-                                    to_child.clear();
-                                    std::thread::sleep(d);
-                                    c = ctx.locked();
+                                    replies.extend(r.reply);
+                                    continue;
                                 }
                                 if let Some(f) = r.forward {
                                     if let Some(a) = armed_answer(out, &f) {
@@ -626,7 +633,7 @@ fn server_to_client_faulty(
 fn server_request(
     r: &ServerRequests,
     ctx: &Mutex<ExchangeCtx>,
-    out: &Mutex<ClientOut>,
+    out: &Arc<Mutex<ClientOut>>,
     line: Bytes,
 ) -> Option<Bytes> {
     let headers = http::HeaderMap::new();
@@ -657,14 +664,18 @@ fn server_request(
         }
         return None;
     }
-    if let Some(d) = before.delay {
-        // A pipe is ordered: what the server writes after it waits with it.
-        std::thread::sleep(d);
-    }
-    match l.forward {
+    let forward = match l.forward {
         Forward::Unchanged => Some(line),
         Forward::Smaller(b) => Some(b),
         Forward::Nothing => None,
+    };
+    match (before.delay, forward) {
+        // The server's request alone waits: its other lines pass meanwhile.
+        (Some(d), Some(f)) => {
+            send_later(To::Client(out.clone()), with_nl(&trim_nl(&f)), d);
+            None
+        }
+        (_, f) => f,
     }
 }
 
@@ -751,6 +762,24 @@ impl To {
     }
 }
 
+/// A whole line sent after `d` on a thread of its own, between two of the stream's lines: the
+/// message a `delay` fault holds waits alone, the stream's other messages pass meanwhile (as
+/// calls over HTTP, each a request of its own). Sent at once when no thread can be had.
+fn send_later(to: To, line: Vec<u8>, d: std::time::Duration) {
+    let held = std::thread::Builder::new()
+        .name("rpctap-fault-delay".into())
+        .spawn({
+            let (to, line) = (to.clone(), line.clone());
+            move || {
+                std::thread::sleep(d);
+                to.later(&line);
+            }
+        });
+    if held.is_err() {
+        to.later(&line);
+    }
+}
+
 fn with_nl(b: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(b.len() + 1);
     v.extend_from_slice(b);
@@ -825,22 +854,8 @@ fn armed_line(
     };
     let detail = match &fired.action {
         Action::Delay(d, At::Reply) => {
-            let (d, l) = (*d, with_nl(&line));
-            // Held on a thread of its own, so the stream's other messages pass meanwhile.
-            let held = std::thread::Builder::new()
-                .name("rpctap-fault-delay".into())
-                .spawn({
-                    let l = l.clone();
-                    let to = to.clone();
-                    move || {
-                        std::thread::sleep(d);
-                        to.later(&l);
-                    }
-                });
-            if held.is_err() {
-                to.write(&l);
-            }
-            format!("{what} held {}", crate::units::show_secs(d))
+            send_later(to.clone(), with_nl(&line), *d);
+            format!("{what} held {}", crate::units::show_secs(*d))
         }
         Action::Throttle(bps) => {
             let l = with_nl(&line);

@@ -167,31 +167,37 @@ pub async fn tee<C, U>(
         }
         None => (None, None),
     };
-    let (requests, to_server_rx) = match limits.as_ref().filter(|_| server_whole) {
-        Some(l) => {
+    // rpctap's own frames to the server (answers in the client's place, delayed messages).
+    let (to_server, to_server_rx) = match limits {
+        Some(_) => {
             let (tx, rx) = mpsc::channel(64);
-            let r = Requests {
-                rules: l.rules.clone(),
-                peer: l.peer,
-                session: l.session.clone(),
-                headers: l.headers.clone(),
-                to_server: tx,
-            };
-            (Some(r), Some(rx))
+            (Some(tx), Some(rx))
         }
         None => (None, None),
     };
+    let requests = match (limits.as_ref().filter(|_| server_whole), &to_server) {
+        (Some(l), Some(tx)) => Some(Requests {
+            rules: l.rules.clone(),
+            peer: l.peer,
+            session: l.session.clone(),
+            headers: l.headers.clone(),
+            to_server: tx.clone(),
+        }),
+        _ => None,
+    };
+    let later_to_client = to_client.clone();
     let up = {
         let shared = shared.clone();
         async move {
-            match (limits, to_client) {
-                (Some(lim), Some(to_client)) => {
+            match (limits, to_client, to_server) {
+                (Some(lim), Some(to_client), Some(later)) => {
                     let dec = Decoder::new(cap, neg.client).keep_binary();
                     let side = Side::Client {
                         lim,
                         to_client,
                         replies: server_whole,
                         inject: to_server_rx,
+                        later,
                     };
                     whole(cr, uw, dec, shared, side, (neg.client, cap)).await;
                 }
@@ -212,6 +218,7 @@ pub async fn tee<C, U>(
                     inject: injected,
                     intercept: server_intercept,
                     requests,
+                    later: later_to_client,
                 };
                 whole(ur, cw, dec, shared, side, (neg.server, cap)).await;
             } else {
@@ -242,7 +249,9 @@ enum Step {
     /// A frame of rpctap's own back to the peer that sent the message: the client (a refusal,
     /// an answer) or the server (an answer to its request in the client's place).
     Reply(Bytes),
-    Sleep(std::time::Duration),
+    /// A message held by a `delay` fault: sent after this long, between two of this direction's
+    /// messages — the others pass meanwhile, as calls over HTTP are each their own request.
+    Later(Vec<u8>, std::time::Duration),
     /// Bytes written at this many bytes a second (`throttle`).
     Slow(Vec<u8>, u64),
     /// The connection dropped: both sides' (`close`: true), or the client's (a cut).
@@ -309,9 +318,11 @@ enum Side {
         lim: Limits,
         to_client: mpsc::Sender<Bytes>,
         replies: bool,
-        /// rpctap's own frames for the server (answers to its requests), put between two of
-        /// the client's messages.
+        /// rpctap's own frames for the server (answers to its requests, delayed messages),
+        /// put between two of the client's messages.
         inject: Option<mpsc::Receiver<Bytes>>,
+        /// The way into `inject`, for this direction's delayed messages.
+        later: mpsc::Sender<Bytes>,
     },
     /// The server's messages: the reply faults the client's calls armed, the intercept, the
     /// `direction = "s2c"` rules on the server's requests; rpctap's own frames for the client
@@ -320,6 +331,8 @@ enum Side {
         inject: Option<mpsc::Receiver<Bytes>>,
         intercept: Option<crate::intercept::Intercept>,
         requests: Option<Requests>,
+        /// The way into `inject`, for this direction's delayed messages.
+        later: Option<mpsc::Sender<Bytes>>,
     },
 }
 
@@ -355,6 +368,14 @@ impl Side {
         }
     }
 
+    /// Where this direction's delayed messages go in (between two of its messages).
+    fn later(&self) -> Option<mpsc::Sender<Bytes>> {
+        match self {
+            Side::Client { later, .. } => Some(later.clone()),
+            Side::Server { later, .. } => later.clone(),
+        }
+    }
+
     fn intercept(&self) -> Option<&crate::intercept::Intercept> {
         match self {
             Side::Client { lim, .. } => lim.intercept.as_ref(),
@@ -364,20 +385,22 @@ impl Side {
     }
 }
 
-/// A client message's faults: the request-side ones planned; the reply-side ones armed for the
-/// server's direction (`replies`), else recorded as not applied. Each recorded when done.
+/// A client message's faults: the request-side ones planned (a `delay` returned: the caller
+/// sends the message later); the reply-side ones armed for the server's direction (`replies`),
+/// else recorded as not applied. Each recorded when done.
 fn ws_faults(
     s: &mut Shared,
     faults: Vec<crate::limit::enforce::CallFault>,
     replies: bool,
     plan: &mut Plan,
-) {
+) -> Option<std::time::Duration> {
     use crate::fault::{Action, At};
+    let mut delay: Option<std::time::Duration> = None;
     for f in faults {
         let s2c = f.fired.direction == Direction::ServerToClient;
         let detail = match &f.fired.action {
             Action::Delay(d, At::Request) => {
-                plan.step(Step::Sleep(*d));
+                delay = Some(delay.unwrap_or_default().max(*d));
                 match s2c {
                     true => format!(
                         "the server's request held {} before it reached the client",
@@ -416,6 +439,7 @@ fn ws_faults(
         s.ctx
             .fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
     }
+    delay
 }
 
 /// One whole text message of the server's under the faults its call armed: (planned — else it
@@ -464,12 +488,9 @@ fn armed_reply(
     }
     let (detail, planned) = match &fired.action {
         Action::Delay(d, At::Reply) => {
-            // One ordered stream: what its peer sends after it waits with it.
-            plan.step(Step::Sleep(*d));
-            (
-                format!("{what} held {}", crate::units::show_secs(*d)),
-                false,
-            )
+            // It alone waits: what its peer sends after it passes meanwhile.
+            plan.step(Step::Later(side.frame(0x1, t), *d));
+            (format!("{what} held {}", crate::units::show_secs(*d)), true)
         }
         Action::Throttle(bps) => {
             plan.step(Step::Slow(side.frame(0x1, t), *bps));
@@ -711,7 +732,7 @@ async fn whole<R, W>(
                                         );
                                         let replies =
                                             matches!(side, Side::Client { replies: true, .. });
-                                        ws_faults(&mut s, l.faults, replies, &mut plan);
+                                        let delay = ws_faults(&mut s, l.faults, replies, &mut plan);
                                         // The client's answer to a server's request an s2c
                                         // fault was armed on.
                                         let answer = (!s.answers.is_empty())
@@ -729,6 +750,25 @@ async fn whole<R, W>(
                                             if done {
                                                 continue;
                                             }
+                                        }
+                                        if let Some(d) = delay {
+                                            // The call alone waits; the client's later
+                                            // messages pass meanwhile.
+                                            let b = match &l.forward {
+                                                Forward::Unchanged => Some(&t),
+                                                Forward::Smaller(b) => Some(b),
+                                                Forward::Nothing => None,
+                                            };
+                                            if let Some(b) = b {
+                                                plan.step(Step::Later(side.frame(0x1, b), d));
+                                            }
+                                            rewrite |= takeover && compressed;
+                                            if let Some(r) = l.reply {
+                                                plan.step(Step::Reply(Bytes::from(frame::encode(
+                                                    true, false, 0x1, &r, None,
+                                                ))));
+                                            }
+                                            continue;
                                         }
                                         let dropped = l.forward != Forward::Unchanged;
                                         let ic = side.intercept();
@@ -777,7 +817,7 @@ async fn whole<R, W>(
                             let rules = requests
                                 .as_ref()
                                 .map(|r| (r.rules)())
-                                .filter(|l| l.faults.has_s2c());
+                                .filter(|l| l.stages.wants(Direction::ServerToClient));
                             let mut s = shared.locked();
                             for ev in events.drain(..) {
                                 let keep_raw = !rewrite && !was_streaming;
@@ -798,7 +838,8 @@ async fn whole<R, W>(
                                                 &keys,
                                                 None,
                                             );
-                                            ws_faults(&mut s, l.faults, true, &mut plan);
+                                            let delay =
+                                                ws_faults(&mut s, l.faults, true, &mut plan);
                                             if let Some(r) = l.reply {
                                                 // rpctap's answer in the client's place.
                                                 plan.step(Step::Reply(Bytes::from(frame::encode(
@@ -808,6 +849,19 @@ async fn whole<R, W>(
                                                     &r,
                                                     Some(mask()),
                                                 ))));
+                                            }
+                                            if let Some(d) = delay {
+                                                // The server's request alone waits.
+                                                let b = match &l.forward {
+                                                    Forward::Unchanged => Some(&t),
+                                                    Forward::Smaller(b) => Some(b),
+                                                    Forward::Nothing => None,
+                                                };
+                                                if let Some(b) = b {
+                                                    plan.step(Step::Later(side.frame(0x1, b), d));
+                                                }
+                                                rewrite |= takeover && compressed;
+                                                continue;
                                             }
                                             match l.forward {
                                                 Forward::Unchanged => {}
@@ -913,8 +967,13 @@ async fn whole<R, W>(
                                 } => r.to_server.send(f).await.is_ok(),
                                 Side::Server { .. } => true,
                             },
-                            Step::Sleep(d) => {
-                                tokio::time::sleep(d).await;
+                            Step::Later(b, d) => {
+                                if let Some(tx) = side.later() {
+                                    tokio::spawn(async move {
+                                        tokio::time::sleep(d).await;
+                                        let _ = tx.send(Bytes::from(b)).await;
+                                    });
+                                }
                                 true
                             }
                             Step::Slow(b, bps) => {

@@ -231,6 +231,22 @@ async def denied(url, compression):
     print(json.dumps(out))
 
 
+async def overtaken(url, compression):
+    """Two pairs sent at once, `add` then `echo`: the order and time (s) the replies came in."""
+    out = {"order": []}
+    async with connect(url, compression=compression, max_size=None) as ws:
+        for a, e in [(1, 2), (3, 4)]:
+            t0 = time.monotonic()
+            await ws.send(json.dumps({"jsonrpc": "2.0", "method": "add", "params": [1, 2], "id": a}))
+            await ws.send(json.dumps({"jsonrpc": "2.0", "method": "echo", "params": ["x"], "id": e}))
+            got = []
+            for _ in range(2):
+                m = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                got.append([m["id"], round(time.monotonic() - t0, 2), m.get("result")])
+            out["order"].append(got)
+    print(json.dumps(out))
+
+
 async def intercepted(url, compression):
     out = {}
     async with connect(url, compression=compression, max_size=None) as ws:
@@ -371,6 +387,8 @@ if __name__ == "__main__":
         asyncio.run(intercepted(where, compression))
     elif role == "faulted":
         asyncio.run(faulted(where, compression))
+    elif role == "overtaken":
+        asyncio.run(overtaken(where, compression))
     elif role == "denied":
         asyncio.run(denied(where, compression))
     else:

@@ -1267,3 +1267,93 @@ async fn a_denied_tool_is_refused_and_hidden_on_every_transport() {
     drop(server);
     deny_recorded(&file, 2);
 }
+
+/// A `delay` holds its own message only, on every transport (as two calls over HTTP are two
+/// requests): over WebSocket a reply held (`at = "reply"`) or a call held (`at = "request"`) is
+/// overtaken by the next call's reply, which comes at once — the stream is not held behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_a_delayed_message_waits_alone_and_the_next_call_overtakes_it() {
+    let work = Scratch::new("inject-ws-overtaken");
+    let file = work.join("ws.jsonl");
+    let faults = [
+        "name=late-reply,method=add,delay=1s,at=reply,count=1",
+        "name=late-call,method=add,delay=1s,count=1",
+    ];
+    let (v, mut p, _server) = ws_client_through_faults("overtaken", &file, &faults).await;
+    for (pair, (late, quick)) in [(1, 2), (3, 4)].into_iter().enumerate() {
+        let got = &v["order"][pair];
+        assert_eq!(got[0][0], quick, "the next call's reply first: {v}");
+        assert!(got[0][1].as_f64().unwrap() < 0.8, "at once: {v}");
+        assert_eq!(got[1][0], late, "{v}");
+        assert!(got[1][1].as_f64().unwrap() >= 0.9, "held: {v}");
+        assert_eq!(got[1][2], 3, "{v}");
+    }
+    p.term();
+    recorded_and_clean(&file, &["delay", "delay"]);
+}
+
+/// The same over stdio in front of server-everything: a call held on its way (`at =
+/// "request"`) is overtaken by the `ping` after it, whose reply comes at once.
+#[test]
+fn over_stdio_a_call_held_on_its_way_is_overtaken_by_the_next() {
+    use std::io::{BufRead, Write};
+    let work = Scratch::new("inject-stdio-overtaken");
+    let file = work.join("stdio.jsonl");
+    let mut p = Proc::spawn(
+        rpctap()
+            .args([
+                "stdio",
+                "--no-hub",
+                "--record",
+                file.to_str().unwrap(),
+                "--fault",
+                "name=late-call,tool=get-sum,delay=1s",
+                "--",
+                "node",
+                everything_js().to_str().unwrap(),
+                "stdio",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let mut stdin = p.0.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+    let mut send = |line: &str| {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    // A reply by id (server-everything may send notifications in between).
+    let mut reply = |id: u32| -> (String, std::time::Instant) {
+        loop {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "the session ended");
+            if line.contains(&format!("\"id\":{id}")) {
+                return (line, std::time::Instant::now());
+            }
+        }
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    reply(1);
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let t0 = std::time::Instant::now();
+    send(
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":2,"b":3}}}"#,
+    );
+    send(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
+    let (_, pinged) = reply(3);
+    let (sum, summed) = reply(2);
+    assert!(
+        pinged.duration_since(t0) < std::time::Duration::from_millis(800),
+        "the ping was held behind the call: {:?}",
+        pinged.duration_since(t0)
+    );
+    assert!(summed.duration_since(t0) >= std::time::Duration::from_millis(950));
+    assert!(sum.contains('5'), "{sum}");
+    drop(stdin);
+    let _ = p.0.wait();
+    recorded_and_clean(&file, &["delay"]);
+}
