@@ -256,28 +256,24 @@ enum Step {
     Slow(Vec<u8>, u64),
     /// The connection dropped: both sides' (`close`: true), or the client's (a cut).
     Close(bool),
-    /// A message the dashboard's intercept holds: written as decided.
+    /// A message the dashboard's intercept holds: it alone waits; sent as decided.
     Held(Box<HeldMsg>),
 }
 
-/// A held message: its verdict to come, its text, its frames as they came, whether it was
-/// compressed, and whether those frames can go on as they are.
+/// A held message: its verdict to come, its text, and whether it was compressed (its frames
+/// are not sent: what the verdict says goes in their place, uncompressed).
 struct HeldMsg {
     hold: HoldOf,
     text: Bytes,
-    raw: Vec<u8>,
     compressed: bool,
-    keep_raw: bool,
 }
 
 impl HeldMsg {
-    fn step(hold: HoldOf, text: Bytes, raw: Vec<u8>, compressed: bool, keep_raw: bool) -> Step {
+    fn step(hold: HoldOf, text: Bytes, compressed: bool) -> Step {
         Step::Held(Box::new(HeldMsg {
             hold,
             text,
-            raw,
             compressed,
-            keep_raw,
         }))
     }
 }
@@ -779,10 +775,8 @@ async fn whole<R, W>(
                                             .filter(|_| !dropped && l.reply.is_none())
                                             .and_then(|ic| hold(ic, dir, &s, &t));
                                         if let Some(h) = hold {
-                                            let raw = std::mem::take(&mut held);
-                                            plan.step(HeldMsg::step(
-                                                h, t, raw, compressed, keep_raw,
-                                            ));
+                                            held.clear();
+                                            plan.step(HeldMsg::step(h, t, compressed));
                                             continue;
                                         }
                                         match l.forward {
@@ -903,10 +897,8 @@ async fn whole<R, W>(
                                         });
                                         s.calls = calls;
                                         if let Some(h) = hold {
-                                            let raw = std::mem::take(&mut held);
-                                            plan.step(HeldMsg::step(
-                                                h, t, raw, compressed, keep_raw,
-                                            ));
+                                            held.clear();
+                                            plan.step(HeldMsg::step(h, t, compressed));
                                             continue;
                                         }
                                         if keep_raw {
@@ -1010,52 +1002,52 @@ async fn whole<R, W>(
                                 return;
                             }
                             Step::Held(h) => {
+                                // It alone waits for its verdict: the messages after it pass
+                                // meanwhile, and what the verdict sends goes in between two
+                                // messages, uncompressed (the compressed stream goes on
+                                // without it).
                                 let HeldMsg {
                                     hold: (p, id, method),
                                     text,
-                                    raw,
                                     compressed,
-                                    keep_raw,
                                 } = *h;
-                                let d = p.wait().await;
-                                shared.locked().ctx.intercepted(
-                                    &d,
-                                    dir,
-                                    id.as_ref(),
-                                    Some(&method),
-                                );
-                                let answer_here = dir == Direction::ServerToClient;
-                                match d.verdict {
-                                    Verdict::Forward if keep_raw => w.write_all(&raw).await.is_ok(),
-                                    Verdict::Forward => {
-                                        w.write_all(&side.frame(0x1, &text)).await.is_ok()
-                                    }
-                                    Verdict::Edit(b) => {
-                                        rewrite |= takeover && compressed;
-                                        w.write_all(&side.frame(0x1, &b)).await.is_ok()
-                                    }
-                                    // A server message answered is a server message replaced.
-                                    Verdict::Answer(b) if answer_here => {
-                                        rewrite |= takeover && compressed;
-                                        w.write_all(&side.frame(0x1, &b)).await.is_ok()
-                                    }
-                                    Verdict::Answer(b) => {
-                                        rewrite |= takeover && compressed;
-                                        match &side {
-                                            Side::Client { to_client, .. } => to_client
-                                                .send(Bytes::from(frame::encode(
-                                                    true, false, 0x1, &b, None,
-                                                )))
-                                                .await
-                                                .is_ok(),
-                                            Side::Server { .. } => true,
+                                rewrite |= takeover && compressed;
+                                let later = side.later();
+                                let to_client = match &side {
+                                    Side::Client { to_client, .. } => Some(to_client.clone()),
+                                    Side::Server { .. } => None,
+                                };
+                                let masked = matches!(side, Side::Client { .. });
+                                let shared = shared.clone();
+                                tokio::spawn(async move {
+                                    let d = p.wait().await;
+                                    shared.locked().ctx.intercepted(
+                                        &d,
+                                        dir,
+                                        id.as_ref(),
+                                        Some(&method),
+                                    );
+                                    let ours = |b: &[u8]| {
+                                        frame::encode(true, false, 0x1, b, masked.then(mask))
+                                    };
+                                    let (to, f) = match d.verdict {
+                                        Verdict::Forward => (later, ours(&text)),
+                                        Verdict::Edit(b) => (later, ours(&b)),
+                                        // A server message answered is a server message
+                                        // replaced; a client's call answered goes back to it.
+                                        Verdict::Answer(b) if dir == Direction::ServerToClient => {
+                                            (later, ours(&b))
                                         }
+                                        Verdict::Answer(b) => {
+                                            (to_client, frame::encode(true, false, 0x1, &b, None))
+                                        }
+                                        Verdict::Drop => return,
+                                    };
+                                    if let Some(tx) = to {
+                                        let _ = tx.send(Bytes::from(f)).await;
                                     }
-                                    Verdict::Drop => {
-                                        rewrite |= takeover && compressed;
-                                        true
-                                    }
-                                }
+                                });
+                                true
                             }
                         };
                         if !ok {

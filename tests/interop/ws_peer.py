@@ -247,6 +247,16 @@ async def overtaken(url, compression):
     print(json.dumps(out))
 
 
+async def held_passed(url, compression):
+    """`echo` (held by the dashboard) then `add` at once: each reply printed as it comes."""
+    async with connect(url, compression=compression, max_size=None) as ws:
+        await ws.send(json.dumps({"jsonrpc": "2.0", "method": "echo", "params": ["x"], "id": 1}))
+        await ws.send(json.dumps({"jsonrpc": "2.0", "method": "add", "params": [1, 2], "id": 2}))
+        for _ in range(2):
+            m = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            print(json.dumps(m), flush=True)
+
+
 async def intercepted(url, compression):
     out = {}
     async with connect(url, compression=compression, max_size=None) as ws:
@@ -389,6 +399,8 @@ if __name__ == "__main__":
         asyncio.run(faulted(where, compression))
     elif role == "overtaken":
         asyncio.run(overtaken(where, compression))
+    elif role == "held_passed":
+        asyncio.run(held_passed(where, compression))
     elif role == "denied":
         asyncio.run(denied(where, compression))
     else:

@@ -255,6 +255,46 @@ async fn held_calls_are_edited_dropped_left_to_time_out_and_answered_from_the_da
     assert!(c.stdout.contains("intercept"), "{}", c.stdout);
 }
 
+/// Over WebSocket a held message waits alone, as over HTTP and stdio: the call sent after it is
+/// answered while it is held, and it goes on when forwarded (uncompressed, the stream compressed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_the_calls_after_a_held_one_pass_it() {
+    use std::io::BufRead;
+    let (_server, port, env) = ws_peer_server().await;
+    let work = Scratch::new("intercept-ws-pass");
+    let file = work.join("ws.jsonl");
+    let editor = sed_editor(&work, &[]);
+    let (t, listen) = dashboard_proxy("intercept-ws-pass", &editor, port, &file, "");
+    set_intercept(&t, "method:echo dir:c2s");
+    let mut client = Command::new(env.join("bin/python"))
+        .arg(root().join("tests/interop/ws_peer.py"))
+        .args(["held_passed", &format!("ws://127.0.0.1:{listen}/")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
+    held_line(&t, &["→ echo", "id 1"]);
+    // Answered while echo is held (before the hold is released: no key pressed yet).
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let first: Value = serde_json::from_str(&first)
+        .unwrap_or_else(|e| panic!("the client's first reply ({e}): {first:?}"));
+    assert_eq!(first["id"], 2, "{first}");
+    assert_eq!(first["result"], 3, "{first}");
+    t.cmd(&["send-keys", "-t", "t", "F"]);
+    t.wait_for("#1 forwarded", Duration::from_secs(10));
+    let mut second = String::new();
+    out.read_line(&mut second).unwrap();
+    let second: Value = serde_json::from_str(&second).unwrap();
+    assert_eq!(second["id"], 1, "{second}");
+    assert_eq!(second["result"], serde_json::json!(["x"]), "{second}");
+    let _ = client.wait();
+    t.cmd(&["send-keys", "-t", "t", "q"]);
+    t.wait_for("READY$", Duration::from_secs(10));
+    assert_eq!(intercepted(&file), ["forward"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_websocket_a_held_message_is_edited_dropped_forwarded_and_answered() {
     let (_server, port, env) = ws_peer_server().await;
