@@ -111,7 +111,19 @@ async fn readiness_follows_the_upstream_and_turns_503_at_shutdown() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In flight when the signal comes: waited for on the gauge, not for a while.
+    let t0 = std::time::Instant::now();
+    while metric(
+        &get(s.admin, "/metrics", None).await.text(),
+        "rpctap_inflight_calls",
+    ) < 1.0
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the call never went out"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     signal(s.proc.id(), "TERM");
     let why = ready_becomes(s.admin, 503, Duration::from_secs(1)).await;
     assert_eq!(why, "not ready: shutting down\n");

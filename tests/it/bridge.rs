@@ -19,6 +19,12 @@ fn everything_js(dir: &Path) -> PathBuf {
 /// `rpctap serve` headless on a free port in front of server-everything over stdio, with
 /// `extra` flags; its process and address.
 fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
+    let (p, addrs) = serve_with(extra, &["serve on http://"]);
+    (p, addrs[0])
+}
+
+/// `serve` with `extra`, the addresses its banner gives for `markers`.
+fn serve_with(extra: &[&str], markers: &[&str]) -> (Proc, Vec<SocketAddr>) {
     let dir = node_modules(NODE_PACKAGES);
     let mut cmd = Command::new(BIN);
     cmd.args([
@@ -36,8 +42,8 @@ fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
     .arg("stdio")
     .stdin(Stdio::null())
     .stdout(Stdio::null());
-    let (p, addrs, _rest) = spawn_with_banner(&mut cmd, &["serve on http://"]);
-    (p, addrs[0])
+    let (p, addrs, _rest) = spawn_with_banner(&mut cmd, markers);
+    (p, addrs)
 }
 
 fn node_modules(packages: &[&str]) -> PathBuf {
@@ -285,7 +291,11 @@ async fn twenty_sessions_are_twenty_children_and_none_is_left_after_delete_and_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_killed_mid_call_answers_at_once_and_ends_only_its_session() {
-    let (mut bridge, addr) = serve(&["--admin", "127.0.0.1:0"]);
+    let (mut bridge, addrs) = serve_with(
+        &["--admin", "127.0.0.1:0"],
+        &["serve on http://", "admin on http://"],
+    );
+    let (addr, admin) = (addrs[0], addrs[1]);
     let a = mcp_session(addr).await;
     let b = mcp_session(addr).await;
     let kids = children_of(bridge.id());
@@ -302,7 +312,15 @@ async fn a_child_killed_mid_call_answers_at_once_and_ends_only_its_session() {
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         send(addr, "POST", "/mcp", &h, call).await
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The call on its way in the child when it dies: waited for on the gauge.
+    let t0 = Instant::now();
+    while metric(&http_text(admin, "/metrics").await, "rpctap_inflight_calls") < 1.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the call never went out"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     signal(a_child, "KILL");
     let killed = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(5), pending)

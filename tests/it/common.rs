@@ -927,6 +927,39 @@ pub fn line_with(screen: &str, what: &str) -> String {
 
 /// Whether `ok` comes to hold within `timeout` (looked at every 20 ms): a wait for something
 /// observable, never a fixed sleep.
+/// A GET of `path` on `addr` (HTTP/1.1, the connection closed after): the whole answer, head
+/// and body, as text.
+pub async fn http_text(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// The lines of stderr (from [`spawn_with_banner`]) received so far that contain `what`; the
+/// lines are kept in `log`.
+pub fn said(rx: &std::sync::mpsc::Receiver<String>, log: &mut Vec<String>, what: &str) -> usize {
+    log.extend(rx.try_iter());
+    log.iter().filter(|l| l.contains(what)).count()
+}
+
+/// [`said`] once the process has exited: every line it wrote, read to its stderr's end (no
+/// sleep for the reader to catch up).
+pub fn said_in_all(
+    rx: &std::sync::mpsc::Receiver<String>,
+    log: &mut Vec<String>,
+    what: &str,
+) -> usize {
+    log.extend(rx.iter());
+    log.iter().filter(|l| l.contains(what)).count()
+}
+
 pub fn eventually(timeout: Duration, mut ok: impl FnMut() -> bool) -> bool {
     let t0 = std::time::Instant::now();
     loop {

@@ -273,7 +273,7 @@ impl Expected {
     async fn assert_nothing_left_and_stop(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let text = http_get(self.admin, "/metrics").await;
+            let text = http_text(self.admin, "/metrics").await;
             let pending = metric(&text, "rpctap_pending_calls");
             let clients = metric(&text, "rpctap_connections{side=\"client\"}");
             let now = fds(self.proc.id());
@@ -342,18 +342,6 @@ async fn every_upstream_fault_gets_its_answer_one_outcome_and_leaks_nothing() {
             "case {i} {fault:?}: exactly one outcome, {want}"
         );
     }
-}
-
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut got = Vec::new();
-    let _ = s.read_to_end(&mut got).await;
-    String::from_utf8_lossy(&got).into_owned()
 }
 
 /// The recorded `call` events' outcomes, by id text.
@@ -502,12 +490,6 @@ async fn demo_calls(proxy: SocketAddr, n: usize) -> usize {
     ok.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The lines of stderr received so far that contain `what`.
-fn said(rx: &std::sync::mpsc::Receiver<String>, log: &mut Vec<String>, what: &str) -> usize {
-    log.extend(rx.try_iter());
-    log.iter().filter(|l| l.contains(what)).count()
-}
-
 /// rpctap's own fault: the recording's disk fills (here a file-size limit, as a small
 /// filesystem would: writes past it fail with EFBIG). The proxy keeps answering every call,
 /// says so once, counts what it could not record, and the file stays readable (its last line at
@@ -545,7 +527,7 @@ async fn a_full_disk_under_the_recording_loses_lines_not_calls() {
     // The recorder counts what it lost once its writes fail (within its flush period).
     let mut metrics = String::new();
     for _ in 0..100 {
-        metrics = http_get(addrs[1], "/metrics").await;
+        metrics = http_text(addrs[1], "/metrics").await;
         if metric(&metrics, "rpctap_recorder_lost_total") > 0.0 {
             break;
         }
@@ -553,13 +535,13 @@ async fn a_full_disk_under_the_recording_loses_lines_not_calls() {
     }
     let lost = metric(&metrics, "rpctap_recorder_lost_total");
     assert!(lost > 0.0, "the lost lines are counted: {lost}");
+    assert!(proc.term().success());
+    // Every line it wrote, to its stderr's end: said once in the whole run.
     assert_eq!(
-        said(&rx, &mut log, "recording writes fail"),
+        said_in_all(&rx, &mut log, "recording writes fail"),
         1,
         "said once: {log:?}"
     );
-    assert!(proc.term().success());
-    std::thread::sleep(Duration::from_millis(200));
     let len = std::fs::metadata(&file).unwrap().len();
     assert!(len <= 256 * 512, "{len}");
     let rec = rpctap::record::reader::read(&file).expect("the file stays readable");
@@ -609,8 +591,11 @@ async fn a_recording_moved_or_deleted_underneath_goes_on_in_a_new_file() {
     assert!(eventually(Duration::from_secs(3), || file.exists()));
     assert_eq!(demo_calls(addrs[0], 40).await, 40);
     assert!(proc.term().success());
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(said(&rx, &mut log, "deleted or moved away"), 2, "{log:?}");
+    assert_eq!(
+        said_in_all(&rx, &mut log, "deleted or moved away"),
+        2,
+        "{log:?}"
+    );
     let old = rpctap::record::reader::read(&moved).unwrap();
     assert_eq!(
         old.calls().count(),

@@ -141,11 +141,24 @@ store = "{store}"
     }
 
     // Shared concurrency: a lease held by a call through A refuses a call through B.
+    // Waited for in Redis (the leases held), not for a while.
+    let leased = || -> usize {
+        redis_cli(port, &["--scan", "--pattern", "rpctap:limit:*:leases:*"])
+            .lines()
+            .filter(|k| !k.is_empty())
+            .map(|k| {
+                redis_cli(port, &["zcard", k])
+                    .trim()
+                    .parse::<usize>()
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
     let slow = tokio::spawn(async move { allowed(a, "sleep", "k", 1).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(eventually(Duration::from_secs(10), || leased() == 1));
     assert!(!allowed(b, "sleep", "k", 2).await, "the lease is shared");
     assert!(slow.await.unwrap());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(eventually(Duration::from_secs(10), || leased() == 0));
     assert!(
         allowed(b, "sleep", "k", 3).await,
         "the lease was given back"

@@ -11,7 +11,6 @@ use rpctap::events::Event;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
 
@@ -73,15 +72,16 @@ async fn run_script(venv: &Path, script: &str, args: &[&str]) -> serde_json::Val
 
 /// Stops the recording proxy, then: the recording checks clean (`rpctap check` exits 0), with
 /// exactly the live run's codes per scope and every answered call matched.
-async fn assert_checks(stop: Stop, file: &Path) {
-    assert_checks_finding(stop, file, false).await
+async fn assert_checks(proxy: TestProxy, file: &Path) {
+    assert_checks_finding(proxy, file, false).await
 }
 
 /// Like `assert_checks`; with `errors`, the recording holds a peer's real rule break (named
 /// where the test calls it), so `check` fails.
-async fn assert_checks_finding(stop: Stop, file: &Path, errors: bool) {
-    drop(stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+async fn assert_checks_finding(proxy: TestProxy, file: &Path, errors: bool) {
+    // The proxy drained and every observer finished (the recording flushed whole).
+    drop(proxy.stop);
+    proxy.served.await.unwrap();
     let c = check_recording(file);
     let exit = if errors { 1 } else { 0 };
     assert_eq!(c.exit, Some(exit), "check {}: {}", file.display(), c.stdout);
@@ -93,18 +93,23 @@ async fn assert_checks_finding(stop: Stop, file: &Path, errors: bool) {
 
 /// Stops the recording proxy, then: the recording checks clean (`rpctap check` exits 0) and
 /// replays against `upstream` with every call as recorded and at least `min_passed` calls.
-async fn assert_checks_and_replays(stop: Stop, file: &Path, upstream: &str, min_passed: usize) {
-    assert_checks_replays_finding(stop, file, upstream, min_passed, false).await
+async fn assert_checks_and_replays(
+    proxy: TestProxy,
+    file: &Path,
+    upstream: &str,
+    min_passed: usize,
+) {
+    assert_checks_replays_finding(proxy, file, upstream, min_passed, false).await
 }
 
 async fn assert_checks_replays_finding(
-    stop: Stop,
+    proxy: TestProxy,
     file: &Path,
     upstream: &str,
     min_passed: usize,
     errors: bool,
 ) {
-    assert_checks_finding(stop, file, errors).await;
+    assert_checks_finding(proxy, file, errors).await;
     let out = Command::new(BIN)
         .args(["replay", file.to_str().unwrap(), "--target", upstream])
         .output()
@@ -230,7 +235,7 @@ async fn python_sdk_v1_in_every_server_mode() {
         );
         // The recording checks clean (warnings only, but for that rule) and replays against
         // the same server.
-        assert_checks_replays_finding(proxy.stop, &file, &upstream, 5, logs > 0).await;
+        assert_checks_replays_finding(proxy, &file, &upstream, 5, logs > 0).await;
         if logs > 0 {
             // The gate accepts the known rule break by name: listed, marked allowed, exit 0.
             let out = Command::new(BIN)
@@ -352,7 +357,7 @@ async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpo
                 && matches!(&c.scope, rpctap::events::Scope::Session(_))),
         "every call matched its reply on the stream, in the session's scope: {cs:?}"
     );
-    assert_checks_replays_finding(proxy.stop, &file, &upstream, 5, true).await;
+    assert_checks_replays_finding(proxy, &file, &upstream, 5, true).await;
 }
 
 /// The MCP Python SDK 2.x client in `auto` mode starts with the 2026-07-28 `server/discover`:
@@ -381,7 +386,7 @@ async fn python_sdk_v2_auto_client_discovers_the_demo_server() {
     assert_eq!(discover.outcome, rpctap::events::Outcome::Result);
     let codes: Vec<String> = anomalies(&ev).into_iter().map(|a| a.0).collect();
     assert_eq!(codes, vec!["TOOL_ERROR"]);
-    assert_checks(proxy.stop, &file).await;
+    assert_checks(proxy, &file).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -443,7 +448,7 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
                     .all(|c| !matches!(c.outcome, rpctap::events::Outcome::Missing { .. })),
                 "{mode}/{client_mode}"
             );
-            assert_checks_replays_finding(proxy.stop, &file, &upstream, 5, logs > 0).await;
+            assert_checks_replays_finding(proxy, &file, &upstream, 5, logs > 0).await;
         }
     }
 }
@@ -622,7 +627,7 @@ async fn typescript_sdk_client_and_server_everything() {
                 .all(|c| !matches!(c.outcome, rpctap::events::Outcome::Missing { .. })),
             "{server_mode}: every call answered"
         );
-        assert_checks(proxy.stop, &file).await;
+        assert_checks(proxy, &file).await;
         {
             // Replay: a run without the sampling round trip (a replay cannot answer the server's
             // request in the middle of a call), recorded, then replayed against the same server
@@ -639,7 +644,7 @@ async fn typescript_sdk_client_and_server_everything() {
                 ],
             )
             .await;
-            assert_checks_and_replays(proxy.stop, &file, &upstream, 5).await;
+            assert_checks_and_replays(proxy, &file, &upstream, 5).await;
         }
     }
 }
@@ -788,7 +793,7 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
         .filter(|c| &*c.method == "tools/call")
         .all(|c| c.outcome == rpctap::events::Outcome::Result));
     // initialize + the batch's two calls, replayed as a batch again.
-    assert_checks_and_replays(proxy.stop, &file, &format!("http://{upstream}"), 3).await;
+    assert_checks_and_replays(proxy, &file, &format!("http://{upstream}"), 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -840,7 +845,7 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
     }
     // The recording of the whole suite checks as live (that rule break is its one error) and
     // replays against the same server with every call's verdict as recorded.
-    assert_checks_replays_finding(proxy.stop, &file, &upstream, 40, true).await;
+    assert_checks_replays_finding(proxy, &file, &upstream, 40, true).await;
 }
 
 /// The JSON-RPC 2.0 specification's examples (section 7).
@@ -1111,7 +1116,7 @@ async fn python_sdk_v2_input_required_rounds_are_one_clean_call() {
                 assert_eq!(asked.len(), 1, "{what}: the server asked mid-call");
                 assert_eq!(asked[0].outcome, Outcome::Result);
             }
-            assert_checks(proxy.stop, &file).await;
+            assert_checks(proxy, &file).await;
             // The dashboard lists one `tools/call delete`; in auto mode its detail holds the
             // first round, and its latency runs from the first request.
             let rec = rpctap::record::reader::read(&file).unwrap();
@@ -1198,14 +1203,14 @@ async fn deprecated_sampling_and_logging_in_2026_07_28_are_info() {
                 .all(|a| a.severity == rpctap::events::Severity::Info));
             assert!(found.iter().any(|a| a.message.contains("LLM provider")));
             assert!(found.iter().any(|a| a.message.contains("OpenTelemetry")));
-            assert_checks(proxy.stop, &file).await;
+            assert_checks(proxy, &file).await;
         } else {
             // 2025-11-25 deprecates nothing; what the SDK's server does break there is the older
             // rule it always broke: logging without declaring `logging`.
             let codes: Vec<_> = found.iter().map(|a| a.code).collect();
             assert_eq!(codes, vec!["MCP_CAPABILITY"], "{found:?}");
             assert_eq!(found[0].method.as_deref(), Some("notifications/message"));
-            assert_checks_finding(proxy.stop, &file, true).await;
+            assert_checks_finding(proxy, &file, true).await;
         }
     }
 }
@@ -1368,7 +1373,7 @@ async fn tampered_request_state_is_flagged_and_never_shown() {
         );
     }
     assert_eq!(by_id("7").continues, None);
-    assert_checks_finding(proxy.stop, &file, true).await;
+    assert_checks_finding(proxy, &file, true).await;
     // Nor does the recording's finding text hold a state.
     let text = std::fs::read_to_string(&file).unwrap();
     for line in text.lines().filter(|l| l.contains(r#""event":"anomaly""#)) {

@@ -331,25 +331,26 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
         "reload",
         "[[limit]]\nname = \"v1\"\nmethod = \"add\"\nrate = \"1/h\"\n",
     );
-    let port = free_port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = Proc::spawn(
+    // Bound by rpctap itself (port 0) and read from its banner: no port picked and dropped.
+    let (child, addrs, rx) = spawn_with_banner(
         rpctap()
             .args([
                 "proxy",
                 "--listen",
-                &addr.to_string(),
+                "127.0.0.1:0",
                 "--upstream",
                 &format!("http://{demo}"),
                 "--config",
                 cfg.to_str().unwrap(),
+                "--no-tui",
                 "--log",
                 "off",
             ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped()),
+            .stdout(Stdio::null()),
+        &["proxy on http://"],
     );
-    wait_listening(addr).await;
+    let addr = addrs[0];
+    let mut log = Vec::new();
     let add = |id: u32| format!(r#"{{"jsonrpc":"2.0","method":"add","params":[1],"id":{id}}}"#);
     assert_eq!(
         post_json(addr, "/jsonrpc", &add(1)).await.json()["result"],
@@ -372,7 +373,12 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
     )
     .unwrap();
     hup(child.id());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Waited for on what rpctap says, not for a while.
+    assert!(eventually(Duration::from_secs(10), || said(
+        &rx,
+        &mut log,
+        "reload refused"
+    ) == 1));
     assert_eq!(
         post_json(addr, "/jsonrpc", &add(3)).await.json()["error"]["data"]["limit"],
         "v1"
@@ -384,13 +390,19 @@ async fn sighup_reloads_rules_and_keeps_the_old_ones_on_a_bad_file() {
     )
     .unwrap();
     hup(child.id());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(eventually(Duration::from_secs(10), || said(
+        &rx,
+        &mut log,
+        "rules reloaded"
+    ) == 1));
     assert_eq!(
         post_json(addr, "/jsonrpc", &add(4)).await.json()["result"],
         1
     );
-    let out = child.term_output();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let mut child = child;
+    assert!(child.term().success());
+    said_in_all(&rx, &mut log, "");
+    let err = log.concat();
     assert!(
         err.contains("reload refused") && err.contains("ten per second"),
         "{err}"

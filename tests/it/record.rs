@@ -356,7 +356,20 @@ async fn kill_9_under_load_loses_at_most_the_flush_interval() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Killed while the clients are busy: once calls are being answered, not after a while.
+    let t0 = Instant::now();
+    let settled = rpctap::record::FLUSH_EVERY + Duration::from_millis(100);
+    while answered
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, t)| t.elapsed() > settled)
+        .count()
+        < 150
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no calls answered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let killed_at = Instant::now();
     child.0.kill().unwrap(); // SIGKILL
     child.0.wait().unwrap();

@@ -556,16 +556,34 @@ async fn a_refusal_waits_for_the_end_of_the_servers_fragmented_message() {
     ))
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The server halfway through its fragmented reply: its first fragment has come (waited
+    // for on the wire, not for a while).
+    let mut dec = rpctap::ws::frame::Decoder::new(1 << 20, None);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut framed = false;
+    while !framed {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the server's first fragment")
+            .unwrap();
+        assert!(n > 0, "closed before the reply began");
+        let mut at = 0;
+        while at < n {
+            let (k, end) = dec.feed_frame(&buf[at..n], &mut got);
+            framed |= end.is_some();
+            if k == 0 {
+                break;
+            }
+            at += k;
+        }
+    }
     // The second call, sent in two fragments with a ping between them.
     let second = br#"{"jsonrpc":"2.0","method":"m","id":2}"#;
     let mut wire = frame(false, 1, &second[..12], true);
     wire.extend(frame(true, 9, b"ping", true));
     wire.extend(frame(true, 0, &second[12..], true));
     s.write_all(&wire).await.unwrap();
-    let mut dec = rpctap::ws::frame::Decoder::new(1 << 20, None);
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
     while !got
         .iter()
         .any(|e| matches!(e, rpctap::ws::frame::WsEvent::Close { .. }))
