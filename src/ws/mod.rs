@@ -498,6 +498,17 @@ fn armed_reply(
     (planned, planned)
 }
 
+/// A message a `delay` holds (`t` as it came, or what the rules let `forward` of it) sent after
+/// `d`, in between two of this direction's messages.
+fn send_later(side: &Side, plan: &mut Plan, forward: &Forward, t: &Bytes, d: std::time::Duration) {
+    let b = match forward {
+        Forward::Unchanged => t,
+        Forward::Smaller(b) => b,
+        Forward::Nothing => return,
+    };
+    plan.step(Step::Later(side.frame(0x1, b), d));
+}
+
 /// How long the other direction may run once one has ended.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -750,14 +761,7 @@ async fn whole<R, W>(
                                         if let Some(d) = delay {
                                             // The call alone waits; the client's later
                                             // messages pass meanwhile.
-                                            let b = match &l.forward {
-                                                Forward::Unchanged => Some(&t),
-                                                Forward::Smaller(b) => Some(b),
-                                                Forward::Nothing => None,
-                                            };
-                                            if let Some(b) = b {
-                                                plan.step(Step::Later(side.frame(0x1, b), d));
-                                            }
+                                            send_later(&side, &mut plan, &l.forward, &t, d);
                                             rewrite |= takeover && compressed;
                                             if let Some(r) = l.reply {
                                                 plan.step(Step::Reply(Bytes::from(frame::encode(
@@ -846,14 +850,7 @@ async fn whole<R, W>(
                                             }
                                             if let Some(d) = delay {
                                                 // The server's request alone waits.
-                                                let b = match &l.forward {
-                                                    Forward::Unchanged => Some(&t),
-                                                    Forward::Smaller(b) => Some(b),
-                                                    Forward::Nothing => None,
-                                                };
-                                                if let Some(b) = b {
-                                                    plan.step(Step::Later(side.frame(0x1, b), d));
-                                                }
+                                                send_later(&side, &mut plan, &l.forward, &t, d);
                                                 rewrite |= takeover && compressed;
                                                 continue;
                                             }

@@ -927,6 +927,65 @@ pub fn line_with(screen: &str, what: &str) -> String {
 
 /// Whether `ok` comes to hold within `timeout` (looked at every 20 ms): a wait for something
 /// observable, never a fixed sleep.
+/// A process driven line by line (a stdio server, or `rpctap stdio` in front of one): lines
+/// written to its stdin, its stdout read back line by line.
+pub struct LineProc {
+    pub proc: Proc,
+    stdin: Option<std::process::ChildStdin>,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl LineProc {
+    /// Spawns `cmd` with its stdin and stdout piped to the test.
+    pub fn spawn(cmd: &mut std::process::Command) -> LineProc {
+        let mut proc = Proc::spawn(
+            cmd.stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped()),
+        );
+        let stdin = proc.0.stdin.take();
+        let out = std::io::BufReader::new(proc.0.stdout.take().unwrap());
+        LineProc { proc, stdin, out }
+    }
+
+    /// One line (its newline added), flushed.
+    pub fn send(&mut self, line: &str) {
+        use std::io::Write;
+        let w = self.stdin.as_mut().expect("stdin still open");
+        w.write_all(line.as_bytes()).unwrap();
+        w.write_all(b"\n").unwrap();
+        w.flush().unwrap();
+    }
+
+    /// The next line of stdout ("" at its end).
+    pub fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line
+    }
+
+    /// The next line of stdout that holds `"id":ID` (others, notifications say, skipped).
+    pub fn reply(&mut self, id: u32) -> String {
+        let want = format!("\"id\":{id}");
+        loop {
+            let line = self.line();
+            assert!(!line.is_empty(), "stdout ended before the reply to {id}");
+            if line.contains(&want) {
+                return line;
+            }
+        }
+    }
+
+    /// Closes stdin (the end of the client's input) and reads stdout to its end.
+    pub fn rest(&mut self) -> String {
+        use std::io::Read;
+        self.stdin = None;
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        rest
+    }
+}
+
 /// A GET of `path` on `addr` (HTTP/1.1, the connection closed after): the whole answer, head
 /// and body, as text.
 pub async fn http_text(addr: SocketAddr, path: &str) -> String {

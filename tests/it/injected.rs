@@ -1296,10 +1296,9 @@ async fn over_websocket_a_delayed_message_waits_alone_and_the_next_call_overtake
 /// "request"`) is overtaken by the `ping` after it, whose reply comes at once.
 #[test]
 fn over_stdio_a_call_held_on_its_way_is_overtaken_by_the_next() {
-    use std::io::{BufRead, Write};
     let work = Scratch::new("inject-stdio-overtaken");
     let file = work.join("stdio.jsonl");
-    let mut p = Proc::spawn(
+    let mut p = LineProc::spawn(
         rpctap()
             .args([
                 "stdio",
@@ -1313,47 +1312,32 @@ fn over_stdio_a_call_held_on_its_way_is_overtaken_by_the_next() {
                 everything_js().to_str().unwrap(),
                 "stdio",
             ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(Stdio::null()),
     );
-    let mut stdin = p.0.stdin.take().unwrap();
-    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
-    let mut send = |line: &str| {
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    };
-    // A reply by id (server-everything may send notifications in between).
-    let mut reply = |id: u32| -> (String, std::time::Instant) {
-        loop {
-            let mut line = String::new();
-            assert!(out.read_line(&mut line).unwrap() > 0, "the session ended");
-            if line.contains(&format!("\"id\":{id}")) {
-                return (line, std::time::Instant::now());
-            }
-        }
-    };
-    send(
+    p.send(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
     );
-    reply(1);
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    p.reply(1);
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     let t0 = std::time::Instant::now();
-    send(
+    p.send(
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":2,"b":3}}}"#,
     );
-    send(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
-    let (_, pinged) = reply(3);
-    let (sum, summed) = reply(2);
+    p.send(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
+    p.reply(3);
+    let pinged = t0.elapsed();
+    let sum = p.reply(2);
+    let summed = t0.elapsed();
     assert!(
-        pinged.duration_since(t0) < std::time::Duration::from_millis(800),
-        "the ping was held behind the call: {:?}",
-        pinged.duration_since(t0)
+        pinged < std::time::Duration::from_millis(800),
+        "the ping was held behind the call: {pinged:?}"
     );
-    assert!(summed.duration_since(t0) >= std::time::Duration::from_millis(950));
+    assert!(
+        summed >= std::time::Duration::from_millis(950),
+        "{summed:?}"
+    );
     assert!(sum.contains('5'), "{sum}");
-    drop(stdin);
-    let _ = p.0.wait();
+    p.rest();
+    let _ = p.proc.0.wait();
     recorded_and_clean(&file, &["delay"]);
 }

@@ -817,47 +817,35 @@ fn a_cancelled_call_the_server_rightly_leaves_unanswered_is_no_failure() {
     let tmp = Scratch::new("stdio-cancelled");
     let file = tmp.join("cancelled.jsonl");
     let py2 = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
-    let mut p = Proc::spawn(
+    let mut p = LineProc::spawn(
         rpctap()
             .args(["stdio", "--record", file.to_str().unwrap(), "--"])
             .arg(py2)
             .args([script("mcp2_server.py"), "stdio".into()])
             // Its own state: a tool baseline another run left under HOME is not this test's.
-            .env("RPCTAP_HOME", tmp.join("state"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped()),
+            .env("RPCTAP_HOME", tmp.join("state")),
     );
-    let mut stdin = p.0.stdin.take().unwrap();
-    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
-    let mut send = |line: &str| {
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    };
-    send(
+    p.send(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
     );
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.contains("\"id\":1"), "{line}");
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    send(
+    p.reply(1);
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    p.send(
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"seconds":30}}}"#,
     );
     std::thread::sleep(Duration::from_millis(300));
-    send(
+    p.send(
         r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"the user gave up"}}"#,
     );
     // A call after the cancel is answered: the server is well.
-    send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
-    line.clear();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    p.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    let line = p.line();
     assert!(
         line.contains("\"id\":3"),
         "the cancelled call got no reply first: {line}"
     );
-    drop(stdin);
-    let _ = p.0.wait();
+    p.rest();
+    let _ = p.proc.0.wait();
     let rec = rpctap::record::reader::read(&file).unwrap();
     let call2 = rec
         .calls()
