@@ -1184,9 +1184,9 @@ fn denied_as_the_client_saw_it(r: &[Value], other: &str) {
 
 /// `--deny` is a stage of the acting pipeline that no transport names: the same rule refuses a
 /// tool's call (`-32601`, never reaching the server) and hides the tool from `tools/list` over
-/// HTTP with SSE and with JSON replies (the Python SDK's server and client), stdio (the
-/// reference server-everything) and WebSocket (a `websockets` peer, compressed with context
-/// takeover), and is recorded as injected on each.
+/// HTTP with SSE and with JSON replies (the Python SDK's server and client), the bridge (`serve`
+/// in front of server-everything), stdio (server-everything) and WebSocket (a `websockets`
+/// peer, compressed with context takeover), and is recorded as injected on each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_tool_is_refused_and_hidden_on_every_transport() {
     let work = Scratch::new("deny");
@@ -1210,6 +1210,41 @@ async fn a_denied_tool_is_refused_and_hidden_on_every_transport() {
         p.term();
         deny_recorded(&file, 1);
     }
+
+    // The bridge: `rpctap serve` in front of server-everything over stdio, the SDK's client
+    // over Streamable HTTP.
+    let file = work.join("serve.jsonl");
+    let mut cmd = rpctap();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-tui",
+        "--log",
+        "off",
+        "--record",
+        file.to_str().unwrap(),
+        "--deny",
+        "tool=echo",
+        "--",
+        "node",
+        everything_js().to_str().unwrap(),
+        "stdio",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    let (mut p, addrs, _) = spawn_with_banner(&mut cmd, &["serve on http://"]);
+    let r = client(&[
+        &format!("http://{}/mcp", addrs[0]),
+        "auto",
+        "5",
+        "@tools",
+        r#"echo:{"message":"hi"}"#,
+        r#"get-sum:{"a":2,"b":3}"#,
+    ]);
+    denied_as_the_client_saw_it(&r, "get-sum");
+    p.term();
+    deny_recorded(&file, 1);
 
     let file = work.join("stdio.jsonl");
     let calls = serde_json::json!([
