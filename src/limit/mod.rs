@@ -421,7 +421,7 @@ impl<C: Clock + Clone> Limiter<C> {
         })
     }
 
-    /// No rate-limit and no fault rule: nothing to decide.
+    /// No rate-limit rule and no stage (deny, fault): nothing to decide.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty() && self.stages.is_empty()
     }
