@@ -956,15 +956,17 @@ async fn whole<R, W>(
                                 } => r.to_server.send(f).await.is_ok(),
                                 Side::Server { .. } => true,
                             },
-                            Step::Later(b, d) => {
-                                if let Some(tx) = side.later() {
+                            Step::Later(b, d) => match side.later() {
+                                Some(tx) => {
                                     tokio::spawn(async move {
                                         tokio::time::sleep(d).await;
                                         let _ = tx.send(Bytes::from(b)).await;
                                     });
+                                    true
                                 }
-                                true
-                            }
+                                // No way in between two messages: sent now rather than lost.
+                                None => w.write_all(&b).await.is_ok(),
+                            },
                             Step::Slow(b, bps) => {
                                 let piece = (bps / 20).max(1) as usize;
                                 let mut ok = true;
