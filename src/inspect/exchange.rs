@@ -16,6 +16,14 @@ impl crate::limit::enforce::Inspects for ExchangeCtx {
     }
 }
 
+/// The rule a refusal of a line or message too large to inspect is recorded under (while rules
+/// are in force nothing runs undecided).
+pub const TOO_LARGE_RULE: &str = "max-frame-bytes";
+
+/// How the flag on such a line says it was refused (`check` reads it back).
+pub const REFUSED_TOO_LARGE: &str =
+    "refused, not passed on (rules are in force and none could be applied to it)";
+
 impl ExchangeCtx {
     pub(super) fn site(&self) -> Site<'_> {
         Site {
@@ -618,7 +626,31 @@ impl ExchangeCtx {
     /// uninspected.
     pub fn line_not_inspected(&mut self, dir: Direction, len: u64) {
         let head = self.long[dir_index(dir)].take().map(|s| s.finish());
-        self.line_not_inspected_head(dir, len, head);
+        self.line_not_inspected_head(dir, len, head, false);
+    }
+
+    /// A line (or WebSocket message) too large to inspect that was *not* passed on, because
+    /// rules are in force and none could be applied to it: flagged as such, and a request in it
+    /// counted and ended as refused (rule [`TOO_LARGE_RULE`]). Its id, when it is a request
+    /// with one: the transport answers it.
+    pub fn line_refused_too_large(&mut self, dir: Direction, len: u64) -> Option<Id> {
+        let head = self.long[dir_index(dir)].take().map(|s| s.finish());
+        let call = head
+            .as_ref()
+            .filter(|h| !h.result && !h.error)
+            .and_then(|h| Some((h.id()?, h.method()?.to_string())));
+        self.line_not_inspected_head(dir, len, head, true);
+        let (id, method) = call?;
+        let refusal = crate::limit::Refusal {
+            rule: TOO_LARGE_RULE.into(),
+            retry_after: std::time::Duration::ZERO,
+            status: None,
+            code: crate::limit::DEFAULT_CODE,
+            limit: 0,
+            fault: None,
+        };
+        self.refuse(Some(&id), &method, &refusal, false);
+        Some(id)
     }
 
     /// Bytes of a line already past the inspection cap, as they are passed on: read for the
@@ -632,11 +664,13 @@ impl ExchangeCtx {
     /// A line too large to inspect, and what its envelope said: a request with an id is
     /// counted as a call (waiting for its reply), a reply with an id ends its call — with a
     /// result, or its error's code — so neither is lost or left to end missing.
+    /// `refused`: it was not passed on ([`Self::line_refused_too_large`]), and the flag says so.
     pub(crate) fn line_not_inspected_head(
         &mut self,
         dir: Direction,
         len: u64,
         head: Option<crate::rpc::head::FrameHead>,
+        refused: bool,
     ) {
         self.bytes += len + 1;
         let what = if self.transport == Transport::Ws {
@@ -655,8 +689,13 @@ impl ExchangeCtx {
             id.as_ref(),
             method.as_ref(),
             format!(
-                "{what} of {len} bytes, larger than the inspection cap ({} bytes): passed on, not inspected{said}",
-                self.insp.cfg.max_frame_bytes
+                "{what} of {len} bytes, larger than the inspection cap ({} bytes): {}{said}",
+                self.insp.cfg.max_frame_bytes,
+                if refused {
+                    REFUSED_TOO_LARGE
+                } else {
+                    "passed on, not inspected"
+                }
             ),
         );
         self.cur = None;

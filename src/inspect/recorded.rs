@@ -262,6 +262,7 @@ fn reinspect_with(
                         dir,
                         len,
                         super::exchange::envelope_from_note(&a.message),
+                        a.message.contains(super::exchange::REFUSED_TOO_LARGE),
                     ),
                     None => ctx.not_inspected(dir, a.message.clone()),
                 }

@@ -280,6 +280,10 @@ pub fn client_to_server(
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let dir = Direction::ClientToServer;
+    // A line too large to inspect, decided at its first spilled piece: refused (not passed on)
+    // while a rule is in force or the intercept is on — nothing runs undecided —, else passed
+    // on as it comes.
+    let mut refusing_long: Option<bool> = None;
     while let Some(n) = read_some(&mut input, &mut buf, "stdin") {
         let chunk = &buf[..n];
         let sent = match limiter {
@@ -386,7 +390,25 @@ pub fn client_to_server(
                             }
                             Piece::Spill(b) => {
                                 c.line_spill(dir, &b);
-                                to_child.extend_from_slice(&b)
+                                let refuse = *refusing_long.get_or_insert_with(|| {
+                                    !l.is_empty() || hold.is_some_and(|h| h.intercept.is_on())
+                                });
+                                if !refuse {
+                                    to_child.extend_from_slice(&b)
+                                }
+                            }
+                            Piece::LongEnd(n) if refusing_long.take() == Some(true) => {
+                                if let Some(id) = c.line_refused_too_large(dir, n) {
+                                    replies.push(with_nl(
+                                        crate::rpc::error_reply(
+                                            &id,
+                                            crate::proxy::CODE_BAD_REQUEST,
+                                            TOO_LARGE,
+                                            None,
+                                        )
+                                        .as_bytes(),
+                                    ));
+                                }
                             }
                             Piece::LongEnd(n) => {
                                 c.line_not_inspected(dir, n);
@@ -434,6 +456,10 @@ pub fn client_to_server(
     }
     drop(child_in);
 }
+
+/// What rpctap answers a call in a line too large to inspect while rules are in force.
+const TOO_LARGE: &str =
+    "the line is larger than --max-frame-bytes, so no rule could be applied to it: not passed on";
 
 /// A line without its newline (what the filter and the editor see).
 fn trim_nl(line: &Bytes) -> Bytes {

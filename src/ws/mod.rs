@@ -604,6 +604,35 @@ async fn pump<R, W>(
     let _ = w.shutdown().await;
 }
 
+/// Whether this direction refuses a message too large to inspect: the client's, while a rule
+/// is in force or the intercept is on (nothing runs undecided); else it streams on.
+fn refuses_too_large(side: &Side) -> bool {
+    match side {
+        Side::Client { lim, .. } => {
+            !(lim.rules)().is_empty() || lim.intercept.as_ref().is_some_and(|i| i.is_on())
+        }
+        Side::Server { .. } => false,
+    }
+}
+
+/// Closes the connection with 1009 (message too big, RFC 6455 §7.4.1) to both sides, after
+/// `out` (what came before the message).
+async fn too_big<W: AsyncWrite + Unpin>(side: &Side, w: &mut W, out: &[u8]) {
+    let close = |m| frame::encode(true, false, 0x8, &1009u16.to_be_bytes(), m);
+    let _ = w.write_all(out).await;
+    match side {
+        Side::Client { to_client, .. } => {
+            let _ = w.write_all(&close(Some(mask()))).await;
+            let _ = w.shutdown().await;
+            let _ = to_client.send(Bytes::from(close(None))).await;
+        }
+        Side::Server { .. } => {
+            let _ = w.write_all(&close(None)).await;
+            let _ = w.shutdown().await;
+        }
+    }
+}
+
 /// Held bytes beyond the cap by this much mean the message cannot inflate to within the cap
 /// (deflate grows incompressible data by far less): it streams on, uninspected.
 fn hold_limit(cap: usize) -> usize {
@@ -804,7 +833,8 @@ async fn whole<R, W>(
                                     WsEvent::BinaryData(_) => plan.write(&held),
                                     other => {
                                         fatal |= passed(
-                                            &mut s, dir, other, rewrite, keep_raw, &held, &mut plan,
+                                            &mut s, &side, dir, other, rewrite, keep_raw, &held,
+                                            &mut plan,
                                         );
                                     }
                                 }
@@ -914,7 +944,8 @@ async fn whole<R, W>(
                                     }
                                     other => {
                                         fatal |= passed(
-                                            &mut s, dir, other, rewrite, keep_raw, &held, &mut plan,
+                                            &mut s, &side, dir, other, rewrite, keep_raw, &held,
+                                            &mut plan,
                                         );
                                     }
                                 }
@@ -923,20 +954,7 @@ async fn whole<R, W>(
                     }
                     held.clear();
                     if fatal {
-                        // 1009: message too big (RFC 6455 §7.4.1), to both sides.
-                        let close = |m| frame::encode(true, false, 0x8, &1009u16.to_be_bytes(), m);
-                        let _ = w.write_all(&out).await;
-                        match &side {
-                            Side::Client { to_client, .. } => {
-                                let _ = w.write_all(&close(Some(mask()))).await;
-                                let _ = w.shutdown().await;
-                                let _ = to_client.send(Bytes::from(close(None))).await;
-                            }
-                            Side::Server { .. } => {
-                                let _ = w.write_all(&close(None)).await;
-                                let _ = w.shutdown().await;
-                            }
-                        }
+                        too_big(&side, &mut w, &out).await;
                         return;
                     }
                     // What came before the message (control frames) goes first.
@@ -1055,7 +1073,21 @@ async fn whole<R, W>(
                     }
                 }
                 None => {
-                    if !streaming && !rewrite && held.len() + cur.len() > hold_limit(cap) {
+                    let over = held.len() + cur.len() > hold_limit(cap);
+                    if over && !streaming && refuses_too_large(&side) {
+                        // While a rule is in force nothing runs undecided: a call too large to
+                        // read is not passed on (as an HTTP body over the cap is refused).
+                        shared.locked().ctx.not_inspected(
+                            dir,
+                            format!(
+                                "refused: a message of more than {} bytes, larger than the inspection cap, not passed on (rules are in force and none could be applied to it); the connection closed with 1009",
+                                held.len() + cur.len()
+                            ),
+                        );
+                        too_big(&side, &mut w, &out).await;
+                        return;
+                    }
+                    if over && !streaming && !rewrite {
                         streaming = true;
                         out.append(&mut held);
                         out.append(&mut cur);
@@ -1091,8 +1123,10 @@ async fn whole<R, W>(
 
 /// A message event other than a decided text or binary message: inspected, and its frames
 /// passed on when they can be; true when it cannot go on (the connection must close).
+#[allow(clippy::too_many_arguments)]
 fn passed(
     s: &mut Shared,
+    side: &Side,
     dir: Direction,
     ev: WsEvent,
     rewrite: bool,
@@ -1100,7 +1134,17 @@ fn passed(
     held: &[u8],
     plan: &mut Plan,
 ) -> bool {
-    if rewrite && matches!(ev, WsEvent::Oversized { .. } | WsEvent::ContextLost { .. }) {
+    let too_large = matches!(ev, WsEvent::Oversized { .. } | WsEvent::ContextLost { .. });
+    if too_large && refuses_too_large(side) {
+        // While a rule is in force nothing runs undecided: not passed on.
+        let what = match ev {
+            WsEvent::Oversized { len, .. } => format!("refused: a message of {len} bytes"),
+            _ => "refused: a compressed message whose context was lost".to_string(),
+        };
+        s.ctx.not_inspected(dir, format!("{what}, too large to inspect, not passed on (rules are in force and none could be applied to it); the connection closed with 1009"));
+        return true;
+    }
+    if rewrite && too_large {
         // Not inflated, so it cannot be re-sent: the connection cannot go on.
         s.ctx.not_inspected(dir, "a message too large to inspect after rpctap had to re-send the messages uncompressed: it cannot be passed on, and the connection is closed".into());
         return true;

@@ -152,7 +152,13 @@ async def client(url, compression):
         out["subscribe"] = await call({"jsonrpc": "2.0", "method": "subscribe", "params": ["heads"], "id": 4})
         out["notifications"] = [json.loads(await ws.recv()) for _ in range(3)]
         big = "x" * 200_000
-        echoed = await call({"jsonrpc": "2.0", "method": "echo", "params": [big], "id": 5})
+        try:
+            echoed = await call({"jsonrpc": "2.0", "method": "echo", "params": [big], "id": 5})
+        except ConnectionClosed as e:
+            # A proxy that refuses what it cannot inspect closes with 1009 (message too big).
+            out["big"] = f"closed {e.rcvd.code if e.rcvd else None}"
+            print(json.dumps(out))
+            return
         out["big"] = echoed["result"][0] == big
         out["unsubscribe"] = await call({"jsonrpc": "2.0", "method": "unsubscribe", "params": ["sub-1"], "id": 6})
     print(json.dumps(out))

@@ -969,3 +969,71 @@ fn lines_beyond_the_inspection_cap_still_count_and_end_their_calls() {
     assert_eq!(codes, ["NOT_INSPECTED"], "{live:?}");
     assert_eq!(check_recording(&file).codes, live);
 }
+
+/// Whatever the server could execute, rpctap has decided (issue 61's rule, over stdio): a line
+/// too large to inspect is not passed on while a rule is in force — its call is answered with
+/// an error and recorded as refused, so a `--deny`ed tool or a rate limit cannot be slipped past
+/// in a padded line. Without rules such a line passes on as it comes.
+#[test]
+fn a_line_too_large_to_decide_is_refused_while_a_rule_is_in_force() {
+    let tmp = Scratch::new("stdio-too-large");
+    let pad = "x".repeat(4096);
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"run_shell","arguments":{{"pad":"{pad}"}}}}}}"#
+    );
+    let ping = r#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#;
+    for rules in [true, false] {
+        let file = tmp.join(format!("rules-{rules}.jsonl"));
+        let mut cmd = rpctap();
+        cmd.args(["stdio", "--no-hub", "--max-frame-bytes", "1KiB", "--record"])
+            .arg(&file);
+        if rules {
+            cmd.args(["--deny", "tool=run_*"]);
+        }
+        let mut p = LineProc::spawn(cmd.args(["--", "cat"]));
+        p.send(&big);
+        p.send(ping);
+        let out = p.rest();
+        assert_eq!(p.proc.0.wait().unwrap().code(), Some(0));
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ids: Vec<i64> = lines.iter().map(|l| l["id"].as_i64().unwrap()).collect();
+        if rules {
+            // rpctap's error for 7 (cat never saw it), then cat's echo of the ping.
+            assert_eq!(ids, [7, 8], "{out}");
+            assert_eq!(lines[0]["error"]["code"], -32005, "{out}");
+            assert!(
+                lines[0]["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("--max-frame-bytes"),
+                "{out}"
+            );
+            assert_eq!(lines[1]["method"], "ping", "{out}");
+        } else {
+            // Both echoed by cat: the big line passed on, uninspected.
+            assert_eq!(ids, [7, 8], "{out}");
+            assert_eq!(lines[0]["method"], "tools/call", "{out}");
+        }
+        let rec = rpctap::record::reader::read(&file).unwrap();
+        let call7 = rec
+            .calls()
+            .find(|c| c.id.to_string() == "7")
+            .expect("call 7 counted");
+        if rules {
+            assert!(
+                matches!(&call7.outcome, rpctap::events::Outcome::Refused { rule } if rule == "max-frame-bytes"),
+                "{:?}",
+                call7.outcome
+            );
+        }
+        let live = live_codes(&file);
+        assert!(
+            live.values().flatten().any(|c| c == "NOT_INSPECTED"),
+            "{live:?}"
+        );
+        assert_eq!(check_recording(&file).codes, live);
+    }
+}

@@ -724,63 +724,83 @@ async fn ganache_case(extra: &[&str], binary: bool) {
     assert_eq!(mocked, v, "the mock answers as ganache did");
 }
 
-/// Under rate limits, a message larger than the inspection cap is not held: it streams on
-/// (uncompressed, past the hold) or goes on as it came (compressed, inflating past the cap),
-/// flagged NOT_INSPECTED, and the client gets what it gets directly — the limits take nothing
-/// from it.
+/// A message larger than the inspection cap: without rules it is not held — it streams on
+/// (uncompressed) or goes on as it came (compressed, inflating past the cap), flagged
+/// NOT_INSPECTED, and the client gets what it gets directly. Under a rule (a rate limit here)
+/// nothing runs undecided (issue 61's rule, as an HTTP body over the cap is refused): the
+/// client's big call is not passed on, the connection is closed with 1009 (message too big),
+/// and the recording says it was refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_limits_a_message_beyond_the_cap_passes_uninspected() {
+async fn a_message_beyond_the_cap_passes_uninspected_or_under_a_rule_is_refused() {
     for mode in ["deflate", "plain"] {
         let (_server, up) = ws_peer_server(mode).await;
-        let flags = rpctap::cli::ProxyFlags {
-            shared: rpctap::cli::SharedFlags {
-                limits: vec!["add=100/min".into()],
-                max_frame_bytes: Some(64 << 10),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
         let direct = ws_peer_client("client", format!("ws://{up}/"), mode).await;
-        let via = ws_peer_client("client", format!("ws://{}/rpc", p.addr), mode).await;
-        assert_eq!(direct, via, "{mode}");
-        assert_eq!(
-            via["big"], true,
-            "{mode}: the 200 KB echo went through whole"
-        );
-        let ev = drain_ws(&mut p).await;
-        let found: Vec<(&str, &str)> = ev
-            .iter()
-            .filter_map(|e| match &**e {
-                Event::Anomaly(a) => Some((a.code, a.message.as_str())),
-                _ => None,
-            })
-            .collect();
-        assert!(
-            found.iter().all(|a| a.0 == "NOT_INSPECTED"),
-            "{mode}: {found:?}"
-        );
-        let lost = found
-            .iter()
-            .filter(|a| a.1.contains("compression context"))
-            .count();
-        // The big call and its big reply: passed on, not inspected (so the call is not
-        // correlated, and its reply is rightly not flagged). Compressed with context takeover,
-        // the messages after them cannot be inflated either: the unsubscribe and its reply.
-        let (want_codes, want_lost, want_calls) = match mode {
-            "deflate" => (4, 2, 4),
-            _ => (2, 0, 5),
-        };
-        assert_eq!(
-            (found.len(), lost),
-            (want_codes, want_lost),
-            "{mode}: {found:?}"
-        );
-        let cs = calls(&ev);
-        assert_eq!(
-            cs.len(),
-            want_calls,
-            "{mode}: each inspected call has its outcome: {cs:?}"
-        );
+        for limited in [false, true] {
+            let flags = rpctap::cli::ProxyFlags {
+                shared: rpctap::cli::SharedFlags {
+                    limits: if limited {
+                        vec!["add=100/min".into()]
+                    } else {
+                        vec![]
+                    },
+                    max_frame_bytes: Some(64 << 10),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+            let via = ws_peer_client("client", format!("ws://{}/rpc", p.addr), mode).await;
+            let ev = drain_ws(&mut p).await;
+            let found: Vec<(&str, &str)> = ev
+                .iter()
+                .filter_map(|e| match &**e {
+                    Event::Anomaly(a) => Some((a.code, a.message.as_str())),
+                    _ => None,
+                })
+                .collect();
+            assert!(
+                found.iter().all(|a| a.0 == "NOT_INSPECTED"),
+                "{mode}: {found:?}"
+            );
+            if limited {
+                for k in ["add", "batch", "subscribe", "notifications"] {
+                    assert_eq!(via[k], direct[k], "{mode}: {k}");
+                }
+                assert_eq!(via["big"], "closed 1009", "{mode}: {via}");
+                assert!(
+                    found.iter().any(|a| a.1.starts_with("refused: a message")),
+                    "{mode}: {found:?}"
+                );
+                continue;
+            }
+            assert_eq!(direct, via, "{mode}");
+            assert_eq!(
+                via["big"], true,
+                "{mode}: the 200 KB echo went through whole"
+            );
+            let lost = found
+                .iter()
+                .filter(|a| a.1.contains("compression context"))
+                .count();
+            // The big call and its big reply: passed on, not inspected (so the call is not
+            // correlated, and its reply is rightly not flagged). Compressed with context
+            // takeover, the messages after them cannot be inflated either: the unsubscribe and
+            // its reply.
+            let (want_codes, want_lost, want_calls) = match mode {
+                "deflate" => (4, 2, 4),
+                _ => (2, 0, 5),
+            };
+            assert_eq!(
+                (found.len(), lost),
+                (want_codes, want_lost),
+                "{mode}: {found:?}"
+            );
+            let cs = calls(&ev);
+            assert_eq!(
+                cs.len(),
+                want_calls,
+                "{mode}: each inspected call has its outcome: {cs:?}"
+            );
+        }
     }
 }
