@@ -788,21 +788,80 @@ impl To {
     }
 }
 
-/// A whole line sent after `d` on a thread of its own, between two of the stream's lines: the
-/// message a `delay` fault holds waits alone, the stream's other messages pass meanwhile (as
-/// calls over HTTP, each a request of its own). Sent at once when no thread can be had.
+/// A whole line sent after `d`, between two of the stream's lines: the message a `delay` fault
+/// holds waits alone, the stream's other messages pass meanwhile (as calls over HTTP, each a
+/// request of its own). One thread keeps every held line in time order (not a thread each: a
+/// delay rule on every call would make one per call); past [`MAX_DELAYED`] held at once, a line
+/// goes at once, so memory is bounded by that, not by traffic.
 fn send_later(to: To, line: Vec<u8>, d: std::time::Duration) {
-    let held = std::thread::Builder::new()
-        .name("rpctap-fault-delay".into())
-        .spawn({
-            let (to, line) = (to.clone(), line.clone());
-            move || {
-                std::thread::sleep(d);
-                to.later(&line);
+    static DELAYER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Delayed>>> =
+        std::sync::OnceLock::new();
+    let tx = DELAYER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("rpctap-fault-delay".into())
+            .spawn(move || delayer(rx))
+            .ok()
+            .map(|_| tx)
+    });
+    let held = Delayed {
+        at: std::time::Instant::now() + d,
+        to,
+        line,
+    };
+    // No thread to hold it: sent at once rather than lost.
+    let unsent = match tx {
+        Some(t) => t.send(held).err().map(|e| e.0),
+        None => Some(held),
+    };
+    if let Some(h) = unsent {
+        h.to.later(&h.line);
+    }
+}
+
+/// The most lines [`send_later`] holds at once.
+const MAX_DELAYED: usize = 4096;
+
+/// A line held by a `delay`, and when and where it goes.
+struct Delayed {
+    at: std::time::Instant,
+    to: To,
+    line: Vec<u8>,
+}
+
+/// The delay thread: held lines sent in time order as they fall due.
+fn delayer(rx: std::sync::mpsc::Receiver<Delayed>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut held: Vec<Delayed> = Vec::new();
+    loop {
+        let now = std::time::Instant::now();
+        // Due ones go (a few at a time: the list is small and kept in no order).
+        let mut i = 0;
+        while i < held.len() {
+            if held[i].at <= now {
+                let h = held.swap_remove(i);
+                h.to.later(&h.line);
+            } else {
+                i += 1;
             }
-        });
-    if held.is_err() {
-        to.later(&line);
+        }
+        let next = held.iter().map(|h| h.at).min();
+        let got = match next {
+            Some(at) => rx.recv_timeout(at.saturating_duration_since(now)),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match got {
+            Ok(h) if held.len() >= MAX_DELAYED => {
+                tracing::warn!(
+                    held = held.len(),
+                    "too many delayed lines: this one sent now"
+                );
+                h.to.later(&h.line);
+            }
+            Ok(h) => held.push(h),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
     }
 }
 
@@ -1014,5 +1073,40 @@ mod stderr_tests {
                 ("thr".to_string(), false)
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod delay_tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// What a test's "child stdin" got.
+    #[derive(Clone, Default)]
+    struct Got(Arc<Mutex<Vec<u8>>>);
+    impl Write for Got {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.locked().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn held_lines_go_in_time_order_from_one_thread() {
+        let got = Got::default();
+        let to = To::Server(Arc::new(Mutex::new(Box::new(got.clone()))));
+        let t0 = std::time::Instant::now();
+        send_later(to.clone(), b"late\n".to_vec(), Duration::from_millis(300));
+        send_later(to.clone(), b"soon\n".to_vec(), Duration::from_millis(50));
+        to.write(b"now\n");
+        let deadline = t0 + Duration::from_secs(5);
+        while got.0.locked().len() < 14 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        assert_eq!(&*got.0.locked(), b"now\nsoon\nlate\n");
     }
 }
