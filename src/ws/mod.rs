@@ -498,6 +498,22 @@ fn armed_reply(
     (planned, planned)
 }
 
+/// Messages held by `delay` faults across every connection, at most [`MAX_LATER`] at once: past
+/// that a held message goes at once, so memory is bounded by configuration, not by traffic.
+static LATER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+const MAX_LATER: usize = 4096;
+
+/// Takes a place among the held messages; false when they are full.
+fn later_room() -> bool {
+    LATER
+        .fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |n| (n < MAX_LATER).then_some(n + 1),
+        )
+        .is_ok()
+}
+
 /// A message a `delay` holds (`t` as it came, or what the rules let `forward` of it) sent after
 /// `d`, in between two of this direction's messages.
 fn send_later(side: &Side, plan: &mut Plan, forward: &Forward, t: &Bytes, d: std::time::Duration) {
@@ -974,16 +990,23 @@ async fn whole<R, W>(
                                 } => r.to_server.send(f).await.is_ok(),
                                 Side::Server { .. } => true,
                             },
-                            Step::Later(b, d) => match side.later() {
-                                Some(tx) => {
+                            Step::Later(b, d) => match (side.later(), later_room()) {
+                                (Some(tx), true) => {
                                     tokio::spawn(async move {
                                         tokio::time::sleep(d).await;
                                         let _ = tx.send(Bytes::from(b)).await;
+                                        LATER.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                                     });
                                     true
                                 }
-                                // No way in between two messages: sent now rather than lost.
-                                None => w.write_all(&b).await.is_ok(),
+                                // No way in between two messages, or too many held: sent now
+                                // rather than lost.
+                                (_, room) => {
+                                    if room {
+                                        LATER.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                                    }
+                                    w.write_all(&b).await.is_ok()
+                                }
                             },
                             Step::Slow(b, bps) => {
                                 let piece = (bps / 20).max(1) as usize;
