@@ -243,6 +243,25 @@ pub fn admin_config(
     Ok(Some(cfg))
 }
 
+/// `check`'s gate from its flags, validated before anything is read (as every subcommand's
+/// flags are, here): `--fail-on` and `--allow` read, and the flags that only mean something
+/// together checked.
+pub fn check_gate(args: &crate::cli::CheckArgs) -> Result<crate::gate::Gate, ConfigError> {
+    if args.format != crate::cli::CheckFormat::Html
+        && (args.diff_from.is_some() || args.replay_report.is_some())
+    {
+        return Err(ConfigError::Invalid(
+            "--diff-from and --replay-report go into the HTML report: add --format html".into(),
+        ));
+    }
+    let mut gate = crate::gate::Gate::new(&args.fail_on, &args.allow)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    gate.expect_tools = args.expect_tool.clone();
+    gate.forbid_tools = args.forbid_tool.clone();
+    gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
+    Ok(gate)
+}
+
 /// Rebuilds the rules from the config file (a SIGHUP reload): the flags' rules, then the file's.
 pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigError> {
     let Some(path) = &cfg.config_path else {

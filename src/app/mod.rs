@@ -1040,6 +1040,8 @@ pub async fn mock(
 /// error or a warning) or an assertion breaks.
 pub fn check(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
     use crate::inspect::offline::{check_document, CheckLimits};
+    // The flags first, before anything is read: a bad one is named whatever the file.
+    let gate = config::check_gate(&args)?;
     // A file is read once: its first line says whether it is a recording (read by the reader,
     // its rotated parts too) or exchange documents (read whole here).
     let stdin = args.file == "-";
@@ -1073,11 +1075,6 @@ pub fn check(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
         ..Default::default()
     };
     let text = String::from_utf8_lossy(&bytes);
-    let mut gate = crate::gate::Gate::new(&args.fail_on, &args.allow)
-        .map_err(|e| AppError::Io(e.to_string()))?;
-    gate.expect_tools = args.expect_tool.clone();
-    gate.forbid_tools = args.forbid_tool.clone();
-    gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
     let report;
     if recording {
         let rec = if stdin {

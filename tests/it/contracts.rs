@@ -352,6 +352,14 @@ async fn check_gates_on_tools_durations_and_severities() {
     let (code, _, err) = run(&["check", b, "--fail-on", "sometimes"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--fail-on sometimes"), "{err}");
+    // The flags are read before the file: a bad one is named even when there is no file, and
+    // flags that only mean something together say so (they were ignored).
+    let (code, _, err) = run(&["check", "/nonexistent.jsonl", "--allow", "lower:case"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--allow lower:case"), "{err}");
+    let (code, _, err) = run(&["check", b, "--diff-from", b]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--format html"), "{err}");
     // JUnit: the same run recorded twice names its cases alike (no session id in a name).
     let names = |f: &Path| {
         let (_, xml, _) = run(&[
