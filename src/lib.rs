@@ -21,6 +21,9 @@
 //!   never-blocking bus (`events::bus`) and display sampling (`events::sample`).
 //! - [`limit`] — rate-limit rules and their state (GCRA via `governor`, concurrency permits,
 //!   the shared store), and their enforcement on every transport's messages (`limit::enforce`).
+//! - [`flow`] — the acting pipeline's decisions: a list of stages after the rate limits (the
+//!   `[[deny]]` rules, the `[[fault]]` rules), each passing a message or acting on it; the
+//!   transports carry the verdicts out without naming a stage.
 //! - [`fault`] — `[[fault]]` rules: faults injected on purpose (delays, errors, dropped,
 //!   doubled or broken replies, cut streams), decided with the rate limits and recorded as
 //!   injected.
