@@ -23,29 +23,6 @@ fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
     (p, addrs[0])
 }
 
-/// `serve` with `extra`, the addresses its banner gives for `markers`.
-fn serve_with(extra: &[&str], markers: &[&str]) -> (Proc, Vec<SocketAddr>) {
-    let dir = node_modules(NODE_PACKAGES);
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--no-tui",
-        "--log",
-        "off",
-    ])
-    .args(extra)
-    .arg("--")
-    .arg("node")
-    .arg(everything_js(&dir))
-    .arg("stdio")
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
-    let (p, addrs, _rest) = spawn_with_banner(&mut cmd, markers);
-    (p, addrs)
-}
-
 fn node_modules(packages: &[&str]) -> PathBuf {
     installed("node", packages)
 }

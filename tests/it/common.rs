@@ -927,6 +927,31 @@ pub fn line_with(screen: &str, what: &str) -> String {
 
 /// Whether `ok` comes to hold within `timeout` (looked at every 20 ms): a wait for something
 /// observable, never a fixed sleep.
+/// `rpctap serve` headless on a free port in front of server-everything over stdio, with
+/// `extra` flags: its process and the addresses its banner gives for `markers`.
+pub fn serve_with(extra: &[&str], markers: &[&str]) -> (Proc, Vec<SocketAddr>) {
+    let everything = installed("node", NODE_PACKAGES)
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let mut cmd = rpctap();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-tui",
+        "--log",
+        "off",
+    ])
+    .args(extra)
+    .arg("--")
+    .arg("node")
+    .arg(everything)
+    .arg("stdio")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null());
+    let (p, addrs, _rest) = spawn_with_banner(&mut cmd, markers);
+    (p, addrs)
+}
+
 /// A process driven line by line (a stdio server, or `rpctap stdio` in front of one): lines
 /// written to its stdin, its stdout read back line by line.
 pub struct LineProc {

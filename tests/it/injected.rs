@@ -1041,7 +1041,20 @@ async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults_a
         "--record",
         file.to_str().unwrap(),
     ]);
-    let (mut p, addrs, _) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    let (mut p, addrs, rx) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+    let mut log = Vec::new();
+    // Each reload waited for on what rpctap says (not by polling calls).
+    let mut reloads = 0;
+    let mut reload = |p: &Proc| {
+        signal(p.id(), "HUP");
+        reloads += 1;
+        assert!(eventually(std::time::Duration::from_secs(10), || said(
+            &rx,
+            &mut log,
+            "rules reloaded"
+        )
+            == reloads));
+    };
     let call = r#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}"#;
     // curl 52: "empty reply from server" — the connection closed with no response at all.
     let (code, body) = post(addrs[0], call);
@@ -1060,31 +1073,21 @@ async fn a_close_drops_the_connection_unanswered_and_sighup_reloads_the_faults_a
         "[[fault]]\nname = \"nope\"\nmethod = \"add\"\nerror = { code = -32099, message = \"reloaded\" }\n",
     )
     .unwrap();
-    signal(p.id(), "HUP");
-    let mut reloaded = String::new();
-    for _ in 0..100 {
-        let (_, body) = post(addrs[0], call);
-        if body.contains("-32099") {
-            reloaded = body;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(reloaded.contains("reloaded"), "{reloaded}");
+    reload(&p);
+    let (_, reloaded) = post(addrs[0], call);
+    assert!(
+        reloaded.contains("-32099") && reloaded.contains("reloaded"),
+        "{reloaded}"
+    );
     // The pipeline's other stages are reloaded with them: a `[[deny]]` table now refuses echo.
     std::fs::write(&config, "[[deny]]\nname = \"no echo\"\nmethod = \"echo\"\n").unwrap();
-    signal(p.id(), "HUP");
+    reload(&p);
     let echo = r#"{"jsonrpc":"2.0","id":3,"method":"echo","params":["x"]}"#;
-    let mut denied = String::new();
-    for _ in 0..100 {
-        let (_, body) = post(addrs[0], echo);
-        if body.contains("-32601") {
-            denied = body;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(denied.contains("denied by rpctap rule"), "{denied}");
+    let (_, denied) = post(addrs[0], echo);
+    assert!(
+        denied.contains("-32601") && denied.contains("denied by rpctap rule"),
+        "{denied}"
+    );
     let (_, body) = post(addrs[0], call);
     assert!(
         body.contains("\"result\""),
@@ -1214,26 +1217,10 @@ async fn a_denied_tool_is_refused_and_hidden_on_every_transport() {
     // The bridge: `rpctap serve` in front of server-everything over stdio, the SDK's client
     // over Streamable HTTP.
     let file = work.join("serve.jsonl");
-    let mut cmd = rpctap();
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--no-tui",
-        "--log",
-        "off",
-        "--record",
-        file.to_str().unwrap(),
-        "--deny",
-        "tool=echo",
-        "--",
-        "node",
-        everything_js().to_str().unwrap(),
-        "stdio",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
-    let (mut p, addrs, _) = spawn_with_banner(&mut cmd, &["serve on http://"]);
+    let (mut p, addrs) = serve_with(
+        &["--record", file.to_str().unwrap(), "--deny", "tool=echo"],
+        &["serve on http://"],
+    );
     let r = client(&[
         &format!("http://{}/mcp", addrs[0]),
         "auto",
