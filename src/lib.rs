@@ -36,8 +36,11 @@
 //! - [`logsink`] — the headless log printer (`--log text|json`).
 //! - [`locks`] — the std locks' one poison rule (a poisoned lock is used as it is), for every
 //!   module that takes one.
-//! - [`tui`] — the dashboard: plain-data state (`tui::app`: rows, keys, the filter language,
-//!   copy/export), rendering (`tui::ui`), the loop (`tui`).
+//! - [`view`] — the dashboard's state, apart from any renderer: the bus's events applied as
+//!   they are (rows, counters, methods, sessions, sources under `watch`), keys and views, the
+//!   filter language's use, copy/export. The terminal draws it; a browser page can draw the same.
+//! - [`tui`] — the terminal dashboard: rendering the view (`tui::ui`, ratatui), the loop
+//!   (`tui`: the terminal, the event sources, the intercept's decisions from keys).
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
 //! - [`filter`] — the filter language (terms ANDed, `-` negates, `field:value`), matching the
 //!   dashboard's rows and the feed's events alike.
@@ -114,4 +117,5 @@ pub mod stdio;
 pub mod trace;
 pub mod tui;
 pub mod units;
+pub mod view;
 pub mod ws;

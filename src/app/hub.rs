@@ -354,14 +354,14 @@ pub async fn watch(
     }
     let (tx, rx) = tokio::sync::mpsc::channel(65_536);
     let task = crate::hub::watch::spawn(home.clone(), args.history, tx);
-    let mut app = crate::tui::app::App::new(
+    let mut app = crate::view::App::new(
         "rpctap watch",
         "hub",
         &home.state.display().to_string(),
         args.max_rows,
         crate::events::now_ns(),
     );
-    app.view = crate::tui::app::View::Sessions;
+    app.view = crate::view::View::Sessions;
     app.status = format!(
         "watching {} — wrap servers with `rpctap config wrap` or `rpctap stdio -- CMD`",
         home.runtime.display()

@@ -569,7 +569,7 @@ pub(crate) async fn serve_maybe_tui(
         let _ = stop_rx.await;
     }));
     let mut app =
-        crate::tui::app::App::new(title, &listen, &upstream, max_rows, crate::events::now_ns());
+        crate::view::App::new(title, &listen, &upstream, max_rows, crate::events::now_ns());
     app.can_resend = true;
     app.intro = intro;
     app.held.filter = start_filter.unwrap_or_default();
@@ -624,9 +624,9 @@ pub async fn view_capture(
             _ => Ok(0),
         };
     }
-    let (listen, upstream) = crate::tui::header_endpoints(&rec.header);
-    let mut app = crate::tui::app::App::new(title, &listen, &upstream, max_rows, 0);
-    crate::tui::load_recording(&mut app, &rec);
+    let (listen, upstream) = crate::view::header_endpoints(&rec.header);
+    let mut app = crate::view::App::new(title, &listen, &upstream, max_rows, 0);
+    app.load_recording(&rec);
     app.follow = false;
     crate::tui::run(
         app,
@@ -707,7 +707,7 @@ pub async fn attach(
             }
         }
     });
-    let mut app = crate::tui::app::App::new(
+    let mut app = crate::view::App::new(
         &format!("rpctap attach {}", target.addr),
         "?",
         "?",

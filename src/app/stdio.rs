@@ -386,7 +386,7 @@ fn start_dashboard(
         intercept.set_filter(Some(parsed));
     }
     let sub = bus.subscribe_to("dashboard", 65_536, crate::tui::INTEREST);
-    let mut app = crate::tui::app::App::new(
+    let mut app = crate::view::App::new(
         &format!("rpctap stdio {label}"),
         "stdio",
         &command.join(" "),

@@ -8,13 +8,13 @@
 //! header says so). A guard restores the terminal on quit, on panic (ratatui's hook) and on
 //! SIGINT/SIGTERM.
 
-pub mod app;
 pub mod ui;
 
 use crate::events::Event;
 use crate::events::Subscription;
 use crate::locks::Locked as _;
 use crate::record::reader::Capture;
+use crate::view as app;
 use app::{Action, App, Key};
 use base64::Engine;
 use crossterm::event::{Event as TermEvent, EventStream, KeyCode, KeyEventKind, MouseEventKind};
@@ -308,39 +308,6 @@ pub fn apply_watch(app: &mut App, msg: crate::hub::watch::WatchMsg) {
     }
 }
 
-/// Applies a recording to a fresh state (for `rpctap view`).
-pub fn load_recording(app: &mut App, rec: &Capture) {
-    for e in &rec.events {
-        apply_seen(app, e);
-    }
-    if let Some(first) = rec.messages().next() {
-        app.started_ns = first.ts;
-    }
-    let span = |e: Option<&crate::events::Event>| e.map_or(0, crate::events::Event::ts);
-    app.recorded_ns = Some(span(rec.events.last()).saturating_sub(span(rec.events.first())));
-}
-
-/// The `listen → upstream` the header names: a recording's header or a feed's. A stdio
-/// session's is `stdio` and its command line (the recording says `transport`, the feed `mode`).
-pub fn header_endpoints(h: &serde_json::Value) -> (String, String) {
-    let s = |k: &str| h.get(k).and_then(|v| v.as_str());
-    if s("mode") == Some("stdio") || s("transport") == Some("stdio") {
-        let command = h
-            .get("command")
-            .and_then(|c| c.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default();
-        return ("stdio".into(), command);
-    }
-    let or_unknown = |k: &str| s(k).unwrap_or("?").to_string();
-    (or_unknown("listen"), or_unknown("upstream"))
-}
-
 /// What the dashboard keeps about the feed it is attached to.
 #[derive(Debug, Default)]
 struct FeedState {
@@ -372,7 +339,7 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
                 app.started_ns = ns;
             }
             st.started = started;
-            let (listen, upstream) = header_endpoints(&h);
+            let (listen, upstream) = crate::view::header_endpoints(&h);
             app.can_resend = listen != "stdio";
             (app.listen, app.upstream) = (listen, upstream);
             app.title = format!("{} — live", st.base_title);
@@ -408,21 +375,8 @@ fn apply_feed(app: &mut App, st: &mut FeedState, msg: crate::attach::FeedMsg) {
             if st.in_backlog && st.shown_backlog {
                 return; // a reconnect to the same process: its recent calls are on screen
             }
-            apply_seen(app, &e);
+            app.apply_seen(&e);
         }
-    }
-}
-
-/// Applies one event of a recording or a feed, the clock following its time.
-fn apply_seen(app: &mut App, e: &Event) {
-    app.apply(e);
-    let ts = match e {
-        Event::Message(m) => m.ts,
-        Event::Call(c) => c.ts,
-        _ => 0,
-    };
-    if ts > app.now_ns {
-        app.tick(ts);
     }
 }
 

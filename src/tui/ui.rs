@@ -308,7 +308,7 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     let wide = area.width >= 160;
     let mut widths = vec![
         Constraint::Length(if narrow { 8 } else { 12 }),
-        Constraint::Length(crate::tui::app::SCOPE_WIDTH as u16),
+        Constraint::Length(crate::view::SCOPE_WIDTH as u16),
         Constraint::Length(3),
         if wide {
             Constraint::Max(72)
@@ -429,7 +429,7 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             }
             lines.push(Line::from(format!(
                 "exchange #{} · {} · {} · {}",
-                r.exchange,
+                r.exchange.n,
                 r.transport,
                 r.direction.arrow(),
                 r.scope

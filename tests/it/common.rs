@@ -714,11 +714,11 @@ pub fn check_recording(file: &std::path::Path) -> Checked {
 /// `rpctap view` loads it, the (call, code) pairs its rows show are exactly the pairs of the
 /// recording's `call` lines.
 pub fn assert_dashboard_matches_calls(file: &std::path::Path) {
-    use rpctap::tui::app::{App, RowOutcome};
+    use rpctap::view::{App, RowOutcome};
     type Pair = (String, String, String, String, String);
     let rec = rpctap::record::reader::read(file).unwrap();
     let mut app = App::new("t", "l", "u", 10_000_000, 0);
-    rpctap::tui::load_recording(&mut app, &rec);
+    app.load_recording(&rec);
     let mut shown: Vec<Pair> = Vec::new();
     for r in &app.rows {
         if r.id.is_empty() || matches!(r.outcome, RowOutcome::Pending | RowOutcome::Http(_)) {

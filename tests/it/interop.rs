@@ -499,8 +499,8 @@ async fn streamable_http_initialize_is_in_the_session_its_reply_starts() {
     proxy.served.await.unwrap();
     // The dashboard: each session's rows hold its initialize (what `i` looks for).
     let rec = rpctap::record::reader::read(&file).unwrap();
-    let mut app = rpctap::tui::app::App::new("t", "l", "u", 10_000, 0);
-    rpctap::tui::load_recording(&mut app, &rec);
+    let mut app = rpctap::view::App::new("t", "l", "u", 10_000, 0);
+    app.load_recording(&rec);
     for s in &scopes {
         assert!(
             app.rows
@@ -1120,8 +1120,8 @@ async fn python_sdk_v2_input_required_rounds_are_one_clean_call() {
             // The dashboard lists one `tools/call delete`; in auto mode its detail holds the
             // first round, and its latency runs from the first request.
             let rec = rpctap::record::reader::read(&file).unwrap();
-            let mut app = rpctap::tui::app::App::new("t", "l", "u", 10_000, 0);
-            rpctap::tui::load_recording(&mut app, &rec);
+            let mut app = rpctap::view::App::new("t", "l", "u", 10_000, 0);
+            app.load_recording(&rec);
             let shown: Vec<_> = app
                 .visible()
                 .into_iter()

@@ -268,8 +268,8 @@ async fn each_mcp_code_once_live_and_in_check() {
         "the recording holds the authorization exchanges"
     );
     // `rpctap view` shows them as http rows.
-    let mut app = rpctap::tui::app::App::new("t", "l", "u", 1000, 0);
-    rpctap::tui::load_recording(&mut app, &rec);
+    let mut app = rpctap::view::App::new("t", "l", "u", 1000, 0);
+    app.load_recording(&rec);
     let http: Vec<String> = app
         .visible()
         .iter()

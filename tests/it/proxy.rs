@@ -854,7 +854,7 @@ async fn copied_curl_of_an_mcp_tools_call_gets_the_clients_result() {
     .await;
     let client_saw = sse_data(&r.text()).remove(0)["result"].clone();
     assert_eq!(client_saw["content"][0]["text"], "5");
-    let mut app = rpctap::tui::app::App::new("t", &proxy.addr.to_string(), "u", 100, 0);
+    let mut app = rpctap::view::App::new("t", &proxy.addr.to_string(), "u", 100, 0);
     for e in proxy.drain().await {
         app.apply(&e);
     }

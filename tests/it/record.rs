@@ -667,7 +667,7 @@ async fn wrong_row_traffic(p: std::net::SocketAddr) {
 
 /// Each flagged call's row carries its own code, live and in `view`; the `anomaly` filter finds
 /// every flagged call.
-fn assert_own_rows(app: &mut rpctap::tui::app::App, how: &str) {
+fn assert_own_rows(app: &mut rpctap::view::App, how: &str) {
     let codes = |target: &str| -> Vec<String> {
         let r = app
             .rows
@@ -708,7 +708,7 @@ async fn every_finding_is_pinned_on_its_own_row_live_and_in_view() {
     // Live: the dashboard fed from the bus.
     let mut p = start_proxy(&format!("http://{up}")).await;
     wrong_row_traffic(p.addr).await;
-    let mut live = rpctap::tui::app::App::new("t", "l", "u", 1000, 0);
+    let mut live = rpctap::view::App::new("t", "l", "u", 1000, 0);
     for e in p.drain().await {
         live.apply(&e);
     }
@@ -718,8 +718,8 @@ async fn every_finding_is_pinned_on_its_own_row_live_and_in_view() {
     let file = dir.join("s.jsonl");
     record(up, &file, &[], wrong_row_traffic).await;
     let rec = rpctap::record::reader::read(&file).unwrap();
-    let mut view = rpctap::tui::app::App::new("t", "l", "u", 1000, 0);
-    rpctap::tui::load_recording(&mut view, &rec);
+    let mut view = rpctap::view::App::new("t", "l", "u", 1000, 0);
+    view.load_recording(&rec);
     assert_own_rows(&mut view, "view");
     assert_dashboard_matches_calls(&file);
 }

@@ -4,7 +4,15 @@
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use rpctap::tui::app::{App, Key, MessageIn, RowOutcome};
+use rpctap::events::Event;
+use rpctap::view::{App, Key};
+
+const T0: u64 = 1_796_000_000_000_000_000;
+
+/// One event as a recording line spells it, applied as `view` applies a recording's.
+fn ev(line: &str) -> Event {
+    rpctap::record::reader::parse_line(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
 
 #[allow(clippy::too_many_arguments)]
 fn m(
@@ -17,28 +25,63 @@ fn m(
     method: Option<&str>,
     target: Option<&str>,
     raw: &str,
-) -> MessageIn {
-    MessageIn {
-        ts_ns: 1_796_000_000_000_000_000 + ts_s * 1_000_000_000 + 123_000_000,
-        exchange: ex,
-        scope: scope.into(),
-        c2s,
-        kind: serde_json::from_value(serde_json::Value::String(kind.into())).unwrap(),
-        id: id.map(Into::into),
-        method: method.map(Into::into),
-        target: target.map(Into::into),
-        raw: raw.into(),
-        transport: if scope.starts_with("session:") {
-            rpctap::events::Transport::Sse
-        } else {
-            rpctap::events::Transport::Json
-        },
-        batch_index: None,
+) -> Event {
+    let mut line = serde_json::json!({
+        "event": "message",
+        "ts": T0 + ts_s * 1_000_000_000 + 123_000_000,
+        "exchange": ex,
+        "scope": scope,
+        "direction": if c2s { "c2s" } else { "s2c" },
+        "transport": if scope.starts_with("session:") { "sse" } else { "json" },
+        "kind": kind,
+        "message": serde_json::from_str::<serde_json::Value>(raw).unwrap(),
+    });
+    if let Some(i) = id {
+        line["id"] = serde_json::from_str(i).unwrap();
     }
+    if let Some(x) = method {
+        line["method"] = x.into();
+    }
+    if let Some(t) = target {
+        line["target"] = t.into();
+    }
+    ev(&line.to_string())
+}
+
+/// A call's end: `outcome` as a recording's `call` line spells it.
+#[allow(clippy::too_many_arguments)]
+fn call(
+    ex: u64,
+    scope: &str,
+    id: &str,
+    method: &str,
+    target: Option<&str>,
+    outcome: serde_json::Value,
+    latency_us: u64,
+    anomalies: &[&str],
+) -> Event {
+    let mut line = serde_json::json!({
+        "event": "call",
+        "ts": T0,
+        "exchange": ex,
+        "scope": scope,
+        "direction": "c2s",
+        "method": method,
+        "id": serde_json::from_str::<serde_json::Value>(id).unwrap(),
+        "latency_us": latency_us,
+        "anomalies": anomalies,
+    });
+    if let Some(t) = target {
+        line["target"] = t.into();
+    }
+    for (k, v) in outcome.as_object().into_iter().flatten() {
+        line[k] = v.clone();
+    }
+    ev(&line.to_string())
 }
 
 fn app() -> App {
-    let t0 = 1_796_000_000_000_000_000;
+    let t0 = T0;
     let mut a = App::new(
         "rpctap demo",
         "127.0.0.1:8080",
@@ -47,7 +90,7 @@ fn app() -> App {
         t0,
     );
     let s = "session:3f2a9c0d11aa4b7e";
-    a.apply_message(m(
+    a.apply(&m(
         1,
         1,
         "exchange:1",
@@ -58,7 +101,7 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":42,"subtrahend":23},"id":1}"#,
     ));
-    a.apply_message(m(
+    a.apply(&m(
         1,
         1,
         "exchange:1",
@@ -69,16 +112,18 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","id":1,"result":19}"#,
     ));
-    a.apply_call(
-        "exchange:1".into(),
-        rpctap::events::Direction::ClientToServer,
-        "1".into(),
-        &"subtract".into(),
-        RowOutcome::Result,
-        Some(1_250),
-        t0,
-    );
-    a.apply_message(m(
+    let result = serde_json::json!({"outcome": "result"});
+    a.apply(&call(
+        1,
+        "exchange:1",
+        "1",
+        "subtract",
+        None,
+        result.clone(),
+        1_250,
+        &[],
+    ));
+    a.apply(&m(
         2,
         2,
         "exchange:2",
@@ -89,7 +134,7 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","method":"nope","id":"3"}"#,
     ));
-    a.apply_message(m(
+    a.apply(&m(
         2,
         2,
         "exchange:2",
@@ -100,30 +145,36 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","id":"3","error":{"code":-32601,"message":"Method not found"}}"#,
     ));
-    a.apply_call(
-        "exchange:2".into(),
-        rpctap::events::Direction::ClientToServer,
-        "\"3\"".into(),
-        &"nope".into(),
-        RowOutcome::Error(-32601),
-        Some(980),
-        t0,
-    );
-    a.apply_http_request(3, "POST", "/mcp", None, None);
-    a.apply_http_response(3, 200, Some("text/event-stream".into()));
-    a.apply_message(m(3, 3, s, true, "request", Some("5"), Some("tools/call"), Some("slow"), r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2},"_meta":{"progressToken":"p"}}}"#));
-    a.apply_message(m(3, 3, s, false, "notification", None, Some("notifications/progress"), None, r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":2}}"#));
-    a.apply_message(m(3, 3, s, false, "result", Some("5"), None, None, r#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"done after 2 steps"}],"isError":false}}"#));
-    a.apply_call(
-        s.into(),
-        rpctap::events::Direction::ClientToServer,
-        "5".into(),
-        &"tools/call".into(),
-        RowOutcome::Result,
-        Some(204_000),
-        t0,
-    );
-    a.apply_message(m(
+    let not_found =
+        serde_json::json!({"outcome": "error", "code": -32601, "message": "Method not found"});
+    a.apply(&call(
+        2,
+        "exchange:2",
+        "\"3\"",
+        "nope",
+        None,
+        not_found,
+        980,
+        &[],
+    ));
+    a.apply(&ev(
+        r#"{"event":"http","phase":"request","ts":1,"exchange":3,"method":"POST","path":"/mcp"}"#,
+    ));
+    a.apply(&ev(r#"{"event":"http","phase":"response","ts":1,"exchange":3,"status":200,"content_type":"text/event-stream"}"#));
+    a.apply(&m(3, 3, s, true, "request", Some("5"), Some("tools/call"), Some("slow"), r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2},"_meta":{"progressToken":"p"}}}"#));
+    a.apply(&m(3, 3, s, false, "notification", None, Some("notifications/progress"), None, r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"total":2}}"#));
+    a.apply(&m(3, 3, s, false, "result", Some("5"), None, None, r#"{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"done after 2 steps"}],"isError":false}}"#));
+    a.apply(&call(
+        3,
+        s,
+        "5",
+        "tools/call",
+        None,
+        result.clone(),
+        204_000,
+        &[],
+    ));
+    a.apply(&m(
         4,
         4,
         s,
@@ -134,30 +185,21 @@ fn app() -> App {
         Some("fail"),
         r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"fail","arguments":{}}}"#,
     ));
-    a.apply_anomaly(rpctap::tui::app::AnomalyIn {
-        ts_ns: t0 + 4_000_000_000,
-        exchange: 4,
-        scope: s.into(),
-        direction: Some(rpctap::events::Direction::ServerToClient),
-        batch_index: None,
-        id: Some("6".into()),
-        code: "TOOL_ERROR".into(),
-        message: "tool `fail` reported a failure (isError: true) inside a successful reply".into(),
-    });
-    a.apply_call_at(rpctap::tui::app::CallIn {
-        ts_ns: t0,
-        exchange: 4,
-        scope: s.into(),
-        direction: rpctap::events::Direction::ClientToServer,
-        id: "6".into(),
-        method: "tools/call".into(),
-        target: Some("fail".into()),
-        outcome: RowOutcome::Result,
-        latency_us: Some(700),
-        anomalies: vec!["TOOL_ERROR".into()],
-        continues: None,
-    });
-    a.apply_message(m(
+    a.apply(&ev(&format!(
+        r#"{{"event":"anomaly","ts":{},"exchange":4,"scope":"{s}","direction":"s2c","id":6,"code":"TOOL_ERROR","severity":"warning","message":"tool `fail` reported a failure (isError: true) inside a successful reply"}}"#,
+        t0 + 4_000_000_000
+    )));
+    a.apply(&call(
+        4,
+        s,
+        "6",
+        "tools/call",
+        Some("fail"),
+        result,
+        700,
+        &["TOOL_ERROR"],
+    ));
+    a.apply(&m(
         5,
         5,
         "exchange:5",
@@ -168,7 +210,7 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","method":"sleep","params":[30000],"id":7}"#,
     ));
-    a.apply_message(m(
+    a.apply(&m(
         6,
         6,
         "exchange:6",
@@ -179,15 +221,8 @@ fn app() -> App {
         None,
         r#"{"jsonrpc":"2.0","method":"add","params":[1],"id":8}"#,
     ));
-    a.apply_call(
-        "exchange:6".into(),
-        rpctap::events::Direction::ClientToServer,
-        "8".into(),
-        &"add".into(),
-        RowOutcome::Refused("add=2/min".into()),
-        Some(20),
-        t0,
-    );
+    let refused = serde_json::json!({"outcome": "refused", "rule": "add=2/min"});
+    a.apply(&call(6, "exchange:6", "8", "add", None, refused, 20, &[]));
     a.tick(t0 + 7_000_000_000);
     a.no_color = true;
     a

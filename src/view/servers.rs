@@ -1,14 +1,11 @@
 //! The dashboard over many sources (`rpctap watch`): each server (a shim's session, a proxy
 //! joined with `--hub`, a past session loaded from disk) is a source whose events are applied
-//! as its own — its exchange numbers moved into a range of their own and its exchange scopes
-//! named after it, so that two processes' `exchange:1` never meet — and its rows carry its
-//! label (the `server:` filter, the scope column).
+//! as its own — its exchanges keyed by their source ([`Ex`]) and its exchange scopes named
+//! after it, so that two processes' `exchange:1` never meet — and its rows carry its label (the
+//! `server:` filter, the scope column).
 
-use super::{App, Text};
+use super::{App, Ex, Text};
 use crate::events::{Event, Scope};
-
-/// Exchange numbers of source `s` are `s << SOURCE_SHIFT | n`: 2^40 exchanges per process.
-pub const SOURCE_SHIFT: u32 = 40;
 
 /// The stderr lines kept.
 const STDERR_KEEP: usize = 2000;
@@ -42,21 +39,15 @@ impl App {
 
     /// Applies one event of source `src`.
     pub fn apply_from(&mut self, src: u32, ev: &Event) {
-        self.src = u64::from(src);
-        self.apply(ev);
+        self.apply_in(src, ev);
         if let (Some(sv), ts) = (self.server(src), ev.ts()) {
             sv.last_ns = sv.last_ns.max(ts);
         }
-        self.src = 0;
     }
 
-    pub(super) fn server_mut(&mut self) -> Option<&mut ServerInfo> {
-        let src = self.src as u32;
-        self.server(src)
-    }
-
-    pub(super) fn server_label(&self) -> Text {
-        match (self.src as usize)
+    /// The label of source `src`'s server (empty for the one source).
+    pub(super) fn server_label(&self, src: u32) -> Text {
+        match (src as usize)
             .checked_sub(1)
             .and_then(|i| self.servers.get(i))
         {
@@ -65,17 +56,17 @@ impl App {
         }
     }
 
-    /// The exchange number as this state keys it (moved into its source's range).
-    pub(super) fn ex(&self, exchange: u64) -> u64 {
-        (self.src << SOURCE_SHIFT) | exchange
+    /// Exchange `n` of source `src`, as this state keys it.
+    pub(super) fn ex(src: u32, n: u64) -> Ex {
+        Ex { src, n }
     }
 
     /// The scope as this state keys and shows it: a session's id is unique across processes; an
     /// exchange's number is not, so under `watch` it is named after its server's session.
-    pub(super) fn scope_of(&self, scope: &Scope) -> Text {
+    pub(super) fn scope_of(&self, src: u32, scope: &Scope) -> Text {
         match (
             scope,
-            (self.src as usize)
+            (src as usize)
                 .checked_sub(1)
                 .and_then(|i| self.servers.get(i)),
         ) {
@@ -84,8 +75,8 @@ impl App {
         }
     }
 
-    pub(super) fn apply_stderr(&mut self, ts: u64, line: &str) {
-        let server = self.server_label();
+    pub(super) fn apply_stderr(&mut self, src: u32, ts: u64, line: &str) {
+        let server = self.server_label(src);
         self.stderr.push_back((ts, server, Text::from(line)));
         while self.stderr.len() > STDERR_KEEP {
             self.stderr.pop_front();

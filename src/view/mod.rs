@@ -1,13 +1,16 @@
-//! The dashboard's state: plain data, updated by events and keys, rendered by `ui`.
+//! The dashboard's state: plain data, updated by events and keys, drawn by a renderer.
 //!
 //! It keeps the newest `max_rows` calls (one row per JSON-RPC call or notification, each batch
 //! member and each message of an SSE stream its own row) and at most `max_detail_bytes` of
 //! message text for the detail pane: older rows keep their summary and lose their text first.
 //!
-//! Its rooms: this file holds the state and how events change it; `row` the rows and the
-//! inputs the events become; `keys` the views, selection and keys; `filter` the filter
+//! It applies the bus's events as they are ([`App::apply`]) and depends on no renderer: the
+//! terminal draws it (`tui::ui`), and a second renderer can drive the same state. Its rooms:
+//! this file holds the state and how events change it; `row` the rows and the key they are
+//! kept under; `keys` the views, selection and keys; `filter` the filter
 //! language; `export` what a row is copied or exported as; `servers` many sources under
-//! `watch`; `info` what a session declared and used.
+//! `watch`; `info` what a session declared and used; `load` what a recording or a feed's
+//! header becomes.
 
 use crate::events::Direction;
 use crate::events::Event;
@@ -29,6 +32,7 @@ mod filter;
 mod held;
 mod info;
 mod keys;
+mod load;
 mod row;
 mod servers;
 #[cfg(test)]
@@ -37,11 +41,9 @@ mod tests;
 pub use crate::filter::Filter;
 pub use held::{HeldKey, HeldPane, HeldRow};
 pub use keys::{Action, Key, View};
-pub use row::{
-    scope_group, transport_label, AnomalyIn, CallIn, HttpMeta, MessageIn, Round, Rounds, Row,
-    RowOutcome,
-};
-pub use servers::{ServerInfo, SOURCE_SHIFT};
+pub use load::header_endpoints;
+pub use row::{scope_group, transport_label, Ex, HttpMeta, Round, Rounds, Row, RowOutcome};
+pub use servers::ServerInfo;
 
 #[derive(Clone, Debug, Default)]
 pub struct MethodStats {
@@ -100,11 +102,11 @@ pub struct App {
     /// Duplicated ids queue up in order.
     open: HashMap<(Text, Direction, Text), VecDeque<u64>>,
     /// exchange → seqs of its call rows (to attach stream messages).
-    by_exchange: HashMap<u64, Vec<u64>>,
+    by_exchange: HashMap<Ex, Vec<u64>>,
     /// The newest messages applied: (exchange, direction, batch index, the row each went to).
     /// The inspector publishes a message's findings right after it, so an anomaly about a
     /// frame is pinned on the row of the frame it names.
-    recent: VecDeque<(u64, Direction, Option<u32>, Option<u64>)>,
+    recent: VecDeque<(Ex, Direction, Option<u32>, Option<u64>)>,
     /// Calls that ended (an outcome came), since the start; the list's rows also hold
     /// notifications, counted in `notifications_total`.
     pub calls_total: u64,
@@ -126,7 +128,7 @@ pub struct App {
     pub no_session: SessionStats,
     pub anomaly_rows: VecDeque<AnomalyRow>,
     /// exchange → its HTTP request line and status (dropped with the exchange's rows).
-    pub http: HashMap<u64, HttpMeta>,
+    pub http: HashMap<Ex, HttpMeta>,
     pub dropped: u64,
     /// 1 when every exchange is shown; k when the dashboard shows one exchange in k (the
     /// counters then count each call shown k times).
@@ -150,9 +152,6 @@ pub struct App {
     status_at: Option<u64>,
     pub no_color: bool,
     pub page: usize,
-    /// The source of the events being applied: 0 for the one source of `proxy`, `view` or
-    /// `attach`; for `watch`, 1 + the index of its server in `servers`.
-    src: u64,
     /// The servers `watch` shows (empty for one source).
     pub servers: Vec<ServerInfo>,
     /// The newest stderr lines of stdio servers: (time, server, line).
@@ -177,7 +176,7 @@ pub struct App {
     pub held: HeldPane,
 
     /// The exchanges whose headers are kept, oldest first.
-    with_headers: VecDeque<u64>,
+    with_headers: VecDeque<Ex>,
 }
 
 const SSE_STREAM_KEEP: usize = 64;
@@ -242,7 +241,6 @@ impl App {
             status_at: None,
             no_color: false,
             page: 10,
-            src: 0,
             servers: Vec::new(),
             stderr: VecDeque::new(),
             back: None,
@@ -364,37 +362,17 @@ impl App {
         self.enforce_detail_budget();
     }
 
-    /// Applies one bus event.
+    /// Applies one bus event (of the one source).
     pub fn apply(&mut self, ev: &Event) {
+        self.apply_in(0, ev);
+    }
+
+    /// Applies one event of source `src` (see [`Ex`]): the state reads the bus's events as
+    /// they are, live, from a feed or from a recording — no renderer's types in between.
+    pub(super) fn apply_in(&mut self, src: u32, ev: &Event) {
         match ev {
-            Event::Message(m) => {
-                self.apply_message(MessageIn {
-                    ts_ns: m.ts,
-                    exchange: self.ex(m.exchange),
-                    scope: self.scope_of(&m.scope),
-                    c2s: m.direction == crate::events::Direction::ClientToServer,
-                    kind: m.kind,
-                    id: m.id.as_ref().map(|i| i.to_json_text().into()),
-                    method: m.method.clone(),
-                    target: m.target.clone(),
-                    raw: String::from_utf8_lossy(&m.message).into(),
-                    transport: m.transport,
-                    batch_index: m.batch_index,
-                });
-            }
-            Event::Call(c) => self.apply_call_at(CallIn {
-                ts_ns: c.ts,
-                exchange: self.ex(c.exchange),
-                scope: self.scope_of(&c.scope),
-                direction: c.direction,
-                id: c.id.to_json_text().into(),
-                method: c.method.clone(),
-                target: c.target.clone(),
-                outcome: RowOutcome::from(&c.outcome),
-                latency_us: c.latency_us,
-                anomalies: c.anomalies.iter().map(|a| Text::from(*a)).collect(),
-                continues: c.continues.as_ref().map(|i| i.to_json_text().into()),
-            }),
+            Event::Message(m) => self.on_message(src, m),
+            Event::Call(c) => self.on_call(src, c),
             Event::Http(crate::events::HttpEvent::Request {
                 exchange,
                 method,
@@ -404,7 +382,7 @@ impl App {
                 headers,
                 ..
             }) => {
-                let x = self.ex(*exchange);
+                let x = Self::ex(src, *exchange);
                 self.apply_http_request(
                     x,
                     method,
@@ -421,7 +399,7 @@ impl App {
                 headers,
                 ..
             }) => {
-                let x = self.ex(*exchange);
+                let x = Self::ex(src, *exchange);
                 self.apply_http_response(x, *status, content_type.as_ref().map(|c| c.to_string()));
                 self.keep_headers(x, headers, false);
             }
@@ -435,7 +413,7 @@ impl App {
             }) => {
                 self.apply_auth(
                     *ts,
-                    self.ex(*exchange),
+                    Self::ex(src, *exchange),
                     method,
                     path,
                     *status,
@@ -447,23 +425,14 @@ impl App {
                 exchange,
                 direction,
                 len,
-            }) => self.apply_binary(*ts, self.ex(*exchange), *direction, *len),
-            Event::Anomaly(a) => self.apply_anomaly(AnomalyIn {
-                ts_ns: a.ts,
-                exchange: self.ex(a.exchange),
-                scope: self.scope_of(&a.scope),
-                direction: a.direction,
-                batch_index: a.batch_index,
-                id: a.id.as_ref().map(|i| i.to_json_text().into()),
-                code: a.code.into(),
-                message: a.message.clone(),
-            }),
-            Event::Stderr(e) => self.apply_stderr(e.ts, &e.line),
+            }) => self.apply_binary(*ts, Self::ex(src, *exchange), *direction, *len),
+            Event::Anomaly(a) => self.on_anomaly(src, a),
+            Event::Stderr(e) => self.apply_stderr(src, e.ts, &e.line),
             Event::Fault(f) => {
-                let scope = self.scope_of(&f.scope);
+                let scope = self.scope_of(src, &f.scope);
                 let id = f.id.as_ref().map(|i| i.to_json_text());
                 self.apply_fault(
-                    self.ex(f.exchange),
+                    Self::ex(src, f.exchange),
                     &scope,
                     id.as_deref()
                         .map(|i| (i, f.direction.unwrap_or(Direction::ClientToServer))),
@@ -479,7 +448,7 @@ impl App {
     pub fn apply_auth(
         &mut self,
         ts_ns: u64,
-        exchange: u64,
+        exchange: Ex,
         method: &str,
         path: &str,
         status: u16,
@@ -495,7 +464,7 @@ impl App {
             seq,
             ts_ns,
             exchange,
-            scope: format!("exchange:{exchange}").into(),
+            scope: self.scope_of(exchange.src, &crate::events::Scope::Exchange(exchange.n)),
             direction: Direction::ClientToServer,
             method: format!("{method} {path}").into(),
             target: None,
@@ -510,7 +479,7 @@ impl App {
             reply: None,
             stream: vec![],
             transport: "http",
-            server: self.server_label(),
+            server: self.server_label(exchange.src),
             rounds: None,
             folded: false,
         };
@@ -518,14 +487,14 @@ impl App {
     }
 
     /// A WebSocket's binary message: a row of its own (shown, not parsed).
-    pub fn apply_binary(&mut self, ts_ns: u64, exchange: u64, direction: Direction, len: u64) {
+    pub fn apply_binary(&mut self, ts_ns: u64, exchange: Ex, direction: Direction, len: u64) {
         let seq = self.next_seq;
         self.next_seq += 1;
         let row = Row {
             seq,
             ts_ns,
             exchange,
-            scope: format!("exchange:{exchange}").into(),
+            scope: self.scope_of(exchange.src, &crate::events::Scope::Exchange(exchange.n)),
             direction,
             method: Text::from("(binary message)"),
             target: None,
@@ -542,7 +511,7 @@ impl App {
             reply: None,
             stream: vec![],
             transport: "ws",
-            server: self.server_label(),
+            server: self.server_label(exchange.src),
             rounds: None,
             folded: false,
         };
@@ -551,7 +520,7 @@ impl App {
 
     pub fn apply_http_request(
         &mut self,
-        exchange: u64,
+        exchange: Ex,
         method: &str,
         path: &str,
         session: Option<&str>,
@@ -559,8 +528,8 @@ impl App {
     ) {
         if self.http.len() >= self.max_rows * 2 {
             // Exchanges without rows (GET pages…) must not accumulate.
-            let min = exchange.saturating_sub(self.max_rows as u64);
-            self.http.retain(|k, _| *k > min);
+            let min = exchange.n.saturating_sub(self.max_rows as u64);
+            self.http.retain(|k, _| k.src != exchange.src || k.n > min);
         }
         self.http.insert(
             exchange,
@@ -576,7 +545,7 @@ impl App {
 
     /// Keeps an exchange's headers for the detail pane, for the newest [`HEADERS_KEEP`]
     /// exchanges (an older one keeps its request line and status).
-    fn keep_headers(&mut self, exchange: u64, headers: &crate::events::Headers, request: bool) {
+    fn keep_headers(&mut self, exchange: Ex, headers: &crate::events::Headers, request: bool) {
         let pairs = headers.pairs();
         if pairs.is_empty() {
             return;
@@ -602,36 +571,33 @@ impl App {
         }
     }
 
-    pub fn apply_http_response(
-        &mut self,
-        exchange: u64,
-        status: u16,
-        content_type: Option<String>,
-    ) {
+    pub fn apply_http_response(&mut self, exchange: Ex, status: u16, content_type: Option<String>) {
         if let Some(h) = self.http.get_mut(&exchange) {
             h.status = Some(status);
             h.content_type = content_type;
         }
     }
 
-    /// Applies one message (live or from a recording).
-    pub fn apply_message(&mut self, m: MessageIn) {
-        let dir = if m.c2s {
-            Direction::ClientToServer
-        } else {
-            Direction::ServerToClient
-        };
+    /// Applies one message of source `src` (live or from a recording).
+    fn on_message(&mut self, src: u32, m: &crate::events::MessageEvent) {
+        let dir = m.direction;
+        let c2s = dir == Direction::ClientToServer;
+        let exchange = Self::ex(src, m.exchange);
+        let scope = self.scope_of(src, &m.scope);
+        let id: Option<Text> = m.id.as_ref().map(|i| i.to_json_text().into());
+        let method: Option<Text> = m.method.clone();
+        let raw: Text = String::from_utf8_lossy(&m.message).into();
         match m.kind {
             Kind::Request | Kind::Notification | Kind::Invalid
-                if m.method.is_some() || m.kind != Kind::Invalid =>
+                if method.is_some() || m.kind != Kind::Invalid =>
             {
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                let is_call = m.kind != Kind::Notification && m.id.is_some();
+                let is_call = m.kind != Kind::Notification && id.is_some();
                 if !is_call {
                     self.notifications_total += self.sample.max(1);
                 }
-                let stream_target = match (&m.method, &m.target, m.transport) {
+                let stream_target = match (&method, &m.target, m.transport) {
                     (
                         Some(method),
                         Some(target),
@@ -639,15 +605,15 @@ impl App {
                     ) => Some(Text::from(format!("{method} [{target}]"))),
                     _ => None,
                 };
-                let id = m.id.unwrap_or_else(|| Text::from(""));
+                let id = id.unwrap_or_else(|| Text::from(""));
                 let row = Row {
                     seq,
-                    ts_ns: m.ts_ns,
-                    exchange: m.exchange,
-                    scope: m.scope.clone(),
+                    ts_ns: m.ts,
+                    exchange,
+                    scope: scope.clone(),
                     direction: dir,
-                    method: m.method.unwrap_or_else(|| Text::from("")),
-                    target: m.target,
+                    method: method.unwrap_or_else(|| Text::from("")),
+                    target: m.target.clone(),
                     id: id.clone(),
                     outcome: if is_call {
                         RowOutcome::Pending
@@ -655,59 +621,54 @@ impl App {
                         RowOutcome::Notification
                     },
                     latency_us: None,
-                    size: m.raw.len(),
+                    size: raw.len(),
                     anomalies: vec![],
                     anomaly_text: vec![],
                     injected: vec![],
-                    request: Some(m.raw.clone()),
+                    request: Some(raw.clone()),
                     reply: None,
                     stream: vec![],
                     transport: transport_label(m.transport),
-                    server: self.server_label(),
+                    server: self.server_label(src),
                     rounds: None,
                     folded: false,
                 };
                 self.push_row(row);
-                self.note_recent(m.exchange, dir, m.batch_index, Some(seq));
+                self.note_recent(exchange, dir, m.batch_index, Some(seq));
                 if is_call {
                     self.open
-                        .entry((m.scope.clone(), dir, id))
+                        .entry((scope.clone(), dir, id))
                         .or_default()
                         .push_back(seq);
-                    self.by_exchange.entry(m.exchange).or_default().push(seq);
-                } else if !m.c2s && m.kind == Kind::Notification && stream_target.is_some() {
+                    self.by_exchange.entry(exchange).or_default().push(seq);
+                } else if !c2s && m.kind == Kind::Notification && stream_target.is_some() {
                     // A subscription's notification (a WebSocket's `eth_subscription`, …):
                     // counted in the methods view under its subscription.
                     if let Some(key) = stream_target {
                         self.method_mut(&key).count += self.sample.max(1);
                     }
-                } else if !m.c2s
+                } else if !c2s
                     && matches!(
                         m.transport,
                         crate::events::Transport::Sse | crate::events::Transport::LegacySse
                     )
                 {
                     // A server notification inside a stream: also shown with the calls it serves.
-                    self.show_with_exchange(m.exchange, &m.raw);
+                    self.show_with_exchange(exchange, &raw);
                 }
-                self.session_touch(&m.scope, m.ts_ns);
+                self.session_touch(&scope, m.ts);
             }
             _ => {
                 // A response: attach to its call.
                 let req_dir = dir.reverse();
-                let key = (
-                    m.scope.clone(),
-                    req_dir,
-                    m.id.unwrap_or_else(|| Text::from("")),
-                );
+                let key = (scope, req_dir, id.unwrap_or_else(|| Text::from("")));
                 let seq = self.open.get(&key).and_then(|q| {
                     q.iter()
                         .copied()
                         .find(|s| self.row(*s).is_some_and(|r| r.reply.is_none()))
                 });
-                self.note_recent(m.exchange, dir, m.batch_index, seq);
+                self.note_recent(exchange, dir, m.batch_index, seq);
                 if let Some(seq) = seq {
-                    let raw = m.raw.clone();
                     self.add_detail(seq, |r| {
                         r.size += raw.len();
                         r.reply = Some(raw);
@@ -715,7 +676,7 @@ impl App {
                 } else {
                     // A reply the inspector could not attach to a call (id null, an unknown id,
                     // not JSON): shown with the calls of its exchange, so its body is never lost.
-                    self.show_with_exchange(m.exchange, &m.raw);
+                    self.show_with_exchange(exchange, &raw);
                 }
             }
         }
@@ -723,7 +684,7 @@ impl App {
 
     /// Remembers which row a message went to (a bounded window: findings follow their message
     /// closely, interleaved at most with other exchanges' events).
-    fn note_recent(&mut self, exchange: u64, dir: Direction, batch: Option<u32>, seq: Option<u64>) {
+    fn note_recent(&mut self, exchange: Ex, dir: Direction, batch: Option<u32>, seq: Option<u64>) {
         if self.recent.len() >= RECENT_KEEP {
             self.recent.pop_front();
         }
@@ -731,7 +692,7 @@ impl App {
     }
 
     /// Shows a message with the calls of its exchange (in their detail's stream list).
-    fn show_with_exchange(&mut self, exchange: u64, raw: &Text) {
+    fn show_with_exchange(&mut self, exchange: Ex, raw: &Text) {
         for s in self.by_exchange.get(&exchange).cloned().unwrap_or_default() {
             self.add_detail(s, |r| {
                 if r.stream.len() < SSE_STREAM_KEEP {
@@ -777,48 +738,21 @@ impl App {
         self.methods.entry(method.clone()).or_default()
     }
 
-    /// Applies a call's outcome (a test's shorthand: no exchange, target or findings).
-    #[allow(clippy::too_many_arguments)]
-    pub fn apply_call(
-        &mut self,
-        scope: Text,
-        dir: Direction,
-        id: Text,
-        method: &Text,
-        outcome: RowOutcome,
-        latency_us: Option<u64>,
-        ts: u64,
-    ) {
-        self.apply_call_at(CallIn {
-            ts_ns: ts,
-            exchange: 0,
-            scope,
-            direction: dir,
-            id,
-            method: method.clone(),
-            target: None,
-            outcome,
-            latency_us,
-            anomalies: vec![],
-            continues: None,
-        });
-    }
-
     /// Applies a call's outcome: its row gets the outcome and every code the inspector raised
     /// on it. A call whose request row is not here (a feed attached after the call began, a
     /// display event dropped) gets a row of its own, made from the call.
-    pub fn apply_call_at(&mut self, c: CallIn) {
+    fn on_call(&mut self, src: u32, c: &crate::events::CallEvent) {
         // Under sampling each call shown stands for `sample` calls in the counters.
         let w = self.sample.max(1);
-        let (ts, latency_us, outcome) = (c.ts_ns, c.latency_us, c.outcome);
+        let (ts, latency_us, outcome) = (c.ts, c.latency_us, RowOutcome::from(&c.outcome));
+        let scope = self.scope_of(src, &c.scope);
+        let method: Text = c.method.clone();
         self.calls_total += w;
         // As the error counts mean it (`events::call_failed`): not the expected discovery
         // fallback, and a tool's own failure too.
         let err = match &outcome {
-            RowOutcome::Error(code) => !crate::events::expected_error(&c.method, *code),
-            RowOutcome::Result | RowOutcome::InputRequired => {
-                c.anomalies.iter().any(|a| &**a == "TOOL_ERROR")
-            }
+            RowOutcome::Error(code) => !crate::events::expected_error(&method, *code),
+            RowOutcome::Result | RowOutcome::InputRequired => c.anomalies.contains(&"TOOL_ERROR"),
             o => o.is_error(),
         };
         if err {
@@ -835,8 +769,8 @@ impl App {
         }
         // Per tool, prompt or resource: `tools/call search` apart from `tools/call fetch`.
         let key = match &c.target {
-            Some(t) => Text::from(format!("{} {t}", c.method)),
-            None => c.method.clone(),
+            Some(t) => Text::from(format!("{method} {t}")),
+            None => method.clone(),
         };
         let ms = self.method_mut(&key);
         ms.count += w;
@@ -849,24 +783,24 @@ impl App {
             }
             ms.latencies.push(l);
         }
-        let s = self.session_mut(&c.scope);
+        let s = self.session_mut(&scope);
         s.calls += w;
         if err {
             s.errors += w;
         }
         s.last_ns = s.last_ns.max(ts);
-        if let Some(sv) = self.server_mut() {
+        if let Some(sv) = self.server(src) {
             sv.calls += w;
             sv.errors += u64::from(err) * w;
             sv.last_ns = sv.last_ns.max(ts);
         }
-        let key = (c.scope, c.direction, c.id);
+        let key = (scope, c.direction, Text::from(c.id.to_json_text()));
         let seq = self.open.get_mut(&key).and_then(VecDeque::pop_front);
         if self.open.get(&key).is_some_and(VecDeque::is_empty) {
             self.open.remove(&key);
         }
-        let codes = c.anomalies;
-        let continues = c.continues;
+        let codes = &c.anomalies;
+        let continues = c.continues.as_ref().map(|i| Text::from(i.to_json_text()));
         let seq = match seq {
             Some(seq) => {
                 if let Some(r) = self.row_mut(seq) {
@@ -877,7 +811,7 @@ impl App {
                     // exchange stay in its detail.
                     r.anomalies.clear();
                     for code in codes {
-                        if !r.anomalies.iter().any(|a| **a == *code) {
+                        if !r.anomalies.iter().any(|a| a == code) {
                             r.anomalies.push(code.to_string());
                         }
                     }
@@ -891,18 +825,18 @@ impl App {
                 let (scope, direction, id) = key;
                 let mut anomalies: Vec<String> = Vec::new();
                 for code in codes {
-                    if !anomalies.iter().any(|a| **a == *code) {
+                    if !anomalies.iter().any(|a| a == code) {
                         anomalies.push(code.to_string());
                     }
                 }
                 self.push_row(Row {
                     seq,
                     ts_ns: started,
-                    exchange: c.exchange,
+                    exchange: Self::ex(src, c.exchange),
                     scope,
                     direction,
-                    method: c.method,
-                    target: c.target,
+                    method,
+                    target: c.target.clone(),
                     id,
                     outcome,
                     latency_us,
@@ -914,7 +848,7 @@ impl App {
                     reply: None,
                     stream: vec![],
                     transport: FROM_CALL,
-                    server: self.server_label(),
+                    server: self.server_label(src),
                     rounds: None,
                     folded: false,
                 })
@@ -966,19 +900,22 @@ impl App {
     /// the message just applied when the finding names that frame (the inspector publishes a
     /// message's findings right after it), else the newest row of its scope with its id, else
     /// the newest row of its exchange.
-    pub fn apply_anomaly(&mut self, a: AnomalyIn) {
+    fn on_anomaly(&mut self, src: u32, a: &crate::events::AnomalyEvent) {
+        let scope = self.scope_of(src, &a.scope);
+        let exchange = Self::ex(src, a.exchange);
         self.anomalies_total += 1;
-        self.session_mut(&a.scope).anomalies += 1;
-        if let Some(sv) = self.server_mut() {
+        self.session_mut(&scope).anomalies += 1;
+        if let Some(sv) = self.server(src) {
             sv.anomalies += 1;
         }
         if self.anomaly_rows.len() >= self.max_rows {
             self.anomaly_rows.pop_front();
         }
-        let id = a.id.as_ref();
+        let id: Option<Text> = a.id.as_ref().map(|i| i.to_json_text().into());
+        let id = id.as_ref();
         let same_id = |r: &Row| id.is_none_or(|i| r.id == *i);
         let just_applied = a.direction.and_then(|d| {
-            let &(_, dir, batch, seq) = self.recent.iter().rev().find(|m| m.0 == a.exchange)?;
+            let &(_, dir, batch, seq) = self.recent.iter().rev().find(|m| m.0 == exchange)?;
             let seq = seq.filter(|_| dir == d && batch == a.batch_index)?;
             self.row(seq).filter(|r| same_id(r)).map(|r| r.seq)
         });
@@ -993,28 +930,28 @@ impl App {
             };
             match id {
                 Some(i) => newest(&|r| {
-                    r.scope == a.scope && r.id == *i && a.direction.is_none_or(|d| r.direction == d)
+                    r.scope == scope && r.id == *i && a.direction.is_none_or(|d| r.direction == d)
                 })
-                .or_else(|| newest(&|r| r.scope == a.scope && r.id == *i)),
-                None => newest(&|r| r.exchange == a.exchange),
+                .or_else(|| newest(&|r| r.scope == scope && r.id == *i)),
+                None => newest(&|r| r.exchange == exchange),
             }
         });
         if let Some(seq) = target {
             if let Some(r) = self.row_mut(seq) {
-                // A call that ended carries its call's codes (`apply_call_at`); a waiting call
+                // A call that ended carries its call's codes (`on_call`); a waiting call
                 // shows what was flagged so far, a notification or stray reply all of it.
                 let open = r.outcome == RowOutcome::Pending || r.id.is_empty();
-                if open && !r.anomalies.iter().any(|c| **c == *a.code) {
+                if open && !r.anomalies.iter().any(|c| c == a.code) {
                     r.anomalies.push(a.code.to_string());
                 }
                 r.anomaly_text.push(format!("{}: {}", a.code, a.message));
             }
         }
         self.anomaly_rows.push_back(AnomalyRow {
-            ts_ns: a.ts_ns,
+            ts_ns: a.ts,
             code: a.code.to_string(),
-            scope: a.scope.to_string(),
-            message: a.message,
+            scope: scope.to_string(),
+            message: a.message.clone(),
             row: target,
         });
     }
@@ -1025,7 +962,7 @@ impl App {
     /// its id is in the server's id space), or on the exchange when it names no call.
     pub fn apply_fault(
         &mut self,
-        exchange: u64,
+        exchange: Ex,
         scope: &Text,
         id: Option<(&str, Direction)>,
         text: &str,

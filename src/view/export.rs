@@ -37,7 +37,7 @@ impl App {
 
     /// A `curl` command that sends `req` as the call was sent: the recorded path and query, and
     /// its `Mcp-Session-Id` (the secrets the recording redacted are never in it).
-    pub fn curl_command(&self, exchange: u64, req: &str) -> String {
+    pub fn curl_command(&self, exchange: super::Ex, req: &str) -> String {
         let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
         let (path, session, version) = self.http.get(&exchange).map_or(("/", None, None), |h| {
             (

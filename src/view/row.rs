@@ -3,7 +3,6 @@
 
 use super::{Text, FROM_CALL, SCOPE_WIDTH};
 use crate::events::{Direction, Outcome};
-use crate::rpc::Kind;
 
 /// A row's outcome, for display.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,12 +66,21 @@ impl RowOutcome {
     }
 }
 
+/// An exchange as the state keys it: its source (0 for the one source of `proxy`, `view` or
+/// `attach`; under `watch`, 1 + its server's index) and its number in that source's process —
+/// two processes' `exchange:1` are two keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ex {
+    pub src: u32,
+    pub n: u64,
+}
+
 /// One row of the call list.
 #[derive(Clone, Debug)]
 pub struct Row {
     pub seq: u64,
     pub ts_ns: u64,
-    pub exchange: u64,
+    pub exchange: Ex,
     pub scope: Text,
     /// `c→s` or `s→c`.
     pub direction: Direction,
@@ -157,7 +165,7 @@ impl Row {
         match session {
             Some(s) if s.chars().count() <= SCOPE_WIDTH => s.to_string(),
             Some(s) => s.chars().take(SCOPE_WIDTH - 1).chain(['…']).collect(),
-            None => format!("#{}", self.exchange & ((1 << super::SOURCE_SHIFT) - 1)),
+            None => format!("#{}", self.exchange.n),
         }
     }
     /// The row was made from its call's end alone: its messages were never seen here.
@@ -194,56 +202,6 @@ pub struct HttpMeta {
     /// Both heads' headers, secrets redacted (kept for the newest exchanges only).
     pub request_headers: Vec<(String, String)>,
     pub response_headers: Vec<(String, String)>,
-}
-
-/// A message as the dashboard takes it (from a live event or a recording line).
-#[derive(Clone, Debug)]
-pub struct MessageIn {
-    pub ts_ns: u64,
-    pub exchange: u64,
-    pub scope: Text,
-    pub c2s: bool,
-    pub kind: Kind,
-    pub id: Option<Text>,
-    pub method: Option<Text>,
-    pub target: Option<Text>,
-    pub raw: Text,
-    pub transport: crate::events::Transport,
-    /// Its index in its batch, when batched.
-    pub batch_index: Option<u32>,
-}
-
-/// A call's end, as the dashboard applies it (live or from a recording).
-#[derive(Clone, Debug)]
-pub struct CallIn {
-    pub ts_ns: u64,
-    pub exchange: u64,
-    pub scope: Text,
-    /// The direction of the request.
-    pub direction: Direction,
-    pub id: Text,
-    pub method: Text,
-    pub target: Option<Text>,
-    pub outcome: RowOutcome,
-    pub latency_us: Option<u64>,
-    /// Every code the inspector raised on the call (its `call` line's `anomalies`).
-    pub anomalies: Vec<Text>,
-    /// The id of the `input_required` round this call continues (its `call` line's).
-    pub continues: Option<Text>,
-}
-
-/// An anomaly, as the dashboard applies it (live or from a recording).
-#[derive(Clone, Debug)]
-pub struct AnomalyIn {
-    pub ts_ns: u64,
-    pub exchange: u64,
-    pub scope: Text,
-    /// The frame it concerns: its direction and batch index (when it concerns one).
-    pub direction: Option<Direction>,
-    pub batch_index: Option<u32>,
-    pub id: Option<Text>,
-    pub code: Text,
-    pub message: String,
 }
 
 /// A transport's name as the dashboard shows it.

@@ -1,16 +1,206 @@
 //! The state's transitions, without a terminal.
 
 use super::*;
+use crate::events::{AnomalyEvent, CallEvent, MessageEvent, Outcome, Scope, Severity};
+use crate::rpc::Id;
 
-fn msg(
-    ex: u64,
+// The tests feed the state the bus's own events, through `App::apply` as the dashboard does;
+// these builders spell an event with the fields a test cares about.
+
+/// A message, as the tests spell it.
+#[derive(Clone)]
+struct Msg {
+    ts_ns: u64,
+    exchange: u64,
+    scope: Text,
     c2s: bool,
     kind: Kind,
-    id: Option<&str>,
-    method: Option<&str>,
-    raw: &str,
-) -> MessageIn {
-    MessageIn {
+    id: Option<Text>,
+    method: Option<Text>,
+    target: Option<Text>,
+    raw: Text,
+    transport: crate::events::Transport,
+    batch_index: Option<u32>,
+}
+
+/// A call's end, as the tests spell it.
+struct CallEnd {
+    ts_ns: u64,
+    exchange: u64,
+    scope: Text,
+    direction: Direction,
+    id: Text,
+    method: Text,
+    target: Option<Text>,
+    outcome: RowOutcome,
+    latency_us: Option<u64>,
+    anomalies: Vec<Text>,
+    continues: Option<Text>,
+}
+
+/// A finding, as the tests spell it.
+struct Finding {
+    ts_ns: u64,
+    exchange: u64,
+    scope: Text,
+    direction: Option<Direction>,
+    batch_index: Option<u32>,
+    id: Option<Text>,
+    code: Text,
+    message: String,
+}
+
+fn scope(t: &str) -> Scope {
+    Scope::parse(t).unwrap_or_else(|| Scope::Session(t.into()))
+}
+
+fn id(t: &str) -> Id {
+    serde_json::from_str(t).unwrap_or(Id::Str(t.into()))
+}
+
+fn leak(t: &str) -> &'static str {
+    Box::leak(t.to_string().into_boxed_str())
+}
+
+fn outcome(o: RowOutcome) -> Outcome {
+    match o {
+        RowOutcome::Result
+        | RowOutcome::Pending
+        | RowOutcome::Notification
+        | RowOutcome::Http(_) => Outcome::Result,
+        RowOutcome::InputRequired => Outcome::InputRequired,
+        RowOutcome::Error(code) => Outcome::Error {
+            code,
+            message: "m".into(),
+        },
+        RowOutcome::Refused(rule) => Outcome::Refused { rule },
+        RowOutcome::Rejected(status) => Outcome::Rejected { status },
+        RowOutcome::Missing(reason) => Outcome::Missing { reason },
+        RowOutcome::Cancelled(reason) => Outcome::Cancelled { reason },
+        RowOutcome::Abandoned(reason) => Outcome::Abandoned { reason },
+    }
+}
+
+impl From<Msg> for Event {
+    fn from(m: Msg) -> Event {
+        Event::Message(MessageEvent {
+            ts: m.ts_ns,
+            exchange: m.exchange,
+            scope: scope(&m.scope),
+            direction: if m.c2s {
+                Direction::ClientToServer
+            } else {
+                Direction::ServerToClient
+            },
+            transport: m.transport,
+            kind: m.kind,
+            id: m.id.map(|i| id(&i)),
+            method: m.method,
+            target: m.target,
+            batch_index: m.batch_index,
+            batch_len: None,
+            sse_id: None,
+            message: bytes::Bytes::copy_from_slice(m.raw.as_bytes()),
+            unparsed: false,
+            binary: false,
+        })
+    }
+}
+
+impl From<CallEnd> for Event {
+    fn from(c: CallEnd) -> Event {
+        Event::Call(CallEvent {
+            ts: c.ts_ns,
+            exchange: c.exchange,
+            scope: scope(&c.scope),
+            direction: c.direction,
+            method: c.method,
+            target: c.target,
+            id: id(&c.id),
+            outcome: outcome(c.outcome),
+            latency_us: c.latency_us,
+            anomalies: c.anomalies.iter().map(|a| leak(a)).collect(),
+            request_index: None,
+            response_index: None,
+            continues: c.continues.map(|i| id(&i)),
+            trace: None,
+        })
+    }
+}
+
+impl From<Finding> for Event {
+    fn from(a: Finding) -> Event {
+        Event::Anomaly(AnomalyEvent {
+            ts: a.ts_ns,
+            exchange: a.exchange,
+            scope: scope(&a.scope),
+            code: leak(&a.code),
+            severity: Severity::Warning,
+            id: a.id.map(|i| id(&i)),
+            method: None,
+            direction: a.direction,
+            batch_index: a.batch_index,
+            message: a.message,
+        })
+    }
+}
+
+/// The tests' shorthands, each through [`App::apply`].
+trait Feed {
+    fn apply_message(&mut self, m: Msg);
+    fn apply_call_at(&mut self, c: CallEnd);
+    fn apply_anomaly(&mut self, a: Finding);
+    #[allow(clippy::too_many_arguments)]
+    fn apply_call(
+        &mut self,
+        scope: Text,
+        dir: Direction,
+        id: Text,
+        method: &Text,
+        outcome: RowOutcome,
+        latency_us: Option<u64>,
+        ts: u64,
+    );
+}
+
+impl Feed for App {
+    fn apply_message(&mut self, m: Msg) {
+        self.apply(&m.into());
+    }
+    fn apply_call_at(&mut self, c: CallEnd) {
+        self.apply(&c.into());
+    }
+    fn apply_anomaly(&mut self, a: Finding) {
+        self.apply(&a.into());
+    }
+    fn apply_call(
+        &mut self,
+        scope: Text,
+        direction: Direction,
+        id: Text,
+        method: &Text,
+        outcome: RowOutcome,
+        latency_us: Option<u64>,
+        ts: u64,
+    ) {
+        self.apply_call_at(CallEnd {
+            ts_ns: ts,
+            exchange: 0,
+            scope,
+            direction,
+            id,
+            method: method.clone(),
+            target: None,
+            outcome,
+            latency_us,
+            anomalies: vec![],
+            continues: None,
+        });
+    }
+}
+
+fn msg(ex: u64, c2s: bool, kind: Kind, id: Option<&str>, method: Option<&str>, raw: &str) -> Msg {
+    Msg {
         ts_ns: 1_000_000_000 * ex,
         exchange: ex,
         scope: format!("exchange:{ex}").into(),
@@ -147,10 +337,17 @@ fn keys_move_filter_and_views() {
 #[test]
 fn authorization_exchanges_are_http_rows_that_h_hides() {
     let mut a = App::new("t", "l", "u", 100, 0);
-    a.apply_auth(1, 7, "POST", "/mcp", 401, Some(r#"Bearer realm="x""#));
+    a.apply_auth(
+        1,
+        Ex { src: 0, n: 7 },
+        "POST",
+        "/mcp",
+        401,
+        Some(r#"Bearer realm="x""#),
+    );
     a.apply_auth(
         2,
-        8,
+        Ex { src: 0, n: 8 },
         "GET",
         "/.well-known/oauth-protected-resource",
         200,
@@ -177,7 +374,7 @@ fn authorization_exchanges_are_http_rows_that_h_hides() {
 #[test]
 fn a_reply_that_matches_no_call_is_shown_with_its_exchange() {
     let mut a = App::new("t", "l", "u", 100, 0);
-    let msg = |c2s: bool, kind: Kind, id: Option<&str>, raw: &str| MessageIn {
+    let msg = |c2s: bool, kind: Kind, id: Option<&str>, raw: &str| Msg {
         ts_ns: 1,
         exchange: 9,
         scope: "exchange:9".into(),
@@ -218,7 +415,7 @@ fn export_without_a_filter_gives_one_document_per_scope() {
                 r#"{"jsonrpc":"2.0","id":1,"result":1}"#,
             ),
         ] {
-            a.apply_message(MessageIn {
+            a.apply_message(Msg {
                 ts_ns: 1,
                 exchange: ex,
                 scope: scope.into(),
@@ -385,7 +582,7 @@ fn scope_and_method_tables_stay_bounded_under_any_traffic() {
 fn a_call_whose_request_was_not_seen_gets_a_row_of_its_own() {
     // A feed attached while the call was in flight: only its outcome arrives.
     let mut a = App::new("t", "l", "u", 100, 0);
-    a.apply_call_at(CallIn {
+    a.apply_call_at(CallEnd {
         ts_ns: 10_000_000,
         exchange: 7,
         scope: "session:s1".into(),
@@ -400,7 +597,7 @@ fn a_call_whose_request_was_not_seen_gets_a_row_of_its_own() {
     });
     assert_eq!(a.rows.len(), 1);
     let r = &a.rows[0];
-    assert_eq!((r.exchange, &*r.method, &*r.id), (7, "tools/call", "3"));
+    assert_eq!((r.exchange.n, &*r.method, &*r.id), (7, "tools/call", "3"));
     assert_eq!(r.display_method(), "tools/call add");
     assert_eq!(r.outcome, RowOutcome::Result);
     assert_eq!(r.ts_ns, 10_000_000 - 1_500_000, "when the call started");
@@ -462,7 +659,7 @@ fn a_websocket_binary_message_is_a_row_of_its_own() {
     }));
     let r = a.rows.back().expect("a row");
     assert_eq!(&*r.method, "(binary message)");
-    assert_eq!((r.size, r.transport, r.exchange), (5, "ws", 7));
+    assert_eq!((r.size, r.transport, r.exchange.n), (5, "ws", 7));
 }
 
 fn filtered(a: &mut App, f: &str) -> Vec<String> {
@@ -487,7 +684,7 @@ fn filtered(a: &mut App, f: &str) -> Vec<String> {
 fn app_for_filters() -> App {
     let mut a = App::new("t", "l", "u", 100, 0);
     let call = |a: &mut App, ex: u64, id: &str, method: &str, target: Option<&str>| {
-        a.apply_message(MessageIn {
+        a.apply_message(Msg {
             ts_ns: ex,
             exchange: ex,
             scope: "session:abc".into(),
@@ -504,7 +701,7 @@ fn app_for_filters() -> App {
     call(&mut a, 1, "1", "tools/call", Some("add"));
     call(&mut a, 2, "2", "tools/call", Some("echo"));
     call(&mut a, 3, "3", "ping", None);
-    a.apply_message(MessageIn {
+    a.apply_message(Msg {
         ts_ns: 4,
         exchange: 4,
         scope: "session:abc".into(),
@@ -518,7 +715,7 @@ fn app_for_filters() -> App {
         batch_index: None,
     });
     let end = |a: &mut App, ex: u64, id: &str, method: &str, outcome, anomalies: Vec<Text>| {
-        a.apply_call_at(CallIn {
+        a.apply_call_at(CallEnd {
             ts_ns: ex + 10,
             exchange: ex,
             scope: "session:abc".into(),
@@ -666,7 +863,7 @@ fn y_on_a_stdio_call_copies_a_line_for_the_command_and_on_websocket_the_message(
         (1, crate::events::Transport::Stdio),
         (2, crate::events::Transport::Ws),
     ] {
-        a.apply_message(MessageIn {
+        a.apply_message(Msg {
             ts_ns: ex,
             exchange: ex,
             scope: format!("exchange:{ex}").into(),
@@ -706,20 +903,20 @@ fn y_on_a_stdio_call_copies_a_line_for_the_command_and_on_websocket_the_message(
 fn a_stdio_recording_names_its_command_and_stdio_scopes_stay_apart() {
     let h = serde_json::json!({"transport": "stdio", "command": ["python3", "server.py"]});
     assert_eq!(
-        crate::tui::header_endpoints(&h),
+        crate::view::header_endpoints(&h),
         ("stdio".to_string(), "python3 server.py".to_string())
     );
     let feed = serde_json::json!({"mode": "stdio", "command": ["npx", "x"]});
-    assert_eq!(crate::tui::header_endpoints(&feed).1, "npx x");
+    assert_eq!(crate::view::header_endpoints(&feed).1, "npx x");
     let proxy = serde_json::json!({"listen": "127.0.0.1:1", "upstream": "http://u"});
-    assert_eq!(crate::tui::header_endpoints(&proxy).0, "127.0.0.1:1");
+    assert_eq!(crate::view::header_endpoints(&proxy).0, "127.0.0.1:1");
     let mut a = App::new("t", "l", "u", 100, 0);
     for sc in [
         "session:stdio-4413",
         "session:stdio-4422",
         "session:0f3c9a1e-77aa-4b",
     ] {
-        a.apply_message(MessageIn {
+        a.apply_message(Msg {
             ts_ns: 1,
             exchange: 1,
             scope: sc.into(),
@@ -798,7 +995,7 @@ fn many_sources_keep_their_calls_apart_and_the_server_filter_finds_them() {
 fn app_with_tools() -> App {
     let mut a = App::new("t", "l", "u", 100, 0);
     for (ex, id, tool) in [(1u64, "1", "add"), (2, "2", "echo"), (3, "3", "add")] {
-        a.apply_message(MessageIn {
+        a.apply_message(Msg {
             ts_ns: ex * 1_000_000_000,
             exchange: ex,
             scope: "session:abc".into(),
@@ -812,7 +1009,7 @@ fn app_with_tools() -> App {
             batch_index: None,
         });
         if ex == 3 {
-            a.apply_anomaly(AnomalyIn {
+            a.apply_anomaly(Finding {
                 ts_ns: ex * 1_000_000_000,
                 exchange: ex,
                 scope: "session:abc".into(),
@@ -823,7 +1020,7 @@ fn app_with_tools() -> App {
                 message: "b is missing".into(),
             });
         }
-        a.apply_call_at(CallIn {
+        a.apply_call_at(CallEnd {
             ts_ns: ex * 1_000_000_000 + 5_000,
             exchange: ex,
             scope: "session:abc".into(),
@@ -1005,7 +1202,10 @@ fn the_detail_has_both_heads_headers_for_the_newest_exchanges() {
         a.apply(&line(&format!(r#"{{"event":"http","phase":"request","ts":{x},"exchange":{x},"method":"POST","path":"/mcp","headers":[["content-type","application/json"],["authorization","[REDACTED]"]]}}"#)));
         a.apply(&line(&format!(r#"{{"event":"http","phase":"response","ts":{x},"exchange":{x},"status":200,"headers":[["mcp-session-id","s1"]]}}"#)));
     }
-    let newest = &a.http[&(HEADERS_KEEP as u64 + 1)];
+    let newest = &a.http[&Ex {
+        src: 0,
+        n: HEADERS_KEEP as u64 + 1,
+    }];
     assert_eq!(
         newest.request_headers,
         [
@@ -1017,7 +1217,7 @@ fn the_detail_has_both_heads_headers_for_the_newest_exchanges() {
         newest.response_headers,
         [("mcp-session-id".to_string(), "s1".to_string())]
     );
-    let oldest = &a.http[&1];
+    let oldest = &a.http[&Ex { src: 0, n: 1 }];
     assert!(
         oldest.request_headers.is_empty(),
         "bounded: the oldest exchange's went"
@@ -1204,7 +1404,7 @@ fn intercept_keys_set_the_filter_and_decide_the_selected_held_message() {
 #[test]
 fn tool_failures_count_as_errors_and_the_discovery_fallback_does_not() {
     let mut a = App::new("t", "l", "u", 100, 0);
-    let call = |ex: u64, method: &str, outcome: RowOutcome, anomalies: Vec<Text>| CallIn {
+    let call = |ex: u64, method: &str, outcome: RowOutcome, anomalies: Vec<Text>| CallEnd {
         ts_ns: ex,
         exchange: ex,
         scope: "s".into(),
