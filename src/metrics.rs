@@ -126,7 +126,7 @@ impl Drop for Counted {
 }
 
 /// What the scrape reads from the running parts.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Sources {
     pub inspector: Option<crate::inspect::Inspector>,
     pub feed: Option<crate::feed::Feed>,

@@ -6,39 +6,15 @@
 //! goes on without what failed.
 
 use super::AppError;
-use crate::config::Shared;
 use crate::hub::{Home, Registered, Registration};
 use std::future::Future;
 use std::time::SystemTime;
 
-/// The options of a run the hub adds to (`stdio`'s shared options, `proxy`'s config).
-pub struct Parts<'a> {
-    pub record: &'a mut Option<crate::record::Options>,
-    pub admin: &'a mut Option<crate::admin::AdminConfig>,
-    pub inspect: &'a mut crate::inspect::InspectConfig,
-}
-
-impl<'a> From<&'a mut Shared> for Parts<'a> {
-    fn from(s: &'a mut Shared) -> Self {
-        Parts {
-            record: &mut s.record,
-            admin: &mut s.admin,
-            inspect: &mut s.inspect,
-        }
-    }
-}
-
-impl<'a> From<&'a mut crate::config::ProxyConfig> for Parts<'a> {
-    fn from(s: &'a mut crate::config::ProxyConfig) -> Self {
-        Parts {
-            record: &mut s.record,
-            admin: &mut s.admin,
-            inspect: &mut s.inspect,
-        }
-    }
-}
-
-/// What joining the hub added to a run's options, before its observers attach.
+/// What joining the hub adds to a run, beside the user's own options (which it never changes):
+/// a recording in `sessions/` and the feed's socket in the runtime directory, each only where
+/// the user chose none. The observer chain is built from both ([`Plan::record`],
+/// [`Plan::admin`]).
+#[derive(Clone)]
 pub struct Plan {
     home: Home,
     pub name: String,
@@ -47,25 +23,23 @@ pub struct Plan {
     command: Vec<String>,
     started: SystemTime,
     /// The recording and the feed socket the hub chose (not the user's own).
-    added_record: bool,
-    added_admin: bool,
+    record: Option<crate::record::Options>,
+    admin: Option<crate::admin::AdminConfig>,
 }
 
 /// Prepares the hub's part of a run: a session name, the recording in `sessions/` (unless the
 /// user chose one, or `--no-record`), the feed's socket in the runtime directory (unless
-/// `--admin`), and the secrets preset. `None` (said on stderr) when the hub cannot be used.
+/// `--admin`). `None` (said on stderr) when the hub cannot be used. Joining the hub turns the
+/// secrets preset on (`inspect`), before the inspector exists.
 pub fn prepare(
     label: String,
     mode: &'static str,
     command: Vec<String>,
     no_record: bool,
-    run: Parts<'_>,
+    user_record: &Option<crate::record::Options>,
+    user_admin: &Option<crate::admin::AdminConfig>,
+    inspect: &mut crate::inspect::InspectConfig,
 ) -> Option<Plan> {
-    let Parts {
-        record,
-        admin,
-        inspect,
-    } = run;
     let home = match Home::from_env().and_then(|h| h.create().map(|()| h)) {
         Ok(h) => h,
         Err(e) => {
@@ -88,24 +62,18 @@ pub fn prepare(
     }
     let started = SystemTime::now();
     let name = crate::hub::session_name(&label, started, std::process::id());
-    let added_record = record.is_none() && !no_record;
-    if added_record {
-        *record = Some(crate::record::Options {
-            path: home.recording(&name),
-            max_bytes: None,
-            mode: crate::record::OpenMode::New,
-        });
-    }
-    let added_admin = admin.is_none();
-    if added_admin {
-        *admin = Some(crate::admin::AdminConfig {
-            addr: crate::admin::AdminAddr::Unix(home.socket(&name)),
-            token: None,
-            ready_path: None,
-            ready_interval: std::time::Duration::from_secs(5),
-            max_label_values: crate::metrics::MAX_LABEL_VALUES,
-        });
-    }
+    let record = (user_record.is_none() && !no_record).then(|| crate::record::Options {
+        path: home.recording(&name),
+        max_bytes: None,
+        mode: crate::record::OpenMode::New,
+    });
+    let admin = user_admin.is_none().then(|| crate::admin::AdminConfig {
+        addr: crate::admin::AdminAddr::Unix(home.socket(&name)),
+        token: None,
+        ready_path: None,
+        ready_interval: std::time::Duration::from_secs(5),
+        max_label_values: crate::metrics::MAX_LABEL_VALUES,
+    });
     if !inspect.redact.preset() {
         inspect.redact = std::sync::Arc::new((*inspect.redact).clone().with_preset());
     }
@@ -116,29 +84,36 @@ pub fn prepare(
         mode,
         command,
         started,
-        added_record,
-        added_admin,
+        record,
+        admin,
     })
 }
 
 impl Plan {
+    /// The recording: the user's, else the hub's.
+    pub fn record(&self, user: &Option<crate::record::Options>) -> Option<crate::record::Options> {
+        user.clone().or_else(|| self.record.clone())
+    }
+
+    /// The admin listener: the user's, else the hub's feed socket.
+    pub fn admin(
+        &self,
+        user: &Option<crate::admin::AdminConfig>,
+    ) -> Option<crate::admin::AdminConfig> {
+        user.clone().or_else(|| self.admin.clone())
+    }
+
     /// After a failed attach: drops what the hub added (the user's own settings stay) and says
     /// so; `false` when the hub added nothing, so the error is the user's.
-    pub fn give_up(&mut self, shared: &mut Shared, why: &dyn std::fmt::Display) -> bool {
-        if !self.added_record && !self.added_admin {
+    pub fn give_up(&mut self, why: &dyn std::fmt::Display) -> bool {
+        if self.record.is_none() && self.admin.is_none() {
             return false;
         }
         eprintln!(
             "rpctap: warning: the hub's recording or feed failed ({why}); going on without them"
         );
-        if self.added_record {
-            shared.record = None;
-            self.added_record = false;
-        }
-        if self.added_admin {
-            shared.admin = None;
-            self.added_admin = false;
-        }
+        self.record = None;
+        self.admin = None;
         true
     }
 

@@ -83,95 +83,6 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
         .map_err(|source| AppError::Bind { addr, source })
 }
 
-/// The admin side of a running rpctap (`--admin`): metrics, the live feed, the listener.
-pub struct Ops {
-    pub metrics: Arc<crate::metrics::Metrics>,
-    pub feed: crate::feed::Feed,
-    pub ready: Arc<crate::admin::Readiness>,
-    pub admin: crate::admin::AdminHandle,
-    feed_sub: Option<crate::events::Subscription>,
-    feed_task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Ops {
-    /// Subscribes the metrics and the feed to `bus` and binds the admin listener (so a bad
-    /// address fails before anything serves). `header` describes this run in the feed.
-    /// `recording`: where this run records, which the agent API serves as its own session.
-    pub async fn start(
-        cfg: &crate::admin::AdminConfig,
-        bus: &mut BusBuilder,
-        header: serde_json::Value,
-        recording: Option<std::path::PathBuf>,
-    ) -> Result<Ops, AppError> {
-        let metrics = crate::metrics::Metrics::new(cfg.max_label_values);
-        bus.sink(crate::metrics::INTEREST, metrics.clone());
-        let feed = crate::feed::Feed::new(header, Default::default());
-        let sub = feed.subscribe(bus);
-        let ready = crate::admin::Readiness::new(cfg.ready_interval);
-        let admin = crate::admin::start(
-            cfg,
-            crate::admin::AdminState {
-                metrics: metrics.clone(),
-                feed: feed.clone(),
-                ready: ready.clone(),
-                token: cfg.token.clone(),
-                agent: {
-                    // Its own live session (its recording, else its feed), and the hub's.
-                    let agent = crate::agent::Agent {
-                        source: crate::hub::Home::from_env()
-                            .ok()
-                            .map(crate::agent::Source::Home),
-                        own: Some(match recording {
-                            Some(p) => crate::agent::Own::Recording(p),
-                            None => crate::agent::Own::Feed(feed.clone()),
-                        }),
-                        allow_replay: false,
-                    };
-                    let handler: crate::admin::McpHandler = Arc::new(move |m| {
-                        let a = agent.clone();
-                        Box::pin(async move { a.handle(&m).await })
-                    });
-                    Some(handler)
-                },
-            },
-        )
-        .await?;
-        Ok(Ops {
-            metrics,
-            feed,
-            ready,
-            admin,
-            feed_sub: Some(sub),
-            feed_task: None,
-        })
-    }
-
-    /// Starts draining the bus into the feed.
-    pub fn run_feed(&mut self) {
-        if let Some(sub) = self.feed_sub.take() {
-            self.feed_task = Some(self.feed.spawn(sub));
-        }
-    }
-
-    /// The line printed when the listener is up.
-    pub fn banner(&self) -> String {
-        let a = &self.admin.addr;
-        let http = match a {
-            crate::admin::AdminAddr::Tcp(t) => format!("http://{t}"),
-            crate::admin::AdminAddr::Unix(_) => a.to_string(),
-        };
-        format!("rpctap: admin on {http} (/healthz /readyz /metrics /events /calls); watch it with: rpctap attach {a}")
-    }
-}
-
-impl Drop for Ops {
-    fn drop(&mut self) {
-        if let Some(t) = &self.feed_task {
-            t.abort();
-        }
-    }
-}
-
 /// A header with the hub's part added.
 fn with_meta(mut v: serde_json::Value, meta: &Option<serde_json::Value>) -> serde_json::Value {
     if let Some(m) = meta {
@@ -197,8 +108,17 @@ impl RunningProxy {
         Self::bind_with(cfg, BusBuilder::default()).await
     }
 
-    /// Like `bind`, with extra subscribers already on the bus (tests, the dashboard).
-    pub async fn bind_with(cfg: ProxyConfig, mut bus: BusBuilder) -> Result<Self, AppError> {
+    /// Like `bind`, with extra subscribers already on the bus (tests).
+    pub async fn bind_with(cfg: ProxyConfig, bus: BusBuilder) -> Result<Self, AppError> {
+        Self::bind_joined(cfg, bus, None).await
+    }
+
+    /// Like `bind_with`, joined to the hub by `hub` (`proxy --hub`, `serve --hub`).
+    pub async fn bind_joined(
+        cfg: ProxyConfig,
+        mut bus: BusBuilder,
+        hub: Option<hub::Plan>,
+    ) -> Result<Self, AppError> {
         let listener = bind(cfg.listen).await?;
         raise_fd_limit(cfg.conn.max_connections, cfg.proxy.upstream_idle_max);
         let listener_stats = Arc::new(server::ListenerStats::default());
@@ -215,11 +135,32 @@ impl RunningProxy {
             } else {
                 80
             });
+        // The dashboard, when stdout is a terminal; then the headless log is off (it would
+        // garble the screen).
+        let dashboard = use_tui(&cfg).then_some(crate::tui::INTEREST);
+        let record = match &hub {
+            Some(p) => p.record(&cfg.record),
+            None => cfg.record.clone(),
+        };
+        let admin = match &hub {
+            Some(p) => p.admin(&cfg.admin),
+            None => cfg.admin.clone(),
+        };
+        // What the headers say of the session: `serve`'s own, and the hub's name for it.
+        let mut meta = cfg.session_meta.clone();
+        if let Some(p) = &hub {
+            let m = meta.get_or_insert_with(|| serde_json::json!({}));
+            hub::merge(m, p.meta());
+        }
+        let joined = hub.is_some();
         let mut observers = Observers::attach(
             Chain {
-                log: cfg.log,
+                log: match dashboard {
+                    Some(_) => LogFormat::Off,
+                    None => cfg.log,
+                },
                 log_out: Box::new(std::io::stdout()),
-                record: cfg.record.clone(),
+                record,
                 record_meta: with_meta(
                     serde_json::json!({
                         "listen": listen,
@@ -227,34 +168,30 @@ impl RunningProxy {
                         // What `check` needs to decide as the live inspector did.
                         "inspect": cfg.inspect.recorded_json(),
                     }),
-                    &cfg.session_meta,
+                    &meta,
                 ),
-                admin: cfg.admin.clone(),
+                admin,
                 feed_header: with_meta(
                     serde_json::json!({
                         "mode": "proxy",
                         "listen": listen,
                         "upstream": up.to_string(),
                     }),
-                    &cfg.session_meta,
+                    &meta,
                 ),
                 otel: cfg.otel.clone(),
                 otel_upstream: Some((host.clone(), port)),
+                dashboard,
+                hub: hub.map(|p| (p, None)),
             },
             &mut bus,
         )
         .await?;
-        let label = cfg
-            .session_meta
+        let label = meta
             .as_ref()
             .and_then(|m| m["label"].as_str().map(str::to_string))
             .unwrap_or_else(|| format!("{host}:{port}"));
         let mut inspect = cfg.inspect.clone();
-        // A hub session's meta names it (`session`); `serve` has meta without joining.
-        let joined = cfg
-            .session_meta
-            .as_ref()
-            .is_some_and(|m| m.get("session").is_some());
         inspect.baseline = hub::live_baseline(cfg.baseline_dir.as_deref(), joined, &label);
         let inspector = Inspector::new(inspect, bus.build());
         let limiter = config::limiter(
@@ -305,7 +242,7 @@ impl RunningProxy {
             observers,
             bridge,
         } = self;
-        let probe = observers.ops.as_ref().map(|o| match &bridge {
+        let probe = observers.admin.as_ref().map(|o| match &bridge {
             // Ready when a child can be started.
             Some(b) => {
                 let (b, ready) = (b.clone(), o.ready.clone());
@@ -337,7 +274,7 @@ impl RunningProxy {
             }
         });
         let bridge_sweeper = bridge.as_ref().map(|b| b.spawn_sweeper());
-        let ready = observers.ops.as_ref().map(|o| o.ready.clone());
+        let ready = observers.admin.as_ref().map(|o| o.ready.clone());
         let shutdown = async move {
             shutdown.await;
             // Readiness says so at once, while in-flight exchanges drain.
@@ -478,15 +415,19 @@ pub async fn proxy(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Resul
             .map(crate::hub::command::sanitize)
             .unwrap_or_else(|| "proxy".into());
         let command = vec![cfg.listen.to_string(), up];
-        hub::prepare(label, "proxy", command, args.no_record, (&mut cfg).into())
+        hub::prepare(
+            label,
+            "proxy",
+            command,
+            args.no_record,
+            &cfg.record,
+            &cfg.admin,
+            &mut cfg.inspect,
+        )
     } else {
         None
     };
-    cfg.session_meta = plan.as_ref().map(hub::Plan::meta);
-    let _registered = plan
-        .as_ref()
-        .and_then(|p| p.register(&cfg.admin, &cfg.record, None));
-    serve_maybe_tui(cfg, "rpctap", shutdown, None).await
+    serve_maybe_tui(cfg, plan, "rpctap", shutdown, None).await
 }
 
 /// Whether the dashboard runs: not `--no-tui`, and stdout is a terminal.
@@ -498,7 +439,8 @@ pub(crate) fn use_tui(cfg: &ProxyConfig) -> bool {
 /// Serves the proxy, with the dashboard in front when stdout is a terminal (then the headless
 /// log is off: it would garble the screen). Quitting the dashboard stops the proxy.
 pub(crate) async fn serve_maybe_tui(
-    mut cfg: ProxyConfig,
+    cfg: ProxyConfig,
+    hub: Option<hub::Plan>,
     title: &str,
     shutdown: impl Future<Output = ()>,
     banner: Option<&dyn Fn(SocketAddr) -> String>,
@@ -514,7 +456,7 @@ pub(crate) async fn serve_maybe_tui(
                 running.cfg.proxy.upstream
             ),
         }
-        if let Some(o) = &running.observers.ops {
+        if let Some(o) = &running.observers.admin {
             eprintln!("{}", o.banner());
         }
     };
@@ -524,7 +466,7 @@ pub(crate) async fn serve_maybe_tui(
                 "--intercept needs the dashboard (a terminal, without --no-tui): nobody would decide what it holds".into(),
             ));
         }
-        let running = RunningProxy::bind(cfg).await?;
+        let running = RunningProxy::bind_joined(cfg, BusBuilder::default(), hub).await?;
         say(&running);
         if banner.is_some() {
             eprintln!("Press Ctrl-C to stop.");
@@ -532,11 +474,9 @@ pub(crate) async fn serve_maybe_tui(
         running.serve(shutdown).await;
         return Ok(());
     }
-    cfg.log = LogFormat::Off;
     let max_rows = cfg.max_rows;
-    let mut bus = BusBuilder::default();
-    let sub = bus.subscribe_to("dashboard", 65_536, crate::tui::INTEREST);
-    let running = RunningProxy::bind_with(cfg, bus).await?;
+    let mut running = RunningProxy::bind_joined(cfg, BusBuilder::default(), hub).await?;
+    let sub = running.observers.take_dashboard();
     // The banner goes inside the dashboard (the empty list's placeholder): printed before it
     // opens, it would be hidden until quitting.
     // The keys and the admin listener first: on a small terminal (80×24) what is cut is the
@@ -545,7 +485,7 @@ pub(crate) async fn serve_maybe_tui(
     if let Some(b) = banner {
         let addr = running.local_addr().unwrap_or(running.cfg.listen);
         intro.push("Every call shows up here as a row. `?` lists the keys, `q` quits.".into());
-        if let Some(o) = &running.observers.ops {
+        if let Some(o) = &running.observers.admin {
             intro.push(o.banner().trim_start_matches("rpctap: ").to_string());
         }
         intro.push(String::new());
@@ -575,7 +515,7 @@ pub(crate) async fn serve_maybe_tui(
     app.held.filter = start_filter.unwrap_or_default();
     let result = crate::tui::run(
         app,
-        Some(crate::tui::Source::Bus(sub)),
+        sub.map(crate::tui::Source::Bus),
         shutdown,
         resend,
         None,
@@ -818,7 +758,7 @@ pub async fn demo(args: DemoArgs, shutdown: impl Future<Output = ()>) -> Result<
         .await;
     });
     let banner = move |bound: SocketAddr| demo_banner(bound, demo_addr);
-    let served = serve_maybe_tui(cfg, "rpctap demo", shutdown, Some(&banner)).await;
+    let served = serve_maybe_tui(cfg, None, "rpctap demo", shutdown, Some(&banner)).await;
     let _ = stop_tx.send(true);
     let _ = demo_task.await;
     served?;

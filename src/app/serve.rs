@@ -60,7 +60,9 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
             "serve",
             command.clone(),
             args.no_record,
-            (&mut cfg).into(),
+            &cfg.record,
+            &cfg.admin,
+            &mut cfg.inspect,
         )
     } else {
         None
@@ -70,11 +72,6 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
         "command": command,
         "label": label,
     }));
-    if let Some(p) = &plan {
-        if let Some(m) = cfg.session_meta.as_mut() {
-            super::hub::merge(m, p.meta());
-        }
-    }
     let tui = super::use_tui(&cfg);
     cfg.bridge = Some(crate::bridge::BridgeOptions {
         command: args.command.clone(),
@@ -90,9 +87,6 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
         pass_stderr: !tui,
         secrets,
     });
-    let _registered = plan
-        .as_ref()
-        .and_then(|p| p.register(&cfg.admin, &cfg.record, None));
     let path = args.path.clone();
     let shared = args.shared;
     let banner = move |addr: SocketAddr| {
@@ -105,5 +99,5 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
             }
         )
     };
-    super::serve_maybe_tui(cfg, "rpctap serve", shutdown, Some(&banner)).await
+    super::serve_maybe_tui(cfg, plan, "rpctap serve", shutdown, Some(&banner)).await
 }

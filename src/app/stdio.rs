@@ -81,12 +81,11 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             "stdio",
             command.clone(),
             args.no_record,
-            (&mut shared).into(),
+            &shared.record,
+            &shared.admin,
+            &mut shared.inspect,
         )
     };
-    if args.no_record {
-        shared.record = None;
-    }
 
     let caught = catch_signals();
     let mut server = match &args.upstream {
@@ -124,8 +123,8 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         Some(p) => p.name.clone(),
         None => format!("stdio-{pid}"),
     };
-    let hub_meta = plan.as_ref().map(|p| p.meta());
-    let chain = |shared: &crate::config::Shared, log_out: Box<dyn Write + Send>| {
+    let server_pid = server.child_pid();
+    let chain = |plan: Option<&super::hub::Plan>, log_out: Box<dyn Write + Send>| {
         let mut record_meta = serde_json::json!({
             "transport": "stdio",
             "command": &command,
@@ -138,19 +137,30 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
                 serde_json::json!(crate::hub::command::scrub(std::slice::from_ref(url)).0[0]);
         }
         let mut feed_header = serde_json::json!({ "mode": "stdio", "command": &command, "pid": pid, "label": &label });
-        if let Some(m) = &hub_meta {
-            super::hub::merge(&mut record_meta, m.clone());
-            super::hub::merge(&mut feed_header, m.clone());
+        if let Some(p) = plan {
+            super::hub::merge(&mut record_meta, p.meta());
+            super::hub::merge(&mut feed_header, p.meta());
         }
+        // `--no-record` wins over a recording the config file names.
+        let record = match (args.no_record, plan) {
+            (true, _) => None,
+            (false, Some(p)) => p.record(&shared.record),
+            (false, None) => shared.record.clone(),
+        };
         Chain {
             log: shared.log,
             log_out,
-            record: shared.record.clone(),
+            record,
             record_meta,
-            admin: shared.admin.clone(),
+            admin: match plan {
+                Some(p) => p.admin(&shared.admin),
+                None => shared.admin.clone(),
+            },
             feed_header,
             otel: shared.otel.clone(),
             otel_upstream: None,
+            dashboard: args.dashboard.then_some(crate::tui::INTEREST),
+            hub: plan.map(|p| (p.clone(), server_pid)),
         }
     };
     // One writer for every attempt below (a retry must not lose the log).
@@ -161,11 +171,11 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             Some(w) => Box::new(w.clone()),
             None => Box::new(std::io::sink()),
         };
-        match Observers::attach(chain(&shared, out), &mut bus).await {
+        match Observers::attach(chain(plan.as_ref(), out), &mut bus).await {
             Ok(o) => break o,
             // What the hub added failed (a full disk, a socket path too long): the session
             // goes on without it, as without the hub.
-            Err(e) if plan.as_mut().is_some_and(|p| p.give_up(&mut shared, &e)) => {
+            Err(e) if plan.as_mut().is_some_and(|p| p.give_up(&e)) => {
                 bus = BusBuilder::default();
             }
             Err(e) => {
@@ -174,16 +184,13 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             }
         }
     };
-    let registered = plan
-        .as_ref()
-        .and_then(|p| p.register(&shared.admin, &shared.record, server.child_pid()));
     let mut inspect = shared.inspect.clone();
     inspect.baseline =
         super::hub::live_baseline(shared.baseline_dir.as_deref(), plan.is_some(), &label);
     // `--dashboard`: the dashboard on the terminal, with its intercept.
-    let dashboard = match args.dashboard {
-        true => Some(start_dashboard(&args, &label, &command, &mut bus, &shared)?),
-        false => None,
+    let dashboard = match observers.take_dashboard() {
+        Some(sub) => Some(start_dashboard(&args, &label, &command, sub, &shared)?),
+        None => None,
     };
     let hold = dashboard.as_ref().map(|d| crate::stdio::relay::Hold {
         intercept: d.intercept.clone(),
@@ -191,7 +198,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     });
     let inspector = Inspector::new(inspect, bus.build());
     observers.start(|s| s.inspector = Some(inspector.clone()));
-    if let (Some(o), None) = (&observers.ops, &plan) {
+    if let (Some(o), None) = (&observers.admin, &plan) {
         eprintln!("{}", o.banner());
     }
     let sweeper = inspector.spawn_sweeper();
@@ -291,7 +298,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let signals = server
         .child_pid()
         .map(|pid| spawn_signal_forwarder(pid, caught));
-    let alive = observers.ops.as_ref().map(|o| {
+    let alive = observers.admin.as_ref().map(|o| {
         let ready = o.ready.clone();
         let every = ready_interval(&shared);
         tokio::spawn(async move {
@@ -309,7 +316,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     if let Some(a) = alive {
         a.abort();
     }
-    if let Some(o) = &observers.ops {
+    if let Some(o) = &observers.admin {
         o.ready.failed(how.clone());
     }
     // What the child wrote before it exited is relayed and inspected before its calls end (a
@@ -333,7 +340,6 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     drop(ctx);
     drop(inspector);
     observers.finish().await;
-    drop(registered);
     Ok(code)
 }
 
@@ -363,7 +369,7 @@ fn start_dashboard(
     args: &StdioArgs,
     label: &str,
     command: &[String],
-    bus: &mut BusBuilder,
+    sub: crate::events::Subscription,
     shared: &crate::config::Shared,
 ) -> Result<Dashboard, AppError> {
     if let Err(e) = std::fs::OpenOptions::new()
@@ -385,7 +391,6 @@ fn start_dashboard(
             .map_err(|why| crate::config::ConfigError::Invalid(format!("--intercept: {why}")))?;
         intercept.set_filter(Some(parsed));
     }
-    let sub = bus.subscribe_to("dashboard", 65_536, crate::tui::INTEREST);
     let mut app = crate::view::App::new(
         &format!("rpctap stdio {label}"),
         "stdio",
