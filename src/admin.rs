@@ -5,8 +5,8 @@
 //! - `GET /readyz` — 200 when the upstream answered a probe within the last interval (a TCP
 //!   connect, or `GET ready_path`; for `rpctap stdio`, while the child runs); 503 with a
 //!   one-line reason otherwise, and during graceful shutdown.
-//! - `GET /metrics` — the Prometheus text exposition ([`crate::metrics`]).
-//! - `GET /events` — the live feed as NDJSON ([`crate::feed`]).
+//! - `GET /metrics` — the Prometheus text exposition ([`crate::observe::metrics`]).
+//! - `GET /events` — the live feed as NDJSON ([`crate::observe::feed`]).
 //! - `GET /calls?limit=N` — the most recent ended calls as a JSON array (newest last).
 //!
 //! `/events` and `/calls` carry the traffic itself: on a loopback address or a unix socket they
@@ -14,9 +14,9 @@
 //! `Authorization: Bearer TOKEN` (compared in constant time). The probes and the metrics carry
 //! no message content and are always open.
 
-use crate::feed::Feed;
 use crate::locks::Locked as _;
-use crate::metrics::Metrics;
+use crate::observe::feed::Feed;
+use crate::observe::metrics::Metrics;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};

@@ -6,10 +6,12 @@
 //! warns clients about), a warning otherwise. `rpctap baseline show|accept|reset` manages them.
 //!
 //! The live inspector holds one [`Live`] for its server's label; `check` holds one that never
-//! writes (it compares a recording with the baseline as it is now).
+//! writes (it compares a recording with the baseline as it is now). How two sets of offered
+//! tools, prompts or resources differ ([`offer_changes`]) is decided here, for the drift and for
+//! `rpctap diff` alike.
 
-use crate::diff::Change;
 use crate::locks::Locked as _;
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -110,7 +112,7 @@ pub struct Drift {
 /// How `now` differs from the trusted `base`.
 pub fn drift(base: &BTreeMap<String, Value>, now: &BTreeMap<String, Value>) -> Vec<Drift> {
     let mut changes: Vec<Change> = Vec::new();
-    crate::diff::offer_changes("tool", base, now, &mut changes);
+    offer_changes("tool", base, now, &mut changes);
     changes
         .into_iter()
         .map(|c| Drift {
@@ -170,5 +172,148 @@ impl Live {
                 Vec::new()
             }
         }
+    }
+}
+
+/// How bad a change is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Gets worse for a client: fails `--exit-code`.
+    Regression,
+    /// Neither worse nor better (a description, a new call).
+    Change,
+    Improvement,
+}
+
+/// One difference.
+#[derive(Clone, Debug, Serialize)]
+pub struct Change {
+    pub kind: Kind,
+    /// `safety`, `tool`, `prompt`, `resource`, `call`, `latency`.
+    pub area: &'static str,
+    /// What it is about: `tool search`, `tools/call search {"q":"x"}`.
+    pub subject: String,
+    pub what: String,
+}
+
+/// A safety annotation and which way is less safe.
+const SAFETY: [(&str, bool); 4] = [
+    // (annotation, the value that is the less safe one)
+    ("readOnlyHint", false),
+    ("destructiveHint", true),
+    ("idempotentHint", false),
+    ("openWorldHint", true),
+];
+
+/// The spec's defaults for absent annotations.
+fn annotation(v: &Value, name: &str) -> bool {
+    match v["annotations"][name].as_bool() {
+        Some(b) => b,
+        None => matches!(name, "destructiveHint" | "openWorldHint"),
+    }
+}
+
+fn short(v: &Value) -> String {
+    let t = v.to_string();
+    if t.chars().count() > 80 {
+        format!("{}…", t.chars().take(79).collect::<String>())
+    } else {
+        t
+    }
+}
+
+/// The changes between two lists of one kind (`tool`, `prompt`, `resource`), by name.
+pub fn offer_changes(
+    kind: &'static str,
+    a: &BTreeMap<String, Value>,
+    b: &BTreeMap<String, Value>,
+    out: &mut Vec<Change>,
+) {
+    for (name, old) in a {
+        let subject = format!("{kind} {name}");
+        let Some(new) = b.get(name) else {
+            out.push(Change {
+                kind: Kind::Regression,
+                area: kind,
+                subject,
+                what: "removed".into(),
+            });
+            continue;
+        };
+        if kind == "tool" {
+            for (hint, unsafe_value) in SAFETY {
+                let (was, is) = (annotation(old, hint), annotation(new, hint));
+                if was != is {
+                    let worse = is == unsafe_value;
+                    out.push(Change {
+                        kind: if worse {
+                            Kind::Regression
+                        } else {
+                            Kind::Improvement
+                        },
+                        area: if worse { "safety" } else { kind },
+                        subject: subject.clone(),
+                        what: format!(
+                            "{hint} {was} → {is}{}",
+                            if worse { " (less safe)" } else { "" }
+                        ),
+                    });
+                }
+            }
+        }
+        for field in ["title", "description", "mimeType"] {
+            if old[field] != new[field] {
+                out.push(Change {
+                    kind: Kind::Change,
+                    area: kind,
+                    subject: subject.clone(),
+                    what: format!("{field}: {} → {}", short(&old[field]), short(&new[field])),
+                });
+            }
+        }
+        for field in ["inputSchema", "outputSchema", "arguments"] {
+            if crate::rpc::canonical(&old[field]) != crate::rpc::canonical(&new[field]) {
+                out.push(Change {
+                    kind: Kind::Regression,
+                    area: kind,
+                    subject: subject.clone(),
+                    what: format!(
+                        "{field} changed: {} → {}",
+                        short(&old[field]),
+                        short(&new[field])
+                    ),
+                });
+            }
+        }
+        let (oa, na) = (&old["annotations"], &new["annotations"]);
+        for k in oa
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .chain(na.as_object().into_iter().flatten().map(|(k, _)| k))
+        {
+            if SAFETY.iter().any(|(h, _)| h == k) || oa[k] == na[k] {
+                continue;
+            }
+            let what = format!("annotation {k}: {} → {}", short(&oa[k]), short(&na[k]));
+            if !out.iter().any(|c| c.subject == subject && c.what == what) {
+                out.push(Change {
+                    kind: Kind::Change,
+                    area: kind,
+                    subject: subject.clone(),
+                    what,
+                });
+            }
+        }
+    }
+    for name in b.keys().filter(|n| !a.contains_key(*n)) {
+        out.push(Change {
+            kind: Kind::Change,
+            area: kind,
+            subject: format!("{kind} {name}"),
+            what: "added".into(),
+        });
     }
 }

@@ -80,9 +80,9 @@ pub struct FileConfig {
     pub limit: Vec<RuleSpec>,
     /// The JSON-RPC error code of refusals (default -32001); a rule's `code` wins.
     pub limit_code: Option<i64>,
-    /// Fault injection rules, `[[fault]]` tables (`crate::fault`).
+    /// Fault injection rules, `[[fault]]` tables (`crate::flow::fault`).
     #[serde(default)]
-    pub fault: Vec<crate::fault::FaultSpec>,
+    pub fault: Vec<crate::flow::fault::FaultSpec>,
     /// Tools and methods denied, `[[deny]]` tables (`crate::flow::deny`).
     #[serde(default)]
     pub deny: Vec<crate::flow::deny::DenySpec>,
@@ -172,8 +172,8 @@ pub struct ProxyConfig {
     pub flag_limits: Vec<RuleSpec>,
     /// The fault rules: the `--fault` flags' first, then the file's; the flags' kept across
     /// reloads.
-    pub faults: Vec<crate::fault::FaultSpec>,
-    pub flag_faults: Vec<crate::fault::FaultSpec>,
+    pub faults: Vec<crate::flow::fault::FaultSpec>,
+    pub flag_faults: Vec<crate::flow::fault::FaultSpec>,
     /// The deny rules: the `--deny` flags' first, then the file's; the flags' kept across
     /// reloads.
     pub deny: Vec<crate::flow::deny::DenySpec>,
@@ -181,7 +181,7 @@ pub struct ProxyConfig {
     /// The admin listener, when on.
     pub admin: Option<crate::admin::AdminConfig>,
     /// OpenTelemetry traces, when on.
-    pub otel: Option<crate::otel::OtelConfig>,
+    pub otel: Option<crate::observe::otel::OtelConfig>,
     /// What the hub knows of this run (label, session name, start), added to the recording's
     /// and the feed's headers (`proxy --hub`).
     pub session_meta: Option<serde_json::Value>,
@@ -232,7 +232,7 @@ pub fn admin_config(
                 .shared
                 .metrics_max_labels
                 .or(file.metrics_max_labels)
-                .unwrap_or(crate::metrics::MAX_LABEL_VALUES),
+                .unwrap_or(crate::observe::metrics::MAX_LABEL_VALUES),
         )?,
     };
     if !cfg.addr.is_local() && cfg.token.is_none() {
@@ -246,7 +246,7 @@ pub fn admin_config(
 /// `check`'s gate from its flags, validated before anything is read (as every subcommand's
 /// flags are, here): `--fail-on` and `--allow` read, and the flags that only mean something
 /// together checked.
-pub fn check_gate(args: &crate::cli::CheckArgs) -> Result<crate::gate::Gate, ConfigError> {
+pub fn check_gate(args: &crate::cli::CheckArgs) -> Result<crate::offline::gate::Gate, ConfigError> {
     if args.format != crate::cli::CheckFormat::Html
         && (args.diff_from.is_some() || args.replay_report.is_some())
     {
@@ -254,12 +254,55 @@ pub fn check_gate(args: &crate::cli::CheckArgs) -> Result<crate::gate::Gate, Con
             "--diff-from and --replay-report go into the HTML report: add --format html".into(),
         ));
     }
-    let mut gate = crate::gate::Gate::new(&args.fail_on, &args.allow)
+    let mut gate = crate::offline::gate::Gate::new(&args.fail_on, &args.allow)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     gate.expect_tools = args.expect_tool.clone();
     gate.forbid_tools = args.forbid_tool.clone();
     gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
     Ok(gate)
+}
+
+/// `replay`'s flags, validated before the recording is read (as every subcommand's are, here).
+#[derive(Clone, Debug)]
+pub struct Replay {
+    /// The paths ignored when replies are compared: the flags', then the config file's.
+    pub ignore: Vec<String>,
+    /// `--header NAME: VALUE`, in order.
+    pub headers: Vec<(String, String)>,
+    pub timeout: std::time::Duration,
+    pub wait: std::time::Duration,
+    /// `--target`, read as an upstream URL.
+    pub target: Option<Uri>,
+    pub max_duration: Option<std::time::Duration>,
+}
+
+/// Reads and checks `replay`'s flags (and the `[replay]` table of its `--config`).
+pub fn replay(args: &crate::cli::ReplayArgs) -> Result<Replay, ConfigError> {
+    let mut ignore = args.ignore.clone();
+    if let Some(p) = &args.config {
+        ignore.extend(FileConfig::load(p)?.replay.ignore);
+    }
+    let mut headers = Vec::new();
+    for h in &args.headers {
+        let (k, v) = h.split_once(':').ok_or_else(|| {
+            ConfigError::Invalid(format!("--header {h:?} must look like `Name: value`"))
+        })?;
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        return Err(ConfigError::Invalid(format!(
+            "--timeout must be a positive number of seconds, not {}",
+            args.timeout
+        )));
+    }
+    Ok(Replay {
+        ignore,
+        headers,
+        timeout: std::time::Duration::from_secs_f64(args.timeout),
+        wait: std::time::Duration::from_secs_f64(args.wait),
+        target: args.target.as_deref().map(parse_upstream).transpose()?,
+        max_duration: args.max_duration.map(std::time::Duration::from_secs_f64),
+    })
 }
 
 /// Rebuilds the rules from the config file (a SIGHUP reload): the flags' rules, then the file's.
@@ -272,11 +315,16 @@ pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigE
     let faults = [cfg.flag_faults.clone(), file.fault].concat();
     let deny = [cfg.flag_deny.clone(), file.deny].concat();
     let code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
-    limiter(&specs, code, &faults, &deny, crate::fault::Carrier::Http).map_err(|e| {
-        ConfigError::Parse {
-            path: path.clone(),
-            message: e.to_string(),
-        }
+    limiter(
+        &specs,
+        code,
+        &faults,
+        &deny,
+        crate::flow::fault::Carrier::Http,
+    )
+    .map_err(|e| ConfigError::Parse {
+        path: path.clone(),
+        message: e.to_string(),
     })
 }
 
@@ -285,13 +333,13 @@ pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigE
 pub fn limiter(
     limits: &[RuleSpec],
     code: i64,
-    faults: &[crate::fault::FaultSpec],
+    faults: &[crate::flow::fault::FaultSpec],
     deny: &[crate::flow::deny::DenySpec],
-    carrier: crate::fault::Carrier,
+    carrier: crate::flow::fault::Carrier,
 ) -> Result<crate::limit::Limiter, ConfigError> {
     let l = crate::limit::Limiter::new(limits, code)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let f = crate::fault::Faults::new(faults, carrier)
+    let f = crate::flow::fault::Faults::new(faults, carrier)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let d = crate::flow::deny::Deny::new(deny).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     Ok(l.with_stages(f, d))
@@ -384,25 +432,9 @@ fn positive(name: &str, v: usize) -> Result<usize, ConfigError> {
     }
 }
 
-/// Parses and checks an upstream URL.
+/// Parses and checks an upstream URL ([`crate::proxy::upstream::parse_url`]).
 pub fn parse_upstream(s: &str) -> Result<Uri, ConfigError> {
-    let uri: Uri = s
-        .parse()
-        .map_err(|e| ConfigError::Invalid(format!("--upstream {s:?} is not a URL: {e}")))?;
-    match uri.scheme_str() {
-        Some("http" | "https") => {}
-        _ => {
-            return Err(ConfigError::Invalid(format!(
-                "--upstream {s:?} must start with http:// or https://"
-            )))
-        }
-    }
-    if uri.authority().is_none() {
-        return Err(ConfigError::Invalid(format!(
-            "--upstream {s:?} has no host"
-        )));
-    }
-    Ok(uri)
+    crate::proxy::upstream::parse_url(s).map_err(ConfigError::Invalid)
 }
 
 /// The settings every traffic-carrying subcommand shares (`proxy`, `demo`, `stdio`).
@@ -415,12 +447,12 @@ pub struct Shared {
     pub limit_code: i64,
     pub config_path: Option<PathBuf>,
     pub flag_limits: Vec<RuleSpec>,
-    pub faults: Vec<crate::fault::FaultSpec>,
-    pub flag_faults: Vec<crate::fault::FaultSpec>,
+    pub faults: Vec<crate::flow::fault::FaultSpec>,
+    pub flag_faults: Vec<crate::flow::fault::FaultSpec>,
     pub deny: Vec<crate::flow::deny::DenySpec>,
     pub flag_deny: Vec<crate::flow::deny::DenySpec>,
     pub admin: Option<crate::admin::AdminConfig>,
-    pub otel: Option<crate::otel::OtelConfig>,
+    pub otel: Option<crate::observe::otel::OtelConfig>,
     /// `--baseline DIR`: where the server's tool baseline is kept (joined to the hub without it:
     /// the state directory's `baselines/`).
     pub baseline_dir: Option<PathBuf>,
@@ -430,7 +462,7 @@ pub struct Shared {
 fn otel_config(
     flags: &ProxyFlags,
     file: &FileConfig,
-) -> Result<Option<crate::otel::OtelConfig>, ConfigError> {
+) -> Result<Option<crate::observe::otel::OtelConfig>, ConfigError> {
     let Some(url) = flags.shared.otlp.clone().or(file.otel.endpoint.clone()) else {
         return Ok(None);
     };
@@ -440,8 +472,9 @@ fn otel_config(
             "--otlp-sample {sample}: a share from 0 to 1"
         )));
     }
-    Ok(Some(crate::otel::OtelConfig {
-        endpoint: crate::otel::OtelConfig::endpoint_url(&url).map_err(ConfigError::Invalid)?,
+    Ok(Some(crate::observe::otel::OtelConfig {
+        endpoint: crate::observe::otel::OtelConfig::endpoint_url(&url)
+            .map_err(ConfigError::Invalid)?,
         sample,
         propagate: flags.otlp_propagate || file.otel.propagate.unwrap_or(false),
         service_name: file
@@ -563,7 +596,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
         .shared
         .faults
         .iter()
-        .map(|f| crate::fault::FaultSpec::parse_flag(f))
+        .map(|f| crate::flow::fault::FaultSpec::parse_flag(f))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let faults = [flag_faults.clone(), file.fault.clone()].concat();
@@ -580,7 +613,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
     // own, refusing the actions that mean nothing there).
     crate::limit::Limiter::new(&limits, limit_code)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    crate::fault::Faults::new(&faults, crate::fault::Carrier::Any)
+    crate::flow::fault::Faults::new(&faults, crate::flow::fault::Carrier::Any)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     if record.as_ref().is_some_and(|r| r.max_bytes == Some(0)) {
         return Err(ConfigError::Invalid(
@@ -750,6 +783,43 @@ mod tests {
 
     use super::*;
 
+    /// `replay`'s flags are checked before the recording is read: a wrong flag is named, not
+    /// hidden behind the missing file.
+    #[test]
+    fn replay_flags_are_read_and_checked_before_the_file() {
+        use clap::Parser as _;
+        let args = |extra: &[&str]| {
+            let mut v = vec!["rpctap", "replay", "/nonexistent/r.jsonl"];
+            v.extend_from_slice(extra);
+            match crate::cli::Cli::try_parse_from(v).unwrap().command {
+                Some(crate::cli::Command::Replay(a)) => a,
+                _ => unreachable!(),
+            }
+        };
+        let err = |extra: &[&str]| replay(&args(extra)).unwrap_err().to_string();
+        assert!(err(&["-t", "http://x", "--header", "novalue"]).contains("must look like"));
+        assert!(err(&["-t", "http://x", "--timeout", "0"]).contains("positive number of seconds"));
+        assert!(err(&["-t", "ftp://x"]).contains("must start with http"));
+        let ok = replay(&args(&[
+            "-t",
+            "http://127.0.0.1:9/",
+            "--header",
+            "Authorization: Bearer x",
+            "--timeout",
+            "2s",
+            "--max-duration",
+            "1s",
+        ]))
+        .unwrap();
+        assert_eq!(
+            ok.headers,
+            [("Authorization".to_string(), "Bearer x".to_string())]
+        );
+        assert_eq!(ok.timeout, std::time::Duration::from_secs(2));
+        assert_eq!(ok.max_duration, Some(std::time::Duration::from_secs(1)));
+        assert_eq!(ok.target.unwrap().port_u16(), Some(9));
+    }
+
     #[test]
     fn shipped_config_parses() {
         let text = include_str!("../config/rpctap.toml");
@@ -771,7 +841,7 @@ mod tests {
         let f = FileConfig::parse(&rule).unwrap();
         assert_eq!(f.fault.len(), 1);
         assert_eq!(f.fault[0].probability, Some(0.2));
-        crate::fault::Faults::new(&f.fault, crate::fault::Carrier::Http).unwrap();
+        crate::flow::fault::Faults::new(&f.fault, crate::flow::fault::Carrier::Http).unwrap();
         // Its commented keys parse too, uncommented.
         let all = text
             .replace("# admin = ", "admin = ")

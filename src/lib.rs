@@ -23,17 +23,17 @@
 //!   the shared store), and their enforcement on every transport's messages (`limit::enforce`).
 //! - [`flow`] — the acting pipeline's decisions: a list of stages after the rate limits (the
 //!   `[[deny]]` rules, the `[[fault]]` rules), each passing a message or acting on it; the
-//!   transports carry the verdicts out without naming a stage.
-//! - [`fault`] — `[[fault]]` rules: faults injected on purpose (delays, errors, dropped,
-//!   doubled or broken replies, cut streams), decided with the rate limits and recorded as
-//!   injected.
-//! - [`intercept`] — messages held for the dashboard's user to forward, edit, drop or answer
-//!   (a filter sets what is held; a timeout forwards what nobody decided), recorded as injected.
+//!   transports carry the verdicts out without naming a stage. Its stages' own modules:
+//!   - [`flow::fault`] — `[[fault]]` rules: faults injected on purpose (delays, errors, dropped,
+//!     doubled or broken replies, cut streams), decided with the rate limits and recorded as
+//!     injected.
+//!   - [`flow::intercept`] — messages held for the dashboard's user to forward, edit, drop or
+//!     answer (a filter sets what is held; a timeout forwards what nobody decided), recorded as
+//!     injected.
 //! - [`record`] — the recording: the sink and `start` (`record`), the file writer (`writer`), the
 //!   line encoder (`line`), the reader (into the event model), exports.
 //! - [`redact`] — secrets replaced before any observer sees an event.
 //! - [`replay`] — regression runs against a server (`replay`), a recording served as a mock.
-//! - [`logsink`] — the headless log printer (`--log text|json`).
 //! - [`locks`] — the std locks' one poison rule (a poisoned lock is used as it is), for every
 //!   module that takes one.
 //! - [`view`] — the dashboard's state, apart from any renderer: the bus's events applied as
@@ -44,16 +44,10 @@
 //! - [`demo`] — the embedded demo upstream: JSON-RPC test methods and a small MCP server.
 //! - [`filter`] — the filter language (terms ANDed, `-` negates, `field:value`), matching the
 //!   dashboard's rows and the feed's events alike.
-//! - [`feed`] — the live event feed (NDJSON) that `/events` serves and `rpctap attach` reads.
-//! - [`metrics`] — Prometheus metrics, counted from the bus and read at scrape time.
-//! - [`admin`] — the admin listener: health, readiness, metrics, the feed, recent calls.
 //! - [`ws`] — JSON-RPC over WebSocket: RFC 6455 framing and permessage-deflate on the copy of
 //!   an upgraded connection (`ws::frame`), the tee and per-message limits (`ws`).
 //! - [`trace`] — W3C trace context carried on calls (the event model and the exporter use it).
-//! - [`otel`] — OpenTelemetry traces (`--otlp`): spans encoded as OTLP protobuf (`otel::wire`)
-//!   and exported in batches off the proxy path.
 //! - [`stdio`] — the stdio transport: line framing, the two relays, the child process.
-//! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
 //! - [`hub`] — where every rpctap on this machine records its sessions and registers its live
 //!   feed (the state and runtime directories), sessions listed, found, pruned and capped; a
 //!   wrapped command's label and scrubbed secrets (`hub::command`), `watch`'s sources
@@ -62,14 +56,28 @@
 //!   subcommand that carries traffic (`app::observers`), `stdio`'s wiring (`app::stdio`), joining
 //!   the hub and its subcommands (`app::hub`: `watch`, `sessions`, `open`, `prune`), `config
 //!   wrap|unwrap` (`app::wrap`).
+//! - [`observe`] — what watches the traffic without acting on it (besides the recorder and the
+//!   view): the observers of the chain `app::observers` builds, and what serves them.
+//!   - [`observe::logsink`] — the headless log printer (`--log text|json`).
+//!   - [`observe::metrics`] — Prometheus metrics, counted from the bus and read at scrape time.
+//!   - [`observe::feed`] — the live event feed (NDJSON) that `/events` serves and `rpctap attach`
+//!     reads.
+//!   - [`observe::otel`] — OpenTelemetry traces (`--otlp`): spans encoded as OTLP protobuf
+//!     (`otel::wire`) and exported in batches off the proxy path.
+//! - [`admin`] — the admin listener: health, readiness, metrics, the feed, recent calls, the
+//!   agent API; it probes the upstream for readiness.
+//! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
+//! - [`baseline`] — each server label's trusted tools (`MCP_TOOL_DRIFT`, `rpctap baseline`), read
+//!   live by the inspector and offline.
+//! - [`offline`] — what reads recordings after the fact (beside `inspect::offline` and
+//!   [`replay`]):
+//!   - [`offline::gate`] — `check` as a CI gate: what fails a run, accepted findings, assertions on
+//!     the tools called and the calls' durations, and the JSON, text and JUnit reports.
+//!   - [`offline::diff`] — what changed between two recorded sessions (`rpctap diff`): offerings,
+//!     calls matched by method, target and arguments, outcomes and latencies.
+//!   - [`offline::agent`] — `rpctap mcp`: the recordings served as an MCP server for an AI agent
+//!     (stdio, and `/mcp` on the admin listener).
 //! - [`units`] — durations and sizes as users write them, one syntax for flags and config keys.
-//! - [`gate`] — `check` as a CI gate: what fails a run, accepted findings, assertions on the
-//!   tools called and the calls' durations, and the JSON, text and JUnit reports.
-//! - [`diff`] — what changed between two recorded sessions (`rpctap diff`): offerings, calls
-//!   matched by method, target and arguments, outcomes and latencies.
-//! - [`agent`] — `rpctap mcp`: the recordings served as an MCP server for an AI agent (stdio,
-//!   and `/mcp` on the admin listener).
-//! - [`baseline`] — each server label's trusted tools (`MCP_TOOL_DRIFT`, `rpctap baseline`).
 //! - [`bridge`] — `rpctap serve` (a Streamable HTTP endpoint in front of stdio servers, the
 //!   proxy's local upstream) and `rpctap stdio --upstream` (a remote HTTP server over stdio).
 //! - [`http1`] — rpctap's own HTTP/1 engine (what the lean reader and the lean upstream leg read
@@ -80,7 +88,6 @@
 //! - [`alloc`] — the global allocator (mimalloc, entered through its fastest functions).
 
 pub mod admin;
-pub mod agent;
 pub mod alloc;
 pub mod app;
 pub mod attach;
@@ -89,23 +96,17 @@ pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod diff;
 pub mod events;
-pub mod fault;
-pub mod feed;
 pub mod filter;
 pub mod flow;
-pub mod gate;
 pub mod http1;
 pub mod hub;
 pub mod inspect;
-pub mod intercept;
 pub mod limit;
 pub mod locks;
-pub mod logsink;
 pub mod media;
-pub mod metrics;
-pub mod otel;
+pub mod observe;
+pub mod offline;
 pub mod private;
 pub mod proxy;
 pub mod record;

@@ -72,7 +72,7 @@ pub fn prepare(
         token: None,
         ready_path: None,
         ready_interval: std::time::Duration::from_secs(5),
-        max_label_values: crate::metrics::MAX_LABEL_VALUES,
+        max_label_values: crate::observe::metrics::MAX_LABEL_VALUES,
     });
     if !inspect.redact.preset() {
         inspect.redact = std::sync::Arc::new((*inspect.redact).clone().with_preset());
@@ -262,7 +262,7 @@ pub async fn open(
             format!("rpctap open {}", path.display()),
         )
     };
-    super::view_capture(rec, &title, args.max_rows, shutdown).await
+    super::view::view_capture(rec, &title, args.max_rows, shutdown).await
 }
 
 /// `rpctap prune --older-than AGE [--dry-run] [--yes]`.

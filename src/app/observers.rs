@@ -24,7 +24,7 @@ use super::hub::Plan;
 use super::AppError;
 use crate::cli::LogFormat;
 use crate::events::{BusBuilder, Interest, Subscription};
-use crate::metrics::Sources;
+use crate::observe::metrics::Sources;
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
@@ -43,7 +43,7 @@ pub struct Chain {
     pub admin: Option<crate::admin::AdminConfig>,
     /// The feed's header (mode, listen/upstream or command and pid).
     pub feed_header: serde_json::Value,
-    pub otel: Option<crate::otel::OtelConfig>,
+    pub otel: Option<crate::observe::otel::OtelConfig>,
     /// The upstream's host and port for spans (`None` for a stdio server).
     pub otel_upstream: Option<(String, u16)>,
     /// The dashboard's subscription: what it reads (`None`: no dashboard).
@@ -106,8 +106,9 @@ impl Observers {
             // Finished calls, notifications, anomalies, refusals, notices: lines written by
             // the publishing threads.
             LogFormat::Text => {
-                let lines = crate::logsink::TextLines::new(crate::logsink::TEXT_BYTES);
-                bus.sink(crate::logsink::TEXT_INTEREST, lines.clone());
+                let lines =
+                    crate::observe::logsink::TextLines::new(crate::observe::logsink::TEXT_BYTES);
+                bus.sink(crate::observe::logsink::TEXT_INTEREST, lines.clone());
                 Some(Log::pending(LogKind::Text(lines, chain.log_out)))
             }
         };
@@ -248,7 +249,11 @@ impl Observer for Recorder {
 }
 
 /// The trace exporter waiting to start: its subscription, settings and the upstream's address.
-type ExporterStart = (Subscription, crate::otel::OtelConfig, Option<(String, u16)>);
+type ExporterStart = (
+    Subscription,
+    crate::observe::otel::OtelConfig,
+    Option<(String, u16)>,
+);
 
 /// The trace exporter (`--otlp`): finished calls turned into spans.
 struct Exporter {
@@ -262,7 +267,7 @@ impl Observer for Exporter {
     }
     fn start(&mut self, _: &Sources) {
         if let Some((sub, o, up)) = self.pending.take() {
-            self.task = Some(crate::otel::spawn(sub, o, up));
+            self.task = Some(crate::observe::otel::spawn(sub, o, up));
         }
     }
     fn finish(self: Box<Self>) -> Ending {
@@ -274,7 +279,10 @@ impl Observer for Exporter {
 /// The headless log waiting to start, and where its lines go.
 enum LogKind {
     Json(Subscription, Box<dyn Write + Send>),
-    Text(Arc<crate::logsink::TextLines>, Box<dyn Write + Send>),
+    Text(
+        Arc<crate::observe::logsink::TextLines>,
+        Box<dyn Write + Send>,
+    ),
 }
 
 /// The headless log (`--log text|json`).
@@ -298,8 +306,10 @@ impl Observer for Log {
     }
     fn start(&mut self, _: &Sources) {
         self.task = self.pending.take().map(|log| match log {
-            LogKind::Json(sub, out) => tokio::spawn(crate::logsink::run_json(sub, out)),
-            LogKind::Text(lines, out) => tokio::spawn(crate::logsink::run_text(lines, out)),
+            LogKind::Json(sub, out) => tokio::spawn(crate::observe::logsink::run_json(sub, out)),
+            LogKind::Text(lines, out) => {
+                tokio::spawn(crate::observe::logsink::run_text(lines, out))
+            }
         });
     }
     fn finish(self: Box<Self>) -> Ending {
@@ -311,8 +321,8 @@ impl Observer for Log {
 
 /// The admin side of a running rpctap (`--admin`): metrics, the live feed, the listener.
 struct Admin {
-    metrics: Arc<crate::metrics::Metrics>,
-    feed: crate::feed::Feed,
+    metrics: Arc<crate::observe::metrics::Metrics>,
+    feed: crate::observe::feed::Feed,
     ready: Arc<crate::admin::Readiness>,
     admin: crate::admin::AdminHandle,
     feed_sub: Option<Subscription>,
@@ -329,9 +339,9 @@ impl Admin {
         header: serde_json::Value,
         recording: Option<std::path::PathBuf>,
     ) -> Result<Admin, AppError> {
-        let metrics = crate::metrics::Metrics::new(cfg.max_label_values);
-        bus.sink(crate::metrics::INTEREST, metrics.clone());
-        let feed = crate::feed::Feed::new(header, Default::default());
+        let metrics = crate::observe::metrics::Metrics::new(cfg.max_label_values);
+        bus.sink(crate::observe::metrics::INTEREST, metrics.clone());
+        let feed = crate::observe::feed::Feed::new(header, Default::default());
         let sub = feed.subscribe(bus);
         let ready = crate::admin::Readiness::new(cfg.ready_interval);
         let admin = crate::admin::start(
@@ -343,13 +353,13 @@ impl Admin {
                 token: cfg.token.clone(),
                 agent: {
                     // Its own live session (its recording, else its feed), and the hub's.
-                    let agent = crate::agent::Agent {
+                    let agent = crate::offline::agent::Agent {
                         source: crate::hub::Home::from_env()
                             .ok()
-                            .map(crate::agent::Source::Home),
+                            .map(crate::offline::agent::Source::Home),
                         own: Some(match recording {
-                            Some(p) => crate::agent::Own::Recording(p),
-                            None => crate::agent::Own::Feed(feed.clone()),
+                            Some(p) => crate::offline::agent::Own::Recording(p),
+                            None => crate::offline::agent::Own::Feed(feed.clone()),
                         }),
                         allow_replay: false,
                     };
@@ -401,7 +411,7 @@ impl Observer for Admin {
     fn finish(self: Box<Self>) -> Ending {
         Box::pin(async move {
             // A feed client gets the last events before the listener closes.
-            tokio::time::sleep(crate::feed::DRAIN * 2).await;
+            tokio::time::sleep(crate::observe::feed::DRAIN * 2).await;
             drop(self);
         })
     }

@@ -72,7 +72,7 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
         "command": command,
         "label": label,
     }));
-    let tui = super::use_tui(&cfg);
+    let tui = super::proxy::use_tui(&cfg);
     cfg.bridge = Some(crate::bridge::BridgeOptions {
         command: args.command.clone(),
         path: args.path.clone(),
@@ -99,5 +99,5 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
             }
         )
     };
-    super::serve_maybe_tui(cfg, plan, "rpctap serve", shutdown, Some(&banner)).await
+    super::proxy::serve_maybe_tui(cfg, plan, "rpctap serve", shutdown, Some(&banner)).await
 }

@@ -28,7 +28,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
         shared.limit_code,
         &shared.faults,
         &shared.deny,
-        crate::fault::Carrier::Stdio,
+        crate::flow::fault::Carrier::Stdio,
     )?;
     let faults_on = !limiter.stages.is_empty();
     let limiter = Arc::new(limiter);
@@ -347,7 +347,7 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
 /// priority), drawing on /dev/tty; it ends when the session does (or on `q`, the session going
 /// on without it).
 struct Dashboard {
-    intercept: crate::intercept::Intercept,
+    intercept: crate::flow::intercept::Intercept,
     stop: tokio::sync::oneshot::Sender<()>,
     thread: std::thread::JoinHandle<()>,
 }
@@ -384,8 +384,9 @@ fn start_dashboard(
     let timeout = args
         .intercept_timeout
         .map(Duration::from_secs_f64)
-        .unwrap_or(crate::intercept::DEFAULT_TIMEOUT);
-    let intercept = crate::intercept::Intercept::redacting(timeout, shared.inspect.redact.clone());
+        .unwrap_or(crate::flow::intercept::DEFAULT_TIMEOUT);
+    let intercept =
+        crate::flow::intercept::Intercept::redacting(timeout, shared.inspect.redact.clone());
     if let Some(f) = &args.intercept {
         let parsed = crate::filter::Filter::parse(f)
             .map_err(|why| crate::config::ConfigError::Invalid(format!("--intercept: {why}")))?;

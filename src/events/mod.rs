@@ -805,7 +805,7 @@ pub struct StderrEvent {
     pub cut: bool,
 }
 
-/// A fault a `[[fault]]` rule injected (`crate::fault`): what it did to which call, and the
+/// A fault a `[[fault]]` rule injected (`crate::flow::fault`): what it did to which call, and the
 /// bytes it sent in the server's place when it made a frame (an error reply, a duplicate, a
 /// reply with a wrong id, a cut reply). The server's own messages are recorded as they came;
 /// this says what the client got instead, so that nothing it made is blamed on the server.

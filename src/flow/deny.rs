@@ -9,7 +9,7 @@
 
 use super::{Msg, Stage, Verdict};
 use crate::events::Direction;
-use crate::fault::{Action, Edit, Fired, ReplyEdit};
+use crate::flow::fault::{Action, Edit, Fired, ReplyEdit};
 use crate::rpc::Kind;
 use globset::{Glob, GlobMatcher};
 use serde::Deserialize;

@@ -3,14 +3,14 @@
 //!
 //! A stage sees one message as a [`Msg`] (its direction, kind, method, tool or resource, and the
 //! keys rules match on: session, peer, headers) and returns a [`Verdict`]: pass it on, or act —
-//! a [`Fired`] naming the rule and its [`crate::fault::Action`]: answer in the peer's place (an
+//! a [`Fired`] naming the rule and its [`crate::flow::fault::Action`]: answer in the peer's place (an
 //! `Error`: the call never reaches the peer, a refusal), drop, delay, throttle, close, or
 //! replace the reply's bytes (`Edit`). The first stage that acts decides; the others are not
 //! asked. The list is built once from the options with the rules it holds
 //! ([`crate::limit::Limiter`]) and swapped whole with them on a SIGHUP reload.
 //!
 //! Transports never look inside a stage: they carry the verdicts out in their own framing
-//! through the same few functions (`crate::limit::enforce` for the call, `crate::fault::reshape`
+//! through the same few functions (`crate::limit::enforce` for the call, `crate::flow::fault::reshape`
 //! for the reply), so a new stage is a file here and its config section — [`deny`] is one.
 //!
 //! The rate limits are decided before the stages (in `Limiter::check_with`): they hold permits
@@ -20,9 +20,11 @@
 //! panicking observer is dropped from the bus: one broken rule must not stop the traffic.
 
 pub mod deny;
+pub mod fault;
+pub mod intercept;
 
 use crate::events::Direction;
-use crate::fault::Fired;
+use crate::flow::fault::Fired;
 use crate::rpc::{CallInfo, Kind};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -127,8 +129,8 @@ impl Stages {
 }
 
 /// The `[[fault]]` rules as a stage: a request of the direction a rule names, matched and
-/// counted as `crate::fault` says.
-pub struct FaultStage(pub std::sync::Arc<crate::fault::Faults>);
+/// counted as `crate::flow::fault` says.
+pub struct FaultStage(pub std::sync::Arc<crate::flow::fault::Faults>);
 
 impl Stage for FaultStage {
     fn name(&self) -> &str {
@@ -179,7 +181,7 @@ mod tests {
         fn decide(&self, _: &Msg<'_>) -> Verdict {
             Verdict::Act(Fired {
                 rule: self.0.into(),
-                action: crate::fault::Action::Drop,
+                action: crate::flow::fault::Action::Drop,
                 direction: Direction::ClientToServer,
             })
         }

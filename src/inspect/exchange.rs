@@ -101,7 +101,7 @@ impl ExchangeCtx {
         if let Some(f) = &refusal.fault {
             // An injected error: on the record as the fault it is, not as a rate limit.
             let (code, status) = match &f.action {
-                crate::fault::Action::Error { code, status, .. } => (*code, *status),
+                crate::flow::fault::Action::Error { code, status, .. } => (*code, *status),
                 _ => (refusal.code, refusal.status),
             };
             let detail = match status {
@@ -183,7 +183,7 @@ impl ExchangeCtx {
     /// client in the server's place, if it made one).
     pub fn fault(
         &mut self,
-        f: &crate::fault::Fired,
+        f: &crate::flow::fault::Fired,
         id: Option<&Id>,
         method: Option<&str>,
         message: Option<Bytes>,
@@ -200,17 +200,17 @@ impl ExchangeCtx {
         );
     }
 
-    /// The dashboard's user decided a held message (`crate::intercept`): recorded as injected
+    /// The dashboard's user decided a held message (`crate::flow::intercept`): recorded as injected
     /// under the rule `intercept`, whatever the verdict (a timeout too).
     pub fn intercepted(
         &mut self,
-        d: &crate::intercept::Decision,
+        d: &crate::flow::intercept::Decision,
         direction: crate::events::Direction,
         id: Option<&Id>,
         method: Option<&str>,
     ) {
         self.injected(
-            (crate::intercept::RULE.into(), d.action()),
+            (crate::flow::intercept::RULE.into(), d.action()),
             id,
             method.filter(|m| !m.is_empty()),
             d.message(),

@@ -38,7 +38,7 @@ pub struct Plan {
     pub shadow: Vec<(usize, Refusal)>,
     /// Faults that fired for calls that go on (delays, reply faults, `close`): (member index,
     /// fault). An injected error is a refusal instead.
-    pub faults: Vec<(usize, crate::fault::Fired)>,
+    pub faults: Vec<(usize, crate::flow::fault::Fired)>,
 }
 
 impl Plan {
@@ -148,7 +148,7 @@ pub fn plan_in(
     };
     let rate = dir == Direction::ClientToServer && limiter.has_rate_rules();
     // Stages alone: a request none of them acts on costs its matching and no plan.
-    let mut early: Vec<Option<crate::fault::Fired>> = Vec::new();
+    let mut early: Vec<Option<crate::flow::fault::Fired>> = Vec::new();
     if !rate {
         early = envs.iter().map(|e| decide_fault(e)).collect();
         if early.iter().all(Option::is_none) {
@@ -178,7 +178,7 @@ pub fn plan_in(
         };
         if let Some(f) = fired {
             match &f.action {
-                crate::fault::Action::Error { status, code, .. } => {
+                crate::flow::fault::Action::Error { status, code, .. } => {
                     refused = Some(Refusal {
                         rule: f.rule.clone(),
                         retry_after: std::time::Duration::ZERO,
@@ -218,7 +218,7 @@ pub struct Limited {
 pub struct CallFault {
     pub id: Id,
     pub method: String,
-    pub fired: crate::fault::Fired,
+    pub fired: crate::flow::fault::Fired,
 }
 
 impl Plan {
@@ -309,7 +309,7 @@ pub fn limit_message(
 
 /// The JSON-RPC error rpctap answers a refused call with.
 pub fn refusal_reply(id: &Id, r: &Refusal) -> String {
-    if let Some(crate::fault::Action::Error {
+    if let Some(crate::flow::fault::Action::Error {
         code,
         message,
         data,

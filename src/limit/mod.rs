@@ -191,7 +191,7 @@ struct Shared {
 pub type SharedVerdicts = std::collections::HashMap<(usize, usize), store::Verdict>;
 
 /// What a call carries that rules match on (defined with the envelope, below the rules that
-/// match on it: rate limits here, faults in `crate::fault`).
+/// match on it: rate limits here, faults in `crate::flow::fault`).
 pub use crate::rpc::CallInfo;
 
 /// What the HTTP request carries that rules key on.
@@ -213,7 +213,7 @@ pub struct Refusal {
     pub limit: u32,
     /// Not a rate limit: a `[[fault]]` rule's injected error (its code, message and data are
     /// the answer's).
-    pub fault: Option<crate::fault::Fired>,
+    pub fault: Option<crate::flow::fault::Fired>,
 }
 
 /// The decision for one call.
@@ -228,7 +228,7 @@ pub enum Decision {
 pub struct Limiter<C: Clock = DefaultClock> {
     rules: Vec<Rule<C>>,
     /// The `[[fault]]` rules (also the last of `stages`).
-    pub faults: Arc<crate::fault::Faults>,
+    pub faults: Arc<crate::flow::fault::Faults>,
     /// The acting pipeline's stages (`crate::flow`), decided on the calls the rate limits let
     /// through: the `[[deny]]` rules, then the faults.
     pub stages: crate::flow::Stages,
@@ -437,14 +437,14 @@ impl<C: Clock + Clone> Limiter<C> {
     }
 
     /// The same rules with `faults` decided after them.
-    pub fn with_faults(self, faults: crate::fault::Faults) -> Self {
+    pub fn with_faults(self, faults: crate::flow::fault::Faults) -> Self {
         self.with_stages(faults, None)
     }
 
     /// The same rules with the pipeline's stages after them: `deny`, then `faults`.
     pub fn with_stages(
         mut self,
-        faults: crate::fault::Faults,
+        faults: crate::flow::fault::Faults,
         deny: Option<crate::flow::deny::Deny>,
     ) -> Self {
         let faults = Arc::new(faults);

@@ -1,4 +1,4 @@
-//! Fault injection on the HTTP reply (`crate::fault`): the [`Stage`] a reply passes through when
+//! Fault injection on the HTTP reply (`crate::flow::fault`): the [`Stage`] a reply passes through when
 //! a fault is armed on one of its request's calls. The inspector has already read each chunk as
 //! the server sent it (the stage sits after the tee's copy); the stage changes what the client
 //! gets: an SSE reply event by event (held, dropped, doubled, its id changed, its JSON cut, the
@@ -12,7 +12,7 @@
 //! the proxy's [`Answers`] (the answer comes in a POST of its own) and applied by the proxy when
 //! that POST arrives.
 
-use crate::fault::{Action, Armed, At, Cut, Fired};
+use crate::flow::fault::{Action, Armed, At, Cut, Fired};
 use crate::locks::Locked as _;
 use crate::rpc::Id;
 use bytes::Bytes;
@@ -112,7 +112,7 @@ impl Answers {
         if self.is_empty() {
             return None;
         }
-        let id = crate::fault::reply_id(body)?;
+        let id = crate::flow::fault::reply_id(body)?;
         let (s, key) = (session.unwrap_or(""), id.to_json_text());
         let mut q = self.by_key.locked();
         let i = q.iter().position(|(qs, qk, _, _)| qs == s && *qk == key)?;
@@ -126,7 +126,7 @@ impl Answers {
 /// The dashboard's intercept on a reply: the handle, the request's calls (a reply's method is
 /// its call's) and the exchange's scope, for the filter.
 pub struct Interception {
-    pub intercept: crate::intercept::Intercept,
+    pub intercept: crate::flow::intercept::Intercept,
     pub methods: Vec<(Id, Arc<str>, Option<Arc<str>>)>,
     pub scope: String,
 }
@@ -151,7 +151,7 @@ pub enum OnAnswer {
 /// The fault on a client's answer `body`: what the proxy does, what it sent instead, and the
 /// detail for the record.
 pub fn on_answer(fired: &Fired, body: &Bytes) -> (OnAnswer, Option<Bytes>, String) {
-    if let Some(r) = crate::fault::reshape(fired, body) {
+    if let Some(r) = crate::flow::fault::reshape(fired, body) {
         let what = match (r.frames.len(), &fired.action) {
             (0, _) => OnAnswer::Drop,
             (2, _) => OnAnswer::Twice,
@@ -184,7 +184,7 @@ pub fn on_answer(fired: &Fired, body: &Bytes) -> (OnAnswer, Option<Bytes>, Strin
 
 /// A reply message held by the intercept, in the output's order.
 struct HeldOut {
-    wait: Pin<Box<dyn Future<Output = crate::intercept::Decision> + Send>>,
+    wait: Pin<Box<dyn Future<Output = crate::flow::intercept::Decision> + Send>>,
     /// The SSE event (or the JSON body) as the server sent it.
     frame: Bytes,
     sse: bool,
@@ -401,7 +401,7 @@ impl Stage {
             return false;
         };
         let methods = &ic.methods;
-        let Some((pending, id, method)) = crate::intercept::hold_body(
+        let Some((pending, id, method)) = crate::flow::intercept::hold_body(
             &ic.intercept,
             Direction::ServerToClient,
             data,
@@ -427,8 +427,8 @@ impl Stage {
     }
 
     /// A held message decided: what goes out in its place, and the note.
-    fn decided(&mut self, h: HeldOut, d: crate::intercept::Decision) {
-        use crate::intercept::Verdict;
+    fn decided(&mut self, h: HeldOut, d: crate::flow::intercept::Decision) {
+        use crate::flow::intercept::Verdict;
         let out = match &d.verdict {
             Verdict::Forward => Some(h.frame.clone()),
             Verdict::Edit(b) | Verdict::Answer(b) if h.sse => Some(with_data(&h.frame, b)),
@@ -445,7 +445,7 @@ impl Stage {
             self.out.push_front(Item::Data(b, None));
         }
         self.notes.push(Note {
-            rule: crate::intercept::RULE.into(),
+            rule: crate::flow::intercept::RULE.into(),
             action: d.action(),
             id: h.id,
             method: h.method,
@@ -488,7 +488,7 @@ impl Stage {
         }
         let armed = data
             .as_ref()
-            .and_then(|d| crate::fault::reply_id(&Bytes::copy_from_slice(d)))
+            .and_then(|d| crate::flow::fault::reply_id(&Bytes::copy_from_slice(d)))
             .and_then(|id| self.armed.take(&id).map(|(f, m)| (id, f, m)));
         let (Some((id, fired, method)), Some(data)) = (armed, data) else {
             self.push(event, None);
@@ -585,7 +585,7 @@ impl Stage {
         sse: bool,
     ) -> (Option<Bytes>, String) {
         let data = Bytes::copy_from_slice(data);
-        if let Some(r) = crate::fault::reshape(fired, &data) {
+        if let Some(r) = crate::flow::fault::reshape(fired, &data) {
             if fired.action == Action::Drop {
                 // The response is held open: the client's timeout decides (an SSE stream's
                 // other events still pass).
@@ -704,7 +704,7 @@ impl Stage {
                         kept.push(m.raw.to_vec());
                         continue;
                     };
-                    let (message, detail) = match crate::fault::reshape(&fired, &m.raw) {
+                    let (message, detail) = match crate::flow::fault::reshape(&fired, &m.raw) {
                         Some(r) => {
                             kept.extend(r.frames.iter().map(|f| f.to_vec()));
                             (r.made, r.detail.to_string())
@@ -905,10 +905,11 @@ mod tests {
     fn asking(flags: &[&str], answers: Arc<Answers>) -> (Stage, Arc<std::sync::Mutex<Vec<Bytes>>>) {
         let specs: Vec<_> = flags
             .iter()
-            .map(|f| crate::fault::FaultSpec::parse_flag(f).unwrap())
+            .map(|f| crate::flow::fault::FaultSpec::parse_flag(f).unwrap())
             .collect();
         let limiter =
-            crate::config::limiter(&[], -32001, &specs, &[], crate::fault::Carrier::Http).unwrap();
+            crate::config::limiter(&[], -32001, &specs, &[], crate::flow::fault::Carrier::Http)
+                .unwrap();
         let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
         let to = sent.clone();
         let rq = ServerRequests {
@@ -1080,7 +1081,7 @@ mod tests {
         s.feed(body, &mut notes);
         assert!(drain(&mut s).is_empty(), "held until whole");
         s.finish(&mut notes);
-        assert_eq!(drain(&mut s), crate::fault::malformed(body));
+        assert_eq!(drain(&mut s), crate::flow::fault::malformed(body));
         let batch = br#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"result":2}]"#;
         let mut s = Stage::new(vec![fault(2, Action::Drop)], false, 1 << 20, None, None).unwrap();
         s.feed(batch, &mut notes);

@@ -1,15 +1,15 @@
-//! The dashboard's intercept on an HTTP request (`crate::intercept`): a JSON-RPC body whose
+//! The dashboard's intercept on an HTTP request (`crate::flow::intercept`): a JSON-RPC body whose
 //! messages match the filter is held whole (a batch as one) before it goes upstream, and goes on
 //! as decided — unchanged, edited, not at all, or answered by rpctap. The reply side is held in
 //! the reply's stage (`proxy::faults`).
 
-pub use crate::intercept::call_methods;
+pub use crate::flow::intercept::call_methods;
 
 use super::body::{ReplySource, TeeBody};
 use super::ProxyBody;
 use crate::events::Direction;
+use crate::flow::intercept::{Intercept, Verdict};
 use crate::inspect::{ExchangeCtx, ResponseMeta};
-use crate::intercept::{Intercept, Verdict};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::Response;
@@ -31,7 +31,7 @@ pub enum Intercepted {
 pub async fn request(ic: &Intercept, ctx: &mut ExchangeCtx, body: &Bytes) -> Intercepted {
     let scope = ctx.scope_text();
     let Some((pending, id, method)) =
-        crate::intercept::hold_body(ic, Direction::ClientToServer, body, &scope, |_| None)
+        crate::flow::intercept::hold_body(ic, Direction::ClientToServer, body, &scope, |_| None)
     else {
         return Intercepted::Unchanged;
     };

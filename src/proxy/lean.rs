@@ -70,7 +70,7 @@ pub fn wants_lean<B: Body>(req: &Request<B>) -> bool {
 /// connections (`rpctap_upstream_connections`), which goes with it while a lane keeps it.
 pub struct LeanConn<T> {
     io: TokioIo<T>,
-    _counted: crate::metrics::Counted,
+    _counted: crate::observe::metrics::Counted,
 }
 
 impl<T> std::fmt::Debug for LeanConn<T> {
@@ -102,7 +102,7 @@ impl From<SendError> for String {
 }
 
 impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
-    pub fn new(io: T, counted: crate::metrics::Counted) -> Self {
+    pub fn new(io: T, counted: crate::observe::metrics::Counted) -> Self {
         LeanConn {
             io: TokioIo::new(io),
             _counted: counted,
@@ -111,7 +111,7 @@ impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> LeanConn<T> {
 
     /// The socket and its count, for a hyper connection to take over (a request whose body
     /// streams, on a lane whose kept connection is a lean one).
-    pub fn into_parts(self) -> (T, crate::metrics::Counted) {
+    pub fn into_parts(self) -> (T, crate::observe::metrics::Counted) {
         (self.io.into_inner(), self._counted)
     }
 
@@ -189,7 +189,10 @@ pub async fn fuzz_read_reply<T>(io: T, is_head: bool) -> Result<(u16, Option<u64
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin,
 {
-    let mut conn = LeanConn::new(io, crate::metrics::Counted::upstream(&Default::default()));
+    let mut conn = LeanConn::new(
+        io,
+        crate::observe::metrics::Counted::upstream(&Default::default()),
+    );
     let wire: &[u8] = if is_head {
         b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\n"
     } else {
@@ -855,7 +858,7 @@ mod tests {
         is_head: bool,
     ) -> (Result<Vec<u8>, String>, usize) {
         let (ours, mut theirs) = tokio::io::duplex(1 << 16);
-        let counted = crate::metrics::Counted::upstream(&Default::default());
+        let counted = crate::observe::metrics::Counted::upstream(&Default::default());
         let mut conn = LeanConn::new(TokioIo::new(ours), counted);
         let answer = answer.as_bytes().to_vec();
         let cuts = cuts.to_vec();
@@ -948,7 +951,7 @@ mod tests {
             theirs.write_all(&sent).await.unwrap();
             theirs
         });
-        let counted = crate::metrics::Counted::upstream(&Default::default());
+        let counted = crate::observe::metrics::Counted::upstream(&Default::default());
         let mut conn = LeanConn::new(TokioIo::new(ours), counted);
         let (_, framing, buf) = conn
             .exchange(b"GET / HTTP/1.1\r\n\r\n", false)
@@ -974,7 +977,7 @@ mod tests {
     #[tokio::test]
     async fn a_kept_connection_the_upstream_closed_is_not_taken_for_a_request() {
         let (ours, theirs) = tokio::io::duplex(64);
-        let counted = crate::metrics::Counted::upstream(&Default::default());
+        let counted = crate::observe::metrics::Counted::upstream(&Default::default());
         let mut conn = LeanConn::new(TokioIo::new(ours), counted);
         assert!(conn.idle_and_open(), "open and silent");
         drop(theirs);
@@ -982,7 +985,7 @@ mod tests {
         let (ours, mut theirs) = tokio::io::duplex(64);
         let mut conn = LeanConn::new(
             TokioIo::new(ours),
-            crate::metrics::Counted::upstream(&Default::default()),
+            crate::observe::metrics::Counted::upstream(&Default::default()),
         );
         theirs.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
         assert!(!conn.idle_and_open(), "answering what nobody asked");

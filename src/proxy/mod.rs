@@ -84,7 +84,7 @@ struct Inner {
     upstream_host: Option<HeaderValue>,
     base_path: String,
     /// The dashboard's intercept (off unless it sets a filter).
-    intercept: crate::intercept::Intercept,
+    intercept: crate::flow::intercept::Intercept,
     /// Faults armed on the clients' answers to the servers' requests (`direction = "s2c"`).
     answers: Arc<faults::Answers>,
 }
@@ -190,7 +190,7 @@ impl Proxy {
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
         let base_path = opts.upstream.path().trim_end_matches('/').to_string();
-        let intercept = crate::intercept::Intercept::redacting(
+        let intercept = crate::flow::intercept::Intercept::redacting(
             opts.intercept_timeout,
             inspector.config().redact.clone(),
         );
@@ -213,12 +213,12 @@ impl Proxy {
     }
 
     /// The intercept the dashboard drives.
-    pub fn intercept(&self) -> &crate::intercept::Intercept {
+    pub fn intercept(&self) -> &crate::flow::intercept::Intercept {
         &self.inner.intercept
     }
 
     /// Connections open now, per side (client connections are counted by whoever serves them).
-    pub fn connections(&self) -> &Arc<crate::metrics::Connections> {
+    pub fn connections(&self) -> &Arc<crate::observe::metrics::Connections> {
         &self.inner.upstream.conns
     }
 
@@ -1054,7 +1054,7 @@ async fn client_answer(
     ex: &mut Exchange,
     parts: &mut http::request::Parts,
     body: ForwardBody,
-    (id, fired, method): (crate::rpc::Id, crate::fault::Fired, Arc<str>),
+    (id, fired, method): (crate::rpc::Id, crate::flow::fault::Fired, Arc<str>),
 ) -> Result<(ForwardBody, Option<Bytes>), Box<Response<ProxyBody>>> {
     let Some(b) = ex.summary.body.clone() else {
         return Ok((body, None));
@@ -1089,7 +1089,7 @@ async fn client_answer(
 /// A request's faults that act before it goes upstream: a `delay` waits here; true for a
 /// `close` (the caller answers with a closed connection). Each recorded.
 async fn request_faults(ex: &mut Exchange) -> bool {
-    use crate::fault::{Action, At};
+    use crate::flow::fault::{Action, At};
     let faults = ex
         .plan
         .as_ref()

@@ -323,7 +323,7 @@ pub struct Upstream {
     /// Where lanes connect to (scheme and authority of `--upstream`).
     target: Uri,
     /// Lane connections open now (the metrics read it; the pool's are not counted).
-    pub conns: Arc<crate::metrics::Connections>,
+    pub conns: Arc<crate::observe::metrics::Connections>,
     /// The lanes' connections kept between requests, bounded.
     pub idle: Arc<IdleBudget>,
     idle_timeout: Duration,
@@ -517,7 +517,7 @@ impl Upstream {
         let io = Box::new(self.dial().await?);
         Ok(LeanConn::new(
             io,
-            crate::metrics::Counted::upstream(&self.conns),
+            crate::observe::metrics::Counted::upstream(&self.conns),
         ))
     }
 
@@ -630,4 +630,24 @@ impl ServerCertVerifier for NoVerify {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// Parses and checks an upstream URL: `http://` or `https://` with a host (what `--upstream`
+/// and a replay's target accept).
+pub fn parse_url(s: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = s
+        .parse()
+        .map_err(|e| format!("--upstream {s:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(format!(
+                "--upstream {s:?} must start with http:// or https://"
+            ))
+        }
+    }
+    if uri.authority().is_none() {
+        return Err(format!("--upstream {s:?} has no host"));
+    }
+    Ok(uri)
 }

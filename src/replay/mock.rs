@@ -122,7 +122,7 @@ fn key_of(m: &Value, how: crate::cli::MockMatch) -> Option<(String, String)> {
         MockMatch::Sequential => String::new(),
         MockMatch::Strict => m
             .get("params")
-            .map(crate::diff::canonical)
+            .map(crate::rpc::canonical)
             .unwrap_or_default(),
     };
     Some((method, params))

@@ -904,6 +904,24 @@ fn method_text(method: &str) -> std::sync::Arc<str> {
     }
 }
 
+/// JSON text with objects' keys sorted (so that `{"a":1,"b":2}` and `{"b":2,"a":1}` match).
+pub fn canonical(v: &serde_json::Value) -> String {
+    fn sort(v: &serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(o) => {
+                let mut keys: Vec<&String> = o.keys().collect();
+                keys.sort();
+                serde_json::Value::Object(
+                    keys.into_iter().map(|k| (k.clone(), sort(&o[k]))).collect(),
+                )
+            }
+            serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(sort).collect()),
+            x => x.clone(),
+        }
+    }
+    sort(v).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

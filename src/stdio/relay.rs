@@ -24,13 +24,13 @@ const CHUNK: usize = 64 << 10;
 pub struct ClientOut {
     at_line_start: bool,
     queued: Vec<u8>,
-    /// Faults armed on the server's replies (`crate::fault`): by call id, and a cut of the
+    /// Faults armed on the server's replies (`crate::flow::fault`): by call id, and a cut of the
     /// session after a number of the server's messages.
-    armed: crate::fault::Armed,
-    cut: Option<crate::fault::Cut>,
+    armed: crate::flow::fault::Armed,
+    cut: Option<crate::flow::fault::Cut>,
     /// Faults armed on the client's answers to the server's requests (`direction = "s2c"`),
     /// by the server request's id.
-    answers: crate::fault::Armed,
+    answers: crate::flow::fault::Armed,
     /// A fault closed the client's side: nothing more is written.
     closed: bool,
     /// Under the dashboard's intercept: the client's calls waiting for their replies (a reply's
@@ -49,7 +49,7 @@ const CALLS_KEPT: usize = 4096;
 /// (each on a thread of its own, so the lines after it pass).
 #[derive(Clone)]
 pub struct Hold {
-    pub intercept: crate::intercept::Intercept,
+    pub intercept: crate::flow::intercept::Intercept,
     pub rt: tokio::runtime::Handle,
 }
 
@@ -198,7 +198,7 @@ fn arm_faults(
     out: &Mutex<ClientOut>,
     faults: Vec<crate::limit::enforce::CallFault>,
 ) -> Before {
-    use crate::fault::{Action, At};
+    use crate::flow::fault::{Action, At};
     let mut before = Before::default();
     for f in faults {
         let s2c = f.fired.direction == Direction::ServerToClient;
@@ -228,7 +228,7 @@ fn arm_faults(
                 .to_string()
             }
             Action::CutStreamAfter { .. } => {
-                out.locked().cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
+                out.locked().cut = crate::flow::fault::Cut::of(&f.fired, &f.id, &f.method);
                 // Recorded when the cut happens.
                 continue;
             }
@@ -358,7 +358,7 @@ pub fn client_to_server(
                                     if let Some(h) = hold.filter(|h| h.intercept.is_on()) {
                                         remember_calls(out, &f);
                                         let frame = trim_nl(&f);
-                                        if let Some(p) = crate::intercept::hold_body(
+                                        if let Some(p) = crate::flow::intercept::hold_body(
                                             &h.intercept,
                                             dir,
                                             &frame,
@@ -474,7 +474,7 @@ fn trim_nl(line: &Bytes) -> Bytes {
 
 /// The client's calls in `line`, remembered for their replies (the intercept's filter).
 fn remember_calls(out: &Mutex<ClientOut>, line: &Bytes) {
-    let calls = crate::intercept::call_methods(&trim_nl(line));
+    let calls = crate::flow::intercept::call_methods(&trim_nl(line));
     if calls.is_empty() {
         return;
     }
@@ -490,13 +490,17 @@ fn remember_calls(out: &Mutex<ClientOut>, line: &Bytes) {
 /// server (the client's messages) or the client (the server's, and rpctap's answers).
 fn release_held(
     h: &Hold,
-    (pending, id, method): (crate::intercept::Pending, Option<crate::rpc::Id>, String),
+    (pending, id, method): (
+        crate::flow::intercept::Pending,
+        Option<crate::rpc::Id>,
+        String,
+    ),
     (dir, frame): (Direction, Bytes),
     ctx: &Arc<Mutex<ExchangeCtx>>,
     out: &Arc<Mutex<ClientOut>>,
     child_in: Option<&ChildIn>,
 ) {
-    use crate::intercept::Verdict;
+    use crate::flow::intercept::Verdict;
     let (rt, ctx, out, child_in) = (h.rt.clone(), ctx.clone(), out.clone(), child_in.cloned());
     let fallback = (frame.clone(), child_in.clone(), out.clone());
     let spawned = std::thread::Builder::new()
@@ -715,7 +719,7 @@ fn held_reply(
 ) -> bool {
     let calls = std::mem::take(&mut out.locked().calls);
     let scope = ctx.locked().scope_text();
-    let held = crate::intercept::hold_body(
+    let held = crate::flow::intercept::hold_body(
         &h.intercept,
         Direction::ServerToClient,
         line,
@@ -729,7 +733,7 @@ fn held_reply(
     );
     {
         // Put back (with the replied call forgotten).
-        let replied = crate::fault::reply_id(line);
+        let replied = crate::flow::fault::reply_id(line);
         let mut o = out.locked();
         let mut calls = calls;
         if let Some(id) = replied {
@@ -876,15 +880,15 @@ fn with_nl(b: &[u8]) -> Vec<u8> {
 fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>, line: Bytes) {
     let (armed, cut_now) = {
         let mut o = out.locked();
-        let armed =
-            crate::fault::reply_id(&line).and_then(|id| o.armed.take(&id).map(|(f, m)| (id, f, m)));
+        let armed = crate::flow::fault::reply_id(&line)
+            .and_then(|id| o.armed.take(&id).map(|(f, m)| (id, f, m)));
         // The cut counts every message of the server's from the call on.
-        let cut_now = crate::fault::Cut::due(&mut o.cut);
+        let cut_now = crate::flow::fault::Cut::due(&mut o.cut);
         (armed, cut_now)
     };
     if let Some(cut) = cut_now {
         let detail = if cut.mid_event {
-            let half = crate::fault::malformed(&line);
+            let half = crate::flow::fault::malformed(&line);
             let _ = write_out(out, &half);
             "the session cut in the middle of a message".to_string()
         } else {
@@ -908,11 +912,11 @@ fn faulty_line(ctx: &Mutex<ExchangeCtx>, out: &std::sync::Arc<Mutex<ClientOut>>,
 fn armed_answer(
     out: &Mutex<ClientOut>,
     line: &Bytes,
-) -> Option<(crate::rpc::Id, crate::fault::Fired, Arc<str>)> {
+) -> Option<(crate::rpc::Id, crate::flow::fault::Fired, Arc<str>)> {
     if out.locked().answers.is_empty() {
         return None;
     }
-    let id = crate::fault::reply_id(line)?;
+    let id = crate::flow::fault::reply_id(line)?;
     out.locked().answers.take(&id).map(|(f, m)| (id, f, m))
 }
 
@@ -922,10 +926,10 @@ fn armed_line(
     ctx: &Mutex<ExchangeCtx>,
     to: &To,
     line: Bytes,
-    (id, fired, method): (crate::rpc::Id, crate::fault::Fired, Arc<str>),
+    (id, fired, method): (crate::rpc::Id, crate::flow::fault::Fired, Arc<str>),
 ) {
-    use crate::fault::{Action, At};
-    if let Some(r) = crate::fault::reshape(&fired, &line) {
+    use crate::flow::fault::{Action, At};
+    if let Some(r) = crate::flow::fault::reshape(&fired, &line) {
         for f in &r.frames {
             to.write(&with_nl(f));
         }

@@ -219,7 +219,7 @@ fn perform(action: Action, resend: Option<&Resend>, app: &App, screen: Screen) -
     }
 }
 
-fn refresh_held(app: &mut App, ic: &crate::intercept::Intercept) {
+fn refresh_held(app: &mut App, ic: &crate::flow::intercept::Intercept) {
     let now = std::time::Instant::now();
     let held = ic
         .held()
@@ -447,11 +447,11 @@ fn run_editor(text: &str, screen: Screen) -> Result<String, String> {
 /// `$EDITOR` first, the terminal handed over meanwhile). Returns the status line.
 async fn intercept_action(
     action: Action,
-    ic: &crate::intercept::Intercept,
+    ic: &crate::flow::intercept::Intercept,
     terminal: &mut Term,
     screen: Screen,
 ) -> std::io::Result<Option<String>> {
-    use crate::intercept::Verdict;
+    use crate::flow::intercept::Verdict;
     use app::HeldKey;
     let action_kind = match &action {
         Action::Held { what, .. } => Some(matches!(what, HeldKey::Answer(_))),
@@ -491,7 +491,7 @@ async fn intercept_action(
                 // A new terminal draws everything on its first frame. (Not `clear()`: it asks
                 // the cursor's position on stdout, which under `stdio` is the client's pipe.)
                 *terminal = screen.enter()?;
-                let b = match edited.and_then(|t| crate::intercept::validate(&t)) {
+                let b = match edited.and_then(|t| crate::flow::intercept::validate(&t)) {
                     Ok(b) => b,
                     Err(why) => {
                         return Ok(Some(format!(
@@ -532,7 +532,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     resend: Option<Resend>,
     recording: Option<&Capture>,
-    intercept: Option<crate::intercept::Intercept>,
+    intercept: Option<crate::flow::intercept::Intercept>,
     screen: Screen,
 ) -> std::io::Result<()> {
     if let Some(ic) = &intercept {
@@ -560,7 +560,7 @@ async fn run_loop(
     mut source: Option<Source>,
     shutdown: impl Future<Output = ()>,
     (resend, recording): (Option<Resend>, Option<&Capture>),
-    intercept: Option<&crate::intercept::Intercept>,
+    intercept: Option<&crate::flow::intercept::Intercept>,
     screen: Screen,
 ) -> std::io::Result<()> {
     let mut feed_state = FeedState {

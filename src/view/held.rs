@@ -1,4 +1,4 @@
-//! The intercept as the dashboard shows it (`crate::intercept`): the filter being typed (`I`),
+//! The intercept as the dashboard shows it (`crate::flow::intercept`): the filter being typed (`I`),
 //! a snapshot of what is held (refreshed by the loop each frame), the selection among the held
 //! and what the keys ask (`F` forward, `E` edit, `D` drop, `A` answer). Plain data: the loop
 //! does the deciding and the editor.
@@ -54,7 +54,7 @@ pub enum HeldKey {
 }
 
 impl HeldRow {
-    pub fn from_held(h: &crate::intercept::Held, now: std::time::Instant) -> HeldRow {
+    pub fn from_held(h: &crate::flow::intercept::Held, now: std::time::Instant) -> HeldRow {
         HeldRow {
             n: h.n,
             direction: h.direction,

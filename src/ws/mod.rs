@@ -17,7 +17,7 @@
 //!
 //! Both directions decide message by message in one loop (`whole`, per `Side`): the
 //! client's by the rules, the server's by the reply faults the client's calls armed
-//! (`crate::fault`: dropped, doubled, renamed, cut, held, slowed) — run only when fault rules
+//! (`crate::flow::fault`: dropped, doubled, renamed, cut, held, slowed) — run only when fault rules
 //! exist as the connection opens — and either by the dashboard's intercept. What a message
 //! becomes is planned under the lock and carried out after it (`Step`).
 
@@ -100,11 +100,11 @@ pub fn negotiated(h: &HeaderMap) -> Negotiated {
 struct Shared {
     ctx: ExchangeCtx,
     close: Option<String>,
-    armed: crate::fault::Armed,
-    cut: Option<crate::fault::Cut>,
+    armed: crate::flow::fault::Armed,
+    cut: Option<crate::flow::fault::Cut>,
     calls: Vec<(crate::rpc::Id, Arc<str>, Option<Arc<str>>)>,
     /// Faults armed on the client's answers to the server's requests (`direction = "s2c"`).
-    answers: crate::fault::Armed,
+    answers: crate::flow::fault::Armed,
 }
 
 /// The rate limits of one WebSocket connection: the rules in force (read at each message, so
@@ -115,7 +115,7 @@ pub struct Limits {
     pub session: Option<String>,
     pub headers: HeaderMap,
     /// The dashboard's intercept, when a dashboard drives this proxy.
-    pub intercept: Option<crate::intercept::Intercept>,
+    pub intercept: Option<crate::flow::intercept::Intercept>,
 }
 
 /// Passes the upgraded connection through and inspects it; returns when both directions are
@@ -325,7 +325,7 @@ enum Side {
     /// come in on `inject`, put between two messages.
     Server {
         inject: Option<mpsc::Receiver<Bytes>>,
-        intercept: Option<crate::intercept::Intercept>,
+        intercept: Option<crate::flow::intercept::Intercept>,
         requests: Option<Requests>,
         /// The way into `inject`, for this direction's delayed messages.
         later: Option<mpsc::Sender<Bytes>>,
@@ -372,7 +372,7 @@ impl Side {
         }
     }
 
-    fn intercept(&self) -> Option<&crate::intercept::Intercept> {
+    fn intercept(&self) -> Option<&crate::flow::intercept::Intercept> {
         match self {
             Side::Client { lim, .. } => lim.intercept.as_ref(),
             Side::Server { intercept, .. } => intercept.as_ref(),
@@ -390,7 +390,7 @@ fn ws_faults(
     replies: bool,
     plan: &mut Plan,
 ) -> Option<std::time::Duration> {
-    use crate::fault::{Action, At};
+    use crate::flow::fault::{Action, At};
     let mut delay: Option<std::time::Duration> = None;
     for f in faults {
         let s2c = f.fired.direction == Direction::ServerToClient;
@@ -419,7 +419,7 @@ fn ws_faults(
                 continue;
             }
             Action::CutStreamAfter { .. } if replies => {
-                s.cut = crate::fault::Cut::of(&f.fired, &f.id, &f.method);
+                s.cut = crate::flow::fault::Cut::of(&f.fired, &f.id, &f.method);
                 // Recorded when the cut happens.
                 continue;
             }
@@ -441,7 +441,7 @@ fn ws_faults(
 /// One whole text message of the server's under the faults its call armed: (planned — else it
 /// goes on unchanged —, its bytes changed).
 fn server_faults(side: &Side, s: &mut Shared, t: &Bytes, plan: &mut Plan) -> (bool, bool) {
-    if let Some(c) = crate::fault::Cut::due(&mut s.cut) {
+    if let Some(c) = crate::flow::fault::Cut::due(&mut s.cut) {
         s.ctx.fault(
             &c.fired,
             Some(&c.id),
@@ -453,7 +453,7 @@ fn server_faults(side: &Side, s: &mut Shared, t: &Bytes, plan: &mut Plan) -> (bo
         return (true, false);
     }
     let Some(armed) =
-        crate::fault::reply_id(t).and_then(|id| s.armed.take(&id).map(|(f, m)| (id, f, m)))
+        crate::flow::fault::reply_id(t).and_then(|id| s.armed.take(&id).map(|(f, m)| (id, f, m)))
     else {
         return (false, false);
     };
@@ -467,14 +467,14 @@ fn armed_reply(
     s: &mut Shared,
     t: &Bytes,
     plan: &mut Plan,
-    (id, fired, method): (crate::rpc::Id, crate::fault::Fired, Arc<str>),
+    (id, fired, method): (crate::rpc::Id, crate::flow::fault::Fired, Arc<str>),
 ) -> (bool, bool) {
-    use crate::fault::{Action, At};
+    use crate::flow::fault::{Action, At};
     let what = match fired.direction {
         Direction::ClientToServer => "the reply",
         Direction::ServerToClient => "the client's answer",
     };
-    if let Some(r) = crate::fault::reshape(&fired, t) {
+    if let Some(r) = crate::flow::fault::reshape(&fired, t) {
         for f in &r.frames {
             plan.write(&side.frame(0x1, f));
         }
@@ -671,7 +671,7 @@ async fn whole<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    use crate::intercept::Verdict;
+    use crate::flow::intercept::Verdict;
     let dir = side.dir();
     let takeover = deflate.is_some_and(|d| !d.no_context_takeover);
     // From the first compressed message left out or changed (with context takeover) on: data
@@ -788,7 +788,7 @@ async fn whole<R, W>(
                                         // The client's answer to a server's request an s2c
                                         // fault was armed on.
                                         let answer = (!s.answers.is_empty())
-                                            .then(|| crate::fault::reply_id(&t))
+                                            .then(|| crate::flow::fault::reply_id(&t))
                                             .flatten()
                                             .and_then(|id| {
                                                 s.answers.take(&id).map(|(f, m)| (id, f, m))
@@ -925,7 +925,7 @@ async fn whole<R, W>(
                                         }
                                         let calls = std::mem::take(&mut s.calls);
                                         let hold = side.intercept().and_then(|ic| {
-                                            crate::intercept::hold_body(
+                                            crate::flow::intercept::hold_body(
                                                 ic,
                                                 dir,
                                                 &t,
@@ -1182,7 +1182,7 @@ fn passed(
 /// The client's calls in a message, remembered for their replies (the intercept's filter).
 fn remember_calls(s: &mut Shared, t: &Bytes) {
     const KEPT: usize = 4096;
-    let calls = crate::intercept::call_methods(t);
+    let calls = crate::flow::intercept::call_methods(t);
     if s.calls.len() + calls.len() > KEPT {
         let n = (s.calls.len() + calls.len() - KEPT).min(s.calls.len());
         s.calls.drain(..n);
@@ -1191,11 +1191,20 @@ fn remember_calls(s: &mut Shared, t: &Bytes) {
 }
 
 /// A held message: its verdict to come, its id and method.
-type HoldOf = (crate::intercept::Pending, Option<crate::rpc::Id>, String);
+type HoldOf = (
+    crate::flow::intercept::Pending,
+    Option<crate::rpc::Id>,
+    String,
+);
 
 /// Holds a client message when the intercept's filter matches it.
-fn hold(ic: &crate::intercept::Intercept, dir: Direction, s: &Shared, t: &Bytes) -> Option<HoldOf> {
-    crate::intercept::hold_body(ic, dir, t, &s.ctx.scope_text(), |_| None)
+fn hold(
+    ic: &crate::flow::intercept::Intercept,
+    dir: Direction,
+    s: &Shared,
+    t: &Bytes,
+) -> Option<HoldOf> {
+    crate::flow::intercept::hold_body(ic, dir, t, &s.ctx.scope_text(), |_| None)
 }
 
 /// A masking key for a frame of rpctap's own to the server (RFC 6455 §5.3: unpredictable).

@@ -258,7 +258,7 @@ async fn baselines_catch_tool_drift_live_and_in_check() {
         "{page}"
     );
     // Taken by hand from the first session instead: the same verdict.
-    let label = rpctap::gate::label(&rpctap::record::reader::read(&r.b).unwrap().header);
+    let label = rpctap::offline::gate::label(&rpctap::record::reader::read(&r.b).unwrap().header);
     assert_eq!(run(&["baseline", "reset", &label, "--dir", dir]).0, 0);
     assert_eq!(
         run(&["check", b, "--baseline", dir, "--fail-on", "MCP_TOOL_DRIFT"]).0,

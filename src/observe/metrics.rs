@@ -129,7 +129,7 @@ impl Drop for Counted {
 #[derive(Clone, Default)]
 pub struct Sources {
     pub inspector: Option<crate::inspect::Inspector>,
-    pub feed: Option<crate::feed::Feed>,
+    pub feed: Option<crate::observe::feed::Feed>,
     pub recorder: Option<Arc<crate::record::LineBuffer>>,
     pub connections: Option<Arc<Connections>>,
     pub listener: Option<Arc<crate::server::ListenerStats>>,
@@ -453,12 +453,12 @@ impl Metrics {
         grow(
             &self.otel_dropped,
             &mut seen.otel_dropped,
-            crate::otel::DROPPED.load(Ordering::Relaxed),
+            crate::observe::otel::DROPPED.load(Ordering::Relaxed),
         );
         grow(
             &self.otel_exported,
             &mut seen.otel_exported,
-            crate::otel::EXPORTED.load(Ordering::Relaxed),
+            crate::observe::otel::EXPORTED.load(Ordering::Relaxed),
         );
         if let Some(f) = &src.feed {
             grow(&self.feed_dropped, &mut seen.feed_dropped, f.dropped());

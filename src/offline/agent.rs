@@ -45,7 +45,7 @@ pub enum Source {
 #[derive(Clone)]
 pub enum Own {
     Recording(PathBuf),
-    Feed(crate::feed::Feed),
+    Feed(crate::observe::feed::Feed),
 }
 
 impl std::fmt::Debug for Own {
@@ -552,23 +552,30 @@ impl Agent {
                 })
                 .unwrap_or_default()
         };
-        let gate = crate::gate::Gate::new(&strings("fail_on"), &strings("allow"))
+        let gate = crate::offline::gate::Gate::new(&strings("fail_on"), &strings("allow"))
             .map_err(|e| e.to_string())?;
-        let report =
-            crate::gate::recording(&gate, &rec, crate::inspect::recorded::check_recording(&rec));
-        let scopes: Vec<Value> = report.scopes.iter().map(crate::gate::scope_json).collect();
+        let report = crate::offline::gate::recording(
+            &gate,
+            &rec,
+            crate::inspect::recorded::check_recording(&rec),
+        );
+        let scopes: Vec<Value> = report
+            .scopes
+            .iter()
+            .map(crate::offline::gate::scope_json)
+            .collect();
         Ok(json!({"passed": !report.failed(), "scopes": scopes}))
     }
 
     fn diff(&self, args: &Value) -> Result<Value, String> {
         let (an, a) = self.recording(string_arg(args, "a")?)?;
         let (bn, b) = self.recording(string_arg(args, "b")?)?;
-        let d = crate::diff::diff(
+        let d = crate::offline::diff::diff(
             &an.display().to_string(),
             &a,
             &bn.display().to_string(),
             &b,
-            crate::diff::Thresholds::default(),
+            crate::offline::diff::Thresholds::default(),
         );
         let regressions = d.regressions();
         let mut v = serde_json::to_value(&d).map_err(|e| e.to_string())?;
@@ -610,7 +617,7 @@ impl Agent {
                 .cloned()
                 .collect();
             let opts = crate::replay::ReplayOptions {
-                target: crate::config::parse_upstream(target).map_err(|e| e.to_string())?,
+                target: crate::proxy::upstream::parse_url(target)?,
                 ignore: Vec::new(),
                 timeout: std::time::Duration::from_secs(30),
                 headers: Vec::new(),

@@ -8,6 +8,7 @@
 //! changed schema, an outcome that got worse, a call that got slower. Everything else is a
 //! change (or an improvement) and is reported without failing `--exit-code`.
 
+use crate::baseline::{offer_changes, Change, Kind};
 use crate::events::{CallEvent, Direction, Event, Outcome, Scope};
 use crate::record::reader::Capture;
 use serde::Serialize;
@@ -31,28 +32,6 @@ impl Default for Thresholds {
             ratio: 2.0,
         }
     }
-}
-
-/// How bad a change is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// Gets worse for a client: fails `--exit-code`.
-    Regression,
-    /// Neither worse nor better (a description, a new call).
-    Change,
-    Improvement,
-}
-
-/// One difference.
-#[derive(Clone, Debug, Serialize)]
-pub struct Change {
-    pub kind: Kind,
-    /// `safety`, `tool`, `prompt`, `resource`, `call`, `latency`.
-    pub area: &'static str,
-    /// What it is about: `tool search`, `tools/call search {"q":"x"}`.
-    pub subject: String,
-    pub what: String,
 }
 
 /// The whole comparison.
@@ -138,8 +117,8 @@ fn read(rec: &Capture) -> (Offer, Vec<Call<'_>>) {
                     // The arguments that make a call what it is: a tool's, a prompt's, a
                     // resource's URI, else the params without the per-request `_meta`.
                     match (&p["arguments"], &p["uri"]) {
-                        (a, _) if !a.is_null() => canonical(a),
-                        (_, u) if !u.is_null() => canonical(u),
+                        (a, _) if !a.is_null() => crate::rpc::canonical(a),
+                        (_, u) if !u.is_null() => crate::rpc::canonical(u),
                         _ => {
                             let mut p = p.clone();
                             if let Some(o) = p.as_object_mut() {
@@ -149,7 +128,7 @@ fn read(rec: &Capture) -> (Offer, Vec<Call<'_>>) {
                             if p.as_object().is_some_and(|o| o.is_empty()) || p.is_null() {
                                 String::new()
                             } else {
-                                canonical(&p)
+                                crate::rpc::canonical(&p)
                             }
                         }
                     }
@@ -210,143 +189,6 @@ pub fn last_tool_list(rec: &crate::record::reader::Capture) -> Option<BTreeMap<S
         }
     }
     last
-}
-
-/// JSON text with objects' keys sorted (so that `{"a":1,"b":2}` and `{"b":2,"a":1}` match).
-pub fn canonical(v: &Value) -> String {
-    fn sort(v: &Value) -> Value {
-        match v {
-            Value::Object(o) => {
-                let mut keys: Vec<&String> = o.keys().collect();
-                keys.sort();
-                Value::Object(keys.into_iter().map(|k| (k.clone(), sort(&o[k]))).collect())
-            }
-            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
-            x => x.clone(),
-        }
-    }
-    sort(v).to_string()
-}
-
-/// A safety annotation and which way is less safe.
-const SAFETY: [(&str, bool); 4] = [
-    // (annotation, the value that is the less safe one)
-    ("readOnlyHint", false),
-    ("destructiveHint", true),
-    ("idempotentHint", false),
-    ("openWorldHint", true),
-];
-
-/// The spec's defaults for absent annotations.
-fn annotation(v: &Value, name: &str) -> bool {
-    match v["annotations"][name].as_bool() {
-        Some(b) => b,
-        None => matches!(name, "destructiveHint" | "openWorldHint"),
-    }
-}
-
-fn short(v: &Value) -> String {
-    let t = v.to_string();
-    if t.chars().count() > 80 {
-        format!("{}…", t.chars().take(79).collect::<String>())
-    } else {
-        t
-    }
-}
-
-/// The changes between two lists of one kind (`tool`, `prompt`, `resource`), by name.
-pub fn offer_changes(
-    kind: &'static str,
-    a: &BTreeMap<String, Value>,
-    b: &BTreeMap<String, Value>,
-    out: &mut Vec<Change>,
-) {
-    for (name, old) in a {
-        let subject = format!("{kind} {name}");
-        let Some(new) = b.get(name) else {
-            out.push(Change {
-                kind: Kind::Regression,
-                area: kind,
-                subject,
-                what: "removed".into(),
-            });
-            continue;
-        };
-        if kind == "tool" {
-            for (hint, unsafe_value) in SAFETY {
-                let (was, is) = (annotation(old, hint), annotation(new, hint));
-                if was != is {
-                    let worse = is == unsafe_value;
-                    out.push(Change {
-                        kind: if worse {
-                            Kind::Regression
-                        } else {
-                            Kind::Improvement
-                        },
-                        area: if worse { "safety" } else { kind },
-                        subject: subject.clone(),
-                        what: format!(
-                            "{hint} {was} → {is}{}",
-                            if worse { " (less safe)" } else { "" }
-                        ),
-                    });
-                }
-            }
-        }
-        for field in ["title", "description", "mimeType"] {
-            if old[field] != new[field] {
-                out.push(Change {
-                    kind: Kind::Change,
-                    area: kind,
-                    subject: subject.clone(),
-                    what: format!("{field}: {} → {}", short(&old[field]), short(&new[field])),
-                });
-            }
-        }
-        for field in ["inputSchema", "outputSchema", "arguments"] {
-            if canonical(&old[field]) != canonical(&new[field]) {
-                out.push(Change {
-                    kind: Kind::Regression,
-                    area: kind,
-                    subject: subject.clone(),
-                    what: format!(
-                        "{field} changed: {} → {}",
-                        short(&old[field]),
-                        short(&new[field])
-                    ),
-                });
-            }
-        }
-        let (oa, na) = (&old["annotations"], &new["annotations"]);
-        for k in oa
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-            .chain(na.as_object().into_iter().flatten().map(|(k, _)| k))
-        {
-            if SAFETY.iter().any(|(h, _)| h == k) || oa[k] == na[k] {
-                continue;
-            }
-            let what = format!("annotation {k}: {} → {}", short(&oa[k]), short(&na[k]));
-            if !out.iter().any(|c| c.subject == subject && c.what == what) {
-                out.push(Change {
-                    kind: Kind::Change,
-                    area: kind,
-                    subject: subject.clone(),
-                    what,
-                });
-            }
-        }
-    }
-    for name in b.keys().filter(|n| !a.contains_key(*n)) {
-        out.push(Change {
-            kind: Kind::Change,
-            area: kind,
-            subject: format!("{kind} {name}"),
-            what: "added".into(),
-        });
-    }
 }
 
 /// How good an outcome is: 0 a clean result, 1 a flagged one, 2 an error or worse.
