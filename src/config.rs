@@ -486,8 +486,14 @@ fn otel_config(
     }))
 }
 
-/// Merges flags over the file over the defaults: the settings all modes share.
-pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, ConfigError> {
+/// Merges flags over the file over the defaults: the settings all modes share. The log is
+/// `default_log` unless a flag or the file says (`stdio` gives `off`: its stdout is the
+/// client's).
+pub fn resolve_shared(
+    flags: &ProxyFlags,
+    file: &FileConfig,
+    default_log: LogFormat,
+) -> Result<Shared, ConfigError> {
     let d = InspectConfig::default();
     let inspect = InspectConfig {
         max_frame_bytes: positive(
@@ -630,7 +636,7 @@ pub fn resolve_shared(flags: &ProxyFlags, file: &FileConfig) -> Result<Shared, C
     };
     Ok(Shared {
         inspect,
-        log: flags.shared.log.or(file.log).unwrap_or(LogFormat::Text),
+        log: flags.shared.log.or(file.log).unwrap_or(default_log),
         record,
         limits,
         limit_code,
@@ -686,7 +692,7 @@ pub fn resolve(
         admin,
         otel,
         baseline_dir,
-    } = resolve_shared(flags, &file)?;
+    } = resolve_shared(flags, &file, LogFormat::Text)?;
     if let Some(crate::admin::AdminAddr::Tcp(a)) = admin.as_ref().map(|a| &a.addr) {
         if *a == listen && a.port() != 0 {
             return Err(ConfigError::Invalid(format!(

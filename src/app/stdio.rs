@@ -18,11 +18,8 @@ use std::time::Duration;
 pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
     let flags = args.flags();
     let file = crate::config::load_file(&flags)?;
-    let mut shared = crate::config::resolve_shared(&flags, &file)?;
     // stdout is the client's: the log is off unless asked for, and then on stderr or a file.
-    if flags.shared.log.is_none() && file.log.is_none() {
-        shared.log = LogFormat::Off;
-    }
+    let mut shared = crate::config::resolve_shared(&flags, &file, LogFormat::Off)?;
     let limiter = crate::config::limiter(
         &shared.limits,
         shared.limit_code,

@@ -221,6 +221,65 @@ pub struct CallFault {
     pub fired: crate::flow::fault::Fired,
 }
 
+/// How the faults that fired for a message split, decided once for every transport: what acts
+/// before the message goes on (the longest `delay`, a `close`), each with what the recording
+/// says of it, and what acts on the replies, for the transport to arm in its own framing.
+#[derive(Debug, Default)]
+pub struct Triage {
+    pub delay: Option<std::time::Duration>,
+    pub close: bool,
+    /// Done now (a delay, a close): to record, with its detail.
+    pub now: Vec<(CallFault, String)>,
+    /// On the server's replies to these calls (a client's calls), a stream's cut apart.
+    pub replies: Vec<CallFault>,
+    /// A server's requests' faults, on the client's answers to them.
+    pub answers: Vec<CallFault>,
+    /// `cut-stream`: the reply's stream cut after some messages.
+    pub cuts: Vec<CallFault>,
+}
+
+/// Splits `faults` (see [`Triage`]); `closed` says what a `close` does on this transport, for
+/// a client's call and for a server's request (`[call, server's request]`).
+pub fn triage(faults: Vec<CallFault>, closed: [&str; 2]) -> Triage {
+    use crate::flow::fault::{Action, At};
+    let mut t = Triage::default();
+    for f in faults {
+        let s2c = f.fired.direction == Direction::ServerToClient;
+        let detail = match &f.fired.action {
+            Action::Delay(d, At::Request) => {
+                t.delay = Some(t.delay.unwrap_or_default().max(*d));
+                match s2c {
+                    true => format!(
+                        "the server's request held {} before it reached the client",
+                        crate::units::show_secs(*d)
+                    ),
+                    false => format!("the request held {}", crate::units::show_secs(*d)),
+                }
+            }
+            Action::Close => {
+                t.close = true;
+                closed[usize::from(s2c)].to_string()
+            }
+            a if s2c && a.on_reply() => {
+                t.answers.push(f);
+                continue;
+            }
+            Action::CutStreamAfter { .. } => {
+                t.cuts.push(f);
+                continue;
+            }
+            a if a.on_reply() => {
+                t.replies.push(f);
+                continue;
+            }
+            // Answered by rpctap (an `error`) before it could go on: never here.
+            _ => continue,
+        };
+        t.now.push((f, detail));
+    }
+    t
+}
+
 impl Plan {
     /// The faults that fired, with their calls' ids.
     pub fn call_faults(&self) -> Vec<CallFault> {

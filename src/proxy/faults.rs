@@ -548,29 +548,29 @@ impl Stage {
                 return true;
             }
         }
-        for f in plan.call_faults() {
+        let t = crate::limit::enforce::triage(
+            plan.call_faults(),
+            [
+                "the SSE stream closed when the call arrived",
+                "the SSE stream closed when the server's request arrived",
+            ],
+        );
+        // Recorded when the client's answer passes.
+        for f in t.answers.into_iter().chain(t.cuts).chain(t.replies) {
+            rq.answers
+                .arm(rq.session.as_deref(), &f.id, f.fired, &f.method);
+        }
+        for (f, detail) in t.now {
             let method: Arc<str> = f.method.as_str().into();
-            match &f.fired.action {
-                Action::Delay(d, At::Request) => {
-                    self.push(event.clone(), Some(*d));
-                    let detail = format!(
-                        "the server's request held {} before it reached the client",
-                        crate::units::show_secs(*d)
-                    );
-                    notes.push(Note::of(&f.fired, f.id, method, None, detail));
-                    return true;
-                }
-                Action::Close => {
-                    self.ended = true;
-                    let detail = "the SSE stream closed when the server's request arrived".into();
-                    notes.push(Note::of(&f.fired, f.id, method, None, detail));
-                    return true;
-                }
-                // Recorded when the client's answer passes.
-                _ => rq
-                    .answers
-                    .arm(rq.session.as_deref(), &f.id, f.fired, &f.method),
-            }
+            notes.push(Note::of(&f.fired, f.id, method, None, detail));
+        }
+        if t.close {
+            self.ended = true;
+            return true;
+        }
+        if let Some(d) = t.delay {
+            self.push(event.clone(), Some(d));
+            return true;
         }
         false
     }

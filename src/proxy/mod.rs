@@ -1089,34 +1089,28 @@ async fn client_answer(
 /// A request's faults that act before it goes upstream: a `delay` waits here; true for a
 /// `close` (the caller answers with a closed connection). Each recorded.
 async fn request_faults(ex: &mut Exchange) -> bool {
-    use crate::flow::fault::{Action, At};
     let faults = ex
         .plan
         .as_ref()
         .map(|p| p.call_faults())
         .unwrap_or_default();
-    let mut delay = Duration::ZERO;
-    let mut close = false;
-    for f in &faults {
-        let detail = match &f.fired.action {
-            Action::Delay(d, At::Request) => {
-                delay = delay.max(*d);
-                format!("the request held {}", crate::units::show_secs(*d))
-            }
-            Action::Close => {
-                close = true;
-                "the connection closed when the call arrived, with no reply".to_string()
-            }
-            _ => continue,
-        };
+    // The reply-side ones are armed by `faults` when the reply comes.
+    let t = crate::limit::enforce::triage(
+        faults,
+        [
+            "the connection closed when the call arrived, with no reply",
+            "the connection closed when the server's request arrived",
+        ],
+    );
+    for (f, detail) in t.now {
         ex.ctx
             .fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
     }
-    if close {
+    if t.close {
         return true;
     }
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+    if let Some(d) = t.delay {
+        tokio::time::sleep(d).await;
     }
     false
 }

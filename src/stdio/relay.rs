@@ -198,51 +198,35 @@ fn arm_faults(
     out: &Mutex<ClientOut>,
     faults: Vec<crate::limit::enforce::CallFault>,
 ) -> Before {
-    use crate::flow::fault::{Action, At};
-    let mut before = Before::default();
-    for f in faults {
-        let s2c = f.fired.direction == Direction::ServerToClient;
-        let detail = match &f.fired.action {
-            Action::Delay(d, At::Request) => {
-                before.delay = Some(before.delay.unwrap_or_default().max(*d));
-                match s2c {
-                    true => format!(
-                        "the server's request held {} before it reached the client",
-                        crate::units::show_secs(*d)
-                    ),
-                    false => format!("the request held {}", crate::units::show_secs(*d)),
-                }
-            }
-            Action::Close => {
-                before.close = true;
-                match s2c {
-                    true => {
-                        "the session closed when the server's request arrived (the \
-                             child's stdin and the client's stdout)"
-                    }
-                    false => {
-                        "the session closed when the call arrived (the child's stdin \
-                              and the client's stdout)"
-                    }
-                }
-                .to_string()
-            }
-            Action::CutStreamAfter { .. } => {
-                out.locked().cut = crate::flow::fault::Cut::of(&f.fired, &f.id, &f.method);
-                // Recorded when the cut happens.
-                continue;
-            }
-            _ => {
-                // Recorded when the reply (the client's answer) passes.
-                let mut o = out.locked();
-                let armed = if s2c { &mut o.answers } else { &mut o.armed };
-                armed.arm(&f.id, f.fired, &f.method);
-                continue;
-            }
-        };
+    let t = crate::limit::enforce::triage(
+        faults,
+        [
+            "the session closed when the call arrived (the child's stdin and the client's stdout)",
+            "the session closed when the server's request arrived (the child's stdin and the \
+             client's stdout)",
+        ],
+    );
+    {
+        let mut o = out.locked();
+        // Each recorded when it acts: the cut when it happens, the others when the reply (the
+        // client's answer) passes.
+        for f in t.cuts {
+            o.cut = crate::flow::fault::Cut::of(&f.fired, &f.id, &f.method);
+        }
+        for f in t.replies {
+            o.armed.arm(&f.id, f.fired, &f.method);
+        }
+        for f in t.answers {
+            o.answers.arm(&f.id, f.fired, &f.method);
+        }
+    }
+    for (f, detail) in t.now {
         c.fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
     }
-    before
+    Before {
+        delay: t.delay,
+        close: t.close,
+    }
 }
 
 /// One read of `from` into `buf` (an interrupted read retried); `None` at its end or on an

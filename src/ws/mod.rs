@@ -390,52 +390,43 @@ fn ws_faults(
     replies: bool,
     plan: &mut Plan,
 ) -> Option<std::time::Duration> {
-    use crate::flow::fault::{Action, At};
-    let mut delay: Option<std::time::Duration> = None;
-    for f in faults {
-        let s2c = f.fired.direction == Direction::ServerToClient;
-        let detail = match &f.fired.action {
-            Action::Delay(d, At::Request) => {
-                delay = Some(delay.unwrap_or_default().max(*d));
-                match s2c {
-                    true => format!(
-                        "the server's request held {} before it reached the client",
-                        crate::units::show_secs(*d)
-                    ),
-                    false => format!("the request held {}", crate::units::show_secs(*d)),
-                }
-            }
-            Action::Close => {
-                plan.step(Step::Close(true));
-                match s2c {
-                    true => "the WebSocket connection dropped when the server's request arrived",
-                    false => "the WebSocket connection dropped when the call arrived",
-                }
-                .to_string()
-            }
-            a if s2c && a.on_reply() => {
-                // Recorded when the client's answer passes.
-                s.answers.arm(&f.id, f.fired.clone(), &f.method);
-                continue;
-            }
-            Action::CutStreamAfter { .. } if replies => {
-                s.cut = crate::flow::fault::Cut::of(&f.fired, &f.id, &f.method);
-                // Recorded when the cut happens.
-                continue;
-            }
-            a if replies && a.on_reply() => {
-                s.armed.arm(&f.id, f.fired.clone(), &f.method);
-                continue;
-            }
-            a => format!(
+    let t = crate::limit::enforce::triage(
+        faults,
+        [
+            "the WebSocket connection dropped when the call arrived",
+            "the WebSocket connection dropped when the server's request arrived",
+        ],
+    );
+    if t.close {
+        plan.step(Step::Close(true));
+    }
+    // Recorded when the client's answer passes.
+    for f in t.answers {
+        s.answers.arm(&f.id, f.fired, &f.method);
+    }
+    let mut now = t.now;
+    for f in t.cuts.into_iter().chain(t.replies) {
+        if !replies {
+            let detail = format!(
                 "not applied: `{}` on a reply (this connection opened before fault rules existed)",
-                a.name()
-            ),
-        };
+                f.fired.action.name()
+            );
+            now.push((f, detail));
+        } else if matches!(
+            f.fired.action,
+            crate::flow::fault::Action::CutStreamAfter { .. }
+        ) {
+            // Recorded when the cut happens.
+            s.cut = crate::flow::fault::Cut::of(&f.fired, &f.id, &f.method);
+        } else {
+            s.armed.arm(&f.id, f.fired, &f.method);
+        }
+    }
+    for (f, detail) in now {
         s.ctx
             .fault(&f.fired, Some(&f.id), Some(&f.method), None, detail);
     }
-    delay
+    t.delay
 }
 
 /// One whole text message of the server's under the faults its call armed: (planned — else it
