@@ -262,6 +262,87 @@ pub fn check_gate(args: &crate::cli::CheckArgs) -> Result<crate::offline::gate::
     Ok(gate)
 }
 
+/// Whether the dashboard runs in front of a proxying subcommand: not `--no-tui`, and stdout is
+/// a terminal.
+pub fn dashboard_on(cfg: &ProxyConfig) -> bool {
+    use std::io::IsTerminal;
+    !cfg.no_tui && std::io::stdout().is_terminal()
+}
+
+/// Sessions `serve` serves at once unless `--max-sessions` says otherwise.
+pub const SERVE_MAX_SESSIONS: usize = 100;
+
+/// `serve`'s options: the proxy's, with the bridge as its upstream.
+pub struct Serve {
+    pub cfg: ProxyConfig,
+    /// The server's label (`--label`, else from its command).
+    pub label: String,
+    /// The command as the recording, the feed and the hub hold it (its secrets scrubbed).
+    pub command: Vec<String>,
+}
+
+/// Resolves `serve`'s flags: the proxy's options with the bridge (named after the command,
+/// never reached by network) as the upstream, the guard in front, the headers' session meta.
+pub fn resolve_serve(args: &crate::cli::ServeArgs) -> Result<Serve, ConfigError> {
+    let label = args
+        .label
+        .as_deref()
+        .map(crate::hub::command::sanitize)
+        .unwrap_or_else(|| crate::hub::command::label_of(&args.command));
+    let mut cfg = resolve(args.listen, Some("http://localhost/"), &args.flags)?;
+    cfg.proxy.upstream = format!("stdio://{label}/")
+        .parse()
+        .unwrap_or_else(|_| Uri::from_static("stdio://server/"));
+    if !args.path.starts_with('/') {
+        return Err(ConfigError::Invalid(format!(
+            "--path {:?} must start with /",
+            args.path
+        )));
+    }
+    let token = args.auth_token.clone().filter(|t| !t.is_empty());
+    if token.is_none() && crate::server::guard::Guard::needs_token(&cfg.listen) {
+        return Err(ConfigError::Invalid(format!(
+            "--listen {} is not a loopback address: anyone who reaches it could run the server's tools; set --auth-token (or RPCTAP_SERVE_TOKEN)",
+            cfg.listen
+        )));
+    }
+    cfg.guard = Some(crate::server::guard::GuardConfig {
+        allow_hosts: args.allow_host.clone(),
+        allow_origins: args.allow_origin.clone(),
+        token,
+        json_posts: true,
+    });
+    // `--max-sessions` caps the sessions served (each a child) and, as everywhere, those the
+    // inspector remembers.
+    let max_sessions = args.flags.shared.max_sessions.unwrap_or(SERVE_MAX_SESSIONS);
+    let (command, secrets) = crate::hub::command::scrub(&args.command);
+    cfg.session_meta = Some(serde_json::json!({
+        "transport": "serve",
+        "command": command,
+        "label": label,
+    }));
+    cfg.bridge = Some(crate::bridge::BridgeOptions {
+        command: args.command.clone(),
+        path: args.path.clone(),
+        shared: args.shared,
+        restart: args.restart,
+        session_idle: std::time::Duration::from_secs_f64(args.session_idle.max(0.01)),
+        max_sessions,
+        stop_grace: std::time::Duration::from_secs_f64(args.stop_grace),
+        legacy_sse: args.legacy_sse,
+        max_line: cfg.inspect.max_frame_bytes,
+        keepalive: std::time::Duration::from_secs(15),
+        // Under the dashboard the children's stderr is shown there, not written over it.
+        pass_stderr: !dashboard_on(&cfg),
+        secrets,
+    });
+    Ok(Serve {
+        cfg,
+        label,
+        command,
+    })
+}
+
 /// `replay`'s flags, validated before the recording is read (as every subcommand's are, here).
 #[derive(Clone, Debug)]
 pub struct Replay {

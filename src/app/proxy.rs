@@ -76,7 +76,7 @@ impl RunningProxy {
             });
         // The dashboard, when stdout is a terminal; then the headless log is off (it would
         // garble the screen).
-        let dashboard = use_tui(&cfg).then_some(crate::tui::INTEREST);
+        let dashboard = config::dashboard_on(&cfg).then_some(crate::tui::INTEREST);
         let record = match &hub {
             Some(p) => p.record(&cfg.record),
             None => cfg.record.clone(),
@@ -369,12 +369,6 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
     serve_maybe_tui(cfg, plan, "rpctap", shutdown, None).await
 }
 
-/// Whether the dashboard runs: not `--no-tui`, and stdout is a terminal.
-pub(crate) fn use_tui(cfg: &ProxyConfig) -> bool {
-    use std::io::IsTerminal;
-    !cfg.no_tui && std::io::stdout().is_terminal()
-}
-
 /// Serves the proxy, with the dashboard in front when stdout is a terminal (then the headless
 /// log is off: it would garble the screen). Quitting the dashboard stops the proxy.
 pub(crate) async fn serve_maybe_tui(
@@ -399,7 +393,7 @@ pub(crate) async fn serve_maybe_tui(
             eprintln!("{}", o.banner());
         }
     };
-    if !use_tui(&cfg) {
+    if !config::dashboard_on(&cfg) {
         if cfg.proxy.intercept.is_some() {
             return Err(AppError::Terminal(
                 "--intercept needs the dashboard (a terminal, without --no-tui): nobody would decide what it holds".into(),

@@ -8,57 +8,19 @@ use super::AppError;
 use crate::cli::ServeArgs;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::time::Duration;
-
-/// Sessions served at once unless `--max-sessions` says otherwise.
-pub const DEFAULT_MAX_SESSIONS: usize = 100;
 
 /// `rpctap serve`.
 pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
-    let label = args
-        .label
-        .as_deref()
-        .map(crate::hub::command::sanitize)
-        .unwrap_or_else(|| crate::hub::command::label_of(&args.command));
-    // The config's upstream is the bridge: named after the command, never reached by network.
-    let mut cfg = crate::config::resolve(args.listen, Some("http://localhost/"), &args.flags)?;
-    cfg.proxy.upstream = format!("stdio://{label}/")
-        .parse()
-        .unwrap_or_else(|_| http::Uri::from_static("stdio://server/"));
-    if !args.path.starts_with('/') {
-        return Err(crate::config::ConfigError::Invalid(format!(
-            "--path {:?} must start with /",
-            args.path
-        ))
-        .into());
-    }
-    let token = args.auth_token.clone().filter(|t| !t.is_empty());
-    if token.is_none() && crate::server::guard::Guard::needs_token(&cfg.listen) {
-        return Err(crate::config::ConfigError::Invalid(format!(
-            "--listen {} is not a loopback address: anyone who reaches it could run the server's tools; set --auth-token (or RPCTAP_SERVE_TOKEN)",
-            cfg.listen
-        ))
-        .into());
-    }
-    cfg.guard = Some(crate::server::guard::GuardConfig {
-        allow_hosts: args.allow_host.clone(),
-        allow_origins: args.allow_origin.clone(),
-        token,
-        json_posts: true,
-    });
-    // `--max-sessions` caps the sessions served (each a child) and, as everywhere, those the
-    // inspector remembers.
-    let max_sessions = args
-        .flags
-        .shared
-        .max_sessions
-        .unwrap_or(DEFAULT_MAX_SESSIONS);
-    let (command, secrets) = crate::hub::command::scrub(&args.command);
+    let crate::config::Serve {
+        mut cfg,
+        label,
+        command,
+    } = crate::config::resolve_serve(&args)?;
     let plan = if args.hub {
         super::hub::prepare(
             label.clone(),
             "serve",
-            command.clone(),
+            command,
             args.no_record,
             &cfg.record,
             &cfg.admin,
@@ -67,26 +29,6 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()>) -> Result<
     } else {
         None
     };
-    cfg.session_meta = Some(serde_json::json!({
-        "transport": "serve",
-        "command": command,
-        "label": label,
-    }));
-    let tui = super::proxy::use_tui(&cfg);
-    cfg.bridge = Some(crate::bridge::BridgeOptions {
-        command: args.command.clone(),
-        path: args.path.clone(),
-        shared: args.shared,
-        restart: args.restart,
-        session_idle: Duration::from_secs_f64(args.session_idle.max(0.01)),
-        max_sessions,
-        stop_grace: Duration::from_secs_f64(args.stop_grace),
-        legacy_sse: args.legacy_sse,
-        max_line: cfg.inspect.max_frame_bytes,
-        keepalive: Duration::from_secs(15),
-        pass_stderr: !tui,
-        secrets,
-    });
     let path = args.path.clone();
     let shared = args.shared;
     let banner = move |addr: SocketAddr| {
