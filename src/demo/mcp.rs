@@ -279,6 +279,9 @@ impl McpState {
             }
             "server/discover" => Ok(json!({
                 "resultType": "complete",
+                // Caching hints, as 2026-07-28 asks of a discovery result: not to be reused.
+                "ttlMs": 0,
+                "cacheScope": "public",
                 "supportedVersions": PROTOCOL_VERSIONS,
                 "capabilities": { "tools": { "listChanged": false }, "resources": {}, "prompts": {}, "logging": {} },
                 "_meta": { "io.modelcontextprotocol/serverInfo": { "name": "rpctap-demo", "version": env!("CARGO_PKG_VERSION") } },

@@ -87,13 +87,16 @@ pub enum Code {
     /// MCP: a feature deprecated in the session's protocol version (roots, sampling and
     /// logging since 2026-07-28); the finding names the replacement.
     McpDeprecated,
+    /// MCP 2026-07-28: a result without what the version requires of it — `resultType`, and on
+    /// a complete result of a cacheable method its caching hints (`ttlMs`, `cacheScope`).
+    McpResultShape,
     /// MCP: a complete `tools/list` that differs from the server label's trusted baseline —
     /// an error when a safety annotation got less safe or a schema changed, else a warning.
     McpToolDrift,
 }
 
 impl Code {
-    pub const ALL: [Code; 33] = [
+    pub const ALL: [Code; 34] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -126,6 +129,7 @@ impl Code {
         Code::McpMeta,
         Code::McpVersion,
         Code::McpDeprecated,
+        Code::McpResultShape,
         Code::McpToolDrift,
     ];
 
@@ -163,6 +167,7 @@ impl Code {
             Code::McpMeta => "MCP_META",
             Code::McpVersion => "MCP_VERSION",
             Code::McpDeprecated => "MCP_DEPRECATED",
+            Code::McpResultShape => "MCP_RESULT_SHAPE",
             Code::McpToolDrift => "MCP_TOOL_DRIFT",
         }
     }
@@ -184,6 +189,7 @@ impl Code {
             | Code::McpRequestState
             | Code::McpMeta
             | Code::McpVersion
+            | Code::McpResultShape
             // At its worst; a drift that is no safety or schema change is flagged a warning.
             | Code::McpToolDrift => Severity::Error,
             Code::NullIdResponse

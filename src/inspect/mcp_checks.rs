@@ -708,6 +708,7 @@ impl ExchangeCtx {
         if env.kind != Kind::Result {
             return;
         }
+        self.result_shape(key, &p.method, env, extra);
         let inner = self.insp.clone();
         let sid = match &key.scope {
             Scope::Exchange(_) => self.new_session.clone(),

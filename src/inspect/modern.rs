@@ -4,7 +4,8 @@
 //! `resultType: "input_required"` ends a round, and the client's retry — with `inputResponses`
 //! and the echoed `requestState` — continues it); `subscriptions/listen` streams; and the features
 //! this revision deprecates (roots, sampling, logging: SEP-2577). Decides `MCP_REQUEST_STATE`,
-//! `MCP_INPUT_RESPONSE`, `MCP_META`, `MCP_VERSION` and `MCP_DEPRECATED`.
+//! `MCP_INPUT_RESPONSE`, `MCP_META`, `MCP_VERSION`, `MCP_DEPRECATED` and `MCP_RESULT_SHAPE` (a
+//! result's `resultType`, a cacheable result's `ttlMs` and `cacheScope`).
 //!
 //! Only messages that name this revision's reserved keys are parsed again (a byte search for
 //! `io.modelcontextprotocol/`, `requestState`, `inputResponses` or `input_required` first), so
@@ -261,6 +262,85 @@ struct DiscoverResult<'a> {
     cache_scope: Option<Cow<'a, str>>,
     #[serde(default)]
     capabilities: Option<Value>,
+}
+
+/// The methods whose complete results carry caching hints at 2026-07-28
+/// (server/utilities/caching, "Cacheable Results").
+const CACHEABLE: [&str; 6] = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+#[derive(Deserialize)]
+struct Shaped<'a> {
+    #[serde(borrow)]
+    result: ShapedResult<'a>,
+}
+
+/// The members a 2026-07-28 result's shape is judged by, as written.
+#[derive(Deserialize)]
+struct ShapedResult<'a> {
+    #[serde(rename = "resultType", borrow, default)]
+    result_type: Option<&'a serde_json::value::RawValue>,
+    #[serde(rename = "ttlMs", borrow, default)]
+    ttl_ms: Option<&'a serde_json::value::RawValue>,
+    #[serde(rename = "cacheScope", borrow, default)]
+    cache_scope: Option<&'a serde_json::value::RawValue>,
+}
+
+/// What a 2026-07-28 result of `method` lacks or gets wrong of its shape, each with the spec
+/// section that asks for it (empty: nothing).
+fn shape_problems(method: &str, raw: &[u8]) -> Vec<String> {
+    let Ok(Shaped { result: r }) = serde_json::from_slice::<Shaped<'_>>(raw) else {
+        // Not an object result (the envelope's own rules judge what is not JSON-RPC).
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let kind = match r
+        .result_type
+        .map(|v| serde_json::from_str::<String>(v.get()))
+    {
+        None => {
+            out.push(
+                "no `resultType` (2026-07-28, basic/index \"Result types\": a server MUST include it on every result)"
+                    .to_string(),
+            );
+            // What a client reads it as.
+            Some("complete".to_string())
+        }
+        Some(Ok(t)) => Some(t),
+        Some(Err(_)) => {
+            out.push("`resultType` is not a string (basic/index \"Result types\")".to_string());
+            None
+        }
+    };
+    if kind.as_deref() == Some("complete") && CACHEABLE.contains(&method) {
+        let cache = "server/utilities/caching: a complete result of this method MUST carry its caching hints";
+        match r.ttl_ms.map(|v| serde_json::from_str::<u64>(v.get())) {
+            None => out.push(format!("no `ttlMs` ({cache})")),
+            Some(Err(_)) => out.push(format!(
+                "`ttlMs` {} is not a whole number of milliseconds ≥ 0 ({cache})",
+                fit(r.ttl_ms.map(|v| v.get()).unwrap_or(""))
+            )),
+            Some(Ok(_)) => {}
+        }
+        match r
+            .cache_scope
+            .map(|v| serde_json::from_str::<String>(v.get()))
+        {
+            None => out.push(format!("no `cacheScope` ({cache})")),
+            Some(Ok(s)) if s == "public" || s == "private" => {}
+            _ => out.push(format!(
+                "`cacheScope` {} is neither \"public\" nor \"private\" ({cache})",
+                fit(r.cache_scope.map(|v| v.get()).unwrap_or(""))
+            )),
+        }
+    }
+    out
 }
 
 /// A deprecated feature (SEP-2577) and what replaces it.
@@ -742,6 +822,34 @@ impl ExchangeCtx {
         self.notice_evicted(ev);
     }
 
+    /// A server's result to a call in 2026-07-28: flagged when it lacks what the version
+    /// requires of its shape (`resultType`; a cacheable method's caching hints).
+    pub(super) fn result_shape(
+        &self,
+        key: &PendingKey,
+        method: &Arc<str>,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) {
+        // Every 2026-07-28 request names its version in its own `_meta` (`MCP_META` otherwise),
+        // so earlier versions' results pay one comparison here and no session lookup.
+        if key.direction != Direction::ClientToServer || !self.sender_is_modern() {
+            return;
+        }
+        let problems = shape_problems(method, &env.raw);
+        if problems.is_empty() {
+            return;
+        }
+        self.flag_here(
+            Direction::ServerToClient,
+            Code::McpResultShape,
+            Some(&key.id),
+            Some(method),
+            format!("the result of {method}: {}", problems.join("; ")),
+        );
+        extra.push(Code::McpResultShape.as_str());
+    }
+
     /// A deprecated feature used in a 2026-07-28 session (once per session or client).
     pub(super) fn deprecated_use(&self, dir: Direction, method: &Arc<str>, id: Option<&Id>) {
         let Some(feature) = Deprecated::of(method) else {
@@ -1097,7 +1205,7 @@ mod rule_tests {
         );
         let list =
             format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{{META}}}}}"#);
-        let ok = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}"#;
+        let ok = r#"{"jsonrpc":"2.0","id":2,"result":{"resultType":"complete","tools":[],"ttlMs":0,"cacheScope":"public"}}"#;
         post(&insp, Some("2026-07-28"), &list, &[ok]);
         assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
         // A version the server did not list; a header that disagrees with the body; a request
@@ -1235,6 +1343,84 @@ mod rule_tests {
             );
         }
         ws.end(EndReason::Closed("closed".into()));
+        assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
+    }
+
+    /// 2026-07-28 asks every result for its `resultType`, and a complete result of a cacheable
+    /// method for its caching hints; a result of an earlier version is judged by its own.
+    #[test]
+    fn a_2026_result_names_its_type_and_a_cacheable_one_its_hints() {
+        // (method, result, problems)
+        let table: [(&str, &str, usize); 9] = [
+            (
+                "tools/list",
+                r#"{"resultType":"complete","tools":[],"ttlMs":0,"cacheScope":"private"}"#,
+                0,
+            ),
+            ("tools/call", r#"{"resultType":"complete","content":[]}"#, 0),
+            (
+                "resources/read",
+                r#"{"resultType":"input_required","inputRequests":{},"requestState":"s"}"#,
+                0,
+            ),
+            ("tools/call", r#"{"content":[]}"#, 1),
+            ("tools/list", r#"{"tools":[]}"#, 3),
+            (
+                "prompts/list",
+                r#"{"resultType":"complete","prompts":[],"ttlMs":-1,"cacheScope":"private"}"#,
+                1,
+            ),
+            (
+                "resources/list",
+                r#"{"resultType":"complete","resources":[],"ttlMs":5,"cacheScope":"shared"}"#,
+                1,
+            ),
+            (
+                "server/discover",
+                r#"{"resultType":7,"supportedVersions":[]}"#,
+                1,
+            ),
+            ("tools/call", r#"19"#, 0),
+        ];
+        for (method, result, n) in table {
+            let raw = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+            let p = shape_problems(method, raw.as_bytes());
+            assert_eq!(p.len(), n, "{method} {result}: {p:?}");
+        }
+        assert!(shape_problems(
+            "tools/list",
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#
+        )[0]
+        .contains("basic/index"));
+
+        // Through the inspector: flagged at 2026-07-28 only.
+        let (insp, mut sub) = setup();
+        let list =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{META}}}}}"#);
+        post(
+            &insp,
+            Some("2026-07-28"),
+            &list,
+            &[r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","tools":[]}}"#],
+        );
+        let ev = events(&mut sub);
+        assert_eq!(codes(&ev), ["MCP_RESULT_SHAPE"]);
+        let call = ev.iter().find_map(|e| match e {
+            Event::Call(c) => Some(c.anomalies.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            call,
+            Some(vec!["MCP_RESULT_SHAPE"]),
+            "the call carries the code"
+        );
+        let old = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+        post(
+            &insp,
+            Some("2025-11-25"),
+            old,
+            &[r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}"#],
+        );
         assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
     }
 }

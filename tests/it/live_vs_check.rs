@@ -301,11 +301,13 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
             let reply = match v["method"].as_str().unwrap_or("") {
                 "server/discover" => json_reply(
                     200,
-                    &ok(serde_json::json!({"resultType":"complete","supportedVersions":["2026-07-28"],"ttlMs":60000,"cacheScope":"public","capabilities":{"tools":{"listChanged":true}}})),
+                    &ok(serde_json::json!({"resultType":"complete","supportedVersions":["2026-07-28"],"ttlMs":60000,"cacheScope":"public","capabilities":{"tools":{"listChanged":true},"prompts":{}}})),
                 ),
+                // A listing without what 2026-07-28 asks of it (its type, its caching hints).
+                "prompts/list" => json_reply(200, &ok(serde_json::json!({"prompts":[]}))),
                 "tools/list" => json_reply(
                     200,
-                    &ok(serde_json::json!({"resultType":"complete","tools":[{"name":"deploy","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}},{"name":"chatty","inputSchema":{"type":"object"}}]})),
+                    &ok(serde_json::json!({"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":[{"name":"deploy","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}},{"name":"chatty","inputSchema":{"type":"object"}}]})),
                 ),
                 "tools/call" if v["params"]["name"] == "chatty" => sse_reply(&[
                     r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#,
@@ -410,6 +412,14 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
                 r#""notifications":{{"toolsListChanged":true}},{}"#,
                 meta("2026-07-28", caps)
             ),
+        ),
+        (
+            vec!["MCP_RESULT_SHAPE"],
+            "2026-07-28",
+            "prompts/list",
+            None,
+            None,
+            meta("2026-07-28", caps),
         ),
         (
             vec!["MCP_DEPRECATED"],
