@@ -90,13 +90,16 @@ pub enum Code {
     /// MCP 2026-07-28: a result without what the version requires of it — `resultType`, and on
     /// a complete result of a cacheable method its caching hints (`ttlMs`, `cacheScope`).
     McpResultShape,
+    /// MCP 2026-07-28: a server's `notifications/message` for a request that did not ask for log
+    /// messages (its `_meta` has no `io.modelcontextprotocol/logLevel`).
+    McpUnaskedLog,
     /// MCP: a complete `tools/list` that differs from the server label's trusted baseline —
     /// an error when a safety annotation got less safe or a schema changed, else a warning.
     McpToolDrift,
 }
 
 impl Code {
-    pub const ALL: [Code; 34] = [
+    pub const ALL: [Code; 35] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -130,6 +133,7 @@ impl Code {
         Code::McpVersion,
         Code::McpDeprecated,
         Code::McpResultShape,
+        Code::McpUnaskedLog,
         Code::McpToolDrift,
     ];
 
@@ -168,6 +172,7 @@ impl Code {
             Code::McpVersion => "MCP_VERSION",
             Code::McpDeprecated => "MCP_DEPRECATED",
             Code::McpResultShape => "MCP_RESULT_SHAPE",
+            Code::McpUnaskedLog => "MCP_UNASKED_LOG",
             Code::McpToolDrift => "MCP_TOOL_DRIFT",
         }
     }
@@ -190,6 +195,7 @@ impl Code {
             | Code::McpMeta
             | Code::McpVersion
             | Code::McpResultShape
+            | Code::McpUnaskedLog
             // At its worst; a drift that is no safety or schema change is flagged a warning.
             | Code::McpToolDrift => Severity::Error,
             Code::NullIdResponse

@@ -624,6 +624,7 @@ impl ExchangeCtx {
             }
         }
         self.deprecated_use(dir, &method, None);
+        self.unasked_log(dir, &method);
         match &*method {
             "notifications/progress" => self.progress_rule(dir, env, &method),
             "notifications/cancelled" => self.cancel_rule(dir, env, &method),

@@ -4,8 +4,9 @@
 //! `resultType: "input_required"` ends a round, and the client's retry — with `inputResponses`
 //! and the echoed `requestState` — continues it); `subscriptions/listen` streams; and the features
 //! this revision deprecates (roots, sampling, logging: SEP-2577). Decides `MCP_REQUEST_STATE`,
-//! `MCP_INPUT_RESPONSE`, `MCP_META`, `MCP_VERSION`, `MCP_DEPRECATED` and `MCP_RESULT_SHAPE` (a
-//! result's `resultType`, a cacheable result's `ttlMs` and `cacheScope`).
+//! `MCP_INPUT_RESPONSE`, `MCP_META`, `MCP_VERSION`, `MCP_DEPRECATED`, `MCP_RESULT_SHAPE` (a
+//! result's `resultType`, a cacheable result's `ttlMs` and `cacheScope`) and `MCP_UNASKED_LOG`
+//! (a log message for a request that did not ask for one).
 //!
 //! Only messages that name this revision's reserved keys are parsed again (a byte search for
 //! `io.modelcontextprotocol/`, `requestState`, `inputResponses` or `input_required` first), so
@@ -38,6 +39,8 @@ pub(super) struct Sender {
     pub client: Option<(String, String)>,
     pub caps: Option<Caps>,
     pub has_caps: bool,
+    /// It set `io.modelcontextprotocol/logLevel` (2026-07-28: asks for log messages).
+    pub log_level: bool,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +63,8 @@ struct ReservedMeta<'a> {
     client: Option<ClientInfo>,
     #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default)]
     caps: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/logLevel", borrow, default)]
+    log_level: Option<&'a RawValue>,
     #[serde(rename = "io.modelcontextprotocol/subscriptionId", borrow, default)]
     subscription: Option<&'a RawValue>,
 }
@@ -84,6 +89,7 @@ pub(super) fn sender(raw: &[u8]) -> Option<Sender> {
         client: meta.client.map(|c| (c.name, c.version)),
         has_caps: meta.caps.is_some(),
         caps: meta.caps.as_ref().map(Caps::from_json),
+        log_level: meta.log_level.is_some(),
     })
 }
 
@@ -850,6 +856,33 @@ impl ExchangeCtx {
         extra.push(Code::McpResultShape.as_str());
     }
 
+    /// A server's `notifications/message` on the stream of a 2026-07-28 request that did not
+    /// ask for log messages (`_meta` `io.modelcontextprotocol/logLevel`): the server MUST NOT
+    /// send it (server/utilities/logging, "Per-request log level").
+    pub(super) fn unasked_log(&self, dir: Direction, method: &Arc<str>) {
+        // Only a POST's own response stream is that request's alone (on a WebSocket or stdio,
+        // messages of several requests interleave).
+        if dir != Direction::ServerToClient
+            || &**method != "notifications/message"
+            || matches!(self.transport, Transport::Ws | Transport::Stdio)
+        {
+            return;
+        }
+        let Some(s) = self.sender.as_ref() else {
+            return;
+        };
+        if s.log_level || !s.version.as_deref().is_some_and(|v| v >= MODERN) {
+            return;
+        }
+        self.flag_here(
+            dir,
+            Code::McpUnaskedLog,
+            None,
+            Some(method),
+            format!("a log message on the stream of a {MODERN} request whose `_meta` has no `io.modelcontextprotocol/logLevel`: a server MUST NOT send `notifications/message` for such a request (server/utilities/logging, per-request log level)"),
+        );
+    }
+
     /// A deprecated feature used in a 2026-07-28 session (once per session or client).
     pub(super) fn deprecated_use(&self, dir: Direction, method: &Arc<str>, id: Option<&Id>) {
         let Some(feature) = Deprecated::of(method) else {
@@ -1422,5 +1455,34 @@ mod rule_tests {
             &[r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}"#],
         );
         assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
+    }
+
+    /// At 2026-07-28 a server sends log messages only for a request that asked for them.
+    #[test]
+    fn a_log_message_for_a_request_that_did_not_ask_is_flagged() {
+        let (insp, mut sub) = setup();
+        let call = |meta: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{}},{meta}}}}}"#
+            )
+        };
+        let log = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+        let done = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}"#;
+        let asked = META.replace(
+            r#""io.modelcontextprotocol/clientCapabilities":{}"#,
+            r#""io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug""#,
+        );
+        post(&insp, Some("2026-07-28"), &call(&asked), &[log, done]);
+        let first: Vec<_> = codes(&events(&mut sub))
+            .into_iter()
+            .filter(|c| *c != "MCP_DEPRECATED" && *c != "MCP_CAPABILITY")
+            .collect();
+        assert_eq!(first, Vec::<&str>::new(), "asked for");
+        post(&insp, Some("2026-07-28"), &call(META), &[log, done]);
+        let second: Vec<_> = codes(&events(&mut sub))
+            .into_iter()
+            .filter(|c| *c != "MCP_DEPRECATED" && *c != "MCP_CAPABILITY")
+            .collect();
+        assert_eq!(second, ["MCP_UNASKED_LOG"]);
     }
 }

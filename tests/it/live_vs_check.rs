@@ -421,8 +421,24 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
             None,
             meta("2026-07-28", caps),
         ),
+        // Logging asked for (a deprecated feature: flagged once per client)…
         (
             vec!["MCP_DEPRECATED"],
+            "2026-07-28",
+            "tools/call",
+            Some("chatty"),
+            None,
+            format!(
+                r#""name":"chatty","arguments":{{}},{}"#,
+                meta(
+                    "2026-07-28",
+                    r#","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"info""#
+                )
+            ),
+        ),
+        // …and a log message on the stream of a call that did not ask for one.
+        (
+            vec!["MCP_UNASKED_LOG"],
             "2026-07-28",
             "tools/call",
             Some("chatty"),
