@@ -871,7 +871,7 @@ impl ExchangeCtx {
         let Some(s) = self.sender.as_ref() else {
             return;
         };
-        if s.log_level || !s.version.as_deref().is_some_and(|v| v >= MODERN) {
+        if s.log_level || s.version.as_deref().is_none_or(|v| v < MODERN) {
             return;
         }
         self.flag_here(
