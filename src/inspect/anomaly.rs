@@ -93,13 +93,16 @@ pub enum Code {
     /// MCP 2026-07-28: a server's `notifications/message` for a request that did not ask for log
     /// messages (its `_meta` has no `io.modelcontextprotocol/logLevel`).
     McpUnaskedLog,
+    /// MCP 2026-07-28: a method that revision removed (`initialize`, `ping`, `logging/setLevel`,
+    /// `resources/subscribe`, `tasks/result`, `notifications/elicitation/complete`, …) sent in it.
+    McpRemoved,
     /// MCP: a complete `tools/list` that differs from the server label's trusted baseline —
     /// an error when a safety annotation got less safe or a schema changed, else a warning.
     McpToolDrift,
 }
 
 impl Code {
-    pub const ALL: [Code; 35] = [
+    pub const ALL: [Code; 36] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -134,6 +137,7 @@ impl Code {
         Code::McpDeprecated,
         Code::McpResultShape,
         Code::McpUnaskedLog,
+        Code::McpRemoved,
         Code::McpToolDrift,
     ];
 
@@ -173,6 +177,7 @@ impl Code {
             Code::McpDeprecated => "MCP_DEPRECATED",
             Code::McpResultShape => "MCP_RESULT_SHAPE",
             Code::McpUnaskedLog => "MCP_UNASKED_LOG",
+            Code::McpRemoved => "MCP_REMOVED",
             Code::McpToolDrift => "MCP_TOOL_DRIFT",
         }
     }
@@ -196,6 +201,7 @@ impl Code {
             | Code::McpVersion
             | Code::McpResultShape
             | Code::McpUnaskedLog
+            | Code::McpRemoved
             // At its worst; a drift that is no safety or schema change is flagged a warning.
             | Code::McpToolDrift => Severity::Error,
             Code::NullIdResponse

@@ -430,6 +430,7 @@ impl ExchangeCtx {
             self.reply_not_inspected();
             return;
         }
+        self.sse_id_seen |= ev.id.is_some();
         match ev.kind() {
             "message" => {}
             "endpoint" if self.is_get_stream => {
@@ -812,6 +813,9 @@ impl ExchangeCtx {
             return;
         }
         self.ended = true;
+        if self.sse_id_seen {
+            self.removed_sse_id();
+        }
         self.settle_session(None);
         let inner = self.insp.clone();
         if self.stream {

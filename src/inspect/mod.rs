@@ -300,6 +300,9 @@ pub struct ExchangeCtx {
     holding: bool,
     /// The frame being read came in a WebSocket binary message.
     binary_frame: bool,
+    /// An SSE event of the reply carried an id (judged at the end: stream resumability is gone
+    /// from 2026-07-28, for a server that speaks it).
+    sse_id_seen: bool,
     /// The request's MCP headers, when it had any.
     mcp_hdr: Option<Box<mcp_checks::McpHeaders>>,
     /// The capabilities of this exchange's `initialize` request, until its reply names the
@@ -480,6 +483,7 @@ impl Inspector {
             held: Default::default(),
             holding: false,
             binary_frame: false,
+            sse_id_seen: false,
             mcp_request: false,
             mcp_hdr: mcp_checks::McpHeaders::from_meta(meta),
             init_caps: None,
@@ -575,6 +579,7 @@ impl Inspector {
             held: Default::default(),
             holding: false,
             binary_frame: false,
+            sse_id_seen: false,
             mcp_hdr: None,
             init_caps: None,
             new_session: None,

@@ -5,8 +5,9 @@
 //! and the echoed `requestState` — continues it); `subscriptions/listen` streams; and the features
 //! this revision deprecates (roots, sampling, logging: SEP-2577). Decides `MCP_REQUEST_STATE`,
 //! `MCP_INPUT_RESPONSE`, `MCP_META`, `MCP_VERSION`, `MCP_DEPRECATED`, `MCP_RESULT_SHAPE` (a
-//! result's `resultType`, a cacheable result's `ttlMs` and `cacheScope`) and `MCP_UNASKED_LOG`
-//! (a log message for a request that did not ask for one).
+//! result's `resultType`, a cacheable result's `ttlMs` and `cacheScope`), `MCP_UNASKED_LOG`
+//! (a log message for a request that did not ask for one) and `MCP_REMOVED` (a method the
+//! revision removed, used in it).
 //!
 //! Only messages that name this revision's reserved keys are parsed again (a byte search for
 //! `io.modelcontextprotocol/`, `requestState`, `inputResponses` or `input_required` first), so
@@ -360,9 +361,9 @@ enum Deprecated {
 impl Deprecated {
     fn of(method: &str) -> Option<Deprecated> {
         match method {
-            "roots/list" | "notifications/roots/list_changed" => Some(Deprecated::Roots),
+            "roots/list" => Some(Deprecated::Roots),
             "sampling/createMessage" => Some(Deprecated::Sampling),
-            "logging/setLevel" | "notifications/message" => Some(Deprecated::Logging),
+            "notifications/message" => Some(Deprecated::Logging),
             _ => None,
         }
     }
@@ -379,6 +380,30 @@ impl Deprecated {
             ),
         }
     }
+}
+
+/// A method 2026-07-28 removed (its changelog), and what a client or server does instead.
+fn removed(method: &str) -> Option<&'static str> {
+    Some(match method {
+        "initialize" | "notifications/initialized" => {
+            "every request carries its version and capabilities in `_meta`; `server/discover` says what the server speaks (SEP-2575)"
+        }
+        "ping" => "nothing replaces it (SEP-2575)",
+        "logging/setLevel" => {
+            "a request asks for log messages with `io.modelcontextprotocol/logLevel` in its own `_meta` (SEP-2575)"
+        }
+        "notifications/roots/list_changed" => "roots are deprecated; nothing signals their change (SEP-2575)",
+        "resources/subscribe" | "resources/unsubscribe" => {
+            "`subscriptions/listen` with `resourceSubscriptions` (SEP-2575)"
+        }
+        "tasks/result" | "tasks/list" => {
+            "tasks are the `io.modelcontextprotocol/tasks` extension: `tasks/get` polls a task (SEP-2663)"
+        }
+        "notifications/elicitation/complete" => {
+            "the client learns the outcome by retrying the original request (multi round-trip requests)"
+        }
+        _ => return None,
+    })
 }
 
 /// What a retry says about the round it continues.
@@ -883,8 +908,64 @@ impl ExchangeCtx {
         );
     }
 
-    /// A deprecated feature used in a 2026-07-28 session (once per session or client).
+    /// A method 2026-07-28 removed, sent in that version: a request that names it in its own
+    /// `_meta`, or a notification in such an exchange (or session).
+    fn removed_use(&self, dir: Direction, method: &Arc<str>, id: Option<&Id>) {
+        let Some(instead) = removed(method) else {
+            return;
+        };
+        let modern = match id {
+            Some(_) if dir == Direction::ClientToServer => self.sender_is_modern(),
+            _ => self.is_modern(),
+        };
+        if !modern {
+            return;
+        }
+        self.flag_here(
+            dir,
+            Code::McpRemoved,
+            id,
+            Some(method),
+            format!("`{method}` is not part of {MODERN} (changelog: removed): {instead}"),
+        );
+    }
+
+    /// SSE event ids on the reply to a 2026-07-28 request (judged when the exchange ends):
+    /// stream resumability (the event ids and `Last-Event-ID`) is gone from that revision — for
+    /// a server that speaks it: one whose `server/discover` listed no such version (an older
+    /// server answering the probe in its own style) is not judged by it.
+    pub(super) fn removed_sse_id(&self) {
+        if !self.sender_is_modern() {
+            return;
+        }
+        let older = self.scope.group().is_some_and(|g| {
+            self.insp
+                .correlator
+                .peek_session(g, |s| {
+                    s.mcp
+                        .modern
+                        .supported
+                        .as_ref()
+                        .is_some_and(|v| !v.iter().any(|x| &**x >= MODERN))
+                })
+                .unwrap_or(false)
+        });
+        if older {
+            return;
+        }
+        self.flag_here(
+            Direction::ServerToClient,
+            Code::McpRemoved,
+            None,
+            None,
+            format!("SSE event ids on the reply to a {MODERN} request: stream resumability (event ids, `Last-Event-ID`) is not part of {MODERN} (changelog: removed); a broken stream's request is re-issued as a new request (SEP-2575); flagged once per exchange"),
+        );
+    }
+
+    /// A deprecated feature used in a 2026-07-28 session (once per session or client), or a
+    /// removed one (each time).
     pub(super) fn deprecated_use(&self, dir: Direction, method: &Arc<str>, id: Option<&Id>) {
+        self.removed_use(dir, method, id);
         let Some(feature) = Deprecated::of(method) else {
             return;
         };
@@ -1484,5 +1565,138 @@ mod rule_tests {
             .filter(|c| *c != "MCP_DEPRECATED" && *c != "MCP_CAPABILITY")
             .collect();
         assert_eq!(second, ["MCP_UNASKED_LOG"]);
+    }
+
+    /// What 2026-07-28 removed is flagged when sent in it, each time; the same at 2025-11-25
+    /// is that version's own business.
+    #[test]
+    fn a_method_2026_removed_is_flagged_in_2026_only() {
+        let (insp, mut sub) = setup();
+        let req = |id: u32, method: &str, meta: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{meta}}}}}"#)
+        };
+        let nf = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found"}}"#;
+        for (i, m) in [
+            "ping",
+            "logging/setLevel",
+            "resources/subscribe",
+            "tasks/list",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let id = i as u32 + 1;
+            post(
+                &insp,
+                Some("2026-07-28"),
+                &req(id, m, META),
+                &[&nf.replace(r#""id":1"#, &format!(r#""id":{id}"#))],
+            );
+        }
+        let ev = events(&mut sub);
+        let removed: Vec<_> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Anomaly(a) if a.code == "MCP_REMOVED" => {
+                    a.method.as_deref().map(str::to_string)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            removed,
+            [
+                "ping",
+                "logging/setLevel",
+                "resources/subscribe",
+                "tasks/list"
+            ],
+            "{ev:?}"
+        );
+        // A server's completion signal on a 2026 call's stream.
+        let call = req(
+            9,
+            "tools/call",
+            &format!(r#""name":"t","arguments":{{}},{META}"#),
+        );
+        post(
+            &insp,
+            Some("2026-07-28"),
+            &call,
+            &[
+                r#"{"jsonrpc":"2.0","method":"notifications/elicitation/complete","params":{"elicitationId":"e"}}"#,
+                r#"{"jsonrpc":"2.0","id":9,"result":{"resultType":"complete","content":[]}}"#,
+            ],
+        );
+        let codes9: Vec<_> = codes(&events(&mut sub))
+            .into_iter()
+            .filter(|c| *c == "MCP_REMOVED")
+            .collect();
+        assert_eq!(codes9, ["MCP_REMOVED"]);
+        // SSE event ids on a 2026 reply: flagged once for the exchange.
+        let mut ex = insp.begin(&RequestMeta {
+            method: "POST",
+            path: "/mcp",
+            content_type: Some("application/json"),
+            protocol_version: Some("2026-07-28"),
+            mcp_method: Some("tools/call"),
+            mcp_name: Some("t"),
+            peer_ip: Some([127, 0, 0, 1].into()),
+            ..Default::default()
+        });
+        let call = req(
+            10,
+            "tools/call",
+            &format!(r#""name":"t","arguments":{{}},{META}"#),
+        );
+        ex.request_body(&Bytes::from(call), true);
+        ex.response_head(&ResponseMeta {
+            status: 200,
+            content_type: Some("text/event-stream"),
+            ..Default::default()
+        });
+        ex.response_data(b"id: 1\ndata: \n\n");
+        ex.response_data(b"id: 2\ndata: {\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{\"resultType\":\"complete\",\"content\":[]}}\n\n");
+        ex.end(EndReason::Complete);
+        let ids: Vec<_> = codes(&events(&mut sub))
+            .into_iter()
+            .filter(|c| *c == "MCP_REMOVED")
+            .collect();
+        assert_eq!(
+            ids,
+            ["MCP_REMOVED"],
+            "one finding for the exchange's event ids"
+        );
+        // A server whose discovery lists only older versions answers the probe in its own
+        // style: its event ids are not judged by 2026-07-28.
+        let (insp, mut sub) = setup();
+        let discover = req(1, "server/discover", META);
+        let mut ex = insp.begin(&RequestMeta {
+            method: "POST",
+            path: "/mcp",
+            content_type: Some("application/json"),
+            protocol_version: Some("2026-07-28"),
+            mcp_method: Some("server/discover"),
+            peer_ip: Some([127, 0, 0, 1].into()),
+            ..Default::default()
+        });
+        ex.request_body(&Bytes::from(discover), true);
+        ex.response_head(&ResponseMeta {
+            status: 200,
+            content_type: Some("text/event-stream"),
+            ..Default::default()
+        });
+        ex.response_data(b"id: 1\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"complete\",\"supportedVersions\":[\"2025-11-25\"],\"ttlMs\":0,\"cacheScope\":\"public\",\"capabilities\":{}}}\n\n");
+        ex.end(EndReason::Complete);
+        assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
+        // 2025-11-25: ping and subscribe are that version's own methods.
+        let (insp, mut sub) = setup();
+        post(
+            &insp,
+            Some("2025-11-25"),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            &[r#"{"jsonrpc":"2.0","id":1,"result":{}}"#],
+        );
+        assert!(!codes(&events(&mut sub)).contains(&"MCP_REMOVED"));
     }
 }

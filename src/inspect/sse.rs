@@ -257,6 +257,50 @@ impl SseDecoder {
     }
 }
 
+/// The lines of an event's bytes, each without its ending — `\r\n`, `\n` or a bare `\r`, as
+/// the format allows — for a stage that rewrites an event whole (the fault stage): the same line
+/// rule as [`SseDecoder`]'s.
+pub fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(event);
+    std::iter::from_fn(move || {
+        let buf = rest?;
+        match memchr::memchr2(b'\n', b'\r', buf) {
+            Some(i) => {
+                let next = if buf[i] == b'\r' && buf.get(i + 1) == Some(&b'\n') {
+                    i + 2
+                } else {
+                    i + 1
+                };
+                rest = (next < buf.len()).then(|| &buf[next..]);
+                Some(&buf[..i])
+            }
+            None => {
+                rest = None;
+                (!buf.is_empty()).then_some(buf)
+            }
+        }
+    })
+}
+
+/// The end of the first event in `buf`: the offset just after the blank line that dispatches
+/// it, whichever line endings it uses; `None` until that line has come. A `\r` that ends `buf`
+/// may be the first half of a `\r\n`: it ends its line only `at_end` (the stream is over).
+pub fn event_end(buf: &[u8], at_end: bool) -> Option<usize> {
+    let mut pos = 0;
+    loop {
+        let i = pos + memchr::memchr2(b'\n', b'\r', &buf[pos..])?;
+        let next = match (buf[i], buf.get(i + 1)) {
+            (b'\r', Some(b'\n')) => i + 2,
+            (b'\r', None) if !at_end => return None,
+            _ => i + 1,
+        };
+        if i == pos {
+            return Some(next);
+        }
+        pos = next;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,5 +419,35 @@ mod tests {
         d.feed(b"data: {\"a\"", |_| n += 1);
         assert_eq!(n, 0);
         assert!(d.finish());
+    }
+    /// The fault stage's framing ([`event_end`], [`lines`]) finds the events the decoder
+    /// dispatches, with every kind of line ending, mixed.
+    #[test]
+    fn the_stages_framing_agrees_with_the_decoder() {
+        for stream in [
+            &b"data: a\n\ndata: b\r\n\r\ndata: c\r\rid: 4\rdata: d\r\n\n"[..],
+            b"event: message\rdata: {\"x\":1}\r\r",
+            b"data: one\ndata: two\r\n\r\n: comment\n\n",
+        ] {
+            let mut d = SseDecoder::new(1 << 20);
+            let mut decoded = Vec::new();
+            d.feed(stream, |e| decoded.push(e.data));
+            let mut framed = Vec::new();
+            let mut at = 0;
+            while let Some(end) = event_end(&stream[at..], true) {
+                let ev = &stream[at..at + end];
+                let data: Vec<&[u8]> = lines(ev)
+                    .filter_map(|l| l.strip_prefix(b"data:"))
+                    .map(|v| v.strip_prefix(b" ").unwrap_or(v))
+                    .collect();
+                if !data.is_empty() {
+                    framed.push(Bytes::from(data.join(&b'\n')));
+                }
+                at += end;
+            }
+            assert_eq!(at, stream.len(), "every event framed");
+            let decoded: Vec<Bytes> = decoded.into_iter().filter(|d| !d.is_empty()).collect();
+            assert_eq!(framed, decoded, "{}", String::from_utf8_lossy(stream));
+        }
     }
 }

@@ -252,8 +252,7 @@ impl std::fmt::Debug for Stage {
 fn with_data(event: &[u8], data: &[u8]) -> Bytes {
     // The event's other fields (`id:`, `event:`) kept, its data replaced by one line.
     let mut out = Vec::with_capacity(event.len() + data.len());
-    for line in event.split(|b| *b == b'\n') {
-        let l = line.strip_suffix(b"\r").unwrap_or(line);
+    for l in crate::inspect::sse::lines(event) {
         if l.is_empty() || l.starts_with(b"data:") {
             continue;
         }
@@ -269,8 +268,7 @@ fn with_data(event: &[u8], data: &[u8]) -> Bytes {
 /// An SSE event's data (its `data:` lines joined), `None` for an event without data.
 fn event_data(event: &[u8]) -> Option<Vec<u8>> {
     let mut data: Option<Vec<u8>> = None;
-    for line in event.split(|b| *b == b'\n') {
-        let l = line.strip_suffix(b"\r").unwrap_or(line);
+    for l in crate::inspect::sse::lines(event) {
         if let Some(v) = l.strip_prefix(b"data:") {
             let v = v.strip_prefix(b" ").unwrap_or(v);
             let d = data.get_or_insert_with(Vec::new);
@@ -281,16 +279,6 @@ fn event_data(event: &[u8]) -> Option<Vec<u8>> {
         }
     }
     data
-}
-
-/// The end of the first event in `buf` (after its blank line).
-fn event_end(buf: &[u8]) -> Option<usize> {
-    let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
-    let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 impl Stage {
@@ -356,18 +344,24 @@ impl Stage {
             return;
         }
         self.buf.extend_from_slice(chunk);
-        while let Some(end) = event_end(&self.buf) {
+        self.events(false, notes);
+        if self.buf.len() > self.cap {
+            // An event beyond the cap: passed on as it comes.
+            let held = std::mem::take(&mut self.buf);
+            self.push(Bytes::from(held), None);
+        }
+    }
+
+    /// The whole events in the buffer, each through the faults and the intercept (`at_end`:
+    /// the stream is over, so a last `\r` ends its line).
+    fn events(&mut self, at_end: bool, notes: &mut Vec<Note>) {
+        while let Some(end) = crate::inspect::sse::event_end(&self.buf, at_end) {
             let event: Vec<u8> = self.buf.drain(..end).collect();
             self.event(Bytes::from(event), notes);
             if self.ended {
                 self.buf.clear();
                 return;
             }
-        }
-        if self.buf.len() > self.cap {
-            // An event beyond the cap: passed on as it comes.
-            let held = std::mem::take(&mut self.buf);
-            self.push(Bytes::from(held), None);
         }
     }
 
@@ -376,6 +370,12 @@ impl Stage {
         self.src_done = true;
         if self.ended {
             return;
+        }
+        if self.sse && !self.gave_up {
+            self.events(true, notes);
+            if self.ended {
+                return;
+            }
         }
         let rest = std::mem::take(&mut self.buf);
         if self.sse || self.gave_up {
@@ -891,6 +891,30 @@ mod tests {
         assert!(got[0].1 < d, "{:?}", got[0].1);
         assert_eq!(got[1].0, REPLY);
         assert!(got[1].1 >= d, "{:?}", got[1].1);
+    }
+
+    /// An event stream whose lines end in a bare `\r` (the format allows it) is framed as the
+    /// inspector frames it: the armed fault finds its reply.
+    #[test]
+    fn a_stream_with_bare_cr_line_endings_gets_its_reply_fault() {
+        let mut s = Stage::new(vec![fault(1, Action::WrongId)], true, 1 << 20, None, None).unwrap();
+        let cr = b"event: message\rdata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\r\r";
+        let mut notes = Vec::new();
+        s.feed(cr, &mut notes);
+        s.finish(&mut notes);
+        assert_eq!(notes.len(), 1, "the fault found its reply: {notes:?}");
+        let mut out = Vec::new();
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        while let Out::Data(b) = s.poll_out(&mut cx) {
+            out.extend_from_slice(&b);
+        }
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains(r#""id":1,"#), "the id was changed: {text}");
+        assert!(
+            text.starts_with("event: message\n"),
+            "its other fields kept: {text}"
+        );
     }
 
     const PROGRESS: &[u8] =

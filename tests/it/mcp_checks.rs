@@ -545,7 +545,7 @@ mod rules {
         let mut t = T::new(InspectConfig::default());
         let v = Some("2026-07-28");
         let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tööl","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-        let ok = [r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#];
+        let ok = [r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}"#];
         // Both headers right (the name base64-encoded, as non-ASCII names must be).
         t.post(
             None,
