@@ -96,13 +96,16 @@ pub enum Code {
     /// MCP 2026-07-28: a method that revision removed (`initialize`, `ping`, `logging/setLevel`,
     /// `resources/subscribe`, `tasks/result`, `notifications/elicitation/complete`, …) sent in it.
     McpRemoved,
+    /// MCP 2026-07-28: an error in that version's exchange with a code the revision renumbered
+    /// (a resource not found answered `-32002`, which is `-32602` from 2026-07-28).
+    McpErrorCode,
     /// MCP: a complete `tools/list` that differs from the server label's trusted baseline —
     /// an error when a safety annotation got less safe or a schema changed, else a warning.
     McpToolDrift,
 }
 
 impl Code {
-    pub const ALL: [Code; 36] = [
+    pub const ALL: [Code; 37] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -138,6 +141,7 @@ impl Code {
         Code::McpResultShape,
         Code::McpUnaskedLog,
         Code::McpRemoved,
+        Code::McpErrorCode,
         Code::McpToolDrift,
     ];
 
@@ -178,6 +182,7 @@ impl Code {
             Code::McpResultShape => "MCP_RESULT_SHAPE",
             Code::McpUnaskedLog => "MCP_UNASKED_LOG",
             Code::McpRemoved => "MCP_REMOVED",
+            Code::McpErrorCode => "MCP_ERROR_CODE",
             Code::McpToolDrift => "MCP_TOOL_DRIFT",
         }
     }
@@ -217,7 +222,8 @@ impl Code {
             | Code::McpProgress
             | Code::McpCancelUnknown
             | Code::McpLargeResult
-            | Code::McpAuth => Severity::Warning,
+            | Code::McpAuth
+            | Code::McpErrorCode => Severity::Warning,
             // What a tool said of itself, what rpctap did not read, and a feature still working
             // but on its way out: shown and counted, never failing `check` by default.
             Code::ToolError | Code::NotInspected | Code::McpDeprecated => Severity::Info,

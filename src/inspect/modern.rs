@@ -6,8 +6,8 @@
 //! this revision deprecates (roots, sampling, logging: SEP-2577). Decides `MCP_REQUEST_STATE`,
 //! `MCP_INPUT_RESPONSE`, `MCP_META`, `MCP_VERSION`, `MCP_DEPRECATED`, `MCP_RESULT_SHAPE` (a
 //! result's `resultType`, a cacheable result's `ttlMs` and `cacheScope`), `MCP_UNASKED_LOG`
-//! (a log message for a request that did not ask for one) and `MCP_REMOVED` (a method the
-//! revision removed, used in it).
+//! (a log message for a request that did not ask for one) `MCP_REMOVED` (a method the
+//! revision removed, used in it) and `MCP_ERROR_CODE` (a renumbered error code).
 //!
 //! Only messages that name this revision's reserved keys are parsed again (a byte search for
 //! `io.modelcontextprotocol/`, `requestState`, `inputResponses` or `input_required` first), so
@@ -481,7 +481,9 @@ impl ExchangeCtx {
             self.sender_read = !self.stream;
         }
         if &**method == "initialize" {
-            // The older handshake: it names its version in its own params.
+            // The older handshake: it names its version in its own params (and is no method
+            // of 2026-07-28, should its `_meta` name that version).
+            self.removed_use(Direction::ClientToServer, method, env.id.as_ref());
             return None;
         }
         let header = self.mcp_hdr.as_ref().and_then(|h| h.version.as_deref());
@@ -879,6 +881,34 @@ impl ExchangeCtx {
             format!("the result of {method}: {}", problems.join("; ")),
         );
         extra.push(Code::McpResultShape.as_str());
+    }
+
+    /// A server's error to a 2026-07-28 request with a code that revision renumbered: a
+    /// resource not found is `-32602` (Invalid Params), no longer `-32002` (changelog, minor
+    /// change 6). Other `-32000`…`-32019` codes stay the implementation's own (grandfathered).
+    pub(super) fn error_code_rule(
+        &self,
+        key: &PendingKey,
+        method: &Arc<str>,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) {
+        if env.kind != Kind::Error
+            || key.direction != Direction::ClientToServer
+            || &**method != "resources/read"
+            || env.error_code != Some(-32002)
+            || !self.sender_is_modern()
+        {
+            return;
+        }
+        self.flag_here(
+            Direction::ServerToClient,
+            Code::McpErrorCode,
+            Some(&key.id),
+            Some(method),
+            format!("resources/read answered -32002: a resource not found is -32602 (Invalid Params) from {MODERN} (changelog: resource not found renumbered)"),
+        );
+        extra.push(Code::McpErrorCode.as_str());
     }
 
     /// A server's `notifications/message` on the stream of a 2026-07-28 request that did not
@@ -1581,6 +1611,7 @@ mod rule_tests {
             "logging/setLevel",
             "resources/subscribe",
             "tasks/list",
+            "initialize",
         ]
         .iter()
         .enumerate()
@@ -1609,7 +1640,8 @@ mod rule_tests {
                 "ping",
                 "logging/setLevel",
                 "resources/subscribe",
-                "tasks/list"
+                "tasks/list",
+                "initialize"
             ],
             "{ev:?}"
         );
@@ -1698,5 +1730,34 @@ mod rule_tests {
             &[r#"{"jsonrpc":"2.0","id":1,"result":{}}"#],
         );
         assert!(!codes(&events(&mut sub)).contains(&"MCP_REMOVED"));
+    }
+
+    /// A resource not found is -32602 from 2026-07-28; -32002 there is the old numbering, and
+    /// at 2025-11-25 it is that version's own.
+    #[test]
+    fn a_2026_resource_not_found_is_minus_32602() {
+        let (insp, mut sub) = setup();
+        // (`post` sends no `Mcp-Name` for a read: that finding is not this test's.)
+        let err_codes = |ev: &[Event]| -> Vec<&'static str> {
+            codes(ev)
+                .into_iter()
+                .filter(|c| *c != "MCP_HEADER_MISMATCH")
+                .collect()
+        };
+        let read = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{{"uri":"x://y",{META}}}}}"#
+        );
+        let old_code =
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"Resource not found"}}"#;
+        let new_code =
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Resource not found"}}"#;
+        post(&insp, Some("2026-07-28"), &read, &[new_code]);
+        assert_eq!(err_codes(&events(&mut sub)), Vec::<&str>::new());
+        post(&insp, Some("2026-07-28"), &read, &[old_code]);
+        assert_eq!(err_codes(&events(&mut sub)), ["MCP_ERROR_CODE"]);
+        let older =
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x://y"}}"#;
+        post(&insp, Some("2025-11-25"), older, &[old_code]);
+        assert_eq!(err_codes(&events(&mut sub)), Vec::<&str>::new());
     }
 }
