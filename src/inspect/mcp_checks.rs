@@ -224,6 +224,26 @@ impl McpHeaders {
 }
 
 impl ExchangeCtx {
+    /// Flags a finding on the reply to the call `key` (of `method`), and marks the call with it
+    /// (its `call` event's codes).
+    pub(super) fn flag_reply(
+        &self,
+        key: &PendingKey,
+        method: &Arc<str>,
+        code: Code,
+        msg: String,
+        extra: &mut Vec<&'static str>,
+    ) {
+        self.flag_here(
+            key.direction.reverse(),
+            code,
+            Some(&key.id),
+            Some(method),
+            msg,
+        );
+        extra.push(code.as_str());
+    }
+
     /// Flags a finding on the message being processed, in direction `dir`.
     pub(super) fn flag_here(
         &self,
@@ -795,19 +815,18 @@ impl ExchangeCtx {
                 Some(t) => format!("`{}` ({t})", p.method),
                 None => format!("`{}`", p.method),
             };
-            self.flag_here(
-                key.direction.reverse(),
+            self.flag_reply(
+                key,
+                &p.method,
                 Code::McpLargeResult,
-                Some(&key.id),
-                Some(&p.method),
                 format!(
                     "the result of {what} is {} (over the large-result size, {}; desktop clients reject tool results this large){}",
                     size_text(env.raw.len()),
                     size_text(inner.cfg.large_result),
                     if where_.is_empty() { String::new() } else { format!(": {}", where_.join(", ")) }
                 ),
+                extra,
             );
-            extra.push(Code::McpLargeResult.as_str());
         }
     }
 
@@ -925,14 +944,7 @@ impl ExchangeCtx {
             },
         };
         if let Some(why) = why {
-            self.flag_here(
-                key.direction.reverse(),
-                Code::McpOutputSchema,
-                Some(&key.id),
-                Some(&p.method),
-                why,
-            );
-            extra.push(Code::McpOutputSchema.as_str());
+            self.flag_reply(key, &p.method, Code::McpOutputSchema, why, extra);
         }
     }
 

@@ -795,17 +795,16 @@ impl ExchangeCtx {
             if let Some(need) = capability::needed(m, server, MODERN) {
                 if let (Side::Client, Some(c)) = (need.side, caps) {
                     if !c.has(need.caps) {
-                        self.flag_here(
-                            server,
+                        self.flag_reply(
+                            key,
+                            &p.method,
                             Code::McpCapability,
-                            Some(&key.id),
-                            Some(&p.method),
                             format!(
                                 "input request {k} (`{m}`) needs the client capability `{}`, which the request's _meta did not declare",
                                 need.name
                             ),
+                            extra,
                         );
-                        extra.push(Code::McpCapability.as_str());
                     }
                 }
             }
@@ -873,14 +872,8 @@ impl ExchangeCtx {
         if problems.is_empty() {
             return;
         }
-        self.flag_here(
-            Direction::ServerToClient,
-            Code::McpResultShape,
-            Some(&key.id),
-            Some(method),
-            format!("the result of {method}: {}", problems.join("; ")),
-        );
-        extra.push(Code::McpResultShape.as_str());
+        let msg = format!("the result of {method}: {}", problems.join("; "));
+        self.flag_reply(key, method, Code::McpResultShape, msg, extra);
     }
 
     /// A server's error to a 2026-07-28 request with a code that revision renumbered: a
@@ -901,14 +894,8 @@ impl ExchangeCtx {
         {
             return;
         }
-        self.flag_here(
-            Direction::ServerToClient,
-            Code::McpErrorCode,
-            Some(&key.id),
-            Some(method),
-            format!("resources/read answered -32002: a resource not found is -32602 (Invalid Params) from {MODERN} (changelog: resource not found renumbered)"),
-        );
-        extra.push(Code::McpErrorCode.as_str());
+        let msg = format!("resources/read answered -32002: a resource not found is -32602 (Invalid Params) from {MODERN} (changelog: resource not found renumbered)");
+        self.flag_reply(key, method, Code::McpErrorCode, msg, extra);
     }
 
     /// A server's `notifications/message` on the stream of a 2026-07-28 request that did not
