@@ -90,17 +90,21 @@ pub fn prepare(
 }
 
 impl Plan {
-    /// The recording: the user's, else the hub's.
-    pub fn record(&self, user: &Option<crate::record::Options>) -> Option<crate::record::Options> {
-        user.clone().or_else(|| self.record.clone())
+    /// The recording of a run joined by `plan` (if it is): the user's, else the hub's.
+    pub fn record(
+        plan: Option<&Plan>,
+        user: &Option<crate::record::Options>,
+    ) -> Option<crate::record::Options> {
+        user.clone().or_else(|| plan?.record.clone())
     }
 
-    /// The admin listener: the user's, else the hub's feed socket.
+    /// The admin listener of a run joined by `plan` (if it is): the user's, else the hub's
+    /// feed socket.
     pub fn admin(
-        &self,
+        plan: Option<&Plan>,
         user: &Option<crate::admin::AdminConfig>,
     ) -> Option<crate::admin::AdminConfig> {
-        user.clone().or_else(|| self.admin.clone())
+        user.clone().or_else(|| plan?.admin.clone())
     }
 
     /// After a failed attach: drops what the hub added (the user's own settings stay) and says

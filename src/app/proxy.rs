@@ -77,14 +77,8 @@ impl RunningProxy {
         // The dashboard, when stdout is a terminal; then the headless log is off (it would
         // garble the screen).
         let dashboard = config::dashboard_on(&cfg).then_some(crate::tui::INTEREST);
-        let record = match &hub {
-            Some(p) => p.record(&cfg.record),
-            None => cfg.record.clone(),
-        };
-        let admin = match &hub {
-            Some(p) => p.admin(&cfg.admin),
-            None => cfg.admin.clone(),
-        };
+        let record = hub::Plan::record(hub.as_ref(), &cfg.record);
+        let admin = hub::Plan::admin(hub.as_ref(), &cfg.admin);
         // What the headers say of the session: `serve`'s own, and the hub's name for it.
         let mut meta = cfg.session_meta.clone();
         if let Some(p) = &hub {

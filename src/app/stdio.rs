@@ -139,20 +139,16 @@ pub async fn run(args: StdioArgs) -> Result<i32, AppError> {
             super::hub::merge(&mut feed_header, p.meta());
         }
         // `--no-record` wins over a recording the config file names.
-        let record = match (args.no_record, plan) {
-            (true, _) => None,
-            (false, Some(p)) => p.record(&shared.record),
-            (false, None) => shared.record.clone(),
+        let record = match args.no_record {
+            true => None,
+            false => super::hub::Plan::record(plan, &shared.record),
         };
         Chain {
             log: shared.log,
             log_out,
             record,
             record_meta,
-            admin: match plan {
-                Some(p) => p.admin(&shared.admin),
-                None => shared.admin.clone(),
-            },
+            admin: super::hub::Plan::admin(plan, &shared.admin),
             feed_header,
             otel: shared.otel.clone(),
             otel_upstream: None,
