@@ -468,9 +468,35 @@ pub struct CallEvent {
     /// group: the session, or the stateless client).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<Id>,
+    /// MCP tasks: the task this call created (its event comes when the task ends: its outcome
+    /// is the task's, its latency the task's whole life) or polled, updated or cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Box<TaskRef>>,
     /// Where the call came from, for its trace span (only with `--otlp`).
     #[serde(skip)]
     pub trace: Option<Arc<crate::trace::CallTrace>>,
+}
+
+/// The MCP task a call belongs to.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TaskRef {
+    /// The server's `taskId`.
+    pub id: Arc<str>,
+    /// The status its reply reported (on the call that created the task: its last one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Arc<str>>,
+    /// On a poll, update or cancel: the exchange and id of the call that created the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_exchange: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_id: Option<Id>,
+    /// On the call that created the task: how many `tasks/get` polls it took.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub polls: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Something wrong, flagged the moment it was visible.

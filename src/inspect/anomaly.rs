@@ -99,13 +99,28 @@ pub enum Code {
     /// MCP 2026-07-28: an error in that version's exchange with a code the revision renumbered
     /// (a resource not found answered `-32002`, which is `-32602` from 2026-07-28).
     McpErrorCode,
+    /// MCP tasks: a task handle (`CreateTaskResult`) for a request that did not declare the
+    /// tasks extension (2026-07-28) or ask for a task (2025-11-25), or for a method that has no
+    /// tasks.
+    McpTaskUndeclared,
+    /// MCP tasks: a status the task state machine does not allow (a terminal task that changes,
+    /// a status unknown to it) or a task whose payload does not match its status.
+    McpTaskStatus,
+    /// MCP tasks: the client polled faster than the task's `pollIntervalMs`, or after the task
+    /// ended or its TTL ran out.
+    McpTaskPoll,
+    /// MCP tasks: one client's task polled, updated or cancelled by another, and answered.
+    McpTaskBinding,
+    /// MCP tasks: a task that reached no terminal status before its session ended or its TTL
+    /// ran out.
+    McpTaskUnfinished,
     /// MCP: a complete `tools/list` that differs from the server label's trusted baseline —
     /// an error when a safety annotation got less safe or a schema changed, else a warning.
     McpToolDrift,
 }
 
 impl Code {
-    pub const ALL: [Code; 37] = [
+    pub const ALL: [Code; 42] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -142,6 +157,11 @@ impl Code {
         Code::McpUnaskedLog,
         Code::McpRemoved,
         Code::McpErrorCode,
+        Code::McpTaskUndeclared,
+        Code::McpTaskStatus,
+        Code::McpTaskPoll,
+        Code::McpTaskBinding,
+        Code::McpTaskUnfinished,
         Code::McpToolDrift,
     ];
 
@@ -183,6 +203,11 @@ impl Code {
             Code::McpUnaskedLog => "MCP_UNASKED_LOG",
             Code::McpRemoved => "MCP_REMOVED",
             Code::McpErrorCode => "MCP_ERROR_CODE",
+            Code::McpTaskUndeclared => "MCP_TASK_UNDECLARED",
+            Code::McpTaskStatus => "MCP_TASK_STATUS",
+            Code::McpTaskPoll => "MCP_TASK_POLL",
+            Code::McpTaskBinding => "MCP_TASK_BINDING",
+            Code::McpTaskUnfinished => "MCP_TASK_UNFINISHED",
             Code::McpToolDrift => "MCP_TOOL_DRIFT",
         }
     }
@@ -207,6 +232,9 @@ impl Code {
             | Code::McpResultShape
             | Code::McpUnaskedLog
             | Code::McpRemoved
+            | Code::McpTaskUndeclared
+            | Code::McpTaskStatus
+            | Code::McpTaskBinding
             // At its worst; a drift that is no safety or schema change is flagged a warning.
             | Code::McpToolDrift => Severity::Error,
             Code::NullIdResponse
@@ -223,7 +251,9 @@ impl Code {
             | Code::McpCancelUnknown
             | Code::McpLargeResult
             | Code::McpAuth
-            | Code::McpErrorCode => Severity::Warning,
+            | Code::McpErrorCode
+            | Code::McpTaskPoll
+            | Code::McpTaskUnfinished => Severity::Warning,
             // What a tool said of itself, what rpctap did not read, and a feature still working
             // but on its way out: shown and counted, never failing `check` by default.
             Code::ToolError | Code::NotInspected | Code::McpDeprecated => Severity::Info,

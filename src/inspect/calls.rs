@@ -94,6 +94,7 @@ pub(super) fn end_call(
             request_index: p.index,
             response_index,
             continues: p.modern.and_then(|m| m.continues),
+            task: p.task,
             trace: p.trace,
         });
         match defer {
@@ -373,7 +374,18 @@ impl ExchangeCtx {
             }
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
-                let (progress, modern) = self.mcp_request_checks(dir, &env, &mut anomalies);
+                let (progress, mut modern) = self.mcp_request_checks(dir, &env, &mut anomalies);
+                if let Some(m) = method.as_deref() {
+                    self.task_request(dir, m, target.as_ref(), &id, &mut anomalies);
+                    // A 2025-11-25 request asks for a task in its params: the capability the
+                    // extension declares per request from 2026-07-28 on.
+                    if m == "tools/call" && modern.is_none() && super::tasks::asks_task(&env) {
+                        modern = Some(Box::new(modern::CallMeta {
+                            caps: Some(super::capability::Caps::TASKS_EXT),
+                            ..Default::default()
+                        }));
+                    }
+                }
                 if target.is_none() && method.as_deref() == Some("subscriptions/listen") {
                     // A listen stream is named by its request's id, as its notifications are.
                     target = Some(Arc::from(id.to_string()));
@@ -399,6 +411,7 @@ impl ExchangeCtx {
                     self.mcp_client_notification(env.method.as_deref());
                 }
                 self.mcp_notification_checks(dir, &env);
+                self.task_notified(dir, &env);
             }
             Kind::Result | Kind::Error => {
                 if dir == Direction::ClientToServer {
@@ -552,6 +565,7 @@ impl ExchangeCtx {
             trace,
             modern,
             cancelled: false,
+            task: None,
         };
         let mut evicted = Vec::new();
         let res = inner.correlator.insert(key.clone(), p, &mut evicted);
@@ -716,17 +730,30 @@ impl ExchangeCtx {
         if key.direction == Direction::ClientToServer && p.exchange == self.id && !self.stream {
             self.req.answered += 1;
         }
-        // A round that asks for input is no tool result (nor its output).
+        // A round that asks for input is no tool result (nor its output), nor is a task handle.
         let input = self.input_required(key, &p, env, &mut extra);
+        let handle = if input {
+            None
+        } else {
+            self.task_handle(key, env)
+        };
         if input {
             outcome = Outcome::InputRequired;
-        } else {
+        } else if handle.is_none() {
             self.tool_result_rules(key, &p, env, &mut extra);
         }
         self.mcp_reply_rules(key, &p, env, input, &mut extra);
         self.error_code_rule(key, &p.method, env, &mut extra);
         self.subscription_reply(&mut p, env);
         self.reply_status_rules(key, &p, env.kind == Kind::Error, &mut extra);
+        if let Some(h) = handle {
+            // The call lives on as its task: its event comes when the task ends.
+            match self.task_created(key, p, h, &mut extra) {
+                None => return,
+                Some(back) => p = back,
+            }
+        }
+        let task_end = self.task_reply(key, &mut p, env, &mut extra);
         end_call(
             &inner,
             key,
@@ -736,6 +763,9 @@ impl ExchangeCtx {
             self.cur.and_then(|c| c.1),
             Some(&mut self.deferred),
         );
+        if let Some((k, c, outcome)) = task_end {
+            end_call(&inner, &k, c, outcome, &[], None, Some(&mut self.deferred));
+        }
     }
 
     pub(super) fn notice_evicted(&self, evicted: Option<Arc<str>>) {

@@ -27,6 +27,9 @@ impl Caps {
     pub const PROMPTS_LIST_CHANGED: Caps = Caps(1 << 14);
     pub const LOGGING: Caps = Caps(1 << 15);
     pub const COMPLETIONS: Caps = Caps(1 << 16);
+    /// The tasks extension (`extensions["io.modelcontextprotocol/tasks"]`, 2026-07-28), either
+    /// side.
+    pub const TASKS_EXT: Caps = Caps(1 << 24);
 
     pub fn has(self, c: Caps) -> bool {
         self.0 & c.0 == c.0
@@ -85,6 +88,13 @@ impl Caps {
                     }
                 }
             }
+        }
+        if obj
+            .get("extensions")
+            .and_then(|e| e.get(super::tasks::EXTENSION))
+            .is_some_and(declared)
+        {
+            out.set(Caps::TASKS_EXT);
         }
         out
     }

@@ -69,6 +69,8 @@ pub struct Pending {
     pub modern: Option<Box<super::modern::CallMeta>>,
     /// Its sender cancelled it (`notifications/cancelled`): with no reply it ends `cancelled`.
     pub cancelled: bool,
+    /// The MCP task it created or concerns, for its event.
+    pub task: Option<Box<crate::events::TaskRef>>,
 }
 
 impl Pending {
@@ -387,6 +389,7 @@ mod tests {
             trace: None,
             modern: None,
             cancelled: false,
+            task: None,
         }
     }
 

@@ -312,6 +312,7 @@ impl ExchangeCtx {
             )),
             _ => {}
         }
+        // The tasks extension asks `Mcp-Name` of its methods too: the `taskId`.
         let named = matches!(
             &**method,
             "tools/call"
@@ -319,6 +320,9 @@ impl ExchangeCtx {
                 | "resources/read"
                 | "resources/subscribe"
                 | "resources/unsubscribe"
+                | "tasks/get"
+                | "tasks/update"
+                | "tasks/cancel"
         );
         match (hdr.and_then(|h| h.name.as_deref()), env.target.as_deref()) {
             (Some(n), Some(t)) if super::modern::decode_name(n).as_deref() != Some(t) => {
@@ -962,7 +966,8 @@ impl ExchangeCtx {
                         None,
                         format!("HTTP 404 for session {sid}, which the server created and nobody deleted: the server restarted, or another replica answered"),
                     );
-                    // Flagged once: the server does not know it any more.
+                    // Flagged once: the server does not know it any more (nor its tasks).
+                    super::tasks::end_session_tasks(&inner, &sid, "the server lost the session");
                     inner.correlator.end_session(&sid);
                 }
             }

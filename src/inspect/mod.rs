@@ -19,6 +19,7 @@ pub mod recorded;
 pub mod schemas;
 pub mod sse;
 mod subscriptions;
+mod tasks;
 
 use crate::media::{contains_ignore_case, is_event_stream};
 use calls::*;
@@ -130,6 +131,8 @@ struct Inner {
     /// Progress tokens of pending calls, by scope and token text (an entry lives as long as
     /// its call, so the map is bounded by the pending-call cap).
     progress: dashmap::DashMap<(Scope, Box<str>), mcp_checks::ProgressEntry, correlator::Hasher>,
+    /// MCP tasks, by `taskId` (a std mutex: synchronous code only, and only for tasks traffic).
+    tasks: std::sync::Mutex<tasks::Table>,
 }
 
 /// Where the inspector's time comes from: the real clock live, the recorded times offline (so a
@@ -368,6 +371,7 @@ impl Inspector {
                 endpoints_len: Default::default(),
                 schemas: schemas::SchemaCache::new(cfg.max_schemas),
                 progress: Default::default(),
+                tasks: Default::default(),
                 cfg,
             }),
         }
@@ -615,7 +619,7 @@ impl Inspector {
             let reason = format!("no reply within {secs} s");
             end_missing(inner, &key, p, &reason, true);
         }
-        n
+        n + tasks::sweep(inner)
     }
 
     /// Runs `sweep` every second (at most) until the returned task is aborted.

@@ -1256,23 +1256,31 @@ mod param_tests {
 }
 
 #[cfg(test)]
-mod rule_tests {
+pub(super) mod rule_tests {
     use super::*;
     use crate::events::{BusBuilder, Subscription};
 
     const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
 
-    fn setup() -> (Inspector, Subscription) {
+    pub(in crate::inspect) fn setup() -> (Inspector, Subscription) {
         let mut bus = BusBuilder::default();
         let sub = bus.subscribe("t", 1 << 12);
         (Inspector::new(InspectConfig::default(), bus.build()), sub)
     }
 
     /// One stateless POST: its body, the reply (JSON, or SSE events when several).
-    fn post(insp: &Inspector, version: Option<&str>, body: &str, replies: &[&str]) {
+    pub(in crate::inspect) fn post(
+        insp: &Inspector,
+        version: Option<&str>,
+        body: &str,
+        replies: &[&str],
+    ) {
         let v: Value = serde_json::from_str(body).unwrap();
         let method = v["method"].as_str().map(str::to_string);
-        let name = v["params"]["name"].as_str().map(str::to_string);
+        let name = v["params"]["name"]
+            .as_str()
+            .or(v["params"]["taskId"].as_str())
+            .map(str::to_string);
         let mut ex = insp.begin(&RequestMeta {
             method: "POST",
             path: "/mcp",
@@ -1304,7 +1312,7 @@ mod rule_tests {
         ex.end(EndReason::Complete);
     }
 
-    fn events(sub: &mut Subscription) -> Vec<Event> {
+    pub(in crate::inspect) fn events(sub: &mut Subscription) -> Vec<Event> {
         let mut out = Vec::new();
         while let Ok(e) = sub.rx.try_recv() {
             out.push((*e).clone());
@@ -1312,7 +1320,7 @@ mod rule_tests {
         out
     }
 
-    fn codes(ev: &[Event]) -> Vec<&'static str> {
+    pub(in crate::inspect) fn codes(ev: &[Event]) -> Vec<&'static str> {
         ev.iter()
             .filter_map(|e| match e {
                 Event::Anomaly(a) => Some(a.code),

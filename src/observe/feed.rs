@@ -434,6 +434,7 @@ mod tests {
             request_index: None,
             response_index: None,
             continues: None,
+            task: None,
             trace: None,
         })
     }

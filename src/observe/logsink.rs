@@ -344,6 +344,7 @@ mod tests {
             request_index: None,
             response_index: None,
             continues: None,
+            task: None,
             trace: None,
         };
         let line = text_line(&Event::Call(c.clone())).unwrap();
@@ -389,6 +390,7 @@ mod tests {
             request_index: None,
             response_index: None,
             continues: None,
+            task: None,
             trace: None,
         };
         for (us, shown) in [
@@ -432,6 +434,7 @@ mod tests {
             request_index: None,
             response_index: None,
             continues: None,
+            task: None,
             trace: None,
         })
     }

@@ -323,6 +323,10 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
     if let Some(v) = &c.continues {
         l.id(k!("continues"), v)?;
     }
+    if let Some(t) = &c.task {
+        l.lit(k!("task"));
+        serde_json::to_writer(&mut *l.0, t)?;
+    }
     l.close();
     Ok(())
 }
@@ -624,6 +628,7 @@ mod tests {
             request_index: Some(0),
             response_index: Some(u32::MAX),
             continues: None,
+            task: None,
             trace: None,
         };
         let mut calls = vec![base.clone()];
@@ -639,6 +644,7 @@ mod tests {
         for c in [Id::Num("2".into()), Id::Str("r\"1".into())] {
             calls.push(CallEvent {
                 continues: Some(c),
+                task: None,
                 ..base.clone()
             });
         }

@@ -287,6 +287,8 @@ struct Member<'a> {
     shape: Shape,
     name: Option<&'a str>,
     uri: Option<&'a str>,
+    /// `taskId` (params of the MCP tasks methods).
+    task_id: Option<&'a str>,
     code: Option<&'a str>,
     message: Option<&'a str>,
     /// `isError` is `true`.
@@ -341,6 +343,7 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
                         m.duplicate.get_or_insert("params.uri");
                     }
                 }
+                Key::TaskId => m.task_id = Some(map.next_value::<&RawValue>()?.get()),
                 Key::Code => m.code = Some(map.next_value::<&RawValue>()?.get()),
                 Key::Message => m.message = Some(map.next_value::<&RawValue>()?.get()),
                 Key::IsError => m.is_error = map.next_value::<IsTrue>()?.0,
@@ -436,6 +439,7 @@ impl<'de> Deserialize<'de> for IsTrue {
 enum Key {
     Name,
     Uri,
+    TaskId,
     Code,
     Message,
     IsError,
@@ -454,6 +458,7 @@ impl<'de> Deserialize<'de> for Key {
                 Ok(match v {
                     "name" => Key::Name,
                     "uri" => Key::Uri,
+                    "taskId" => Key::TaskId,
                     "code" => Key::Code,
                     "message" => Key::Message,
                     "isError" => Key::IsError,
@@ -638,6 +643,7 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                 env.target = params
                     .name
                     .or(params.uri)
+                    .or(params.task_id)
                     .and_then(raw_str)
                     .map(|c| std::sync::Arc::from(&*c));
             }
@@ -720,6 +726,10 @@ fn wants_target(method: &str) -> bool {
             | "resources/read"
             | "resources/subscribe"
             | "resources/unsubscribe"
+            | "tasks/get"
+            | "tasks/update"
+            | "tasks/cancel"
+            | "tasks/result"
     )
 }
 

@@ -414,6 +414,7 @@ impl<'a> Scanner<'a> {
                         // Given twice, they are serde_json's to read (and flag).
                         b"name" => once(&mut m.name, self.raw()?)?,
                         b"uri" => once(&mut m.uri, self.raw()?)?,
+                        b"taskId" => m.task_id = Some(self.raw()?),
                         b"code" => m.code = Some(self.raw()?),
                         b"message" => m.message = Some(self.raw()?),
                         b"isError" => m.is_error = self.is_true()?,

@@ -228,6 +228,14 @@ fn header(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     );
 }
 
+/// A row's outcome; a task still running shows its status (`task:working`).
+fn outcome_label(r: &Row) -> String {
+    match (&r.task, &r.outcome) {
+        (Some(task), RowOutcome::Pending) => format!("task:{}", task.status),
+        _ => r.outcome.label(),
+    }
+}
+
 fn outcome_style(t: &Theme, r: &Row) -> Style {
     match r.outcome {
         RowOutcome::Pending => t.fg(Color::Cyan),
@@ -281,7 +289,7 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 Cell::from(r.direction.arrow()),
                 Cell::from(r.display_method()),
                 Cell::from(r.id.to_string()),
-                Cell::from(Span::styled(r.outcome.label(), outcome_style(t, r))),
+                Cell::from(Span::styled(outcome_label(r), outcome_style(t, r))),
                 Cell::from(latency),
             ];
             if !narrow {
@@ -493,6 +501,35 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                     ),
                     t.fg(Color::Cyan),
                 )));
+            }
+            if let Some(task) = &r.task {
+                // An MCP task: the call that created it, its polls folded here, one per line.
+                lines.push(Line::from(Span::styled(
+                    format!(
+                        "task {} · {} · {} polls (the latency above runs from the call to the task's end)",
+                        task.id,
+                        task.status,
+                        task.polls.iter().filter(|p| &*p.method == "tasks/get").count()
+                    ),
+                    t.bold(),
+                )));
+                for p in &task.polls {
+                    let mut line = format!(
+                        "  {} · id {} · {} · {}",
+                        p.method,
+                        p.id,
+                        p.status.as_deref().unwrap_or("-"),
+                        p.latency_us.map(dur).unwrap_or_default()
+                    );
+                    if !p.anomalies.is_empty() {
+                        line.push_str(&format!(" · ! {}", p.anomalies.join(" ")));
+                    }
+                    lines.push(Line::from(Span::styled(line, t.fg(Color::Cyan))));
+                }
+                if let Some(last) = task.polls.iter().rev().find_map(|p| p.reply.as_ref()) {
+                    lines.push(Line::from(Span::styled("last poll's reply", t.bold())));
+                    lines.extend(json_lines(last, t));
+                }
             }
             lines.push(Line::from(Span::styled("request", t.bold())));
             match &r.request {

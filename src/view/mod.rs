@@ -42,7 +42,9 @@ pub use crate::filter::Filter;
 pub use held::{HeldKey, HeldPane, HeldRow};
 pub use keys::{Action, Key, View};
 pub use load::header_endpoints;
-pub use row::{scope_group, transport_label, Ex, HttpMeta, Round, Rounds, Row, RowOutcome};
+pub use row::{
+    scope_group, transport_label, Ex, HttpMeta, Poll, Round, Rounds, Row, RowOutcome, TaskRow,
+};
 pub use servers::ServerInfo;
 
 #[derive(Clone, Debug, Default)]
@@ -482,6 +484,7 @@ impl App {
             server: self.server_label(exchange.src),
             rounds: None,
             folded: false,
+            task: None,
         };
         self.push_row(row);
     }
@@ -514,6 +517,7 @@ impl App {
             server: self.server_label(exchange.src),
             rounds: None,
             folded: false,
+            task: None,
         };
         self.push_row(row);
     }
@@ -632,6 +636,7 @@ impl App {
                     server: self.server_label(src),
                     rounds: None,
                     folded: false,
+                    task: None,
                 };
                 self.push_row(row);
                 self.note_recent(exchange, dir, m.batch_index, Some(seq));
@@ -851,12 +856,69 @@ impl App {
                     server: self.server_label(src),
                     rounds: None,
                     folded: false,
+                    task: None,
                 })
             }
         };
         if let Some(prev) = continues {
             self.fold_round(seq, &prev);
         }
+        if let Some(t) = &c.task {
+            self.on_task(src, seq, t);
+        }
+    }
+
+    /// A call of a task: a poll (update, cancel) is folded under the row of the call that
+    /// created the task, whose status it shows; the creating call's own end gives the task's
+    /// last status.
+    fn on_task(&mut self, src: u32, seq: u64, t: &crate::events::TaskRef) {
+        let status: Option<Text> = t.status.clone();
+        let (Some(ox), Some(oid)) = (t.origin_exchange, t.origin_id.as_ref()) else {
+            if let Some(r) = self.row_mut(seq) {
+                let task = r.task.get_or_insert_with(|| {
+                    Box::new(TaskRow {
+                        id: t.id.clone(),
+                        ..TaskRow::default()
+                    })
+                });
+                if let Some(s) = status {
+                    task.status = s;
+                }
+            }
+            return;
+        };
+        let origin = Self::ex(src, ox);
+        let oid = Text::from(oid.to_json_text());
+        let Some(i) = self
+            .rows
+            .iter()
+            .rposition(|r| r.exchange == origin && r.id == oid && !r.folded && r.seq < seq)
+        else {
+            return; // the creating call was not seen here: the poll stays a row of its own
+        };
+        let Some(me) = self.row_mut(seq) else { return };
+        me.folded = true;
+        let poll = Poll {
+            method: me.method.clone(),
+            id: me.id.clone(),
+            status: status.clone(),
+            latency_us: me.latency_us,
+            anomalies: me.anomalies.clone(),
+            reply: me.reply.take(),
+        };
+        self.folded += 1;
+        let r = &mut self.rows[i];
+        let task = r.task.get_or_insert_with(|| {
+            Box::new(TaskRow {
+                id: t.id.clone(),
+                status: Text::from("working"),
+                polls: Vec::new(),
+            })
+        });
+        if let Some(s) = status {
+            task.status = s;
+        }
+        task.polls.push(poll);
     }
 
     /// A retry ended: the round it continues (the newest `input_required` row of its session or

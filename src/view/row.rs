@@ -107,6 +107,28 @@ pub struct Row {
     pub rounds: Option<Box<Rounds>>,
     /// This row is a round folded into a later row of its call: not listed.
     pub folded: bool,
+    /// An MCP task this call created: its status as the last poll or its end showed it, and
+    /// its polls (their rows folded into this one).
+    pub task: Option<Box<TaskRow>>,
+}
+
+/// The task a call created, as its row shows it.
+#[derive(Clone, Debug, Default)]
+pub struct TaskRow {
+    pub id: Text,
+    pub status: Text,
+    pub polls: Vec<Poll>,
+}
+
+/// A `tasks/get`, `tasks/update`, `tasks/cancel` or `tasks/result` call folded under its task.
+#[derive(Clone, Debug)]
+pub struct Poll {
+    pub method: Text,
+    pub id: Text,
+    pub status: Option<Text>,
+    pub latency_us: Option<u64>,
+    pub anomalies: Vec<String>,
+    pub reply: Option<Text>,
 }
 
 /// The earlier rounds of a multi round-trip call, and when its first request started.
@@ -183,6 +205,12 @@ impl Row {
                         x.request.as_ref().map_or(0, |t| t.len())
                             + x.reply.as_ref().map_or(0, |t| t.len())
                     })
+                    .sum()
+            })
+            + self.task.as_ref().map_or(0, |t| {
+                t.polls
+                    .iter()
+                    .map(|p| p.reply.as_ref().map_or(0, |t| t.len()))
                     .sum()
             })
     }

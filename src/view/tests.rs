@@ -36,6 +36,7 @@ struct CallEnd {
     latency_us: Option<u64>,
     anomalies: Vec<Text>,
     continues: Option<Text>,
+    task: Option<crate::events::TaskRef>,
 }
 
 /// A finding, as the tests spell it.
@@ -123,6 +124,7 @@ impl From<CallEnd> for Event {
             request_index: None,
             response_index: None,
             continues: c.continues.map(|i| id(&i)),
+            task: c.task.map(Box::new),
             trace: None,
         })
     }
@@ -195,6 +197,7 @@ impl Feed for App {
             latency_us,
             anomalies: vec![],
             continues: None,
+            task: None,
         });
     }
 }
@@ -594,6 +597,7 @@ fn a_call_whose_request_was_not_seen_gets_a_row_of_its_own() {
         latency_us: Some(1_500),
         anomalies: vec!["TOOL_ERROR".into()],
         continues: None,
+        task: None,
     });
     assert_eq!(a.rows.len(), 1);
     let r = &a.rows[0];
@@ -727,6 +731,7 @@ fn app_for_filters() -> App {
             latency_us: Some(5),
             anomalies,
             continues: None,
+            task: None,
         })
     };
     end(
@@ -1040,6 +1045,7 @@ fn app_with_tools() -> App {
                 vec![]
             },
             continues: None,
+            task: None,
         });
     }
     a
@@ -1416,6 +1422,7 @@ fn tool_failures_count_as_errors_and_the_discovery_fallback_does_not() {
         latency_us: Some(5),
         anomalies,
         continues: None,
+        task: None,
     };
     a.apply_call_at(call(
         1,
@@ -1439,4 +1446,105 @@ fn tool_failures_count_as_errors_and_the_discovery_fallback_does_not() {
     assert_eq!((a.calls_total, a.errors_total), (4, 2));
     assert_eq!(a.methods["server/discover"].errors, 1);
     assert_eq!(a.methods["tools/call"].errors, 1);
+}
+
+/// An MCP task: the call that created it is one row from its request to the task's end, its
+/// polls folded under it (listed no more), its status the last poll's.
+#[test]
+fn a_tasks_polls_fold_under_the_call_that_created_it() {
+    use crate::events::TaskRef;
+    let mut a = App::new("t", "l", "u", 100, 0);
+    a.apply_message(msg(
+        1,
+        true,
+        Kind::Request,
+        Some("1"),
+        Some("tools/call"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}"#,
+    ));
+    a.apply_message(msg(
+        1,
+        false,
+        Kind::Result,
+        Some("1"),
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working"}}"#,
+    ));
+    let poll = |status: &str| TaskRef {
+        id: "t1".into(),
+        status: Some(status.into()),
+        origin_exchange: Some(1),
+        origin_id: Some(crate::rpc::Id::Num("1".into())),
+        polls: 0,
+    };
+    for (ex, status) in [(2, "working"), (3, "input_required"), (4, "completed")] {
+        let id = ex.to_string();
+        a.apply_message(msg(
+            ex,
+            true,
+            Kind::Request,
+            Some(&id),
+            Some("tasks/get"),
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{ex},"method":"tasks/get","params":{{"taskId":"t1"}}}}"#
+            ),
+        ));
+        a.apply_message(msg(
+            ex,
+            false,
+            Kind::Result,
+            Some(&id),
+            None,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{ex},"result":{{"taskId":"t1","status":"{status}"}}}}"#
+            ),
+        ));
+        a.apply_call_at(CallEnd {
+            ts_ns: ex * 1_000_000_000 + 1,
+            exchange: ex,
+            scope: format!("exchange:{ex}").into(),
+            direction: Direction::ClientToServer,
+            id: id.as_str().into(),
+            method: "tasks/get".into(),
+            target: Some("t1".into()),
+            outcome: RowOutcome::Result,
+            latency_us: Some(300),
+            anomalies: vec![],
+            continues: None,
+            task: Some(poll(status)),
+        });
+        assert_eq!(a.visible_len(), 1, "the polls are folded");
+        let r = a.rows.iter().find(|r| !r.folded).unwrap();
+        assert_eq!(r.outcome, RowOutcome::Pending, "the task's call is open");
+        assert_eq!(&*r.task.as_ref().unwrap().status, status);
+    }
+    a.apply_call_at(CallEnd {
+        ts_ns: 4_000_000_002,
+        exchange: 1,
+        scope: "exchange:1".into(),
+        direction: Direction::ClientToServer,
+        id: "1".into(),
+        method: "tools/call".into(),
+        target: Some("slow".into()),
+        outcome: RowOutcome::Result,
+        latency_us: Some(3_000_000),
+        anomalies: vec![],
+        continues: None,
+        task: Some(TaskRef {
+            id: "t1".into(),
+            status: Some("completed".into()),
+            origin_exchange: None,
+            origin_id: None,
+            polls: 3,
+        }),
+    });
+    assert_eq!(a.visible_len(), 1);
+    let r = a.rows.iter().find(|r| !r.folded).unwrap();
+    assert_eq!(
+        (r.outcome.clone(), r.latency_us),
+        (RowOutcome::Result, Some(3_000_000))
+    );
+    let t = r.task.as_ref().unwrap();
+    assert_eq!((&*t.id, &*t.status, t.polls.len()), ("t1", "completed", 3));
+    assert!(t.polls[2].reply.as_deref().unwrap().contains("completed"));
 }

@@ -1,0 +1,970 @@
+//! MCP tasks: a `tools/call` the server answers with a task handle instead of a result — the
+//! `io.modelcontextprotocol/tasks` extension of 2026-07-28 (`resultType: "task"`, `tasks/get`,
+//! `tasks/update`, `tasks/cancel`, `notifications/tasks`) and the experimental tasks of
+//! 2025-11-25 (a request's `params.task`, a `{"task": {…}}` result, `tasks/get`, `tasks/result`,
+//! `notifications/tasks/status`). A task is one call from its creation to its end: the call that
+//! created it waits here (not in the correlator) and its event comes when a poll, a
+//! notification or `tasks/result` shows a terminal status — its outcome the task's, its latency
+//! the task's whole life. Each poll, update and cancel names its task ([`TaskRef`]) so that
+//! views fold them under it. Decides `MCP_TASK_UNDECLARED`, `MCP_TASK_STATUS`, `MCP_TASK_POLL`,
+//! `MCP_TASK_BINDING` and `MCP_TASK_UNFINISHED`.
+//!
+//! Only replies to `tools/call` that contain `"task"`, the tasks methods' own messages and
+//! sessions' ends come here; the table is a std mutex taken by synchronous code only, bounded
+//! by the pending-call cap (a task is a call that waits).
+
+use super::calls::{end_call, flag, Site};
+use super::capability::Caps;
+use super::*;
+use crate::events::TaskRef;
+use crate::locks::Locked as _;
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+
+/// The extension's identifier (2026-07-28).
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+needle!(TASK, "\"task\"");
+
+/// A poll this much sooner than the server's `pollIntervalMs` (in tenths) is too fast: arrival
+/// times on the proxy jitter by a little, the client's own clock does not.
+const FAST_TENTHS: u64 = 9;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl Status {
+    fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "working" => Status::Working,
+            "input_required" => Status::InputRequired,
+            "completed" => Status::Completed,
+            "failed" => Status::Failed,
+            "cancelled" => Status::Cancelled,
+            _ => return None,
+        })
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Working => "working",
+            Status::InputRequired => "input_required",
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    fn terminal(self) -> bool {
+        matches!(self, Status::Completed | Status::Failed | Status::Cancelled)
+    }
+}
+
+/// Findings given once per task.
+const FLAG_FAST: u8 = 1;
+const FLAG_AFTER_END: u8 = 2;
+const FLAG_AFTER_TTL: u8 = 4;
+
+/// What a task handle says of its task, and whether it is in the 2025-11-25 shape.
+pub(super) struct Handle(Seen, bool);
+
+/// One task rpctap saw created.
+#[derive(Debug)]
+struct Task {
+    /// The creating call's key, and the call itself until the task ends.
+    key: PendingKey,
+    call: Option<Pending>,
+    origin_exchange: u64,
+    group: Option<Arc<str>>,
+    status: Status,
+    /// The 2025-11-25 experimental shape.
+    legacy: bool,
+    created: Instant,
+    polls: u32,
+    last_poll: Option<Instant>,
+    interval_ms: Option<u64>,
+    ttl_ms: Option<u64>,
+    flagged: u8,
+}
+
+/// Every task seen, by `taskId`, oldest first for eviction.
+#[derive(Debug, Default)]
+pub(super) struct Table {
+    map: HashMap<Arc<str>, Task>,
+    order: VecDeque<Arc<str>>,
+}
+
+/// What a message says of a task: its shape read once, loosely (a missing member is `None`).
+#[derive(Debug, Default)]
+struct Seen {
+    id: Option<String>,
+    status: Option<String>,
+    interval_ms: Option<u64>,
+    /// `Some(None)`: `null` (unlimited).
+    ttl_ms: Option<Option<u64>>,
+    has_result: bool,
+    error: Option<(i64, String)>,
+    has_input: bool,
+    message: Option<String>,
+}
+
+impl Seen {
+    /// A task object: 2026-07-28's (`pollIntervalMs`, `ttlMs`, the payload inlined) or
+    /// 2025-11-25's (`pollInterval`, `ttl`).
+    fn of(v: &Value) -> Seen {
+        let num = |k: &str| v.get(k).and_then(Value::as_u64);
+        let ttl = |k: &str| v.get(k).map(Value::as_u64);
+        Seen {
+            id: v.get("taskId").and_then(Value::as_str).map(str::to_string),
+            status: v.get("status").and_then(Value::as_str).map(str::to_string),
+            interval_ms: num("pollIntervalMs").or_else(|| num("pollInterval")),
+            ttl_ms: ttl("ttlMs").or_else(|| ttl("ttl")),
+            has_result: v.get("result").is_some_and(Value::is_object),
+            error: v.get("error").map(|e| {
+                (
+                    e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                    e.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            }),
+            has_input: v.get("inputRequests").is_some_and(Value::is_object),
+            message: v
+                .get("statusMessage")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
+}
+
+fn member(raw: &[u8], key: &str) -> Option<Value> {
+    let mut v: Value = serde_json::from_slice(raw).ok()?;
+    Some(v.get_mut(key)?.take())
+}
+
+/// The outcome a task's end gives the call that created it.
+fn outcome_of(status: Status, seen: &Seen, id: &str) -> Outcome {
+    match status {
+        Status::Failed => {
+            let (code, message) = seen.error.clone().unwrap_or_else(|| {
+                (
+                    0,
+                    seen.message
+                        .clone()
+                        .unwrap_or_else(|| format!("task {id} failed")),
+                )
+            });
+            Outcome::Error {
+                code,
+                message: message.into(),
+            }
+        }
+        Status::Cancelled => Outcome::Cancelled {
+            reason: match &seen.message {
+                Some(m) => format!("task {id} cancelled: {m}"),
+                None => format!("task {id} cancelled"),
+            },
+        },
+        _ => Outcome::Result,
+    }
+}
+
+/// Whether a 2025-11-25 request asked for a task (`params.task`).
+pub(super) fn asks_task(env: &Envelope) -> bool {
+    TASK.find(&env.raw).is_some()
+        && member(&env.raw, "params").is_some_and(|p| p.get("task").is_some_and(Value::is_object))
+}
+
+/// A call rpctap ends outside a message (a session's end, a TTL run out): the finding goes on
+/// the creating call.
+fn end_unfinished(inner: &Inner, key: &PendingKey, mut p: Pending, task_id: &str, why: &str) {
+    let reason = format!("task {task_id} reached no terminal status: {why}");
+    flag(
+        inner,
+        Site {
+            exchange: p.exchange,
+            scope: &key.scope,
+            at: Some((key.direction, p.index)),
+            hold: None,
+        },
+        Code::McpTaskUnfinished,
+        Some(&key.id),
+        Some(&p.method),
+        format!(
+            "{reason} (tasks extension, \"Task Polling\": a client polls until a terminal status)"
+        ),
+    );
+    if let Some(t) = p.task.as_mut() {
+        t.status.get_or_insert_with(|| "working".into());
+    }
+    end_call(
+        inner,
+        key,
+        p,
+        Outcome::Missing { reason },
+        &[Code::McpTaskUnfinished.as_str()],
+        None,
+        None,
+    );
+}
+
+/// A session ended: its tasks that never ended end now, unfinished.
+pub(super) fn end_session_tasks(inner: &Inner, sid: &str, why: &str) {
+    let ended: Vec<(Arc<str>, PendingKey, Pending)> = {
+        let mut t = inner.tasks.locked();
+        let mut out = Vec::new();
+        for (id, task) in t.map.iter_mut() {
+            if task.group.as_deref() == Some(sid) {
+                if let Some(p) = task.call.take() {
+                    out.push((id.clone(), task.key.clone(), p));
+                }
+            }
+        }
+        t.map.retain(|_, task| task.group.as_deref() != Some(sid));
+        let map = &t.map;
+        let keep: VecDeque<Arc<str>> = t
+            .order
+            .iter()
+            .filter(|id| map.contains_key(*id))
+            .cloned()
+            .collect();
+        t.order = keep;
+        out
+    };
+    for (id, key, p) in ended {
+        end_unfinished(inner, &key, p, &id, &format!("its session ended ({why})"));
+    }
+}
+
+/// Ends the tasks whose TTL and the call timeout after it have passed without a terminal
+/// status, and forgets tasks past their TTL; returns how many ended.
+pub(super) fn sweep(inner: &Inner) -> usize {
+    let now = inner.clock.now();
+    let grace = inner.cfg.call_timeout;
+    let ended: Vec<(Arc<str>, PendingKey, Pending, u64)> = {
+        let mut t = inner.tasks.locked();
+        let mut out = Vec::new();
+        let mut gone = Vec::new();
+        for (id, task) in t.map.iter_mut() {
+            let Some(ttl) = task.ttl_ms else { continue };
+            let until = task.created + Duration::from_millis(ttl) + grace;
+            if now < until {
+                continue;
+            }
+            if let Some(p) = task.call.take() {
+                out.push((id.clone(), task.key.clone(), p, ttl));
+            }
+            gone.push(id.clone());
+        }
+        for id in &gone {
+            t.map.remove(id);
+        }
+        if !gone.is_empty() {
+            let map = &t.map;
+            let keep: VecDeque<Arc<str>> = t
+                .order
+                .iter()
+                .filter(|id| map.contains_key(*id))
+                .cloned()
+                .collect();
+            t.order = keep;
+        }
+        out
+    };
+    let n = ended.len();
+    let secs = grace.as_secs_f64();
+    for (id, key, p, ttl) in ended {
+        let why = format!("its TTL ({ttl} ms) and the call timeout ({secs} s) after it passed");
+        end_unfinished(inner, &key, p, &id, &why);
+    }
+    n
+}
+
+impl ExchangeCtx {
+    /// A client's `tasks/get` for a task rpctap knows: counted as a poll,
+    /// and flagged when it comes too soon after the last one (`pollIntervalMs`), after the task
+    /// ended or after its TTL — each once per task.
+    pub(super) fn task_request(
+        &self,
+        dir: Direction,
+        method: &str,
+        target: Option<&Arc<str>>,
+        id: &Id,
+        anomalies: &mut Vec<&'static str>,
+    ) {
+        // `tasks/result` (2025-11-25) is how a client fetches an ended task's result: no poll.
+        if dir != Direction::ClientToServer || method != "tasks/get" {
+            return;
+        }
+        let Some(task_id) = target else { return };
+        let now = self.insp.clock.now();
+        let mut found: Vec<(u8, String)> = Vec::new();
+        {
+            let mut t = self.insp.tasks.locked();
+            let Some(task) = t.map.get_mut(&**task_id) else {
+                return;
+            };
+            let since = task.last_poll.unwrap_or(task.created);
+            task.polls = task.polls.saturating_add(1);
+            task.last_poll = Some(now);
+            let mut say = |bit: u8, f: &mut u8, text: String| {
+                if *f & bit == 0 {
+                    *f |= bit;
+                    found.push((bit, text));
+                }
+            };
+            if task.status.terminal() {
+                say(FLAG_AFTER_END, &mut task.flagged, format!(
+                    "`{method}` for task {task_id}, which already ended {} (tasks extension, \"Task Polling\": a client polls until a terminal status)",
+                    task.status.as_str()
+                ));
+            } else if let Some(ttl) = task.ttl_ms {
+                if now >= task.created + Duration::from_millis(ttl) {
+                    say(FLAG_AFTER_TTL, &mut task.flagged, format!(
+                        "`{method}` for task {task_id} after its TTL ({ttl} ms) ran out: the server may have discarded it (tasks extension, \"Task Polling\")"
+                    ));
+                }
+            }
+            if let Some(want) = task.interval_ms {
+                let ms = now.saturating_duration_since(since).as_millis() as u64;
+                if ms * 10 < want * FAST_TENTHS && !task.status.terminal() {
+                    say(FLAG_FAST, &mut task.flagged, format!(
+                        "task {task_id} polled {ms} ms after the {}; the server asked for {want} ms (`pollIntervalMs`: clients SHOULD honour it, tasks extension \"Task Polling\"; flagged once per task)",
+                        if task.polls <= 1 { "task's creation" } else { "previous poll" }
+                    ));
+                }
+            }
+        }
+        for (_, text) in found {
+            self.flag_here(
+                dir,
+                Code::McpTaskPoll,
+                Some(id),
+                Some(&Arc::from(method)),
+                text,
+            );
+            if !anomalies.contains(&Code::McpTaskPoll.as_str()) {
+                anomalies.push(Code::McpTaskPoll.as_str());
+            }
+        }
+    }
+
+    /// A reply that is a task handle (`CreateTaskResult`): what it says of the task, and
+    /// whether it is in the 2025-11-25 shape.
+    pub(super) fn task_handle(&self, key: &PendingKey, env: &Envelope) -> Option<Handle> {
+        if env.kind != Kind::Result
+            || key.direction != Direction::ClientToServer
+            || TASK.find(&env.raw).is_none()
+        {
+            return None;
+        }
+        let result = member(&env.raw, "result")?;
+        if result.get("resultType").and_then(Value::as_str) == Some("task") {
+            return Some(Handle(Seen::of(&result), false));
+        }
+        let t = result
+            .get("task")
+            .filter(|t| t.is_object() && t.get("taskId").is_some())?;
+        Some(Handle(Seen::of(t), true))
+    }
+
+    /// A task handle's call is kept as its task (`None`); a handle that cannot be one (no id,
+    /// no known status, a method without tasks) gives the call back to end as usual.
+    pub(super) fn task_created(
+        &self,
+        key: &PendingKey,
+        mut p: Pending,
+        Handle(seen, legacy): Handle,
+        extra: &mut Vec<&'static str>,
+    ) -> Option<Pending> {
+        let declared = p
+            .modern
+            .as_ref()
+            .and_then(|m| m.caps)
+            .is_some_and(|c| c.has(Caps::TASKS_EXT));
+        if &*p.method != "tools/call" {
+            self.flag_reply(
+                key,
+                &p.method,
+                Code::McpTaskUndeclared,
+                format!("a task handle answers `{}`: only `tools/call` may be answered with a task (tasks extension, \"Supported Methods\"); the client MUST treat it as an invalid response", p.method),
+                extra,
+            );
+            return Some(p);
+        }
+        if !declared {
+            let why = if legacy {
+                "its request asked for no task (`params.task`, 2025-11-25 tasks: a server returns a task only when the request is task-augmented)"
+            } else {
+                "its request's `_meta` capabilities do not declare the `io.modelcontextprotocol/tasks` extension (a server MUST NOT return CreateTaskResult to a client that did not include it on its request, tasks extension \"Capability Negotiation\")"
+            };
+            self.flag_reply(
+                key,
+                &p.method,
+                Code::McpTaskUndeclared,
+                format!("a task handle for call {}: {why}", key.id),
+                extra,
+            );
+        }
+        let Some(task_id) = seen.id.clone() else {
+            self.flag_reply(
+                key,
+                &p.method,
+                Code::McpTaskStatus,
+                "a task handle without a string `taskId`".into(),
+                extra,
+            );
+            return Some(p);
+        };
+        let status = seen.status.as_deref().and_then(Status::parse);
+        let Some(status) = status else {
+            self.flag_reply(
+                key,
+                &p.method,
+                Code::McpTaskStatus,
+                format!(
+                    "task {task_id} created with status {:?}, which is none of working, input_required, completed, failed, cancelled (tasks extension, \"Task Status\")",
+                    seen.status.as_deref().unwrap_or("(none)")
+                ),
+                extra,
+            );
+            return Some(p);
+        };
+        let task_id: Arc<str> = Arc::from(task_id);
+        p.anomalies.append(extra);
+        p.task = Some(Box::new(TaskRef {
+            id: task_id.clone(),
+            status: Some(status.as_str().into()),
+            origin_exchange: None,
+            origin_id: None,
+            polls: 0,
+        }));
+        let now = self.insp.clock.now();
+        let task = Task {
+            key: key.clone(),
+            origin_exchange: p.exchange,
+            call: Some(p),
+            group: key.scope.group().cloned(),
+            status,
+            legacy,
+            created: now,
+            polls: 0,
+            last_poll: None,
+            interval_ms: seen.interval_ms,
+            ttl_ms: seen.ttl_ms.flatten(),
+            flagged: 0,
+        };
+        let evicted = {
+            let mut t = self.insp.tasks.locked();
+            let mut evicted = None;
+            if !t.map.contains_key(&task_id)
+                && t.map.len() >= self.insp.cfg.limits.max_pending.max(1)
+            {
+                while let Some(old) = t.order.pop_front() {
+                    if let Some(o) = t.map.remove(&old) {
+                        evicted = o.call.map(|c| (old, o.key, c));
+                        break;
+                    }
+                }
+            }
+            if let Some(old) = t.map.insert(task_id.clone(), task) {
+                // A server that hands out one id twice: the older task is the newer now.
+                if let Some(c) = old.call {
+                    evicted = Some((task_id.clone(), old.key, c));
+                }
+            } else {
+                t.order.push_back(task_id.clone());
+            }
+            evicted
+        };
+        if let Some((id, k, c)) = evicted {
+            end_unfinished(
+                &self.insp,
+                &k,
+                c,
+                &id,
+                "rpctap forgot it: too many open tasks (the pending-call cap)",
+            );
+        }
+        None
+    }
+
+    /// A reply to `tasks/get`, `tasks/update`, `tasks/cancel` or `tasks/result`: names its task
+    /// on the call's event, judges what it says of the task, and — when it shows the task
+    /// ended — returns the creating call with its outcome.
+    pub(super) fn task_reply(
+        &self,
+        key: &PendingKey,
+        p: &mut Pending,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) -> Option<(PendingKey, Pending, Outcome)> {
+        let method = &*p.method;
+        if key.direction != Direction::ClientToServer
+            || !matches!(
+                method,
+                "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result"
+            )
+        {
+            return None;
+        }
+        let task_id = p.target.clone()?;
+        let (origin_exchange, origin_id, group, legacy) = {
+            let t = self.insp.tasks.locked();
+            let task = t.map.get(&task_id)?;
+            (
+                task.origin_exchange,
+                task.key.id.clone(),
+                task.group.clone(),
+                task.legacy,
+            )
+        };
+        let mut tref = TaskRef {
+            id: task_id.clone(),
+            status: None,
+            origin_exchange: Some(origin_exchange),
+            origin_id: Some(origin_id),
+            polls: 0,
+        };
+        // Another client's task answered with data.
+        if env.kind == Kind::Result {
+            if let (Some(mine), Some(theirs)) = (key.scope.group(), group.as_ref()) {
+                let stateless = |g: &str| g.starts_with(crate::events::STATELESS_PREFIX);
+                if mine != theirs && stateless(mine) && stateless(theirs) {
+                    let msg = format!("`{method}` from {mine} for task {task_id}, which {theirs} created, answered with its data: a task belongs to the client that created it (tasks extension, security: bind tasks to their requestor)");
+                    self.flag_reply(key, &p.method, Code::McpTaskBinding, msg, extra);
+                }
+            }
+        }
+        let seen = match (method, env.kind) {
+            ("tasks/get", Kind::Result) => member(&env.raw, "result").map(|r| Seen::of(&r)),
+            ("tasks/cancel", Kind::Result) if legacy => {
+                member(&env.raw, "result").map(|r| Seen::of(&r))
+            }
+            ("tasks/result", Kind::Result) => Some(Seen {
+                status: Some("completed".into()),
+                has_result: true,
+                ..Seen::default()
+            }),
+            ("tasks/result", Kind::Error) => Some(Seen {
+                status: Some("failed".into()),
+                error: Some((
+                    env.error_code.unwrap_or(0),
+                    env.error_message.as_deref().unwrap_or_default().to_string(),
+                )),
+                ..Seen::default()
+            }),
+            _ => None,
+        };
+        let ended = match seen {
+            Some(seen) if seen.status.is_some() => {
+                let full = method == "tasks/get" && !legacy;
+                let (status, ended) = self.task_status(&task_id, &seen, full, key, p, extra);
+                tref.status = status.map(|s| Arc::from(s.as_str()));
+                ended
+            }
+            _ => None,
+        };
+        p.task = Some(Box::new(tref));
+        ended
+    }
+
+    /// A server's `notifications/tasks` (2026-07-28) or `notifications/tasks/status`
+    /// (2025-11-25): the task's status as it is now. Returns the creating call when it shows the
+    /// task ended.
+    pub(super) fn task_notified(&mut self, dir: Direction, env: &Envelope) {
+        if dir != Direction::ServerToClient {
+            return;
+        }
+        let full = match env.method.as_deref() {
+            Some("notifications/tasks") => true,
+            Some("notifications/tasks/status") => false,
+            _ => return,
+        };
+        let Some(params) = member(&env.raw, "params") else {
+            return;
+        };
+        let seen = Seen::of(&params);
+        let Some(task_id) = seen.id.as_deref().map(Arc::<str>::from) else {
+            return;
+        };
+        let key = PendingKey {
+            scope: self.scope.clone(),
+            direction: dir,
+            id: Id::Null,
+        };
+        let mut sink = Vec::new();
+        let method: Arc<str> = env.method.clone().unwrap_or_else(|| "".into());
+        let (_, ended) =
+            self.task_status_of(&task_id, &seen, full, &key, &method, false, &mut sink);
+        if let Some((k, c, outcome)) = ended {
+            end_call(
+                &self.insp,
+                &k,
+                c,
+                outcome,
+                &[],
+                None,
+                Some(&mut self.deferred),
+            );
+        }
+    }
+
+    /// What a poll's reply says of its task's status: judged against the state machine and
+    /// the payload its status needs (2026-07-28's `tasks/get`), and recorded.
+    fn task_status(
+        &self,
+        task_id: &Arc<str>,
+        seen: &Seen,
+        full: bool,
+        key: &PendingKey,
+        p: &Pending,
+        extra: &mut Vec<&'static str>,
+    ) -> (Option<Status>, Option<(PendingKey, Pending, Outcome)>) {
+        self.task_status_of(task_id, seen, full, key, &p.method, true, extra)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn task_status_of(
+        &self,
+        task_id: &Arc<str>,
+        seen: &Seen,
+        full: bool,
+        key: &PendingKey,
+        method: &Arc<str>,
+        on_reply: bool,
+        extra: &mut Vec<&'static str>,
+    ) -> (Option<Status>, Option<(PendingKey, Pending, Outcome)>) {
+        let Some(text) = seen.status.as_deref() else {
+            return (None, None);
+        };
+        let mut problems: Vec<String> = Vec::new();
+        let status = Status::parse(text);
+        if status.is_none() {
+            problems.push(format!("status {text:?} is none of working, input_required, completed, failed, cancelled (tasks extension, \"Task Status\")"));
+        }
+        if let (true, Some(s)) = (full, status) {
+            let need = match s {
+                Status::Completed if !seen.has_result => Some("`result`"),
+                Status::Failed if seen.error.is_none() => Some("`error`"),
+                Status::InputRequired if !seen.has_input => Some("`inputRequests`"),
+                _ => None,
+            };
+            if let Some(n) = need {
+                problems.push(format!("status {text} without its {n} (tasks extension, \"Task Polling\": the server MUST return it)"));
+            }
+            if seen.has_result && s != Status::Completed {
+                problems.push(format!(
+                    "a `result` while the status is {text}: a result comes with `completed` only"
+                ));
+            }
+        }
+        let mut ended = None;
+        {
+            let mut t = self.insp.tasks.locked();
+            if let Some(task) = t.map.get_mut(&**task_id) {
+                if let Some(s) = status {
+                    if task.status.terminal() && s != task.status {
+                        problems.push(format!(
+                            "task {task_id} ended {} and is now {}: a terminal status is final (tasks extension, \"Task Status\" state diagram)",
+                            task.status.as_str(),
+                            s.as_str()
+                        ));
+                    } else if !task.status.terminal() {
+                        task.status = s;
+                        if let Some(ms) = seen.interval_ms {
+                            task.interval_ms = Some(ms);
+                        }
+                        if let Some(ttl) = seen.ttl_ms {
+                            task.ttl_ms = ttl;
+                        }
+                        if s.terminal() {
+                            if let Some(mut c) = task.call.take() {
+                                if let Some(r) = c.task.as_mut() {
+                                    r.status = Some(s.as_str().into());
+                                    r.polls = task.polls;
+                                }
+                                ended = Some((task.key.clone(), c, outcome_of(s, seen, task_id)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !problems.is_empty() {
+            let msg = format!("task {task_id}: {}", problems.join("; "));
+            if on_reply {
+                self.flag_reply(key, method, Code::McpTaskStatus, msg, extra);
+            } else {
+                self.flag_here(key.direction, Code::McpTaskStatus, None, Some(method), msg);
+            }
+        }
+        (status, ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::modern::rule_tests::{codes, events, post};
+    use super::*;
+    use crate::events::{BusBuilder, CallEvent, Subscription};
+
+    const V: Option<&str> = Some("2026-07-28");
+
+    fn setup() -> (Inspector, Subscription) {
+        let mut bus = BusBuilder::default();
+        let sub = bus.subscribe("t", 1 << 12);
+        (
+            Inspector::offline(InspectConfig::default(), bus.build()),
+            sub,
+        )
+    }
+
+    /// A 2026-07-28 request's body: `_meta` with or without the tasks extension.
+    fn req(id: u32, method: &str, params: &str, ext: bool) -> String {
+        let caps = if ext {
+            r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#
+        } else {
+            "{}"
+        };
+        let meta = format!(
+            r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{caps}}}"#
+        );
+        let params = if params.is_empty() {
+            format!("{{{meta}}}")
+        } else {
+            format!("{{{params},{meta}}}")
+        };
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#)
+    }
+
+    fn task(id: u32, status: &str, extra: &str) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","taskId":"t1","status":"{status}","createdAt":"2026-12-07T10:00:00Z","lastUpdatedAt":"2026-12-07T10:00:00Z","ttlMs":60000,"pollIntervalMs":100{extra}}}}}"#
+        )
+    }
+
+    const HANDLE: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working","createdAt":"2026-12-07T10:00:00Z","lastUpdatedAt":"2026-12-07T10:00:00Z","ttlMs":60000,"pollIntervalMs":100}}"#;
+
+    fn calls(ev: &[Event]) -> Vec<&CallEvent> {
+        ev.iter()
+            .filter_map(|e| match e {
+                Event::Call(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn poll(insp: &Inspector, at_ms: u64, id: u32, reply: &str) {
+        insp.set_time(at_ms * 1_000_000);
+        post(
+            insp,
+            V,
+            &req(id, "tasks/get", r#""taskId":"t1""#, true),
+            &[reply],
+        );
+    }
+
+    /// The call that created a task ends when a poll shows it completed: one event, its outcome
+    /// the task's, its latency the task's whole life, its polls counted; each poll names it.
+    #[test]
+    fn a_task_is_one_call_from_its_handle_to_its_end() {
+        let (insp, mut sub) = setup();
+        post(
+            &insp,
+            V,
+            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
+            &[HANDLE],
+        );
+        let ev = events(&mut sub);
+        assert!(calls(&ev).is_empty(), "the call waits for its task: {ev:?}");
+        assert!(codes(&ev).is_empty(), "{:?}", codes(&ev));
+        poll(&insp, 150, 2, &task(2, "working", ""));
+        poll(&insp, 300, 3, &task(3, "working", ""));
+        poll(
+            &insp,
+            450,
+            4,
+            &task(4, "completed", r#","result":{"content":[]}"#),
+        );
+        let ev = events(&mut sub);
+        assert!(codes(&ev).is_empty(), "{:?}", codes(&ev));
+        let c = calls(&ev);
+        assert_eq!(c.len(), 4, "three polls and the task's call: {c:?}");
+        for (p, status) in c[..3].iter().zip(["working", "working", "completed"]) {
+            assert_eq!(&*p.method, "tasks/get");
+            let t = p.task.as_deref().expect("a poll names its task");
+            assert_eq!(&*t.id, "t1");
+            assert_eq!(t.status.as_deref(), Some(status));
+            assert_eq!(t.origin_id, Some(Id::Num("1".into())));
+        }
+        let origin = c[3];
+        assert_eq!(&*origin.method, "tools/call");
+        assert_eq!(origin.id, Id::Num("1".into()));
+        assert_eq!(origin.outcome, Outcome::Result);
+        assert_eq!(origin.latency_us, Some(450_000));
+        let t = origin.task.as_deref().unwrap();
+        assert_eq!((t.status.as_deref(), t.polls), (Some("completed"), 3));
+    }
+
+    #[test]
+    fn polls_too_fast_after_the_end_and_a_changed_end_are_flagged() {
+        let (insp, mut sub) = setup();
+        post(
+            &insp,
+            V,
+            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
+            &[HANDLE],
+        );
+        poll(&insp, 20, 2, &task(2, "working", ""));
+        poll(&insp, 40, 3, &task(3, "input_required", ""));
+        let ev = events(&mut sub);
+        // Once per task, with the measured interval; and input_required without its requests.
+        assert_eq!(codes(&ev), ["MCP_TASK_POLL", "MCP_TASK_STATUS"]);
+        let msg = ev.iter().find_map(|e| match e {
+            Event::Anomaly(a) if a.code == "MCP_TASK_POLL" => Some(a.message.clone()),
+            _ => None,
+        });
+        assert!(msg.unwrap().contains("polled 20 ms"));
+        poll(
+            &insp,
+            500,
+            4,
+            &task(4, "failed", r#","error":{"code":-32603,"message":"boom"}"#),
+        );
+        let ev = events(&mut sub);
+        let origin = calls(&ev)
+            .into_iter()
+            .find(|c| &*c.method == "tools/call")
+            .unwrap();
+        assert_eq!(
+            origin.outcome,
+            Outcome::Error {
+                code: -32603,
+                message: "boom".into()
+            }
+        );
+        poll(
+            &insp,
+            900,
+            5,
+            &task(5, "completed", r#","result":{"content":[]}"#),
+        );
+        assert_eq!(
+            codes(&events(&mut sub)),
+            ["MCP_TASK_POLL", "MCP_TASK_STATUS"]
+        );
+    }
+
+    #[test]
+    fn a_task_for_a_client_that_did_not_declare_the_extension_is_flagged() {
+        let (insp, mut sub) = setup();
+        post(
+            &insp,
+            V,
+            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, false),
+            &[HANDLE],
+        );
+        assert_eq!(codes(&events(&mut sub)), ["MCP_TASK_UNDECLARED"]);
+        // A method without tasks answered with one: flagged, and the call ends at its reply.
+        post(
+            &insp,
+            V,
+            &req(2, "prompts/get", r#""name":"p""#, true),
+            &[&HANDLE.replace("\"id\":1", "\"id\":2")],
+        );
+        let ev = events(&mut sub);
+        assert_eq!(codes(&ev), ["MCP_TASK_UNDECLARED"]);
+        assert_eq!(calls(&ev).len(), 1);
+    }
+
+    #[test]
+    fn another_clients_task_answered_is_flagged() {
+        let (insp, mut sub) = setup();
+        post(
+            &insp,
+            V,
+            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
+            &[HANDLE],
+        );
+        insp.set_time(200_000_000);
+        let other = req(2, "tasks/get", r#""taskId":"t1""#, true)
+            .replace(r#""name":"t""#, r#""name":"other""#);
+        post(&insp, V, &other, &[&task(2, "working", "")]);
+        let ev = events(&mut sub);
+        assert_eq!(codes(&ev), ["MCP_TASK_BINDING"], "{ev:?}");
+    }
+
+    /// 2025-11-25: `params.task` asks, `{"task":{…}}` answers, `tasks/result` gives the result.
+    #[test]
+    fn the_2025_11_25_shape_is_one_call_too() {
+        let (insp, mut sub) = setup();
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow","arguments":{},"task":{"ttl":60000}}}"#;
+        let handle = r#"{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"old","status":"working","ttl":60000,"pollInterval":50,"createdAt":"2025-11-25T10:00:00Z"}}}"#;
+        post(&insp, None, call, &[handle]);
+        insp.set_time(100_000_000);
+        let get = r#"{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{"taskId":"old"}}"#;
+        post(
+            &insp,
+            None,
+            get,
+            &[
+                r#"{"jsonrpc":"2.0","id":8,"result":{"taskId":"old","status":"completed","ttl":60000,"pollInterval":50,"createdAt":"2025-11-25T10:00:00Z"}}"#,
+            ],
+        );
+        insp.set_time(120_000_000);
+        let res = r#"{"jsonrpc":"2.0","id":9,"method":"tasks/result","params":{"taskId":"old"}}"#;
+        post(
+            &insp,
+            None,
+            res,
+            &[r#"{"jsonrpc":"2.0","id":9,"result":{"content":[]}}"#],
+        );
+        let ev = events(&mut sub);
+        assert!(codes(&ev).is_empty(), "{:?}", codes(&ev));
+        let c = calls(&ev);
+        let origin = c.iter().find(|c| &*c.method == "tools/call").unwrap();
+        assert_eq!(
+            (origin.outcome.clone(), origin.latency_us),
+            (Outcome::Result, Some(100_000))
+        );
+        // Without `params.task`, the handle is flagged.
+        let bare = call
+            .replace(r#","task":{"ttl":60000}"#, "")
+            .replace("\"id\":7", "\"id\":10");
+        post(
+            &insp,
+            None,
+            &bare,
+            &[&handle
+                .replace("\"id\":7", "\"id\":10")
+                .replace("\"old\"", "\"old2\"")],
+        );
+        assert_eq!(codes(&events(&mut sub)), ["MCP_TASK_UNDECLARED"]);
+    }
+
+    /// A task still working when its stdio session ends: its call ends missing, naming it.
+    #[test]
+    fn a_task_open_when_its_session_ends_is_unfinished() {
+        let (insp, mut sub) = setup();
+        let mut s = insp.begin_stream("stdio-1");
+        s.line(Direction::ClientToServer, Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{},"task":{}}}"#));
+        s.line(Direction::ServerToClient, Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"result":{"task":{"taskId":"s1","status":"working","ttl":null}}}"#));
+        s.end(EndReason::Complete);
+        let ev = events(&mut sub);
+        assert_eq!(codes(&ev), ["MCP_TASK_UNFINISHED"]);
+        let c = calls(&ev);
+        assert_eq!(c.len(), 1);
+        match &c[0].outcome {
+            Outcome::Missing { reason } => assert!(reason.contains("task s1"), "{reason}"),
+            o => panic!("{o:?}"),
+        }
+    }
+}
