@@ -44,6 +44,14 @@ venv k8s kubernetes-validate==1.37.0
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \
   @modelcontextprotocol/conformance@0.1.16 node@22 ganache@7.9.2 @modelcontextprotocol/inspector@2.12.0
 
+# The official Rust MCP SDK (rmcp) as a tasks server and client (tests/interop/rmcp_tasks, built
+# here: cargo rebuilds it only when its source changed).
+echo "peers: rmcp-tasks (rmcp 3.11.0)"
+cargo build -q --locked --manifest-path tests/interop/rmcp_tasks/Cargo.toml --target-dir "$ROOT/rmcp-build"
+mkdir -p "$ROOT/rmcp-tasks"
+cp "$ROOT/rmcp-build/debug/rmcp-tasks" "$ROOT/rmcp-tasks/rmcp-tasks"
+printf '%s' 'rmcp-tasks rmcp=3.11.0' >"$ROOT/rmcp-tasks/rpctap-installed"
+
 # Debian packages, by the command each provides: tmux (the dashboard's end-to-end tests), curl,
 # prometheus + promtool (tests/it/admin.rs scrapes /metrics with a real Prometheus), systemd's
 # systemd-analyze (tests/it/deploy.rs verifies config/systemd/), redis-server (tests/it/fleet.rs: limits

@@ -384,11 +384,20 @@ impl ExchangeCtx {
         Handle(seen, legacy): Handle,
         extra: &mut Vec<&'static str>,
     ) -> Option<Pending> {
-        let declared = p
-            .modern
-            .as_ref()
-            .and_then(|m| m.caps)
-            .is_some_and(|c| c.has(Caps::TASKS_EXT));
+        // Declared on the request (2026-07-28's per-request capabilities, 2025-11-25's
+        // `params.task`); a request that declares nothing of its own, in a session whose
+        // `initialize` declared the extension, has it from there (no per-request
+        // capabilities exist in that handshake).
+        let declared = match p.modern.as_ref().and_then(|m| m.caps) {
+            Some(c) => c.has(Caps::TASKS_EXT),
+            None => key.scope.group().is_some_and(|g| {
+                self.insp
+                    .correlator
+                    .peek_session(g, |s| s.mcp.client_caps)
+                    .flatten()
+                    .is_some_and(|c| c.has(Caps::TASKS_EXT))
+            }),
+        };
         if &*p.method != "tools/call" {
             self.flag_reply(
                 key,

@@ -1382,3 +1382,168 @@ async fn tampered_request_state_is_flagged_and_never_shown() {
         }
     }
 }
+
+/// The official Rust SDK's tasks peer (tests/interop/rmcp_tasks), built by `scripts/peers.sh`.
+fn rmcp_tasks() -> PathBuf {
+    installed("rmcp-tasks", &["rmcp-tasks rmcp=3.11.0"]).join("rmcp-tasks")
+}
+
+/// Runs the rmcp tasks client's `scenario`; its JSON line.
+async fn rmcp_client(scenario: &str, transport: &[&str]) -> serde_json::Value {
+    let mut cmd = Command::new(rmcp_tasks());
+    cmd.arg("client").arg(scenario).args(transport);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rmcp client {scenario}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// What a recording says of its tasks: per `tools/call` that created one (in order), its
+/// outcome, latency and last status; and whether the dashboard lists any of their polls.
+fn recorded_tasks(file: &Path) -> Vec<(rpctap::events::Outcome, u64, String, u32)> {
+    let rec = rpctap::record::reader::read(file).unwrap();
+    let tasks: Vec<_> = rec
+        .calls()
+        .filter(|c| &*c.method == "tools/call")
+        .map(|c| {
+            let t = c.task.as_deref().expect("the call created a task");
+            (
+                c.outcome.clone(),
+                c.latency_us.unwrap(),
+                t.status.as_deref().unwrap_or("").to_string(),
+                t.polls,
+            )
+        })
+        .collect();
+    // The dashboard: one row per task, its polls folded under it.
+    let mut app = rpctap::view::App::new("t", "l", "u", 100_000, 0);
+    app.load_recording(&rec);
+    let listed: Vec<_> = app.rows.iter().filter(|r| !r.folded).collect();
+    assert!(
+        !listed.iter().any(|r| r.method.starts_with("tasks/")),
+        "{}: a task's polls are folded under it",
+        file.display()
+    );
+    let with_task = listed.iter().filter(|r| r.task.is_some()).count();
+    assert_eq!(with_task, tasks.len(), "{}", file.display());
+    tasks
+}
+
+/// MCP tasks (the 2026-07-28 extension) with the official Rust SDK on both sides over
+/// Streamable HTTP: a task that completes, one polled without waiting, one cancelled, one that
+/// asks for input and is answered. Through rpctap each is what it is direct; each task is one
+/// call whose outcome and latency are the task's; the only finding is the client that polls
+/// faster than `pollIntervalMs`; the recording checks the same; the dashboard folds the polls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_tasks_over_http_are_one_call_each() {
+    use rpctap::events::Outcome;
+    let dir = Scratch::new("rmcp-tasks");
+    let port = free_port();
+    let mut server = Command::new(rmcp_tasks());
+    server.args(["serve-http", &port.to_string()]);
+    let _server = start_peer(server, port).await;
+    let direct = format!("http://127.0.0.1:{port}/mcp");
+    let file = dir.join("tasks.jsonl");
+    let proxy = start_proxy_flags(
+        &format!("http://127.0.0.1:{port}"),
+        recording_proxy_flags(&file),
+    )
+    .await;
+    let via = format!("http://{}/mcp", proxy.addr);
+    let want = [
+        ("complete", "completed", "42"),
+        ("fast", "completed", "42"),
+        ("cancel", "cancelled", ""),
+        ("input", "completed", "Hello, Luca!"),
+    ];
+    for (scenario, status, text) in want {
+        for url in [&direct, &via] {
+            let out = rmcp_client(scenario, &["http", url]).await;
+            assert_eq!(out["status"], status, "{scenario} via {url}: {out}");
+            assert_eq!(
+                out["text"].as_str().unwrap_or(""),
+                text,
+                "{scenario}: {out}"
+            );
+        }
+    }
+    let live = {
+        drop(proxy.stop);
+        proxy.served.await.unwrap();
+        live_codes(&file)
+    };
+    let found: Vec<&String> = live.values().flatten().collect();
+    assert_eq!(found, ["MCP_TASK_POLL"], "only the fast poller: {live:?}");
+    let c = check_recording(&file);
+    // The fast poller's session does not pass (seed 004: any finding fails its scope).
+    assert_eq!(c.exit, Some(1), "{}", c.stdout);
+    assert_eq!(c.codes, live, "check finds what the live run found");
+    let tasks = recorded_tasks(&file);
+    let outcomes: Vec<&Outcome> = tasks.iter().map(|t| &t.0).collect();
+    assert!(
+        matches!(
+            outcomes[..],
+            [
+                Outcome::Result,
+                Outcome::Result,
+                Outcome::Cancelled { .. },
+                Outcome::Result
+            ]
+        ),
+        "{tasks:?}"
+    );
+    let statuses: Vec<&str> = tasks.iter().map(|t| t.2.as_str()).collect();
+    assert_eq!(
+        statuses,
+        ["completed", "completed", "cancelled", "completed"]
+    );
+    // The sum takes 200 ms of the server's time: the call's latency is the task's whole life,
+    // not the milliseconds its handle took.
+    assert!(tasks[0].1 >= 200_000, "{tasks:?}");
+    assert!(
+        tasks[0].3 >= 1 && tasks[1].3 > tasks[0].3,
+        "polls counted: {tasks:?}"
+    );
+}
+
+/// The same tasks over stdio, the client starting `rpctap stdio -- rmcp-tasks serve-stdio`:
+/// one call per task, nothing flagged, the recording clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_tasks_over_stdio_are_one_call_each() {
+    let dir = Scratch::new("rmcp-tasks-stdio");
+    let peer = rmcp_tasks();
+    for (scenario, text) in [("complete", "42"), ("input", "Hello, Luca!")] {
+        let file = dir.join(format!("{scenario}.jsonl"));
+        let args = [
+            "stdio",
+            BIN,
+            "stdio",
+            "--no-hub",
+            "--record",
+            file.to_str().unwrap(),
+            "--",
+            peer.to_str().unwrap(),
+            "serve-stdio",
+        ];
+        let out = rmcp_client(scenario, &args).await;
+        assert_eq!(
+            (out["status"].as_str(), out["text"].as_str()),
+            (Some("completed"), Some(text))
+        );
+        let c = check_recording(&file);
+        assert_eq!((c.exit, c.codes.len()), (Some(0), 0), "{}", c.stdout);
+        assert!(live_codes(&file).is_empty());
+        let tasks = recorded_tasks(&file);
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(
+            (&tasks[0].0, tasks[0].2.as_str()),
+            (&rpctap::events::Outcome::Result, "completed")
+        );
+    }
+}
