@@ -797,10 +797,13 @@ fn watch_shows_shims_live_marks_a_killed_one_ended_within_2s_and_backfills_them_
     t.cmd(&["send-keys", "-t", "t", "q"]);
     t.wait_for("READY$", Duration::from_secs(5));
     t.cmd(&["send-keys", "-t", "t", &format!("{bin} watch"), "Enter"]);
+    // Both ended, and their calls read back from their recordings (which lands a moment after
+    // the rows appear: the backfill reads the files).
     let screen = t.wait_until(Duration::from_secs(10), |s| {
-        ["alpha", "beta"]
-            .iter()
-            .all(|l| line_with(s, l).contains("ended"))
+        ["alpha", "beta"].iter().all(|l| {
+            let row = line_with(s, l);
+            row.contains("ended") && row.contains(" 2 ")
+        })
     });
     for l in ["alpha", "beta"] {
         let row = line_with(&screen, l);
