@@ -6,12 +6,15 @@ use serde_json::Value;
 
 pub const REDACTED: &str = "[REDACTED]";
 
-/// Headers always redacted, whatever the configuration says.
-pub const ALWAYS: [&str; 4] = [
+/// Headers always redacted, whatever the configuration says. `DPoP` carries a proof of
+/// possession signed for one request (RFC 9449; MCP authorization, SEP-1932): a credential like
+/// the token it goes with.
+pub const ALWAYS: [&str; 5] = [
     "authorization",
     "proxy-authorization",
     "cookie",
     "set-cookie",
+    "dpop",
 ];
 
 /// What to redact.
@@ -136,6 +139,7 @@ impl Redactor {
             || *k == PROXY_AUTHORIZATION
             || *k == COOKIE
             || *k == SET_COOKIE
+            || k.as_str() == "dpop"
             || self.headers.iter().any(|h| k.as_str() == h)
     }
 
@@ -186,6 +190,7 @@ impl Redactor {
             (self.preset && is_secret_key(&w))
                 || names.iter().any(|n| n.eq_ignore_ascii_case(&w))
                 || w.eq_ignore_ascii_case("bearer")
+                || w.eq_ignore_ascii_case("dpop")
         };
         let word_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
         let mut out = Vec::with_capacity(raw.len());
@@ -247,7 +252,7 @@ impl Redactor {
             let scheme = &raw[value_start..k];
             if quote.is_none()
                 && raw.get(k) == Some(&b' ')
-                && [&b"bearer"[..], b"basic", b"token", b"digest"]
+                && [&b"bearer"[..], b"basic", b"token", b"digest", b"dpop"]
                     .iter()
                     .any(|s| scheme.eq_ignore_ascii_case(s))
             {
@@ -371,6 +376,11 @@ mod tests {
         assert_eq!(
             t("Authorization: Bearer abc.def.ghi and passcode: 4242"),
             format!("Authorization: Bearer {REDACTED} and passcode: {REDACTED}")
+        );
+        // RFC 9449: a DPoP-bound token and its proof.
+        assert_eq!(
+            t("Authorization: DPoP eyJ.tok.en DPoP: eyJ.pro.of"),
+            format!("Authorization: DPoP {REDACTED} DPoP: {REDACTED}")
         );
         assert_eq!(t("nothing secret here"), "nothing secret here");
         assert_eq!(t("a token without a value"), "a token without a value");

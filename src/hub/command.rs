@@ -195,12 +195,15 @@ pub fn scrub(command: &[String]) -> (Vec<String>, Vec<String>) {
                 continue;
             }
         }
-        if let Some(rest) = a
-            .strip_prefix("Bearer ")
-            .or_else(|| a.strip_prefix("bearer "))
-        {
+        // A token after its scheme: `Bearer`, or `DPoP` (RFC 9449, a proof-bound token).
+        let scheme = ["Bearer", "DPoP"].into_iter().find_map(|sch| {
+            let head = a.get(..sch.len() + 1)?;
+            (head[..sch.len()].eq_ignore_ascii_case(sch) && head.ends_with(' '))
+                .then(|| (sch, &a[sch.len() + 1..]))
+        });
+        if let Some((sch, rest)) = scheme {
             secrets.push(rest.to_string());
-            out.push(format!("Bearer {REDACTED}"));
+            out.push(format!("{sch} {REDACTED}"));
             continue;
         }
         if let Some((name, value)) = a.split_once('=') {
@@ -294,6 +297,7 @@ mod tests {
             "ghp_abcdefghijklmnop".into(),
             "--password".into(),
             "--verbose".into(),
+            "dpop eyJwcm9vZg".into(),
         ]);
         assert_eq!(
             out,
@@ -304,10 +308,11 @@ mod tests {
                 "GITHUB_TOKEN=[REDACTED]",
                 "[REDACTED]",
                 "--password",
-                "--verbose"
+                "--verbose",
+                "DPoP [REDACTED]"
             ]
         );
-        assert_eq!(secrets.len(), 3);
+        assert_eq!(secrets.len(), 4);
         assert_eq!(
             scrub_text("started with key sk-test-123", &["sk-test-123".into()]),
             "started with key [REDACTED]"

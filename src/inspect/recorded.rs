@@ -401,7 +401,15 @@ fn reinspect_with(
                 };
                 o.flush();
                 let session = headers.get("mcp-session-id");
-                let challenge = headers.get("www-authenticate");
+                // As the live proxy read them (`media::better_challenge`).
+                let mut challenge: Option<String> = None;
+                for (k, v) in headers.pairs() {
+                    if k.eq_ignore_ascii_case("www-authenticate")
+                        && crate::media::better_challenge(challenge.as_deref(), &v)
+                    {
+                        challenge = Some(v);
+                    }
+                }
                 match local {
                     Some(why) => o.ctx.answer_locally(*status, why),
                     None => o.ctx.response_head(&ResponseMeta {

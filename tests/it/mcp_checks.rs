@@ -21,13 +21,19 @@ async fn bad_mcp_server() -> (std::net::SocketAddr, Stop) {
                 return json_reply(200, r#"{"resource":"http://127.0.0.1/mcp","authorization_servers":["https://auth.example.test"]}"#);
             }
             if parts.uri.path() == "/auth" {
-                let challenge = if parts.uri.query() == Some("good") {
+                let good = parts.uri.query() == Some("good");
+                let challenge = if good {
                     r#"Bearer resource_metadata="https://example.test/.well-known/oauth-protected-resource""#
                 } else {
                     r#"Bearer realm="mcp""#
                 };
-                return http::Response::builder()
-                    .status(401)
+                // The good one also offers DPoP (RFC 9449), first and without the metadata: a
+                // client reads every challenge, and so does the rule.
+                let mut r = http::Response::builder().status(401);
+                if good {
+                    r = r.header("www-authenticate", r#"DPoP algs="ES256""#);
+                }
+                return r
                     .header("www-authenticate", challenge)
                     .body(boxed(""))
                     .unwrap();
