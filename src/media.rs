@@ -44,6 +44,18 @@ pub fn accepts_event_stream(headers: &http::HeaderMap) -> bool {
         .any(|v| contains_ignore_case(v, "text/event-stream"))
 }
 
+/// Of a response's `WWW-Authenticate` headers (a server may offer several challenges, one per
+/// header: `Bearer …`, `DPoP …` of RFC 9449), the one MCP's authorization rule reads: the first
+/// that names the protected-resource metadata, else the first. Whether `next` takes the place
+/// of the one kept so far (`have`).
+pub fn better_challenge(have: Option<&str>, next: &str) -> bool {
+    let named = |w: &str| contains_ignore_case(w, "resource_metadata");
+    match have {
+        None => true,
+        Some(h) => !named(h) && named(next),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,17 +80,5 @@ mod tests {
         assert!(!accepts_event_stream(&h));
         h.append(http::header::ACCEPT, "Text/Event-Stream".parse().unwrap());
         assert!(accepts_event_stream(&h));
-    }
-}
-
-/// Of a response's `WWW-Authenticate` headers (a server may offer several challenges, one per
-/// header: `Bearer …`, `DPoP …` of RFC 9449), the one MCP's authorization rule reads: the first
-/// that names the protected-resource metadata, else the first. Whether `next` takes the place
-/// of the one kept so far (`have`).
-pub fn better_challenge(have: Option<&str>, next: &str) -> bool {
-    let named = |w: &str| contains_ignore_case(w, "resource_metadata");
-    match have {
-        None => true,
-        Some(h) => !named(h) && named(next),
     }
 }

@@ -175,7 +175,7 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
             "mcp-method" if p.mcp_method.is_none() => p.mcp_method = value.to_str().ok(),
             "mcp-name" if p.mcp_name.is_none() => p.mcp_name = value.to_str().ok(),
             "www-authenticate" => {
-                if let Some(v) = value.to_str().ok() {
+                if let Ok(v) = value.to_str() {
                     if crate::media::better_challenge(p.www_authenticate, v) {
                         p.www_authenticate = Some(v);
                     }
