@@ -559,12 +559,26 @@ pub fn spawn_with_banner(
 /// The conformance suite's server scenarios against `url` (run in `work`): everything it
 /// printed, stdout then stderr.
 pub async fn conformance_server(url: String, work: &std::path::Path) -> String {
+    conformance_run("@modelcontextprotocol/conformance", &["--url", &url], work).await
+}
+
+/// The conformance suite 0.2 (`conformance2`): the scenarios the 2026-07-28 revision requires
+/// (the tasks extension's among them) against `url`.
+pub async fn conformance_2026(url: String, work: &std::path::Path) -> String {
+    let args = ["--url", &url, "--requirements", "2026-07-28"];
+    conformance_run("conformance2", &args, work).await
+}
+
+async fn conformance_run(package: &str, args: &[&str], work: &std::path::Path) -> String {
     let dir = installed("node", NODE_PACKAGES);
     let work = work.to_path_buf();
+    let index = dir.join("node_modules").join(package).join("dist/index.js");
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let out = std::process::Command::new(dir.join("node_modules/node/bin/node"))
-            .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
-            .args(["server", "--url", &url])
+            .arg(index)
+            .arg("server")
+            .args(&args)
             .current_dir(&work)
             .output()
             .unwrap();
@@ -790,6 +804,7 @@ pub const NODE_PACKAGES: &[&str] = &[
     "node@22",
     "ganache@7.9.2",
     "@modelcontextprotocol/inspector@2.12.0",
+    "conformance2@npm:@modelcontextprotocol/conformance@0.2.0-alpha.12",
 ];
 
 /// A peer folder under target/interop whose stamp names exactly `packages`.

@@ -848,6 +848,72 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
     assert_checks_replays_finding(proxy, &file, &upstream, 40, true).await;
 }
 
+/// The conformance suite 0.2.0-alpha.12's 2026-07-28 requirements (stateless requests, caching,
+/// header validation, input-required rounds and the tasks extension's scenarios) against
+/// server-everything, direct and through rpctap: every verdict the same. server-everything
+/// speaks no 2026-07-28 (most scenarios fail, identically); each finding rpctap raises is judged
+/// here — what the suite sends wrong on purpose, and the server's answers with `id: null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_2026_requirements_identical_direct_and_through_rpctap() {
+    let dir = node_modules(NODE_PACKAGES);
+    let port = free_port();
+    let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
+    let upstream = format!("http://127.0.0.1:{port}");
+    let work = Scratch::new("conformance-2026");
+    let file = work.join("conformance.jsonl");
+    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+    let direct = conformance_2026(format!("{upstream}/mcp"), &work).await;
+    let via = conformance_2026(format!("http://{}/mcp", proxy.addr), &work).await;
+    let (d, v) = (verdicts(&direct), verdicts(&via));
+    assert!(d.len() >= 40, "the suite ran its scenarios: {direct}");
+    assert!(
+        d.iter().filter(|l| l.contains("tasks-")).count() >= 8,
+        "the tasks scenarios ran: {direct}"
+    );
+    assert_eq!(d, v, "every scenario's verdict is the same through rpctap");
+    let ev = proxy.drain().await;
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &ev {
+        let Event::Anomaly(a) = &**e else { continue };
+        seen.insert(a.code);
+        let m = &a.message;
+        // Each finding, judged: the suite's deliberate mistakes (a request without its `_meta`
+        // keys, a version header that contradicts the body, removed methods, input responses
+        // to rounds never issued, an `Mcp-Method` that is not the body's method), and
+        // server-everything's replies to requests it does not take (`-32000` with `id: null`,
+        // so the calls they answer get no reply of their own).
+        let judged = match a.code {
+            "MCP_META" => m.contains("without the required _meta"),
+            "MCP_HEADER_MISMATCH" => {
+                m.contains("but the request's _meta names")
+                    || m.contains("but the body's method is")
+            }
+            "MCP_REMOVED" => m.contains("is not part of 2026-07-28"),
+            "MCP_INPUT_RESPONSE" => {
+                m.contains("that no input_required round of this client issued")
+            }
+            "NULL_ID_RESPONSE" => m.contains("a response with id null (error -32000)"),
+            "MISSING_RESPONSE" => m.contains("got no reply"),
+            _ => false,
+        };
+        assert!(judged, "an unjudged finding: {}: {m}", a.code);
+    }
+    eprintln!("conformance 2026-07-28 traffic through rpctap flagged: {seen:?}");
+    assert!(
+        seen.contains("MCP_META") && seen.contains("MCP_REMOVED"),
+        "{seen:?}"
+    );
+    // The recording checks as the live run did.
+    drop(proxy.stop);
+    proxy.served.await.unwrap();
+    let c = check_recording(&file);
+    assert_eq!(
+        c.codes,
+        live_codes(&file),
+        "check finds what the live run found"
+    );
+}
+
 /// The JSON-RPC 2.0 specification's examples (section 7).
 const SPEC_EXAMPLES: [&str; 11] = [
     r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#,
