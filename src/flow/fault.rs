@@ -95,6 +95,10 @@ pub struct FaultSpec {
     pub close: bool,
     /// `"1KiB/s"`: the reply written at this rate.
     pub throttle: Option<String>,
+    /// MCP tasks: the task a reply shows (a `tasks/get` reply, a task handle) made `fail`
+    /// (status `failed` with an injected error), `cancel` (status `cancelled`) or `stall`
+    /// (status `working`, so that it never ends for the client).
+    pub task: Option<String>,
 }
 
 /// An injected error: `error = { code = -32000, message = "…", data = … }`.
@@ -170,6 +174,60 @@ impl PartialEq for Edit {
 impl std::fmt::Debug for Edit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Edit({})", self.0.name())
+    }
+}
+
+/// What a `task` fault makes of the task a reply shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskFault {
+    Fail,
+    Cancel,
+    Stall,
+}
+
+/// A `task` fault: the task object in a reply (a 2026-07-28 `tasks/get` result or task handle,
+/// a 2025-11-25 `tasks/get` result or `{"task": {…}}` handle) gets the status the rule names,
+/// its `result`, `error` and `inputRequests` replaced to match.
+struct TaskEdit {
+    kind: TaskFault,
+    rule: Arc<str>,
+}
+
+impl ReplyEdit for TaskEdit {
+    fn name(&self) -> &'static str {
+        "task"
+    }
+
+    fn edit(&self, reply: &[u8]) -> Option<(Vec<u8>, String)> {
+        let mut v: serde_json::Value = serde_json::from_slice(reply).ok()?;
+        let result = v.get_mut("result")?;
+        let task = if result.get("taskId").is_some() {
+            result.as_object_mut()?
+        } else {
+            result.get_mut("task")?.as_object_mut()?
+        };
+        let was = task.get("status")?.as_str()?.to_string();
+        for k in ["result", "error", "inputRequests"] {
+            task.remove(k);
+        }
+        let status = match self.kind {
+            TaskFault::Fail => {
+                task.insert(
+                    "error".into(),
+                    serde_json::json!({
+                        "code": -32603,
+                        "message": format!("rpctap: injected task failure ({})", self.rule)
+                    }),
+                );
+                "failed"
+            }
+            TaskFault::Cancel => "cancelled",
+            TaskFault::Stall => "working",
+        };
+        task.insert("status".into(), status.into());
+        let id = task.get("taskId").and_then(|t| t.as_str()).unwrap_or("?");
+        let detail = format!("task {id}: status {was} made {status}");
+        Some((serde_json::to_vec(&v).ok()?, detail))
     }
 }
 
@@ -369,13 +427,14 @@ impl FaultSpec {
                     spec.cut_stream_after = Some(num(v)?.try_into().unwrap_or(u32::MAX))
                 }
                 "throttle" => spec.throttle = Some(text(v)?),
+                "task" => spec.task = Some(text(v)?),
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}` (method, tool, resource, session, peer, header, \
                          direction, \
                          probability, count, after, name; one action: delay[, at], error, \
                          status, drop, duplicate, wrong_id, malformed, cut_stream_after[, \
-                         mid_event], close, throttle)"
+                         mid_event], close, throttle, task)"
                     )))
                 }
             }
@@ -447,12 +506,24 @@ impl FaultSpec {
         if let Some(t) = &self.throttle {
             actions.push(Action::Throttle(parse_throttle(t).map_err(err)?));
         }
+        if let Some(t) = &self.task {
+            let kind = match t.as_str() {
+                "fail" => TaskFault::Fail,
+                "cancel" => TaskFault::Cancel,
+                "stall" => TaskFault::Stall,
+                o => return Err(err(format!("task = {o:?}: fail, cancel or stall"))),
+            };
+            actions.push(Action::Edit(Edit(Arc::new(TaskEdit {
+                kind,
+                rule: rule.into(),
+            }))));
+        }
         let action = match actions.len() {
             1 => actions.remove(0),
             0 => {
                 return Err(err(
                     "no action: give one of delay, error, status, drop, duplicate, wrong_id, \
-                     malformed, cut_stream_after, close, throttle"
+                     malformed, cut_stream_after, close, throttle, task"
                         .into(),
                 ))
             }

@@ -234,6 +234,9 @@ impl ExchangeCtx {
         if server_call && matches!(action, "malformed" | "wrong_id") {
             self.req.rewritten = true;
         }
+        if action == "task" {
+            super::tasks::fault_shown(&self.insp, message.as_deref());
+        }
         let inner = &self.insp;
         if inner.bus.wants_in(Interest::FAULT, self.id) {
             inner.bus.publish(Event::Fault(crate::events::FaultEvent {
@@ -257,6 +260,9 @@ impl ExchangeCtx {
             && matches!(f.action, "malformed" | "wrong_id")
         {
             self.req.rewritten = true;
+        }
+        if f.action == "task" {
+            super::tasks::fault_shown(&self.insp, f.message.as_deref());
         }
         if self.insp.bus.wants_in(Interest::FAULT, self.id) {
             self.insp.bus.publish(Event::Fault(f.clone()));

@@ -91,6 +91,8 @@ struct Task {
     interval_ms: Option<u64>,
     ttl_ms: Option<u64>,
     flagged: u8,
+    /// A `task` fault showed the client this terminal status (the server's task went on).
+    shown_end: Option<Status>,
 }
 
 /// Every task seen, by `taskId`, oldest first for eviction.
@@ -217,13 +219,13 @@ fn end_unfinished(inner: &Inner, key: &PendingKey, mut p: Pending, task_id: &str
 
 /// A session ended: its tasks that never ended end now, unfinished.
 pub(super) fn end_session_tasks(inner: &Inner, sid: &str, why: &str) {
-    let ended: Vec<(Arc<str>, PendingKey, Pending)> = {
+    let ended: Vec<(Arc<str>, PendingKey, Pending, Option<Status>)> = {
         let mut t = inner.tasks.locked();
         let mut out = Vec::new();
         for (id, task) in t.map.iter_mut() {
             if task.group.as_deref() == Some(sid) {
                 if let Some(p) = task.call.take() {
-                    out.push((id.clone(), task.key.clone(), p));
+                    out.push((id.clone(), task.key.clone(), p, task.shown_end));
                 }
             }
         }
@@ -238,8 +240,77 @@ pub(super) fn end_session_tasks(inner: &Inner, sid: &str, why: &str) {
         t.order = keep;
         out
     };
-    for (id, key, p) in ended {
-        end_unfinished(inner, &key, p, &id, &format!("its session ended ({why})"));
+    for (id, key, p, shown) in ended {
+        end_open(
+            inner,
+            &id,
+            &key,
+            p,
+            shown,
+            &format!("its session ended ({why})"),
+        );
+    }
+}
+
+/// A task rpctap gives up on: unfinished — unless a fault showed the client its end, so that
+/// the client stopped because of rpctap, which is no peer's fault.
+fn end_open(
+    inner: &Inner,
+    id: &str,
+    key: &PendingKey,
+    p: Pending,
+    shown: Option<Status>,
+    why: &str,
+) {
+    match shown {
+        Some(s) => {
+            let reason = format!(
+                "task {id}: a fault rule showed the client `{}`; the server's task had not ended: {why}",
+                s.as_str()
+            );
+            end_call(inner, key, p, Outcome::Missing { reason }, &[], None, None);
+        }
+        None => end_unfinished(inner, key, p, id, why),
+    }
+}
+
+/// A `task` fault sent the client `frame` (a reply, or an SSE event carrying one): when it
+/// shows a task ended, the client stops there — the task's later silence is not the server's.
+pub(super) fn fault_shown(inner: &Inner, frame: Option<&[u8]>) {
+    let Some(frame) = frame else { return };
+    let json: Vec<u8> = if frame.first() == Some(&b'{') {
+        frame.to_vec()
+    } else {
+        sse::lines(frame)
+            .filter_map(|l| l.strip_prefix(b"data:"))
+            .flat_map(|d| {
+                d.strip_prefix(b" ")
+                    .unwrap_or(d)
+                    .iter()
+                    .copied()
+                    .chain([b'\n'])
+            })
+            .collect()
+    };
+    let Some(result) = member(&json, "result") else {
+        return;
+    };
+    let task = if result.get("taskId").is_some() {
+        &result
+    } else {
+        match result.get("task") {
+            Some(t) => t,
+            None => return,
+        }
+    };
+    let seen = Seen::of(task);
+    let (Some(id), Some(status)) = (seen.id, seen.status.as_deref().and_then(Status::parse)) else {
+        return;
+    };
+    if status.terminal() {
+        if let Some(t) = inner.tasks.locked().map.get_mut(id.as_str()) {
+            t.shown_end = Some(status);
+        }
     }
 }
 
@@ -248,7 +319,7 @@ pub(super) fn end_session_tasks(inner: &Inner, sid: &str, why: &str) {
 pub(super) fn sweep(inner: &Inner) -> usize {
     let now = inner.clock.now();
     let grace = inner.cfg.call_timeout;
-    let ended: Vec<(Arc<str>, PendingKey, Pending, u64)> = {
+    let ended: Vec<(Arc<str>, PendingKey, Pending, u64, Option<Status>)> = {
         let mut t = inner.tasks.locked();
         let mut out = Vec::new();
         let mut gone = Vec::new();
@@ -259,7 +330,7 @@ pub(super) fn sweep(inner: &Inner) -> usize {
                 continue;
             }
             if let Some(p) = task.call.take() {
-                out.push((id.clone(), task.key.clone(), p, ttl));
+                out.push((id.clone(), task.key.clone(), p, ttl, task.shown_end));
             }
             gone.push(id.clone());
         }
@@ -280,9 +351,9 @@ pub(super) fn sweep(inner: &Inner) -> usize {
     };
     let n = ended.len();
     let secs = grace.as_secs_f64();
-    for (id, key, p, ttl) in ended {
+    for (id, key, p, ttl, shown) in ended {
         let why = format!("its TTL ({ttl} ms) and the call timeout ({secs} s) after it passed");
-        end_unfinished(inner, &key, p, &id, &why);
+        end_open(inner, &id, &key, p, shown, &why);
     }
     n
 }
@@ -469,6 +540,7 @@ impl ExchangeCtx {
             interval_ms: seen.interval_ms,
             ttl_ms: seen.ttl_ms.flatten(),
             flagged: 0,
+            shown_end: None,
         };
         let evicted = {
             let mut t = self.insp.tasks.locked();

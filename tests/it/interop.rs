@@ -1576,6 +1576,27 @@ async fn rmcp_tasks_over_http_are_one_call_each() {
         tasks[0].3 >= 1 && tasks[1].3 > tasks[0].3,
         "polls counted: {tasks:?}"
     );
+    // `rpctap mock` serves the recording as the task server: a `tasks/get` poll gets the
+    // recorded statuses in order (its key is the task's id), so the same client sees the same
+    // tasks end the same way.
+    let mock_port = free_port();
+    let mut mock = Command::new(BIN);
+    mock.args([
+        "mock",
+        file.to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{mock_port}"),
+    ]);
+    let _mock = start_peer(mock, mock_port).await;
+    let url = format!("http://127.0.0.1:{mock_port}/mcp");
+    for (scenario, _, text) in [want[0], want[3]] {
+        let out = rmcp_client(scenario, &["http", &url]).await;
+        assert_eq!(
+            (out["status"].as_str(), out["text"].as_str()),
+            (Some("completed"), Some(text)),
+            "{scenario} from the mock: {out}"
+        );
+    }
 }
 
 /// The same tasks over stdio, the client starting `rpctap stdio -- rmcp-tasks serve-stdio`:
@@ -1612,4 +1633,83 @@ async fn rmcp_tasks_over_stdio_are_one_call_each() {
             (&rpctap::events::Outcome::Result, "completed")
         );
     }
+}
+
+/// `task` faults on the rmcp tasks server: through rpctap a task the server completes is made
+/// `failed`, `cancelled` or left `working` for the client (HTTP and stdio); each is recorded as
+/// injected, and `check` does not blame the server for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_faults_fail_cancel_and_stall_a_task() {
+    let dir = Scratch::new("rmcp-task-faults");
+    let port = free_port();
+    let mut server = Command::new(rmcp_tasks());
+    server.args(["serve-http", &port.to_string()]);
+    let _server = start_peer(server, port).await;
+    let upstream = format!("http://127.0.0.1:{port}");
+    for (kind, status) in [("fail", "failed"), ("cancel", "cancelled")] {
+        let file = dir.join(format!("{kind}.jsonl"));
+        let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
+            record: Some(file.clone()),
+            faults: vec![format!("method=tasks/get,task={kind},after=1")],
+            ..Default::default()
+        }
+        .into();
+        let proxy = start_proxy_flags(&upstream, flags).await;
+        let out = rmcp_client("complete", &["http", &format!("http://{}/mcp", proxy.addr)]).await;
+        assert_eq!(out["status"], status, "{kind}: {out}");
+        drop(proxy.stop);
+        proxy.served.await.unwrap();
+        let rec = rpctap::record::reader::read(&file).unwrap();
+        let injected: Vec<_> = rec
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Fault(f) => Some(f.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(injected.len(), 1, "{kind}: {injected:?}");
+        let c = check_recording(&file);
+        assert_eq!(
+            (c.exit, c.codes.len()),
+            (Some(0), 0),
+            "{kind}: {}",
+            c.stdout
+        );
+    }
+    // A stalled task never ends for the client: over stdio, the client gives up after its
+    // polls (the peer client's bound, 1000), and the task's call ends when the session does.
+    let file = dir.join("stall.jsonl");
+    let peer = rmcp_tasks();
+    let args = [
+        "stdio",
+        BIN,
+        "stdio",
+        "--no-hub",
+        "--record",
+        file.to_str().unwrap(),
+        "--fault",
+        "method=tasks/get,task=stall",
+        "--",
+        peer.to_str().unwrap(),
+        "serve-stdio",
+    ];
+    // (The client that polls without waiting reaches its bound of polls in a second.)
+    let mut cmd = Command::new(rmcp_tasks());
+    cmd.arg("client").arg("fast").args(args);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("never ended"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec = rpctap::record::reader::read(&file).unwrap();
+    let faults = rec
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Fault(_)))
+        .count();
+    assert!(faults >= 100, "every poll's reply stalled: {faults}");
 }
