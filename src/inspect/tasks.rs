@@ -95,6 +95,10 @@ struct Task {
     shown_end: Option<Status>,
 }
 
+/// A task rpctap stops waiting for: its id, its creating call, and the end a fault showed the
+/// client, if one did.
+type Ended = (Arc<str>, PendingKey, Pending, Option<Status>);
+
 /// Every task seen, by `taskId`, oldest first for eviction.
 #[derive(Debug, Default)]
 pub(super) struct Table {
@@ -219,7 +223,7 @@ fn end_unfinished(inner: &Inner, key: &PendingKey, mut p: Pending, task_id: &str
 
 /// A session ended: its tasks that never ended end now, unfinished.
 pub(super) fn end_session_tasks(inner: &Inner, sid: &str, why: &str) {
-    let ended: Vec<(Arc<str>, PendingKey, Pending, Option<Status>)> = {
+    let ended: Vec<Ended> = {
         let mut t = inner.tasks.locked();
         let mut out = Vec::new();
         for (id, task) in t.map.iter_mut() {
@@ -319,7 +323,7 @@ pub(super) fn fault_shown(inner: &Inner, frame: Option<&[u8]>) {
 pub(super) fn sweep(inner: &Inner) -> usize {
     let now = inner.clock.now();
     let grace = inner.cfg.call_timeout;
-    let ended: Vec<(Arc<str>, PendingKey, Pending, u64, Option<Status>)> = {
+    let ended: Vec<(Ended, u64)> = {
         let mut t = inner.tasks.locked();
         let mut out = Vec::new();
         let mut gone = Vec::new();
@@ -330,7 +334,7 @@ pub(super) fn sweep(inner: &Inner) -> usize {
                 continue;
             }
             if let Some(p) = task.call.take() {
-                out.push((id.clone(), task.key.clone(), p, ttl, task.shown_end));
+                out.push(((id.clone(), task.key.clone(), p, task.shown_end), ttl));
             }
             gone.push(id.clone());
         }
@@ -351,7 +355,7 @@ pub(super) fn sweep(inner: &Inner) -> usize {
     };
     let n = ended.len();
     let secs = grace.as_secs_f64();
-    for (id, key, p, ttl, shown) in ended {
+    for ((id, key, p, shown), ttl) in ended {
         let why = format!("its TTL ({ttl} ms) and the call timeout ({secs} s) after it passed");
         end_open(inner, &id, &key, p, shown, &why);
     }
