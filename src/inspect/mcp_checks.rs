@@ -260,6 +260,7 @@ impl ExchangeCtx {
 
     /// The request's head: `MCP-Protocol-Version` against the version its session negotiated.
     pub(super) fn mcp_request_head(&mut self, meta: &RequestMeta<'_>) {
+        self.removed_resumption(meta.protocol_version);
         let Some(sid) = meta.session else { return };
         let inner = self.insp.clone();
         let Some(Some(v)) = inner

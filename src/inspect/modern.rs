@@ -979,6 +979,21 @@ impl ExchangeCtx {
         );
     }
 
+    /// A GET that resumes a stream (`Last-Event-ID`) under a 2026-07-28 version header: stream
+    /// resumption is gone from that revision (a broken stream's request is re-issued).
+    pub(super) fn removed_resumption(&self, version: Option<&str>) {
+        if !self.resumed || version.is_none_or(|v| v < MODERN) {
+            return;
+        }
+        self.flag_here(
+            Direction::ClientToServer,
+            Code::McpRemoved,
+            None,
+            None,
+            format!("a GET with `Last-Event-ID` under MCP-Protocol-Version {}: stream resumption is not part of {MODERN} (changelog: removed); a broken stream's request is re-issued as a new request (SEP-2575)", version.unwrap_or_default()),
+        );
+    }
+
     /// A deprecated feature used in a 2026-07-28 session (once per session or client), or a
     /// removed one (each time).
     pub(super) fn deprecated_use(&self, dir: Direction, method: &Arc<str>, id: Option<&Id>) {
@@ -1590,6 +1605,26 @@ pub(super) mod rule_tests {
             .filter(|c| *c != "MCP_DEPRECATED" && *c != "MCP_CAPABILITY")
             .collect();
         assert_eq!(second, ["MCP_UNASKED_LOG"]);
+    }
+
+    /// A GET that resumes its stream with `Last-Event-ID`: removed at 2026-07-28 only.
+    #[test]
+    fn stream_resumption_is_flagged_at_2026_only() {
+        for (version, want) in [("2026-07-28", vec!["MCP_REMOVED"]), ("2025-11-25", vec![])] {
+            let (insp, mut sub) = setup();
+            let mut h = http::HeaderMap::new();
+            h.insert("last-event-id", "e7".parse().unwrap());
+            let mut ex = insp.begin(&RequestMeta {
+                method: "GET",
+                path: "/mcp",
+                session: Some("s1"),
+                protocol_version: Some(version),
+                headers: Some(&h),
+                ..Default::default()
+            });
+            ex.end(EndReason::Complete);
+            assert_eq!(codes(&events(&mut sub)), want, "{version}");
+        }
     }
 
     /// What 2026-07-28 removed is flagged when sent in it, each time; the same at 2025-11-25
