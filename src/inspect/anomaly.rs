@@ -114,13 +114,16 @@ pub enum Code {
     /// MCP tasks: a task that reached no terminal status before its session ended or its TTL
     /// ran out.
     McpTaskUnfinished,
+    /// MCP 2026-07-28: a complete `tools/list` of the same tools as the last one, in another
+    /// order (servers SHOULD list tools deterministically, for clients' and prompt caches).
+    McpToolOrder,
     /// MCP: a complete `tools/list` that differs from the server label's trusted baseline —
     /// an error when a safety annotation got less safe or a schema changed, else a warning.
     McpToolDrift,
 }
 
 impl Code {
-    pub const ALL: [Code; 42] = [
+    pub const ALL: [Code; 43] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -162,6 +165,7 @@ impl Code {
         Code::McpTaskPoll,
         Code::McpTaskBinding,
         Code::McpTaskUnfinished,
+        Code::McpToolOrder,
         Code::McpToolDrift,
     ];
 
@@ -208,6 +212,7 @@ impl Code {
             Code::McpTaskPoll => "MCP_TASK_POLL",
             Code::McpTaskBinding => "MCP_TASK_BINDING",
             Code::McpTaskUnfinished => "MCP_TASK_UNFINISHED",
+            Code::McpToolOrder => "MCP_TOOL_ORDER",
             Code::McpToolDrift => "MCP_TOOL_DRIFT",
         }
     }
@@ -256,7 +261,9 @@ impl Code {
             | Code::McpTaskUnfinished => Severity::Warning,
             // What a tool said of itself, what rpctap did not read, and a feature still working
             // but on its way out: shown and counted, never failing `check` by default.
-            Code::ToolError | Code::NotInspected | Code::McpDeprecated => Severity::Info,
+            Code::ToolError | Code::NotInspected | Code::McpDeprecated | Code::McpToolOrder => {
+                Severity::Info
+            }
         }
     }
 }

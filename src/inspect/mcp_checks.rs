@@ -775,10 +775,17 @@ impl ExchangeCtx {
                             (Arc::from(t.name.as_str()), s)
                         })
                         .collect();
-                    let (_, ev) = inner
+                    let (moved, ev) = inner
                         .correlator
                         .with_session(sid, |s| s.mcp.tools.add_page(tools, last));
                     self.notice_evicted(ev);
+                    let modern = self
+                        .modern_version()
+                        .is_some_and(|v| &*v >= super::modern::MODERN);
+                    if let (Some((i, now, was)), true) = (moved, modern) {
+                        let msg = format!("tools/list gave the same tools as the previous list in another order (position {i}: `{now}`, before `{was}`): servers SHOULD list tools in a deterministic order, for clients' and prompt caches (server/tools, 2026-07-28)");
+                        self.flag_reply(key, &p.method, Code::McpToolOrder, msg, extra);
+                    }
                 }
             }
             ("tools/call", Some(sid))

@@ -1607,6 +1607,38 @@ pub(super) mod rule_tests {
         assert_eq!(second, ["MCP_UNASKED_LOG"]);
     }
 
+    /// The same tools listed in another order: info at 2026-07-28 (deterministic order is a
+    /// SHOULD); the same order, or another set of tools, is nothing.
+    #[test]
+    fn a_tool_list_in_another_order_is_noted() {
+        let (insp, mut sub) = setup();
+        let list = |id: u32, names: &[&str]| {
+            let tools: Vec<String> = names
+                .iter()
+                .map(|n| format!(r#"{{"name":"{n}","inputSchema":{{"type":"object"}}}}"#))
+                .collect();
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{{META}}}}}"#
+                ),
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","tools":[{}],"ttlMs":0,"cacheScope":"public"}}}}"#,
+                    tools.join(",")
+                ),
+            )
+        };
+        for (id, names, want) in [
+            (1, &["a", "b", "c"][..], vec![]),
+            (2, &["a", "b", "c"][..], vec![]),
+            (3, &["b", "a", "c"][..], vec!["MCP_TOOL_ORDER"]),
+            (4, &["b", "a", "d"][..], vec![]),
+        ] {
+            let (q, r) = list(id, names);
+            post(&insp, Some("2026-07-28"), &q, &[&r]);
+            assert_eq!(codes(&events(&mut sub)), want, "list {id}");
+        }
+    }
+
     /// A GET that resumes its stream with `Last-Event-ID`: removed at 2026-07-28 only.
     #[test]
     fn stream_resumption_is_flagged_at_2026_only() {

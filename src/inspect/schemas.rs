@@ -37,31 +37,61 @@ pub struct Catalogue {
     building: Option<HashMap<Arc<str>, ToolSchemas>>,
     /// The list being gathered overflowed `MAX_TOOLS`.
     truncated: bool,
+    /// The tool names of the last complete list, and of the one being gathered, in the order
+    /// the server gave them.
+    order: Vec<Arc<str>>,
+    building_order: Vec<Arc<str>>,
 }
 
 impl Catalogue {
     /// A `tools/list` call without a cursor: a new list starts.
     pub fn start_list(&mut self) {
         self.building = Some(HashMap::new());
+        self.building_order.clear();
         self.truncated = false;
     }
 
-    /// One page of a `tools/list` result; `last` when it has no `nextCursor`.
-    pub fn add_page(&mut self, tools: Vec<(Arc<str>, ToolSchemas)>, last: bool) {
+    /// One page of a `tools/list` result; `last` when it has no `nextCursor`. When it completes
+    /// a list of the same tools as the last complete one in another order: where they first
+    /// differ (position, the tool now there, the tool there before).
+    pub fn add_page(
+        &mut self,
+        tools: Vec<(Arc<str>, ToolSchemas)>,
+        last: bool,
+    ) -> Option<(usize, Arc<str>, Arc<str>)> {
         let page = self.building.get_or_insert_with(HashMap::new);
         for (name, s) in tools {
             if page.len() >= MAX_TOOLS {
                 self.truncated = true;
                 break;
             }
+            self.building_order.push(name.clone());
             page.insert(name, s);
         }
-        if last {
-            if let Some(all) = self.building.take() {
-                self.tools = all;
-                self.complete = !self.truncated;
-            }
+        if !last {
+            return None;
         }
+        let all = self.building.take()?;
+        let order = std::mem::take(&mut self.building_order);
+        let same_set = !self.truncated
+            && !self.order.is_empty()
+            && order.len() == self.order.len()
+            && all.len() == self.tools.len()
+            && all.keys().all(|k| self.tools.contains_key(k));
+        let moved = same_set
+            .then(|| {
+                order
+                    .iter()
+                    .zip(&self.order)
+                    .enumerate()
+                    .find(|(_, (a, b))| a != b)
+                    .map(|(i, (a, b))| (i, a.clone(), b.clone()))
+            })
+            .flatten();
+        self.tools = all;
+        self.order = order;
+        self.complete = !self.truncated;
+        moved
     }
 
     /// `notifications/tools/list_changed`: the list may be stale until listed again.
