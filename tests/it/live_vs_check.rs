@@ -484,3 +484,183 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
     assert_eq!(c.codes, want, "check finds exactly the live codes");
     assert_eq!(c.exit, Some(1));
 }
+
+/// MCP tasks against a misbehaving task server, each `MCP_TASK_*` rule (and `MCP_TOOL_ORDER`)
+/// provoked once and found alike live and by `check`: a task for a client that did not declare
+/// the extension, a poll too soon, another client's poll answered, a completed task without its
+/// result, a finished task that changes, a reordered tool list, and a task left running when its
+/// session is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tasks_codes_are_the_same_live_and_in_check() {
+    let polls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let lists = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (up, _u) = start_upstream(move |parts, body| {
+        let polls = polls.clone();
+        let lists = lists.clone();
+        Box::pin(async move {
+            if parts.method == http::Method::DELETE {
+                return http::Response::builder().status(200).body(boxed("")).unwrap();
+            }
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let id = v["id"].clone();
+            let ok = |result: serde_json::Value| {
+                json_reply(
+                    200,
+                    &serde_json::json!({"jsonrpc":"2.0","id":id,"result":result}).to_string(),
+                )
+            };
+            let task = |status: &str| {
+                serde_json::json!({"taskId":"T1","status":status,"createdAt":"2026-12-07T10:00:00Z","lastUpdatedAt":"2026-12-07T10:00:00Z","ttlMs":600000,"pollIntervalMs":1000})
+            };
+            match v["method"].as_str().unwrap_or("") {
+                "tools/list" => {
+                    let n = lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let names = if n == 0 { ["a", "b"] } else { ["b", "a"] };
+                    let tools: Vec<_> = names
+                        .iter()
+                        .map(|n| serde_json::json!({"name":n,"inputSchema":{"type":"object"}}))
+                        .collect();
+                    ok(serde_json::json!({"resultType":"complete","tools":tools,"ttlMs":0,"cacheScope":"public"}))
+                }
+                "tools/call" if !v["params"]["task"].is_null() => {
+                    ok(serde_json::json!({"task":{"taskId":"L1","status":"working","ttl":null}}))
+                }
+                "tools/call" => {
+                    let mut t = task("working");
+                    t["resultType"] = "task".into();
+                    if v["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"].is_null() {
+                        t["taskId"] = "T0".into();
+                    }
+                    ok(t)
+                }
+                "tasks/get" => {
+                    let n = polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let mut t = task(match n {
+                        0 | 1 => "working",
+                        2 => "completed",
+                        _ => "working",
+                    });
+                    t["resultType"] = "complete".into();
+                    ok(t)
+                }
+                _ => ok(serde_json::json!({"resultType":"complete"})),
+            }
+        })
+    })
+    .await;
+    let dir = scratch("tasks");
+    let file = dir.join("rec.jsonl");
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
+    let meta = |client: &str, ext: bool| {
+        let caps = if ext {
+            r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#
+        } else {
+            "{}"
+        };
+        format!(
+            r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"{client}","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{caps}}}"#
+        )
+    };
+    // (codes, method, Mcp-Name, params, session)
+    let steps: Vec<(Vec<&str>, &str, Option<&str>, String, Option<&str>)> = vec![
+        (vec![], "tools/list", None, meta("raw", true), None),
+        (
+            vec!["MCP_TASK_UNDECLARED"],
+            "tools/call",
+            Some("a"),
+            format!(r#""name":"a","arguments":{{}},{}"#, meta("raw", false)),
+            None,
+        ),
+        (
+            vec![],
+            "tools/call",
+            Some("a"),
+            format!(r#""name":"a","arguments":{{}},{}"#, meta("raw", true)),
+            None,
+        ),
+        (
+            vec!["MCP_TASK_POLL"],
+            "tasks/get",
+            Some("T1"),
+            format!(r#""taskId":"T1",{}"#, meta("raw", true)),
+            None,
+        ),
+        (
+            vec!["MCP_TASK_BINDING"],
+            "tasks/get",
+            Some("T1"),
+            format!(r#""taskId":"T1",{}"#, meta("other", true)),
+            None,
+        ),
+        (
+            vec!["MCP_TASK_STATUS"],
+            "tasks/get",
+            Some("T1"),
+            format!(r#""taskId":"T1",{}"#, meta("raw", true)),
+            None,
+        ),
+        (
+            vec!["MCP_TASK_POLL", "MCP_TASK_STATUS"],
+            "tasks/get",
+            Some("T1"),
+            format!(r#""taskId":"T1",{}"#, meta("raw", true)),
+            None,
+        ),
+        (
+            vec!["MCP_TOOL_ORDER"],
+            "tools/list",
+            None,
+            meta("raw", true),
+            None,
+        ),
+        // 2025-11-25 in a session: a task asked for, then the session deleted while it runs.
+        (
+            vec![],
+            "tools/call",
+            None,
+            r#""name":"slow","arguments":{},"task":{"ttl":60000}"#.to_string(),
+            Some("s-tasks"),
+        ),
+    ];
+    for (n, (codes, method, name, params, session)) in steps.into_iter().enumerate() {
+        let mut h = vec![("content-type", "application/json"), MCP_ACCEPT];
+        match session {
+            Some(s) => h.extend([
+                ("mcp-session-id", s),
+                ("mcp-protocol-version", "2025-11-25"),
+            ]),
+            None => h.extend([
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", method),
+            ]),
+        }
+        if let Some(t) = name {
+            h.push(("mcp-name", t));
+        }
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"{method}","params":{{{params}}}}}"#);
+        let _ = send(p.addr, "POST", "/mcp", &h, body).await;
+        let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        got.sort();
+        assert_eq!(got, codes, "step {n} ({method}) live");
+    }
+    let h = [
+        ("mcp-session-id", "s-tasks"),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let _ = send(p.addr, "DELETE", "/mcp", &h, String::new()).await;
+    let got: Vec<String> = anomalies(&p.drain_exchange().await)
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    assert_eq!(got, ["MCP_TASK_UNFINISHED"], "the deleted session's task");
+    drop(p.stop);
+    p.served.await.unwrap();
+    let want = live_codes(&file);
+    let c = check_recording(&file);
+    assert_eq!(c.codes, want, "check finds exactly the live codes");
+    assert_eq!(c.exit, Some(1));
+}
