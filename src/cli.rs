@@ -379,9 +379,14 @@ pub struct CheckArgs {
     /// Fail if the recording calls this tool. Repeatable.
     #[arg(long, value_name = "NAME")]
     pub forbid_tool: Vec<String>,
-    /// Fail if any call took longer than this.
+    /// Fail if any call took longer than this of the server's time (a multi round-trip call:
+    /// its rounds summed, the client's time between them left out).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub max_duration: Option<f64>,
+    /// Fail if any call took longer than this from its first request to its last reply (the
+    /// client's time between a multi round-trip call's rounds included).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
+    pub max_wall_duration: Option<f64>,
     /// `json` (seed 004's result, one line per scope), `text` (a summary), `junit` (XML),
     /// `html` (the recording's report with the gate's verdict on top).
     #[arg(long, value_enum, default_value = "json")]

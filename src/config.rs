@@ -259,6 +259,9 @@ pub fn check_gate(args: &crate::cli::CheckArgs) -> Result<crate::offline::gate::
     gate.expect_tools = args.expect_tool.clone();
     gate.forbid_tools = args.forbid_tool.clone();
     gate.max_duration = args.max_duration.map(std::time::Duration::from_secs_f64);
+    gate.max_wall_duration = args
+        .max_wall_duration
+        .map(std::time::Duration::from_secs_f64);
     Ok(gate)
 }
 

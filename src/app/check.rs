@@ -91,10 +91,11 @@ pub fn run(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
         }
         if !(gate.expect_tools.is_empty()
             && gate.forbid_tools.is_empty()
-            && gate.max_duration.is_none())
+            && gate.max_duration.is_none()
+            && gate.max_wall_duration.is_none())
         {
             return Err(AppError::Io(
-                "--expect-tool, --forbid-tool and --max-duration need a recording (an exchange document has no calls' times or sessions)".into(),
+                "--expect-tool, --forbid-tool, --max-duration and --max-wall-duration need a recording (an exchange document has no calls' times or sessions)".into(),
             ));
         }
         // One document, or JSON Lines of documents.

@@ -163,9 +163,9 @@ pub fn tools(allow_replay: bool) -> Value {
             "outputSchema": output(json!({"calls": {"type": "array", "items": {"type": "object"}}, "total": {"type": "integer"}, "nextCursor": {"type": ["string", "null"]}}), &["calls", "total"]),
             "annotations": ro}),
         json!({"name": "get_call", "title": "Get a call",
-            "description": "One call (its `index` from list_calls): request and reply (each cut at 16 KiB, said), HTTP heads, timing, findings, and the earlier rounds of a multi round-trip call.",
+            "description": "One call (its `index` from list_calls): request and reply (each cut at 16 KiB, said), HTTP heads, timing (a multi round-trip call's server time and the client's time between rounds), findings, and the earlier rounds of a multi round-trip call.",
             "inputSchema": schema(json!({"session": session, "index": {"type": "integer", "minimum": 0}}), &["session", "index"]),
-            "outputSchema": output(json!({"call": {"type": "object"}, "request": {"type": ["object", "null"]}, "reply": {"type": ["object", "null"]}, "findings": {"type": "array"}, "rounds": {"type": "array"}, "http": {"type": ["object", "null"]}}), &["call", "findings"]),
+            "outputSchema": output(json!({"call": {"type": "object"}, "request": {"type": ["object", "null"]}, "reply": {"type": ["object", "null"]}, "findings": {"type": "array"}, "rounds": {"type": "array"}, "timing": {"type": "object"}, "http": {"type": ["object", "null"]}}), &["call", "findings"]),
             "annotations": ro}),
         json!({"name": "find_anomalies", "title": "Find anomalies",
             "description": "What `rpctap check` finds in a session (the live inspector run again over the recording), optionally by code (a glob such as MCP_*) and severity. Paginated.",
@@ -437,12 +437,18 @@ impl Agent {
                 break;
             };
             let (q, a) = messages_of(&rec, r);
-            rounds.insert(0, json!({"id": r.id, "request": q, "asked": a}));
+            rounds.insert(
+                0,
+                json!({"id": r.id, "request": q, "asked": a, "latency_us": r.latency_us}),
+            );
             prev = r.continues.clone();
             if rounds.len() > 16 {
                 break;
             }
         }
+        // Its time: the server's (the rounds summed) and the client's between rounds.
+        let r = super::rounds_of(&calls, index);
+        let timing = json!({"rounds": r.rounds, "server_us": r.server_us, "client_us": r.client_us(), "wall_us": r.wall_us});
         let http = rec.events.iter().fold(None::<Value>, |acc, e| match e {
             Event::Http(crate::events::HttpEvent::Request {
                 exchange,
@@ -468,7 +474,7 @@ impl Agent {
         });
         Ok(
             json!({"call": Self::call_summary(index, c), "request": request, "reply": reply,
-            "findings": findings, "rounds": rounds, "http": http}),
+            "findings": findings, "rounds": rounds, "timing": timing, "http": http}),
         )
     }
 

@@ -35,7 +35,12 @@ pub struct Gate {
     allow: Vec<Allow>,
     pub expect_tools: Vec<String>,
     pub forbid_tools: Vec<String>,
+    /// The longest a call may take of the server's time (a multi round-trip call: its rounds'
+    /// server time summed; the client's time between rounds is not the server's).
     pub max_duration: Option<Duration>,
+    /// The longest a call may take from its first request to its last reply, the client's time
+    /// between rounds included.
+    pub max_wall_duration: Option<Duration>,
 }
 
 impl Default for Gate {
@@ -49,6 +54,7 @@ impl Default for Gate {
             expect_tools: Vec::new(),
             forbid_tools: Vec::new(),
             max_duration: None,
+            max_wall_duration: None,
         }
     }
 }
@@ -372,31 +378,53 @@ pub fn evaluate(
             },
         });
     }
-    if let Some(max) = gate.max_duration {
+    for (max, wall) in [(gate.max_duration, false), (gate.max_wall_duration, true)] {
+        let Some(max) = max else { continue };
         let limit = max.as_micros() as u64;
         let slow: Vec<String> = calls
             .iter()
-            .filter(|c| {
+            .enumerate()
+            .filter(|(_, c)| {
+                // A round that asked for input is part of the call that continues it.
                 !matches!(
                     c.outcome,
                     Outcome::Missing { .. }
                         | Outcome::Refused { .. }
                         | Outcome::Cancelled { .. }
                         | Outcome::Abandoned { .. }
+                        | Outcome::InputRequired
                 )
             })
-            .filter(|c| c.latency_us.is_some_and(|l| l > limit))
-            .map(|c| {
-                format!(
-                    "{} (id {}) took {:.3} s",
-                    method_key(&c.method, c.target.as_deref()),
-                    c.id,
-                    c.latency_us.unwrap_or(0) as f64 / 1e6
-                )
+            .filter_map(|(i, c)| {
+                let r = super::rounds_of(calls, i);
+                let took = if wall { r.wall_us } else { r.server_us };
+                (took > limit).then(|| {
+                    let rounds = if r.rounds > 1 {
+                        format!(
+                            " over {} rounds ({:.3} s the server's, {:.3} s waiting on the client)",
+                            r.rounds,
+                            r.server_us as f64 / 1e6,
+                            r.client_us() as f64 / 1e6
+                        )
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{} (id {}) took {:.3} s{rounds}",
+                        method_key(&c.method, c.target.as_deref()),
+                        c.id,
+                        took as f64 / 1e6
+                    )
+                })
             })
             .collect();
+        let name = if wall {
+            "max-wall-duration"
+        } else {
+            "max-duration"
+        };
         assertions.push(Assertion {
-            name: format!("max-duration {}", crate::units::show_secs(max)),
+            name: format!("{name} {}", crate::units::show_secs(max)),
             passed: slow.is_empty(),
             message: if slow.is_empty() {
                 "no call took longer".to_string()

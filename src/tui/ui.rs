@@ -468,10 +468,15 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             const DROPPED: &str = "(text dropped: the detail budget keeps the newest calls)";
             if let Some(rounds) = &r.rounds {
                 // A multi round-trip call: the rounds that asked for input, then this one.
+                // The server's time apart from the client's (a human answering between rounds).
+                let server = rounds.server_us();
+                let client = r.latency_us.unwrap_or(0).saturating_sub(server);
                 lines.push(Line::from(Span::styled(
                     format!(
-                        "{} rounds (the latency above runs from the first request)",
-                        rounds.list.len() + 1
+                        "{} rounds (the latency above runs from the first request): the server's {} · waiting on the client {}",
+                        rounds.list.len() + 1,
+                        dur(server),
+                        dur(client)
                     ),
                     t.bold(),
                 )));

@@ -940,18 +940,25 @@ impl App {
         };
         let old = &mut self.rows[i];
         old.folded = true;
+        // A row with rounds of its own shows their wall time: its own round's server time was
+        // kept apart when they were folded into it.
         let mut rounds = old.rounds.take().map(|b| *b).unwrap_or_else(|| Rounds {
             started_ns: old.ts_ns,
             list: Vec::new(),
+            earlier_us: 0,
+            own_us: old.latency_us,
         });
+        let own = rounds.own_us;
         rounds.list.push(Round {
             id: old.id.clone(),
             request: old.request.take(),
             reply: old.reply.take(),
-            latency_us: old.latency_us,
+            latency_us: own,
         });
+        rounds.earlier_us += own.unwrap_or(0);
         self.folded += 1;
         if let Some(r) = self.row_mut(seq) {
+            rounds.own_us = r.latency_us;
             let end = r.ts_ns + r.latency_us.unwrap_or(0) * 1000;
             r.latency_us = Some(end.saturating_sub(rounds.started_ns) / 1000);
             r.rounds = Some(Box::new(rounds));

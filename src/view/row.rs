@@ -136,9 +136,21 @@ pub struct Poll {
 pub struct Rounds {
     pub started_ns: u64,
     pub list: Vec<Round>,
+    /// The server's time in the earlier rounds, summed.
+    pub earlier_us: u64,
+    /// The server's time in the row's own (last) round.
+    pub own_us: Option<u64>,
 }
 
-/// One `input_required` round: its id, its request and the reply that asked for input.
+impl Rounds {
+    /// The server's time over every round (the rest of the row's latency is the client's).
+    pub fn server_us(&self) -> u64 {
+        self.earlier_us + self.own_us.unwrap_or(0)
+    }
+}
+
+/// One `input_required` round: its id, its request, the reply that asked for input, and the
+/// server's time in it.
 #[derive(Clone, Debug)]
 pub struct Round {
     pub id: Text,

@@ -1548,3 +1548,48 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
     assert_eq!((&*t.id, &*t.status, t.polls.len()), ("t1", "completed", 3));
     assert!(t.polls[2].reply.as_deref().unwrap().contains("completed"));
 }
+
+/// A multi round-trip call folded into one row keeps the server's time apart from the client's:
+/// 100 ms and 200 ms of rounds around a 5 s wait on a human.
+#[test]
+fn a_multi_round_rows_latency_splits_the_servers_time_from_the_clients() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    for (ex, id, start_ms, took_ms, outcome, continues) in [
+        (1u64, "1", 900u64, 100u64, RowOutcome::InputRequired, None),
+        (2, "2", 6000, 200, RowOutcome::Result, Some("1")),
+    ] {
+        let mut m = msg(
+            ex,
+            true,
+            Kind::Request,
+            Some(id),
+            Some("tools/call"),
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"deploy"}}}}"#
+            ),
+        );
+        m.ts_ns = start_ms * 1_000_000;
+        m.scope = "stateless:c/1@127.0.0.1#1".into();
+        a.apply_message(m);
+        a.apply_call_at(CallEnd {
+            ts_ns: (start_ms + took_ms) * 1_000_000,
+            exchange: ex,
+            scope: "stateless:c/1@127.0.0.1#1".into(),
+            direction: Direction::ClientToServer,
+            id: id.into(),
+            method: "tools/call".into(),
+            target: Some("deploy".into()),
+            outcome,
+            latency_us: Some(took_ms * 1000),
+            anomalies: vec![],
+            continues: continues.map(Text::from),
+            task: None,
+        });
+    }
+    assert_eq!(a.visible_len(), 1);
+    let r = a.rows.iter().find(|r| !r.folded).unwrap();
+    let rounds = r.rounds.as_ref().unwrap();
+    assert_eq!(r.latency_us, Some(5_300_000), "the wall time");
+    assert_eq!(rounds.server_us(), 300_000, "the server's");
+    assert_eq!(rounds.list[0].latency_us, Some(100_000));
+}

@@ -562,7 +562,13 @@ async fn mcp_tasks_codes_are_the_same_live_and_in_check() {
         )
     };
     // (codes, method, Mcp-Name, params, session)
-    type Step<'a> = (Vec<&'a str>, &'a str, Option<&'a str>, String, Option<&'a str>);
+    type Step<'a> = (
+        Vec<&'a str>,
+        &'a str,
+        Option<&'a str>,
+        String,
+        Option<&'a str>,
+    );
     let steps: Vec<Step> = vec![
         (vec![], "tools/list", None, meta("raw", true), None),
         (
