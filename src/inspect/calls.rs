@@ -743,7 +743,7 @@ impl ExchangeCtx {
             self.tool_result_rules(key, &p, env, &mut extra);
         }
         self.mcp_reply_rules(key, &p, env, input, &mut extra);
-        self.error_code_rule(key, &p.method, env, &mut extra);
+        self.error_code_rule(key, &p, env, &mut extra);
         self.subscription_reply(&mut p, env);
         self.reply_status_rules(key, &p, env.kind == Kind::Error, &mut extra);
         if let Some(h) = handle {

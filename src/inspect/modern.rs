@@ -882,19 +882,39 @@ impl ExchangeCtx {
     pub(super) fn error_code_rule(
         &self,
         key: &PendingKey,
-        method: &Arc<str>,
+        p: &Pending,
         env: &Envelope,
         extra: &mut Vec<&'static str>,
     ) {
         if env.kind != Kind::Error
             || key.direction != Direction::ClientToServer
-            || &**method != "resources/read"
-            || env.error_code != Some(-32002)
+            || !matches!(env.error_code, Some(-32001 | -32002 | -32003 | -32004))
             || !self.sender_is_modern()
         {
             return;
         }
-        let msg = format!("resources/read answered -32002: a resource not found is -32602 (Invalid Params) from {MODERN} (changelog: resource not found renumbered)");
+        let method = &p.method;
+        let said = |words: &[&str]| {
+            let m = env.error_message.as_deref().unwrap_or_default();
+            words.iter().any(|w| contains_ignore_case(m, w))
+        };
+        let flagged = |code: Code| p.anomalies.contains(&code.as_str());
+        // The draft's numbers for the errors 2026-07-28 defines, known by what the error says
+        // or by what rpctap found wrong with the request (-32000…-32019 stay the
+        // implementations' own: another meaning there is no finding).
+        let (now, name) = match env.error_code {
+            Some(-32002) if &**method == "resources/read" => (-32602, "a resource not found"),
+            Some(-32001) if flagged(Code::McpHeaderMismatch) || said(&["header"]) => {
+                (-32020, "HeaderMismatch")
+            }
+            Some(-32003) if said(&["capabilit"]) => (-32021, "MissingRequiredClientCapability"),
+            Some(-32004) if flagged(Code::McpVersion) || said(&["version"]) => {
+                (-32022, "UnsupportedProtocolVersion")
+            }
+            _ => return,
+        };
+        let was = env.error_code.unwrap_or_default();
+        let msg = format!("{method} answered {was}: {name} is {now} from {MODERN} (changelog: error codes renumbered into -32020…-32099, the range the specification reserves)");
         self.flag_reply(key, method, Code::McpErrorCode, msg, extra);
     }
 
@@ -1821,5 +1841,45 @@ pub(super) mod rule_tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x://y"}}"#;
         post(&insp, Some("2025-11-25"), older, &[old_code]);
         assert_eq!(err_codes(&events(&mut sub)), Vec::<&str>::new());
+    }
+
+    /// The draft's numbers for the errors 2026-07-28 defines (`-32001` HeaderMismatch, `-32003`
+    /// MissingRequiredClientCapability, `-32004` UnsupportedProtocolVersion), known by what the
+    /// error says; the same numbers meaning something else are the implementation's own.
+    #[test]
+    fn the_drafts_error_numbers_are_flagged_by_their_meaning() {
+        let (insp, mut sub) = setup();
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{}},{META}}}}}"#
+        );
+        let err = |code: i32, msg: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":{code},"message":"{msg}"}}}}"#)
+        };
+        for (code, msg, want) in [
+            (-32001, "Header mismatch: Mcp-Name", vec!["MCP_ERROR_CODE"]),
+            (
+                -32003,
+                "Missing required client capability",
+                vec!["MCP_ERROR_CODE"],
+            ),
+            (
+                -32004,
+                "Unsupported protocol version",
+                vec!["MCP_ERROR_CODE"],
+            ),
+            (-32022, "Unsupported protocol version", vec![]),
+            (-32001, "rate limited by upstream", vec![]),
+        ] {
+            post(&insp, Some("2026-07-28"), &call, &[&err(code, msg)]);
+            assert_eq!(codes(&events(&mut sub)), want, "{code} {msg}");
+        }
+        let older = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}"#;
+        post(
+            &insp,
+            Some("2025-11-25"),
+            older,
+            &[&err(-32004, "Unsupported protocol version")],
+        );
+        assert_eq!(codes(&events(&mut sub)), Vec::<&str>::new());
     }
 }
