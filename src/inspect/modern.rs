@@ -888,7 +888,7 @@ impl ExchangeCtx {
     ) {
         if env.kind != Kind::Error
             || key.direction != Direction::ClientToServer
-            || !matches!(env.error_code, Some(-32001 | -32002 | -32003 | -32004))
+            || !matches!(env.error_code, Some(-32004..=-32001))
             || !self.sender_is_modern()
         {
             return;
