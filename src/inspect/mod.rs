@@ -133,6 +133,9 @@ struct Inner {
     progress: dashmap::DashMap<(Scope, Box<str>), mcp_checks::ProgressEntry, correlator::Hasher>,
     /// MCP tasks, by `taskId` (a std mutex: synchronous code only, and only for tasks traffic).
     tasks: std::sync::Mutex<tasks::Table>,
+    /// When rpctap began to see traffic (wall clock, ns; 0 until the first exchange): a task
+    /// created after it went through rpctap, or rpctap would know it.
+    watch_start: AtomicU64,
 }
 
 /// Where the inspector's time comes from: the real clock live, the recorded times offline (so a
@@ -372,6 +375,7 @@ impl Inspector {
                 schemas: schemas::SchemaCache::new(cfg.max_schemas),
                 progress: Default::default(),
                 tasks: Default::default(),
+                watch_start: AtomicU64::new(0),
                 cfg,
             }),
         }
@@ -428,7 +432,20 @@ impl Inspector {
         self.start(id, meta)
     }
 
+    /// Offline: when the recording began (its first event's time).
+    pub fn set_watch_start(&self, ns: u64) {
+        self.inner.watch_start.store(ns, Ordering::Relaxed);
+    }
+
+    fn watching(&self) {
+        let w = &self.inner.watch_start;
+        if w.load(Ordering::Relaxed) == 0 {
+            let _ = w.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
     fn start(&self, id: u64, meta: &RequestMeta<'_>) -> Box<ExchangeCtx> {
+        self.watching();
         let inner = &self.inner;
         let (scope, transport, session_header) = match meta.session {
             Some(s) => {
@@ -529,6 +546,7 @@ impl Inspector {
     /// one session named `session`, whose lines both ways are fed by [`ExchangeCtx::line`] and
     /// whose pending calls end when it [`end`](ExchangeCtx::end)s.
     pub fn begin_stream(&self, session: &str) -> ExchangeCtx {
+        self.watching();
         let id = self.inner.next_exchange.fetch_add(1, Ordering::Relaxed);
         self.start_stream(id, session)
     }

@@ -187,6 +187,7 @@ fn reinspect_with(
         .as_nanos() as u64;
     let insp = Inspector::offline(cfg, bus.build());
     let t0 = events.first().map_or(0, Event::ts);
+    insp.set_watch_start(t0);
     let mut last_sweep = 0u64;
     let mut open: HashMap<u64, Open> = HashMap::new();
     // stdio sessions: their lines, each fed whole (a batch's members gathered first).

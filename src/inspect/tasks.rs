@@ -182,6 +182,59 @@ fn outcome_of(status: Status, seen: &Seen, id: &str) -> Outcome {
     }
 }
 
+/// An RFC 3339 timestamp (`2026-12-07T10:00:00Z`, `…T10:00:00.123+01:00`) in ns since the
+/// Unix epoch; `None` for anything else. Written here: one timestamp format, no date crate.
+fn rfc3339_ns(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut i = 19;
+    let mut frac_ns = 0i64;
+    if b.get(i) == Some(&b'.') {
+        let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let f = s.get(i + 1..i + 1 + digits.min(9))?;
+        frac_ns = f.parse::<i64>().ok()? * 10i64.pow(9 - f.len() as u32);
+        i += 1 + digits;
+    }
+    let offset = match b.get(i)? {
+        b'Z' | b'z' => 0,
+        sign @ (b'+' | b'-') => {
+            let m = num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?;
+            if *sign == b'-' {
+                -m
+            } else {
+                m
+            }
+        }
+        _ => return None,
+    };
+    // Days since the epoch of a civil date (Howard Hinnant's algorithm).
+    let (y2, m2) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset * 60;
+    u64::try_from(secs)
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(frac_ns as u64)
+}
+
 /// Whether a 2025-11-25 request asked for a task (`params.task`).
 pub(super) fn asks_task(env: &Envelope) -> bool {
     TASK.find(&env.raw).is_some()
@@ -601,15 +654,20 @@ impl ExchangeCtx {
             return None;
         }
         let task_id = p.target.clone()?;
-        let (origin_exchange, origin_id, group, legacy) = {
+        let known = {
             let t = self.insp.tasks.locked();
-            let task = t.map.get(&task_id)?;
-            (
-                task.origin_exchange,
-                task.key.id.clone(),
-                task.group.clone(),
-                task.legacy,
-            )
+            t.map.get(&task_id).map(|task| {
+                (
+                    task.origin_exchange,
+                    task.key.id.clone(),
+                    task.group.clone(),
+                    task.legacy,
+                )
+            })
+        };
+        let Some((origin_exchange, origin_id, group, legacy)) = known else {
+            self.unknown_task(key, p, &task_id, env, extra);
+            return None;
         };
         let mut tref = TaskRef {
             id: task_id.clone(),
@@ -659,6 +717,44 @@ impl ExchangeCtx {
         };
         p.task = Some(Box::new(tref));
         ended
+    }
+
+    /// A `tasks/get` answered with a task rpctap never saw created, though it was created while
+    /// rpctap watched (its `createdAt`, a second's slack): the server gave out a task that is
+    /// nobody's here, or another's (the binding rule: an unknown task id is `-32602`).
+    fn unknown_task(
+        &self,
+        key: &PendingKey,
+        p: &Pending,
+        task_id: &str,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) {
+        if &*p.method != "tasks/get" || env.kind != Kind::Result {
+            return;
+        }
+        let start = self
+            .insp
+            .watch_start
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let Some(result) = member(&env.raw, "result") else {
+            return;
+        };
+        if result.get("status").is_none() {
+            return;
+        }
+        let Some(created) = result
+            .get("createdAt")
+            .and_then(Value::as_str)
+            .and_then(rfc3339_ns)
+        else {
+            return;
+        };
+        if start == 0 || created < start.saturating_add(1_000_000_000) {
+            return;
+        }
+        let msg = format!("`tasks/get` for task {task_id}, created while rpctap watched but never handed out through it, answered with its data: an unknown task id is `-32602` (tasks extension, \"Error Handling\"; a task belongs to its requestor)");
+        self.flag_reply(key, &p.method, Code::McpTaskBinding, msg, extra);
     }
 
     /// A server's `notifications/tasks` (2026-07-28) or `notifications/tasks/status`
@@ -1033,6 +1129,60 @@ mod tests {
                 .replace("\"old\"", "\"old2\"")],
         );
         assert_eq!(codes(&events(&mut sub)), ["MCP_TASK_UNDECLARED"]);
+    }
+
+    #[test]
+    fn rfc3339_timestamps_read_as_the_epoch_does() {
+        assert_eq!(rfc3339_ns("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            rfc3339_ns("2026-12-07T10:00:00Z"),
+            Some(1_796_637_600_000_000_000)
+        );
+        assert_eq!(
+            rfc3339_ns("2026-12-07T11:00:00.5+01:00"),
+            Some(1_796_637_600_500_000_000)
+        );
+        assert_eq!(
+            rfc3339_ns("2000-02-29T23:59:59.123456789-00:30"),
+            rfc3339_ns("2000-03-01T00:29:59.123456789Z")
+        );
+        for bad in [
+            "",
+            "2026-12-07",
+            "2026-12-07T10:00:00",
+            "2026-1x-07T10:00:00Z",
+        ] {
+            assert_eq!(rfc3339_ns(bad), None, "{bad}");
+        }
+    }
+
+    /// A poll answered with a task created while rpctap watched but never handed out through
+    /// it: flagged; one created before rpctap watched is not rpctap's to judge.
+    #[test]
+    fn an_unknown_task_answered_with_data_is_flagged_when_rpctap_saw_its_creation_time() {
+        let (insp, mut sub) = setup();
+        insp.set_watch_start(crate::events::now_ns() - 60_000_000_000);
+        let answer = |created: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":2,"result":{{"resultType":"complete","taskId":"zz","status":"working","createdAt":"{created}","lastUpdatedAt":"{created}","ttlMs":null}}}}"#
+            )
+        };
+        // Long before rpctap watched: not judged.
+        post(
+            &insp,
+            V,
+            &req(2, "tasks/get", r#""taskId":"zz""#, true),
+            &[&answer("2020-01-01T00:00:00Z")],
+        );
+        assert!(codes(&events(&mut sub)).is_empty());
+        // After rpctap started to watch.
+        post(
+            &insp,
+            V,
+            &req(2, "tasks/get", r#""taskId":"zz""#, true),
+            &[&answer("2100-01-01T00:00:00Z")],
+        );
+        assert_eq!(codes(&events(&mut sub)), ["MCP_TASK_BINDING"]);
     }
 
     /// A task still working when its stdio session ends: its call ends missing, naming it.
