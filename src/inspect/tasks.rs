@@ -1131,6 +1131,45 @@ mod tests {
         assert_eq!(codes(&events(&mut sub)), ["MCP_TASK_UNDECLARED"]);
     }
 
+    /// A task's end told by `notifications/tasks` on the client's `subscriptions/listen`
+    /// stream, no poll needed: the call ends there, with the task's error.
+    #[test]
+    fn a_task_notification_ends_its_call() {
+        let (insp, mut sub) = setup();
+        post(
+            &insp,
+            V,
+            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
+            &[HANDLE],
+        );
+        insp.set_time(300_000_000);
+        let ack = r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{"taskIds":["t1"]}}}"#;
+        let done = r#"{"jsonrpc":"2.0","method":"notifications/tasks","params":{"taskId":"t1","status":"failed","createdAt":"2026-12-07T10:00:00Z","lastUpdatedAt":"2026-12-07T10:00:00Z","ttlMs":60000,"error":{"code":-32603,"message":"disk full"}}}"#;
+        let listen = req(
+            2,
+            "subscriptions/listen",
+            r#""notifications":{"taskIds":["t1"]}"#,
+            true,
+        );
+        post(&insp, V, &listen, &[ack, done]);
+        let ev = events(&mut sub);
+        assert!(codes(&ev).is_empty(), "{:?}", codes(&ev));
+        let origin = calls(&ev)
+            .into_iter()
+            .find(|c| &*c.method == "tools/call")
+            .expect("the task's call ended");
+        assert_eq!(
+            (origin.outcome.clone(), origin.latency_us),
+            (
+                Outcome::Error {
+                    code: -32603,
+                    message: "disk full".into()
+                },
+                Some(300_000)
+            )
+        );
+    }
+
     #[test]
     fn rfc3339_timestamps_read_as_the_epoch_does() {
         assert_eq!(rfc3339_ns("1970-01-01T00:00:00Z"), Some(0));
