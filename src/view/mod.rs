@@ -777,17 +777,18 @@ impl App {
             Some(t) => Text::from(format!("{method} {t}")),
             None => method.clone(),
         };
-        let ms = self.method_mut(&key);
-        ms.count += w;
-        if err {
-            ms.errors += w;
-        }
-        if let Some(l) = latency_us {
-            if ms.latencies.len() >= 2048 {
-                ms.latencies.remove(0);
+        // A round that asked for input is part of the call that continues it: the methods view
+        // counts that call once, its latency the server's time over every round (the client's
+        // time between rounds is not the server's).
+        let round = outcome == RowOutcome::InputRequired;
+        if !round {
+            let ms = self.method_mut(&key);
+            ms.count += w;
+            if err {
+                ms.errors += w;
             }
-            ms.latencies.push(l);
         }
+        let method_key = key;
         let s = self.session_mut(&scope);
         s.calls += w;
         if err {
@@ -862,6 +863,19 @@ impl App {
         };
         if let Some(prev) = continues {
             self.fold_round(seq, &prev);
+        }
+        if !round {
+            let server = match self.row(seq).and_then(|r| r.rounds.as_ref()) {
+                Some(rounds) => Some(rounds.server_us()),
+                None => latency_us,
+            };
+            if let Some(l) = server {
+                let ms = self.method_mut(&method_key);
+                if ms.latencies.len() >= 2048 {
+                    ms.latencies.remove(0);
+                }
+                ms.latencies.push(l);
+            }
         }
         if let Some(t) = &c.task {
             self.on_task(src, seq, t);

@@ -1592,4 +1592,7 @@ fn a_multi_round_rows_latency_splits_the_servers_time_from_the_clients() {
     assert_eq!(r.latency_us, Some(5_300_000), "the wall time");
     assert_eq!(rounds.server_us(), 300_000, "the server's");
     assert_eq!(rounds.list[0].latency_us, Some(100_000));
+    // The methods view: one call, the server's 0.3 s.
+    let m = &a.methods["tools/call deploy"];
+    assert_eq!((m.count, &m.latencies[..]), (1, &[300_000][..]));
 }
