@@ -59,6 +59,18 @@ pub(super) fn flag_as(
     }
 }
 
+/// A finding on a call rpctap ends outside any message (timed out, its session gone): on the
+/// frame of its request.
+pub(super) fn flag_call(inner: &Inner, key: &PendingKey, p: &Pending, code: Code, msg: String) {
+    let site = Site {
+        exchange: p.exchange,
+        scope: &key.scope,
+        at: Some((key.direction, p.index)),
+        hold: None,
+    };
+    flag(inner, site, code, Some(&key.id), Some(&p.method), msg);
+}
+
 /// Ends a call. With `defer`, the event waits there (so a reply's message event is published
 /// before the outcome it causes).
 pub(super) fn end_call(
@@ -159,19 +171,8 @@ pub(super) fn end_missing(
             continue;
         }
         let extra: &[&'static str] = if anomaly && !listen {
-            flag(
-                inner,
-                Site {
-                    exchange: p.exchange,
-                    scope: &key.scope,
-                    at: Some((key.direction, p.index)),
-                    hold: None,
-                },
-                Code::MissingResponse,
-                Some(&key.id),
-                Some(&p.method),
-                format!("call {} `{}` got no reply: {reason}", key.id, p.method),
-            );
+            let msg = format!("call {} `{}` got no reply: {reason}", key.id, p.method);
+            flag_call(inner, key, &p, Code::MissingResponse, msg);
             &[Code::MissingResponse.as_str()]
         } else {
             &[]

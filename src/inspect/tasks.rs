@@ -13,7 +13,7 @@
 //! sessions' ends come here; the table is a std mutex taken by synchronous code only, bounded
 //! by the pending-call cap (a task is a call that waits).
 
-use super::calls::{end_call, flag, Site};
+use super::calls::{end_call, flag_call};
 use super::capability::Caps;
 use super::*;
 use crate::events::TaskRef;
@@ -245,21 +245,10 @@ pub(super) fn asks_task(env: &Envelope) -> bool {
 /// the creating call.
 fn end_unfinished(inner: &Inner, key: &PendingKey, mut p: Pending, task_id: &str, why: &str) {
     let reason = format!("task {task_id} reached no terminal status: {why}");
-    flag(
-        inner,
-        Site {
-            exchange: p.exchange,
-            scope: &key.scope,
-            at: Some((key.direction, p.index)),
-            hold: None,
-        },
-        Code::McpTaskUnfinished,
-        Some(&key.id),
-        Some(&p.method),
-        format!(
-            "{reason} (tasks extension, \"Task Polling\": a client polls until a terminal status)"
-        ),
+    let msg = format!(
+        "{reason} (tasks extension, \"Task Polling\": a client polls until a terminal status)"
     );
+    flag_call(inner, key, &p, Code::McpTaskUnfinished, msg);
     if let Some(t) = p.task.as_mut() {
         t.status.get_or_insert_with(|| "working".into());
     }
@@ -934,6 +923,14 @@ mod tests {
 
     const HANDLE: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working","createdAt":"2026-12-07T10:00:00Z","lastUpdatedAt":"2026-12-07T10:00:00Z","ttlMs":60000,"pollIntervalMs":100}}"#;
 
+    /// An inspector that saw a declaring client's `tools/call` answered with task `t1`.
+    fn with_task() -> (Inspector, Subscription) {
+        let (insp, sub) = setup();
+        let call = req(1, "tools/call", r#""name":"slow","arguments":{}"#, true);
+        post(&insp, V, &call, &[HANDLE]);
+        (insp, sub)
+    }
+
     fn calls(ev: &[Event]) -> Vec<&CallEvent> {
         ev.iter()
             .filter_map(|e| match e {
@@ -957,13 +954,7 @@ mod tests {
     /// the task's, its latency the task's whole life, its polls counted; each poll names it.
     #[test]
     fn a_task_is_one_call_from_its_handle_to_its_end() {
-        let (insp, mut sub) = setup();
-        post(
-            &insp,
-            V,
-            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
-            &[HANDLE],
-        );
+        let (insp, mut sub) = with_task();
         let ev = events(&mut sub);
         assert!(calls(&ev).is_empty(), "the call waits for its task: {ev:?}");
         assert!(codes(&ev).is_empty(), "{:?}", codes(&ev));
@@ -997,13 +988,7 @@ mod tests {
 
     #[test]
     fn polls_too_fast_after_the_end_and_a_changed_end_are_flagged() {
-        let (insp, mut sub) = setup();
-        post(
-            &insp,
-            V,
-            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
-            &[HANDLE],
-        );
+        let (insp, mut sub) = with_task();
         poll(&insp, 20, 2, &task(2, "working", ""));
         poll(&insp, 40, 3, &task(3, "input_required", ""));
         let ev = events(&mut sub);
@@ -1068,13 +1053,7 @@ mod tests {
 
     #[test]
     fn another_clients_task_answered_is_flagged() {
-        let (insp, mut sub) = setup();
-        post(
-            &insp,
-            V,
-            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
-            &[HANDLE],
-        );
+        let (insp, mut sub) = with_task();
         insp.set_time(200_000_000);
         let other = req(2, "tasks/get", r#""taskId":"t1""#, true)
             .replace(r#""name":"t""#, r#""name":"other""#);
@@ -1135,13 +1114,7 @@ mod tests {
     /// stream, no poll needed: the call ends there, with the task's error.
     #[test]
     fn a_task_notification_ends_its_call() {
-        let (insp, mut sub) = setup();
-        post(
-            &insp,
-            V,
-            &req(1, "tools/call", r#""name":"slow","arguments":{}"#, true),
-            &[HANDLE],
-        );
+        let (insp, mut sub) = with_task();
         insp.set_time(300_000_000);
         let ack = r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{"taskIds":["t1"]}}}"#;
         let done = r#"{"jsonrpc":"2.0","method":"notifications/tasks","params":{"taskId":"t1","status":"failed","createdAt":"2026-12-07T10:00:00Z","lastUpdatedAt":"2026-12-07T10:00:00Z","ttlMs":60000,"error":{"code":-32603,"message":"disk full"}}}"#;
