@@ -9,8 +9,8 @@
 //! views fold them under it. Decides `MCP_TASK_UNDECLARED`, `MCP_TASK_STATUS`, `MCP_TASK_POLL`,
 //! `MCP_TASK_BINDING` and `MCP_TASK_UNFINISHED`.
 //!
-//! Only replies to `tools/call` that contain `"task"`, the tasks methods' own messages and
-//! sessions' ends come here; the table is a std mutex taken by synchronous code only, bounded
+//! Only messages the envelope's one pass marked (`Envelope::task_hint`: a `task` object, a
+//! `resultType` of `"task"`), the tasks methods' own messages and sessions' ends come here; the table is a std mutex taken by synchronous code only, bounded
 //! by the pending-call cap (a task is a call that waits).
 
 use super::calls::{end_call, flag_call};
@@ -23,8 +23,6 @@ use std::collections::{HashMap, VecDeque};
 
 /// The extension's identifier (2026-07-28).
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
-needle!(TASK, "\"task\"");
 
 /// A poll this much sooner than the server's `pollIntervalMs` (in tenths) is too fast: arrival
 /// times on the proxy jitter by a little, the client's own clock does not.
@@ -237,8 +235,7 @@ fn rfc3339_ns(s: &str) -> Option<u64> {
 
 /// Whether a 2025-11-25 request asked for a task (`params.task`).
 pub(super) fn asks_task(env: &Envelope) -> bool {
-    TASK.find(&env.raw).is_some()
-        && member(&env.raw, "params").is_some_and(|p| p.get("task").is_some_and(Value::is_object))
+    env.task_hint
 }
 
 /// A call rpctap ends outside a message (a session's end, a TTL run out): the finding goes on
@@ -476,9 +473,9 @@ impl ExchangeCtx {
     /// A reply that is a task handle (`CreateTaskResult`): what it says of the task, and
     /// whether it is in the 2025-11-25 shape.
     pub(super) fn task_handle(&self, key: &PendingKey, env: &Envelope) -> Option<Handle> {
-        if env.kind != Kind::Result
+        if !env.task_hint
+            || env.kind != Kind::Result
             || key.direction != Direction::ClientToServer
-            || TASK.find(&env.raw).is_none()
         {
             return None;
         }

@@ -152,6 +152,10 @@ pub struct Envelope {
     pub error_message: Option<compact_str::CompactString>,
     /// `result.isError` of an MCP `tools/call` result.
     pub tool_error: bool,
+    /// MCP tasks, read in the same pass: a request's `params.task` is an object (2025-11-25
+    /// asks for a task), a result's `resultType` is `"task"` or its `task` is an object (a task
+    /// handle). Only where this is set does the inspector look closer.
+    pub task_hint: bool,
     /// Why the envelope is invalid (for `Kind::Invalid`).
     pub problem: Option<String>,
     /// A member given more than once (read as the last one: see `RawEnvelope`).
@@ -293,6 +297,9 @@ struct Member<'a> {
     message: Option<&'a str>,
     /// `isError` is `true`.
     is_error: bool,
+    /// `task` is an object; `resultType` is `"task"`.
+    task_object: bool,
+    result_type_task: bool,
     /// `name` or `uri` given twice (the last is kept).
     duplicate: Option<&'static str>,
 }
@@ -344,6 +351,12 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
                     }
                 }
                 Key::TaskId => m.task_id = Some(map.next_value::<&RawValue>()?.get()),
+                Key::Task => {
+                    m.task_object = map.next_value::<&RawValue>()?.get().starts_with('{')
+                }
+                Key::ResultType => {
+                    m.result_type_task = map.next_value::<&RawValue>()?.get() == "\"task\""
+                }
                 Key::Code => m.code = Some(map.next_value::<&RawValue>()?.get()),
                 Key::Message => m.message = Some(map.next_value::<&RawValue>()?.get()),
                 Key::IsError => m.is_error = map.next_value::<IsTrue>()?.0,
@@ -440,6 +453,8 @@ enum Key {
     Name,
     Uri,
     TaskId,
+    Task,
+    ResultType,
     Code,
     Message,
     IsError,
@@ -459,6 +474,8 @@ impl<'de> Deserialize<'de> for Key {
                     "name" => Key::Name,
                     "uri" => Key::Uri,
                     "taskId" => Key::TaskId,
+                    "task" => Key::Task,
+                    "resultType" => Key::ResultType,
                     "code" => Key::Code,
                     "message" => Key::Message,
                     "isError" => Key::IsError,
@@ -591,6 +608,7 @@ impl Envelope {
             error_code: None,
             error_message: None,
             tool_error: false,
+            task_hint: false,
             problem: None,
             duplicate: None,
             raw,
@@ -640,6 +658,7 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                 env.problem
                     .get_or_insert_with(|| "`params` must be an array or an object".into());
             } else if params.shape == Shape::Object && wants_target(&name) {
+                env.task_hint = params.task_object;
                 env.target = params
                     .name
                     .or(params.uri)
@@ -672,6 +691,7 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
                     .get_or_insert_with(|| "a response must carry an `id`".into());
             }
             env.tool_error = result.shape == Shape::Object && result.is_error;
+            env.task_hint = result.task_object || result.result_type_task;
             if env.problem.is_none() {
                 env.kind = Kind::Result;
             }

@@ -415,6 +415,8 @@ impl<'a> Scanner<'a> {
                         b"name" => once(&mut m.name, self.raw()?)?,
                         b"uri" => once(&mut m.uri, self.raw()?)?,
                         b"taskId" => m.task_id = Some(self.raw()?),
+                        b"task" => m.task_object = self.raw()?.starts_with('{'),
+                        b"resultType" => m.result_type_task = self.raw()? == "\"task\"",
                         b"code" => m.code = Some(self.raw()?),
                         b"message" => m.message = Some(self.raw()?),
                         b"isError" => m.is_error = self.is_true()?,
