@@ -174,13 +174,17 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
             }
             "mcp-method" if p.mcp_method.is_none() => p.mcp_method = value.to_str().ok(),
             "mcp-name" if p.mcp_name.is_none() => p.mcp_name = value.to_str().ok(),
-            "www-authenticate" => {
-                if let Ok(v) = value.to_str() {
-                    if crate::media::better_challenge(p.www_authenticate, v) {
-                        p.www_authenticate = Some(v);
-                    }
-                }
+            "www-authenticate" if p.www_authenticate.is_none() => {
+                p.www_authenticate = value.to_str().ok()
             }
+            // A later challenge (`DPoP` beside `Bearer`): kept if it is the one that names the
+            // protected-resource metadata (`media::better_challenge`).
+            "www-authenticate" => match value.to_str() {
+                Ok(v) if crate::media::better_challenge(p.www_authenticate, v) => {
+                    p.www_authenticate = Some(v)
+                }
+                _ => {}
+            },
             "accept" => {
                 p.accepts_sse |= value
                     .to_str()
