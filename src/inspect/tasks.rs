@@ -473,9 +473,7 @@ impl ExchangeCtx {
     /// A reply that is a task handle (`CreateTaskResult`): what it says of the task, and
     /// whether it is in the 2025-11-25 shape.
     pub(super) fn task_handle(&self, key: &PendingKey, env: &Envelope) -> Option<Handle> {
-        if !env.task_hint
-            || env.kind != Kind::Result
-            || key.direction != Direction::ClientToServer
+        if !env.task_hint || env.kind != Kind::Result || key.direction != Direction::ClientToServer
         {
             return None;
         }

@@ -351,9 +351,7 @@ impl<'de> serde::de::Visitor<'de> for MemberVisitor {
                     }
                 }
                 Key::TaskId => m.task_id = Some(map.next_value::<&RawValue>()?.get()),
-                Key::Task => {
-                    m.task_object = map.next_value::<&RawValue>()?.get().starts_with('{')
-                }
+                Key::Task => m.task_object = map.next_value::<&RawValue>()?.get().starts_with('{'),
                 Key::ResultType => {
                     m.result_type_task = map.next_value::<&RawValue>()?.get() == "\"task\""
                 }

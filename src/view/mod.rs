@@ -96,6 +96,9 @@ pub struct App {
     pub rows: VecDeque<Row>,
     /// Rows folded into a later round of their call (kept, not listed).
     folded: usize,
+    /// MCP tasks seen created (by source and `taskId`): the row of the call that created each,
+    /// whose status a poll or a `notifications/tasks` moves.
+    task_rows: std::collections::HashMap<(u32, Text), u64>,
     pub max_rows: usize,
     pub max_detail_bytes: usize,
     detail_bytes: usize,
@@ -207,6 +210,7 @@ impl App {
             recorded_ns: None,
             rows: VecDeque::new(),
             folded: 0,
+            task_rows: Default::default(),
             max_rows: max_rows.max(1),
             max_detail_bytes: 64 << 20,
             detail_bytes: 0,
@@ -640,6 +644,14 @@ impl App {
                 };
                 self.push_row(row);
                 self.note_recent(exchange, dir, m.batch_index, Some(seq));
+                if !c2s
+                    && matches!(
+                        m.method.as_deref(),
+                        Some("notifications/tasks" | "notifications/tasks/status")
+                    )
+                {
+                    self.task_notified(src, seq, &raw);
+                }
                 if is_call {
                     self.open
                         .entry((scope.clone(), dir, id))
@@ -674,6 +686,7 @@ impl App {
                 });
                 self.note_recent(exchange, dir, m.batch_index, seq);
                 if let Some(seq) = seq {
+                    self.task_handle(src, seq, &raw);
                     self.add_detail(seq, |r| {
                         r.size += raw.len();
                         r.reply = Some(raw);
@@ -684,6 +697,71 @@ impl App {
                     self.show_with_exchange(exchange, &raw);
                 }
             }
+        }
+    }
+
+    /// A `tools/call` answered with a task handle: its row shows the task's status from now on
+    /// (`task:working`), before any poll.
+    fn task_handle(&mut self, src: u32, seq: u64, raw: &str) {
+        if !raw.contains("\"task\"") || self.row(seq).is_none_or(|r| &*r.method != "tools/call") {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(raw) else {
+            return;
+        };
+        let r = &v["result"];
+        let t = if r["resultType"] == "task" {
+            r
+        } else {
+            &r["task"]
+        };
+        let (Some(id), Some(status)) = (t["taskId"].as_str(), t["status"].as_str()) else {
+            return;
+        };
+        let id = Text::from(id);
+        if self.task_rows.len() >= self.max_rows {
+            let rows = &self.rows;
+            let first = rows.front().map_or(0, |r| r.seq);
+            self.task_rows.retain(|_, s| *s >= first);
+        }
+        self.task_rows.insert((src, id.clone()), seq);
+        if let Some(row) = self.row_mut(seq) {
+            let task = row.task.get_or_insert_with(Default::default);
+            task.id = id;
+            task.status = Text::from(status);
+        }
+    }
+
+    /// A server's `notifications/tasks` (`…/tasks/status`): the task's row shows its status,
+    /// and the notification is folded under it like a poll.
+    fn task_notified(&mut self, src: u32, me: u64, raw: &str) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(raw) else {
+            return;
+        };
+        let p = &v["params"];
+        let (Some(id), Some(status)) = (p["taskId"].as_str(), p["status"].as_str()) else {
+            return;
+        };
+        let Some(&seq) = self.task_rows.get(&(src, Text::from(id))) else {
+            return;
+        };
+        if self.row(seq).is_none_or(|r| r.task.is_none()) {
+            return;
+        }
+        let Some(n) = self.row_mut(me) else { return };
+        n.folded = true;
+        let poll = Poll {
+            method: n.method.clone(),
+            id: n.id.clone(),
+            status: Some(Text::from(status)),
+            latency_us: None,
+            anomalies: n.anomalies.clone(),
+            reply: n.request.take(),
+        };
+        self.folded += 1;
+        if let Some(task) = self.row_mut(seq).and_then(|r| r.task.as_mut()) {
+            task.status = Text::from(status);
+            task.polls.push(poll);
         }
     }
 

@@ -1470,6 +1470,22 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
         None,
         r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t1","status":"working"}}"#,
     ));
+    // The handle alone: the row shows the task's status, before any poll…
+    let status = |a: &App| {
+        let r = a.rows.iter().find(|r| !r.folded).unwrap();
+        r.task.as_ref().map(|t| t.status.to_string())
+    };
+    assert_eq!(status(&a).as_deref(), Some("working"));
+    // …and a `notifications/tasks` moves it.
+    a.apply_message(msg(
+        1,
+        false,
+        Kind::Notification,
+        None,
+        Some("notifications/tasks"),
+        r#"{"jsonrpc":"2.0","method":"notifications/tasks","params":{"taskId":"t1","status":"input_required","inputRequests":{}}}"#,
+    ));
+    assert_eq!(status(&a).as_deref(), Some("input_required"));
     let poll = |status: &str| TaskRef {
         id: "t1".into(),
         status: Some(status.into()),
@@ -1545,8 +1561,9 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
         (RowOutcome::Result, Some(3_000_000))
     );
     let t = r.task.as_ref().unwrap();
-    assert_eq!((&*t.id, &*t.status, t.polls.len()), ("t1", "completed", 3));
-    assert!(t.polls[2].reply.as_deref().unwrap().contains("completed"));
+    // The notification and the three polls, folded under the task.
+    assert_eq!((&*t.id, &*t.status, t.polls.len()), ("t1", "completed", 4));
+    assert!(t.polls[3].reply.as_deref().unwrap().contains("completed"));
 }
 
 /// A multi round-trip call folded into one row keeps the server's time apart from the client's:
