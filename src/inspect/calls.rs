@@ -380,7 +380,8 @@ impl ExchangeCtx {
                     self.task_request(dir, m, target.as_ref(), &id, &mut anomalies);
                     // A 2025-11-25 request asks for a task in its params: the capability the
                     // extension declares per request from 2026-07-28 on.
-                    if m == "tools/call" && modern.is_none() && super::tasks::asks_task(&env) {
+                    // (`task_hint`: the envelope's pass saw `params.task` as an object.)
+                    if m == "tools/call" && modern.is_none() && env.task_hint {
                         modern = Some(Box::new(modern::CallMeta {
                             caps: Some(super::capability::Caps::TASKS_EXT),
                             ..Default::default()

@@ -8,6 +8,9 @@ use crate::events::Direction;
 /// into logs per request, and asks for input in `input_required` rounds (2026-07-28).
 pub const MODERN: &str = "2026-07-28";
 
+/// The tasks extension's identifier (2026-07-28, SEP-2663).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
 /// Declared capabilities, one bit each (client and server bits never overlap, so one type
 /// serves both sides).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,7 +94,7 @@ impl Caps {
         }
         if obj
             .get("extensions")
-            .and_then(|e| e.get(super::tasks::EXTENSION))
+            .and_then(|e| e.get(TASKS_EXTENSION))
             .is_some_and(declared)
         {
             out.set(Caps::TASKS_EXT);

@@ -838,8 +838,7 @@ impl ExchangeCtx {
                 end_missing(&inner, &k, p, why, true);
             }
             if let Scope::Session(sid) = &self.scope {
-                super::tasks::end_session_tasks(&inner, sid, &why);
-                inner.correlator.end_session(sid);
+                inner.end_session(sid, &why);
             }
         }
         let mode = std::mem::replace(&mut self.mode, ReplyMode::Ignore);
@@ -882,8 +881,7 @@ impl ExchangeCtx {
                 for (k, p) in inner.correlator.drain_scope(&self.scope) {
                     end_missing(&inner, &k, p, "session ended (DELETE)", true);
                 }
-                super::tasks::end_session_tasks(&inner, sid, "DELETE");
-                inner.correlator.end_session(sid);
+                inner.end_session(sid, "DELETE");
             }
         }
         let parked =

@@ -975,8 +975,7 @@ impl ExchangeCtx {
                         format!("HTTP 404 for session {sid}, which the server created and nobody deleted: the server restarted, or another replica answered"),
                     );
                     // Flagged once: the server does not know it any more (nor its tasks).
-                    super::tasks::end_session_tasks(&inner, &sid, "the server lost the session");
-                    inner.correlator.end_session(&sid);
+                    inner.end_session(&sid, "the server lost the session");
                 }
             }
         }

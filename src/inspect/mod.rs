@@ -138,6 +138,15 @@ struct Inner {
     watch_start: AtomicU64,
 }
 
+impl Inner {
+    /// A session ended (its stream, a DELETE, the server lost it): its tasks that never ended
+    /// end now, then rpctap forgets the session.
+    fn end_session(&self, sid: &Arc<str>, why: &str) {
+        tasks::end_session_tasks(self, sid, why);
+        self.correlator.end_session(sid);
+    }
+}
+
 /// Where the inspector's time comes from: the real clock live, the recorded times offline (so a
 /// recording checked later times its calls out exactly where the live run did).
 struct Clock {

@@ -21,9 +21,6 @@ use crate::locks::Locked as _;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 
-/// The extension's identifier (2026-07-28).
-pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
 /// A poll this much sooner than the server's `pollIntervalMs` (in tenths) is too fast: arrival
 /// times on the proxy jitter by a little, the client's own clock does not.
 const FAST_TENTHS: u64 = 9;
@@ -231,11 +228,6 @@ fn rfc3339_ns(s: &str) -> Option<u64> {
         .ok()?
         .checked_mul(1_000_000_000)?
         .checked_add(frac_ns as u64)
-}
-
-/// Whether a 2025-11-25 request asked for a task (`params.task`).
-pub(super) fn asks_task(env: &Envelope) -> bool {
-    env.task_hint
 }
 
 /// A call rpctap ends outside a message (a session's end, a TTL run out): the finding goes on
