@@ -101,6 +101,14 @@ pub(super) struct Table {
     order: VecDeque<Arc<str>>,
 }
 
+impl Table {
+    /// The eviction order without the tasks the map no longer holds.
+    fn prune_order(&mut self) {
+        let Table { map, order } = self;
+        order.retain(|id| map.contains_key(id));
+    }
+}
+
 /// What a message says of a task: its shape read once, loosely (a missing member is `None`).
 #[derive(Debug, Default)]
 struct Seen {
@@ -265,14 +273,7 @@ pub(super) fn end_session_tasks(inner: &Inner, sid: &str, why: &str) {
             }
         }
         t.map.retain(|_, task| task.group.as_deref() != Some(sid));
-        let map = &t.map;
-        let keep: VecDeque<Arc<str>> = t
-            .order
-            .iter()
-            .filter(|id| map.contains_key(*id))
-            .cloned()
-            .collect();
-        t.order = keep;
+        t.prune_order();
         out
     };
     for (id, key, p, shown) in ended {
@@ -373,14 +374,7 @@ pub(super) fn sweep(inner: &Inner) -> usize {
             t.map.remove(id);
         }
         if !gone.is_empty() {
-            let map = &t.map;
-            let keep: VecDeque<Arc<str>> = t
-                .order
-                .iter()
-                .filter(|id| map.contains_key(*id))
-                .cloned()
-                .collect();
-            t.order = keep;
+            t.prune_order();
         }
         out
     };
@@ -685,7 +679,8 @@ impl ExchangeCtx {
         let ended = match seen {
             Some(seen) if seen.status.is_some() => {
                 let full = method == "tasks/get" && !legacy;
-                let (status, ended) = self.task_status(&task_id, &seen, full, key, p, extra);
+                let (status, ended) =
+                    self.task_status(&task_id, &seen, full, key, &p.method, true, extra);
                 tref.status = status.map(|s| Arc::from(s.as_str()));
                 ended
             }
@@ -759,8 +754,7 @@ impl ExchangeCtx {
         };
         let mut sink = Vec::new();
         let method: Arc<str> = env.method.clone().unwrap_or_else(|| "".into());
-        let (_, ended) =
-            self.task_status_of(&task_id, &seen, full, &key, &method, false, &mut sink);
+        let (_, ended) = self.task_status(&task_id, &seen, full, &key, &method, false, &mut sink);
         if let Some((k, c, outcome)) = ended {
             end_call(
                 &self.insp,
@@ -774,22 +768,11 @@ impl ExchangeCtx {
         }
     }
 
-    /// What a poll's reply says of its task's status: judged against the state machine and
-    /// the payload its status needs (2026-07-28's `tasks/get`), and recorded.
-    fn task_status(
-        &self,
-        task_id: &Arc<str>,
-        seen: &Seen,
-        full: bool,
-        key: &PendingKey,
-        p: &Pending,
-        extra: &mut Vec<&'static str>,
-    ) -> (Option<Status>, Option<(PendingKey, Pending, Outcome)>) {
-        self.task_status_of(task_id, seen, full, key, &p.method, true, extra)
-    }
-
+    /// What a poll's reply (`on_reply`) or a notification says of its task's status: judged
+    /// against the state machine and the payload its status needs (2026-07-28's `tasks/get`,
+    /// `full`), and recorded; returns the status and, when the task ended, its creating call.
     #[allow(clippy::too_many_arguments)]
-    fn task_status_of(
+    fn task_status(
         &self,
         task_id: &Arc<str>,
         seen: &Seen,
