@@ -200,12 +200,7 @@ impl ReplyEdit for TaskEdit {
 
     fn edit(&self, reply: &[u8]) -> Option<(Vec<u8>, String)> {
         let mut v: serde_json::Value = serde_json::from_slice(reply).ok()?;
-        let result = v.get_mut("result")?;
-        let task = if result.get("taskId").is_some() {
-            result.as_object_mut()?
-        } else {
-            result.get_mut("task")?.as_object_mut()?
-        };
+        let task = crate::rpc::task_in_mut(v.get_mut("result")?)?.as_object_mut()?;
         let was = task.get("status")?.as_str()?.to_string();
         for k in ["result", "error", "inputRequests"] {
             task.remove(k);

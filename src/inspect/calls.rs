@@ -765,7 +765,7 @@ impl ExchangeCtx {
             self.cur.and_then(|c| c.1),
             Some(&mut self.deferred),
         );
-        if let Some((k, c, outcome)) = task_end {
+        for (k, c, outcome) in task_end {
             end_call(&inner, &k, c, outcome, &[], None, Some(&mut self.deferred));
         }
     }

@@ -331,13 +331,8 @@ pub(super) fn fault_shown(inner: &Inner, frame: Option<&[u8]>) {
     let Some(result) = member(&json, "result") else {
         return;
     };
-    let task = if result.get("taskId").is_some() {
-        &result
-    } else {
-        match result.get("task") {
-            Some(t) => t,
-            None => return,
-        }
+    let Some((task, _)) = crate::rpc::task_in(&result) else {
+        return;
     };
     let seen = Seen::of(task);
     let (Some(id), Some(status)) = (seen.id, seen.status.as_deref().and_then(Status::parse)) else {
@@ -464,13 +459,8 @@ impl ExchangeCtx {
             return None;
         }
         let result = member(&env.raw, "result")?;
-        if result.get("resultType").and_then(Value::as_str) == Some("task") {
-            return Some(Handle(Seen::of(&result), false));
-        }
-        let t = result
-            .get("task")
-            .filter(|t| t.is_object() && t.get("taskId").is_some())?;
-        Some(Handle(Seen::of(t), true))
+        let (task, legacy) = crate::rpc::task_in(&result)?;
+        Some(Handle(Seen::of(task), legacy))
     }
 
     /// A task handle's call is kept as its task (`None`); a handle that cannot be one (no id,
@@ -604,10 +594,85 @@ impl ExchangeCtx {
         None
     }
 
-    /// A reply to `tasks/get`, `tasks/update`, `tasks/cancel` or `tasks/result`: names its task
-    /// on the call's event, judges what it says of the task, and — when it shows the task
-    /// ended — returns the creating call with its outcome.
+    /// A reply to `tasks/get`, `tasks/update`, `tasks/cancel`, `tasks/result` or `tasks/list`:
+    /// names its task on the call's event, judges what it says of the task (of each task, for
+    /// a list), and returns the creating calls of the tasks it shows ended, with their outcomes.
     pub(super) fn task_reply(
+        &self,
+        key: &PendingKey,
+        p: &mut Pending,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) -> Vec<(PendingKey, Pending, Outcome)> {
+        if key.direction != Direction::ClientToServer {
+            return Vec::new();
+        }
+        match &*p.method {
+            "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result" => self
+                .one_task_reply(key, p, env, extra)
+                .into_iter()
+                .collect(),
+            "tasks/list" if env.kind == Kind::Result => self.task_list(key, p, env, extra),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A `tasks/list` reply (2025-11-25): each listed task rpctap knows has the status the list
+    /// shows, judged like a poll's (a list is no poll: it is not counted, nor its rate), and
+    /// a listed task of another stateless client is the binding rule's case.
+    fn task_list(
+        &self,
+        key: &PendingKey,
+        p: &Pending,
+        env: &Envelope,
+        extra: &mut Vec<&'static str>,
+    ) -> Vec<(PendingKey, Pending, Outcome)> {
+        let mut ended = Vec::new();
+        let Some(Value::Array(tasks)) =
+            member(&env.raw, "result").and_then(|mut r| r.get_mut("tasks").map(Value::take))
+        else {
+            return ended;
+        };
+        for task in &tasks {
+            let seen = Seen::of(task);
+            let Some(task_id) = seen.id.as_deref().map(Arc::<str>::from) else {
+                continue;
+            };
+            let group = {
+                let t = self.insp.tasks.locked();
+                match t.map.get(&*task_id) {
+                    Some(known) => known.group.clone(),
+                    None => continue,
+                }
+            };
+            self.binding_rule(key, &p.method, &task_id, group.as_deref(), extra);
+            let (_, end) = self.task_status(&task_id, &seen, false, key, &p.method, true, extra);
+            ended.extend(end);
+        }
+        ended
+    }
+
+    /// Another stateless client's task answered with its data (`mine` asked; `theirs` created
+    /// it): a task belongs to the client that created it.
+    fn binding_rule(
+        &self,
+        key: &PendingKey,
+        method: &Arc<str>,
+        task_id: &str,
+        theirs: Option<&str>,
+        extra: &mut Vec<&'static str>,
+    ) {
+        if let (Some(mine), Some(theirs)) = (key.scope.group(), theirs) {
+            let stateless = |g: &str| g.starts_with(crate::events::STATELESS_PREFIX);
+            if &**mine != theirs && stateless(mine) && stateless(theirs) {
+                let msg = format!("`{method}` from {mine} for task {task_id}, which {theirs} created, answered with its data: a task belongs to the client that created it (tasks extension, security: bind tasks to their requestor)");
+                self.flag_reply(key, method, Code::McpTaskBinding, msg, extra);
+            }
+        }
+    }
+
+    /// [`Self::task_reply`] for the methods about one task.
+    fn one_task_reply(
         &self,
         key: &PendingKey,
         p: &mut Pending,
@@ -615,14 +680,6 @@ impl ExchangeCtx {
         extra: &mut Vec<&'static str>,
     ) -> Option<(PendingKey, Pending, Outcome)> {
         let method = &*p.method;
-        if key.direction != Direction::ClientToServer
-            || !matches!(
-                method,
-                "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result"
-            )
-        {
-            return None;
-        }
         let task_id = p.target.clone()?;
         let known = {
             let t = self.insp.tasks.locked();
@@ -646,15 +703,8 @@ impl ExchangeCtx {
             origin_id: Some(origin_id),
             polls: 0,
         };
-        // Another client's task answered with data.
         if env.kind == Kind::Result {
-            if let (Some(mine), Some(theirs)) = (key.scope.group(), group.as_ref()) {
-                let stateless = |g: &str| g.starts_with(crate::events::STATELESS_PREFIX);
-                if mine != theirs && stateless(mine) && stateless(theirs) {
-                    let msg = format!("`{method}` from {mine} for task {task_id}, which {theirs} created, answered with its data: a task belongs to the client that created it (tasks extension, security: bind tasks to their requestor)");
-                    self.flag_reply(key, &p.method, Code::McpTaskBinding, msg, extra);
-                }
-            }
+            self.binding_rule(key, &p.method, &task_id, group.as_deref(), extra);
         }
         let seen = match (method, env.kind) {
             ("tasks/get", Kind::Result) => member(&env.raw, "result").map(|r| Seen::of(&r)),
@@ -1078,6 +1128,49 @@ mod tests {
                 .replace("\"old\"", "\"old2\"")],
         );
         assert_eq!(codes(&events(&mut sub)), ["MCP_TASK_UNDECLARED"]);
+    }
+
+    /// 2025-11-25's `tasks/list`: a listed task's status counts like a poll's (a failed task
+    /// ends its call; a terminal task listed as working again is flagged), but the list is no
+    /// poll; tasks rpctap does not know are left alone.
+    #[test]
+    fn a_task_list_moves_the_tasks_it_lists() {
+        let (insp, mut sub) = setup();
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow","arguments":{},"task":{"ttl":60000}}}"#;
+        let handle = r#"{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"old","status":"working","ttl":60000,"pollInterval":50,"createdAt":"2025-11-25T10:00:00Z"}}}"#;
+        post(&insp, None, call, &[handle]);
+        insp.set_time(80_000_000);
+        let list = r#"{"jsonrpc":"2.0","id":8,"method":"tasks/list","params":{}}"#;
+        let listed = |id: u32, status: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tasks":[{{"taskId":"elsewhere","status":"working"}},{{"taskId":"old","status":"{status}","statusMessage":"no disk","ttl":60000,"createdAt":"2025-11-25T10:00:00Z"}}]}}}}"#
+            )
+        };
+        post(&insp, None, list, &[&listed(8, "failed")]);
+        let ev = events(&mut sub);
+        assert!(codes(&ev).is_empty(), "{:?}", codes(&ev));
+        let c = calls(&ev);
+        let origin = c
+            .iter()
+            .find(|c| &*c.method == "tools/call")
+            .expect("the list showed the task failed: its call ended");
+        assert_eq!(origin.latency_us, Some(80_000));
+        assert!(
+            matches!(&origin.outcome, Outcome::Error { message, .. } if message.contains("no disk")),
+            "{:?}",
+            origin.outcome
+        );
+        let t = origin.task.as_deref().expect("the call names its task");
+        assert_eq!((t.status.as_deref(), t.polls), (Some("failed"), 0));
+        let l = c.iter().find(|c| &*c.method == "tasks/list").unwrap();
+        assert!(l.task.is_none(), "a list is about many tasks");
+        post(
+            &insp,
+            None,
+            &list.replace("\"id\":8", "\"id\":9"),
+            &[&listed(9, "working")],
+        );
+        assert_eq!(codes(&events(&mut sub)), ["MCP_TASK_STATUS"]);
     }
 
     /// A task's end told by `notifications/tasks` on the client's `subscriptions/listen`

@@ -932,6 +932,31 @@ fn method_text(method: &str) -> std::sync::Arc<str> {
     }
 }
 
+/// The task a result carries (MCP's tasks extension, and 2025-11-25's experimental tasks): the
+/// result itself when it is one — `resultType: "task"` (a 2026-07-28 handle) or a `taskId`
+/// member (a `tasks/get` reply) — else its `task` member when that has a `taskId` (2025-11-25's
+/// `CreateTaskResult`).
+/// The flag is `true` for the member. The inspector, the view and the `task` fault read a task
+/// through this one function, so they never disagree on which object is the task.
+pub fn task_in(result: &serde_json::Value) -> Option<(&serde_json::Value, bool)> {
+    if result.get("resultType").and_then(serde_json::Value::as_str) == Some("task")
+        || result.get("taskId").is_some()
+    {
+        return Some((result, false));
+    }
+    // A `task` member without a `taskId` is some other result's data, not a task.
+    let task = result.get("task").filter(|t| t.get("taskId").is_some())?;
+    Some((task, true))
+}
+
+/// [`task_in`], to edit the task in place.
+pub fn task_in_mut(result: &mut serde_json::Value) -> Option<&mut serde_json::Value> {
+    match task_in(result)?.1 {
+        false => Some(result),
+        true => result.get_mut("task"),
+    }
+}
+
 /// JSON text with objects' keys sorted (so that `{"a":1,"b":2}` and `{"b":2,"a":1}` match).
 pub fn canonical(v: &serde_json::Value) -> String {
     fn sort(v: &serde_json::Value) -> serde_json::Value {
@@ -953,6 +978,38 @@ pub fn canonical(v: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_is_read_in_each_shape_and_nothing_else_is_one() {
+        use serde_json::json;
+        let handle = json!({"resultType": "task", "taskId": "t1", "status": "working"});
+        assert_eq!(
+            task_in(&handle).map(|(t, m)| (t["taskId"].clone(), m)),
+            Some((json!("t1"), false))
+        );
+        let got = json!({"resultType": "complete", "taskId": "t2", "status": "completed"});
+        assert_eq!(
+            task_in(&got).map(|(t, _)| t["taskId"].clone()),
+            Some(json!("t2"))
+        );
+        let legacy = json!({"task": {"taskId": "t3", "status": "working"}});
+        assert_eq!(
+            task_in(&legacy).map(|(t, m)| (t["taskId"].clone(), m)),
+            Some((json!("t3"), true))
+        );
+        for not in [
+            json!({"content": []}),
+            json!({"task": {"name": "x"}}),
+            json!({"task": "t"}),
+        ] {
+            assert!(task_in(&not).is_none(), "{not}");
+        }
+        let mut legacy = legacy;
+        if let Some(t) = task_in_mut(&mut legacy) {
+            t["status"] = json!("failed");
+        }
+        assert_eq!(legacy["task"]["status"], "failed");
+    }
 
     #[test]
     fn mcp_methods_are_numbered_in_their_table_and_shared() {

@@ -687,6 +687,7 @@ impl App {
                 self.note_recent(exchange, dir, m.batch_index, seq);
                 if let Some(seq) = seq {
                     self.task_handle(src, seq, &raw);
+                    self.task_listed(src, seq, &raw);
                     self.add_detail(seq, |r| {
                         r.size += raw.len();
                         r.reply = Some(raw);
@@ -709,11 +710,8 @@ impl App {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(raw) else {
             return;
         };
-        let r = &v["result"];
-        let t = if r["resultType"] == "task" {
-            r
-        } else {
-            &r["task"]
+        let Some((t, _)) = crate::rpc::task_in(&v["result"]) else {
+            return;
         };
         let (Some(id), Some(status)) = (t["taskId"].as_str(), t["status"].as_str()) else {
             return;
@@ -729,6 +727,31 @@ impl App {
             let task = row.task.get_or_insert_with(Default::default);
             task.id = id;
             task.status = Text::from(status);
+        }
+    }
+
+    /// A `tasks/list` reply (2025-11-25): each listed task with a row here shows the status the
+    /// list gives it (the list itself stays a row of its own: it is about many tasks).
+    fn task_listed(&mut self, src: u32, seq: u64, raw: &str) {
+        if self.row(seq).is_none_or(|r| &*r.method != "tasks/list") {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(raw) else {
+            return;
+        };
+        let Some(tasks) = v["result"]["tasks"].as_array() else {
+            return;
+        };
+        for t in tasks {
+            let (Some(id), Some(status)) = (t["taskId"].as_str(), t["status"].as_str()) else {
+                continue;
+            };
+            let Some(&row) = self.task_rows.get(&(src, Text::from(id))) else {
+                continue;
+            };
+            if let Some(task) = self.row_mut(row).and_then(|r| r.task.as_mut()) {
+                task.status = Text::from(status);
+            }
         }
     }
 

@@ -1613,3 +1613,47 @@ fn a_multi_round_rows_latency_splits_the_servers_time_from_the_clients() {
     let m = &a.methods["tools/call deploy"];
     assert_eq!((m.count, &m.latencies[..]), (1, &[300_000][..]));
 }
+
+/// A `tasks/list` reply moves the status of each task it lists that has a row here; the list
+/// keeps a row of its own.
+#[test]
+fn a_task_list_moves_the_rows_of_the_tasks_it_lists() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let mut say = |ex: u64, req: bool, kind: Kind, method: Option<&str>, body: &str| {
+        let id = ex.to_string();
+        a.apply_message(msg(ex, req, kind, Some(&id), method, body));
+    };
+    say(
+        1,
+        true,
+        Kind::Request,
+        Some("tools/call"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","task":{}}}"#,
+    );
+    say(
+        1,
+        false,
+        Kind::Result,
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"task":{"taskId":"t1","status":"working"}}}"#,
+    );
+    say(
+        2,
+        true,
+        Kind::Request,
+        Some("tasks/list"),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tasks/list"}"#,
+    );
+    say(
+        2,
+        false,
+        Kind::Result,
+        None,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"tasks":[{"taskId":"t0","status":"failed"},{"taskId":"t1","status":"input_required"}]}}"#,
+    );
+    let rows: Vec<_> = a.rows.iter().filter(|r| !r.folded).collect();
+    assert_eq!(rows.len(), 2, "the call and the list");
+    let status = rows[0].task.as_ref().map(|t| t.status.to_string());
+    assert_eq!(status.as_deref(), Some("input_required"));
+    assert!(rows[1].task.is_none());
+}

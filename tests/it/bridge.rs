@@ -136,8 +136,8 @@ async fn serve_gives_sdk_clients_and_the_conformance_suite_what_server_everythin
     );
     assert_eq!(insp_via.1["content"][0]["text"], "The sum of 4 and 5 is 9.");
     // The conformance suite's server scenarios: the same verdicts.
-    let cd = verdicts(&conformance_server(direct, &work).await);
-    let cv = verdicts(&conformance_server(via, &work).await);
+    let cd = verdicts(&conformance_server(direct, work.to_path_buf()).await);
+    let cv = verdicts(&conformance_server(via, work.to_path_buf()).await);
     assert!(cd.len() >= 20, "the suite ran its scenarios: {cd:?}");
     // DNS rebinding protection is `serve`'s own (issue 61): it passes through rpctap whatever
     // the server behind it does (server-everything over HTTP checks no Host); every other

@@ -558,15 +558,15 @@ pub fn spawn_with_banner(
 
 /// The conformance suite's server scenarios against `url` (run in `work`): everything it
 /// printed, stdout then stderr.
-pub async fn conformance_server(url: String, work: &std::path::Path) -> String {
-    conformance_run("@modelcontextprotocol/conformance", &["--url", &url], work).await
+pub async fn conformance_server(url: String, work: std::path::PathBuf) -> String {
+    conformance_run("@modelcontextprotocol/conformance", &["--url", &url], &work).await
 }
 
 /// The conformance suite 0.2 (`conformance2`): the scenarios the 2026-07-28 revision requires
 /// (the tasks extension's among them) against `url`.
-pub async fn conformance_2026(url: String, work: &std::path::Path) -> String {
+pub async fn conformance_2026(url: String, work: std::path::PathBuf) -> String {
     let args = ["--url", &url, "--requirements", "2026-07-28"];
-    conformance_run("conformance2", &args, work).await
+    conformance_run("conformance2", &args, &work).await
 }
 
 async fn conformance_run(package: &str, args: &[&str], work: &std::path::Path) -> String {

@@ -796,20 +796,55 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
     assert_checks_and_replays(proxy, &file, &format!("http://{upstream}"), 3).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
+/// A conformance suite's run against server-everything (Streamable HTTP), direct and through
+/// a recording rpctap, whose verdicts must be the same: the direct run's output, the proxy
+/// (still serving, its events not yet read) and its recording.
+struct ConformanceRun {
+    direct: String,
+    proxy: TestProxy,
+    file: std::path::PathBuf,
+    upstream: String,
+    _work: Scratch,
+    _server: Proc,
+}
+
+async fn conformance_through<F, Fut>(name: &str, suite: F) -> ConformanceRun
+where
+    F: Fn(String, std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
     let dir = node_modules(NODE_PACKAGES);
     let port = free_port();
-    let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
+    let server = start_peer(everything(&dir, "streamableHttp", port), port).await;
     let upstream = format!("http://127.0.0.1:{port}");
-    let work = Scratch::new("conformance");
+    let work = Scratch::new(name);
     let file = work.join("conformance.jsonl");
-    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
-    let direct = conformance_server(format!("{upstream}/mcp"), &work).await;
-    let via = conformance_server(format!("http://{}/mcp", proxy.addr), &work).await;
-    let (d, v) = (verdicts(&direct), verdicts(&via));
-    assert!(d.len() >= 20, "the suite ran its scenarios: {direct}");
-    assert_eq!(d, v, "every scenario's verdict is the same through rpctap");
+    let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+    let direct = suite(format!("{upstream}/mcp"), work.to_path_buf()).await;
+    let via = suite(format!("http://{}/mcp", proxy.addr), work.to_path_buf()).await;
+    assert_eq!(
+        verdicts(&direct),
+        verdicts(&via),
+        "every scenario's verdict is the same through rpctap"
+    );
+    ConformanceRun {
+        direct,
+        proxy,
+        file,
+        upstream,
+        _work: work,
+        _server: server,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
+    let run = conformance_through("conformance", conformance_server).await;
+    let (direct, mut proxy, file, upstream) = (run.direct, run.proxy, run.file, run.upstream);
+    assert!(
+        verdicts(&direct).len() >= 20,
+        "the suite ran its scenarios: {direct}"
+    );
     // server-everything is not the suite's reference server, so some scenarios fail — identically.
     // What rpctap flags on this traffic is what the suite sends wrong on purpose.
     let ev = proxy.drain().await;
@@ -855,22 +890,14 @@ async fn conformance_suite_verdicts_identical_direct_and_through_rpctap() {
 /// here — what the suite sends wrong on purpose, and the server's answers with `id: null`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_2026_requirements_identical_direct_and_through_rpctap() {
-    let dir = node_modules(NODE_PACKAGES);
-    let port = free_port();
-    let _server = start_peer(everything(&dir, "streamableHttp", port), port).await;
-    let upstream = format!("http://127.0.0.1:{port}");
-    let work = Scratch::new("conformance-2026");
-    let file = work.join("conformance.jsonl");
-    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
-    let direct = conformance_2026(format!("{upstream}/mcp"), &work).await;
-    let via = conformance_2026(format!("http://{}/mcp", proxy.addr), &work).await;
-    let (d, v) = (verdicts(&direct), verdicts(&via));
+    let run = conformance_through("conformance-2026", conformance_2026).await;
+    let (direct, mut proxy, file) = (run.direct, run.proxy, run.file);
+    let d = verdicts(&direct);
     assert!(d.len() >= 40, "the suite ran its scenarios: {direct}");
     assert!(
         d.iter().filter(|l| l.contains("tasks-")).count() >= 8,
         "the tasks scenarios ran: {direct}"
     );
-    assert_eq!(d, v, "every scenario's verdict is the same through rpctap");
     let ev = proxy.drain().await;
     let mut seen = std::collections::BTreeSet::new();
     for e in &ev {

@@ -17,6 +17,26 @@ fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
     .into()
 }
 
+/// POSTs call `n` (`method`, `params`) to `/mcp` with headers `h`: its exchange gets exactly
+/// `codes` live (sorted).
+async fn step_codes(
+    p: &mut TestProxy,
+    h: &[(&str, &str)],
+    n: usize,
+    method: &str,
+    params: &str,
+    codes: &[&str],
+) {
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"{method}","params":{{{params}}}}}"#);
+    let _ = send(p.addr, "POST", "/mcp", h, body).await;
+    let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
+        .into_iter()
+        .map(|a| a.0)
+        .collect();
+    got.sort();
+    assert_eq!(got, codes, "step {n} ({method}) live");
+}
+
 #[tokio::test]
 async fn every_misbehaving_case_gets_the_same_codes_live_and_in_check() {
     let call1 = r#"{"jsonrpc":"2.0","method":"m","id":1}"#;
@@ -462,15 +482,7 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
         if let Some(r) = region {
             h.push(("mcp-param-region", r));
         }
-        let body =
-            format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"{method}","params":{{{params}}}}}"#);
-        let _ = send(p.addr, "POST", "/mcp", &h, body).await;
-        let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
-            .into_iter()
-            .map(|a| a.0)
-            .collect();
-        got.sort();
-        assert_eq!(got, codes, "step {n} ({method}) live");
+        step_codes(&mut p, &h, n, method, &params, &codes).await;
     }
     drop(p.stop);
     p.served.await.unwrap();
@@ -644,15 +656,7 @@ async fn mcp_tasks_codes_are_the_same_live_and_in_check() {
         if let Some(t) = name {
             h.push(("mcp-name", t));
         }
-        let body =
-            format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"{method}","params":{{{params}}}}}"#);
-        let _ = send(p.addr, "POST", "/mcp", &h, body).await;
-        let mut got: Vec<String> = anomalies(&p.drain_exchange().await)
-            .into_iter()
-            .map(|a| a.0)
-            .collect();
-        got.sort();
-        assert_eq!(got, codes, "step {n} ({method}) live");
+        step_codes(&mut p, &h, n, method, &params, &codes).await;
     }
     let h = [
         ("mcp-session-id", "s-tasks"),
