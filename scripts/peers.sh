@@ -39,6 +39,8 @@ venv ws websockets==17.4
 venv otel opentelemetry-proto==1.45.2
 # The Kubernetes API schemas, to validate config/kubernetes/ (tests/it/deploy.rs).
 venv k8s kubernetes-validate==1.37.0
+# A JSON Schema validator, for the SARIF 2.1.0 schema below (tests/it/contracts.rs).
+venv sarif jsonschema==4.26.0
 # ganache: a real Ethereum JSON-RPC node (tests/it/websocket.rs: eth_subscribe over WebSocket).
 # The MCP Inspector's CLI (tests/it/agent.rs: `rpctap mcp` as the Inspector sees it). The
 # conformance suite twice: 0.1.16 (2025-era scenarios) and, as `conformance2`, 0.2.0-alpha.12
@@ -70,6 +72,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The SARIF 2.1.0 JSON schema (OASIS), as the serde-sarif crate ships it on crates.io (checked
+# against the registry's checksum): `check --format sarif` is validated against it
+# (tests/it/contracts.rs) by the `sarif` venv's jsonschema (the Rust crate rejects one of the
+# schema's own patterns, which ECMA-262 and Python read). After apt: it needs curl.
+sarif_schema() {
+  local dir=$ROOT/sarif-schema want="serde-sarif 0.8.0"
+  if [ "$(cat "$dir/rpctap-installed" 2>/dev/null)" = "$want" ]; then return; fi
+  echo "peers: SARIF 2.1.0 schema ($want)"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  curl -sSfL https://static.crates.io/crates/serde-sarif/serde-sarif-0.8.0.crate -o "$dir/crate.tgz"
+  echo "a053c46f18a8043570d4e32fefc4c6377f82bf29ec310a33e93f273048e3b0be  $dir/crate.tgz" | sha256sum -c --quiet
+  tar xzf "$dir/crate.tgz" -C "$dir" serde-sarif-0.8.0/src/schema.json
+  mv "$dir/serde-sarif-0.8.0/src/schema.json" "$dir/sarif-schema-2.1.0.json"
+  rm -rf "$dir/crate.tgz" "$dir/serde-sarif-0.8.0"
+  printf '%s' "$want" >"$dir/rpctap-installed"
+}
+sarif_schema
 echo "peers: ready"
 
 # cargo-fuzz, for the fuzz smoke `.ci/run` runs (fuzz/run.sh) — only where a nightly toolchain is.

@@ -388,6 +388,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub max_wall_duration: Option<f64>,
     /// `json` (seed 004's result, one line per scope), `text` (a summary), `junit` (XML),
+    /// `sarif` (SARIF 2.1.0, for code scanning: a result per finding at its recording line),
     /// `html` (the recording's report with the gate's verdict on top).
     #[arg(long, value_enum, default_value = "json")]
     pub format: CheckFormat,
@@ -481,6 +482,7 @@ pub enum CheckFormat {
     Json,
     Text,
     Junit,
+    Sarif,
     Html,
 }
 

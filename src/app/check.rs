@@ -78,8 +78,15 @@ pub fn run(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
             )));
         }
         report = crate::offline::gate::recording(&gate, &rec, results);
-        if args.format == crate::cli::CheckFormat::Html {
-            let out = gated_report(&args, &rec, &report)?;
+        let out = match args.format {
+            crate::cli::CheckFormat::Html => Some(gated_report(&args, &rec, &report)?),
+            crate::cli::CheckFormat::Sarif => {
+                let locate = crate::offline::sarif::recording_locator(&rec);
+                Some(crate::offline::sarif::sarif(&report, &args.file, &locate))
+            }
+            _ => None,
+        };
+        if let Some(out) = out {
             write_out(args.output.as_deref(), &out)?;
             return Ok(i32::from(report.failed()));
         }
@@ -98,18 +105,23 @@ pub fn run(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
                 "--expect-tool, --forbid-tool, --max-duration and --max-wall-duration need a recording (an exchange document has no calls' times or sessions)".into(),
             ));
         }
-        // One document, or JSON Lines of documents.
-        let docs: Vec<&str> = if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok() {
-            vec![text.as_ref()]
+        // One document, or JSON Lines of documents (each with its line, from 1).
+        let docs: Vec<(u32, &str)> = if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok()
+        {
+            vec![(1, text.as_ref())]
         } else {
-            text.lines().filter(|l| !l.trim().is_empty()).collect()
+            (1u32..)
+                .zip(text.lines())
+                .filter(|(_, l)| !l.trim().is_empty())
+                .collect()
         };
         if docs.is_empty() {
             return Err(AppError::Empty(format!("{} is empty", args.file)));
         }
         let mut anything = false;
         let mut results = Vec::new();
-        for (i, d) in docs.into_iter().enumerate() {
+        let lines: Vec<u32> = docs.iter().map(|d| d.0).collect();
+        for (i, (_, d)) in docs.into_iter().enumerate() {
             let r = check_document(d.as_bytes(), &limits)?;
             anything |= r.request_count > 0 || !r.findings.is_empty();
             results.push((format!("document:{}", i + 1), r));
@@ -121,6 +133,20 @@ pub fn run(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
             )));
         }
         report = crate::offline::gate::evaluate(&gate, "exchange".into(), results, &[]);
+        if args.format == crate::cli::CheckFormat::Sarif {
+            // `document:N` is the N-th document, at its line.
+            let locate = |scope: &str, _: Option<&str>, _: Option<&str>| {
+                let n: usize = scope.strip_prefix("document:")?.parse().ok()?;
+                Some(crate::offline::sarif::Loc {
+                    file: args.file.clone(),
+                    line: *lines.get(n.checked_sub(1)?)?,
+                    tool: None,
+                })
+            };
+            let out = crate::offline::sarif::sarif(&report, &args.file, &locate);
+            write_out(args.output.as_deref(), &out)?;
+            return Ok(i32::from(report.failed()));
+        }
         if args.format == crate::cli::CheckFormat::Json {
             // A document's result is printed bare, as seed 004 has it.
             let out: String = report
@@ -135,9 +161,9 @@ pub fn run(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
     let out = match args.format {
         crate::cli::CheckFormat::Json => crate::offline::gate::json(&report),
         crate::cli::CheckFormat::Text => crate::offline::gate::text(&report),
-        crate::cli::CheckFormat::Junit | crate::cli::CheckFormat::Html => {
-            crate::offline::gate::junit(&report)
-        }
+        crate::cli::CheckFormat::Junit
+        | crate::cli::CheckFormat::Html
+        | crate::cli::CheckFormat::Sarif => crate::offline::gate::junit(&report),
     };
     write_out(args.output.as_deref(), &out)?;
     Ok(i32::from(report.failed()))

@@ -365,8 +365,7 @@ impl Feed {
         crate::record::reader::Capture {
             header,
             events: self.backlog(),
-            runs: Vec::new(),
-            warnings: Vec::new(),
+            ..Default::default()
         }
     }
 

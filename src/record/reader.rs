@@ -24,9 +24,21 @@ pub struct Capture {
     pub runs: Vec<(usize, serde_json::Value)>,
     /// Lines skipped, and why.
     pub warnings: Vec<String>,
+    /// Where each event was read: the file (an index into `parts`) and its line there, from 1
+    /// (empty for a capture not read from files: a reference into the recording is then
+    /// `None`).
+    pub lines: Vec<(u32, u32)>,
+    /// The files read, in order (the recording, then its rotated parts).
+    pub parts: Vec<String>,
 }
 
 impl Capture {
+    /// The file and line event `i` was read from.
+    pub fn line_of(&self, i: usize) -> Option<(&str, u32)> {
+        let (part, line) = *self.lines.get(i)?;
+        Some((self.parts.get(part as usize)?.as_str(), line))
+    }
+
     pub fn messages(&self) -> impl Iterator<Item = &MessageEvent> {
         self.events.iter().filter_map(|e| match e {
             Event::Message(m) => Some(m),
@@ -107,13 +119,16 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Capture, first: bool) -> Res
     if first {
         rec.header = h.clone();
     }
+    let part = rec.parts.len() as u32;
+    rec.parts.push(name.to_string());
     if first || h.get("appended").and_then(|v| v.as_bool()) == Some(true) {
         rec.runs.push((rec.events.len(), h));
     }
     // One event a line, nearly: room for them at once, not by doubling (a large recording's
     // events are hundreds of megabytes, copied at each growth).
-    rec.events
-        .reserve(memchr::memchr_iter(b'\n', text.as_bytes()).count());
+    let count = memchr::memchr_iter(b'\n', text.as_bytes()).count();
+    rec.events.reserve(count);
+    rec.lines.reserve(count);
     let mut n = 1;
     while let Some(line) = lines.next() {
         n += 1;
@@ -137,7 +152,10 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Capture, first: bool) -> Res
             continue;
         }
         match parse_line(line) {
-            Ok(ev) => rec.events.push(ev),
+            Ok(ev) => {
+                rec.events.push(ev);
+                rec.lines.push((part, n));
+            }
             Err(e) => {
                 let w = if last {
                     format!(

@@ -1,6 +1,7 @@
 //! CI contracts: `rpctap diff` between a session of a server and one of its changed build, tool
 //! baselines (`MCP_TOOL_DRIFT` live and in `check`, `rpctap baseline`), `check` as a gate
-//! (`--fail-on`, `--expect-tool`, `--forbid-tool`, `--max-duration`, the text and JUnit reports),
+//! (`--fail-on`, `--expect-tool`, `--forbid-tool`, `--max-duration`, the text, JUnit and SARIF
+//! reports),
 //! and the HTML report opened in a real headless Chromium.
 //!
 //! The server is scripted (real sockets, a real proxy recording it): its second build adds a
@@ -547,12 +548,15 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
         for f in [
             "replay.xml",
             "check.xml",
+            "check.sarif",
             "diff.md",
             "report.html",
             "session.jsonl",
         ] {
             assert!(work.join(f).is_file(), "{f}: {say}");
         }
+        let sarif: serde_json::Value = serde_json::from_str(&left("check.sarif")).unwrap();
+        assert_eq!(sarif["version"], "2.1.0");
         let replay = std::fs::read_to_string(work.join("replay.txt")).unwrap();
         let report = std::fs::read_to_string(work.join("report.html")).unwrap();
         assert!(report.contains(r#"<h2 id="gate""#), "{report}");
@@ -669,4 +673,173 @@ async fn replay_updates_golden_files_and_mock_matches_as_told() {
         let _ = mock.kill();
         let _ = mock.wait();
     }
+}
+
+/// `check --format sarif`: SARIF 2.1.0 that the OASIS schema (installed by peers.sh) accepts;
+/// a result per finding — the same codes and words as the JSON report — located at the
+/// recording line of the call it is about; the same fingerprints for two recordings of one job
+/// (their session ids and times differ); an allowed finding suppressed; a broken assertion a
+/// result of its own rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_speaks_sarif_that_code_scanning_reads() {
+    let r = recorded("sarif").await;
+    let b2 = r._dir.join("b2.jsonl");
+    session(r.up, &b2, Some(&r.baselines)).await;
+    let schema = installed("sarif-schema", &["serde-sarif 0.8.0"]).join("sarif-schema-2.1.0.json");
+    let python = installed("sarif", &["jsonschema==4.26.0"]).join("bin/python");
+    let sarif_file = r._dir.join("b.sarif");
+    let dir = r.baselines.to_str().unwrap();
+    let gate = ["--baseline", dir, "--allow", "MCP_TOOL_DRIFT:tools/list"];
+    let check = |f: &Path, format: &str| {
+        let (code, out, err) = run(&[
+            &["check", f.to_str().unwrap(), "--format", format][..],
+            &gate,
+            &["--forbid-tool", "fetch"],
+        ]
+        .concat());
+        assert_eq!(code, 1, "{out}{err}");
+        out
+    };
+    let out = check(&r.b, "sarif");
+    std::fs::write(&sarif_file, &out).unwrap();
+    let log: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // The schema's validator: every error it finds, printed.
+    const VALIDATE: &str = "import json, sys, jsonschema\n\
+        s = json.load(open(sys.argv[1])); d = json.load(open(sys.argv[2]))\n\
+        v = jsonschema.Draft7Validator(s)\n\
+        e = [f'{list(x.absolute_path)}: {x.message}' for x in v.iter_errors(d)]\n\
+        print('\\n'.join(e)); sys.exit(1 if e else 0)\n";
+    let v = Command::new(&python)
+        .args(["-c", VALIDATE])
+        .arg(&schema)
+        .arg(&sarif_file)
+        .output()
+        .unwrap();
+    assert!(
+        v.status.success(),
+        "not SARIF 2.1.0: {}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+    let run0 = &log["runs"][0];
+    let results = run0["results"].as_array().unwrap();
+    // The same findings as the JSON report, word for word.
+    let mut want: Vec<(String, String)> = Vec::new();
+    for line in check(&r.b, "json").lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for f in v["result"]["findings"].as_array().into_iter().flatten() {
+            want.push((
+                f["code"].as_str().unwrap().into(),
+                f["message"].as_str().unwrap().into(),
+            ));
+        }
+    }
+    let mut got: Vec<(String, String)> = results
+        .iter()
+        .filter(|r| r["ruleId"] != "GATE_ASSERTION")
+        .map(|r| {
+            let rule = r["ruleId"].as_str().unwrap().to_string();
+            (rule, r["message"]["text"].as_str().unwrap().to_string())
+        })
+        .collect();
+    want.sort();
+    got.sort();
+    assert!(!want.is_empty());
+    assert_eq!(got, want);
+    // Each result's rule is in the driver's rules, at its index.
+    let rules = run0["tool"]["driver"]["rules"].as_array().unwrap();
+    for res in results {
+        let i = res["ruleIndex"].as_u64().unwrap() as usize;
+        assert_eq!(rules[i]["id"], res["ruleId"]);
+    }
+    // A finding about a call is at the recording line of that call.
+    let text = std::fs::read_to_string(&r.b).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut located = 0;
+    for res in results {
+        let Some(id) = res["properties"]["id"].as_str() else {
+            continue;
+        };
+        let loc = &res["locations"][0]["physicalLocation"];
+        assert!(r.b.ends_with(
+            loc["artifactLocation"]["uri"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("file://")
+                .trim_start_matches('/')
+        ));
+        let n = loc["region"]["startLine"].as_u64().unwrap() as usize;
+        let line: serde_json::Value = serde_json::from_str(lines[n - 1]).unwrap();
+        assert_eq!(
+            line["id"].to_string().trim_matches('"'),
+            id,
+            "{res}: line {n} is {line}"
+        );
+        located += 1;
+    }
+    assert!(located > 0, "{results:?}");
+    // The allowed drift is suppressed, the rest not; the forbidden tool's call is a result.
+    for res in results {
+        let suppressed = res.get("suppressions").is_some();
+        assert_eq!(suppressed, res["ruleId"] == "MCP_TOOL_DRIFT", "{res}");
+    }
+    // Without the `--allow`, nothing is suppressed.
+    let (_, plain, _) = run(&[
+        "check",
+        r.b.to_str().unwrap(),
+        "--baseline",
+        dir,
+        "--format",
+        "sarif",
+    ]);
+    let plain: serde_json::Value = serde_json::from_str(&plain).unwrap();
+    let plain = plain["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(plain.len(), results.len() - 1);
+    assert!(plain.iter().all(|r| r.get("suppressions").is_none()));
+    assert!(results.iter().any(|r| r["ruleId"] == "GATE_ASSERTION"
+        && r["message"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("forbid-tool fetch")));
+    // Exchange documents (JSON Lines): a finding is at its document's line.
+    let docs = r._dir.join("docs.jsonl");
+    std::fs::write(
+        &docs,
+        concat!(
+            r#"{"request":{"jsonrpc":"2.0","id":1,"method":"a"},"response":{"jsonrpc":"2.0","id":1,"result":1}}"#,
+            "\n\n",
+            r#"{"request":{"jsonrpc":"2.0","id":1,"method":"a"},"response":{"jsonrpc":"2.0","id":2,"result":1}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let (_, out, err) = run(&["check", docs.to_str().unwrap(), "--format", "sarif"]);
+    let d: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let d = d["runs"][0]["results"].as_array().unwrap();
+    assert!(!d.is_empty(), "{out}");
+    for res in d {
+        let region = &res["locations"][0]["physicalLocation"]["region"];
+        assert_eq!(region["startLine"], 3, "{res}");
+    }
+    // Two recordings of one job: the same fingerprints.
+    let prints = |log: &serde_json::Value| {
+        let mut p: Vec<String> = log["runs"][0]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r["partialFingerprints"]["rpctapFinding/v1"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        p.sort();
+        p
+    };
+    let log2: serde_json::Value = serde_json::from_str(&check(&b2, "sarif")).unwrap();
+    assert_eq!(prints(&log), prints(&log2));
+    let unique: std::collections::BTreeSet<String> = prints(&log).into_iter().collect();
+    assert_eq!(unique.len(), results.len(), "one fingerprint per result");
 }
