@@ -620,6 +620,15 @@ pub struct SharedFlags {
     /// decision is always followed).
     #[arg(long, value_name = "RATIO")]
     pub otlp_sample: Option<f64>,
+    /// Also write the attribute names the conventions replaced (`rpc.system`, `rpc.jsonrpc.*`,
+    /// `network.protocol.name="stdio"`) beside the current ones, for dashboards not yet moved
+    /// (kept for one release).
+    #[arg(long)]
+    pub otlp_legacy_names: bool,
+    /// How often the MCP metrics (`mcp.server.operation.duration`, …) are exported over OTLP
+    /// (default 60s).
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
+    pub otlp_metrics_interval: Option<f64>,
 }
 
 /// `proxy`'s and `demo`'s flags: the shared ones and HTTP's own.

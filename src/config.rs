@@ -108,6 +108,10 @@ pub struct OtelFile {
     pub service_name: Option<String>,
     /// Finished calls waiting for export; beyond, dropped and counted (default 65536).
     pub queue: Option<usize>,
+    /// Also write the attribute names the conventions replaced; `--otlp-legacy-names`.
+    pub legacy_names: Option<bool>,
+    /// How often the MCP metrics are exported (default `60s`); `--otlp-metrics-interval`.
+    pub metrics_interval: Option<String>,
 }
 
 /// `[replay]`: settings of `rpctap replay`.
@@ -556,6 +560,20 @@ fn otel_config(
             "--otlp-sample {sample}: a share from 0 to 1"
         )));
     }
+    let metrics_interval = match (
+        flags.shared.otlp_metrics_interval,
+        &file.otel.metrics_interval,
+    ) {
+        (Some(s), _) => s,
+        (None, Some(text)) => crate::units::secs(text)
+            .map_err(|e| ConfigError::Invalid(format!("[otel] metrics_interval: {e}")))?,
+        (None, None) => 60.0,
+    };
+    if metrics_interval < 0.05 {
+        return Err(ConfigError::Invalid(format!(
+            "--otlp-metrics-interval {metrics_interval}s: at least 50ms"
+        )));
+    }
     Ok(Some(crate::observe::otel::OtelConfig {
         endpoint: crate::observe::otel::OtelConfig::endpoint_url(&url)
             .map_err(ConfigError::Invalid)?,
@@ -567,6 +585,8 @@ fn otel_config(
             .clone()
             .unwrap_or_else(|| "rpctap".into()),
         queue: positive("[otel] queue", file.otel.queue.unwrap_or(65_536))?,
+        legacy_names: flags.shared.otlp_legacy_names || file.otel.legacy_names.unwrap_or(false),
+        metrics_interval: std::time::Duration::from_secs_f64(metrics_interval),
     }))
 }
 

@@ -24,6 +24,10 @@ pub struct TraceSettings {
 pub struct CallTrace {
     /// The remote parent (`traceparent`, `tracestate`).
     pub parent: Option<SpanContext>,
+    /// The transport's context (the HTTP request's `traceparent`) when the call's own
+    /// `params._meta` gave another parent: the span links to it (the MCP conventions: the
+    /// ambient context is linked, the message's is the parent).
+    pub link: Option<SpanContext>,
     /// The client's address.
     pub peer: Option<Arc<str>>,
     /// The request's `MCP-Protocol-Version`.
@@ -53,6 +57,7 @@ impl CallTrace {
         });
         CallTrace {
             parent,
+            link: None,
             peer,
             protocol_version,
             transport,

@@ -124,6 +124,7 @@ impl Observers {
             Exporter {
                 pending: Some((sub, o, chain.otel_upstream)),
                 task: None,
+                stop: tokio::sync::watch::channel(false).0,
             }
         });
         let recorder = match chain.record.clone() {
@@ -259,6 +260,8 @@ type ExporterStart = (
 struct Exporter {
     pending: Option<ExporterStart>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// Tells the exporter to send what is queued and end.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Observer for Exporter {
@@ -267,11 +270,17 @@ impl Observer for Exporter {
     }
     fn start(&mut self, _: &Sources) {
         if let Some((sub, o, up)) = self.pending.take() {
-            self.task = Some(crate::observe::otel::spawn(sub, o, up));
+            self.task = Some(crate::observe::otel::spawn(
+                sub,
+                o,
+                up,
+                self.stop.subscribe(),
+            ));
         }
     }
     fn finish(self: Box<Self>) -> Ending {
-        // The last spans are exported when the bus closes.
+        // The last spans and metrics: what is queued is read and sent, then it ends.
+        let _ = self.stop.send(true);
         Box::pin(ended(self.name(), self.task, Duration::from_secs(5)))
     }
 }

@@ -73,6 +73,28 @@ pub(super) fn flag_call(inner: &Inner, key: &PendingKey, p: &Pending, code: Code
 
 /// Ends a call. With `defer`, the event waits there (so a reply's message event is published
 /// before the outcome it causes).
+/// A call's trace context with the session's negotiated version when no header named one
+/// (stdio; a client that sends none): read at the call's end, so `initialize` itself has the
+/// version it negotiated.
+fn with_session_version(
+    inner: &Inner,
+    scope: &Scope,
+    mut t: Arc<crate::trace::CallTrace>,
+) -> Arc<crate::trace::CallTrace> {
+    if t.protocol_version.is_some() {
+        return t;
+    }
+    if let Scope::Session(sid) = scope {
+        if let Some(Some(v)) = inner
+            .correlator
+            .peek_session(sid, |s| s.mcp.version.clone())
+        {
+            Arc::make_mut(&mut t).protocol_version = Some(v.to_string().into());
+        }
+    }
+    t
+}
+
 pub(super) fn end_call(
     inner: &Inner,
     key: &PendingKey,
@@ -107,7 +129,7 @@ pub(super) fn end_call(
             response_index,
             continues: p.modern.and_then(|m| m.continues),
             task: p.task,
-            trace: p.trace,
+            trace: p.trace.map(|t| with_session_version(inner, &key.scope, t)),
         });
         match defer {
             Some(d) => d.push(ev),
@@ -500,10 +522,19 @@ impl ExchangeCtx {
             _ => base.clone(),
         };
         self.trace_taken = true;
-        let base = &base;
+        Some(self.meta_trace(&base, env))
+    }
+
+    /// The exchange's trace context, or the call's own `params._meta` one (linked to the
+    /// exchange's).
+    fn meta_trace(
+        &self,
+        base: &Arc<crate::trace::CallTrace>,
+        env: &Envelope,
+    ) -> Arc<crate::trace::CallTrace> {
         needle!(TRACEPARENT, "traceparent");
         if TRACEPARENT.find(&env.raw).is_none() {
-            return Some(base.clone());
+            return base.clone();
         }
         #[derive(serde::Deserialize)]
         struct P<'a> {
@@ -529,11 +560,12 @@ impl ExchangeCtx {
             crate::trace::parse_traceparent(m.traceparent.as_deref()?, m.tracestate.as_deref())
         });
         match parent {
-            Some(p) => Some(Arc::new(crate::trace::CallTrace {
+            Some(p) => Arc::new(crate::trace::CallTrace {
+                link: base.parent.clone().filter(|b| *b != p),
                 parent: Some(p),
                 ..(**base).clone()
-            })),
-            None => Some(base.clone()),
+            }),
+            None => base.clone(),
         }
     }
 

@@ -46,6 +46,47 @@ struct CallLabels {
     outcome: &'static str,
 }
 
+/// The MCP conventions' attributes of a duration series (`semconv::Series`), as Prometheus
+/// labels (the OpenTelemetry-to-Prometheus names: dots made underscores); an attribute that
+/// does not apply is no label (the derive would write it empty).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct McpLabels {
+    mcp_method_name: Arc<str>,
+    gen_ai_tool_name: Option<Arc<str>>,
+    gen_ai_operation_name: Option<&'static str>,
+    gen_ai_prompt_name: Option<Arc<str>>,
+    error_type: Option<Arc<str>>,
+    rpc_response_status_code: Option<Arc<str>>,
+}
+
+impl EncodeLabelSet for McpLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeLabel;
+        let labels = [
+            ("mcp_method_name", Some(&*self.mcp_method_name)),
+            ("gen_ai_tool_name", self.gen_ai_tool_name.as_deref()),
+            ("gen_ai_operation_name", self.gen_ai_operation_name),
+            ("gen_ai_prompt_name", self.gen_ai_prompt_name.as_deref()),
+            ("error_type", self.error_type.as_deref()),
+            (
+                "rpc_response_status_code",
+                self.rpc_response_status_code.as_deref(),
+            ),
+        ];
+        for (k, v) in labels {
+            if let Some(v) = v {
+                (k, v).encode(encoder.encode_label())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+type McpFamily = Family<McpLabels, Histogram, fn() -> Histogram>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabel {
     method: Arc<str>,
@@ -193,6 +234,15 @@ type CallKey = (Arc<str>, Option<Arc<str>>, &'static str);
 /// The metrics: a registry and the handles the sink and the scrape update.
 pub struct Metrics {
     call_handles: Cache<CallKey, Counter>,
+    mcp_handles: Cache<(crate::observe::semconv::Instrument, McpLabels), Histogram>,
+    /// The MCP conventions' histograms, under their own names (no `rpctap_` prefix): what
+    /// the OTLP exporter sends as `mcp.server.operation.duration` and
+    /// `mcp.client.operation.duration`, for a Prometheus that scrapes rpctap directly.
+    mcp_registry: Registry,
+    mcp_server: McpFamily,
+    mcp_client: McpFamily,
+    /// Error codes seen as label values (a server's codes are any integers).
+    codes: Bounded,
     duration_handles: Cache<Arc<str>, Histogram>,
     status_handles: Cache<u16, Counter>,
     registry: Registry,
@@ -234,6 +284,10 @@ impl std::fmt::Debug for Metrics {
 
 fn histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
+}
+
+fn mcp_histogram() -> Histogram {
+    Histogram::new(crate::observe::semconv::BUCKETS)
 }
 
 impl Metrics {
@@ -361,8 +415,35 @@ impl Metrics {
         let fds = Gauge::default();
         let cpu = Counter::<f64, AtomicU64>::default();
         let start_time = Gauge::default();
+        let mut mcp_registry = Registry::default();
+        let mcp_server = McpFamily::new_with_constructor(mcp_histogram as fn() -> Histogram);
+        let mcp_client = McpFamily::new_with_constructor(mcp_histogram as fn() -> Histogram);
+        for (i, family) in [
+            (
+                crate::observe::semconv::Instrument::ServerOperation,
+                &mcp_server,
+            ),
+            (
+                crate::observe::semconv::Instrument::ClientOperation,
+                &mcp_client,
+            ),
+        ] {
+            let name = i.name().trim_end_matches(".duration").replace('.', "_");
+            mcp_registry.register_with_unit(
+                format!("{name}_duration"),
+                // The exposition ends the help with a period of its own.
+                i.description().trim_end_matches('.'),
+                prometheus_client::registry::Unit::Seconds,
+                family.clone(),
+            );
+        }
         let m = Metrics {
             call_handles: Cache::default(),
+            mcp_handles: Cache::default(),
+            mcp_registry,
+            mcp_server,
+            mcp_client,
+            codes: Bounded::new(max_label_values),
             duration_handles: Cache::default(),
             status_handles: Cache::default(),
             registry,
@@ -407,7 +488,10 @@ impl Metrics {
     pub fn render(&self) -> String {
         self.refresh();
         let mut out = String::with_capacity(8192);
-        if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err() {
+        if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err()
+            || prometheus_client::encoding::prometheus_text::encode(&mut out, &self.mcp_registry)
+                .is_err()
+        {
             out.clear();
         }
         process_text(&mut out, &self.rss, &self.fds, &self.cpu, &self.start_time);
@@ -536,6 +620,7 @@ impl Metrics {
                 self.call_handles.insert(key.clone(), c);
             }
         }
+        self.on_mcp_call(c);
         if let (Some(us), Outcome::Result | Outcome::Error { .. }) = (c.latency_us, &c.outcome) {
             let secs = us as f64 / 1e6;
             match self.duration_handles.get(&key.0) {
@@ -549,6 +634,37 @@ impl Metrics {
                 }
             }
         }
+    }
+}
+
+impl Metrics {
+    /// An MCP call's duration in the conventions' histogram (`semconv::operation`), its label
+    /// values bounded like the other metrics'.
+    fn on_mcp_call(&self, c: &crate::events::CallEvent) {
+        use crate::observe::semconv::{operation, Instrument};
+        let Some((instrument, s, secs)) = operation(c) else {
+            return;
+        };
+        let labels = McpLabels {
+            mcp_method_name: self.methods.get(&s.method),
+            gen_ai_operation_name: s.tool.is_some().then_some("execute_tool"),
+            gen_ai_tool_name: s.tool.map(|t| self.targets.get(&t)),
+            gen_ai_prompt_name: s.prompt.map(|p| self.targets.get(&p)),
+            error_type: s.error_type.map(|e| self.codes.get(&e)),
+            rpc_response_status_code: s.status_code.map(|e| self.codes.get(&e)),
+        };
+        let key = (instrument, labels);
+        if let Some(h) = self.mcp_handles.get(&key) {
+            h.observe(secs);
+            return;
+        }
+        let family = match instrument {
+            Instrument::ServerOperation => &self.mcp_server,
+            Instrument::ClientOperation => &self.mcp_client,
+        };
+        let h = family.get_or_create_owned(&key.1);
+        h.observe(secs);
+        self.mcp_handles.insert(key, h);
     }
 }
 

@@ -118,10 +118,17 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
     assert_eq!(send(p.addr, "POST", "/mcp", &mcp, call).await.status, 200);
     let fail = r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"fail","arguments":{}}}"#;
     assert_eq!(send(p.addr, "POST", "/mcp", &mcp, fail).await.status, 200);
+    // The HTTP request's `traceparent` and the message's own: the message's is the parent,
+    // the transport's a link (the conventions' "ambient context").
+    let both: Vec<(&str, &str)> = mcp.iter().copied().chain([("traceparent", T1)]).collect();
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":13,"method":"prompts/get","params":{{"name":"greet","arguments":{{"name":"x"}},"_meta":{{"traceparent":"{T2}"}}}}}}"#
+    );
+    send(p.addr, "POST", "/mcp", &both, call).await;
 
-    // add, nope, subtract ×2, initialize, echo, fail: one SERVER span each (no CLIENT leg
-    // without --otlp-propagate).
-    let all = spans(&out, 7).await;
+    // add, nope, subtract ×2, initialize, echo, fail, greet: one SERVER span each (no CLIENT
+    // leg without --otlp-propagate).
+    let all = spans(&out, 8).await;
     let server = |name: &str| -> Vec<&Value> {
         all.iter()
             .filter(|s| s["name"] == name && s["kind"] == SERVER)
@@ -146,13 +153,27 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
     );
     assert_eq!(add["status"], 0);
     let a = &add["attributes"];
-    assert_eq!(a["rpc.system"], "jsonrpc");
+    // The JSON-RPC conventions' current names, and none of the replaced ones.
+    assert_eq!(a["rpc.system.name"], "jsonrpc");
     assert_eq!(a["rpc.method"], "add");
-    assert_eq!(a["rpc.jsonrpc.version"], "2.0");
-    assert_eq!(a["rpc.jsonrpc.request_id"], "1");
+    assert_eq!(a["jsonrpc.protocol.version"], "2.0");
+    assert_eq!(a["jsonrpc.request.id"], "1");
+    assert_eq!(a["network.transport"], "tcp");
     assert_eq!(a["network.protocol.name"], "http");
     assert_eq!(a["client.address"], "127.0.0.1");
+    assert!(a["client.port"].as_i64().unwrap() > 0);
     assert!(a.get("mcp.method.name").is_none(), "not an MCP method");
+    for old in [
+        "rpc.system",
+        "rpc.jsonrpc.version",
+        "rpc.jsonrpc.request_id",
+        "rpc.jsonrpc.error_code",
+    ] {
+        assert!(
+            all.iter().all(|s| s["attributes"].get(old).is_none()),
+            "{old}"
+        );
+    }
     assert!(
         all.iter().all(|s| s["kind"] == SERVER),
         "no CLIENT leg without propagation: {all:?}"
@@ -162,9 +183,13 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
     let nope = server("nope")[0];
     assert_eq!(nope["status"], 2, "an error reply is an error status");
     assert_eq!(nope["parent_span_id"], "", "no parent: a root span");
-    assert_eq!(nope["attributes"]["rpc.jsonrpc.error_code"], -32601);
+    assert_eq!(nope["attributes"]["rpc.response.status_code"], "-32601");
     assert_eq!(nope["attributes"]["error.type"], "-32601");
-    assert_eq!(nope["attributes"]["rpc.jsonrpc.request_id"], "e1");
+    assert_eq!(nope["attributes"]["jsonrpc.request.id"], "e1");
+    assert_eq!(
+        nope["status_message"], "Method not found",
+        "the status description is the error's message"
+    );
 
     let sub = server("subtract");
     assert_eq!(sub.len(), 2);
@@ -187,7 +212,17 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
         "_meta.traceparent"
     );
     assert_eq!(echo["parent_span_id"], "b7ad6b7169203331");
+    assert!(
+        echo["links"].as_array().unwrap().is_empty(),
+        "no ambient context"
+    );
     let e = &echo["attributes"];
+    assert!(
+        e.get("rpc.system.name").is_none() && e.get("rpc.method").is_none(),
+        "MCP's own names"
+    );
+    assert_eq!(e["network.transport"], "tcp");
+    assert_eq!(e["network.protocol.name"], "http");
     assert_eq!(e["mcp.method.name"], "tools/call");
     assert_eq!(e["mcp.session.id"], sid.as_str());
     assert_eq!(e["mcp.protocol.version"], "2025-06-18");
@@ -204,6 +239,43 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
     assert_eq!(fail["status"], 2);
     assert_eq!(fail["attributes"]["error.type"], "tool_error");
     assert_eq!(server("initialize").len(), 1);
+    let greet = server("prompts/get greet");
+    assert_eq!(greet.len(), 1, "{all:?}");
+    assert_eq!(greet[0]["parent_span_id"], "b7ad6b7169203331");
+    assert_eq!(
+        greet[0]["links"],
+        serde_json::json!([{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"}])
+    );
+    assert_eq!(greet[0]["attributes"]["gen_ai.prompt.name"], "greet");
+}
+
+/// `--otlp-legacy-names`: the names the conventions replaced are written beside the current
+/// ones (for dashboards not yet moved), `network.protocol.name="stdio"` among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_names_are_written_beside_the_current_ones_when_asked() {
+    let dir = Scratch::new("otel-legacy");
+    let (_r, collector, out) = receiver(&dir);
+    wait_listening(collector).await;
+    let (demo, _d) = start_demo().await;
+    let mut flags = otel_flags(collector, false);
+    flags.shared.otlp_legacy_names = true;
+    let p = start_proxy_flags(&format!("http://{demo}"), flags).await;
+    post_json(
+        p.addr,
+        "/jsonrpc",
+        r#"{"jsonrpc":"2.0","method":"nope","id":"e1"}"#,
+    )
+    .await;
+    let s = &spans(&out, 1).await[0];
+    let a = &s["attributes"];
+    assert_eq!(a["rpc.system"], "jsonrpc");
+    assert_eq!(a["rpc.system.name"], "jsonrpc");
+    assert_eq!(a["rpc.jsonrpc.version"], "2.0");
+    assert_eq!(a["rpc.jsonrpc.request_id"], "e1");
+    assert_eq!(a["jsonrpc.request.id"], "e1");
+    assert_eq!(a["rpc.jsonrpc.error_code"], -32601);
+    assert_eq!(a["rpc.jsonrpc.error_message"], "Method not found");
+    assert_eq!(a["rpc.response.status_code"], "-32601");
 }
 
 /// What the upstream got as `traceparent`, per call.
@@ -274,4 +346,171 @@ async fn trace_headers_pass_unchanged_unless_propagation_is_asked_for() {
     assert_eq!(server["parent_span_id"], "00f067aa0ba902b7");
     let second = got[1].clone().expect("a root trace is propagated too");
     assert!(client(&second).is_some(), "{second}: {all:?}");
+}
+
+/// The MCP conventions' own example, "Stdio transport — Initialize / Tool call", through
+/// `rpctap stdio` in front of the Python SDK's server: the SERVER spans carry what the example's
+/// tables list (name, kind, unset status, `jsonrpc.request.id`, `mcp.method.name`,
+/// `mcp.session.id`, `mcp.protocol.version` — the session's, no header on a pipe —,
+/// `network.transport` = `pipe` and no protocol name, `gen_ai.*` for the tool), the tool call's
+/// parent is its `params._meta.traceparent`; the duration metrics come over OTLP as the
+/// conventions define them (name, unit, buckets, cumulative) and on `/metrics` under their
+/// Prometheus names, which promtool accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conventions_stdio_example_and_the_mcp_duration_metrics() {
+    use std::io::{BufRead, Write};
+    let dir = Scratch::new("otel-stdio");
+    let (_r, collector, out) = receiver(&dir);
+    wait_listening(collector).await;
+    let python = installed("mcp1", &["mcp<2", "json-rpc", "werkzeug"]).join("bin/python");
+    let admin = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
+        .args(["stdio", "--otlp", &format!("http://{collector}")])
+        .args(["--otlp-metrics-interval", "200ms"])
+        .args(["--admin", &format!("127.0.0.1:{admin}"), "--"])
+        .arg(&python)
+        .args([script("mcp1_server.py").as_str(), "stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |line: &str, reply: bool| -> Option<Value> {
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        reply.then(|| {
+            let mut l = String::new();
+            stdout.read_line(&mut l).unwrap();
+            serde_json::from_str(&l).unwrap()
+        })
+    };
+    let init = ask(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        true,
+    )
+    .unwrap();
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+    ask(
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        false,
+    );
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"add","arguments":{{"a":2,"b":3}},"_meta":{{"traceparent":"{T2}"}}}}}}"#
+    );
+    let r = ask(&call, true).unwrap();
+    assert_eq!(r["id"], 3, "{r}");
+    // The mirror on `/metrics`, while the shim runs.
+    wait_listening(format!("127.0.0.1:{admin}").parse().unwrap()).await;
+    let text = send(
+        format!("127.0.0.1:{admin}").parse().unwrap(),
+        "GET",
+        "/metrics",
+        &[],
+        "",
+    )
+    .await
+    .text();
+    let count = |labels: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "mcp_server_operation_duration_seconds_count{{{labels}}}"
+                ))
+            })
+            .map(|v| v.trim().to_string())
+    };
+    assert_eq!(
+        count(r#"mcp_method_name="tools/call",gen_ai_tool_name="add",gen_ai_operation_name="execute_tool""#)
+            .as_deref(),
+        Some("1"),
+        "{text}"
+    );
+    assert_eq!(
+        count(r#"mcp_method_name="initialize""#).as_deref(),
+        Some("1"),
+        "{text}"
+    );
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed by scripts/peers.sh (Debian's prometheus)");
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success() && lint.stdout.is_empty() && lint.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+
+    let all = spans(&out, 2).await;
+    let server = |name: &str| {
+        all.iter()
+            .find(|s| s["name"] == name && s["kind"] == SERVER)
+            .unwrap_or_else(|| panic!("no {name} span: {all:?}"))
+    };
+    let init = server("initialize");
+    let tool = server("tools/call add");
+    for (s, id) in [(init, "1"), (tool, "3")] {
+        let a = &s["attributes"];
+        assert_eq!(s["status"], 0, "{s}");
+        assert_eq!(a["jsonrpc.request.id"], id);
+        assert_eq!(a["mcp.protocol.version"], "2025-06-18", "{s}");
+        assert!(!a["mcp.session.id"].as_str().unwrap().is_empty());
+        assert_eq!(a["network.transport"], "pipe");
+        assert!(a.get("network.protocol.name").is_none(), "{s}");
+        assert!(a.get("rpc.system.name").is_none(), "{s}");
+    }
+    assert_eq!(init["attributes"]["mcp.method.name"], "initialize");
+    let t = &tool["attributes"];
+    assert_eq!(t["mcp.method.name"], "tools/call");
+    assert_eq!(t["gen_ai.tool.name"], "add");
+    assert_eq!(t["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(tool["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(tool["parent_span_id"], "b7ad6b7169203331");
+
+    // OTLP metrics: the last export (each is the whole cumulative state).
+    let metrics = std::fs::read_to_string(format!("{}.metrics", out.display())).unwrap();
+    let last: Vec<Value> = metrics
+        .rsplit_once(r#"{"export_points""#)
+        .map(|(_, tail)| tail)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let point = |method: &str| {
+        last.iter()
+            .find(|p| p["attributes"]["mcp.method.name"] == method)
+            .unwrap_or_else(|| panic!("no {method} point: {last:?}"))
+    };
+    let p = point("tools/call");
+    assert_eq!(p["name"], "mcp.server.operation.duration");
+    assert_eq!(p["unit"], "s");
+    assert_eq!(p["temporality"], 2, "cumulative");
+    assert_eq!(p["service"], "rpctap");
+    assert_eq!(p["count"], 1);
+    assert_eq!(p["attributes"]["gen_ai.tool.name"], "add");
+    assert_eq!(p["attributes"]["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(
+        p["explicit_bounds"],
+        serde_json::json!([
+            0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0
+        ])
+    );
+    let buckets: Vec<u64> = serde_json::from_value(p["bucket_counts"].clone()).unwrap();
+    assert_eq!((buckets.len(), buckets.iter().sum::<u64>()), (15, 1));
+    assert!(p["sum"].as_f64().unwrap() > 0.0 && p["min"] == p["max"]);
+    assert_eq!(point("initialize")["count"], 1);
 }

@@ -30,9 +30,9 @@
 use crate::events::{CallEvent, Event, Outcome, Scope, Subscription};
 use crate::trace::{sampled, sampler};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, Sampler};
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use wire::Attr;
 
 /// Spans not exported: dropped at the bus queue, or in a failed export.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -51,9 +51,21 @@ pub struct OtelConfig {
     pub service_name: String,
     /// The bus queue of finished calls waiting for export.
     pub queue: usize,
+    /// Also write the attribute names the conventions replaced.
+    pub legacy_names: bool,
+    /// How often the MCP metrics are exported.
+    pub metrics_interval: Duration,
 }
 
 impl OtelConfig {
+    /// The collector's OTLP/HTTP metrics URL, beside the traces one (`None` for a traces URL
+    /// of another shape: no metrics are exported, and the start says so).
+    pub fn metrics_url(&self) -> Option<String> {
+        self.endpoint
+            .strip_suffix("/v1/traces")
+            .map(|base| format!("{base}/v1/metrics"))
+    }
+
     /// `http://host:4318` (the base) or a full traces URL.
     pub fn endpoint_url(url: &str) -> Result<String, String> {
         let u: http::Uri = url.parse().map_err(|e| format!("--otlp {url:?}: {e}"))?;
@@ -78,8 +90,9 @@ pub fn spawn(
     sub: Subscription,
     cfg: OtelConfig,
     upstream: Option<(String, u16)>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(run(sub, cfg, upstream))
+    tokio::spawn(run(sub, cfg, upstream, stop))
 }
 
 /// Waits (at most `limit`) for the exporter to send its last spans (it ends when the bus
@@ -88,9 +101,17 @@ pub async fn finish(h: tokio::task::JoinHandle<()>, limit: Duration) {
     let _ = tokio::time::timeout(limit, h).await;
 }
 
-/// The exporter's task: reads finished calls from the bus until it closes, encodes their spans,
-/// exports them in batches (every 200 ms, or at once when a batch is full).
-pub async fn run(mut sub: Subscription, cfg: OtelConfig, upstream: Option<(String, u16)>) {
+/// The exporter's task: reads finished calls from the bus until it closes or `stop` says so
+/// (then what is queued is read and sent: a part that still holds the bus — a relay task, the
+/// admin listener — does not keep the process waiting), encodes their spans, exports them in
+/// batches (every 200 ms, or at once when a batch is full), and the MCP duration metrics
+/// every `metrics_interval` and at the end.
+pub async fn run(
+    mut sub: Subscription,
+    cfg: OtelConfig,
+    upstream: Option<(String, u16)>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let uri: http::Uri = match cfg.endpoint.parse() {
         Ok(u) => u,
         Err(e) => {
@@ -105,6 +126,7 @@ pub async fn run(mut sub: Subscription, cfg: OtelConfig, upstream: Option<(Strin
         sampler: sampler(cfg.sample),
         ids: RandomIdGenerator::default(),
         upstream,
+        legacy: cfg.legacy_names,
     };
     let frame = wire::Frame::new(&cfg.service_name, env!("CARGO_PKG_VERSION"));
     let mut batch = Vec::with_capacity(512);
@@ -113,16 +135,48 @@ pub async fn run(mut sub: Subscription, cfg: OtelConfig, upstream: Option<(Strin
     let mut count = 0u64;
     let mut scratch = Vec::with_capacity(1024);
     let mut failing = false;
+    let mut metrics_failing = false;
     let mut seen_drops = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let metrics_uri: Option<http::Uri> = match cfg.metrics_url().map(|u| u.parse()) {
+        Some(Ok(u)) => Some(u),
+        _ => {
+            tracing::warn!(endpoint = %cfg.endpoint, "the OTLP endpoint is not a `/v1/traces` URL: no metrics are exported (give the collector's base URL)");
+            None
+        }
+    };
+    let mut durations = durations::Durations::new(crate::events::now_ns());
+    let mut metric_tick = tokio::time::interval(cfg.metrics_interval);
+    metric_tick.tick().await;
     loop {
-        let (open, ticked) = tokio::select! {
-            n = sub.rx.recv_many(&mut batch, 512) => (n > 0, false),
-            _ = tick.tick() => (true, true),
+        let (open, ticked, metrics_due) = tokio::select! {
+            n = sub.rx.recv_many(&mut batch, 512) => (n > 0, false, false),
+            _ = tick.tick() => (true, true, false),
+            _ = metric_tick.tick() => (true, false, true),
+            _ = stop.changed() => {
+                while let Ok(ev) = sub.rx.try_recv() {
+                    batch.push(ev);
+                }
+                (false, false, false)
+            }
         };
         for ev in batch.drain(..) {
             if let Event::Call(c) = &*ev {
                 count += maker.spans(c, &mut spans, &mut scratch);
+                durations.record(c);
+            }
+        }
+        if let (Some(uri), true) = (
+            &metrics_uri,
+            (metrics_due || !open) && !durations.is_empty(),
+        ) {
+            let body = frame.request(&durations.encode(crate::events::now_ns()));
+            match export(&client, uri, body).await {
+                Ok(()) => metrics_failing = false,
+                Err(e) if !std::mem::replace(&mut metrics_failing, true) => {
+                    tracing::warn!(endpoint = %uri, error = %e, "OTLP metrics export failed (the next export sends the totals again)");
+                }
+                Err(_) => {}
             }
         }
         let drops = sub.dropped.load(Ordering::Relaxed);
@@ -192,6 +246,50 @@ struct Maker {
     ids: RandomIdGenerator,
     /// The upstream's host and port (`None` for a stdio server).
     upstream: Option<(String, u16)>,
+    /// Also the attribute names the conventions replaced.
+    legacy: bool,
+}
+
+/// `network.transport` and `network.protocol.name` for rpctap's transport names (the MCP
+/// conventions' "Recording MCP transport": stdio is a pipe with no protocol name).
+fn network<'a>(transport: &str) -> [Option<(&'static str, Attr<'a>)>; 2] {
+    let (net, proto) = match transport {
+        "stdio" => ("pipe", None),
+        "websocket" => ("tcp", Some("websocket")),
+        _ => ("tcp", Some("http")),
+    };
+    [
+        Some(("network.transport", Attr::Str(net))),
+        proto.map(|p| ("network.protocol.name", Attr::Str(p))),
+    ]
+}
+
+/// A peer's `host:port` (`[v6]:port` too) as its address and port.
+fn split_addr(p: &str) -> (&str, Option<i64>) {
+    match p.rsplit_once(':') {
+        Some((h, port)) if !h.is_empty() => (h.trim_matches(['[', ']']), port.parse().ok()),
+        _ => (p.trim_matches(['[', ']']), None),
+    }
+}
+
+/// What names a call's target in the conventions: the tool (and `execute_tool`), the
+/// prompt, the resource's URI.
+fn target_attrs<'a>(
+    method: &str,
+    target: Option<&'a str>,
+) -> impl Iterator<Item = (&'static str, Attr<'a>)> {
+    let pairs: [Option<(&'static str, Attr<'a>)>; 2] = match (method, target) {
+        ("tools/call", Some(t)) => [
+            Some(("gen_ai.tool.name", Attr::Str(t))),
+            Some(("gen_ai.operation.name", Attr::Str("execute_tool"))),
+        ],
+        ("prompts/get", Some(t)) => [Some(("gen_ai.prompt.name", Attr::Str(t))), None],
+        (m, Some(t)) if m.starts_with("resources/") => {
+            [Some(("mcp.resource.uri", Attr::Str(t))), None]
+        }
+        _ => [None, None],
+    };
+    pairs.into_iter().flatten()
 }
 
 fn is_mcp(method: &str) -> bool {
@@ -201,7 +299,6 @@ fn is_mcp(method: &str) -> bool {
 impl Maker {
     /// Encodes the spans of one call onto `out` (none if it is not sampled); how many.
     fn spans(&self, c: &CallEvent, out: &mut Vec<u8>, scratch: &mut Vec<u8>) -> u64 {
-        use wire::Attr;
         let trace = c.trace.as_deref();
         let parent = trace.and_then(|t| t.parent.as_ref());
         let propagated = trace.and_then(|t| t.propagated);
@@ -219,33 +316,48 @@ impl Maker {
         let server_id = self.ids.new_span_id();
         let state = parent.map(|p| p.trace_state().header()).unwrap_or_default();
         let id_text = c.id.to_json_text();
-        let id = id_text.trim_matches('"');
+        // `jsonrpc.request.id` is not set for a null id (the conventions).
+        let id = (c.id != crate::rpc::Id::Null).then_some(id_text.trim_matches('"'));
+        let legacy = self.legacy;
         let mut attrs: Vec<(&'static str, Attr<'_>)> = Vec::with_capacity(20);
-        attrs.extend([
-            ("rpc.system", Attr::Str("jsonrpc")),
-            ("rpc.method", Attr::Str(&c.method)),
-            ("rpc.jsonrpc.version", Attr::Str("2.0")),
-            ("rpc.jsonrpc.request_id", Attr::Str(id)),
-        ]);
+        if !mcp {
+            // The JSON-RPC conventions (the MCP ones say to use theirs instead for MCP).
+            attrs.extend([
+                ("rpc.system.name", Attr::Str("jsonrpc")),
+                ("rpc.method", Attr::Str(&c.method)),
+                ("jsonrpc.protocol.version", Attr::Str("2.0")),
+            ]);
+        }
+        if let Some(id) = id {
+            attrs.push(("jsonrpc.request.id", Attr::Str(id)));
+        }
+        if legacy {
+            attrs.extend([
+                ("rpc.system", Attr::Str("jsonrpc")),
+                ("rpc.jsonrpc.version", Attr::Str("2.0")),
+                ("rpc.jsonrpc.request_id", Attr::Str(id.unwrap_or(""))),
+            ]);
+            if mcp {
+                attrs.push(("rpc.method", Attr::Str(&c.method)));
+            }
+        }
         if let Some(t) = trace {
-            let net = if t.transport == "stdio" {
-                "pipe"
-            } else {
-                "tcp"
-            };
-            attrs.push(("network.transport", Attr::Str(net)));
-            attrs.push(("network.protocol.name", Attr::Str(t.transport)));
+            attrs.extend(network(t.transport).into_iter().flatten());
+            if legacy && t.transport == "stdio" {
+                attrs.push(("network.protocol.name", Attr::Str("stdio")));
+            }
             if let Some(p) = &t.peer {
-                let host = p.rsplit_once(':').map_or(&**p, |(h, _)| h);
-                attrs.push(("client.address", Attr::Str(host.trim_matches(['[', ']']))));
+                let (host, port) = split_addr(p);
+                attrs.push(("client.address", Attr::Str(host)));
+                if let Some(port) = port {
+                    attrs.push(("client.port", Attr::Int(port)));
+                }
             }
         }
         let session;
         if mcp {
-            // The MCP conventions' names (their JSON-RPC ones too).
             attrs.push(("mcp.method.name", Attr::Str(&c.method)));
-            attrs.push(("jsonrpc.request.id", Attr::Str(id)));
-            attrs.push(("jsonrpc.protocol.version", Attr::Str("2.0")));
+            // 2026-07-28 has no sessions: a stateless call has no `mcp.session.id`.
             if let Scope::Session(s) = &c.scope {
                 session = s.to_string();
                 attrs.push(("mcp.session.id", Attr::Str(&session)));
@@ -253,39 +365,28 @@ impl Maker {
             if let Some(v) = trace.and_then(|t| t.protocol_version.as_deref()) {
                 attrs.push(("mcp.protocol.version", Attr::Str(v)));
             }
-            match (&*c.method, c.target.as_deref()) {
-                ("tools/call", Some(t)) => {
-                    attrs.push(("gen_ai.tool.name", Attr::Str(t)));
-                    attrs.push(("gen_ai.operation.name", Attr::Str("execute_tool")));
-                }
-                ("prompts/get", Some(t)) => attrs.push(("gen_ai.prompt.name", Attr::Str(t))),
-                (m, Some(t)) if m.starts_with("resources/") => {
-                    attrs.push(("mcp.resource.uri", Attr::Str(t)))
-                }
-                _ => {}
-            }
+            attrs.extend(target_attrs(&c.method, c.target.as_deref()));
         }
         let code_text;
-        let error_type: Option<Cow<'_, str>> = match &c.outcome {
-            Outcome::Result if c.anomalies.contains(&"TOOL_ERROR") => Some("tool_error".into()),
-            Outcome::Result | Outcome::InputRequired => None,
-            Outcome::Error { code, message } => {
-                code_text = code.to_string();
+        let mut status_message: Option<&str> = None;
+        let error_type = super::semconv::error_type(c);
+        if let Outcome::Error { code, message } = &c.outcome {
+            code_text = code.to_string();
+            if legacy {
                 attrs.push(("rpc.jsonrpc.error_code", Attr::Int(*code)));
                 attrs.push(("rpc.jsonrpc.error_message", Attr::Str(message)));
-                attrs.push(("rpc.response.status_code", Attr::Str(&code_text)));
-                Some(Cow::Borrowed(&code_text))
             }
-            Outcome::Refused { .. } => Some("rate_limited".into()),
-            Outcome::Rejected { status } => Some(format!("http_{status}").into()),
-            Outcome::Missing { .. } => Some("missing_response".into()),
-            Outcome::Cancelled { .. } => Some("cancelled".into()),
-            Outcome::Abandoned { .. } => Some("abandoned".into()),
-        };
+            attrs.push(("rpc.response.status_code", Attr::Str(&code_text)));
+            // The span's status description is the error's message (the conventions).
+            status_message = Some(message);
+        }
         if let Some(t) = &error_type {
             attrs.push(("error.type", Attr::Str(t)));
         }
-        let status = error_type.as_ref().map(|_| c.outcome.label());
+        let label = error_type.as_ref().map(|_| c.outcome.label());
+        let status = status_message.or(label.as_deref());
+        let link = trace.and_then(|t| t.link.as_ref());
+        let link_state = link.map(|l| l.trace_state().header()).unwrap_or_default();
         let name_buf;
         let name: &str = match (c.target.as_deref(), &*c.method) {
             (Some(t), "tools/call" | "prompts/get") => {
@@ -301,7 +402,14 @@ impl Maker {
             start,
             end,
             remote_parent: parent.is_some(),
-            status: status.as_deref(),
+            status,
+            link: link.map(|l| {
+                (
+                    l.trace_id().to_bytes(),
+                    l.span_id().to_bytes(),
+                    link_state.as_str(),
+                )
+            }),
         };
         span.encode(
             out,
@@ -322,16 +430,19 @@ impl Maker {
         let client_id = propagated
             .map(|(_, s, _)| s)
             .unwrap_or_else(|| self.ids.new_span_id());
-        let mut leg: Vec<(&'static str, Attr<'_>)> = vec![
-            ("rpc.system", Attr::Str("jsonrpc")),
-            ("rpc.method", Attr::Str(&c.method)),
-        ];
+        // The leg is rpctap's call to the server: the same call, seen from the client side.
+        let mut leg: Vec<(&'static str, Attr<'_>)> = attrs
+            .iter()
+            .filter(|(k, _)| !k.starts_with("client.") && !k.starts_with("network."))
+            .copied()
+            .collect();
         if let Some((host, port)) = &self.upstream {
             leg.push(("server.address", Attr::Str(host)));
             leg.push(("server.port", Attr::Int(i64::from(*port))));
         }
         wire::Span {
             remote_parent: false,
+            link: None,
             ..span
         }
         .encode(
@@ -347,6 +458,7 @@ impl Maker {
     }
 }
 
+mod durations;
 mod wire;
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! OTLP's protobuf messages (opentelemetry-proto's `trace/v1`, `common/v1`, `resource/v1`),
+//! OTLP's protobuf messages (opentelemetry-proto's `trace/v1`, `metrics/v1`, `common/v1`,
+//! `resource/v1`),
 //! the fields rpctap sends, written straight from a call into one buffer. Written here rather
 //! than with `opentelemetry-otlp`'s exporter for cost: that exporter builds each span as the
 //! SDK's `SpanData`, converts it into the generated structs (a `String` per attribute key and
@@ -19,6 +20,7 @@ const SAMPLED: u32 = 1;
 pub enum Attr<'a> {
     Str(&'a str),
     Int(i64),
+    Bool(bool),
 }
 
 fn varint(b: &mut Vec<u8>, mut v: u64) {
@@ -78,6 +80,7 @@ fn attribute(b: &mut Vec<u8>, field: u32, k: &str, v: Attr<'_>) {
     let any = match v {
         Attr::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
         Attr::Int(i) => 1 + varint_len(i as u64),
+        Attr::Bool(_) => 2,
     };
     let kv = 1 + varint_len(k.len() as u64) + k.len() + 1 + varint_len(any as u64) + any;
     key(b, field, 2);
@@ -88,7 +91,73 @@ fn attribute(b: &mut Vec<u8>, field: u32, k: &str, v: Attr<'_>) {
     match v {
         Attr::Str(s) => bytes(b, 1, s.as_bytes()),
         Attr::Int(i) => uint(b, 3, i as u64),
+        Attr::Bool(x) => uint(b, 2, u64::from(x)),
     }
+}
+
+/// One `HistogramDataPoint`.
+pub struct Point<'a> {
+    pub attrs: Vec<(&'static str, Attr<'a>)>,
+    /// Nanoseconds since the epoch: the start of the cumulative count, and now.
+    pub start: u64,
+    pub time: u64,
+    pub count: u64,
+    pub sum: f64,
+    /// Per bucket, not cumulative (one more than the bounds).
+    pub counts: &'a [u64],
+    pub min: f64,
+    pub max: f64,
+}
+
+/// `AggregationTemporality.CUMULATIVE`.
+const CUMULATIVE: u64 = 2;
+
+/// Appends a histogram metric as a `ScopeMetrics.metrics` field (2): `Metric { name = 1;
+/// description = 2; unit = 3; histogram = 9 { data_points = 1; aggregation_temporality = 2 } }`,
+/// each point `HistogramDataPoint { start_time_unix_nano = 2; time_unix_nano = 3; count = 4;
+/// sum = 5; bucket_counts = 6 (packed fixed64); explicit_bounds = 7 (packed double);
+/// attributes = 9; min = 11; max = 12 }`.
+pub fn histogram<'a>(
+    out: &mut Vec<u8>,
+    name: &str,
+    description: &str,
+    unit: &str,
+    bounds: &[f64],
+    points: impl Iterator<Item = Point<'a>>,
+) {
+    message(out, 2, |b| {
+        bytes(b, 1, name.as_bytes());
+        bytes(b, 2, description.as_bytes());
+        bytes(b, 3, unit.as_bytes());
+        message(b, 9, |b| {
+            for p in points {
+                message(b, 1, |b| {
+                    fixed64(b, 2, p.start);
+                    fixed64(b, 3, p.time);
+                    fixed64(b, 4, p.count);
+                    fixed64(b, 5, p.sum.to_bits());
+                    message(b, 6, |b| {
+                        for c in p.counts {
+                            b.extend_from_slice(&c.to_le_bytes());
+                        }
+                    });
+                    message(b, 7, |b| {
+                        for x in bounds {
+                            b.extend_from_slice(&x.to_bits().to_le_bytes());
+                        }
+                    });
+                    for (k, v) in &p.attrs {
+                        attribute(b, 9, k, *v);
+                    }
+                    if p.count > 0 {
+                        fixed64(b, 11, p.min.to_bits());
+                        fixed64(b, 12, p.max.to_bits());
+                    }
+                });
+            }
+            uint(b, 2, CUMULATIVE);
+        });
+    });
 }
 
 /// A span's fields but its ids, kind, attributes and events.
@@ -103,6 +172,8 @@ pub struct Span<'a> {
     pub remote_parent: bool,
     /// `Some(message)`: status `Error`; `None`: unset.
     pub status: Option<&'a str>,
+    /// A span this one links to (its trace and span id, its trace state).
+    pub link: Option<([u8; 16], [u8; 8], &'a str)>,
 }
 
 impl Span<'_> {
@@ -143,6 +214,17 @@ impl Span<'_> {
                 attribute(b, 3, "rpctap.anomaly.code", Attr::Str(code));
             });
         }
+        // `Link { trace_id = 1; span_id = 2; trace_state = 3; flags = 6 }`.
+        if let Some((trace, span, state)) = self.link {
+            message(b, 13, |b| {
+                bytes(b, 1, &trace);
+                bytes(b, 2, &span);
+                if !state.is_empty() {
+                    bytes(b, 3, state.as_bytes());
+                }
+                fixed32(b, 6, HAS_IS_REMOTE | IS_REMOTE);
+            });
+        }
         // `Status { message = 2; code = 3 }` (2: error).
         if let Some(m) = self.status {
             message(b, 15, |b| {
@@ -180,7 +262,9 @@ impl Frame {
     }
 
     /// `ExportTraceServiceRequest { resource_spans = 1 { resource, scope_spans = 2 { scope,
-    /// spans } } }` around `spans` (encoded by [`Span::encode`]).
+    /// spans } } }` around `spans` (encoded by [`Span::encode`]) — and, the same field numbers,
+    /// `ExportMetricsServiceRequest { resource_metrics = 1 { resource, scope_metrics = 2 {
+    /// scope, metrics } } }` around metrics (encoded by [`histogram`]).
     pub fn request(&self, spans: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(spans.len() + self.resource.len() + 64);
         message(&mut out, 1, |b| {
@@ -221,6 +305,7 @@ mod tests {
             Attr::Str("jsonrpc"),
             Attr::Str(&"x".repeat(300)),
             Attr::Int(-32601),
+            Attr::Bool(true),
         ] {
             let mut ahead = Vec::new();
             attribute(&mut ahead, 9, "rpc.system", v);
@@ -230,6 +315,7 @@ mod tests {
                 message(b, 2, |b| match v {
                     Attr::Str(s) => bytes(b, 1, s.as_bytes()),
                     Attr::Int(i) => uint(b, 3, i as u64),
+                    Attr::Bool(x) => uint(b, 2, u64::from(x)),
                 });
             });
             assert_eq!(ahead, nested);
