@@ -41,6 +41,10 @@ pub enum Command {
     /// resources offered, calls' outcomes and latencies (exit 1 on a regression with
     /// `--exit-code`).
     Diff(DiffArgs),
+    /// What a recorded session costs an agent's context, in tokens: each tool, prompt and
+    /// resource definition (biggest first), each method's arguments and results (p50, p95,
+    /// max), each session's totals.
+    Cost(CostArgs),
     /// Export a recording as exchange documents, HAR or an HTML report.
     Export(ExportArgs),
     /// Open a recording in the dashboard.
@@ -387,6 +391,17 @@ pub struct CheckArgs {
     /// client's time between a multi round-trip call's rounds included).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]
     pub max_wall_duration: Option<f64>,
+    /// Fail if any call's result is more than this many tokens (`--tokenizer`'s).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens: Option<usize>,
+    /// Fail if a definition set the server offers (its tools, prompts, resources or resource
+    /// templates, as its last complete list gives them) is more than this many tokens.
+    #[arg(long, value_name = "TOKENS")]
+    pub max_definition_tokens: Option<usize>,
+    /// The encoding `--max-tokens` and `--max-definition-tokens` count in (`o200k`,
+    /// `cl100k`).
+    #[arg(long, default_value = "o200k", value_parser = clap::value_parser!(crate::tokens::Tokenizer))]
+    pub tokenizer: crate::tokens::Tokenizer,
     /// `json` (seed 004's result, one line per scope), `text` (a summary), `junit` (XML),
     /// `sarif` (SARIF 2.1.0, for code scanning: a result per finding at its recording line),
     /// `html` (the recording's report with the gate's verdict on top).
@@ -465,6 +480,30 @@ pub struct DiffArgs {
     /// …and the slower is at least this many times the faster.
     #[arg(long, value_name = "RATIO", default_value_t = 2.0)]
     pub duration_ratio: f64,
+}
+
+/// `rpctap cost`'s arguments.
+#[derive(Debug, Args)]
+pub struct CostArgs {
+    /// A recording, a session name in the state directory, or `-` for stdin.
+    pub file: String,
+    /// The encoding tokens are counted in: `o200k` (o200k_base: GPT-4o, GPT-4.1, GPT-5,
+    /// o-series) or `cl100k` (cl100k_base: GPT-4, GPT-3.5).
+    #[arg(long, default_value = "o200k", value_parser = clap::value_parser!(crate::tokens::Tokenizer))]
+    pub tokenizer: crate::tokens::Tokenizer,
+    /// `text` for a person, `json` for a program.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: CostFormat,
+    /// The biggest definitions listed of each set (`text`).
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+}
+
+/// `cost`'s formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CostFormat {
+    Text,
+    Json,
 }
 
 /// `diff`'s formats.

@@ -266,6 +266,9 @@ pub fn check_gate(args: &crate::cli::CheckArgs) -> Result<crate::offline::gate::
     gate.max_wall_duration = args
         .max_wall_duration
         .map(std::time::Duration::from_secs_f64);
+    gate.max_tokens = args.max_tokens;
+    gate.max_definition_tokens = args.max_definition_tokens;
+    gate.tokenizer = args.tokenizer;
     Ok(gate)
 }
 

@@ -62,8 +62,10 @@
 //!   - [`observe::metrics`] — Prometheus metrics, counted from the bus and read at scrape time.
 //!   - [`observe::feed`] — the live event feed (NDJSON) that `/events` serves and `rpctap attach`
 //!     reads.
-//!   - [`observe::otel`] — OpenTelemetry traces (`--otlp`): spans encoded as OTLP protobuf
-//!     (`otel::wire`) and exported in batches off the proxy path.
+//!   - [`observe::otel`] — OpenTelemetry (`--otlp`): spans and the MCP duration metrics encoded
+//!     as OTLP protobuf (`otel::wire`) and exported in batches off the proxy path.
+//!   - [`observe::semconv`] — the semantic conventions' reading of a call, for OTLP and
+//!     `/metrics` alike.
 //! - [`admin`] — the admin listener: health, readiness, metrics, the feed, recent calls, the
 //!   agent API; it probes the upstream for readiness.
 //! - [`attach`] — `rpctap attach`: the feed's client, reconnecting, for the dashboard.
@@ -72,12 +74,15 @@
 //! - [`offline`] — what reads recordings after the fact (beside `inspect::offline` and
 //!   [`replay`]):
 //!   - [`offline::gate`] — `check` as a CI gate: what fails a run, accepted findings, assertions on
-//!     the tools called and the calls' durations, and the JSON, text and JUnit reports.
+//!     the tools called, the calls' durations and tokens, and the JSON, text and JUnit reports
+//!     (SARIF in [`offline::sarif`]).
+//!   - [`offline::cost`] — what a session costs an agent's context in tokens (`rpctap cost`).
 //!   - [`offline::diff`] — what changed between two recorded sessions (`rpctap diff`): offerings,
 //!     calls matched by method, target and arguments, outcomes and latencies.
 //!   - [`offline::agent`] — `rpctap mcp`: the recordings served as an MCP server for an AI agent
 //!     (stdio, and `/mcp` on the admin listener).
 //! - [`units`] — durations and sizes as users write them, one syntax for flags and config keys.
+//! - [`tokens`] — text counted in a language model's tokens (OpenAI's BPE encodings).
 //! - [`bridge`] — `rpctap serve` (a Streamable HTTP endpoint in front of stdio servers, the
 //!   proxy's local upstream) and `rpctap stdio --upstream` (a remote HTTP server over stdio).
 //! - [`http1`] — rpctap's own HTTP/1 engine (what the lean reader and the lean upstream leg read
@@ -115,6 +120,7 @@ pub mod replay;
 pub mod rpc;
 pub mod server;
 pub mod stdio;
+pub mod tokens;
 pub mod trace;
 pub mod tui;
 pub mod units;

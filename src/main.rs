@@ -83,6 +83,7 @@ fn main() {
             Command::Diff(a) => offline(app::check::diff(a)),
             Command::Baseline(a) => offline(app::check::baseline(a)),
             Command::Mcp(a) => offline(app::agent::run(a).await),
+            Command::Cost(a) => offline(app::check::cost(a)),
             Command::Export(a) => offline(app::export::run(a)),
             Command::View(a) => offline(app::view::run(a, shutdown).await),
             Command::Stdio(a) => offline(app::stdio::run(a).await),

@@ -99,10 +99,12 @@ pub fn run(args: crate::cli::CheckArgs) -> Result<i32, AppError> {
         if !(gate.expect_tools.is_empty()
             && gate.forbid_tools.is_empty()
             && gate.max_duration.is_none()
-            && gate.max_wall_duration.is_none())
+            && gate.max_wall_duration.is_none()
+            && gate.max_tokens.is_none()
+            && gate.max_definition_tokens.is_none())
         {
             return Err(AppError::Io(
-                "--expect-tool, --forbid-tool, --max-duration and --max-wall-duration need a recording (an exchange document has no calls' times or sessions)".into(),
+                "--expect-tool, --forbid-tool, --max-duration, --max-wall-duration, --max-tokens and --max-definition-tokens need a recording (an exchange document has no calls' times or sessions)".into(),
             ));
         }
         // One document, or JSON Lines of documents (each with its line, from 1).
@@ -305,6 +307,30 @@ pub fn baseline(args: crate::cli::BaselineArgs) -> Result<i32, AppError> {
 }
 
 /// `rpctap diff A B`.
+/// `rpctap cost`: a recorded session's tokens.
+pub fn cost(args: crate::cli::CostArgs) -> Result<i32, AppError> {
+    let (_, rec) = if args.file == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| AppError::Io(format!("cannot read stdin: {e}")))?;
+        let mut rec = crate::record::reader::Capture::default();
+        crate::record::reader::parse_part(&text, "stdin", &mut rec, true)
+            .map_err(|why| AppError::Io(format!("stdin: {why}")))?;
+        ("stdin".to_string(), rec)
+    } else {
+        recording_named(&args.file)?
+    };
+    let c = crate::offline::cost::cost(&rec, args.tokenizer);
+    let out = match args.format {
+        crate::cli::CostFormat::Text => crate::offline::cost::text(&c, args.top),
+        crate::cli::CostFormat::Json => {
+            format!("{}\n", serde_json::to_string_pretty(&c).unwrap_or_default())
+        }
+    };
+    write_out(None, &out)?;
+    Ok(0)
+}
+
 pub fn diff(args: crate::cli::DiffArgs) -> Result<i32, AppError> {
     let (an, a) = recording_named(&args.a)?;
     let (bn, b) = recording_named(&args.b)?;

@@ -151,6 +151,17 @@ fn read(rec: &Capture) -> (Offer, Vec<Call<'_>>) {
 
 /// The tools of a recording's last complete `tools/list` (all pages of it), by name.
 pub fn last_tool_list(rec: &crate::record::reader::Capture) -> Option<BTreeMap<String, Value>> {
+    last_list(rec, "tools/list", "tools", "name")
+}
+
+/// A recording's last complete answer to a list method (`tools/list` → its `tools`, …; all
+/// pages of it), each item by its `key` member.
+pub fn last_list(
+    rec: &crate::record::reader::Capture,
+    method: &str,
+    field: &str,
+    key: &str,
+) -> Option<BTreeMap<String, Value>> {
     use crate::events::Event;
     use crate::rpc::Kind as K;
     let mut asked: std::collections::HashMap<(crate::events::Scope, String), bool> =
@@ -163,7 +174,7 @@ pub fn last_tool_list(rec: &crate::record::reader::Capture) -> Option<BTreeMap<S
             continue;
         };
         match m.kind {
-            K::Request if m.method.as_deref() == Some("tools/list") => {
+            K::Request if m.method.as_deref() == Some(method) => {
                 let v: Value = serde_json::from_slice(&m.message).unwrap_or_default();
                 let first = v["params"]["cursor"].is_null();
                 asked.insert((m.scope.clone(), id), first);
@@ -176,8 +187,8 @@ pub fn last_tool_list(rec: &crate::record::reader::Capture) -> Option<BTreeMap<S
                 if first {
                     building.clear();
                 }
-                for t in v["result"]["tools"].as_array().into_iter().flatten() {
-                    if let Some(n) = t["name"].as_str() {
+                for t in v["result"][field].as_array().into_iter().flatten() {
+                    if let Some(n) = t[key].as_str() {
                         building.insert(n.to_string(), t.clone());
                     }
                 }

@@ -41,6 +41,12 @@ pub struct Gate {
     /// The longest a call may take from its first request to its last reply, the client's time
     /// between rounds included.
     pub max_wall_duration: Option<Duration>,
+    /// The most tokens a call's result may be.
+    pub max_tokens: Option<usize>,
+    /// The most tokens a definition set (tools, prompts, resources, templates) may be.
+    pub max_definition_tokens: Option<usize>,
+    /// What the token limits count in.
+    pub tokenizer: crate::tokens::Tokenizer,
 }
 
 impl Default for Gate {
@@ -55,6 +61,9 @@ impl Default for Gate {
             forbid_tools: Vec::new(),
             max_duration: None,
             max_wall_duration: None,
+            max_tokens: None,
+            max_definition_tokens: None,
+            tokenizer: Default::default(),
         }
     }
 }
@@ -230,6 +239,7 @@ pub fn recording(
 ) -> Report {
     let calls: Vec<&CallEvent> = rec.calls().collect();
     let mut report = evaluate(gate, label(&rec.header), results, &calls);
+    report.assertions.extend(token_assertions(gate, rec));
     attach_injected(
         gate,
         &mut report,
@@ -240,6 +250,67 @@ pub fn recording(
         &calls,
     );
     report
+}
+
+/// `--max-tokens` and `--max-definition-tokens`: counted only when asked (a tokenizer's tables
+/// take a moment to load).
+fn token_assertions(gate: &Gate, rec: &crate::record::reader::Capture) -> Vec<Assertion> {
+    if gate.max_tokens.is_none() && gate.max_definition_tokens.is_none() {
+        return Vec::new();
+    }
+    let c = super::cost::cost(rec, gate.tokenizer);
+    let mut out = Vec::new();
+    if let Some(max) = gate.max_tokens {
+        let big: Vec<String> = c
+            .calls
+            .iter()
+            .filter(|x| x.result > max)
+            .map(|x| format!("{} (id {}) returned {} tokens", x.key, x.id, x.result))
+            .collect();
+        out.push(Assertion {
+            name: format!("max-tokens {max}"),
+            passed: big.is_empty(),
+            message: if big.is_empty() {
+                format!("no result was more than {max} tokens ({})", c.tokenizer)
+            } else {
+                format!("{} ({})", big.join("; "), c.tokenizer)
+            },
+        });
+    }
+    if let Some(max) = gate.max_definition_tokens {
+        let big: Vec<String> = c
+            .definitions
+            .iter()
+            .filter(|d| d.total > max)
+            .map(|d| {
+                let top: Vec<String> = d
+                    .items
+                    .iter()
+                    .take(3)
+                    .map(|i| format!("{} {}", i.name, i.tokens))
+                    .collect();
+                format!(
+                    "the {} definitions are {} tokens (biggest: {})",
+                    d.kind,
+                    d.total,
+                    top.join(", ")
+                )
+            })
+            .collect();
+        out.push(Assertion {
+            name: format!("max-definition-tokens {max}"),
+            passed: big.is_empty(),
+            message: if big.is_empty() {
+                format!(
+                    "no definition set was more than {max} tokens ({})",
+                    c.tokenizer
+                )
+            } else {
+                format!("{} ({})", big.join("; "), c.tokenizer)
+            },
+        });
+    }
+    out
 }
 
 fn injected_json(f: &crate::events::FaultEvent) -> serde_json::Value {

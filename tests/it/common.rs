@@ -805,6 +805,7 @@ pub const NODE_PACKAGES: &[&str] = &[
     "ganache@7.9.2",
     "@modelcontextprotocol/inspector@2.12.0",
     "conformance2@npm:@modelcontextprotocol/conformance@0.2.0-alpha.12",
+    "js-tiktoken@1.0.21",
 ];
 
 /// A peer folder under target/interop whose stamp names exactly `packages`.

@@ -11,6 +11,7 @@ mod check;
 mod cli_edges;
 mod connections;
 mod contracts;
+mod cost;
 mod deploy;
 mod faults;
 mod fleet;
