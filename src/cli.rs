@@ -480,6 +480,9 @@ pub struct DiffArgs {
     /// …and the slower is at least this many times the faster.
     #[arg(long, value_name = "RATIO", default_value_t = 2.0)]
     pub duration_ratio: f64,
+    /// The encoding a changed definition's tokens are counted in (`o200k`, `cl100k`).
+    #[arg(long, default_value = "o200k", value_parser = clap::value_parser!(crate::tokens::Tokenizer))]
+    pub tokenizer: crate::tokens::Tokenizer,
 }
 
 /// `rpctap cost`'s arguments.

@@ -338,7 +338,7 @@ pub fn diff(args: crate::cli::DiffArgs) -> Result<i32, AppError> {
         min_us: (args.duration_threshold * 1e6) as u64,
         ratio: args.duration_ratio,
     };
-    let d = crate::offline::diff::diff(&an, &a, &bn, &b, th);
+    let d = crate::offline::diff::diff_counting(&an, &a, &bn, &b, th, args.tokenizer);
     let out = match args.format {
         crate::cli::DiffFormat::Text => crate::offline::diff::text(&d),
         crate::cli::DiffFormat::Markdown => crate::offline::diff::markdown(&d),

@@ -202,6 +202,58 @@ pub fn last_list(
     last
 }
 
+/// What the changed definitions cost now: each one whose tokens moved, then the set's total
+/// (an agent pays a definition on every turn it keeps it). A change, never a regression by
+/// itself: `check --max-definition-tokens` gates the totals.
+fn token_changes(
+    kind: &'static str,
+    a: &BTreeMap<String, Value>,
+    b: &BTreeMap<String, Value>,
+    tok: crate::tokens::Tokenizer,
+    out: &mut Vec<Change>,
+) {
+    let changed: Vec<(&String, &Value, &Value)> = a
+        .iter()
+        .filter_map(|(n, x)| b.get(n).filter(|y| *y != x).map(|y| (n, x, y)))
+        .collect();
+    let added_or_removed =
+        a.keys().any(|n| !b.contains_key(n)) || b.keys().any(|n| !a.contains_key(n));
+    if changed.is_empty() && !added_or_removed {
+        return;
+    }
+    let moved = |x: usize, y: usize| {
+        format!(
+            "{x} → {y} tokens ({}{}, {})",
+            if y >= x { "+" } else { "-" },
+            x.abs_diff(y),
+            tok.name()
+        )
+    };
+    for (name, x, y) in changed {
+        let (tx, ty) = (tok.count_json(x).tokens, tok.count_json(y).tokens);
+        if tx != ty {
+            out.push(Change {
+                kind: Kind::Change,
+                area: kind,
+                subject: format!("{kind} {name}"),
+                what: format!("definition {}", moved(tx, ty)),
+            });
+        }
+    }
+    let total = |m: &BTreeMap<String, Value>| -> usize {
+        m.values().map(|v| tok.count_json(v).tokens).sum()
+    };
+    let (tx, ty) = (total(a), total(b));
+    if tx != ty {
+        out.push(Change {
+            kind: Kind::Change,
+            area: kind,
+            subject: format!("{kind}s (all {})", b.len()),
+            what: format!("definitions {}", moved(tx, ty)),
+        });
+    }
+}
+
 /// How good an outcome is: 0 a clean result, 1 a flagged one, 2 an error or worse.
 fn rank(c: &CallEvent, info: &std::collections::HashSet<&str>) -> u8 {
     match &c.outcome {
@@ -241,13 +293,37 @@ fn outcome_text(c: &CallEvent) -> String {
 
 /// Compares two recordings.
 pub fn diff(a_name: &str, a: &Capture, b_name: &str, b: &Capture, th: Thresholds) -> Diff {
+    diff_counting(
+        a_name,
+        a,
+        b_name,
+        b,
+        th,
+        crate::tokens::Tokenizer::default(),
+    )
+}
+
+/// [`diff`], the definitions' tokens counted in `tok`.
+pub fn diff_counting(
+    a_name: &str,
+    a: &Capture,
+    b_name: &str,
+    b: &Capture,
+    th: Thresholds,
+    tok: crate::tokens::Tokenizer,
+) -> Diff {
     let (oa, ca) = read(a);
     let (ob, cb) = read(b);
     let (info_a, info_b) = (info_codes(a), info_codes(b));
     let mut changes = Vec::new();
-    offer_changes("tool", &oa.tools, &ob.tools, &mut changes);
-    offer_changes("prompt", &oa.prompts, &ob.prompts, &mut changes);
-    offer_changes("resource", &oa.resources, &ob.resources, &mut changes);
+    for (kind, x, y) in [
+        ("tool", &oa.tools, &ob.tools),
+        ("prompt", &oa.prompts, &ob.prompts),
+        ("resource", &oa.resources, &ob.resources),
+    ] {
+        offer_changes(kind, x, y, &mut changes);
+        token_changes(kind, x, y, tok, &mut changes);
+    }
     // Calls: the n-th call of a key in A with the n-th of that key in B.
     let mut by_key: BTreeMap<&str, (Vec<&CallEvent>, Vec<&CallEvent>)> = BTreeMap::new();
     for c in &ca {

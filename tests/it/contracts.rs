@@ -30,7 +30,7 @@ async fn server(v2: Arc<AtomicBool>) -> (std::net::SocketAddr, Stop) {
             match (v["method"].as_str().unwrap_or(""), v["params"]["name"].as_str()) {
                 ("tools/list", _) => {
                     let search = serde_json::json!({"name":"search","description":"Search the index","inputSchema":{"type":"object","properties":{"q":{"type":"string"}}},"annotations":{"readOnlyHint": !v2}});
-                    let fetch = serde_json::json!({"name":"fetch","description": if v2 {"Fetch any URL"} else {"Fetch a URL"},"inputSchema":{"type":"object","properties":{"url":{"type":"string"}}}});
+                    let fetch = serde_json::json!({"name":"fetch","description": if v2 {"Fetch any URL, following redirects"} else {"Fetch a URL"},"inputSchema":{"type":"object","properties":{"url":{"type":"string"}}}});
                     let third = if v2 {
                         serde_json::json!({"name":"publish","inputSchema":{"type":"object"}})
                     } else {
@@ -160,12 +160,36 @@ async fn diff_names_every_change_the_annotation_flip_first() {
     for want in [
         "tool archive: removed",
         "tool publish: added",
-        "tool fetch: description: \"Fetch a URL\" → \"Fetch any URL\"",
+        "tool fetch: description: \"Fetch a URL\" → \"Fetch any URL, following redirects\"",
         "tools/call fetch {\"url\":\"u\"}: result → error -32000",
         "latency  tools/call search {\"q\":\"slow\"}",
     ] {
         assert!(out.contains(want), "{want} in:\n{out}");
     }
+    // What the changed definitions cost now (o200k_base), each and the set's total.
+    let tools = |f: &Path| {
+        rpctap::offline::diff::last_tool_list(&rpctap::record::reader::read(f).unwrap()).unwrap()
+    };
+    let (ta, tb) = (tools(&r.a), tools(&r.b));
+    let tok = |v: &serde_json::Value| rpctap::tokens::Tokenizer::O200k.count_json(v).tokens;
+    let (fa, fb) = (tok(&ta["fetch"]), tok(&tb["fetch"]));
+    assert!(fb > fa, "a longer description");
+    assert!(
+        out.contains(&format!(
+            "tool fetch: definition {fa} → {fb} tokens (+{}, o200k_base)",
+            fb - fa
+        )),
+        "{out}"
+    );
+    let (sa, sb): (usize, usize) = (ta.values().map(tok).sum(), tb.values().map(tok).sum());
+    let sign = if sb >= sa { "+" } else { "-" };
+    assert!(
+        out.contains(&format!(
+            "tools (all 3): definitions {sa} → {sb} tokens ({sign}{}, o200k_base)",
+            sa.abs_diff(sb)
+        )),
+        "{out}"
+    );
     // The fast call and the list itself did not change their outcome.
     assert!(!out.contains("{\"q\":\"x\"}"), "{out}");
     // A against itself, and against its twin: nothing to report, exit 0.
