@@ -35,7 +35,7 @@ pub enum Command {
     /// Show, accept or reset a server's tool baseline (what `MCP_TOOL_DRIFT` compares with).
     Baseline(BaselineArgs),
     /// Serve the recorded sessions as an MCP server on stdio, for an AI agent: list_sessions,
-    /// list_calls, get_call, find_anomalies, stats, check, diff, replay_call.
+    /// list_calls, get_call, find_anomalies, stats, cost, check, diff, replay_call.
     Mcp(McpArgs),
     /// What changed between two sessions (recordings or session names): tools, prompts and
     /// resources offered, calls' outcomes and latencies (exit 1 on a regression with

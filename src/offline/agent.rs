@@ -177,6 +177,11 @@ pub fn tools(allow_replay: bool) -> Value {
             "inputSchema": schema(json!({"session": session}), &["session"]),
             "outputSchema": output(json!({"methods": {"type": "array", "items": {"type": "object"}}}), &["methods"]),
             "annotations": ro}),
+        json!({"name": "cost", "title": "Context cost",
+            "description": "What a session costs an agent's context, in tokens (`rpctap cost`): each tool, prompt and resource definition the server offers (biggest first, with each set's total), each method's arguments and results (total, p50, p95, max), each session's totals. `tokenizer`: o200k (default: GPT-4o, GPT-4.1, GPT-5, o-series) or cl100k.",
+            "inputSchema": schema(json!({"session": session.clone(), "tokenizer": {"enum": ["o200k", "cl100k"]}}), &["session"]),
+            "outputSchema": output(json!({"tokenizer": {"type": "string"}, "definitions": {"type": "array"}, "methods": {"type": "array"}, "sessions": {"type": "array"}}), &["tokenizer", "definitions", "methods", "sessions"]),
+            "annotations": ro}),
         json!({"name": "check", "title": "Check a session",
             "description": "`rpctap check` of a session as a gate: each scope's result (seed 004's shape) and whether it passes (`fail_on` as the command's --fail-on, `allow` as --allow).",
             "inputSchema": schema(json!({"session": session, "fail_on": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}}}), &["session"]),
@@ -325,6 +330,7 @@ impl Agent {
             "get_call" => self.get_call(args),
             "find_anomalies" => self.find_anomalies(args),
             "stats" => self.stats(args),
+            "cost" => self.cost(args),
             "check" => self.check(args),
             "diff" => self.diff(args),
             "replay_call" => {
@@ -544,6 +550,15 @@ impl Agent {
             })
             .collect();
         Ok(json!({"methods": methods}))
+    }
+
+    fn cost(&self, args: &Value) -> Result<Value, String> {
+        let (_, rec) = self.recording(string_arg(args, "session")?)?;
+        let tok: crate::tokens::Tokenizer = match args.get("tokenizer").and_then(Value::as_str) {
+            Some(t) => t.parse()?,
+            None => Default::default(),
+        };
+        serde_json::to_value(crate::offline::cost::cost(&rec, tok)).map_err(|e| e.to_string())
     }
 
     fn check(&self, args: &Value) -> Result<Value, String> {

@@ -51,6 +51,7 @@ async def main(unknown, big, target, command):
         out["pages"] = pages
         out["seen"] = seen
         out["stats"] = await call("stats", {"session": big})
+        out["cost"] = await call("cost", {"session": unknown, "tokenizer": "cl100k"})
         out["check"] = await call("check", {"session": unknown})
         out["replay"] = await call("replay_call", {"session": big, "index": 0, "target": target})
         out["resources"] = [str(r.uri) for r in (await c.list_resources()).resources]

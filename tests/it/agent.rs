@@ -90,6 +90,7 @@ async fn an_agent_reads_sessions_through_rpctap_mcp_and_it_obeys_its_own_rules()
         names,
         vec![
             "check",
+            "cost",
             "diff",
             "find_anomalies",
             "get_call",
@@ -198,6 +199,27 @@ async fn an_agent_reads_sessions_through_rpctap_mcp_and_it_obeys_its_own_rules()
         out["check"]["data"]["passed"], false,
         "the unknown tool fails the gate"
     );
+    // The context cost is `rpctap cost`'s, in the tokenizer asked for.
+    let cost = &out["cost"]["data"];
+    let o = Command::new(BIN)
+        .args([
+            "cost",
+            &format!("{d}/unknown.jsonl"),
+            "--tokenizer",
+            "cl100k",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let cli: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(cost["tokenizer"], "cl100k_base");
+    assert_eq!(cost["definitions"], cli["definitions"], "{cost}");
+    assert_eq!(cost["methods"], cli["methods"]);
+    assert!(
+        cost["definitions"][0]["total"].as_u64().unwrap() > 0,
+        "{cost}"
+    );
     // replay_call refused without --allow-replay, said clearly.
     assert_eq!(out["replay"]["error"], true);
     assert!(
@@ -298,7 +320,7 @@ async fn the_admin_listener_serves_the_agent_api_behind_its_token() {
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
     )
     .await;
-    assert_eq!(r.json()["result"]["tools"].as_array().unwrap().len(), 8);
+    assert_eq!(r.json()["result"]["tools"].as_array().unwrap().len(), 9);
     let r = send(addr, "POST", "/mcp", &auth, list).await;
     let v = r.json();
     assert_eq!(
@@ -348,7 +370,7 @@ async fn the_inspector_cli_lists_the_tools_and_finds_the_call() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names.len(), 8, "{names:?}");
+    assert_eq!(names.len(), 9, "{names:?}");
     assert!(tools["tools"]
         .as_array()
         .unwrap()
