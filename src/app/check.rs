@@ -203,6 +203,7 @@ fn gated_report(
             text: crate::offline::diff::text(&d),
         });
     }
+    sections.push(cost_section(rec));
     if let Some(f) = &args.replay_report {
         let text = std::fs::read_to_string(f)
             .map_err(|e| AppError::Io(format!("cannot read {}: {e}", f.display())))?;
@@ -214,6 +215,17 @@ fn gated_report(
         });
     }
     Ok(crate::record::report::html_with(rec, &args.file, &sections))
+}
+
+/// The HTML report's section of what the session costs an agent's context (`rpctap cost`).
+pub(super) fn cost_section(rec: &crate::record::reader::Capture) -> crate::record::report::Section {
+    let c = crate::offline::cost::cost(rec, crate::tokens::Tokenizer::default());
+    crate::record::report::Section {
+        id: "cost",
+        title: format!("Context cost ({})", c.tokenizer),
+        failed: false,
+        text: crate::offline::cost::text(&c, 20),
+    }
 }
 
 /// A recording named by its path or, in the state directory, by its session name.

@@ -20,9 +20,11 @@ pub fn run(args: crate::cli::ExportArgs) -> Result<i32, AppError> {
                 serde_json::to_string_pretty(&crate::record::export::har(&rec)).unwrap_or_default()
             )
         }
-        crate::cli::ExportFormat::Html => {
-            crate::record::report::html(&rec, &args.file.display().to_string())
-        }
+        crate::cli::ExportFormat::Html => crate::record::report::html_with(
+            &rec,
+            &args.file.display().to_string(),
+            &[super::check::cost_section(&rec)],
+        ),
     };
     write_out(args.output.as_deref(), &text)?;
     Ok(0)

@@ -479,6 +479,14 @@ async fn the_html_report_shows_every_call_and_finding_in_chromium() {
         assert!(dom.contains(code.as_str()), "{code} in the rendered page");
     }
     assert!(dom.contains("error -32000") && dom.contains("p95"), "{dom}");
+    // What the session costs an agent's context: `rpctap cost`'s account, in the page.
+    let (_, cost, _) = run(&["cost", r.b.to_str().unwrap()]);
+    let first = cost
+        .lines()
+        .find(|l| l.starts_with("tools definitions:"))
+        .unwrap();
+    assert!(dom.contains("Context cost (o200k_base)"), "{dom}");
+    assert!(dom.contains(first), "{first} in the rendered page");
 }
 
 /// A command `scripts/peers.sh` installed; a clear failure when it is missing.
