@@ -944,10 +944,19 @@ impl ExchangeCtx {
         extra: &mut Vec<&'static str>,
     ) {
         // From 2026-07-28 a server answers a request it rejects (a header that disagrees with
-        // the body, a tampered requestState) with 400 and the JSON-RPC error in the body, as
-        // the specification says.
-        let modern_rejection =
-            (400..500).contains(&self.status) && rejected && self.sender_is_modern();
+        // the body, a tampered requestState, a request without its `_meta`: "Server
+        // Validation") with 400 — an unknown method with 404 — and the JSON-RPC error in the
+        // body, as the specification says. The request is 2026-07-28's by its own `_meta` or,
+        // when that is what the server rejected, by its `MCP-Protocol-Version` header.
+        let header_modern = || {
+            self.mcp_hdr
+                .as_ref()
+                .and_then(|h| h.version.as_deref())
+                .is_some_and(|v| v >= super::modern::MODERN)
+        };
+        let modern_rejection = (400..500).contains(&self.status)
+            && rejected
+            && (self.sender_is_modern() || header_modern());
         if self.status != 200
             && self.status != 0
             && !self.is_get_stream

@@ -319,6 +319,12 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
                 serde_json::json!({"jsonrpc":"2.0","id":id,"result":result}).to_string()
             };
             let reply = match v["method"].as_str().unwrap_or("") {
+                // "Server Validation": a request without its `_meta` is refused with 400 and
+                // the JSON-RPC error (as the conformance suite's reference server does).
+                _ if v["params"]["_meta"].is_null() => json_reply(
+                    400,
+                    &serde_json::json!({"jsonrpc":"2.0","id":id,"error":{"code":-32602,"message":"Invalid params: missing _meta"}}).to_string(),
+                ),
                 "server/discover" => json_reply(
                     200,
                     &ok(serde_json::json!({"resultType":"complete","supportedVersions":["2026-07-28"],"ttlMs":60000,"cacheScope":"public","capabilities":{"tools":{"listChanged":true},"prompts":{}}})),
@@ -422,6 +428,16 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
             None,
             meta("2026-07-28", ""),
         ),
+        // No `_meta` at all, refused with 400 as the specification says: the missing keys
+        // are the client's fault, the status is right (no `HTTP_STATUS`).
+        (
+            vec!["MCP_META"],
+            "2026-07-28",
+            "server/discover",
+            None,
+            None,
+            String::new(),
+        ),
         (
             vec![],
             "2026-07-28",
@@ -487,11 +503,14 @@ async fn mcp_2026_07_28_codes_are_the_same_live_and_in_check() {
     drop(p.stop);
     p.served.await.unwrap();
     let want = live_codes(&file);
+    // One client's group, and the request without `_meta` in its exchange (no clientInfo to
+    // group it by).
     assert_eq!(
         want.keys().collect::<Vec<_>>(),
-        vec!["stateless:raw/1@127.0.0.1"],
-        "one client's group: {want:?}"
+        vec!["exchange:7", "stateless:raw/1@127.0.0.1"],
+        "{want:?}"
     );
+    assert_eq!(want["exchange:7"], ["MCP_META"], "no HTTP_STATUS: {want:?}");
     let c = check_recording(&file);
     assert_eq!(c.codes, want, "check finds exactly the live codes");
     assert_eq!(c.exit, Some(1));
