@@ -748,6 +748,16 @@ pub struct ProxyFlags {
     /// headers pass unchanged).
     #[arg(long)]
     pub otlp_propagate: bool,
+    /// `serve`: an origin besides the listen address's own whose web pages may call the
+    /// endpoint (`https://app.example`); any other `Origin` gets 403 (a proxy passes `Origin`
+    /// to its upstream unchanged: the check is the upstream's). Repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+    /// A host name besides the listen address that requests may name in `Host`
+    /// (`mcp.internal`, `mcp.internal:8931`); any other gets 403 — on a loopback listener (a
+    /// page under a rebound name), and for `serve` everywhere. Repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_host: Vec<String>,
 }
 
 impl From<SharedFlags> for ProxyFlags {
@@ -815,14 +825,6 @@ pub struct ServeArgs {
     /// With --hub: do not record.
     #[arg(long, requires = "hub", conflicts_with = "record")]
     pub no_record: bool,
-    /// An origin besides the listen address's own whose web pages may call the endpoint
-    /// (`https://app.example`); any other `Origin` gets 403. Repeatable.
-    #[arg(long = "allow-origin", value_name = "ORIGIN")]
-    pub allow_origin: Vec<String>,
-    /// A host name besides the listen address that requests may name in `Host`
-    /// (`bridge.internal`, `bridge.internal:8931`); any other gets 403. Repeatable.
-    #[arg(long = "allow-host", value_name = "HOST")]
-    pub allow_host: Vec<String>,
     /// Require `Authorization: Bearer TOKEN` on every request (needed off loopback).
     #[arg(
         long,

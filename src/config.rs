@@ -317,10 +317,11 @@ pub fn resolve_serve(args: &crate::cli::ServeArgs) -> Result<Serve, ConfigError>
         )));
     }
     cfg.guard = Some(crate::server::guard::GuardConfig {
-        allow_hosts: args.allow_host.clone(),
-        allow_origins: args.allow_origin.clone(),
+        allow_hosts: args.flags.allow_host.clone(),
+        allow_origins: args.flags.allow_origin.clone(),
         token,
         json_posts: true,
+        host_only: false,
     });
     // `--max-sessions` caps the sessions served (each a child) and, as everywhere, those the
     // inspector remembers.
@@ -887,7 +888,27 @@ pub fn resolve(
         session_meta: None,
         baseline_dir,
         bridge: None,
-        guard: None,
+        guard: loopback_guard(listen, flags),
+    })
+}
+
+/// A proxy listening on loopback answers only requests that name it (`Host`): a web page the
+/// user opens can reach loopback, and a name it controls can be made to resolve to 127.0.0.1
+/// (DNS rebinding). rpctap sends the upstream its
+/// own `Host` (the upstream's name), so an upstream's own check can no longer see the page's:
+/// rpctap makes it (`Origin` goes to the upstream unchanged, and with `--preserve-host` the
+/// `Host` too: then the checks stay the upstream's). Off loopback the listener is exposed on
+/// purpose (a sidecar, an ingress) and names are the network's business.
+fn loopback_guard(
+    listen: SocketAddr,
+    flags: &ProxyFlags,
+) -> Option<crate::server::guard::GuardConfig> {
+    (listen.ip().is_loopback() && !flags.preserve_host).then(|| crate::server::guard::GuardConfig {
+        allow_hosts: flags.allow_host.clone(),
+        allow_origins: flags.allow_origin.clone(),
+        token: None,
+        json_posts: false,
+        host_only: true,
     })
 }
 
@@ -895,6 +916,23 @@ pub fn resolve(
 mod tests {
 
     use super::*;
+
+    /// The Host check guards a loopback proxy only: off loopback the listener is exposed on
+    /// purpose, and with `--preserve-host` the upstream sees the page's `Host` itself.
+    #[test]
+    fn only_a_loopback_proxy_checks_host_names() {
+        let flags = ProxyFlags::default();
+        let g = loopback_guard("127.0.0.1:8080".parse().unwrap(), &flags).unwrap();
+        assert!(g.host_only && g.token.is_none() && !g.json_posts);
+        assert!(loopback_guard("[::1]:8080".parse().unwrap(), &flags).is_some());
+        assert!(loopback_guard("10.0.0.5:8080".parse().unwrap(), &flags).is_none());
+        assert!(loopback_guard("0.0.0.0:8080".parse().unwrap(), &flags).is_none());
+        let preserved = ProxyFlags {
+            preserve_host: true,
+            ..Default::default()
+        };
+        assert!(loopback_guard("127.0.0.1:8080".parse().unwrap(), &preserved).is_none());
+    }
 
     /// `replay`'s flags are checked before the recording is read: a wrong flag is named, not
     /// hidden behind the missing file.

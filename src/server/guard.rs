@@ -36,6 +36,12 @@ pub struct GuardConfig {
     pub token: Option<String>,
     /// `POST`s must be `application/json` (`415` otherwise).
     pub json_posts: bool,
+    /// A proxy's check (`proxy` on loopback): only a `Host` naming another server is refused.
+    /// rpctap sends the upstream a `Host` of its own, so the upstream's check can no longer
+    /// see the page's: rpctap makes that one. An absent `Host` (HTTP/1.0) and a malformed one
+    /// are the proxy's framing rules' to answer, and `Origin` goes to the upstream unchanged,
+    /// whose check it stays.
+    pub host_only: bool,
 }
 
 /// The checks of one bound listener ([`GuardConfig`] and the address it got).
@@ -80,6 +86,9 @@ impl Guard {
 
     /// Checks one request's head (see the module's comment for the rules).
     pub fn check(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
+        if self.cfg.host_only {
+            return self.check_host_name(uri, headers);
+        }
         if let Some(token) = &self.cfg.token {
             let given = headers
                 .get(AUTHORIZATION)
@@ -139,6 +148,25 @@ impl Guard {
                 StatusCode::FORBIDDEN,
                 format!("Host {host:?} does not name this listener (allow it with --allow-host)"),
             ))
+        }
+    }
+
+    /// [`GuardConfig::host_only`]'s check: a well-formed `Host` that names another server.
+    fn check_host_name(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
+        let mut hosts = headers.get_all(HOST).iter();
+        let host = match (hosts.next(), hosts.next()) {
+            (Some(h), None) => h.to_str().ok(),
+            (None, _) => uri.authority().map(|a| a.as_str()),
+            _ => None,
+        };
+        match host {
+            Some(h) if split_host(&h.trim().to_ascii_lowercase()).is_some() && !self.host_allowed(h) => {
+                Err(refused(
+                    StatusCode::FORBIDDEN,
+                    format!("Host {h:?} does not name this listener: a page under another name (DNS rebinding) is refused on loopback (allow the name with --allow-host)"),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -243,6 +271,31 @@ mod tests {
 
     fn guard(cfg: GuardConfig) -> Guard {
         Guard::new(cfg, "127.0.0.1:8931".parse().unwrap())
+    }
+
+    #[test]
+    fn a_proxys_check_refuses_only_a_well_formed_other_name() {
+        let g = guard(GuardConfig {
+            host_only: true,
+            ..Default::default()
+        });
+        let uri = Uri::from_static("/mcp");
+        let check = |pairs: &[(&str, &str)]| g.check(&Method::POST, &uri, &head(pairs));
+        assert_eq!(
+            check(&[("host", "evil.example:8931")]).unwrap_err().status,
+            StatusCode::FORBIDDEN
+        );
+        for ok in [
+            &[("host", "localhost:8931")][..],
+            &[("host", "127.0.0.1")],
+            &[],
+            &[("host", "a b")],
+            &[("host", "a"), ("host", "b")],
+            &[("host", "localhost"), ("origin", "http://evil.example")],
+            &[("host", "localhost"), ("content-type", "text/plain")],
+        ] {
+            assert!(check(ok).is_ok(), "{ok:?}");
+        }
     }
 
     fn status(g: &Guard, m: Method, pairs: &[(&str, &str)]) -> u16 {

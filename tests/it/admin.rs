@@ -598,7 +598,7 @@ fn the_demo_turns_the_admin_listener_on_and_prints_it() {
 async fn call_on(s: &mut tokio::net::TcpStream, body: &str) -> String {
     use tokio::io::AsyncWriteExt;
     let req = format!(
-        "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();

@@ -20,7 +20,7 @@ const CALL: &str = r#"{"jsonrpc":"2.0","method":"add","params":[2,3],"id":7}"#;
 
 fn request(body: &str) -> String {
     format!(
-        "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
 }
@@ -57,7 +57,7 @@ async fn a_half_sent_head_is_closed_after_the_header_timeout_even_when_it_trickl
     let limit = Duration::from_secs(5);
     // Half a head, then nothing.
     let mut half = TcpStream::connect(p.addr).await.unwrap();
-    half.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\n")
+    half.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
     // Nothing at all after connecting.
@@ -82,7 +82,7 @@ async fn a_half_sent_head_is_closed_after_the_header_timeout_even_when_it_trickl
     }
     let started = Instant::now();
     let dripper = async {
-        for b in b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        for b in b"POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
         {
             if drip.write_all(&[*b]).await.is_err() {
                 break;
@@ -151,7 +151,7 @@ async fn keep_alive_closes_an_idle_connection_but_never_one_whose_sse_reply_is_o
     let call = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"},"id":1}"#;
     s.write_all(
         format!(
-            "POST /mcp HTTP/1.1\r\nHost: x\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{call}",
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{call}",
             call.len()
         )
         .as_bytes(),
@@ -197,7 +197,7 @@ async fn a_stalled_request_body_ends_with_408_and_a_json_rpc_error() {
     })
     .await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":")
+    s.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":")
         .await
         .unwrap();
     let started = Instant::now();
@@ -225,11 +225,11 @@ async fn heads_over_the_size_or_count_cap_get_431() {
     })
     .await;
     let big = format!(
-        "GET /jsonrpc HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "GET /jsonrpc HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\n\r\n",
         "a".repeat(20 * 1024)
     );
     let many = format!(
-        "GET /jsonrpc HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        "GET /jsonrpc HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
         (0..30)
             .map(|i| format!("X-H{i}: v\r\n"))
             .collect::<String>()
@@ -407,7 +407,7 @@ async fn beyond_the_connection_cap_a_new_connection_gets_503_with_retry_after_an
     assert_eq!(ids, [serde_json::json!("a"), serde_json::json!(2)]);
     // Not a call: plain text.
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let (head, body) = read_response(&mut s).await.expect("a 503");
@@ -531,7 +531,7 @@ async fn a_thousand_slowloris_connections_leave_a_normal_client_served() {
     let mut slow = Vec::new();
     for _ in 0..1000 {
         let mut s = TcpStream::connect(p.addr).await.unwrap();
-        s.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: x\r\n")
+        s.write_all(b"POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\n")
             .await
             .unwrap();
         slow.push(s);
@@ -625,7 +625,7 @@ async fn an_idle_connection_is_parked_and_served_again_on_its_next_request() {
     // A body that pauses longer than the park delay: the exchange is in flight, nothing parks.
     let body = r#"{"jsonrpc":"2.0","method":"add","params":[3,3],"id":3}"#;
     let head = format!(
-        "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
@@ -775,7 +775,7 @@ async fn first_event(p: &TestProxy, c: &mut TcpStream, u: &mut TcpStream, raw: &
     wait_streaming(p, 1, "the stream open").await;
 }
 
-const STREAM_GET: &str = "GET /mcp HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-First: 1\r\nX-Second: 2\r\n\r\n";
+const STREAM_GET: &str = "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\nX-First: 1\r\nX-Second: 2\r\n\r\n";
 const SSE_HEAD: &str =
     "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
 const EV1: &str =

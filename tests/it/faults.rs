@@ -228,7 +228,7 @@ async fn call_case(addr: SocketAddr, i: usize) -> String {
     let body = format!(r#"{{"jsonrpc":"2.0","method":"fault/{i}","id":{i}}}"#);
     let mut s = TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "POST /case/{i} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /case/{i} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
@@ -373,7 +373,7 @@ async fn hit_and_run(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Vec<u8> 
 
 fn post(path: &str, body: &str, extra: &str) -> String {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
 }
@@ -384,7 +384,7 @@ async fn clients_that_go_away_leave_every_call_one_outcome_and_nothing_behind() 
     let mut p = recorded_proxy(up, "client-faults", &["--limit", "add=1/min"]);
     let listen = p.listen;
     // Mid request body: the head promises 200 bytes, 20 come, then the close.
-    let head = "POST /jsonrpc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"jsonrpc\":\"2.0\",";
+    let head = "POST /jsonrpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"jsonrpc\":\"2.0\",";
     hit_and_run(listen, head.as_bytes(), Duration::ZERO).await;
     // Mid batch split by a rate limit: "b2" is refused (add: 1 a minute), "b1" and "b3" go on;
     // the client leaves while the upstream sleeps on "b3".

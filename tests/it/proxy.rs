@@ -5,6 +5,7 @@ use crate::common::*;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -479,7 +480,7 @@ async fn bad_input_gets_clear_answers_and_no_panic() {
     let mut s = TcpStream::connect(proxy.addr).await.unwrap();
     let body = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"slow","arguments":{"steps":5,"delay_ms":100},"_meta":{"progressToken":1}}}"#;
     let req = format!(
-        "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-session-id: {sid}\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-session-id: {sid}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
@@ -641,10 +642,10 @@ async fn one_connection(
     (tx, tokio::spawn(conn))
 }
 
-/// A JSON POST to `path` (Host `rpctap.test`).
+/// A JSON POST to `path` (Host `localhost`).
 fn json_post(path: &str, body: String) -> Request<Full<Bytes>> {
     Request::post(path)
-        .header("host", "rpctap.test")
+        .header("host", "localhost")
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .unwrap()
@@ -961,7 +962,7 @@ async fn one_client_connection_takes_every_kind_of_request_on_both_upstream_legs
         let req = Request::builder()
             .method(method)
             .uri("/mcp")
-            .header("host", "rpctap.test")
+            .header("host", "localhost")
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
             .unwrap();
@@ -1017,4 +1018,82 @@ async fn one_client_connection_takes_every_kind_of_request_on_both_upstream_legs
     assert_eq!(c1, c2);
     assert_ne!(c1, streamed);
     assert_eq!(conns.load(Ordering::SeqCst), 2);
+}
+
+/// A proxy on loopback refuses a request whose `Host` names another server (a web page under a
+/// rebound name: rpctap gives the upstream its own `Host`, so the upstream's DNS-rebinding check
+/// could no longer see it) before anything reaches the upstream; its own names pass, `Origin`
+/// goes to the upstream unchanged (its check stays the upstream's), `--allow-host` admits a
+/// name, and `--preserve-host` leaves the `Host` — and its check — to the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_proxy_refuses_a_rebound_host_and_leaves_origin_to_the_upstream() {
+    // (Host, Origin) of each request the upstream got.
+    type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    let (up, _u) = start_upstream(move |parts, _| {
+        let h = |n: &str| {
+            parts
+                .headers
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        s.lock()
+            .unwrap()
+            .push((h("host").unwrap_or_default(), h("origin")));
+        Box::pin(async { json_reply(200, r#"{"jsonrpc":"2.0","id":1,"result":true}"#) })
+    })
+    .await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let json = ("content-type", "application/json");
+    let p = start_proxy(&format!("http://{up}")).await;
+    let port = p.addr.port();
+    let evil = format!("evil.example:{port}");
+    let r = send(p.addr, "POST", "/mcp", &[json, ("host", &evil)], body).await;
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert!(String::from_utf8_lossy(&r.body).contains("DNS rebinding"));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing reached the upstream"
+    );
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let r = send(p.addr, "POST", "/mcp", &[json, ("host", &host)], body).await;
+        assert_eq!(r.status, 200, "{host}");
+    }
+    let r = send(
+        p.addr,
+        "POST",
+        "/mcp",
+        &[json, ("origin", "http://evil.example")],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap(),
+        &(up.to_string(), Some("http://evil.example".to_string())),
+        "the upstream gets its own Host and the page's Origin, to check"
+    );
+    let allowed = rpctap::cli::ProxyFlags {
+        allow_host: vec!["evil.example".into()],
+        ..Default::default()
+    };
+    let p2 = start_proxy_flags(&format!("http://{up}"), allowed).await;
+    let evil2 = format!("evil.example:{}", p2.addr.port());
+    let r = send(p2.addr, "POST", "/mcp", &[json, ("host", &evil2)], body).await;
+    assert_eq!(r.status, 200);
+    let preserved = rpctap::cli::ProxyFlags {
+        preserve_host: true,
+        ..Default::default()
+    };
+    let p3 = start_proxy_flags(&format!("http://{up}"), preserved).await;
+    let evil3 = format!("evil.example:{}", p3.addr.port());
+    let r = send(p3.addr, "POST", "/mcp", &[json, ("host", &evil3)], body).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap().0,
+        evil3,
+        "the upstream's to judge"
+    );
 }

@@ -109,7 +109,7 @@ async fn websocket_upgrade_passes_through_as_raw_bytes() {
     });
     let p = start_proxy(&format!("http://{up}")).await;
     let mut c = TcpStream::connect(p.addr).await.unwrap();
-    c.write_all(b"GET /ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n")
+    c.write_all(b"GET /ws HTTP/1.1\r\nhost: localhost\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n")
         .await
         .unwrap();
     let mut buf = vec![0u8; 4096];

@@ -376,7 +376,7 @@ async fn a_misbehaving_websocket_server_gets_the_same_codes_live_and_in_check() 
     ];
     for (path, want, reason) in cases {
         let mut s = TcpStream::connect(p.addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").as_bytes()).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").as_bytes()).await.unwrap();
         let head = read_head(&mut s).await;
         assert!(head.starts_with("HTTP/1.1 101"), "{path}: {head}");
         s.write_all(&frame(true, 1, call, true)).await.unwrap();
@@ -545,7 +545,7 @@ async fn a_refusal_waits_for_the_end_of_the_servers_fragmented_message() {
     };
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").await.unwrap();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").await.unwrap();
     let head = read_head(&mut s).await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     s.write_all(&frame(
