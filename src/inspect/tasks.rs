@@ -951,6 +951,17 @@ mod tests {
         (insp, sub)
     }
 
+    /// 2025-11-25's task-augmented `tools/call` (id 7) and its handle for task `old`.
+    const LEGACY_CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow","arguments":{},"task":{"ttl":60000}}}"#;
+    const LEGACY_HANDLE: &str = r#"{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"old","status":"working","ttl":60000,"pollInterval":50,"createdAt":"2025-11-25T10:00:00Z"}}}"#;
+
+    /// An inspector that saw 2025-11-25's task `old` created.
+    fn with_legacy_task() -> (Inspector, Subscription) {
+        let (insp, sub) = setup();
+        post(&insp, None, LEGACY_CALL, &[LEGACY_HANDLE]);
+        (insp, sub)
+    }
+
     fn calls(ev: &[Event]) -> Vec<&CallEvent> {
         ev.iter()
             .filter_map(|e| match e {
@@ -1085,10 +1096,8 @@ mod tests {
     /// 2025-11-25: `params.task` asks, `{"task":{…}}` answers, `tasks/result` gives the result.
     #[test]
     fn the_2025_11_25_shape_is_one_call_too() {
-        let (insp, mut sub) = setup();
-        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow","arguments":{},"task":{"ttl":60000}}}"#;
-        let handle = r#"{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"old","status":"working","ttl":60000,"pollInterval":50,"createdAt":"2025-11-25T10:00:00Z"}}}"#;
-        post(&insp, None, call, &[handle]);
+        let (insp, mut sub) = with_legacy_task();
+        let (call, handle) = (LEGACY_CALL, LEGACY_HANDLE);
         insp.set_time(100_000_000);
         let get = r#"{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{"taskId":"old"}}"#;
         post(
@@ -1135,10 +1144,7 @@ mod tests {
     /// poll; tasks rpctap does not know are left alone.
     #[test]
     fn a_task_list_moves_the_tasks_it_lists() {
-        let (insp, mut sub) = setup();
-        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow","arguments":{},"task":{"ttl":60000}}}"#;
-        let handle = r#"{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"old","status":"working","ttl":60000,"pollInterval":50,"createdAt":"2025-11-25T10:00:00Z"}}}"#;
-        post(&insp, None, call, &[handle]);
+        let (insp, mut sub) = with_legacy_task();
         insp.set_time(80_000_000);
         let list = r#"{"jsonrpc":"2.0","id":8,"method":"tasks/list","params":{}}"#;
         let listed = |id: u32, status: &str| {
