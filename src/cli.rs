@@ -667,6 +667,10 @@ pub struct SharedFlags {
     /// (kept for one release).
     #[arg(long)]
     pub otlp_legacy_names: bool,
+    /// Put each tool call's arguments and result on its span (`gen_ai.tool.call.arguments`,
+    /// `.result`; redacted as recordings are, each cut at 8 KiB). Off: they may hold anything.
+    #[arg(long)]
+    pub otlp_tool_content: bool,
     /// How often the MCP metrics (`mcp.server.operation.duration`, …) are exported over OTLP
     /// (default 60s).
     #[arg(long, value_name = "DURATION", value_parser = crate::units::secs)]

@@ -112,6 +112,8 @@ pub struct OtelFile {
     pub legacy_names: Option<bool>,
     /// How often the MCP metrics are exported (default `60s`); `--otlp-metrics-interval`.
     pub metrics_interval: Option<String>,
+    /// A tool call's arguments and result on its span; `--otlp-tool-content`.
+    pub tool_content: Option<bool>,
 }
 
 /// `[replay]`: settings of `rpctap replay`.
@@ -591,6 +593,7 @@ fn otel_config(
         queue: positive("[otel] queue", file.otel.queue.unwrap_or(65_536))?,
         legacy_names: flags.shared.otlp_legacy_names || file.otel.legacy_names.unwrap_or(false),
         metrics_interval: std::time::Duration::from_secs_f64(metrics_interval),
+        tool_content: flags.shared.otlp_tool_content || file.otel.tool_content.unwrap_or(false),
     }))
 }
 

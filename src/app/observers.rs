@@ -120,7 +120,14 @@ impl Observers {
             None => None,
         };
         let otel = chain.otel.map(|o| {
-            let sub = bus.subscribe_to("otel", o.queue, Interest::CALL);
+            // With `--otlp-tool-content` the `tools/call` messages too (their texts go on
+            // the spans).
+            let interest = if o.tool_content {
+                Interest::CALL.and(Interest::MESSAGE_REST)
+            } else {
+                Interest::CALL
+            };
+            let sub = bus.subscribe_to("otel", o.queue, interest);
             Exporter {
                 pending: Some((sub, o, chain.otel_upstream)),
                 task: None,

@@ -229,6 +229,10 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
     assert_eq!(e["gen_ai.tool.name"], "echo");
     assert_eq!(e["gen_ai.operation.name"], "execute_tool");
     assert_eq!(e["jsonrpc.request.id"], "11");
+    assert!(
+        e.get("gen_ai.tool.call.arguments").is_none(),
+        "tool content only with --otlp-tool-content"
+    );
 
     let fail = server("tools/call fail")[0];
     assert_eq!(
@@ -513,4 +517,44 @@ async fn the_conventions_stdio_example_and_the_mcp_duration_metrics() {
     assert_eq!((buckets.len(), buckets.iter().sum::<u64>()), (15, 1));
     assert!(p["sum"].as_f64().unwrap() > 0.0 && p["min"] == p["max"]);
     assert_eq!(point("initialize")["count"], 1);
+}
+
+/// `--otlp-tool-content`: a tool call's arguments and result on its span, redacted as
+/// recordings are (`--redact-path`); without it, neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_content_is_on_the_span_only_when_asked_and_redacted() {
+    let dir = Scratch::new("otel-content");
+    let (_r, collector, out) = receiver(&dir);
+    wait_listening(collector).await;
+    let (demo, _d) = start_demo().await;
+    let mut flags = otel_flags(collector, false);
+    flags.shared.otlp_tool_content = true;
+    flags.shared.redact_paths = vec!["params.arguments.secret".into()];
+    let p = start_proxy_flags(&format!("http://{demo}"), flags).await;
+    let sid = mcp_session(p.addr).await;
+    let mcp = [
+        ("content-type", "application/json"),
+        MCP_ACCEPT,
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello there","secret":"s3cr3t"}}}"#;
+    assert_eq!(send(p.addr, "POST", "/mcp", &mcp, call).await.status, 200);
+    let all = spans(&out, 2).await;
+    let echo = all
+        .iter()
+        .find(|s| s["name"] == "tools/call echo")
+        .unwrap_or_else(|| panic!("{all:?}"));
+    let a = &echo["attributes"];
+    let args = a["gen_ai.tool.call.arguments"].as_str().unwrap();
+    assert!(
+        args.contains("hello there") && !args.contains("s3cr3t"),
+        "{args}"
+    );
+    let result = a["gen_ai.tool.call.result"].as_str().unwrap();
+    assert!(result.contains("hello there"), "{result}");
+    let init = all.iter().find(|s| s["name"] == "initialize").unwrap();
+    assert!(init["attributes"]
+        .get("gen_ai.tool.call.arguments")
+        .is_none());
 }

@@ -55,6 +55,8 @@ pub struct OtelConfig {
     pub legacy_names: bool,
     /// How often the MCP metrics are exported.
     pub metrics_interval: Duration,
+    /// A tool call's arguments and result on its span (`--otlp-tool-content`).
+    pub tool_content: bool,
 }
 
 impl OtelConfig {
@@ -146,6 +148,7 @@ pub async fn run(
         }
     };
     let mut durations = durations::Durations::new(crate::events::now_ns());
+    let mut content = content::Content::default();
     let mut metric_tick = tokio::time::interval(cfg.metrics_interval);
     metric_tick.tick().await;
     loop {
@@ -161,9 +164,16 @@ pub async fn run(
             }
         };
         for ev in batch.drain(..) {
-            if let Event::Call(c) = &*ev {
-                count += maker.spans(c, &mut spans, &mut scratch);
-                durations.record(c);
+            match &*ev {
+                Event::Call(c) => {
+                    let tool = (&*c.method == "tools/call")
+                        .then(|| content.take(&c.scope, &c.id))
+                        .flatten();
+                    count += maker.spans(c, tool.as_ref(), &mut spans, &mut scratch);
+                    durations.record(c);
+                }
+                Event::Message(m) => content.message(m),
+                _ => {}
             }
         }
         if let (Some(uri), true) = (
@@ -298,7 +308,13 @@ fn is_mcp(method: &str) -> bool {
 
 impl Maker {
     /// Encodes the spans of one call onto `out` (none if it is not sampled); how many.
-    fn spans(&self, c: &CallEvent, out: &mut Vec<u8>, scratch: &mut Vec<u8>) -> u64 {
+    fn spans(
+        &self,
+        c: &CallEvent,
+        tool: Option<&(String, Option<String>)>,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+    ) -> u64 {
         let trace = c.trace.as_deref();
         let parent = trace.and_then(|t| t.parent.as_ref());
         let propagated = trace.and_then(|t| t.propagated);
@@ -366,6 +382,13 @@ impl Maker {
                 attrs.push(("mcp.protocol.version", Attr::Str(v)));
             }
             attrs.extend(target_attrs(&c.method, c.target.as_deref()));
+            // Opt-in (`--otlp-tool-content`): the texts as redacted for every observer.
+            if let Some((args, result)) = tool {
+                attrs.push(("gen_ai.tool.call.arguments", Attr::Str(args)));
+                if let (Some(r), Outcome::Result) = (result, &c.outcome) {
+                    attrs.push(("gen_ai.tool.call.result", Attr::Str(r)));
+                }
+            }
         }
         let code_text;
         let mut status_message: Option<&str> = None;
@@ -458,6 +481,7 @@ impl Maker {
     }
 }
 
+mod content;
 mod durations;
 mod wire;
 
