@@ -94,6 +94,9 @@ P=$(free_port); measure rpctap+record $P -- $BIN proxy --no-tui --log off --list
 # The admin listener on (metrics counted per call; the feed gated shut, nobody attached).
 P=$(free_port); A=$(free_port); measure rpctap+admin $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --admin 127.0.0.1:$A
 
+# Without the loopback listener's Host check (`--preserve-host` leaves it to the upstream).
+P=$(free_port); measure rpctap+preserve-host $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --preserve-host
+
 # A fault rule that matches no call (issue 37): its glob match per call.
 P=$(free_port); measure rpctap+fault-miss $P -- $BIN proxy --no-tui --log off --listen 127.0.0.1:$P --upstream http://127.0.0.1:$UP --fault tool=never-called,drop
 

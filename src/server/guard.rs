@@ -49,6 +49,10 @@ pub struct GuardConfig {
 pub struct Guard {
     cfg: GuardConfig,
     addr: SocketAddr,
+    /// `Host` values that name this listener as clients write them (`IP:PORT`, and
+    /// `localhost:PORT` on loopback): compared as bytes first, so the usual request costs no
+    /// parsing (a loopback proxy checks every request).
+    own: Vec<String>,
 }
 
 /// Why a request was refused: the status and a one-line reason for the client.
@@ -75,7 +79,11 @@ impl Guard {
         {
             *h = h.trim().trim_end_matches('/').to_ascii_lowercase();
         }
-        Guard { cfg, addr }
+        let mut own = vec![addr.to_string()];
+        if addr.ip().is_loopback() {
+            own.push(format!("localhost:{}", addr.port()));
+        }
+        Guard { cfg, addr, own }
     }
 
     /// Whether a listen address needs a token: anything but loopback is reachable from other
@@ -159,8 +167,11 @@ impl Guard {
             (None, _) => uri.authority().map(|a| a.as_str()),
             _ => None,
         };
+        if host.is_some_and(|h| self.own.iter().any(|o| o.eq_ignore_ascii_case(h))) {
+            return Ok(());
+        }
         match host {
-            Some(h) if split_host(&h.trim().to_ascii_lowercase()).is_some() && !self.host_allowed(h) => {
+            Some(h) if split_host(h.trim()).is_some() && !self.host_allowed(h) => {
                 Err(refused(
                     StatusCode::FORBIDDEN,
                     format!("Host {h:?} does not name this listener: a page under another name (DNS rebinding) is refused on loopback (allow the name with --allow-host)"),
@@ -171,24 +182,29 @@ impl Guard {
     }
 
     /// A `Host` value (`name[:port]`) that names this listener.
+    /// Compared in any letter case without a lowered copy: a loopback proxy asks this of every
+    /// request.
     fn host_allowed(&self, host: &str) -> bool {
-        let host = host.trim().to_ascii_lowercase();
-        if self.cfg.allow_hosts.contains(&host) {
+        let host = host.trim();
+        let allowed = |v: &str| {
+            self.cfg
+                .allow_hosts
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(v))
+        };
+        if allowed(host) {
             return true;
         }
-        let Some((name, _port)) = split_host(&host) else {
+        let Some((name, _port)) = split_host(host) else {
             return false;
         };
-        if self.cfg.allow_hosts.iter().any(|a| a == name) {
-            return true;
-        }
-        self.names_me(name)
+        allowed(name) || self.names_me(name)
     }
 
     /// A host name (no port) that is this listener's address.
     fn names_me(&self, name: &str) -> bool {
         let ip = self.addr.ip();
-        if name == "localhost" {
+        if name.eq_ignore_ascii_case("localhost") {
             return ip.is_loopback() || ip.is_unspecified();
         }
         match name
@@ -287,6 +303,7 @@ mod tests {
         );
         for ok in [
             &[("host", "localhost:8931")][..],
+            &[("host", "LocalHost:8931")],
             &[("host", "127.0.0.1")],
             &[],
             &[("host", "a b")],
@@ -296,6 +313,14 @@ mod tests {
         ] {
             assert!(check(ok).is_ok(), "{ok:?}");
         }
+        let named = guard(GuardConfig {
+            host_only: true,
+            allow_hosts: vec!["Evil.Example".into()],
+            ..Default::default()
+        });
+        assert!(named
+            .check(&Method::GET, &uri, &head(&[("host", "EVIL.example:1")]))
+            .is_ok());
     }
 
     fn status(g: &Guard, m: Method, pairs: &[(&str, &str)]) -> u16 {
