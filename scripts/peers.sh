@@ -41,6 +41,8 @@ venv otel opentelemetry-proto==1.45.2
 venv k8s kubernetes-validate==1.37.0
 # A JSON Schema validator, for the SARIF 2.1.0 schema below (tests/it/contracts.rs).
 venv sarif jsonschema==4.26.0
+# A2A (tests/it/a2a.rs): the official Python SDK as agent and client, on Starlette + uvicorn.
+venv a2a 'a2a-sdk[http-server]==1.3.0' uvicorn==0.55.0
 # ganache: a real Ethereum JSON-RPC node (tests/it/websocket.rs: eth_subscribe over WebSocket).
 # The MCP Inspector's CLI (tests/it/agent.rs: `rpctap mcp` as the Inspector sees it). The
 # conformance suite twice: 0.1.16 (2025-era scenarios) and, as `conformance2`, 0.2.0-alpha.12

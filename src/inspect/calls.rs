@@ -685,6 +685,9 @@ impl ExchangeCtx {
             );
             extra.push(Code::NullIdResponse.as_str());
         }
+        if dir == Direction::ServerToClient && self.a2a_stream_goes_on(&key, env) {
+            return (None, None);
+        }
         if let Some(p) = inner.correlator.take(&key) {
             self.finish_reply(&key, p, outcome, env, extra);
             return (None, None);
@@ -749,6 +752,40 @@ impl ExchangeCtx {
             format!("response id {id} matches no pending call"),
         );
         (None, None)
+    }
+
+    /// An event of an A2A streaming call that is not its last (`a2a::closes_stream`): the call
+    /// stays open, and is remembered so that a stream cut before its last event still ends it.
+    fn a2a_stream_goes_on(&mut self, key: &PendingKey, env: &Envelope) -> bool {
+        if env.kind != Kind::Result {
+            return false;
+        }
+        let Some(method) = self.insp.correlator.pending_method(key) else {
+            return false;
+        };
+        if !super::a2a::is_stream_method(&method)
+            || super::tasks::member(&env.raw, "result")
+                .is_none_or(|r| super::a2a::closes_stream(&r))
+        {
+            return false;
+        }
+        if !self.a2a_streams.contains(key) {
+            self.a2a_streams.push(key.clone());
+        }
+        true
+    }
+
+    /// The exchange ended: an A2A streaming call still open had events (the client got
+    /// answers), so it ends answered, at the stream's end.
+    pub(super) fn end_a2a_streams(&mut self) {
+        for key in &std::mem::take(&mut self.a2a_streams) {
+            if let Some(p) = self.insp.correlator.take(key) {
+                if key.direction == Direction::ClientToServer && p.exchange == self.id {
+                    self.req.answered += 1;
+                }
+                end_call(&self.insp, key, p, Outcome::Result, &[], None, None);
+            }
+        }
     }
 
     pub(super) fn finish_reply(

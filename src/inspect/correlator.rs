@@ -248,6 +248,11 @@ impl Correlator {
         self.pending.get(key).is_some_and(|p| &*p.method == method)
     }
 
+    /// The method of the call pending under `key`.
+    pub fn pending_method(&self, key: &PendingKey) -> Option<Arc<str>> {
+        self.pending.get(key).map(|p| p.method.clone())
+    }
+
     pub fn contains(&self, key: &PendingKey) -> bool {
         self.pending.contains_key(key)
     }

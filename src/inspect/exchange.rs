@@ -884,6 +884,7 @@ impl ExchangeCtx {
                 inner.end_session(sid, "DELETE");
             }
         }
+        self.end_a2a_streams();
         let parked =
             self.status == 202 && matches!(self.scope, Scope::Session(_)) && self.reply_frames == 0;
         let calls = std::mem::take(&mut self.req.calls);

@@ -6,6 +6,7 @@
 //! inspector never touches the bytes that are forwarded; it only reads copies, synchronously,
 //! and never awaits.
 
+pub mod a2a;
 pub mod anomaly;
 mod calls;
 pub mod capability;
@@ -353,6 +354,9 @@ pub struct ExchangeCtx {
     /// A line too large to inspect, being read for its envelope as it passes (client's,
     /// server's): its id and method count its call or end it (`line_not_inspected`).
     long: [Option<Box<crate::rpc::head::HeadScan>>; 2],
+    /// A2A streaming calls of this exchange that have had events but not their last one
+    /// (`a2a::closes_stream`): at the stream's end they end as answered.
+    a2a_streams: Vec<PendingKey>,
 }
 
 impl Inspector {
@@ -543,6 +547,7 @@ impl Inspector {
             peer_ip: meta.peer_ip,
             sender: None,
             sender_read: false,
+            a2a_streams: Vec::new(),
             ws_decided: false,
             awaiting: None,
             long: [None, None],
@@ -627,6 +632,7 @@ impl Inspector {
             peer_ip: None,
             sender: None,
             sender_read: false,
+            a2a_streams: Vec::new(),
             ws_decided: false,
             awaiting: None,
             long: [None, None],

@@ -153,7 +153,7 @@ impl Seen {
     }
 }
 
-fn member(raw: &[u8], key: &str) -> Option<Value> {
+pub(super) fn member(raw: &[u8], key: &str) -> Option<Value> {
     let mut v: Value = serde_json::from_slice(raw).ok()?;
     Some(v.get_mut(key)?.take())
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod a2a;
 mod admin;
 mod agent;
 mod big_body;

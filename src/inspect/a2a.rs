@@ -1,0 +1,185 @@
+//! A2A (Agent2Agent): what rpctap reads of it so that a correct agent raises no finding.
+//!
+//! A2A rides JSON-RPC 2.0 over HTTP; its streaming methods (`SendStreamingMessage`,
+//! `SubscribeToTask`, and 0.3's `message/stream`, `tasks/resubscribe`) answer with an SSE
+//! stream of *several responses carrying the call's id*, one per task event (A2A 1.0,
+//! "JSON-RPC Protocol Binding"; 0.3 the same with `kind`-tagged results). Plain JSON-RPC
+//! reads the second one as a response to no call; here a streaming call stays open across its
+//! events and ends at the event after which the server closes the stream — a message, or a
+//! task in a terminal or interrupted state — or at the stream's end.
+
+use serde_json::Value;
+
+/// A2A 1.0 method names, then 0.3's.
+const METHODS: &[&str] = &[
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
+    "message/send",
+    "message/stream",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/resubscribe",
+    "tasks/pushNotificationConfig/set",
+    "tasks/pushNotificationConfig/get",
+    "tasks/pushNotificationConfig/list",
+    "tasks/pushNotificationConfig/delete",
+    "agent/getAuthenticatedExtendedCard",
+];
+
+/// An A2A method (either version's name).
+pub fn is_method(method: &str) -> bool {
+    METHODS.contains(&method)
+}
+
+/// A method answered with a stream of responses sharing the call's id.
+pub fn is_stream_method(method: &str) -> bool {
+    matches!(
+        method,
+        "SendStreamingMessage" | "SubscribeToTask" | "message/stream" | "tasks/resubscribe"
+    )
+}
+
+/// A task state, either version's spelling (`TASK_STATE_INPUT_REQUIRED`, `input-required`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Submitted,
+    Working,
+    InputRequired,
+    AuthRequired,
+    Completed,
+    Failed,
+    Canceled,
+    Rejected,
+    Unknown,
+}
+
+impl State {
+    pub fn parse(s: &str) -> State {
+        let s = s.strip_prefix("TASK_STATE_").unwrap_or(s);
+        let is =
+            |a: &str| s.eq_ignore_ascii_case(a) || s.eq_ignore_ascii_case(&a.replace('_', "-"));
+        if is("submitted") {
+            State::Submitted
+        } else if is("working") {
+            State::Working
+        } else if is("input_required") {
+            State::InputRequired
+        } else if is("auth_required") {
+            State::AuthRequired
+        } else if is("completed") {
+            State::Completed
+        } else if is("failed") {
+            State::Failed
+        } else if is("canceled") || is("cancelled") {
+            State::Canceled
+        } else if is("rejected") {
+            State::Rejected
+        } else {
+            State::Unknown
+        }
+    }
+
+    /// The task will not change again.
+    pub fn terminal(self) -> bool {
+        matches!(
+            self,
+            State::Completed | State::Failed | State::Canceled | State::Rejected
+        )
+    }
+
+    /// The server closes a stream here: the task ended or waits on the client.
+    pub fn closes_stream(self) -> bool {
+        self.terminal() || matches!(self, State::InputRequired | State::AuthRequired)
+    }
+}
+
+fn state_at(status: Option<&Value>) -> Option<State> {
+    status?.get("state")?.as_str().map(State::parse)
+}
+
+/// A stream event (a streaming call's `result`) after which the server ends the stream: a
+/// message, a task or status update in a state that closes it, or 0.3's `final: true`.
+/// Artifact updates and working states keep it open.
+pub fn closes_stream(result: &Value) -> bool {
+    // 1.0: exactly one of these members.
+    if result.get("message").is_some() {
+        return true;
+    }
+    if let Some(task) = result.get("task") {
+        return state_at(task.get("status")).is_some_and(State::closes_stream);
+    }
+    if let Some(up) = result.get("statusUpdate") {
+        return state_at(up.get("status")).is_some_and(State::closes_stream);
+    }
+    if result.get("artifactUpdate").is_some() {
+        return false;
+    }
+    // 0.3: the result is the event, tagged by `kind`.
+    match result.get("kind").and_then(Value::as_str) {
+        Some("message") => true,
+        Some("task") => state_at(result.get("status")).is_some_and(State::closes_stream),
+        Some("status-update") => {
+            result.get("final").and_then(Value::as_bool) == Some(true)
+                || state_at(result.get("status")).is_some_and(State::closes_stream)
+        }
+        Some("artifact-update") => false,
+        // Something else: not an event this reading knows; end the call on it rather than
+        // keep it open on a guess.
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn states_read_in_both_spellings() {
+        assert_eq!(
+            State::parse("TASK_STATE_INPUT_REQUIRED"),
+            State::InputRequired
+        );
+        assert_eq!(State::parse("input-required"), State::InputRequired);
+        assert_eq!(State::parse("canceled"), State::Canceled);
+        assert_eq!(State::parse("TASK_STATE_WORKING"), State::Working);
+        assert_eq!(State::parse("sleeping"), State::Unknown);
+        assert!(State::Rejected.terminal() && !State::AuthRequired.terminal());
+        assert!(State::AuthRequired.closes_stream() && !State::Working.closes_stream());
+    }
+
+    #[test]
+    fn a_stream_closes_on_a_message_or_a_state_that_ends_it() {
+        let open = [
+            json!({"task": {"id": "t", "status": {"state": "TASK_STATE_SUBMITTED"}}}),
+            json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING"}}}),
+            json!({"artifactUpdate": {"taskId": "t", "artifact": {"parts": []}}}),
+            json!({"kind": "status-update", "status": {"state": "working"}, "final": false}),
+            json!({"kind": "artifact-update", "artifact": {"parts": []}}),
+        ];
+        let closing = [
+            json!({"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": []}}),
+            json!({"task": {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"}}}),
+            json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}}),
+            json!({"kind": "status-update", "status": {"state": "working"}, "final": true}),
+            json!({"kind": "task", "status": {"state": "failed"}}),
+            json!({"kind": "message", "parts": []}),
+            json!(42),
+        ];
+        for r in &open {
+            assert!(!closes_stream(r), "{r}");
+        }
+        for r in &closing {
+            assert!(closes_stream(r), "{r}");
+        }
+    }
+}
