@@ -616,6 +616,13 @@ pub struct SharedFlags {
     /// from `tools/list` replies. Both are recorded as injected.
     #[arg(long = "deny", value_name = "RULE")]
     pub deny: Vec<String>,
+    /// The codes of the errors rpctap answers with itself (upstream unreachable or too slow, a
+    /// request it could not read, a connection or rate cap): `auto` gives an A2A request codes
+    /// A2A does not use (-32091…-32096) and anything else the classic ones (-32001,
+    /// -32003…-32006); `classic` and `distinct` pick one range for every request. Each such
+    /// error says it is rpctap's in `error.data.rpctap`.
+    #[arg(long, value_enum, value_name = "RANGE")]
+    pub error_codes: Option<crate::rpc::own::Range>,
     /// Serve /healthz, /readyz, /metrics, the live feed (/events) and /calls on this address:
     /// `IP:PORT`, `:PORT` (loopback) or `unix:PATH`.
     #[arg(long, value_name = "ADDR")]

@@ -78,8 +78,11 @@ pub struct FileConfig {
     /// Rate-limit rules, `[[limit]]` tables.
     #[serde(default)]
     pub limit: Vec<RuleSpec>,
-    /// The JSON-RPC error code of refusals (default -32001); a rule's `code` wins.
+    /// The JSON-RPC error code of refusals (default: rpctap's own, -32001, or -32091 for an A2A
+    /// call under `error_codes = "auto"`); a rule's `code` wins.
     pub limit_code: Option<i64>,
+    /// The codes of rpctap's own errors (`--error-codes`: `auto`, `classic`, `distinct`).
+    pub error_codes: Option<crate::rpc::own::Range>,
     /// Fault injection rules, `[[fault]]` tables (`crate::flow::fault`).
     #[serde(default)]
     pub fault: Vec<crate::flow::fault::FaultSpec>,
@@ -171,7 +174,8 @@ pub struct ProxyConfig {
     pub record: Option<Options>,
     /// The rate-limit rules: the `--limit` flags' first, then the file's.
     pub limits: Vec<RuleSpec>,
-    pub limit_code: i64,
+    /// `limit_code`, when the file sets one (otherwise rpctap's own, `rpc::own`).
+    pub limit_code: Option<i64>,
     /// Where the rules came from, for SIGHUP reloads.
     pub config_path: Option<PathBuf>,
     /// The `--limit` flags' rules, kept across reloads.
@@ -408,7 +412,7 @@ pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigE
     let specs = [cfg.flag_limits.clone(), file.limit].concat();
     let faults = [cfg.flag_faults.clone(), file.fault].concat();
     let deny = [cfg.flag_deny.clone(), file.deny].concat();
-    let code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
+    let code = file.limit_code;
     limiter(
         &specs,
         code,
@@ -426,7 +430,7 @@ pub fn reload_limits(cfg: &ProxyConfig) -> Result<crate::limit::Limiter, ConfigE
 /// `carrier` — after them (a bad rule named in the error).
 pub fn limiter(
     limits: &[RuleSpec],
-    code: i64,
+    code: Option<i64>,
     faults: &[crate::flow::fault::FaultSpec],
     deny: &[crate::flow::deny::DenySpec],
     carrier: crate::flow::fault::Carrier,
@@ -538,7 +542,8 @@ pub struct Shared {
     pub log: LogFormat,
     pub record: Option<Options>,
     pub limits: Vec<RuleSpec>,
-    pub limit_code: i64,
+    /// `limit_code`, when the file sets one (otherwise rpctap's own, `rpc::own`).
+    pub limit_code: Option<i64>,
     pub config_path: Option<PathBuf>,
     pub flag_limits: Vec<RuleSpec>,
     pub faults: Vec<crate::flow::fault::FaultSpec>,
@@ -605,6 +610,13 @@ pub fn resolve_shared(
     file: &FileConfig,
     default_log: LogFormat,
 ) -> Result<Shared, ConfigError> {
+    crate::rpc::own::set_range(
+        flags
+            .shared
+            .error_codes
+            .or(file.error_codes)
+            .unwrap_or_default(),
+    );
     let d = InspectConfig::default();
     let inspect = InspectConfig {
         max_frame_bytes: positive(
@@ -708,7 +720,7 @@ pub fn resolve_shared(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let limits = [flag_limits.clone(), file.limit.clone()].concat();
-    let limit_code = file.limit_code.unwrap_or(crate::limit::DEFAULT_CODE);
+    let limit_code = file.limit_code;
     let flag_faults = flags
         .shared
         .faults

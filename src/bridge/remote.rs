@@ -24,8 +24,7 @@ use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// JSON-RPC code of a request that could not be delivered upstream (as the proxy's 502).
-pub const CODE_UNREACHABLE: i64 = crate::proxy::CODE_UPSTREAM_UNREACHABLE;
+use crate::rpc::own::What;
 
 /// `--header NAME=VALUE` or `NAME=env:VAR`, resolved.
 pub fn parse_header(spec: &str) -> Result<(HeaderName, HeaderValue), String> {
@@ -331,8 +330,7 @@ impl Shared {
 
     fn fail(&self, ids: &[Id], why: &str) {
         for id in ids {
-            let reply =
-                crate::rpc::error_reply(id, CODE_UNREACHABLE, &format!("rpctap: {why}"), None);
+            let reply = What::Unreachable.reply(id, &format!("rpctap: {why}"), false);
             self.say(Bytes::from(reply));
         }
         if ids.is_empty() {
@@ -534,9 +532,10 @@ mod tests {
         let result = Bytes::from_static(br#"{"jsonrpc":"2.0","id":null,"result":{}}"#);
         assert_eq!(with_id(result.clone(), Some(&Id::Num("3".into()))), result);
         assert_eq!(
-            crate::rpc::error_reply(&Id::Num("7".into()), CODE_UNREACHABLE, "gone", None)
+            What::Unreachable
+                .reply(&Id::Num("7".into()), "gone", false)
                 .as_bytes(),
-            br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32003,"message":"gone"}}"#
+            &br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32003,"message":"gone","data":{"rpctap":{"what":"upstream_unreachable","side":"upstream"}}}}"#[..]
         );
     }
 }

@@ -10,43 +10,7 @@
 
 use serde_json::Value;
 
-/// A2A 1.0 method names, then 0.3's.
-const METHODS: &[&str] = &[
-    "SendMessage",
-    "SendStreamingMessage",
-    "GetTask",
-    "ListTasks",
-    "CancelTask",
-    "SubscribeToTask",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
-    "message/send",
-    "message/stream",
-    "tasks/get",
-    "tasks/cancel",
-    "tasks/resubscribe",
-    "tasks/pushNotificationConfig/set",
-    "tasks/pushNotificationConfig/get",
-    "tasks/pushNotificationConfig/list",
-    "tasks/pushNotificationConfig/delete",
-    "agent/getAuthenticatedExtendedCard",
-];
-
-/// An A2A method (either version's name).
-pub fn is_method(method: &str) -> bool {
-    METHODS.contains(&method)
-}
-
-/// A method answered with a stream of responses sharing the call's id.
-pub fn is_stream_method(method: &str) -> bool {
-    matches!(
-        method,
-        "SendStreamingMessage" | "SubscribeToTask" | "message/stream" | "tasks/resubscribe"
-    )
-}
+pub use crate::rpc::a2a::{is_method, is_stream_method};
 
 /// A task state, either version's spelling (`TASK_STATE_INPUT_REQUIRED`, `input-required`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

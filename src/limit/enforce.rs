@@ -366,7 +366,10 @@ pub fn limit_message(
     }
 }
 
-/// The JSON-RPC error rpctap answers a refused call with.
+/// The JSON-RPC error rpctap answers a refused call with (an injected fault's is as its rule
+/// wrote it: it stands in for the server's on purpose, and the recording says it was injected).
+use crate::rpc::own::What;
+
 pub fn refusal_reply(id: &Id, r: &Refusal) -> String {
     if let Some(crate::flow::fault::Action::Error {
         code,
@@ -382,7 +385,11 @@ pub fn refusal_reply(id: &Id, r: &Refusal) -> String {
         id,
         r.code,
         "Rate limited",
-        Some(serde_json::json!({ "retry_after": secs, "limit": &*r.rule })),
+        Some(serde_json::json!({
+            "retry_after": secs,
+            "limit": &*r.rule,
+            "rpctap": { "what": What::RateLimited.name(), "side": What::RateLimited.side() },
+        })),
     )
 }
 

@@ -171,7 +171,8 @@ struct Rule<C: Clock> {
     concurrency: Option<(u32, Arc<DashMap<u64, u32>>)>,
     shadow: bool,
     status: Option<u16>,
-    code: i64,
+    /// Written on the rule or as `limit_code`; `None`: rpctap's own (`rpc::own`), chosen per call.
+    code: Option<i64>,
     /// Counted in a shared store; `rate` and `concurrency` above are then the local fallback.
     shared: Option<Shared>,
 }
@@ -263,14 +264,22 @@ fn glob(
 }
 
 impl Limiter<DefaultClock> {
-    pub fn new(specs: &[RuleSpec], default_code: i64) -> Result<Self, RuleError> {
+    pub fn new(
+        specs: &[RuleSpec],
+        default_code: impl Into<Option<i64>>,
+    ) -> Result<Self, RuleError> {
         Self::with_clock(specs, default_code, DefaultClock::default())
     }
 }
 
 impl<C: Clock + Clone> Limiter<C> {
     /// Builds the rules with a given clock (tests pass a `FakeRelativeClock`).
-    pub fn with_clock(specs: &[RuleSpec], default_code: i64, clock: C) -> Result<Self, RuleError> {
+    pub fn with_clock(
+        specs: &[RuleSpec],
+        default_code: impl Into<Option<i64>>,
+        clock: C,
+    ) -> Result<Self, RuleError> {
+        let default_code = default_code.into();
         let mut rules = Vec::new();
         // One connection per store URL, whatever the number of rules using it.
         let mut stores: std::collections::HashMap<String, Arc<store::Store>> = Default::default();
@@ -408,7 +417,7 @@ impl<C: Clock + Clone> Limiter<C> {
                 concurrency,
                 shadow: s.shadow,
                 status: s.status,
-                code: s.code.unwrap_or(default_code),
+                code: s.code.or(default_code),
                 shared,
             });
         }
@@ -585,7 +594,7 @@ impl<C: Clock + Clone> Limiter<C> {
             rule: r.name.clone(),
             retry_after,
             status: r.status,
-            code: r.code,
+            code: r.code.unwrap_or(DEFAULT_CODE),
             limit,
             fault: None,
         }
@@ -678,6 +687,15 @@ impl<C: Clock + Clone> Limiter<C> {
                     }
                 }
             };
+            // A rule with no code of its own answers with rpctap's, which keeps off A2A's codes
+            // for an A2A call.
+            let refusal = refusal.map(|mut f| {
+                if r.code.is_none() {
+                    let a2a = crate::rpc::a2a::is_a2a_only(call.method);
+                    f.code = crate::rpc::own::What::RateLimited.code(a2a);
+                }
+                f
+            });
             match (refusal, r.shadow) {
                 (Some(f), true) => shadow.push(f),
                 (Some(f), false) => return Decision::Refuse(f), // permits drop: released

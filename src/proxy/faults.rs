@@ -932,7 +932,7 @@ mod tests {
             .map(|f| crate::flow::fault::FaultSpec::parse_flag(f).unwrap())
             .collect();
         let limiter =
-            crate::config::limiter(&[], -32001, &specs, &[], crate::flow::fault::Carrier::Http)
+            crate::config::limiter(&[], None, &specs, &[], crate::flow::fault::Carrier::Http)
                 .unwrap();
         let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
         let to = sent.clone();

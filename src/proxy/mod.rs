@@ -28,6 +28,7 @@ pub mod upstream;
 
 use crate::inspect::{ExchangeCtx, Inspector, RequestMeta, ResponseMeta};
 use crate::locks::Shared as _;
+use crate::rpc::own::What;
 use crate::rpc::Id;
 use body::{ClientBody, ClientBodyError, ForwardBody, ReplySource, TeeBody, UpstreamBody};
 use bytes::Bytes;
@@ -37,13 +38,6 @@ use http_body_util::BodyExt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// JSON-RPC error code rpctap answers with when the upstream cannot be reached.
-pub const CODE_UPSTREAM_UNREACHABLE: i64 = -32003;
-/// JSON-RPC error code rpctap answers with when the upstream does not answer in time.
-pub const CODE_UPSTREAM_TIMEOUT: i64 = -32004;
-/// JSON-RPC error code for a request rpctap could not read from the client.
-pub const CODE_BAD_REQUEST: i64 = -32005;
 
 /// Validated proxy settings.
 #[derive(Clone, Debug)]
@@ -115,22 +109,17 @@ pub enum ExchangeError {
 }
 
 impl ExchangeError {
-    /// One exhaustive mapping from error to HTTP status and JSON-RPC code.
-    fn status_and_code(&self) -> (StatusCode, i64) {
+    /// One exhaustive mapping from error to HTTP status and what rpctap answers for (its
+    /// JSON-RPC code is `What::code`'s).
+    fn status_and_what(&self) -> (StatusCode, What) {
         match self {
-            ExchangeError::UpstreamUnreachable(_) => {
-                (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE)
-            }
-            ExchangeError::UpstreamTimeout(_) => {
-                (StatusCode::GATEWAY_TIMEOUT, CODE_UPSTREAM_TIMEOUT)
-            }
-            ExchangeError::UpstreamProtocol(_) => {
-                (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE)
-            }
-            ExchangeError::Downstream(_) => (StatusCode::BAD_REQUEST, CODE_BAD_REQUEST),
-            ExchangeError::RequestStalled(_) => (StatusCode::REQUEST_TIMEOUT, CODE_BAD_REQUEST),
-            ExchangeError::Internal(_) => (StatusCode::BAD_GATEWAY, CODE_UPSTREAM_UNREACHABLE),
-            ExchangeError::Undecidable(_) => (StatusCode::PAYLOAD_TOO_LARGE, CODE_BAD_REQUEST),
+            ExchangeError::UpstreamUnreachable(_) => (StatusCode::BAD_GATEWAY, What::Unreachable),
+            ExchangeError::UpstreamTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, What::Timeout),
+            ExchangeError::UpstreamProtocol(_) => (StatusCode::BAD_GATEWAY, What::Unreachable),
+            ExchangeError::Downstream(_) => (StatusCode::BAD_REQUEST, What::BadRequest),
+            ExchangeError::RequestStalled(_) => (StatusCode::REQUEST_TIMEOUT, What::BadRequest),
+            ExchangeError::Internal(_) => (StatusCode::BAD_GATEWAY, What::Unreachable),
+            ExchangeError::Undecidable(_) => (StatusCode::PAYLOAD_TOO_LARGE, What::BadRequest),
         }
     }
 }
@@ -1017,15 +1006,19 @@ impl Proxy {
             plan,
             ..
         } = ex;
-        let (status, code) = err.status_and_code();
+        let (status, what) = err.status_and_what();
         let message = err.to_string();
         let (batch, ids) = summary.calls(plan.as_ref());
+        let a2a = summary
+            .body
+            .as_deref()
+            .is_some_and(crate::rpc::own::body_is_a2a);
         let body = if summary.is_rpc {
             match err {
                 ExchangeError::Downstream(_) | ExchangeError::RequestStalled(_) => {
-                    Some(crate::rpc::error_reply(&Id::Null, code, &message, None))
+                    Some(what.reply(&Id::Null, &message, a2a))
                 }
-                _ => crate::rpc::error_replies(batch, &ids, code, &message),
+                _ => what.replies(batch, &ids, &message, a2a),
             }
         } else {
             Some(format!("rpctap: {message}\n"))

@@ -11,8 +11,10 @@ use serde::de::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use std::fmt;
 
+pub mod a2a;
 mod gather;
 pub mod head;
+pub mod own;
 mod scan;
 pub use gather::Gathered;
 pub(crate) use scan::plain_text;

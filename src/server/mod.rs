@@ -42,9 +42,6 @@ use conn::{Active, Exchange};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// JSON-RPC error code of the `503` an over-cap connection gets.
-pub const CODE_OVERLOADED: i64 = -32006;
-
 /// Connection-level limits of a listener. The defaults are the documented ones (README, "Limits
 /// on connections").
 #[derive(Clone, Debug, PartialEq)]
@@ -456,7 +453,8 @@ async fn refusal(
     };
     let text = body.and_then(|b| {
         let (batch, ids) = crate::rpc::call_ids(&b);
-        crate::rpc::error_replies(batch, &ids, CODE_OVERLOADED, message)
+        let a2a = crate::rpc::own::body_is_a2a(&b);
+        crate::rpc::own::What::Overloaded.replies(batch, &ids, message, a2a)
     });
     let (ct, text) = match text {
         Some(t) => ("application/json", t),

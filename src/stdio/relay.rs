@@ -384,13 +384,9 @@ pub fn client_to_server(
                             Piece::LongEnd(n) if refusing_long.take() == Some(true) => {
                                 if let Some(id) = c.line_refused_too_large(dir, n) {
                                     replies.push(with_nl(
-                                        crate::rpc::error_reply(
-                                            &id,
-                                            crate::proxy::CODE_BAD_REQUEST,
-                                            TOO_LARGE,
-                                            None,
-                                        )
-                                        .as_bytes(),
+                                        crate::rpc::own::What::BadRequest
+                                            .reply(&id, TOO_LARGE, false)
+                                            .as_bytes(),
                                     ));
                                 }
                             }

@@ -1,12 +1,13 @@
 """An A2A client built with the official Python SDK (a2a-sdk 1.x), for rpctap's A2A tests.
 
-usage: a2a_client.py BASE_URL
+usage: a2a_client.py BASE_URL [refused]
 
 Fetches the agent card from BASE_URL (so a proxy in between sees it), talks JSON-RPC to
 BASE_URL/a2a (the card names the agent's own address: a client pointed at a proxy keeps to the
 proxy), and runs each scenario of tests/interop/a2a_agent.py. Prints one JSON object: what each
 scenario saw, with the ids the agent made up left out, so a direct run and a proxied one compare
-equal.
+equal. With `refused`: sends two messages and says what the SDK raised for each (a proxy in
+between refuses the second).
 """
 import asyncio
 import json
@@ -71,6 +72,16 @@ async def main(base: str) -> None:
                 elif kind == "artifact_update":
                     seen[-1] = f"artifact:{texts(r.artifact_update.artifact.parts)}"
             return seen, final
+
+        if len(sys.argv) > 2 and sys.argv[2] == "refused":
+            for n in ["first", "second"]:
+                try:
+                    _, (kind, _) = await last(plain, request(f"echo {n}"))
+                    out[n] = kind
+                except Exception as e:  # what the SDK makes of the error is the point
+                    out[n] = f"{type(e).__name__}: {e}"
+            print(json.dumps(out, sort_keys=True))
+            return
 
         # A blocking message answered with a message.
         _, (kind, text) = await last(plain, request("echo hello agent"))

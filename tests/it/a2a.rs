@@ -25,12 +25,18 @@ pub fn a2a_agent(args: &[&str]) -> (Proc, SocketAddr) {
 
 /// The SDK client's scenarios (tests/interop/a2a_client.py) against `base`.
 async fn a2a_client(base: String) -> serde_json::Value {
+    a2a_client_with(base, &[]).await
+}
+
+async fn a2a_client_with(base: String, args: &[&str]) -> serde_json::Value {
     let env = installed("a2a", A2A);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         json_stdout(
             std::process::Command::new(env.join("bin/python"))
                 .arg(root().join("tests/interop/a2a_client.py"))
-                .arg(&base),
+                .arg(&base)
+                .args(&args),
             &base,
         )
     })
@@ -100,4 +106,58 @@ async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
     assert_eq!(c.exit, Some(0), "{}", c.stdout);
     assert!(c.codes.is_empty(), "{:?}", c.codes);
     assert_eq!(c.matched, cs.len() as u64, "{}", c.stdout);
+}
+
+/// rpctap's own errors say so (`error.data.rpctap`), and an A2A request's keep off A2A's codes:
+/// with the classic codes the SDK reads rpctap's rate-limit refusal (-32001) as the agent's
+/// `TaskNotFoundError`; by default it gets -32091, which it reports as the plain JSON-RPC error it
+/// is. The upstream unreachable: -32093 for an A2A call, -32003 for an MCP one, each with its
+/// `data.rpctap`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpctaps_own_errors_say_so_and_keep_off_a2as_codes() {
+    use rpctap::rpc::own::Range;
+    let (_agent, up) = a2a_agent(&[]);
+    let mut seen = Vec::new();
+    for range in [None, Some(Range::Classic)] {
+        let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
+            limits: vec!["SendMessage=1/h".into()],
+            error_codes: range,
+            ..Default::default()
+        }
+        .into();
+        let p = start_proxy_flags(&format!("http://{up}"), flags).await;
+        let out = a2a_client_with(format!("http://{}", p.addr), &["refused"]).await;
+        assert_eq!(out["first"], "message", "{out}");
+        seen.push(out["second"].as_str().unwrap().to_string());
+    }
+    assert!(
+        seen[0].starts_with("A2AClientError") && seen[0].contains("-32091"),
+        "{seen:?}"
+    );
+    assert!(seen[1].starts_with("TaskNotFoundError"), "{seen:?}");
+
+    // Nothing listens upstream: 502, each error rpctap's.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let p = start_proxy_flags(&dead, rpctap::cli::ProxyFlags::default()).await;
+    for (body, code) in [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{}}"#,
+            -32093,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"message/send","params":{}}"#,
+            -32093,
+        ),
+        (r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#, -32003),
+    ] {
+        let r = post_json(p.addr, "/a2a", body).await;
+        assert_eq!(r.status.as_u16(), 502, "{body}");
+        let v = r.json();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert_eq!(
+            v["error"]["data"]["rpctap"]["what"], "upstream_unreachable",
+            "{v}"
+        );
+        assert_eq!(v["error"]["data"]["rpctap"]["side"], "upstream", "{v}");
+    }
 }

@@ -209,7 +209,10 @@ async fn a_stalled_request_body_ends_with_408_and_a_json_rpc_error() {
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["id"], serde_json::Value::Null, "{v}");
-    assert_eq!(v["error"]["code"], rpctap::proxy::CODE_BAD_REQUEST);
+    assert_eq!(
+        v["error"]["code"],
+        rpctap::rpc::own::What::BadRequest.code(false)
+    );
     assert!(
         v["error"]["message"].as_str().unwrap().contains("stalled"),
         "{v}"
@@ -386,7 +389,10 @@ async fn beyond_the_connection_cap_a_new_connection_gets_503_with_retry_after_an
     assert!(lower.contains("connection: close"), "{head}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["id"], 7, "{v}");
-    assert_eq!(v["error"]["code"], rpctap::server::CODE_OVERLOADED);
+    assert_eq!(
+        v["error"]["code"],
+        rpctap::rpc::own::What::Overloaded.code(false)
+    );
     assert!(
         closed_after(&mut s, Duration::from_secs(3)).await.is_some(),
         "closed after the 503"

@@ -231,7 +231,7 @@ async fn upstream_timeout_gives_504() {
     assert_eq!(r.json()["id"], 5);
     assert_eq!(
         r.json()["error"]["code"],
-        rpctap::proxy::CODE_UPSTREAM_TIMEOUT
+        rpctap::rpc::own::What::Timeout.code(false)
     );
 }
 
@@ -286,7 +286,10 @@ async fn the_upstream_timeout_holds_for_each_call_of_a_kept_alive_connection() {
             );
         } else {
             assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "call {i}");
-            assert_eq!(v["error"]["code"], rpctap::proxy::CODE_UPSTREAM_TIMEOUT);
+            assert_eq!(
+                v["error"]["code"],
+                rpctap::rpc::own::What::Timeout.code(false)
+            );
             assert!(
                 took >= Duration::from_millis(390),
                 "call {i} timed out early: {took:?}"
