@@ -66,6 +66,93 @@ impl State {
     }
 }
 
+impl State {
+    /// The MCP tasks status the shared task model (`tasks`) keeps for it: A2A's waiting states
+    /// are MCP's `input_required`, its `rejected` a `failed`, its `submitted` a `working`.
+    pub fn as_mcp(self) -> &'static str {
+        match self {
+            State::Submitted | State::Working => "working",
+            State::InputRequired | State::AuthRequired => "input_required",
+            State::Completed => "completed",
+            State::Failed | State::Rejected => "failed",
+            State::Canceled => "cancelled",
+            State::Unknown => "unknown",
+        }
+    }
+}
+
+/// What a result or stream event of an A2A call shows of a task.
+#[derive(Debug, PartialEq)]
+pub struct Shown {
+    pub id: String,
+    pub state: State,
+    /// The text of the status message, when it has one.
+    pub message: Option<String>,
+}
+
+/// The task a result shows: 1.0's `{"task": …}` (a message call's) or `{"statusUpdate": …}` (a
+/// stream's), 0.3's `kind: "status-update"`, or a task itself (`GetTask`, `CancelTask`, 0.3's
+/// `kind: "task"`). An artifact update or a message shows no state.
+pub fn task_shown(result: &Value) -> Option<Shown> {
+    let (id, status) = if let Some(t) = result.get("task") {
+        (t.get("id"), t.get("status"))
+    } else if let Some(u) = result.get("statusUpdate") {
+        (u.get("taskId"), u.get("status"))
+    } else if result.get("kind").and_then(Value::as_str) == Some("status-update") {
+        (result.get("taskId"), result.get("status"))
+    } else {
+        (result.get("id"), result.get("status"))
+    };
+    let status = status?;
+    let message = status.get("message").and_then(|m| {
+        let parts = m.get("parts")?.as_array()?;
+        let text: String = parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        (!text.is_empty()).then_some(text)
+    });
+    Some(Shown {
+        id: id?.as_str()?.to_string(),
+        state: State::parse(status.get("state")?.as_str()?),
+        message,
+    })
+}
+
+/// The task an A2A request names: `params.id` of the task methods, `params.message.taskId` of a
+/// message that continues a task.
+pub fn request_target(method: &str, raw: &[u8]) -> Option<std::sync::Arc<str>> {
+    let v: Value = serde_json::from_slice(raw).ok()?;
+    let params = v.get("params")?;
+    let id = if is_message_method(method) {
+        params.get("message")?.get("taskId")?
+    } else {
+        params.get("id")?
+    };
+    id.as_str().map(std::sync::Arc::from)
+}
+
+/// A method that sends a message (and may create or continue a task).
+pub fn is_message_method(method: &str) -> bool {
+    matches!(
+        method,
+        "SendMessage" | "SendStreamingMessage" | "message/send" | "message/stream"
+    )
+}
+
+/// A method about one task, named by `params.id`.
+pub fn is_task_method(method: &str) -> bool {
+    matches!(
+        method,
+        "GetTask"
+            | "CancelTask"
+            | "SubscribeToTask"
+            | "tasks/get"
+            | "tasks/cancel"
+            | "tasks/resubscribe"
+    )
+}
+
 fn state_at(status: Option<&Value>) -> Option<State> {
     status?.get("state")?.as_str().map(State::parse)
 }
@@ -119,6 +206,51 @@ mod tests {
         assert_eq!(State::parse("sleeping"), State::Unknown);
         assert!(State::Rejected.terminal() && !State::AuthRequired.terminal());
         assert!(State::AuthRequired.closes_stream() && !State::Working.closes_stream());
+    }
+
+    #[test]
+    fn the_task_a_result_shows_in_each_shape() {
+        let shown = |v: Value| task_shown(&v).map(|s| (s.id, s.state, s.message));
+        let waiting = json!({"state": "TASK_STATE_INPUT_REQUIRED", "message": {"role": "ROLE_AGENT", "parts": [{"text": "which "}, {"text": "colour?"}]}});
+        assert_eq!(
+            shown(json!({"task": {"id": "t1", "status": waiting}})),
+            Some((
+                "t1".into(),
+                State::InputRequired,
+                Some("which colour?".into())
+            ))
+        );
+        assert_eq!(
+            shown(
+                json!({"statusUpdate": {"taskId": "t2", "status": {"state": "TASK_STATE_COMPLETED"}}})
+            ),
+            Some(("t2".into(), State::Completed, None))
+        );
+        assert_eq!(
+            shown(
+                json!({"kind": "status-update", "taskId": "t3", "status": {"state": "canceled"}, "final": true})
+            ),
+            Some(("t3".into(), State::Canceled, None))
+        );
+        assert_eq!(
+            shown(json!({"id": "t4", "kind": "task", "status": {"state": "working"}})),
+            Some(("t4".into(), State::Working, None))
+        );
+        assert_eq!(
+            shown(json!({"message": {"messageId": "m", "parts": []}})),
+            None
+        );
+        assert_eq!(
+            shown(json!({"artifactUpdate": {"taskId": "t", "artifact": {}}})),
+            None
+        );
+        let get = br#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t9"}}"#;
+        assert_eq!(request_target("GetTask", get).as_deref(), Some("t9"));
+        let resume = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"taskId":"t8","parts":[]}}}"#;
+        assert_eq!(request_target("SendMessage", resume).as_deref(), Some("t8"));
+        let fresh =
+            br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[]}}}"#;
+        assert_eq!(request_target("SendMessage", fresh), None);
     }
 
     #[test]

@@ -52,10 +52,11 @@ pub enum Code {
     McpTaskUnfinished,
     McpToolOrder,
     McpToolDrift,
+    A2aTaskState,
 }
 
 impl Code {
-    pub const ALL: [Code; 43] = [
+    pub const ALL: [Code; 44] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -99,6 +100,7 @@ impl Code {
         Code::McpTaskUnfinished,
         Code::McpToolOrder,
         Code::McpToolDrift,
+        Code::A2aTaskState,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -141,6 +143,7 @@ impl Code {
             Code::McpErrorCode => "MCP_ERROR_CODE",
             Code::McpTaskUndeclared => "MCP_TASK_UNDECLARED",
             Code::McpTaskStatus => "MCP_TASK_STATUS",
+            Code::A2aTaskState => "A2A_TASK_STATE",
             Code::McpTaskPoll => "MCP_TASK_POLL",
             Code::McpTaskBinding => "MCP_TASK_BINDING",
             Code::McpTaskUnfinished => "MCP_TASK_UNFINISHED",
@@ -189,6 +192,7 @@ impl Code {
             Code::McpRemoved => "MCP 2026-07-28: a method that revision removed (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `tasks/result`, `notifications/elicitation/complete`, …) sent in it.",
             Code::McpErrorCode => "MCP 2026-07-28: an error in that version's exchange with a code the revision renumbered (a resource not found answered `-32002`, which is `-32602` from 2026-07-28).",
             Code::McpTaskUndeclared => "MCP tasks: a task handle (`CreateTaskResult`) for a request that did not declare the tasks extension (2026-07-28) or ask for a task (2025-11-25), or for a method that has no tasks.",
+            Code::A2aTaskState => "A2A tasks: a state the task state machine does not allow (a task that changes after a terminal state — completed, failed, canceled, rejected — or a state unknown to it), or an event on a stream after its last one.",
             Code::McpTaskStatus => "MCP tasks: a status the task state machine does not allow (a terminal task that changes, a status unknown to it) or a task whose payload does not match its status.",
             Code::McpTaskPoll => "MCP tasks: the client polled faster than the task's `pollIntervalMs`, or after the task ended or its TTL ran out.",
             Code::McpTaskBinding => "MCP tasks: one client's task polled, updated or cancelled by another, and answered.",
@@ -240,6 +244,7 @@ impl Code {
             Code::McpErrorCode => Some("https://modelcontextprotocol.io/specification/2026-07-28/changelog"),
             Code::McpTaskUndeclared => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
             Code::McpTaskStatus => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
+            Code::A2aTaskState => Some("https://a2a-protocol.org/latest/specification/"),
             Code::McpTaskPoll => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
             Code::McpTaskBinding => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
             Code::McpTaskUnfinished => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
@@ -270,6 +275,7 @@ impl Code {
             | Code::McpRemoved
             | Code::McpTaskUndeclared
             | Code::McpTaskStatus
+            | Code::A2aTaskState
             | Code::McpTaskBinding
             // At its worst; a drift that is no safety or schema change is flagged a warning.
             | Code::McpToolDrift => Severity::Error,

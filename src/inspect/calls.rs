@@ -397,6 +397,16 @@ impl ExchangeCtx {
             }
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
+                if target.is_none() {
+                    // An A2A request names its task in `params.id` or `params.message.taskId`
+                    // (read again only for A2A's methods).
+                    target = method
+                        .as_deref()
+                        .filter(|m| {
+                            super::a2a::is_task_method(m) || super::a2a::is_message_method(m)
+                        })
+                        .and_then(|m| super::a2a::request_target(m, &env.raw));
+                }
                 let (progress, mut modern) = self.mcp_request_checks(dir, &env, &mut anomalies);
                 if let Some(m) = method.as_deref() {
                     self.task_request(dir, m, target.as_ref(), &id, &mut anomalies);
@@ -743,6 +753,17 @@ impl ExchangeCtx {
             );
             return (None, None);
         }
+        if self.after_a2a_stream(&id) {
+            flag(
+                &inner,
+                self.site(),
+                Code::A2aTaskState,
+                Some(&id),
+                None,
+                format!("an event on the stream of call {id} after its last one (a message, or a task ended or waiting, closes an A2A stream)"),
+            );
+            return (None, None);
+        }
         flag(
             &inner,
             self.site(),
@@ -756,6 +777,8 @@ impl ExchangeCtx {
 
     /// An event of an A2A streaming call that is not its last (`a2a::closes_stream`): the call
     /// stays open, and is remembered so that a stream cut before its last event still ends it.
+    /// Its last event ends it as any reply does, and is remembered too: a response after it is
+    /// `A2A_TASK_STATE`, not a reply to no call.
     fn a2a_stream_goes_on(&mut self, key: &PendingKey, env: &Envelope) -> bool {
         if env.kind != Kind::Result {
             return false;
@@ -763,22 +786,29 @@ impl ExchangeCtx {
         let Some(method) = self.insp.correlator.pending_method(key) else {
             return false;
         };
-        if !super::a2a::is_stream_method(&method)
-            || super::tasks::member(&env.raw, "result")
-                .is_none_or(|r| super::a2a::closes_stream(&r))
-        {
+        if !super::a2a::is_stream_method(&method) {
             return false;
         }
-        if !self.a2a_streams.contains(key) {
-            self.a2a_streams.push(key.clone());
+        let closes =
+            super::tasks::member(&env.raw, "result").is_none_or(|r| super::a2a::closes_stream(&r));
+        match self.a2a_streams.iter_mut().find(|(k, _)| k == key) {
+            Some((_, closed)) => *closed = closes,
+            None => self.a2a_streams.push((key.clone(), closes)),
         }
-        true
+        !closes
+    }
+
+    /// A response with the id of an A2A streaming call of this exchange whose last event passed.
+    fn after_a2a_stream(&self, id: &Id) -> bool {
+        self.a2a_streams
+            .iter()
+            .any(|(k, closed)| *closed && &k.id == id)
     }
 
     /// The exchange ended: an A2A streaming call still open had events (the client got
     /// answers), so it ends answered, at the stream's end.
     pub(super) fn end_a2a_streams(&mut self) {
-        for key in &std::mem::take(&mut self.a2a_streams) {
+        for (key, _) in &std::mem::take(&mut self.a2a_streams) {
             if let Some(p) = self.insp.correlator.take(key) {
                 if key.direction == Direction::ClientToServer && p.exchange == self.id {
                     self.req.answered += 1;
@@ -807,6 +837,7 @@ impl ExchangeCtx {
             None
         } else {
             self.task_handle(key, env)
+                .or_else(|| self.a2a_task_handle(key, &p, env))
         };
         if input {
             outcome = Outcome::InputRequired;

@@ -354,9 +354,9 @@ pub struct ExchangeCtx {
     /// A line too large to inspect, being read for its envelope as it passes (client's,
     /// server's): its id and method count its call or end it (`line_not_inspected`).
     long: [Option<Box<crate::rpc::head::HeadScan>>; 2],
-    /// A2A streaming calls of this exchange that have had events but not their last one
-    /// (`a2a::closes_stream`): at the stream's end they end as answered.
-    a2a_streams: Vec<PendingKey>,
+    /// A2A streaming calls of this exchange that have had events, and whether their last one
+    /// (`a2a::closes_stream`) came: those still open end as answered at the stream's end.
+    a2a_streams: Vec<(PendingKey, bool)>,
 }
 
 impl Inspector {

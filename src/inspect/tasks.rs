@@ -66,8 +66,9 @@ const FLAG_FAST: u8 = 1;
 const FLAG_AFTER_END: u8 = 2;
 const FLAG_AFTER_TTL: u8 = 4;
 
-/// What a task handle says of its task, and whether it is in the 2025-11-25 shape.
-pub(super) struct Handle(Seen, bool);
+/// What a task handle says of its task, whether it is in the 2025-11-25 shape, and whether it
+/// is an A2A task (`a2a`: created by a message, none of MCP's rules on its creation and polls).
+pub(super) struct Handle(Seen, bool, bool);
 
 /// One task rpctap saw created.
 #[derive(Debug)]
@@ -80,6 +81,9 @@ struct Task {
     status: Status,
     /// The 2025-11-25 experimental shape.
     legacy: bool,
+    /// An A2A task: its states are read as MCP's statuses (`a2a::State::as_mcp`), its
+    /// findings are `A2A_TASK_STATE`, and MCP's creation and polling rules do not apply.
+    a2a: bool,
     created: Instant,
     polls: u32,
     last_poll: Option<Instant>,
@@ -124,6 +128,23 @@ struct Seen {
 }
 
 impl Seen {
+    /// What an A2A result or stream event shows of its task (`a2a::task_shown`), in the
+    /// statuses of the shared model.
+    fn of_a2a(result: &Value) -> Option<Seen> {
+        let shown = super::a2a::task_shown(result)?;
+        let failed = matches!(
+            shown.state,
+            super::a2a::State::Failed | super::a2a::State::Rejected
+        );
+        Some(Seen {
+            id: Some(shown.id),
+            status: Some(shown.state.as_mcp().into()),
+            error: failed.then(|| (0, shown.message.clone().unwrap_or_default())),
+            message: shown.message,
+            ..Seen::default()
+        })
+    }
+
     /// A task object: 2026-07-28's (`pollIntervalMs`, `ttlMs`, the payload inlined) or
     /// 2025-11-25's (`pollInterval`, `ttl`).
     fn of(v: &Value) -> Seen {
@@ -395,7 +416,7 @@ impl ExchangeCtx {
         anomalies: &mut Vec<&'static str>,
     ) {
         // `tasks/result` (2025-11-25) is how a client fetches an ended task's result: no poll.
-        if dir != Direction::ClientToServer || method != "tasks/get" {
+        if dir != Direction::ClientToServer || !matches!(method, "tasks/get" | "GetTask") {
             return;
         }
         let Some(task_id) = target else { return };
@@ -409,6 +430,11 @@ impl ExchangeCtx {
             let since = task.last_poll.unwrap_or(task.created);
             task.polls = task.polls.saturating_add(1);
             task.last_poll = Some(now);
+            // A2A has no poll interval, and a client may get an ended task (its artifacts)
+            // at any time: counted, never judged.
+            if task.a2a {
+                return;
+            }
             let mut say = |bit: u8, f: &mut u8, text: String| {
                 if *f & bit == 0 {
                     *f |= bit;
@@ -460,7 +486,38 @@ impl ExchangeCtx {
         }
         let result = member(&env.raw, "result")?;
         let (task, legacy) = crate::rpc::task_in(&result)?;
-        Some(Handle(Seen::of(task), legacy))
+        Some(Handle(Seen::of(task), legacy, false))
+    }
+
+    /// An A2A message's reply that shows a task not yet ended (a task handed back at once, or a
+    /// stream that closed with the task waiting on the client): the call lives on as its task.
+    /// A message that continues a task rpctap knows (`params.message.taskId`) updates that task
+    /// instead (`task_reply`).
+    pub(super) fn a2a_task_handle(
+        &self,
+        key: &PendingKey,
+        p: &Pending,
+        env: &Envelope,
+    ) -> Option<Handle> {
+        if env.kind != Kind::Result
+            || key.direction != Direction::ClientToServer
+            || !super::a2a::is_message_method(&p.method)
+        {
+            return None;
+        }
+        if p.target
+            .as_ref()
+            .is_some_and(|t| self.insp.tasks.locked().map.contains_key(&**t))
+        {
+            return None;
+        }
+        let seen = Seen::of_a2a(&member(&env.raw, "result")?)?;
+        let open = seen
+            .status
+            .as_deref()
+            .and_then(Status::parse)
+            .is_some_and(|s| !s.terminal());
+        open.then_some(Handle(seen, false, true))
     }
 
     /// A task handle's call is kept as its task (`None`); a handle that cannot be one (no id,
@@ -468,10 +525,13 @@ impl ExchangeCtx {
     pub(super) fn task_created(
         &self,
         key: &PendingKey,
-        mut p: Pending,
-        Handle(seen, legacy): Handle,
+        p: Pending,
+        Handle(seen, legacy, a2a): Handle,
         extra: &mut Vec<&'static str>,
     ) -> Option<Pending> {
+        if a2a {
+            return self.keep_task(key, p, seen, legacy, a2a, extra);
+        }
         // Declared on the request (2026-07-28's per-request capabilities, 2025-11-25's
         // `params.task`); a request that declares nothing of its own, in a session whose
         // `initialize` declared the extension, has it from there (no per-request
@@ -510,11 +570,30 @@ impl ExchangeCtx {
                 extra,
             );
         }
+        self.keep_task(key, p, seen, legacy, false, extra)
+    }
+
+    /// The call of a task handle is kept as its task (`None`), unless the handle names no task
+    /// or no status the model knows (the call is given back to end as usual).
+    fn keep_task(
+        &self,
+        key: &PendingKey,
+        mut p: Pending,
+        seen: Seen,
+        legacy: bool,
+        a2a: bool,
+        extra: &mut Vec<&'static str>,
+    ) -> Option<Pending> {
+        let code = if a2a {
+            Code::A2aTaskState
+        } else {
+            Code::McpTaskStatus
+        };
         let Some(task_id) = seen.id.clone() else {
             self.flag_reply(
                 key,
                 &p.method,
-                Code::McpTaskStatus,
+                code,
                 "a task handle without a string `taskId`".into(),
                 extra,
             );
@@ -522,14 +601,16 @@ impl ExchangeCtx {
         };
         let status = seen.status.as_deref().and_then(Status::parse);
         let Some(status) = status else {
+            let known = if a2a {
+                "none of A2A's task states (A2A, \"TaskState\")"
+            } else {
+                "none of working, input_required, completed, failed, cancelled (tasks extension, \"Task Status\")"
+            };
             self.flag_reply(
                 key,
                 &p.method,
-                Code::McpTaskStatus,
-                format!(
-                    "task {task_id} created with status {:?}, which is none of working, input_required, completed, failed, cancelled (tasks extension, \"Task Status\")",
-                    seen.status.as_deref().unwrap_or("(none)")
-                ),
+                code,
+                format!("task {task_id} created in a state that is {known}"),
                 extra,
             );
             return Some(p);
@@ -551,6 +632,7 @@ impl ExchangeCtx {
             group: key.scope.group().cloned(),
             status,
             legacy,
+            a2a,
             created: now,
             polls: 0,
             last_poll: None,
@@ -609,6 +691,10 @@ impl ExchangeCtx {
         }
         match &*p.method {
             "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result" => self
+                .one_task_reply(key, p, env, extra)
+                .into_iter()
+                .collect(),
+            m if super::a2a::is_task_method(m) || super::a2a::is_message_method(m) => self
                 .one_task_reply(key, p, env, extra)
                 .into_iter()
                 .collect(),
@@ -689,10 +775,11 @@ impl ExchangeCtx {
                     task.key.id.clone(),
                     task.group.clone(),
                     task.legacy,
+                    task.a2a,
                 )
             })
         };
-        let Some((origin_exchange, origin_id, group, legacy)) = known else {
+        let Some((origin_exchange, origin_id, group, legacy, a2a)) = known else {
             self.unknown_task(key, p, &task_id, env, extra);
             return None;
         };
@@ -707,6 +794,9 @@ impl ExchangeCtx {
             self.binding_rule(key, &p.method, &task_id, group.as_deref(), extra);
         }
         let seen = match (method, env.kind) {
+            // An A2A task's every reply that shows it (a task, a stream's last event).
+            (_, Kind::Result) if a2a => member(&env.raw, "result").and_then(|r| Seen::of_a2a(&r)),
+            (_, _) if a2a => None,
             ("tasks/get", Kind::Result) => member(&env.raw, "result").map(|r| Seen::of(&r)),
             ("tasks/cancel", Kind::Result) if legacy => {
                 member(&env.raw, "result").map(|r| Seen::of(&r))
@@ -857,13 +947,22 @@ impl ExchangeCtx {
             }
         }
         let mut ended = None;
+        let mut code = Code::McpTaskStatus;
         {
             let mut t = self.insp.tasks.locked();
             if let Some(task) = t.map.get_mut(&**task_id) {
+                if task.a2a {
+                    code = Code::A2aTaskState;
+                }
                 if let Some(s) = status {
                     if task.status.terminal() && s != task.status {
+                        let rule = if task.a2a {
+                            "a terminal state is final (A2A, \"Task Lifecycle\")"
+                        } else {
+                            "a terminal status is final (tasks extension, \"Task Status\" state diagram)"
+                        };
                         problems.push(format!(
-                            "task {task_id} ended {} and is now {}: a terminal status is final (tasks extension, \"Task Status\" state diagram)",
+                            "task {task_id} ended {} and is now {}: {rule}",
                             task.status.as_str(),
                             s.as_str()
                         ));
@@ -891,9 +990,9 @@ impl ExchangeCtx {
         if !problems.is_empty() {
             let msg = format!("task {task_id}: {}", problems.join("; "));
             if on_reply {
-                self.flag_reply(key, method, Code::McpTaskStatus, msg, extra);
+                self.flag_reply(key, method, code, msg, extra);
             } else {
-                self.flag_here(key.direction, Code::McpTaskStatus, None, Some(method), msg);
+                self.flag_here(key.direction, code, None, Some(method), msg);
             }
         }
         (status, ended)

@@ -81,7 +81,68 @@ async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
         .filter(|e| matches!(&***e, Event::Message(m) if m.direction == rpctap::events::Direction::ClientToServer))
         .count();
     assert_eq!(cs.len(), requests, "one call per request: {cs:?}");
-    assert!(cs.iter().all(|c| c.outcome == Outcome::Result), "{cs:?}");
+    // Each task is one row from the message that created it to its end; the polls, the cancel
+    // and the message that resumed a task name it.
+    let task_of = |c: &&rpctap::events::CallEvent| c.task.as_ref().map(|t| t.id.to_string());
+    let created: Vec<_> = cs
+        .iter()
+        .filter(|c| {
+            &*c.method == "SendMessage"
+                && c.task.as_ref().is_some_and(|t| t.origin_exchange.is_none())
+        })
+        .collect();
+    assert_eq!(
+        created.len(),
+        3,
+        "slow, wait and ask live on as tasks: {cs:?}"
+    );
+    let cancelled: Vec<_> = cs
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Cancelled { .. }))
+        .collect();
+    assert_eq!(cancelled.len(), 1, "{cs:?}");
+    assert_eq!(
+        cancelled[0].task.as_ref().unwrap().status.as_deref(),
+        Some("cancelled")
+    );
+    let polled = created
+        .iter()
+        .find(|c| c.task.as_ref().unwrap().polls > 0)
+        .expect("the polled task");
+    assert_eq!(polled.outcome, Outcome::Result);
+    assert!(
+        polled.latency_us.unwrap() >= 400_000,
+        "a task's row lasts its whole life (the agent works 0.5 s): {polled:?}"
+    );
+    let polls: Vec<_> = cs.iter().filter(|c| &*c.method == "GetTask").collect();
+    assert!(!polls.is_empty());
+    for g in &polls {
+        let t = g.task.as_ref().unwrap();
+        assert_eq!(Some(&*t.id), task_of(polled).as_deref(), "{g:?}");
+        assert_eq!(t.origin_exchange, Some(polled.exchange), "{g:?}");
+    }
+    assert_eq!(polled.task.as_ref().unwrap().polls as usize, polls.len());
+    let resumed = cs
+        .iter()
+        .find(|c| {
+            &*c.method == "SendMessage"
+                && c.task.as_ref().is_some_and(|t| t.origin_exchange.is_some())
+        })
+        .expect("the message that resumed the waiting task");
+    let asked = created
+        .iter()
+        .find(|c| task_of(c) == task_of(&resumed))
+        .expect("the task it resumed");
+    assert_eq!(asked.outcome, Outcome::Result);
+    assert_eq!(
+        asked.task.as_ref().unwrap().status.as_deref(),
+        Some("completed")
+    );
+    assert!(
+        cs.iter()
+            .all(|c| c.outcome == Outcome::Result || matches!(c.outcome, Outcome::Cancelled { .. })),
+        "{cs:?}"
+    );
     // The streamed task: one call, whose five responses (one per event) all reached the client;
     // it lasts until its last event (the agent waits 50 ms before each artifact).
     let streamed: Vec<_> = cs
@@ -105,7 +166,8 @@ async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
     let c = check_recording(&file);
     assert_eq!(c.exit, Some(0), "{}", c.stdout);
     assert!(c.codes.is_empty(), "{:?}", c.codes);
-    assert_eq!(c.matched, cs.len() as u64, "{}", c.stdout);
+    // Matched: every call but the cancelled task's, whose outcome is the task's (as for MCP tasks).
+    assert_eq!(c.matched, cs.len() as u64 - 1, "{}", c.stdout);
 }
 
 /// rpctap's own errors say so (`error.data.rpctap`), and an A2A request's keep off A2A's codes:
@@ -160,4 +222,100 @@ async fn rpctaps_own_errors_say_so_and_keep_off_a2as_codes() {
         );
         assert_eq!(v["error"]["data"]["rpctap"]["side"], "upstream", "{v}");
     }
+}
+
+/// A misbehaving A2A server (test code): a task that comes back to life after it completed, and
+/// a stream that goes on after its last event. Each is `A2A_TASK_STATE`, live and in `check`,
+/// and nothing else is flagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_changes_after_its_end_and_a_stream_after_its_last_event_are_caught() {
+    let dir = Scratch::new("a2a-bad");
+    let polls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (up, _stop) = start_upstream(move |_parts, body| {
+        let polls = polls.clone();
+        Box::pin(async move {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let id = v["id"].clone();
+            let task = |state: &str| {
+                serde_json::json!({"id": "t1", "contextId": "c1", "status": {"state": state}})
+            };
+            let one = |result: serde_json::Value| {
+                serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+            };
+            match v["method"].as_str().unwrap() {
+                "SendMessage" => json_reply(200, &one(serde_json::json!({"task": task("TASK_STATE_WORKING")}))),
+                "GetTask" => {
+                    // Completed, then working again.
+                    let n = polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let state = if n == 0 { "TASK_STATE_COMPLETED" } else { "TASK_STATE_WORKING" };
+                    json_reply(200, &one(task(state)))
+                }
+                _ => {
+                    let up = |state: &str| {
+                        one(serde_json::json!({"statusUpdate": {"taskId": "t2", "contextId": "c1", "status": {"state": state}}}))
+                    };
+                    let events = [
+                        up("TASK_STATE_WORKING"),
+                        up("TASK_STATE_COMPLETED"),
+                        up("TASK_STATE_WORKING"),
+                    ];
+                    let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+                    sse_reply(&refs)
+                }
+            }
+        })
+    })
+    .await;
+    let file = dir.join("bad.jsonl");
+    let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
+        record: Some(file.clone()),
+        ..Default::default()
+    }
+    .into();
+    let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let send = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"go"}]}}}"#;
+    post_json(p.addr, "/a2a", send).await;
+    for id in [2, 3] {
+        let get =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"GetTask","params":{{"id":"t1"}}}}"#);
+        post_json(p.addr, "/a2a", &get).await;
+    }
+    let stream = r#"{"jsonrpc":"2.0","id":4,"method":"SendStreamingMessage","params":{"message":{"messageId":"m2","role":"ROLE_USER","parts":[{"text":"go"}]}}}"#;
+    let r = post_json(p.addr, "/a2a", stream).await;
+    assert_eq!(
+        sse_data(&r.text()).len(),
+        3,
+        "every event reaches the client"
+    );
+    let ev = p.drain().await;
+    let found = anomalies(&ev);
+    assert_eq!(
+        found,
+        vec![
+            ("A2A_TASK_STATE".to_string(), Some("3".to_string())),
+            ("A2A_TASK_STATE".to_string(), Some("4".to_string())),
+        ],
+        "{found:?}"
+    );
+    // The task's row ended when the first poll showed it completed.
+    let cs = calls(&ev);
+    let created = cs.iter().find(|c| c.id.to_string() == "1").unwrap();
+    assert_eq!(created.outcome, Outcome::Result);
+    assert_eq!(
+        created.task.as_ref().unwrap().status.as_deref(),
+        Some("completed")
+    );
+    drop(p.stop);
+    p.served.await.unwrap();
+    let c = check_recording(&file);
+    assert_eq!(c.exit, Some(1), "{}", c.stdout);
+    assert_eq!(c.codes, live_codes(&file), "{}", c.stdout);
+    assert_eq!(
+        c.codes
+            .values()
+            .flatten()
+            .filter(|c| *c == "A2A_TASK_STATE")
+            .count(),
+        2
+    );
 }
