@@ -10,7 +10,9 @@
 
 use serde_json::Value;
 
-pub use crate::rpc::a2a::{is_method, is_stream_method};
+pub use crate::rpc::a2a::{is_a2a_only, is_method, is_stream_method};
+
+use super::*;
 
 /// A task state, either version's spelling (`TASK_STATE_INPUT_REQUIRED`, `input-required`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,9 +123,7 @@ pub fn task_shown(result: &Value) -> Option<Shown> {
 
 /// The task an A2A request names: `params.id` of the task methods, `params.message.taskId` of a
 /// message that continues a task.
-pub fn request_target(method: &str, raw: &[u8]) -> Option<std::sync::Arc<str>> {
-    let v: Value = serde_json::from_slice(raw).ok()?;
-    let params = v.get("params")?;
+pub fn request_target(method: &str, params: &Value) -> Option<std::sync::Arc<str>> {
     let id = if is_message_method(method) {
         params.get("message")?.get("taskId")?
     } else {
@@ -151,6 +151,160 @@ pub fn is_task_method(method: &str) -> bool {
             | "tasks/cancel"
             | "tasks/resubscribe"
     )
+}
+
+/// A push notification URL the request gives that is not `https`: the agent would send the
+/// task's updates (and the token that authenticates them) in clear. 1.0's
+/// `CreateTaskPushNotificationConfig` (the config is the params) and a message's
+/// `configuration.taskPushNotificationConfig`; 0.3's `tasks/pushNotificationConfig/set` and
+/// `configuration.pushNotificationConfig`.
+pub fn insecure_push_url(method: &str, params: &Value) -> Option<String> {
+    let config = match method {
+        "CreateTaskPushNotificationConfig" => Some(params),
+        "tasks/pushNotificationConfig/set" => params.get("pushNotificationConfig"),
+        m if is_message_method(m) => params.get("configuration").and_then(|c| {
+            c.get("taskPushNotificationConfig")
+                .or_else(|| c.get("pushNotificationConfig"))
+        }),
+        _ => None,
+    }?;
+    let url = config.get("url")?.as_str()?;
+    let https = url
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    (!https).then(|| url.to_string())
+}
+
+/// At most this many problems are said of one message.
+const MAX_PROBLEMS: usize = 3;
+
+/// What is malformed in the messages, parts and artifacts of a request's `params` (`request`)
+/// or a result: a part that is not exactly one of 1.0's `text`, `raw`, `url`, `data` (0.3: a
+/// `kind` of `text`, `file` or `data` with its member), a message without `messageId`, `role` or
+/// `parts`, an artifact without `artifactId` or `parts`. Each names where it is (`$.result.…`).
+pub fn malformed(v: &Value, request: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if request {
+        if let Some(m) = v.get("message") {
+            message(m, "$.params.message", &mut out);
+        }
+        return out;
+    }
+    let at = "$.result";
+    if let Some(m) = v.get("message") {
+        message(m, "$.result.message", &mut out);
+    } else if let Some(t) = v.get("task") {
+        task(t, "$.result.task", &mut out);
+    } else if let Some(u) = v.get("statusUpdate") {
+        status_message(u, "$.result.statusUpdate", &mut out);
+    } else if let Some(u) = v.get("artifactUpdate") {
+        if let Some(a) = u.get("artifact") {
+            artifact(a, "$.result.artifactUpdate.artifact", &mut out);
+        }
+    } else {
+        match v.get("kind").and_then(Value::as_str) {
+            Some("message") => message(v, at, &mut out),
+            Some("status-update") => status_message(v, at, &mut out),
+            Some("artifact-update") => {
+                if let Some(a) = v.get("artifact") {
+                    artifact(a, "$.result.artifact", &mut out);
+                }
+            }
+            _ if v.get("id").is_some() && v.get("status").is_some() => task(v, at, &mut out),
+            _ => {}
+        }
+    }
+    out.truncate(MAX_PROBLEMS);
+    out
+}
+
+fn say(out: &mut Vec<String>, text: String) {
+    if out.len() < MAX_PROBLEMS {
+        out.push(text);
+    }
+}
+
+fn task(t: &Value, at: &str, out: &mut Vec<String>) {
+    status_message(t, at, out);
+    if let Some(h) = t.get("history").and_then(Value::as_array) {
+        for (i, m) in h.iter().enumerate() {
+            message(m, &format!("{at}.history[{i}]"), out);
+        }
+    }
+    if let Some(a) = t.get("artifacts").and_then(Value::as_array) {
+        for (i, a) in a.iter().enumerate() {
+            artifact(a, &format!("{at}.artifacts[{i}]"), out);
+        }
+    }
+}
+
+fn status_message(holder: &Value, at: &str, out: &mut Vec<String>) {
+    if let Some(m) = holder.get("status").and_then(|s| s.get("message")) {
+        message(m, &format!("{at}.status.message"), out);
+    }
+}
+
+fn message(m: &Value, at: &str, out: &mut Vec<String>) {
+    if !m.is_object() {
+        return say(out, format!("{at} is not an object"));
+    }
+    for key in ["messageId", "role"] {
+        if !m.get(key).is_some_and(Value::is_string) {
+            say(out, format!("{at} has no string `{key}`"));
+        }
+    }
+    parts(m, at, out);
+}
+
+fn artifact(a: &Value, at: &str, out: &mut Vec<String>) {
+    if !a.get("artifactId").is_some_and(Value::is_string) {
+        say(out, format!("{at} has no string `artifactId`"));
+    }
+    parts(a, at, out);
+}
+
+fn parts(holder: &Value, at: &str, out: &mut Vec<String>) {
+    let Some(parts) = holder.get("parts").and_then(Value::as_array) else {
+        return say(out, format!("{at} has no `parts` array"));
+    };
+    for (i, p) in parts.iter().enumerate() {
+        if let Some(why) = part(p) {
+            say(out, format!("{at}.parts[{i}] {why}"));
+        }
+    }
+}
+
+/// Why a part is malformed: 0.3's are tagged by `kind`, 1.0's hold exactly one content member.
+fn part(p: &Value) -> Option<String> {
+    if !p.is_object() {
+        return Some("is not an object".into());
+    }
+    if let Some(kind) = p.get("kind") {
+        let (member, is_kind): (&str, fn(&Value) -> bool) = match kind.as_str() {
+            Some("text") => ("text", Value::is_string),
+            Some("file") => ("file", Value::is_object),
+            Some("data") => ("data", Value::is_object),
+            _ => {
+                return Some(format!(
+                    "has `kind` {kind}, none of text, file, data (A2A 0.3)"
+                ))
+            }
+        };
+        return (!p.get(member).is_some_and(is_kind))
+            .then(|| format!("of kind {kind} has no `{member}` of its type"));
+    }
+    let content: Vec<&str> = ["text", "raw", "url", "data"]
+        .into_iter()
+        .filter(|k| p.get(*k).is_some())
+        .collect();
+    match content.len() {
+        1 => None,
+        0 => Some("has none of `text`, `raw`, `url`, `data` (a part holds exactly one)".into()),
+        _ => Some(format!(
+            "has {} (a part holds exactly one of `text`, `raw`, `url`, `data`)",
+            content.join(" and ")
+        )),
+    }
 }
 
 fn state_at(status: Option<&Value>) -> Option<State> {
@@ -186,6 +340,57 @@ pub fn closes_stream(result: &Value) -> bool {
         // Something else: not an event this reading knows; end the call on it rather than
         // keep it open on a guess.
         _ => true,
+    }
+}
+
+impl ExchangeCtx {
+    /// An A2A request (a method only A2A has, or a task method): the task it names (when the
+    /// envelope's pass found no target), its malformed parts (`A2A_PART`) and a push URL in
+    /// clear (`A2A_PUSH_URL`). Its params are read again: only A2A's requests pay for it.
+    pub(super) fn a2a_request(
+        &self,
+        dir: Direction,
+        method: &Arc<str>,
+        raw: &[u8],
+        id: &Id,
+        target: &mut Option<Arc<str>>,
+        anomalies: &mut Vec<&'static str>,
+    ) {
+        let Some(params) = super::tasks::member(raw, "params") else {
+            return;
+        };
+        if target.is_none() && (is_task_method(method) || is_message_method(method)) {
+            *target = request_target(method, &params);
+        }
+        let mut say = |code: Code, text: String| {
+            self.flag_here(dir, code, Some(id), Some(method), text);
+            if !anomalies.contains(&code.as_str()) {
+                anomalies.push(code.as_str());
+            }
+        };
+        for problem in malformed(&params, true) {
+            say(Code::A2aPart, problem);
+        }
+        if let Some(url) = insecure_push_url(method, &params) {
+            say(
+                Code::A2aPushUrl,
+                format!("push notification URL {url} is not https: the agent would send the task's updates and their token in clear"),
+            );
+        }
+    }
+
+    /// A result of an A2A call (its reply, or an event of its stream): its malformed parts
+    /// (`A2A_PART`), flagged on the call (`extra`: its findings).
+    pub(super) fn a2a_result(
+        &self,
+        key: &PendingKey,
+        method: &Arc<str>,
+        result: &Value,
+        extra: &mut Vec<&'static str>,
+    ) {
+        for problem in malformed(result, false) {
+            self.flag_reply(key, method, Code::A2aPart, problem, extra);
+        }
     }
 }
 
@@ -244,13 +449,48 @@ mod tests {
             shown(json!({"artifactUpdate": {"taskId": "t", "artifact": {}}})),
             None
         );
-        let get = br#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t9"}}"#;
-        assert_eq!(request_target("GetTask", get).as_deref(), Some("t9"));
-        let resume = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"taskId":"t8","parts":[]}}}"#;
-        assert_eq!(request_target("SendMessage", resume).as_deref(), Some("t8"));
-        let fresh =
-            br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[]}}}"#;
-        assert_eq!(request_target("SendMessage", fresh), None);
+        let get = json!({"id": "t9"});
+        assert_eq!(request_target("GetTask", &get).as_deref(), Some("t9"));
+        let resume = json!({"message": {"taskId": "t8", "parts": []}});
+        assert_eq!(
+            request_target("SendMessage", &resume).as_deref(),
+            Some("t8")
+        );
+        let fresh = json!({"message": {"parts": []}});
+        assert_eq!(request_target("SendMessage", &fresh), None);
+    }
+
+    #[test]
+    fn malformed_parts_messages_and_artifacts_are_named_where_they_are() {
+        let good = json!({"task": {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+            "history": [{"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}],
+            "artifacts": [{"artifactId": "a", "parts": [{"data": {"x": 1}}, {"url": "https://x"}]}]}});
+        assert!(malformed(&good, false).is_empty());
+        let legacy = json!({"kind": "message", "messageId": "m", "role": "agent",
+            "parts": [{"kind": "text", "text": "hi"}, {"kind": "file", "file": {"uri": "x"}}]});
+        assert!(malformed(&legacy, false).is_empty());
+        let bad = json!({"task": {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+            "artifacts": [{"parts": [{"text": "a", "data": {}}, {}]}]}});
+        assert_eq!(
+            malformed(&bad, false),
+            vec![
+                "$.result.task.artifacts[0] has no string `artifactId`",
+                "$.result.task.artifacts[0].parts[0] has text and data (a part holds exactly one of `text`, `raw`, `url`, `data`)",
+                "$.result.task.artifacts[0].parts[1] has none of `text`, `raw`, `url`, `data` (a part holds exactly one)",
+            ]
+        );
+        let req = json!({"message": {"messageId": "m", "role": "user", "parts": [{"kind": "text", "text": 5}]}});
+        assert_eq!(
+            malformed(&req, true),
+            vec!["$.params.message.parts[0] of kind \"text\" has no `text` of its type"]
+        );
+        let push = json!({"taskId": "t", "url": "http://hooks.example/a2a", "token": "x"});
+        assert_eq!(
+            insecure_push_url("CreateTaskPushNotificationConfig", &push).as_deref(),
+            Some("http://hooks.example/a2a")
+        );
+        let send = json!({"message": {}, "configuration": {"pushNotificationConfig": {"url": "HTTPS://ok"}}});
+        assert_eq!(insecure_push_url("message/send", &send), None);
     }
 
     #[test]

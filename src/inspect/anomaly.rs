@@ -53,10 +53,12 @@ pub enum Code {
     McpToolOrder,
     McpToolDrift,
     A2aTaskState,
+    A2aPart,
+    A2aPushUrl,
 }
 
 impl Code {
-    pub const ALL: [Code; 44] = [
+    pub const ALL: [Code; 46] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -101,6 +103,8 @@ impl Code {
         Code::McpToolOrder,
         Code::McpToolDrift,
         Code::A2aTaskState,
+        Code::A2aPart,
+        Code::A2aPushUrl,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -144,6 +148,8 @@ impl Code {
             Code::McpTaskUndeclared => "MCP_TASK_UNDECLARED",
             Code::McpTaskStatus => "MCP_TASK_STATUS",
             Code::A2aTaskState => "A2A_TASK_STATE",
+            Code::A2aPart => "A2A_PART",
+            Code::A2aPushUrl => "A2A_PUSH_URL",
             Code::McpTaskPoll => "MCP_TASK_POLL",
             Code::McpTaskBinding => "MCP_TASK_BINDING",
             Code::McpTaskUnfinished => "MCP_TASK_UNFINISHED",
@@ -192,6 +198,8 @@ impl Code {
             Code::McpRemoved => "MCP 2026-07-28: a method that revision removed (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `tasks/result`, `notifications/elicitation/complete`, …) sent in it.",
             Code::McpErrorCode => "MCP 2026-07-28: an error in that version's exchange with a code the revision renumbered (a resource not found answered `-32002`, which is `-32602` from 2026-07-28).",
             Code::McpTaskUndeclared => "MCP tasks: a task handle (`CreateTaskResult`) for a request that did not declare the tasks extension (2026-07-28) or ask for a task (2025-11-25), or for a method that has no tasks.",
+            Code::A2aPart => "A2A: a malformed part (not exactly one of text, raw, url, data; 0.3: a kind without its member), or a message or artifact without its id or parts.",
+            Code::A2aPushUrl => "A2A: a push notification URL that is not https (the agent would send task updates and their token in clear).",
             Code::A2aTaskState => "A2A tasks: a state the task state machine does not allow (a task that changes after a terminal state — completed, failed, canceled, rejected — or a state unknown to it), or an event on a stream after its last one.",
             Code::McpTaskStatus => "MCP tasks: a status the task state machine does not allow (a terminal task that changes, a status unknown to it) or a task whose payload does not match its status.",
             Code::McpTaskPoll => "MCP tasks: the client polled faster than the task's `pollIntervalMs`, or after the task ended or its TTL ran out.",
@@ -244,7 +252,9 @@ impl Code {
             Code::McpErrorCode => Some("https://modelcontextprotocol.io/specification/2026-07-28/changelog"),
             Code::McpTaskUndeclared => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
             Code::McpTaskStatus => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
-            Code::A2aTaskState => Some("https://a2a-protocol.org/latest/specification/"),
+            Code::A2aTaskState | Code::A2aPart | Code::A2aPushUrl => {
+                Some("https://a2a-protocol.org/latest/specification/")
+            }
             Code::McpTaskPoll => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
             Code::McpTaskBinding => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
             Code::McpTaskUnfinished => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
@@ -276,6 +286,7 @@ impl Code {
             | Code::McpTaskUndeclared
             | Code::McpTaskStatus
             | Code::A2aTaskState
+            | Code::A2aPart
             | Code::McpTaskBinding
             // At its worst; a drift that is no safety or schema change is flagged a warning.
             | Code::McpToolDrift => Severity::Error,
@@ -295,6 +306,7 @@ impl Code {
             | Code::McpAuth
             | Code::McpErrorCode
             | Code::McpTaskPoll
+            | Code::A2aPushUrl
             | Code::McpTaskUnfinished => Severity::Warning,
             // What a tool said of itself, what rpctap did not read, and a feature still working
             // but on its way out: shown and counted, never failing `check` by default.

@@ -397,15 +397,11 @@ impl ExchangeCtx {
             }
             Kind::Request => {
                 let id = env.id.clone().unwrap_or(Id::Null);
-                if target.is_none() {
-                    // An A2A request names its task in `params.id` or `params.message.taskId`
-                    // (read again only for A2A's methods).
-                    target = method
-                        .as_deref()
-                        .filter(|m| {
-                            super::a2a::is_task_method(m) || super::a2a::is_message_method(m)
-                        })
-                        .and_then(|m| super::a2a::request_target(m, &env.raw));
+                if let Some(m) = method
+                    .as_ref()
+                    .filter(|m| super::a2a::is_a2a_only(m) || super::a2a::is_task_method(m))
+                {
+                    self.a2a_request(dir, m, &env.raw, &id, &mut target, &mut anomalies);
                 }
                 let (progress, mut modern) = self.mcp_request_checks(dir, &env, &mut anomalies);
                 if let Some(m) = method.as_deref() {
@@ -789,31 +785,45 @@ impl ExchangeCtx {
         if !super::a2a::is_stream_method(&method) {
             return false;
         }
-        let closes =
-            super::tasks::member(&env.raw, "result").is_none_or(|r| super::a2a::closes_stream(&r));
-        match self.a2a_streams.iter_mut().find(|(k, _)| k == key) {
-            Some((_, closed)) => *closed = closes,
-            None => self.a2a_streams.push((key.clone(), closes)),
+        let result = super::tasks::member(&env.raw, "result");
+        let closes = result.as_ref().is_none_or(super::a2a::closes_stream);
+        let at = match self.a2a_streams.iter().position(|s| &s.key == key) {
+            Some(i) => i,
+            None => {
+                self.a2a_streams.push(A2aStream {
+                    key: key.clone(),
+                    closed: false,
+                    found: Vec::new(),
+                });
+                self.a2a_streams.len() - 1
+            }
+        };
+        self.a2a_streams[at].closed = closes;
+        if !closes {
+            // Its findings wait for the call's end, which carries them.
+            if let Some(r) = &result {
+                let mut found = std::mem::take(&mut self.a2a_streams[at].found);
+                self.a2a_result(key, &method, r, &mut found);
+                self.a2a_streams[at].found = found;
+            }
         }
         !closes
     }
 
     /// A response with the id of an A2A streaming call of this exchange whose last event passed.
     fn after_a2a_stream(&self, id: &Id) -> bool {
-        self.a2a_streams
-            .iter()
-            .any(|(k, closed)| *closed && &k.id == id)
+        self.a2a_streams.iter().any(|s| s.closed && &s.key.id == id)
     }
 
     /// The exchange ended: an A2A streaming call still open had events (the client got
     /// answers), so it ends answered, at the stream's end.
     pub(super) fn end_a2a_streams(&mut self) {
-        for (key, _) in &std::mem::take(&mut self.a2a_streams) {
-            if let Some(p) = self.insp.correlator.take(key) {
-                if key.direction == Direction::ClientToServer && p.exchange == self.id {
+        for s in std::mem::take(&mut self.a2a_streams) {
+            if let Some(p) = self.insp.correlator.take(&s.key) {
+                if s.key.direction == Direction::ClientToServer && p.exchange == self.id {
                     self.req.answered += 1;
                 }
-                end_call(&self.insp, key, p, Outcome::Result, &[], None, None);
+                end_call(&self.insp, &s.key, p, Outcome::Result, &s.found, None, None);
             }
         }
     }
@@ -845,6 +855,16 @@ impl ExchangeCtx {
             self.tool_result_rules(key, &p, env, &mut extra);
         }
         self.mcp_reply_rules(key, &p, env, input, &mut extra);
+        if super::a2a::is_method(&p.method) && key.direction == Direction::ClientToServer {
+            if let Some(s) = self.a2a_streams.iter_mut().find(|s| &s.key == key) {
+                extra.append(&mut s.found);
+            }
+            if env.kind == Kind::Result {
+                if let Some(r) = super::tasks::member(&env.raw, "result") {
+                    self.a2a_result(key, &p.method, &r, &mut extra);
+                }
+            }
+        }
         self.error_code_rule(key, &p, env, &mut extra);
         self.subscription_reply(&mut p, env);
         self.reply_status_rules(key, &p, env.kind == Kind::Error, &mut extra);

@@ -356,7 +356,16 @@ pub struct ExchangeCtx {
     long: [Option<Box<crate::rpc::head::HeadScan>>; 2],
     /// A2A streaming calls of this exchange that have had events, and whether their last one
     /// (`a2a::closes_stream`) came: those still open end as answered at the stream's end.
-    a2a_streams: Vec<(PendingKey, bool)>,
+    a2a_streams: Vec<A2aStream>,
+}
+
+/// An A2A streaming call of an exchange that has had events.
+struct A2aStream {
+    key: PendingKey,
+    /// Its last event came.
+    closed: bool,
+    /// What its events were flagged with, for the call's end.
+    found: Vec<&'static str>,
 }
 
 impl Inspector {

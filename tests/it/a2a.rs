@@ -224,11 +224,13 @@ async fn rpctaps_own_errors_say_so_and_keep_off_a2as_codes() {
     }
 }
 
-/// A misbehaving A2A server (test code): a task that comes back to life after it completed, and
-/// a stream that goes on after its last event. Each is `A2A_TASK_STATE`, live and in `check`,
-/// and nothing else is flagged.
+/// A misbehaving A2A server and client (test code): a task that comes back to life after it
+/// completed and a stream that goes on after its last event (`A2A_TASK_STATE`), malformed parts
+/// in a stream event and in a task's artifact (`A2A_PART`), a push URL in clear
+/// (`A2A_PUSH_URL`): each caught once, live and in `check`, and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_that_changes_after_its_end_and_a_stream_after_its_last_event_are_caught() {
+async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
+    use serde_json::json;
     let dir = Scratch::new("a2a-bad");
     let polls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let (up, _stop) = start_upstream(move |_parts, body| {
@@ -236,26 +238,43 @@ async fn a_task_that_changes_after_its_end_and_a_stream_after_its_last_event_are
         Box::pin(async move {
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
             let id = v["id"].clone();
-            let task = |state: &str| {
-                serde_json::json!({"id": "t1", "contextId": "c1", "status": {"state": state}})
+            let task = |id: &str, state: &str| {
+                json!({"id": id, "contextId": "c1", "status": {"state": state}})
             };
             let one = |result: serde_json::Value| {
-                serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
             };
-            match v["method"].as_str().unwrap() {
-                "SendMessage" => json_reply(200, &one(serde_json::json!({"task": task("TASK_STATE_WORKING")}))),
-                "GetTask" => {
+            let method = v["method"].as_str().unwrap();
+            match (method, v["params"]["id"].as_str()) {
+                ("SendMessage", _) => {
+                    json_reply(200, &one(json!({"task": task("t1", "TASK_STATE_WORKING")})))
+                }
+                ("CreateTaskPushNotificationConfig", _) => {
+                    json_reply(200, &one(v["params"].clone()))
+                }
+                ("GetTask", Some("t3")) => {
+                    let mut t = task("t3", "TASK_STATE_COMPLETED");
+                    t["artifacts"] = json!([{"artifactId": "a", "parts": [{"text": "x", "data": {}}]}]);
+                    json_reply(200, &one(t))
+                }
+                ("GetTask", _) => {
                     // Completed, then working again.
                     let n = polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let state = if n == 0 { "TASK_STATE_COMPLETED" } else { "TASK_STATE_WORKING" };
-                    json_reply(200, &one(task(state)))
+                    let state = if n == 0 {
+                        "TASK_STATE_COMPLETED"
+                    } else {
+                        "TASK_STATE_WORKING"
+                    };
+                    json_reply(200, &one(task("t1", state)))
                 }
                 _ => {
                     let up = |state: &str| {
-                        one(serde_json::json!({"statusUpdate": {"taskId": "t2", "contextId": "c1", "status": {"state": state}}}))
+                        one(json!({"statusUpdate": {"taskId": "t2", "contextId": "c1", "status": {"state": state}}}))
                     };
+                    let bad_part = one(json!({"artifactUpdate": {"taskId": "t2", "artifact": {"artifactId": "a", "parts": [{}]}}}));
                     let events = [
                         up("TASK_STATE_WORKING"),
+                        bad_part,
                         up("TASK_STATE_COMPLETED"),
                         up("TASK_STATE_WORKING"),
                     ];
@@ -284,19 +303,27 @@ async fn a_task_that_changes_after_its_end_and_a_stream_after_its_last_event_are
     let r = post_json(p.addr, "/a2a", stream).await;
     assert_eq!(
         sse_data(&r.text()).len(),
-        3,
+        4,
         "every event reaches the client"
     );
+    let push = r#"{"jsonrpc":"2.0","id":5,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"t1","url":"http://hooks.example/a2a","token":"hook-token"}}"#;
+    post_json(p.addr, "/a2a", push).await;
+    let get = r#"{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"t3"}}"#;
+    post_json(p.addr, "/a2a", get).await;
     let ev = p.drain().await;
-    let found = anomalies(&ev);
-    assert_eq!(
-        found,
-        vec![
-            ("A2A_TASK_STATE".to_string(), Some("3".to_string())),
-            ("A2A_TASK_STATE".to_string(), Some("4".to_string())),
-        ],
-        "{found:?}"
-    );
+    let mut found = anomalies(&ev);
+    found.sort();
+    let want: Vec<(String, Option<String>)> = [
+        ("A2A_PART", "4"),
+        ("A2A_PART", "6"),
+        ("A2A_PUSH_URL", "5"),
+        ("A2A_TASK_STATE", "3"),
+        ("A2A_TASK_STATE", "4"),
+    ]
+    .iter()
+    .map(|(c, id)| (c.to_string(), Some(id.to_string())))
+    .collect();
+    assert_eq!(found, want, "{found:?}");
     // The task's row ended when the first poll showed it completed.
     let cs = calls(&ev);
     let created = cs.iter().find(|c| c.id.to_string() == "1").unwrap();
@@ -305,17 +332,24 @@ async fn a_task_that_changes_after_its_end_and_a_stream_after_its_last_event_are
         created.task.as_ref().unwrap().status.as_deref(),
         Some("completed")
     );
+    // The stream's call carries its events' findings.
+    let streamed = cs.iter().find(|c| c.id.to_string() == "4").unwrap();
+    assert!(streamed.anomalies.contains(&"A2A_PART"), "{streamed:?}");
     drop(p.stop);
     p.served.await.unwrap();
     let c = check_recording(&file);
     assert_eq!(c.exit, Some(1), "{}", c.stdout);
     assert_eq!(c.codes, live_codes(&file), "{}", c.stdout);
+    let mut checked: Vec<&String> = c.codes.values().flatten().collect();
+    checked.sort();
     assert_eq!(
-        c.codes
-            .values()
-            .flatten()
-            .filter(|c| *c == "A2A_TASK_STATE")
-            .count(),
-        2
+        checked,
+        [
+            "A2A_PART",
+            "A2A_PART",
+            "A2A_PUSH_URL",
+            "A2A_TASK_STATE",
+            "A2A_TASK_STATE"
+        ]
     );
 }
