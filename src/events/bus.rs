@@ -36,7 +36,8 @@ impl Interest {
     pub const ANOMALY: Interest = Interest(1 << 5);
     pub const REFUSAL: Interest = Interest(1 << 6);
     pub const NOTICE: Interest = Interest(1 << 7);
-    /// Authorization exchanges around MCP endpoints ([`HttpEvent::Auth`]).
+    /// Authorization exchanges around MCP endpoints ([`HttpEvent::Auth`]) and A2A agent cards
+    /// ([`HttpEvent::AgentCard`]): HTTP documents around JSON-RPC that matter to users.
     pub const HTTP_AUTH: Interest = Interest(1 << 9);
     /// What a wrapped stdio server writes on its stderr.
     pub const STDERR: Interest = Interest(1 << 10);

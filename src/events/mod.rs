@@ -617,6 +617,16 @@ pub enum HttpEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         www_authenticate: Option<String>,
     },
+    /// An A2A agent card the upstream served (`GET /.well-known/agent-card.json`, 0.2's
+    /// `agent.json`): what the agent says it is and can do, as the JSON text it sent (cut at the
+    /// inspection cap).
+    #[serde(rename = "agent_card")]
+    AgentCard {
+        ts: u64,
+        exchange: u64,
+        path: String,
+        card: String,
+    },
     /// A WebSocket's binary message: shown, not parsed (its length, on the wire or inflated).
     Binary {
         ts: u64,
@@ -640,6 +650,7 @@ impl HttpEvent {
             | HttpEvent::Response { ts, .. }
             | HttpEvent::Endpoint { ts, .. }
             | HttpEvent::Auth { ts, .. }
+            | HttpEvent::AgentCard { ts, .. }
             | HttpEvent::Binary { ts, .. }
             | HttpEvent::End { ts, .. } => *ts,
         }
@@ -650,6 +661,7 @@ impl HttpEvent {
             | HttpEvent::Response { exchange, .. }
             | HttpEvent::Endpoint { exchange, .. }
             | HttpEvent::Auth { exchange, .. }
+            | HttpEvent::AgentCard { exchange, .. }
             | HttpEvent::Binary { exchange, .. }
             | HttpEvent::End { exchange, .. } => *exchange,
         }
@@ -946,7 +958,9 @@ impl Event {
         match self {
             Event::Http(HttpEvent::End { .. }) => Interest::HTTP_END,
             Event::Http(HttpEvent::Response { .. }) => Interest::HTTP_STATUS,
-            Event::Http(HttpEvent::Auth { .. }) => Interest::HTTP_AUTH,
+            Event::Http(HttpEvent::Auth { .. } | HttpEvent::AgentCard { .. }) => {
+                Interest::HTTP_AUTH
+            }
             Event::Http(HttpEvent::Binary { .. }) => Interest::NOTIFICATIONS,
             Event::Http(_) => Interest::HTTP_REQUEST,
             Event::Message(m) if m.kind == Kind::Notification => Interest::NOTIFICATIONS,
@@ -963,14 +977,7 @@ impl Event {
     /// The HTTP exchange an event belongs to (a notice belongs to none).
     pub fn exchange(&self) -> Option<u64> {
         match self {
-            Event::Http(
-                HttpEvent::Request { exchange, .. }
-                | HttpEvent::Response { exchange, .. }
-                | HttpEvent::Endpoint { exchange, .. }
-                | HttpEvent::Auth { exchange, .. }
-                | HttpEvent::Binary { exchange, .. }
-                | HttpEvent::End { exchange, .. },
-            ) => Some(*exchange),
+            Event::Http(h) => Some(h.exchange()),
             Event::Message(m) => Some(m.exchange),
             Event::Call(c) => Some(c.exchange),
             Event::Anomaly(a) => Some(a.exchange),

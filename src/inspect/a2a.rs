@@ -13,6 +13,7 @@ use serde_json::Value;
 pub use crate::rpc::a2a::{is_a2a_only, is_method, is_stream_method};
 
 use super::*;
+use crate::locks::Locked as _;
 
 /// A task state, either version's spelling (`TASK_STATE_INPUT_REQUIRED`, `input-required`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +174,91 @@ pub fn insecure_push_url(method: &str, params: &Value) -> Option<String> {
         .get(..8)
         .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
     (!https).then(|| url.to_string())
+}
+
+/// Where an agent serves its card: 1.0 and 0.3's `/.well-known/agent-card.json`, 0.2's
+/// `/.well-known/agent.json` (under any base path).
+pub fn is_card_path(path: &str) -> bool {
+    path.ends_with("/.well-known/agent-card.json") || path.ends_with("/.well-known/agent.json")
+}
+
+/// What rpctap reads of an agent card: enough to say what the agent is, and to hold it to it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CardFacts {
+    pub name: Option<String>,
+    pub version: Option<String>,
+    /// `capabilities.streaming` / `.pushNotifications`, when the card says.
+    pub streaming: Option<bool>,
+    pub push: Option<bool>,
+    /// The A2A versions its interfaces speak (1.0: each `supportedInterfaces[].protocolVersion`;
+    /// 0.3: `protocolVersion`).
+    pub protocol_versions: Vec<String>,
+    pub skills: Vec<String>,
+}
+
+impl CardFacts {
+    /// The card's facts; an unreadable card has none.
+    pub fn read(card: &str) -> CardFacts {
+        let Ok(v) = serde_json::from_str::<Value>(card) else {
+            return CardFacts::default();
+        };
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        let caps = v.get("capabilities");
+        let flag = |k: &str| caps.and_then(|c| c.get(k)).and_then(Value::as_bool);
+        let mut protocol_versions: Vec<String> = v
+            .get("supportedInterfaces")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|i| text(i.get("protocolVersion")))
+            .chain(text(v.get("protocolVersion")))
+            .collect();
+        protocol_versions.dedup();
+        CardFacts {
+            name: text(v.get("name")),
+            version: text(v.get("version")),
+            streaming: flag("streaming"),
+            push: flag("pushNotifications"),
+            protocol_versions,
+            skills: v
+                .get("skills")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|s| text(s.get("id")))
+                .collect(),
+        }
+    }
+
+    /// One line: `NAME VERSION (A2A 1.0; streaming; 2 skills: a, b)`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.protocol_versions.is_empty() {
+            parts.push(format!("A2A {}", self.protocol_versions.join(", ")));
+        }
+        match self.streaming {
+            Some(true) => parts.push("streaming".into()),
+            Some(false) => parts.push("no streaming".into()),
+            None => {}
+        }
+        if self.push == Some(true) {
+            parts.push("push notifications".into());
+        }
+        parts.push(match self.skills.len() {
+            0 => "no skills".into(),
+            1 => format!("1 skill: {}", self.skills[0]),
+            n => format!("{n} skills: {}", self.skills.join(", ")),
+        });
+        format!(
+            "{}{} ({})",
+            self.name.as_deref().unwrap_or("(no name)"),
+            self.version
+                .as_deref()
+                .map(|v| format!(" {v}"))
+                .unwrap_or_default(),
+            parts.join("; ")
+        )
+    }
 }
 
 /// At most this many problems are said of one message.
@@ -377,6 +463,47 @@ impl ExchangeCtx {
                 format!("push notification URL {url} is not https: the agent would send the task's updates and their token in clear"),
             );
         }
+    }
+
+    /// The upstream served its agent card (`path`): kept as the agent's word (the
+    /// `A2A_CARD` rule holds the agent to it), and published for the dashboard, the log and the
+    /// recording (offline, the recording's event comes back here).
+    pub fn agent_card(&mut self, path: &str, card: &str) {
+        let facts = Arc::new(CardFacts::read(card));
+        *self.insp.a2a_card.locked() = Some(facts);
+        if self.insp.bus.wants_in(Interest::HTTP_AUTH, self.id) {
+            self.insp.bus.publish(Event::Http(HttpEvent::AgentCard {
+                ts: now_ns(),
+                exchange: self.id,
+                path: path.to_string(),
+                card: card.to_string(),
+            }));
+        }
+    }
+
+    /// An A2A call answered with what the agent's card says it does not do: a stream when
+    /// `capabilities.streaming` is false, a push notification config when
+    /// `capabilities.pushNotifications` is false (`A2A_CARD`).
+    pub(super) fn a2a_card_rule(
+        &self,
+        key: &PendingKey,
+        method: &Arc<str>,
+        streamed: bool,
+        extra: &mut Vec<&'static str>,
+    ) {
+        let Some(card) = self.insp.a2a_card.locked().clone() else {
+            return;
+        };
+        let said = if streamed && is_stream_method(method) && card.streaming == Some(false) {
+            "streamed its answer to `{m}` though its card says `capabilities.streaming: false`"
+        } else if method.contains("ushNotificationConfig") && card.push == Some(false) {
+            "took `{m}` though its card says `capabilities.pushNotifications: false` (it should answer PushNotificationNotSupportedError)"
+        } else {
+            return;
+        };
+        let name = card.name.as_deref().unwrap_or("the agent");
+        let msg = format!("{name} {}", said.replace("{m}", method));
+        self.flag_reply(key, method, Code::A2aCard, msg, extra);
     }
 
     /// A result of an A2A call (its reply, or an event of its stream): its malformed parts

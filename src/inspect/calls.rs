@@ -863,6 +863,8 @@ impl ExchangeCtx {
                 if let Some(r) = super::tasks::member(&env.raw, "result") {
                     self.a2a_result(key, &p.method, &r, &mut extra);
                 }
+                let streamed = matches!(self.mode, ReplyMode::Sse { .. });
+                self.a2a_card_rule(key, &p.method, streamed, &mut extra);
             }
         }
         self.error_code_rule(key, &p, env, &mut extra);

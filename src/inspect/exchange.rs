@@ -322,6 +322,18 @@ impl ExchangeCtx {
                 buf: Default::default(),
                 overflow,
             }
+        } else if status == 200
+            && contains_ignore_case(ct, "json")
+            && self
+                .get_path
+                .as_deref()
+                .is_some_and(super::a2a::is_card_path)
+        {
+            let overflow = content_length.is_some_and(|n| n > inner.cfg.max_frame_bytes as u64);
+            ReplyMode::Card {
+                buf: Default::default(),
+                overflow,
+            }
         } else {
             ReplyMode::Ignore
         };
@@ -358,7 +370,7 @@ impl ExchangeCtx {
         let max = self.insp.cfg.max_frame_bytes;
         match &mut self.mode {
             ReplyMode::Ignore => {}
-            ReplyMode::Json { buf, overflow } => {
+            ReplyMode::Json { buf, overflow } | ReplyMode::Card { buf, overflow } => {
                 if *overflow {
                     return;
                 }
@@ -386,7 +398,7 @@ impl ExchangeCtx {
     /// recording's `NOT_INSPECTED` line for the reply says this happened.
     pub fn reply_not_inspected(&mut self) {
         match &mut self.mode {
-            ReplyMode::Json { buf, overflow } => {
+            ReplyMode::Json { buf, overflow } | ReplyMode::Card { buf, overflow } => {
                 *overflow = true;
                 *buf = Default::default();
             }
@@ -871,6 +883,17 @@ impl ExchangeCtx {
             ReplyMode::Sse { mut dec } => {
                 if dec.finish() {
                     tracing::debug!(exchange = self.id, "SSE stream ended inside an event");
+                }
+            }
+            ReplyMode::Card { buf, overflow } => {
+                // Offline no body comes (the recording's `agent_card` line stands for it).
+                if !overflow && !buf.is_empty() && matches!(reason, EndReason::Complete) {
+                    let body = buf.into_bytes();
+                    if let (Ok(card), Some(path)) =
+                        (std::str::from_utf8(&body), self.get_path.clone())
+                    {
+                        self.agent_card(&path, card);
+                    }
                 }
             }
             ReplyMode::Ignore => {}

@@ -137,6 +137,9 @@ struct Inner {
     /// When rpctap began to see traffic (wall clock, ns; 0 until the first exchange): a task
     /// created after it went through rpctap, or rpctap would know it.
     watch_start: AtomicU64,
+    /// The A2A agent card the upstream served last (a std mutex: taken by synchronous code
+    /// only, and only for A2A traffic).
+    a2a_card: std::sync::Mutex<Option<Arc<a2a::CardFacts>>>,
 }
 
 impl Inner {
@@ -256,6 +259,11 @@ enum ReplyMode {
     },
     Sse {
         dec: Box<SseDecoder>,
+    },
+    /// An A2A agent card (`a2a::is_card_path`), read whole up to the inspection cap.
+    Card {
+        buf: crate::rpc::Gathered,
+        overflow: bool,
     },
 }
 
@@ -397,6 +405,7 @@ impl Inspector {
                 schemas: schemas::SchemaCache::new(cfg.max_schemas),
                 progress: Default::default(),
                 tasks: Default::default(),
+                a2a_card: Default::default(),
                 watch_start: AtomicU64::new(0),
                 cfg,
             }),

@@ -423,6 +423,17 @@ fn reinspect_with(
                     }),
                 }
             }
+            Event::Http(HttpEvent::AgentCard {
+                exchange,
+                path,
+                card,
+                ..
+            }) => {
+                if let Some(o) = open.get_mut(exchange) {
+                    o.flush();
+                    o.ctx.agent_card(path, card);
+                }
+            }
             Event::Http(HttpEvent::Endpoint { exchange, url, .. }) => {
                 let Some(o) = open.get_mut(exchange) else {
                     continue;

@@ -197,6 +197,16 @@ pub fn text_line(ev: &Event) -> Option<String> {
                 .map(|w| format!(" WWW-Authenticate: {w}"))
                 .unwrap_or_default()
         )),
+        Event::Http(crate::events::HttpEvent::AgentCard {
+            ts: t,
+            exchange,
+            path,
+            card,
+        }) => Some(format!(
+            "{} #{exchange} http GET {path} A2A agent card {}",
+            ts(*t),
+            crate::inspect::a2a::CardFacts::read(card).describe()
+        )),
         Event::Http(crate::events::HttpEvent::Binary {
             ts: t,
             exchange,

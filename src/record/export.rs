@@ -225,6 +225,7 @@ pub fn har(rec: &Capture) -> Value {
             HttpEvent::Request { .. }
             | HttpEvent::Endpoint { .. }
             | HttpEvent::Auth { .. }
+            | HttpEvent::AgentCard { .. }
             | HttpEvent::Binary { .. } => {}
         }
     }

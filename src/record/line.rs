@@ -217,6 +217,22 @@ fn http_line(out: &mut Vec<u8>, h: &crate::events::HttpEvent) -> serde_json::Res
             l.str(k!("url"), url);
             l.close();
         }
+        HttpEvent::AgentCard {
+            ts,
+            exchange,
+            path,
+            card,
+        } => {
+            let mut l = head(
+                out,
+                r#"{"event":"http","phase":"agent_card""#,
+                *ts,
+                *exchange,
+            );
+            l.str(k!("path"), path);
+            l.str(k!("card"), card);
+            l.close();
+        }
         HttpEvent::Binary {
             ts,
             exchange,
@@ -745,6 +761,12 @@ mod tests {
                 ts: 3,
                 exchange: 4,
                 url: "/messages/?session_id=a\"b".into(),
+            },
+            HttpEvent::AgentCard {
+                ts: 4,
+                exchange: 4,
+                path: "/.well-known/agent-card.json".into(),
+                card: r#"{"name":"a \"b\"","capabilities":{"streaming":true}}"#.into(),
             },
             HttpEvent::End {
                 ts: 5,

@@ -242,6 +242,7 @@ fn exchanges(rec: &Capture) -> Vec<Exchange<'_>> {
             HttpEvent::End { .. }
             | HttpEvent::Endpoint { .. }
             | HttpEvent::Auth { .. }
+            | HttpEvent::AgentCard { .. }
             | HttpEvent::Binary { .. } => {}
         }
     }

@@ -432,6 +432,12 @@ impl App {
                 direction,
                 len,
             }) => self.apply_binary(*ts, Self::ex(src, *exchange), *direction, *len),
+            Event::Http(crate::events::HttpEvent::AgentCard {
+                ts,
+                exchange,
+                path,
+                card,
+            }) => self.apply_agent_card(*ts, Self::ex(src, *exchange), path, card),
             Event::Anomaly(a) => self.on_anomaly(src, a),
             Event::Stderr(e) => self.apply_stderr(src, e.ts, &e.line),
             Event::Fault(f) => {
@@ -483,6 +489,43 @@ impl App {
             injected: vec![],
             request: (!detail.is_empty()).then_some(detail),
             reply: None,
+            stream: vec![],
+            transport: "http",
+            server: self.server_label(exchange.src),
+            rounds: None,
+            folded: false,
+            task: None,
+        };
+        self.push_row(row);
+    }
+
+    /// An A2A agent card: a row of its own (`GET PATH`, the agent's name as its target), the
+    /// card pretty in its detail.
+    pub fn apply_agent_card(&mut self, ts_ns: u64, exchange: Ex, path: &str, card: &str) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let facts = crate::inspect::a2a::CardFacts::read(card);
+        let pretty = serde_json::from_str::<serde_json::Value>(card)
+            .ok()
+            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+            .unwrap_or_else(|| card.to_string());
+        let row = Row {
+            seq,
+            ts_ns,
+            exchange,
+            scope: self.scope_of(exchange.src, &crate::events::Scope::Exchange(exchange.n)),
+            direction: Direction::ClientToServer,
+            method: format!("GET {path}").into(),
+            target: Some(format!("A2A agent card: {}", facts.describe()).into()),
+            id: Text::from(""),
+            outcome: RowOutcome::Http(200),
+            latency_us: None,
+            size: card.len(),
+            anomalies: vec![],
+            anomaly_text: vec![],
+            injected: vec![],
+            request: None,
+            reply: Some(pretty.into()),
             stream: vec![],
             transport: "http",
             server: self.server_label(exchange.src),

@@ -375,6 +375,29 @@ fn authorization_exchanges_are_http_rows_that_h_hides() {
 }
 
 #[test]
+fn an_a2a_agent_card_is_an_http_row_with_the_card_in_its_detail() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let card = r#"{"name":"travel agent","version":"2.1","capabilities":{"streaming":true,"pushNotifications":true},"supportedInterfaces":[{"protocolVersion":"1.0"}],"skills":[{"id":"flights"},{"id":"hotels"}]}"#;
+    a.apply_agent_card(1, Ex { src: 0, n: 3 }, "/.well-known/agent-card.json", card);
+    let rows = a.visible();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(&*rows[0].method, "GET /.well-known/agent-card.json");
+    assert_eq!(
+        rows[0].target.as_deref(),
+        Some("A2A agent card: travel agent 2.1 (A2A 1.0; streaming; push notifications; 2 skills: flights, hotels)")
+    );
+    assert_eq!(rows[0].outcome.label(), "HTTP 200");
+    let detail = rows[0].reply.as_deref().unwrap();
+    assert!(
+        detail.contains("\n  \"name\": \"travel agent\""),
+        "pretty: {detail}"
+    );
+    // `h` hides it with the other HTTP rows.
+    a.handle_key(Key::Char('h'));
+    assert_eq!(a.visible_len(), 0);
+}
+
+#[test]
 fn a_reply_that_matches_no_call_is_shown_with_its_exchange() {
     let mut a = App::new("t", "l", "u", 100, 0);
     let msg = |c2s: bool, kind: Kind, id: Option<&str>, raw: &str| Msg {

@@ -75,6 +75,20 @@ async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
 
     let ev = p.drain().await;
     assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    // The card the client fetched through rpctap is an event of its own.
+    let cards: Vec<String> = ev
+        .iter()
+        .filter_map(|e| match &**e {
+            Event::Http(rpctap::events::HttpEvent::AgentCard { card, .. }) => {
+                Some(rpctap::inspect::a2a::CardFacts::read(card).describe())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        cards,
+        ["rpctap test agent 1.0.0 (A2A 1.0; streaming; 1 skill: stories)"]
+    );
     let cs = calls(&ev);
     let requests = ev
         .iter()
@@ -227,15 +241,23 @@ async fn rpctaps_own_errors_say_so_and_keep_off_a2as_codes() {
 /// A misbehaving A2A server and client (test code): a task that comes back to life after it
 /// completed and a stream that goes on after its last event (`A2A_TASK_STATE`), malformed parts
 /// in a stream event and in a task's artifact (`A2A_PART`), a push URL in clear
-/// (`A2A_PUSH_URL`): each caught once, live and in `check`, and nothing else.
+/// (`A2A_PUSH_URL`), a stream from an agent whose card says it does not stream (`A2A_CARD`):
+/// each caught once, live and in `check`, and nothing else; the card is an event of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     use serde_json::json;
     let dir = Scratch::new("a2a-bad");
     let polls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let (up, _stop) = start_upstream(move |_parts, body| {
+    let (up, _stop) = start_upstream(move |parts, body| {
         let polls = polls.clone();
         Box::pin(async move {
+            if parts.method == http::Method::GET {
+                // Its card says it does not stream.
+                let card = json!({"name": "bad agent", "version": "0.1",
+                    "supportedInterfaces": [{"url": "http://x/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+                    "capabilities": {"streaming": false}, "skills": [{"id": "s1", "name": "s"}]});
+                return json_reply(200, &card.to_string());
+            }
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
             let id = v["id"].clone();
             let task = |id: &str, state: &str| {
@@ -292,6 +314,8 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     }
     .into();
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let card = http_text(p.addr, "/.well-known/agent-card.json").await;
+    assert!(card.contains("bad agent"), "{card}");
     let send = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"go"}]}}}"#;
     post_json(p.addr, "/a2a", send).await;
     for id in [2, 3] {
@@ -314,6 +338,7 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     let mut found = anomalies(&ev);
     found.sort();
     let want: Vec<(String, Option<String>)> = [
+        ("A2A_CARD", "4"),
         ("A2A_PART", "4"),
         ("A2A_PART", "6"),
         ("A2A_PUSH_URL", "5"),
@@ -332,6 +357,22 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
         created.task.as_ref().unwrap().status.as_deref(),
         Some("completed")
     );
+    // The card: its event, what the log and the dashboard say of it.
+    let cards: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match &**e {
+            Event::Http(rpctap::events::HttpEvent::AgentCard { path, card, .. }) => {
+                Some((path.clone(), card.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cards.len(), 1, "{cards:?}");
+    assert_eq!(cards[0].0, "/.well-known/agent-card.json");
+    assert_eq!(
+        rpctap::inspect::a2a::CardFacts::read(&cards[0].1).describe(),
+        "bad agent 0.1 (A2A 1.0; no streaming; 1 skill: s1)"
+    );
     // The stream's call carries its events' findings.
     let streamed = cs.iter().find(|c| c.id.to_string() == "4").unwrap();
     assert!(streamed.anomalies.contains(&"A2A_PART"), "{streamed:?}");
@@ -345,6 +386,7 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     assert_eq!(
         checked,
         [
+            "A2A_CARD",
             "A2A_PART",
             "A2A_PART",
             "A2A_PUSH_URL",
@@ -352,4 +394,22 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
             "A2A_TASK_STATE"
         ]
     );
+}
+
+/// An agent whose card says it does not stream: the SDK client keeps to plain messages, and
+/// nothing is flagged (the `A2A_CARD` rule judges what the agent does, not what it declares).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_does_not_stream_is_the_same_through_rpctap_and_clean() {
+    let (_agent, up) = a2a_agent(&["--no-streaming"]);
+    let mut p = start_proxy(&format!("http://{up}")).await;
+    let direct = a2a_client(format!("http://{up}")).await;
+    let via = a2a_client(format!("http://{}", p.addr)).await;
+    assert_eq!(direct, via);
+    assert_eq!(via["card"]["streaming"], false);
+    assert!(via.get("stream").is_none(), "{via}");
+    let ev = p.drain().await;
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    assert!(!calls(&ev)
+        .iter()
+        .any(|c| &*c.method == "SendStreamingMessage"));
 }
