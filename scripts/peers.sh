@@ -47,10 +47,12 @@ venv a2a 'a2a-sdk[http-server]==1.3.0' uvicorn==0.55.0
 # The MCP Inspector's CLI (tests/it/agent.rs: `rpctap mcp` as the Inspector sees it). The
 # conformance suite twice: 0.1.16 (2025-era scenarios) and, as `conformance2`, 0.2.0-alpha.12
 # (the 2026-07-28 requirements and the tasks scenarios). js-tiktoken: the reference token
-# counts (tests/it/cost.rs).
+# counts (tests/it/cost.rs). The A2A JavaScript SDK on Express as agent and client
+# (tests/it/a2a.rs).
 node_peers @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2 \
   @modelcontextprotocol/conformance@0.1.16 node@22 ganache@7.9.2 @modelcontextprotocol/inspector@2.12.0 \
-  conformance2@npm:@modelcontextprotocol/conformance@0.2.0-alpha.12 js-tiktoken@1.0.21
+  conformance2@npm:@modelcontextprotocol/conformance@0.2.0-alpha.12 js-tiktoken@1.0.21 \
+  @a2a-js/sdk@1.3.0 express@5.3.0
 
 # The official Rust MCP SDK (rmcp) as a tasks server and client (tests/interop/rmcp_tasks, built
 # here: cargo rebuilds it only when its source changed).

@@ -1,5 +1,6 @@
-//! A2A (Agent2Agent) through rpctap: the official Python SDK (`a2a-sdk` 1.3) as agent and client
-//! gets the same answers direct and proxied — a blocking message, a streamed task, a task polled
+//! A2A (Agent2Agent) through rpctap: the official SDKs — Python (`a2a-sdk` 1.3) and JavaScript
+//! (`@a2a-js/sdk` 1.3) — as agent and client, each with each, get the same answers direct and
+//! proxied — a blocking message, a streamed task, a task polled
 //! to completion, a cancelled one, one resumed after asking for input, one that fails — with no
 //! finding live or in `check` (a streaming call's several responses are one call, not
 //! unmatched replies), and rpctap's own errors say they are rpctap's.
@@ -10,7 +11,7 @@ use std::net::SocketAddr;
 
 const A2A: &[&str] = &["a2a-sdk[http-server]==1.3.0", "uvicorn==0.55.0"];
 
-/// The SDK agent (tests/interop/a2a_agent.py) on a free port.
+/// The Python SDK agent (tests/interop/a2a_agent.py) on a free port.
 pub fn a2a_agent(args: &[&str]) -> (Proc, SocketAddr) {
     let env = installed("a2a", A2A);
     let (p, addrs, _) = spawn_with_banner(
@@ -21,6 +22,35 @@ pub fn a2a_agent(args: &[&str]) -> (Proc, SocketAddr) {
         &["a2a agent on http://"],
     );
     (p, addrs[0])
+}
+
+/// A script of tests/interop run by the Node peers' Node, from their folder (where its imports
+/// resolve).
+fn node_script(name: &str) -> std::process::Command {
+    let dir = installed("node", NODE_PACKAGES);
+    let script = dir.join(name);
+    std::fs::copy(root().join("tests/interop").join(name), &script).unwrap();
+    let mut cmd = std::process::Command::new(dir.join("node_modules/node/bin/node"));
+    cmd.arg(script);
+    cmd
+}
+
+/// The JavaScript SDK agent (tests/interop/a2a_agent.mjs) on a free port.
+fn a2a_agent_js() -> (Proc, SocketAddr) {
+    let (p, addrs, _) = spawn_with_banner(
+        node_script("a2a_agent.mjs").stdout(std::process::Stdio::null()),
+        &["a2a agent on http://"],
+    );
+    (p, addrs[0])
+}
+
+/// The JavaScript SDK client's scenarios (tests/interop/a2a_client.mjs) against `base`.
+async fn a2a_client_js(base: String) -> serde_json::Value {
+    tokio::task::spawn_blocking(move || {
+        json_stdout(node_script("a2a_client.mjs").arg(&base), &base)
+    })
+    .await
+    .unwrap()
 }
 
 /// The SDK client's scenarios (tests/interop/a2a_client.py) against `base`.
@@ -44,20 +74,40 @@ async fn a2a_client_with(base: String, args: &[&str]) -> serde_json::Value {
     .unwrap()
 }
 
+/// Every pair of the two SDKs, agent and client: the same answers direct and through rpctap,
+/// one call per request, each task one row, no finding live or in `check`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
+async fn both_sdks_as_agent_and_client_through_rpctap_identical_and_clean() {
     let dir = Scratch::new("a2a-sdk");
-    let (_agent, up) = a2a_agent(&[]);
-    let file = dir.join("a2a.jsonl");
+    for agent in ["python", "js"] {
+        for client in ["python", "js"] {
+            sdk_pair(&dir, agent, client).await;
+        }
+    }
+}
+
+async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
+    let (_agent, up) = match agent {
+        "python" => a2a_agent(&[]),
+        _ => a2a_agent_js(),
+    };
+    let run = |base: String| async move {
+        match client {
+            "python" => a2a_client(base).await,
+            _ => a2a_client_js(base).await,
+        }
+    };
+    let pair = format!("{agent} agent, {client} client");
+    let file = dir.join(format!("{agent}-{client}.jsonl"));
     let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
         record: Some(file.clone()),
         ..Default::default()
     }
     .into();
     let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
-    let direct = a2a_client(format!("http://{up}")).await;
-    let via = a2a_client(format!("http://{}", p.addr)).await;
-    assert_eq!(direct, via, "the same through rpctap");
+    let direct = run(format!("http://{up}")).await;
+    let via = run(format!("http://{}", p.addr)).await;
+    assert_eq!(direct, via, "{pair}: the same through rpctap");
     assert_eq!(
         via["stream"],
         serde_json::json!([
@@ -74,7 +124,7 @@ async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
     assert_eq!(via["failed"], "failed");
 
     let ev = p.drain().await;
-    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    assert!(anomalies(&ev).is_empty(), "{pair}: {:?}", anomalies(&ev));
     // The card the client fetched through rpctap is an event of its own.
     let cards: Vec<String> = ev
         .iter()
@@ -94,7 +144,7 @@ async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
         .iter()
         .filter(|e| matches!(&***e, Event::Message(m) if m.direction == rpctap::events::Direction::ClientToServer))
         .count();
-    assert_eq!(cs.len(), requests, "one call per request: {cs:?}");
+    assert_eq!(cs.len(), requests, "{pair}: one call per request: {cs:?}");
     // Each task is one row from the message that created it to its end; the polls, the cancel
     // and the message that resumed a task name it.
     let task_of = |c: &&rpctap::events::CallEvent| c.task.as_ref().map(|t| t.id.to_string());
@@ -178,8 +228,8 @@ async fn the_python_sdk_agent_and_client_through_rpctap_identical_and_clean() {
     drop(p.stop);
     p.served.await.unwrap();
     let c = check_recording(&file);
-    assert_eq!(c.exit, Some(0), "{}", c.stdout);
-    assert!(c.codes.is_empty(), "{:?}", c.codes);
+    assert_eq!(c.exit, Some(0), "{pair}: {}", c.stdout);
+    assert!(c.codes.is_empty(), "{pair}: {:?}", c.codes);
     // Matched: every call but the cancelled task's, whose outcome is the task's (as for MCP tasks).
     assert_eq!(c.matched, cs.len() as u64 - 1, "{}", c.stdout);
 }

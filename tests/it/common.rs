@@ -806,6 +806,8 @@ pub const NODE_PACKAGES: &[&str] = &[
     "@modelcontextprotocol/inspector@2.12.0",
     "conformance2@npm:@modelcontextprotocol/conformance@0.2.0-alpha.12",
     "js-tiktoken@1.0.21",
+    "@a2a-js/sdk@1.3.0",
+    "express@5.3.0",
 ];
 
 /// A peer folder under target/interop whose stamp names exactly `packages`.
