@@ -63,6 +63,7 @@ pub async fn run(args: crate::cli::ReplayArgs) -> Result<i32, AppError> {
             headers,
             insecure: args.insecure,
             wait,
+            pace: args.pace,
         };
         if args.update {
             return update_recording(&args, &rec, opts).await;

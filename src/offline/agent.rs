@@ -644,6 +644,7 @@ impl Agent {
                 headers: Vec::new(),
                 insecure: false,
                 wait: std::time::Duration::ZERO,
+                pace: false,
             };
             let report = crate::replay::replay(&one, &opts)
                 .await

@@ -37,10 +37,15 @@ struct Reply {
     before: Arc<[String]>,
     /// The server's notifications recorded after the reply, before the client's next message.
     then: Arc<[String]>,
+    /// The further responses of an A2A stream (`SendStreamingMessage`: one per task event, all
+    /// with the call's id), in order, as recorded.
+    more: Arc<[String]>,
 }
 
 /// What the mock answers to one message.
 struct Answer {
+    /// An A2A stream's further responses, carrying the live id.
+    more: Vec<String>,
     reply: String,
     sse: bool,
     /// Notifications to send before the reply (progress tokens already the live ones).
@@ -60,6 +65,8 @@ pub struct Mock {
     /// params: what a client other than the recorded one gets.
     plumbing: HashMap<String, Reply>,
     sessions: AtomicU64,
+    /// A2A agent cards the recording holds, by path: served to a `GET` of that path.
+    cards: HashMap<String, String>,
 }
 
 /// Protocol plumbing: answered from the recording's server side whatever the params (another
@@ -118,6 +125,18 @@ fn key_of(m: &Value, how: crate::cli::MockMatch) -> Option<(String, String)> {
     use crate::cli::MockMatch;
     let method = m.get("method")?.as_str()?.to_string();
     let params = match how {
+        // An A2A message's `messageId` is new each time a client sends it: not what it asks.
+        MockMatch::MethodParams if crate::inspect::a2a::is_message_method(&method) => {
+            let mut p = m.get("params").cloned();
+            if let Some(msg) = p
+                .as_mut()
+                .and_then(|p| p.get_mut("message"))
+                .and_then(Value::as_object_mut)
+            {
+                msg.remove("messageId");
+            }
+            canonical(p.as_ref())
+        }
         MockMatch::MethodParams => canonical(m.get("params")),
         MockMatch::Sequential => String::new(),
         MockMatch::Strict => m
@@ -139,6 +158,11 @@ impl Mock {
             matching: how,
             ..Mock::default()
         };
+        for h in rec.http() {
+            if let crate::events::HttpEvent::AgentCard { path, card, .. } = h {
+                mock.cards.insert(path.clone(), card.clone());
+            }
+        }
         let msgs: Vec<&MessageEvent> = rec.messages().collect();
         for (i, m) in msgs.iter().enumerate() {
             if !(m.is_c2s() && m.kind == crate::rpc::Kind::Request) {
@@ -179,6 +203,14 @@ impl Mock {
                 .filter(notification)
                 .map(|r| r.wire_text().into_owned())
                 .collect();
+            let more: Vec<String> = msgs[j + 1..]
+                .iter()
+                .take_while(|r| !(r.is_c2s() && r.scope == m.scope))
+                .filter(|r| {
+                    r.is_response() && r.exchange == reply.exchange && r.id_text() == m.id_text()
+                })
+                .map(|r| r.json_text().into_owned())
+                .collect();
             let text = reply.json_text();
             let Ok(parts) = serde_json::from_str::<Parts>(&text) else {
                 continue;
@@ -194,6 +226,7 @@ impl Mock {
                 sse: reply.transport == crate::events::Transport::Sse,
                 before: before.into(),
                 then: then.into(),
+                more: more.into(),
             };
             if PLUMBING.contains(&key.0.as_str()) {
                 mock.plumbing
@@ -241,6 +274,7 @@ impl Mock {
             sse: false,
             before: Arc::from(Vec::new()),
             then: Arc::from(Vec::new()),
+            more: Arc::from(Vec::new()),
         })
     }
 
@@ -264,6 +298,7 @@ impl Mock {
                 sse: r.sse,
                 before: r.before.iter().map(|n| with_token(n, token)).collect(),
                 then: r.then,
+                more: r.more.iter().map(|m| with_id(m, &id)).collect(),
             });
         }
         if let Some(r) = self.plumbing_reply(&method, &v) {
@@ -275,6 +310,7 @@ impl Mock {
                 sse: r.sse,
                 before: Vec::new(),
                 then: Arc::from(Vec::new()),
+                more: Vec::new(),
             });
         }
         let (code, message) = if self.methods.contains(&method) {
@@ -295,6 +331,7 @@ impl Mock {
             sse: false,
             before: Vec::new(),
             then: Arc::from(Vec::new()),
+            more: Vec::new(),
         })
     }
 
@@ -414,6 +451,15 @@ impl Mock {
         if req.method() == Method::GET && crate::ws::is_websocket(req.headers()) {
             return self.websocket(req);
         }
+        if req.method() == Method::GET {
+            if let Some(card) = self.cards.get(req.uri().path()) {
+                return respond(
+                    StatusCode::OK,
+                    Some("application/json"),
+                    Bytes::from(card.clone()),
+                );
+            }
+        }
         match *req.method() {
             Method::POST => {}
             Method::DELETE => return respond(StatusCode::OK, None, Bytes::new()),
@@ -464,9 +510,14 @@ impl Mock {
         let sse = accepts_sse && replies.iter().all(|r| r.sse);
         let mut events = String::new();
         let mut texts = Vec::new();
+        // An A2A stream's further events follow its first response (a batch has none).
+        let mut after = String::new();
         for r in replies {
             for n in &r.before {
                 events.push_str(&format!("event: message\ndata: {n}\n\n"));
+            }
+            for m in &r.more {
+                after.push_str(&format!("event: message\ndata: {m}\n\n"));
             }
             texts.push(r.reply);
         }
@@ -480,7 +531,9 @@ impl Mock {
             respond(
                 StatusCode::OK,
                 Some("text/event-stream"),
-                Bytes::from(format!("{events}event: message\ndata: {payload}\n\n")),
+                Bytes::from(format!(
+                    "{events}event: message\ndata: {payload}\n\n{after}"
+                )),
             )
         } else {
             respond(
@@ -496,6 +549,20 @@ impl Mock {
             }
         }
         resp
+    }
+}
+
+/// A recorded response with the live request's id.
+fn with_id(recorded: &str, id: &str) -> String {
+    match (
+        serde_json::from_str::<Value>(recorded),
+        serde_json::from_str::<Value>(id),
+    ) {
+        (Ok(mut v), Ok(id)) => {
+            v["id"] = id;
+            v.to_string()
+        }
+        _ => recorded.to_string(),
     }
 }
 

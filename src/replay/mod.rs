@@ -18,6 +18,7 @@
 
 pub mod diff;
 mod judge;
+mod learn;
 mod legacy;
 pub mod mock;
 mod report;
@@ -54,6 +55,8 @@ pub struct ReplayOptions {
     pub insecure: bool,
     /// How long a target still starting is waited for.
     pub wait: Duration,
+    /// Requests keep the recorded gaps between them (`--pace`).
+    pub pace: bool,
 }
 
 impl Report {
@@ -404,7 +407,14 @@ fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
 /// (`Replayer::send`) and its calls judged against the recording (`Replayer::judge`).
 pub async fn replay(rec: &Capture, opts: &ReplayOptions) -> Result<Report, ReplayError> {
     let mut r = Replayer::new(rec, opts).await?;
+    // `--pace`: the first request's recorded time and when it was sent again.
+    let mut start: Option<(u64, Instant)> = None;
     for ex in exchanges(rec) {
+        if let (true, Some(first)) = (opts.pace, ex.c2s.first()) {
+            let (t0, sent) = *start.get_or_insert((first.ts, Instant::now()));
+            let due = sent + Duration::from_nanos(first.ts.saturating_sub(t0));
+            tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+        }
         r.exchange(&ex).await?;
     }
     Ok(r.report)
@@ -427,6 +437,9 @@ struct Replayer<'a> {
     /// session id → its stream.
     unclaimed: Vec<LegacyStream>,
     legacy: HashMap<String, LegacyStream>,
+    /// What the target made up differently from the recorded server (task ids…): sent in its
+    /// place, not counted as a difference (`learn`).
+    learned: learn::Learned,
     report: Report,
 }
 
@@ -471,6 +484,7 @@ impl<'a> Replayer<'a> {
             sessions: HashMap::new(),
             unclaimed: Vec::new(),
             legacy: HashMap::new(),
+            learned: Default::default(),
             report: Report {
                 target: opts.target.to_string(),
                 ..Default::default()
@@ -560,6 +574,7 @@ impl<'a> Replayer<'a> {
             }
         }
         let latency_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let replies = self.settle(ex, replies);
         for call in ex.c2s.iter().filter(|m| {
             m.kind == Kind::Request
                 || (m.kind == Kind::Invalid && m.id.is_some() && m.method.is_some())
@@ -583,7 +598,7 @@ impl<'a> Replayer<'a> {
         uri: &str,
     ) -> Result<(Option<u16>, HashMap<String, rpc::Envelope>), ReplayError> {
         let body = if ex.method == "POST" {
-            body_of(ex)
+            self.learned.request(body_of(ex))
         } else {
             String::new()
         };
@@ -648,6 +663,41 @@ impl<'a> Replayer<'a> {
                 (None, HashMap::new())
             }
         })
+    }
+
+    /// Learns what the target made up in each reply to this exchange's calls (against the
+    /// recorded reply), and gives back the replies with it put back as recorded (`learn`).
+    fn settle(
+        &mut self,
+        ex: &Exchange<'_>,
+        mut replies: HashMap<String, rpc::Envelope>,
+    ) -> HashMap<String, rpc::Envelope> {
+        for call in ex.c2s.iter().filter(|m| m.kind == Kind::Request) {
+            let (Some(id), Some(rec)) = (call.id_text(), self.recorded.reply(call)) else {
+                continue;
+            };
+            let Some(env) = replies.get(&id) else {
+                continue;
+            };
+            let (Ok(recorded), Ok(mut live)) = (
+                serde_json::from_str::<Value>(&rec.json_text()),
+                serde_json::from_slice::<Value>(&env.raw),
+            ) else {
+                continue;
+            };
+            for key in ["result", "error"] {
+                if let (Some(r), Some(l)) = (recorded.get(key), live.get(key)) {
+                    self.learned.learn(r, l);
+                }
+                if let (Some(r), Some(l)) = (recorded.get(key), live.get_mut(key)) {
+                    self.learned.as_recorded(r, l);
+                }
+            }
+            if let Body::Single(e) = rpc::parse_body(&Bytes::from(live.to_string())) {
+                replies.insert(id, e);
+            }
+        }
+        replies
     }
 
     fn judge(

@@ -232,6 +232,34 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
     assert!(c.codes.is_empty(), "{pair}: {:?}", c.codes);
     // Matched: every call but the cancelled task's, whose outcome is the task's (as for MCP tasks).
     assert_eq!(c.matched, cs.len() as u64 - 1, "{}", c.stdout);
+
+    // Replayed against the agent at the recorded pace: every call as recorded, the ids and times
+    // the agent made up anew learnt (later requests name the agent's new task ids).
+    let out = rpctap()
+        .args([
+            "replay",
+            file.to_str().unwrap(),
+            "--target",
+            &format!("http://{up}"),
+        ])
+        .args(["--pace", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{pair}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(report["failed"], 0, "{pair}: {report}");
+    assert_eq!(report["passed"], requests as u64, "{pair}: {report}");
+    assert!(out.status.success(), "{pair}");
+
+    // Mocked: the recording serves the same client the same answers (its card, its stream).
+    let (_mock, addrs, _) = spawn_with_banner(
+        rpctap()
+            .args(["mock", file.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::null()),
+        &[" on http://"],
+    );
+    let mocked = run(format!("http://{}", addrs[0])).await;
+    assert_eq!(mocked, via, "{pair}: the mock answers as the agent did");
 }
 
 /// rpctap's own errors say so (`error.data.rpctap`), and an A2A request's keep off A2A's codes:
