@@ -493,6 +493,9 @@ pub struct TaskRef {
     /// On the call that created the task: how many `tasks/get` polls it took.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub polls: u32,
+    /// An A2A task's `contextId`: the conversation it is part of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Arc<str>>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -88,6 +88,8 @@ impl State {
 #[derive(Debug, PartialEq)]
 pub struct Shown {
     pub id: String,
+    /// Its `contextId`, when the result names it.
+    pub context: Option<String>,
     pub state: State,
     /// The text of the status message, when it has one.
     pub message: Option<String>,
@@ -97,15 +99,20 @@ pub struct Shown {
 /// stream's), 0.3's `kind: "status-update"`, or a task itself (`GetTask`, `CancelTask`, 0.3's
 /// `kind: "task"`). An artifact update or a message shows no state.
 pub fn task_shown(result: &Value) -> Option<Shown> {
-    let (id, status) = if let Some(t) = result.get("task") {
-        (t.get("id"), t.get("status"))
+    let (holder, id) = if let Some(t) = result.get("task") {
+        (t, t.get("id"))
     } else if let Some(u) = result.get("statusUpdate") {
-        (u.get("taskId"), u.get("status"))
+        (u, u.get("taskId"))
     } else if result.get("kind").and_then(Value::as_str) == Some("status-update") {
-        (result.get("taskId"), result.get("status"))
+        (result, result.get("taskId"))
     } else {
-        (result.get("id"), result.get("status"))
+        (result, result.get("id"))
     };
+    let status = holder.get("status");
+    let context = holder
+        .get("contextId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let status = status?;
     let message = status.get("message").and_then(|m| {
         let parts = m.get("parts")?.as_array()?;
@@ -117,6 +124,7 @@ pub fn task_shown(result: &Value) -> Option<Shown> {
     });
     Some(Shown {
         id: id?.as_str()?.to_string(),
+        context,
         state: State::parse(status.get("state")?.as_str()?),
         message,
     })
@@ -543,6 +551,8 @@ mod tests {
     #[test]
     fn the_task_a_result_shows_in_each_shape() {
         let shown = |v: Value| task_shown(&v).map(|s| (s.id, s.state, s.message));
+        let ctx = json!({"task": {"id": "t", "contextId": "c9", "status": {"state": "working"}}});
+        assert_eq!(task_shown(&ctx).unwrap().context.as_deref(), Some("c9"));
         let waiting = json!({"state": "TASK_STATE_INPUT_REQUIRED", "message": {"role": "ROLE_AGENT", "parts": [{"text": "which "}, {"text": "colour?"}]}});
         assert_eq!(
             shown(json!({"task": {"id": "t1", "status": waiting}})),

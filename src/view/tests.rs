@@ -1515,6 +1515,7 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
         origin_exchange: Some(1),
         origin_id: Some(crate::rpc::Id::Num("1".into())),
         polls: 0,
+        context: None,
     };
     for (ex, status) in [(2, "working"), (3, "input_required"), (4, "completed")] {
         let id = ex.to_string();
@@ -1575,6 +1576,7 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
             origin_exchange: None,
             origin_id: None,
             polls: 3,
+            context: None,
         }),
     });
     assert_eq!(a.visible_len(), 1);

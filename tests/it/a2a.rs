@@ -491,3 +491,63 @@ async fn an_agent_that_does_not_stream_is_the_same_through_rpctap_and_clean() {
         .iter()
         .any(|c| &*c.method == "SendStreamingMessage"));
 }
+
+/// A2A calls as OpenTelemetry spans: the JSON-RPC attributes and A2A's own — the method, the
+/// task, its state at the call's end, its `contextId` as the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_calls_are_spans_with_a2as_attributes() {
+    let dir = Scratch::new("a2a-otel");
+    let (_r, collector, out) = crate::otel::receiver(&dir);
+    wait_listening(collector).await;
+    let (_agent, up) = a2a_agent(&[]);
+    let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
+        otlp: Some(format!("http://{collector}")),
+        ..Default::default()
+    }
+    .into();
+    let p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    a2a_client(format!("http://{}", p.addr)).await;
+    drop(p.stop);
+    p.served.await.unwrap();
+    // echo, stream, slow, its polls, wait, cancel, ask, resume, fail.
+    let spans = crate::otel::spans(&out, 10).await;
+    let attr = |s: &serde_json::Value, k: &str| s["attributes"][k].as_str().map(str::to_string);
+    let of =
+        |m: &str| -> Vec<&serde_json::Value> { spans.iter().filter(|s| s["name"] == m).collect() };
+    for s in &spans {
+        assert_eq!(
+            attr(s, "rpc.system.name").as_deref(),
+            Some("jsonrpc"),
+            "{s}"
+        );
+        assert_eq!(
+            attr(s, "a2a.method.name"),
+            s["name"].as_str().map(str::to_string)
+        );
+    }
+    let streamed = of("SendStreamingMessage");
+    assert_eq!(streamed.len(), 1);
+    let cancelled: Vec<_> = spans
+        .iter()
+        .filter(|s| attr(s, "a2a.task.state").as_deref() == Some("canceled"))
+        .collect();
+    // The task's row (its creating message) and the cancel itself.
+    assert_eq!(cancelled.len(), 2, "{spans:?}");
+    let task_ids: Vec<_> = cancelled.iter().map(|s| attr(s, "a2a.task.id")).collect();
+    assert!(
+        task_ids[0].is_some() && task_ids[0] == task_ids[1],
+        "{task_ids:?}"
+    );
+    assert!(cancelled
+        .iter()
+        .all(|s| attr(s, "gen_ai.conversation.id").is_some()));
+    let polls = of("GetTask");
+    assert!(!polls.is_empty());
+    assert!(polls.iter().all(|s| attr(s, "a2a.task.id").is_some()));
+    // Completed: the polled task's row, the asking task's row and the message that resumed it.
+    let completed = of("SendMessage")
+        .into_iter()
+        .filter(|s| attr(s, "a2a.task.state").as_deref() == Some("completed"))
+        .count();
+    assert_eq!(completed, 3, "{spans:?}");
+}

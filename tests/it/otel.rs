@@ -14,7 +14,7 @@ const T1: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const T2: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 const UNSAMPLED: &str = "00-11111111111111111111111111111111-2222222222222222-00";
 
-fn receiver(dir: &Scratch) -> (Proc, SocketAddr, std::path::PathBuf) {
+pub fn receiver(dir: &Scratch) -> (Proc, SocketAddr, std::path::PathBuf) {
     let env = installed("otel", &["opentelemetry-proto==1.45.2"]);
     let port = free_port();
     let out = dir.join("spans.jsonl");
@@ -29,7 +29,7 @@ fn receiver(dir: &Scratch) -> (Proc, SocketAddr, std::path::PathBuf) {
 }
 
 /// The spans received, once at least `n` have come (10 s at most).
-async fn spans(out: &std::path::Path, n: usize) -> Vec<Value> {
+pub async fn spans(out: &std::path::Path, n: usize) -> Vec<Value> {
     for _ in 0..100 {
         let v: Vec<Value> = std::fs::read_to_string(out)
             .unwrap_or_default()

@@ -17,7 +17,9 @@
 //! `error_message`) and, for MCP methods, the MCP conventions (`mcp.method.name`,
 //! `mcp.session.id`, `mcp.protocol.version`, `jsonrpc.request.id`, `rpc.response.status_code`,
 //! `gen_ai.tool.name` / `gen_ai.operation.name` = `execute_tool` for `tools/call`,
-//! `gen_ai.prompt.name`, `mcp.resource.uri`; span name `{mcp.method.name} {target}`); the
+//! `gen_ai.prompt.name`, `mcp.resource.uri`; span name `{mcp.method.name} {target}`); for A2A
+//! methods, beside the JSON-RPC ones, `a2a.method.name`, `a2a.task.id`, `a2a.task.state` and
+//! `gen_ai.conversation.id` (the task's `contextId`); the
 //! network's (`network.transport`, `network.protocol.name`, `client.address`, `server.address`,
 //! `server.port`); the anomaly codes as span events; an outcome other than a result is status
 //! `Error` with `error.type`.
@@ -302,6 +304,15 @@ fn target_attrs<'a>(
     pairs.into_iter().flatten()
 }
 
+/// An A2A task's state in A2A's words, from the status the shared task model keeps.
+fn a2a_state(status: &str) -> &str {
+    match status {
+        "input_required" => "input-required",
+        "cancelled" => "canceled",
+        s => s,
+    }
+}
+
 fn is_mcp(method: &str) -> bool {
     crate::rpc::is_mcp_method(method)
 }
@@ -388,6 +399,20 @@ impl Maker {
                 if let (Some(r), Outcome::Result) = (result, &c.outcome) {
                     attrs.push(("gen_ai.tool.call.result", Attr::Str(r)));
                 }
+            }
+        }
+        if crate::rpc::a2a::is_a2a_only(&c.method) {
+            // A2A's attributes, beside the JSON-RPC ones (A2A is JSON-RPC).
+            attrs.push(("a2a.method.name", Attr::Str(&c.method)));
+            let task = c.task.as_deref();
+            if let Some(id) = task.map(|t| &*t.id).or(c.target.as_deref()) {
+                attrs.push(("a2a.task.id", Attr::Str(id)));
+            }
+            if let Some(s) = task.and_then(|t| t.status.as_deref()) {
+                attrs.push(("a2a.task.state", Attr::Str(a2a_state(s))));
+            }
+            if let Some(ctx) = task.and_then(|t| t.context.as_deref()) {
+                attrs.push(("gen_ai.conversation.id", Attr::Str(ctx)));
             }
         }
         let code_text;
