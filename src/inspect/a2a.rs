@@ -269,6 +269,35 @@ impl CardFacts {
     }
 }
 
+/// Major.minor of a version (`1.0.2` → `1.0`, `0.3` → `0.3`): what A2A's versions are
+/// negotiated by.
+fn major_minor(v: &str) -> &str {
+    match v.match_indices('.').nth(1) {
+        Some((i, _)) => &v[..i],
+        None => v,
+    }
+}
+
+/// An A2A method named as the request's version does not name it: 1.0's PascalCase names
+/// (`SendMessage`) under 0.3 — which an absent `A2A-Version` means —, or 0.3's (`message/send`)
+/// under 1.0 or later. Why, when it is so.
+pub fn version_mismatch(method: &str, version: Option<&str>) -> Option<String> {
+    let v = version.unwrap_or("0.3");
+    let legacy = v.starts_with("0.");
+    let named_legacy = method.contains('/');
+    if legacy == named_legacy {
+        return None;
+    }
+    let said = match version {
+        Some(v) => format!("`A2A-Version: {v}`"),
+        None => "no `A2A-Version` (which means 0.3)".to_string(),
+    };
+    let whose = if named_legacy { "0.3's" } else { "1.0's" };
+    Some(format!(
+        "`{method}` is A2A {whose} name, sent with {said}: the agent reads the request as another version's"
+    ))
+}
+
 /// At most this many problems are said of one message.
 const MAX_PROBLEMS: usize = 3;
 
@@ -465,6 +494,11 @@ impl ExchangeCtx {
         for problem in malformed(&params, true) {
             say(Code::A2aPart, problem);
         }
+        if is_a2a_only(method) {
+            if let Some(why) = version_mismatch(method, self.a2a_version.as_deref()) {
+                say(Code::A2aVersion, why);
+            }
+        }
         if let Some(url) = insecure_push_url(method, &params) {
             say(
                 Code::A2aPushUrl,
@@ -491,17 +525,34 @@ impl ExchangeCtx {
 
     /// An A2A call answered with what the agent's card says it does not do: a stream when
     /// `capabilities.streaming` is false, a push notification config when
-    /// `capabilities.pushNotifications` is false (`A2A_CARD`).
+    /// `capabilities.pushNotifications` is false (`A2A_CARD`); a success (`ok`) to a request in
+    /// a version its card lists no interface for (`A2A_VERSION`).
     pub(super) fn a2a_card_rule(
         &self,
         key: &PendingKey,
         method: &Arc<str>,
         streamed: bool,
+        ok: bool,
         extra: &mut Vec<&'static str>,
     ) {
         let Some(card) = self.insp.a2a_card.locked().clone() else {
             return;
         };
+        if ok && is_a2a_only(method) && !card.protocol_versions.is_empty() {
+            let asked = self.a2a_version.as_deref().unwrap_or("0.3");
+            let listed = card
+                .protocol_versions
+                .iter()
+                .any(|v| major_minor(v) == major_minor(asked));
+            if !listed {
+                let name = card.name.as_deref().unwrap_or("the agent");
+                let msg = format!(
+                    "{name} answered an A2A {asked} request though its card lists only {} (an agent answers a version it does not support with VersionNotSupportedError, -32009)",
+                    card.protocol_versions.join(", ")
+                );
+                self.flag_reply(key, method, Code::A2aVersion, msg, extra);
+            }
+        }
         let said = if streamed && is_stream_method(method) && card.streaming == Some(false) {
             "streamed its answer to `{m}` though its card says `capabilities.streaming: false`"
         } else if method.contains("ushNotificationConfig") && card.push == Some(false) {
@@ -628,6 +679,21 @@ mod tests {
         );
         let send = json!({"message": {}, "configuration": {"pushNotificationConfig": {"url": "HTTPS://ok"}}});
         assert_eq!(insecure_push_url("message/send", &send), None);
+    }
+
+    #[test]
+    fn a_method_named_in_another_version_is_a_mismatch() {
+        assert!(version_mismatch("SendMessage", Some("1.0")).is_none());
+        assert!(version_mismatch("message/send", None).is_none());
+        assert!(version_mismatch("message/send", Some("0.3.0")).is_none());
+        assert!(version_mismatch("SendMessage", None)
+            .unwrap()
+            .contains("no `A2A-Version` (which means 0.3)"));
+        assert!(version_mismatch("tasks/get", Some("1.0"))
+            .unwrap()
+            .contains("0.3's name"));
+        assert_eq!(major_minor("1.0.2"), "1.0");
+        assert_eq!(major_minor("0.3"), "0.3");
     }
 
     #[test]

@@ -56,10 +56,11 @@ pub enum Code {
     A2aPart,
     A2aPushUrl,
     A2aCard,
+    A2aVersion,
 }
 
 impl Code {
-    pub const ALL: [Code; 47] = [
+    pub const ALL: [Code; 48] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -107,6 +108,7 @@ impl Code {
         Code::A2aPart,
         Code::A2aPushUrl,
         Code::A2aCard,
+        Code::A2aVersion,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -153,6 +155,7 @@ impl Code {
             Code::A2aPart => "A2A_PART",
             Code::A2aPushUrl => "A2A_PUSH_URL",
             Code::A2aCard => "A2A_CARD",
+            Code::A2aVersion => "A2A_VERSION",
             Code::McpTaskPoll => "MCP_TASK_POLL",
             Code::McpTaskBinding => "MCP_TASK_BINDING",
             Code::McpTaskUnfinished => "MCP_TASK_UNFINISHED",
@@ -203,6 +206,7 @@ impl Code {
             Code::McpTaskUndeclared => "MCP tasks: a task handle (`CreateTaskResult`) for a request that did not declare the tasks extension (2026-07-28) or ask for a task (2025-11-25), or for a method that has no tasks.",
             Code::A2aPart => "A2A: a malformed part (not exactly one of text, raw, url, data; 0.3: a kind without its member), or a message or artifact without its id or parts.",
             Code::A2aPushUrl => "A2A: a push notification URL that is not https (the agent would send task updates and their token in clear).",
+            Code::A2aVersion => "A2A: a method named as another version names it (1.0's under 0.3, which an absent A2A-Version means, or 0.3's under 1.0), or an agent answering a version its card lists no interface for.",
             Code::A2aCard => "A2A: an agent doing what its agent card says it does not (streaming, push notifications).",
             Code::A2aTaskState => "A2A tasks: a state the task state machine does not allow (a task that changes after a terminal state — completed, failed, canceled, rejected — or a state unknown to it), or an event on a stream after its last one.",
             Code::McpTaskStatus => "MCP tasks: a status the task state machine does not allow (a terminal task that changes, a status unknown to it) or a task whose payload does not match its status.",
@@ -256,7 +260,11 @@ impl Code {
             Code::McpErrorCode => Some("https://modelcontextprotocol.io/specification/2026-07-28/changelog"),
             Code::McpTaskUndeclared => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
             Code::McpTaskStatus => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
-            Code::A2aTaskState | Code::A2aPart | Code::A2aPushUrl | Code::A2aCard => {
+            Code::A2aTaskState
+            | Code::A2aPart
+            | Code::A2aPushUrl
+            | Code::A2aCard
+            | Code::A2aVersion => {
                 Some("https://a2a-protocol.org/latest/specification/")
             }
             Code::McpTaskPoll => Some("https://github.com/modelcontextprotocol/ext-tasks/blob/main/specification/2026-07-28/tasks.md"),
@@ -312,6 +320,7 @@ impl Code {
             | Code::McpTaskPoll
             | Code::A2aPushUrl
             | Code::A2aCard
+            | Code::A2aVersion
             | Code::McpTaskUnfinished => Severity::Warning,
             // What a tool said of itself, what rpctap did not read, and a feature still working
             // but on its way out: shown and counted, never failing `check` by default.

@@ -863,9 +863,10 @@ impl ExchangeCtx {
                 if let Some(r) = super::tasks::member(&env.raw, "result") {
                     self.a2a_result(key, &p.method, &r, &mut extra);
                 }
-                let streamed = matches!(self.mode, ReplyMode::Sse { .. });
-                self.a2a_card_rule(key, &p.method, streamed, &mut extra);
             }
+            let streamed = matches!(self.mode, ReplyMode::Sse { .. });
+            let ok = env.kind == Kind::Result;
+            self.a2a_card_rule(key, &p.method, streamed, ok, &mut extra);
         }
         self.error_code_rule(key, &p, env, &mut extra);
         self.subscription_reply(&mut p, env);

@@ -206,6 +206,8 @@ pub struct RequestMeta<'a> {
     /// `Mcp-Method` and `Mcp-Name` (SEP-2243).
     pub mcp_method: Option<&'a str>,
     pub mcp_name: Option<&'a str>,
+    /// `A2A-Version` (A2A 1.0; absent means 0.3).
+    pub a2a_version: Option<&'a str>,
     /// The client's address as text (made once per connection; an event shares it).
     pub peer: Option<&'a Arc<str>>,
     /// Its IP (a stateless client's group names it).
@@ -365,6 +367,8 @@ pub struct ExchangeCtx {
     /// A2A streaming calls of this exchange that have had events, and whether their last one
     /// (`a2a::closes_stream`) came: those still open end as answered at the stream's end.
     a2a_streams: Vec<A2aStream>,
+    /// The request's `A2A-Version`, when it had one.
+    a2a_version: Option<Box<str>>,
 }
 
 /// An A2A streaming call of an exchange that has had events.
@@ -556,7 +560,7 @@ impl Inspector {
                 Arc::new(crate::trace::CallTrace::new(
                     parent,
                     meta.peer.cloned(),
-                    meta.protocol_version.map(Into::into),
+                    meta.protocol_version.or(meta.a2a_version).map(Into::into),
                     "http",
                     t,
                 ))
@@ -566,6 +570,7 @@ impl Inspector {
             sender: None,
             sender_read: false,
             a2a_streams: Vec::new(),
+            a2a_version: meta.a2a_version.map(Into::into),
             ws_decided: false,
             awaiting: None,
             long: [None, None],
@@ -651,6 +656,7 @@ impl Inspector {
             sender: None,
             sender_read: false,
             a2a_streams: Vec::new(),
+            a2a_version: None,
             ws_decided: false,
             awaiting: None,
             long: [None, None],

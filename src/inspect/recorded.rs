@@ -305,6 +305,7 @@ fn reinspect_with(
                         protocol_version: protocol_version.as_deref(),
                         mcp_method: get("mcp-method"),
                         mcp_name: get("mcp-name"),
+                        a2a_version: get("a2a-version"),
                         peer: None,
                         peer_ip: peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()),
                         // As recorded (the `Mcp-Param-*` rules read them).

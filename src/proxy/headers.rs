@@ -108,6 +108,8 @@ pub struct Picked<'a> {
     /// `Mcp-Method`, `Mcp-Name` (requests), `WWW-Authenticate` (responses).
     pub mcp_method: Option<&'a str>,
     pub mcp_name: Option<&'a str>,
+    /// `A2A-Version` (requests).
+    pub a2a_version: Option<&'a str>,
     pub www_authenticate: Option<&'a str>,
     /// A hop-by-hop header is present (RFC 9110 §7.6.1: one of the fixed names or
     /// `Upgrade`; the names `Connection` lists come with a `Connection` header).
@@ -174,6 +176,7 @@ pub fn pick(h: &HeaderMap) -> Picked<'_> {
             }
             "mcp-method" if p.mcp_method.is_none() => p.mcp_method = value.to_str().ok(),
             "mcp-name" if p.mcp_name.is_none() => p.mcp_name = value.to_str().ok(),
+            "a2a-version" if p.a2a_version.is_none() => p.a2a_version = value.to_str().ok(),
             "www-authenticate" if p.www_authenticate.is_none() => {
                 p.www_authenticate = value.to_str().ok()
             }

@@ -293,6 +293,7 @@ impl Proxy {
             protocol_version: picked.protocol_version,
             mcp_method: picked.mcp_method,
             mcp_name: picked.mcp_name,
+            a2a_version: picked.a2a_version,
             peer: Some(&client.peer_text),
             peer_ip: Some(client.peer.ip()),
             headers: Some(req.headers()),

@@ -316,10 +316,18 @@ async fn rpctaps_own_errors_say_so_and_keep_off_a2as_codes() {
     }
 }
 
+/// A POST of an A2A 1.0 request (`A2A-Version: 1.0`, as the SDKs send it).
+async fn post_a2a(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    let headers = [("content-type", "application/json"), ("a2a-version", "1.0")];
+    send(addr, "POST", path, &headers, body.to_string()).await
+}
+
 /// A misbehaving A2A server and client (test code): a task that comes back to life after it
 /// completed and a stream that goes on after its last event (`A2A_TASK_STATE`), malformed parts
 /// in a stream event and in a task's artifact (`A2A_PART`), a push URL in clear
-/// (`A2A_PUSH_URL`), a stream from an agent whose card says it does not stream (`A2A_CARD`):
+/// (`A2A_PUSH_URL`), a stream from an agent whose card says it does not stream (`A2A_CARD`),
+/// methods named as another version names them and an answer to a version the card does not
+/// list (`A2A_VERSION`):
 /// each caught once, live and in `check`, and nothing else; the card is an event of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
@@ -345,7 +353,12 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
                 json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
             };
             let method = v["method"].as_str().unwrap();
+            let said = v["params"]["message"]["parts"][0]["text"].as_str();
             match (method, v["params"]["id"].as_str()) {
+                ("SendMessage" | "message/send", _) if said == Some("v") => json_reply(
+                    200,
+                    &one(json!({"message": {"messageId": "m9", "role": "ROLE_AGENT", "parts": [{"text": "ok"}]}})),
+                ),
                 ("SendMessage", _) => {
                     json_reply(200, &one(json!({"task": task("t1", "TASK_STATE_WORKING")})))
                 }
@@ -395,23 +408,29 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     let card = http_text(p.addr, "/.well-known/agent-card.json").await;
     assert!(card.contains("bad agent"), "{card}");
     let send = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"go"}]}}}"#;
-    post_json(p.addr, "/a2a", send).await;
+    post_a2a(p.addr, "/a2a", send).await;
     for id in [2, 3] {
         let get =
             format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"GetTask","params":{{"id":"t1"}}}}"#);
-        post_json(p.addr, "/a2a", &get).await;
+        post_a2a(p.addr, "/a2a", &get).await;
     }
     let stream = r#"{"jsonrpc":"2.0","id":4,"method":"SendStreamingMessage","params":{"message":{"messageId":"m2","role":"ROLE_USER","parts":[{"text":"go"}]}}}"#;
-    let r = post_json(p.addr, "/a2a", stream).await;
+    let r = post_a2a(p.addr, "/a2a", stream).await;
     assert_eq!(
         sse_data(&r.text()).len(),
         4,
         "every event reaches the client"
     );
     let push = r#"{"jsonrpc":"2.0","id":5,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"t1","url":"http://hooks.example/a2a","token":"hook-token"}}"#;
-    post_json(p.addr, "/a2a", push).await;
+    post_a2a(p.addr, "/a2a", push).await;
     let get = r#"{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"t3"}}"#;
-    post_json(p.addr, "/a2a", get).await;
+    post_a2a(p.addr, "/a2a", get).await;
+    // 0.3's name under 1.0; 1.0's name with no version (0.3), which the agent answers though its
+    // card lists only 1.0.
+    let legacy = r#"{"jsonrpc":"2.0","id":7,"method":"message/send","params":{"message":{"messageId":"m7","role":"user","parts":[{"kind":"text","text":"v"}]}}}"#;
+    post_a2a(p.addr, "/a2a", legacy).await;
+    let unversioned = r#"{"jsonrpc":"2.0","id":8,"method":"SendMessage","params":{"message":{"messageId":"m8","role":"ROLE_USER","parts":[{"text":"v"}]}}}"#;
+    post_json(p.addr, "/a2a", unversioned).await;
     let ev = p.drain().await;
     let mut found = anomalies(&ev);
     found.sort();
@@ -422,6 +441,9 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
         ("A2A_PUSH_URL", "5"),
         ("A2A_TASK_STATE", "3"),
         ("A2A_TASK_STATE", "4"),
+        ("A2A_VERSION", "7"),
+        ("A2A_VERSION", "8"),
+        ("A2A_VERSION", "8"),
     ]
     .iter()
     .map(|(c, id)| (c.to_string(), Some(id.to_string())))
@@ -469,7 +491,10 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
             "A2A_PART",
             "A2A_PUSH_URL",
             "A2A_TASK_STATE",
-            "A2A_TASK_STATE"
+            "A2A_TASK_STATE",
+            "A2A_VERSION",
+            "A2A_VERSION",
+            "A2A_VERSION"
         ]
     );
 }
@@ -518,6 +543,11 @@ async fn a2a_calls_are_spans_with_a2as_attributes() {
         assert_eq!(
             attr(s, "rpc.system.name").as_deref(),
             Some("jsonrpc"),
+            "{s}"
+        );
+        assert_eq!(
+            attr(s, "a2a.protocol.version").as_deref(),
+            Some("1.0"),
             "{s}"
         );
         assert_eq!(

@@ -18,7 +18,8 @@
 //! `mcp.session.id`, `mcp.protocol.version`, `jsonrpc.request.id`, `rpc.response.status_code`,
 //! `gen_ai.tool.name` / `gen_ai.operation.name` = `execute_tool` for `tools/call`,
 //! `gen_ai.prompt.name`, `mcp.resource.uri`; span name `{mcp.method.name} {target}`); for A2A
-//! methods, beside the JSON-RPC ones, `a2a.method.name`, `a2a.task.id`, `a2a.task.state` and
+//! methods, beside the JSON-RPC ones, `a2a.method.name`, `a2a.protocol.version`, `a2a.task.id`,
+//! `a2a.task.state` and
 //! `gen_ai.conversation.id` (the task's `contextId`); the
 //! network's (`network.transport`, `network.protocol.name`, `client.address`, `server.address`,
 //! `server.port`); the anomaly codes as span events; an outcome other than a result is status
@@ -404,6 +405,9 @@ impl Maker {
         if crate::rpc::a2a::is_a2a_only(&c.method) {
             // A2A's attributes, beside the JSON-RPC ones (A2A is JSON-RPC).
             attrs.push(("a2a.method.name", Attr::Str(&c.method)));
+            // The request's `A2A-Version`; absent means 0.3.
+            let version = trace.and_then(|t| t.protocol_version.as_deref());
+            attrs.push(("a2a.protocol.version", Attr::Str(version.unwrap_or("0.3"))));
             let task = c.task.as_deref();
             if let Some(id) = task.map(|t| &*t.id).or(c.target.as_deref()) {
                 attrs.push(("a2a.task.id", Attr::Str(id)));
