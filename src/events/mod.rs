@@ -269,6 +269,21 @@ pub fn expected_error(method: &str, code: i64) -> bool {
     method == "server/discover" && code == -32601
 }
 
+/// The name a call is counted under in per-method statistics (the dashboard's methods view,
+/// `stats`, the report's percentiles, the gate's `--max-duration`): its method, and its target
+/// when that names a kind of operation — `tools/call search` apart from `tools/call fetch` —,
+/// not when it names one instance: a task (MCP's `tasks/*`, A2A's task and message methods) or
+/// a subscription, which would make one row per task.
+pub fn stat_key<'a>(method: &'a str, target: Option<&str>) -> std::borrow::Cow<'a, str> {
+    let instance = method.starts_with("tasks/")
+        || method == "subscriptions/listen"
+        || crate::rpc::a2a::is_method(method);
+    match target {
+        Some(t) if !instance => format!("{method} {t}").into(),
+        _ => method.into(),
+    }
+}
+
 /// Whether a call failed, as the error counts mean it: an error reply (but the expected ones,
 /// [`expected_error`]), a refusal, a rejection, no reply — or a result whose tool says it failed
 /// (`isError: true`, flagged `TOOL_ERROR`).

@@ -173,7 +173,7 @@ pub fn tools(allow_replay: bool) -> Value {
             "outputSchema": output(json!({"findings": {"type": "array", "items": {"type": "object"}}, "total": {"type": "integer"}, "nextCursor": {"type": ["string", "null"]}}), &["findings", "total"]),
             "annotations": ro}),
         json!({"name": "stats", "title": "Call statistics",
-            "description": "Per method and tool: calls, errors, error rate and latency percentiles (p50, p95, p99, max, in ms).",
+            "description": "Per method and tool: calls, errors, error rate and latency percentiles (p50, p95, p99, max, in ms); and the A2A agent cards the session fetched (name, versions, streaming, push notifications, skills, the card).",
             "inputSchema": schema(json!({"session": session}), &["session"]),
             "outputSchema": output(json!({"methods": {"type": "array", "items": {"type": "object"}}}), &["methods"]),
             "annotations": ro}),
@@ -372,7 +372,7 @@ impl Agent {
         json!({"index": i, "scope": c.scope.to_string(), "direction": c.direction, "method": c.method,
             "target": c.target, "id": c.id, "outcome": outcome_json(&c.outcome),
             "latency_ms": c.latency_us.map(|l| l as f64 / 1000.0), "anomalies": c.anomalies,
-            "continues": c.continues})
+            "continues": c.continues, "task": c.task})
     }
 
     fn list_calls(&self, args: &Value) -> Result<Value, String> {
@@ -518,10 +518,7 @@ impl Agent {
         let (_, rec) = self.recording(string_arg(args, "session")?)?;
         let mut per: std::collections::BTreeMap<String, (Vec<u64>, u64)> = Default::default();
         for c in rec.calls() {
-            let key = match &c.target {
-                Some(t) => format!("{} {t}", c.method),
-                None => c.method.to_string(),
-            };
+            let key = crate::events::stat_key(&c.method, c.target.as_deref()).into_owned();
             let e = per.entry(key).or_default();
             e.0.extend(c.latency_us);
             if crate::events::call_failed(
@@ -549,7 +546,21 @@ impl Agent {
                     "max_ms": l.last().map_or(0.0, |m| *m as f64 / 1000.0)})
             })
             .collect();
-        Ok(json!({"methods": methods}))
+        // The A2A agent cards the session fetched: what each agent says it is and can do.
+        let cards: Vec<Value> = rec
+            .http()
+            .filter_map(|h| match h {
+                crate::events::HttpEvent::AgentCard { path, card, .. } => {
+                    let f = crate::inspect::a2a::CardFacts::read(card);
+                    Some(json!({"path": path, "name": f.name, "version": f.version,
+                        "streaming": f.streaming, "push_notifications": f.push,
+                        "protocol_versions": f.protocol_versions, "skills": f.skills,
+                        "card": serde_json::from_str::<Value>(card).ok()}))
+                }
+                _ => None,
+            })
+            .collect();
+        Ok(json!({"methods": methods, "agent_cards": cards}))
     }
 
     fn cost(&self, args: &Value) -> Result<Value, String> {

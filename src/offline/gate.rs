@@ -351,10 +351,7 @@ pub fn label(header: &serde_json::Value) -> String {
 }
 
 fn method_key(method: &str, target: Option<&str>) -> String {
-    match target {
-        Some(t) => format!("{method} {t}"),
-        None => method.to_string(),
-    }
+    crate::events::stat_key(method, target).into_owned()
 }
 
 /// Applies the gate to `check`'s per-scope results and the recording's call lines.

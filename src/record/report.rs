@@ -107,10 +107,7 @@ pub fn html_with(rec: &Capture, name: &str, sections: &[Section]) -> String {
     // Latency percentiles per method and tool.
     let mut per: BTreeMap<String, (Vec<u64>, u64)> = BTreeMap::new();
     for c in &calls {
-        let key = match &c.target {
-            Some(t) => format!("{} {t}", c.method),
-            None => c.method.to_string(),
-        };
+        let key = crate::events::stat_key(&c.method, c.target.as_deref()).into_owned();
         let e = per.entry(key).or_default();
         if let Some(l) = c.latency_us {
             e.0.push(l);

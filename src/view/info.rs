@@ -1,6 +1,8 @@
 //! What a session declared and what it used (the `i` popup): both sides' `initialize` (or
 //! `server/discover`) — names, versions, protocol, capabilities — read from the rows the list
-//! holds, and each capability the traffic used held against what its side declared.
+//! holds, and each capability the traffic used held against what its side declared. For an A2A
+//! call, the agent's card (the last one fetched through rpctap from that server) and what the
+//! traffic used of it.
 
 use super::{App, View, NO_SESSION};
 use serde_json::Value;
@@ -64,8 +66,65 @@ impl App {
         }
     }
 
+    /// What an A2A agent's card declared and what the traffic used (the selected row is an A2A
+    /// call or a card).
+    fn agent_info(&self) -> Option<Vec<String>> {
+        const CARD: &str = "A2A agent card: ";
+        let is_card = |r: &super::Row| r.target.as_deref().is_some_and(|t| t.starts_with(CARD));
+        let sel = self.selected_row()?;
+        if !crate::rpc::a2a::is_a2a_only(&sel.method) && !is_card(sel) {
+            return None;
+        }
+        let mut out = vec!["A2A agent".to_string()];
+        let card = self
+            .rows
+            .iter()
+            .rev()
+            .find(|r| r.server == sel.server && is_card(r));
+        let facts = card
+            .and_then(|r| r.reply.as_deref())
+            .map(crate::inspect::a2a::CardFacts::read);
+        match &facts {
+            Some(f) => {
+                out.push(format!("  {}", f.describe()));
+                let yes = |b: Option<bool>| match b {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "not said",
+                };
+                out.push(format!(
+                    "  streaming: {}; push notifications: {}",
+                    yes(f.streaming),
+                    yes(f.push)
+                ));
+            }
+            None => out.push("  its agent card was not fetched through rpctap".into()),
+        }
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        for r in self.rows.iter().filter(|r| r.server == sel.server) {
+            if crate::rpc::a2a::is_method(&r.method) {
+                *used.entry(&r.method).or_default() += 1;
+            }
+        }
+        out.push("used:".into());
+        for (m, n) in used {
+            let denied = facts.as_ref().is_some_and(|f| {
+                (crate::rpc::a2a::is_stream_method(m) && f.streaming == Some(false))
+                    || (m.contains("ushNotificationConfig") && f.push == Some(false))
+            });
+            match denied {
+                true => out.push(format!("✗ {m} ×{n} — the card says the agent does not")),
+                false => out.push(format!("  ✓ {m} ×{n}")),
+            }
+        }
+        Some(out)
+    }
+
     /// The popup's lines.
     pub fn session_info(&self) -> Vec<String> {
+        if let Some(lines) = self.agent_info() {
+            return lines;
+        }
         let Some(scope) = self.info_scope() else {
             return vec!["no session selected (plain JSON-RPC has no initialize)".into()];
         };

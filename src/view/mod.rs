@@ -917,9 +917,9 @@ impl App {
             }
         }
         // Per tool, prompt or resource: `tools/call search` apart from `tools/call fetch`.
-        let key = match &c.target {
-            Some(t) => Text::from(format!("{method} {t}")),
-            None => method.clone(),
+        let key = match crate::events::stat_key(&method[..], c.target.as_deref()) {
+            std::borrow::Cow::Owned(k) => Text::from(k),
+            std::borrow::Cow::Borrowed(_) => method.clone(),
         };
         // A round that asked for input is part of the call that continues it: the methods view
         // counts that call once, its latency the server's time over every round (the client's

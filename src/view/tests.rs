@@ -398,6 +398,40 @@ fn an_a2a_agent_card_is_an_http_row_with_the_card_in_its_detail() {
 }
 
 #[test]
+fn the_info_popup_of_an_a2a_call_holds_what_was_used_against_the_agents_card() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let card = r#"{"name":"quiet agent","version":"1","capabilities":{"streaming":false},"supportedInterfaces":[{"protocolVersion":"1.0"}],"skills":[{"id":"s1"}]}"#;
+    a.apply_agent_card(1, Ex { src: 0, n: 1 }, "/.well-known/agent-card.json", card);
+    for (ex, method) in [
+        (2, "SendMessage"),
+        (3, "SendStreamingMessage"),
+        (4, "SendMessage"),
+    ] {
+        a.apply_message(msg(
+            ex,
+            true,
+            Kind::Request,
+            Some("1"),
+            Some(method),
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#),
+        ));
+    }
+    a.follow = false;
+    a.selected = 2;
+    a.handle_key(Key::Char('i'));
+    let lines = a.session_info().join("\n");
+    for want in [
+        "A2A agent",
+        "quiet agent 1 (A2A 1.0; no streaming; 1 skill: s1)",
+        "streaming: no; push notifications: not said",
+        "  ✓ SendMessage ×2",
+        "✗ SendStreamingMessage ×1 — the card says the agent does not",
+    ] {
+        assert!(lines.contains(want), "{want} missing in:\n{lines}");
+    }
+}
+
+#[test]
 fn a_reply_that_matches_no_call_is_shown_with_its_exchange() {
     let mut a = App::new("t", "l", "u", 100, 0);
     let msg = |c2s: bool, kind: Kind, id: Option<&str>, raw: &str| Msg {

@@ -7,6 +7,7 @@
 
 use crate::common::*;
 use rpctap::events::{Event, Outcome};
+use serde_json::json;
 use std::net::SocketAddr;
 
 const A2A: &[&str] = &["a2a-sdk[http-server]==1.3.0", "uvicorn==0.55.0"];
@@ -251,6 +252,48 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
     assert_eq!(report["passed"], requests as u64, "{pair}: {report}");
     assert!(out.status.success(), "{pair}");
 
+    // The agent API: the card the session fetched, and each call's task.
+    let mut api = LineProc::spawn(rpctap().arg("mcp").stderr(std::process::Stdio::null()));
+    api.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#);
+    api.reply(1);
+    api.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let call = |tool: &str, n: u32| {
+        let args = json!({"session": file.to_str().unwrap()});
+        json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": tool, "arguments": args}}).to_string()
+    };
+    api.send(&call("stats", 2));
+    let stats: serde_json::Value = serde_json::from_str(&api.reply(2)).unwrap();
+    let cards = &stats["result"]["structuredContent"]["agent_cards"];
+    assert_eq!(cards[0]["name"], "rpctap test agent", "{pair}: {stats}");
+    assert_eq!(cards[0]["skills"], json!(["stories"]));
+    // One row per method, not one per task.
+    let names: Vec<&str> = stats["result"]["structuredContent"]["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "CancelTask",
+            "GetTask",
+            "SendMessage",
+            "SendStreamingMessage"
+        ],
+        "{pair}"
+    );
+    api.send(&call("list_calls", 3));
+    let listed: serde_json::Value = serde_json::from_str(&api.reply(3)).unwrap();
+    let with_task = listed["result"]["structuredContent"]["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["task"]["id"].is_string())
+        .count();
+    assert!(with_task >= 3, "{pair}: {listed}");
+    drop(api);
+
     // Mocked: the recording serves the same client the same answers (its card, its stream).
     let (_mock, addrs, _) = spawn_with_banner(
         rpctap()
@@ -327,11 +370,10 @@ async fn post_a2a(addr: SocketAddr, path: &str, body: &str) -> Reply {
 /// in a stream event and in a task's artifact (`A2A_PART`), a push URL in clear
 /// (`A2A_PUSH_URL`), a stream from an agent whose card says it does not stream (`A2A_CARD`),
 /// methods named as another version names them and an answer to a version the card does not
-/// list (`A2A_VERSION`):
-/// each caught once, live and in `check`, and nothing else; the card is an event of its own.
+/// list (`A2A_VERSION`): each caught once, live and in `check`, and nothing else; the card is
+/// an event of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
-    use serde_json::json;
     let dir = Scratch::new("a2a-bad");
     let polls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let (up, _stop) = start_upstream(move |parts, body| {
