@@ -479,7 +479,7 @@ impl ExchangeCtx {
         target: &mut Option<Arc<str>>,
         anomalies: &mut Vec<&'static str>,
     ) {
-        let Some(params) = super::tasks::member(raw, "params") else {
+        let Some(params) = crate::rpc::member(raw, "params") else {
             return;
         };
         if target.is_none() && (is_task_method(method) || is_message_method(method)) {

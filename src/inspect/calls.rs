@@ -785,7 +785,7 @@ impl ExchangeCtx {
         if !super::a2a::is_stream_method(&method) {
             return false;
         }
-        let result = super::tasks::member(&env.raw, "result");
+        let result = crate::rpc::member(&env.raw, "result");
         let closes = result.as_ref().is_none_or(super::a2a::closes_stream);
         let at = match self.a2a_streams.iter().position(|s| &s.key == key) {
             Some(i) => i,
@@ -860,7 +860,7 @@ impl ExchangeCtx {
                 extra.append(&mut s.found);
             }
             if env.kind == Kind::Result {
-                if let Some(r) = super::tasks::member(&env.raw, "result") {
+                if let Some(r) = crate::rpc::member(&env.raw, "result") {
                     self.a2a_result(key, &p.method, &r, &mut extra);
                 }
             }

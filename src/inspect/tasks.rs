@@ -178,10 +178,7 @@ impl Seen {
     }
 }
 
-pub(super) fn member(raw: &[u8], key: &str) -> Option<Value> {
-    let mut v: Value = serde_json::from_slice(raw).ok()?;
-    Some(v.get_mut(key)?.take())
-}
+use crate::rpc::member;
 
 /// The outcome a task's end gives the call that created it.
 fn outcome_of(status: Status, seen: &Seen, id: &str) -> Outcome {

@@ -369,9 +369,7 @@ impl<'a> Expected<'a> {
 }
 
 fn member(raw: &str, key: &str) -> Option<Value> {
-    serde_json::from_str::<Value>(raw)
-        .ok()
-        .and_then(|v| v.get(key).cloned())
+    rpc::member(raw.as_bytes(), key)
 }
 
 /// The replies found in a replayed body, keyed by exact id text.

@@ -804,6 +804,13 @@ pub struct CallInfo<'a> {
     pub resource: Option<&'a str>,
 }
 
+/// A top-level member of a message (`params`, `result`), parsed: read again only where a rule
+/// needs its value (the envelope's one pass keeps none).
+pub fn member(raw: &[u8], key: &str) -> Option<serde_json::Value> {
+    let mut v: serde_json::Value = serde_json::from_slice(raw).ok()?;
+    Some(v.get_mut(key)?.take())
+}
+
 /// A JSON-RPC error reply, as bytes.
 pub fn error_reply(id: &Id, code: i64, message: &str, data: Option<serde_json::Value>) -> String {
     let mut error = serde_json::json!({ "code": code, "message": message });

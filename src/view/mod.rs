@@ -455,8 +455,39 @@ impl App {
         }
     }
 
-    /// An authorization exchange around an MCP endpoint: a row of its own (kind `http`), its
-    /// challenge in the detail pane. `-http` in the filter (or `h`) hides these rows.
+    /// A row of its own for an HTTP exchange that carries no JSON-RPC but matters (kind
+    /// `http`): `-http` in the filter (or `h`) hides these rows.
+    fn http_row(&mut self, ts_ns: u64, exchange: Ex, method: String, status: u16) -> Row {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Row {
+            seq,
+            ts_ns,
+            exchange,
+            scope: self.scope_of(exchange.src, &crate::events::Scope::Exchange(exchange.n)),
+            direction: Direction::ClientToServer,
+            method: method.into(),
+            target: None,
+            id: Text::from(""),
+            outcome: RowOutcome::Http(status),
+            latency_us: None,
+            size: 0,
+            anomalies: vec![],
+            anomaly_text: vec![],
+            injected: vec![],
+            request: None,
+            reply: None,
+            stream: vec![],
+            transport: "http",
+            server: self.server_label(exchange.src),
+            rounds: None,
+            folded: false,
+            task: None,
+        }
+    }
+
+    /// An authorization exchange around an MCP endpoint: an HTTP row, its challenge in the
+    /// detail pane.
     pub fn apply_auth(
         &mut self,
         ts_ns: u64,
@@ -466,73 +497,23 @@ impl App {
         status: u16,
         www_authenticate: Option<&str>,
     ) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let detail: Text = match www_authenticate {
-            Some(w) => format!("WWW-Authenticate: {w}").into(),
-            None => Text::from(""),
-        };
-        let row = Row {
-            seq,
-            ts_ns,
-            exchange,
-            scope: self.scope_of(exchange.src, &crate::events::Scope::Exchange(exchange.n)),
-            direction: Direction::ClientToServer,
-            method: format!("{method} {path}").into(),
-            target: None,
-            id: Text::from(""),
-            outcome: RowOutcome::Http(status),
-            latency_us: None,
-            size: 0,
-            anomalies: vec![],
-            anomaly_text: vec![],
-            injected: vec![],
-            request: (!detail.is_empty()).then_some(detail),
-            reply: None,
-            stream: vec![],
-            transport: "http",
-            server: self.server_label(exchange.src),
-            rounds: None,
-            folded: false,
-            task: None,
-        };
+        let mut row = self.http_row(ts_ns, exchange, format!("{method} {path}"), status);
+        row.request = www_authenticate.map(|w| format!("WWW-Authenticate: {w}").into());
         self.push_row(row);
     }
 
-    /// An A2A agent card: a row of its own (`GET PATH`, the agent's name as its target), the
-    /// card pretty in its detail.
+    /// An A2A agent card: an HTTP row (`GET PATH`, what the card says of the agent as its
+    /// target), the card pretty in its detail.
     pub fn apply_agent_card(&mut self, ts_ns: u64, exchange: Ex, path: &str, card: &str) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
         let facts = crate::inspect::a2a::CardFacts::read(card);
         let pretty = serde_json::from_str::<serde_json::Value>(card)
             .ok()
             .and_then(|v| serde_json::to_string_pretty(&v).ok())
             .unwrap_or_else(|| card.to_string());
-        let row = Row {
-            seq,
-            ts_ns,
-            exchange,
-            scope: self.scope_of(exchange.src, &crate::events::Scope::Exchange(exchange.n)),
-            direction: Direction::ClientToServer,
-            method: format!("GET {path}").into(),
-            target: Some(format!("A2A agent card: {}", facts.describe()).into()),
-            id: Text::from(""),
-            outcome: RowOutcome::Http(200),
-            latency_us: None,
-            size: card.len(),
-            anomalies: vec![],
-            anomaly_text: vec![],
-            injected: vec![],
-            request: None,
-            reply: Some(pretty.into()),
-            stream: vec![],
-            transport: "http",
-            server: self.server_label(exchange.src),
-            rounds: None,
-            folded: false,
-            task: None,
-        };
+        let mut row = self.http_row(ts_ns, exchange, format!("GET {path}"), 200);
+        row.target = Some(format!("A2A agent card: {}", facts.describe()).into());
+        row.size = card.len();
+        row.reply = Some(pretty.into());
         self.push_row(row);
     }
 
