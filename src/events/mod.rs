@@ -513,6 +513,31 @@ pub struct TaskRef {
     pub context: Option<Arc<str>>,
 }
 
+#[cfg(test)]
+impl CallEvent {
+    /// A call for the tests: a client's, in exchange 1's scope, answered in `latency_us`;
+    /// the rest set by the test.
+    pub fn for_test(method: &str, id: Id, outcome: Outcome, latency_us: u64) -> CallEvent {
+        CallEvent {
+            ts: 1,
+            exchange: 1,
+            scope: Scope::Exchange(1),
+            direction: Direction::ClientToServer,
+            method: method.into(),
+            target: None,
+            id,
+            outcome,
+            latency_us: Some(latency_us),
+            anomalies: Vec::new(),
+            request_index: None,
+            response_index: None,
+            continues: None,
+            task: None,
+            trace: None,
+        }
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }

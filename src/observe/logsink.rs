@@ -337,26 +337,21 @@ mod tests {
 
     #[test]
     fn a_call_line_reads_as_it_always_did() {
-        let c = crate::events::CallEvent {
-            ts: 1_796_015_737_927_000_000,
-            exchange: 3,
-            scope: crate::events::Scope::Exchange(3),
-            direction: crate::events::Direction::ClientToServer,
-            method: "tools/call".into(),
-            target: Some("search".into()),
-            id: crate::rpc::Id::Num("7".into()),
-            outcome: crate::events::Outcome::Error {
-                code: -32602,
-                message: "bad".into(),
-            },
-            latency_us: Some(1234),
-            anomalies: vec!["MCP_INPUT_SCHEMA", "TOOL_ERROR"],
-            request_index: None,
-            response_index: None,
-            continues: None,
-            task: None,
-            trace: None,
+        let bad = crate::events::Outcome::Error {
+            code: -32602,
+            message: "bad".into(),
         };
+        let mut c = crate::events::CallEvent::for_test(
+            "tools/call",
+            crate::rpc::Id::Num("7".into()),
+            bad,
+            1234,
+        );
+        c.ts = 1_796_015_737_927_000_000;
+        c.exchange = 3;
+        c.scope = crate::events::Scope::Exchange(3);
+        c.target = Some("search".into());
+        c.anomalies = vec!["MCP_INPUT_SCHEMA", "TOOL_ERROR"];
         let line = text_line(&Event::Call(c.clone())).unwrap();
         assert_eq!(
             line,
@@ -386,22 +381,14 @@ mod tests {
             let want = humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns));
             assert_eq!(String::from_utf8(v).unwrap(), want.to_string(), "{ns}");
         }
-        let call = |us, scope| crate::events::CallEvent {
-            ts: base,
-            exchange: 1,
-            scope,
-            direction: crate::events::Direction::ServerToClient,
-            method: "ping".into(),
-            target: None,
-            id: crate::rpc::Id::Str("a\"b".into()),
-            outcome: crate::events::Outcome::Result,
-            latency_us: Some(us),
-            anomalies: vec![],
-            request_index: None,
-            response_index: None,
-            continues: None,
-            task: None,
-            trace: None,
+        let call = |us, scope| {
+            let id = crate::rpc::Id::Str("a\"b".into());
+            let mut c =
+                crate::events::CallEvent::for_test("ping", id, crate::events::Outcome::Result, us);
+            c.ts = base;
+            c.scope = scope;
+            c.direction = crate::events::Direction::ServerToClient;
+            c
         };
         for (us, shown) in [
             (0, "0.0ms"),
@@ -430,23 +417,13 @@ mod tests {
     }
 
     fn ping_at(ts: u64, id: u64) -> Event {
-        Event::Call(crate::events::CallEvent {
-            ts,
-            exchange: id,
-            scope: crate::events::Scope::Exchange(id),
-            direction: crate::events::Direction::ClientToServer,
-            method: "ping".into(),
-            target: None,
-            id: crate::rpc::Id::Num(id.to_string().into()),
-            outcome: crate::events::Outcome::Result,
-            latency_us: Some(100),
-            anomalies: vec![],
-            request_index: None,
-            response_index: None,
-            continues: None,
-            task: None,
-            trace: None,
-        })
+        let n = crate::rpc::Id::Num(id.to_string().into());
+        let mut c =
+            crate::events::CallEvent::for_test("ping", n, crate::events::Outcome::Result, 100);
+        c.ts = ts;
+        c.exchange = id;
+        c.scope = crate::events::Scope::Exchange(id);
+        Event::Call(c)
     }
 
     #[test]

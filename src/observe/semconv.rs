@@ -116,27 +116,13 @@ pub fn operation(c: &CallEvent) -> Option<(Instrument, Series, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::Scope;
     use crate::rpc::Id;
 
     fn call(method: &str, target: Option<&str>, outcome: Outcome, dir: Direction) -> CallEvent {
-        CallEvent {
-            ts: 1,
-            exchange: 1,
-            scope: Scope::Exchange(1),
-            direction: dir,
-            method: method.into(),
-            target: target.map(Into::into),
-            id: Id::Num("1".into()),
-            outcome,
-            latency_us: Some(250_000),
-            anomalies: Vec::new(),
-            request_index: None,
-            response_index: None,
-            continues: None,
-            task: None,
-            trace: None,
-        }
+        let mut c = CallEvent::for_test(method, Id::Num("1".into()), outcome, 250_000);
+        c.target = target.map(Into::into);
+        c.direction = dir;
+        c
     }
 
     #[test]

@@ -506,6 +506,16 @@ pub fn rpctap() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_rpctap"))
 }
 
+/// `rpctap ARGS` run to its end: its exit code (-1 for a signal), stdout and stderr.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = rpctap().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `rpctap proxy` headless on a free loopback port in front of `upstream` (a URL), with no log
 /// and stdin/stdout closed; with `admin`, its admin listener on a free loopback port too.
 pub fn proxy_cmd(upstream: &str, admin: bool) -> std::process::Command {

@@ -130,15 +130,6 @@ fn record_everything(file: &Path) {
     assert!(child.wait().unwrap().success());
 }
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn server_everythings_biggest_tools_are_listed_with_their_counts_and_gated() {
     let tmp = Scratch::new("cost");
