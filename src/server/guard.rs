@@ -149,7 +149,7 @@ impl Guard {
         let Some(host) = host else {
             return Err(refused(StatusCode::BAD_REQUEST, "no Host header"));
         };
-        if self.host_allowed(host) {
+        if self.host_verdict(host) == Some(true) {
             Ok(())
         } else {
             Err(refused(
@@ -171,7 +171,8 @@ impl Guard {
             return Ok(());
         }
         match host {
-            Some(h) if split_host(h.trim()).is_some() && !self.host_allowed(h) => {
+            // A malformed `Host` is the framing rules' (400), not this check's.
+            Some(h) if self.host_verdict(h) == Some(false) => {
                 Err(refused(
                     StatusCode::FORBIDDEN,
                     format!("Host {h:?} does not name this listener: a page under another name (DNS rebinding) is refused on loopback (allow the name with --allow-host)"),
@@ -181,10 +182,11 @@ impl Guard {
         }
     }
 
-    /// A `Host` value (`name[:port]`) that names this listener.
-    /// Compared in any letter case without a lowered copy: a loopback proxy asks this of every
-    /// request.
-    fn host_allowed(&self, host: &str) -> bool {
+    /// Whether a `Host` value (`name[:port]`) names this listener or an allowed name, compared
+    /// in any letter case without a lowered copy (a loopback proxy asks this of every request
+    /// whose `Host` is not one of `own`); `None` for a value that is no `name[:port]` (and not
+    /// allowed as written): one split of the value decides both.
+    fn host_verdict(&self, host: &str) -> Option<bool> {
         let host = host.trim();
         let allowed = |v: &str| {
             self.cfg
@@ -193,15 +195,14 @@ impl Guard {
                 .any(|a| a.eq_ignore_ascii_case(v))
         };
         if allowed(host) {
-            return true;
+            return Some(true);
         }
-        let Some((name, _port)) = split_host(host) else {
-            return false;
-        };
-        allowed(name) || self.names_me(name)
+        let (name, _port) = split_host(host)?;
+        Some(allowed(name) || self.names_me(name))
     }
 
-    /// A host name (no port) that is this listener's address.
+    /// A host name (no port) that is this listener's address. `own` (the byte-compared fast
+    /// path) must stay a subset of what this accepts.
     fn names_me(&self, name: &str) -> bool {
         let ip = self.addr.ip();
         if name.eq_ignore_ascii_case("localhost") {
