@@ -56,6 +56,30 @@ fn otel_flags(collector: SocketAddr, propagate: bool) -> rpctap::cli::ProxyFlags
     }
 }
 
+/// A receiver, the demo server, and a proxy in front of the demo exporting to the receiver with
+/// the flags `tweak` leaves; the spans go to `out`.
+struct Rig {
+    p: TestProxy,
+    out: std::path::PathBuf,
+    _receiver: Proc,
+    _demo: Stop,
+}
+
+async fn rig(dir: &Scratch, tweak: impl FnOnce(&mut rpctap::cli::ProxyFlags)) -> Rig {
+    let (receiver, collector, out) = receiver(dir);
+    wait_listening(collector).await;
+    let (demo, stop) = start_demo().await;
+    let mut flags = otel_flags(collector, false);
+    tweak(&mut flags);
+    let p = start_proxy_flags(&format!("http://{demo}"), flags).await;
+    Rig {
+        p,
+        out,
+        _receiver: receiver,
+        _demo: stop,
+    }
+}
+
 // Span kinds in OTLP: 2 SERVER, 3 CLIENT; status codes: 0 unset, 2 error.
 const SERVER: i64 = 2;
 const CLIENT: i64 = 3;
@@ -63,10 +87,7 @@ const CLIENT: i64 = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
     let dir = Scratch::new("otel");
-    let (_r, collector, out) = receiver(&dir);
-    wait_listening(collector).await;
-    let (demo, _d) = start_demo().await;
-    let p = start_proxy_flags(&format!("http://{demo}"), otel_flags(collector, false)).await;
+    let Rig { p, out, .. } = &rig(&dir, |_| {}).await;
     let json = |tp: &'static str| [("content-type", "application/json"), ("traceparent", tp)];
     // A JSON-RPC call under a sampled parent.
     let r = send(
@@ -128,7 +149,7 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
 
     // add, nope, subtract ×2, initialize, echo, fail, greet: one SERVER span each (no CLIENT
     // leg without --otlp-propagate).
-    let all = spans(&out, 8).await;
+    let all = spans(out, 8).await;
     let server = |name: &str| -> Vec<&Value> {
         all.iter()
             .filter(|s| s["name"] == name && s["kind"] == SERVER)
@@ -258,19 +279,14 @@ async fn spans_carry_the_conventions_attributes_parents_events_and_statuses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_names_are_written_beside_the_current_ones_when_asked() {
     let dir = Scratch::new("otel-legacy");
-    let (_r, collector, out) = receiver(&dir);
-    wait_listening(collector).await;
-    let (demo, _d) = start_demo().await;
-    let mut flags = otel_flags(collector, false);
-    flags.shared.otlp_legacy_names = true;
-    let p = start_proxy_flags(&format!("http://{demo}"), flags).await;
+    let Rig { p, out, .. } = &rig(&dir, |f| f.shared.otlp_legacy_names = true).await;
     post_json(
         p.addr,
         "/jsonrpc",
         r#"{"jsonrpc":"2.0","method":"nope","id":"e1"}"#,
     )
     .await;
-    let s = &spans(&out, 1).await[0];
+    let s = &spans(out, 1).await[0];
     let a = &s["attributes"];
     assert_eq!(a["rpc.system"], "jsonrpc");
     assert_eq!(a["rpc.system.name"], "jsonrpc");
@@ -524,13 +540,11 @@ async fn the_conventions_stdio_example_and_the_mcp_duration_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_content_is_on_the_span_only_when_asked_and_redacted() {
     let dir = Scratch::new("otel-content");
-    let (_r, collector, out) = receiver(&dir);
-    wait_listening(collector).await;
-    let (demo, _d) = start_demo().await;
-    let mut flags = otel_flags(collector, false);
-    flags.shared.otlp_tool_content = true;
-    flags.shared.redact_paths = vec!["params.arguments.secret".into()];
-    let p = start_proxy_flags(&format!("http://{demo}"), flags).await;
+    let Rig { p, out, .. } = &rig(&dir, |f| {
+        f.shared.otlp_tool_content = true;
+        f.shared.redact_paths = vec!["params.arguments.secret".into()];
+    })
+    .await;
     let sid = mcp_session(p.addr).await;
     let mcp = [
         ("content-type", "application/json"),
@@ -540,7 +554,7 @@ async fn tool_content_is_on_the_span_only_when_asked_and_redacted() {
     ];
     let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello there","secret":"s3cr3t"}}}"#;
     assert_eq!(send(p.addr, "POST", "/mcp", &mcp, call).await.status, 200);
-    let all = spans(&out, 2).await;
+    let all = spans(out, 2).await;
     let echo = all
         .iter()
         .find(|s| s["name"] == "tools/call echo")
