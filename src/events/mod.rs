@@ -275,13 +275,18 @@ pub fn expected_error(method: &str, code: i64) -> bool {
 /// not when it names one instance: a task (MCP's `tasks/*`, A2A's task and message methods) or
 /// a subscription, which would make one row per task.
 pub fn stat_key<'a>(method: &'a str, target: Option<&str>) -> std::borrow::Cow<'a, str> {
-    let instance = method.starts_with("tasks/")
-        || method == "subscriptions/listen"
-        || crate::rpc::a2a::is_method(method);
     match target {
-        Some(t) if !instance => format!("{method} {t}").into(),
+        Some(t) if stat_keeps_target(method) => format!("{method} {t}").into(),
         _ => method.into(),
     }
+}
+
+/// Whether `method`'s target is part of its [`stat_key`] (it names a kind of operation, not
+/// one task or subscription).
+pub fn stat_keeps_target(method: &str) -> bool {
+    !(method.starts_with("tasks/")
+        || method == "subscriptions/listen"
+        || crate::rpc::a2a::is_method(method))
 }
 
 /// Whether a call failed, as the error counts mean it: an error reply (but the expected ones,

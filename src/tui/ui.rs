@@ -51,6 +51,15 @@ fn dur(us: u64) -> String {
     }
 }
 
+/// A token count in a column of six: `812`, `12.4k`, `1.2M`.
+fn tokens(n: u32) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
 fn size(b: usize) -> String {
     if b < 1024 {
         format!("{b}B")
@@ -256,6 +265,10 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     // Below 100 columns the time drops its milliseconds and the size column goes, so that the
     // method keeps room for its tool's name.
     let narrow = area.width < 100;
+    // On a wide terminal the method stops at 72 columns (a tool's name fits) and the id and
+    // outcome get room, so they stay beside it instead of at the far right; what is left over
+    // stays blank after the last column. The result's tokens get a column of their own.
+    let wide = area.width >= 160;
     let sel = app.selected_index();
     let height = area.height.saturating_sub(3) as usize;
     let start = if sel >= height { sel + 1 - height } else { 0 };
@@ -299,6 +312,12 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                     size(r.size)
                 }));
             }
+            if wide {
+                // What the result costs an agent's context (counted once, when first shown).
+                cells.push(Cell::from(
+                    r.result_tokens().map(tokens).unwrap_or_default(),
+                ));
+            }
             cells.push(Cell::from(Span::styled(
                 mark,
                 t.fg(Color::Yellow).patch(t.bold()),
@@ -310,10 +329,6 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             })
         })
         .collect();
-    // On a wide terminal the method stops at 72 columns (a tool's name fits) and the id and
-    // outcome get room, so they stay beside it instead of at the far right; what is left over
-    // stays blank after the last column.
-    let wide = area.width >= 160;
     let mut widths = vec![
         Constraint::Length(if narrow { 8 } else { 12 }),
         Constraint::Length(crate::view::SCOPE_WIDTH as u16),
@@ -331,6 +346,10 @@ fn calls(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     if !narrow {
         widths.push(Constraint::Length(6));
         head.push("size");
+    }
+    if wide {
+        widths.push(Constraint::Length(6));
+        head.push("tokens");
     }
     widths.push(Constraint::Length(1));
     head.push("!");
@@ -442,6 +461,11 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 r.direction.arrow(),
                 r.scope
             )));
+            if let Some(n) = r.result_tokens() {
+                lines.push(Line::from(format!(
+                    "result: {n} tokens (o200k_base: what it costs an agent's context)"
+                )));
+            }
             if let RowOutcome::Missing(why)
             | RowOutcome::Refused(why)
             | RowOutcome::Cancelled(why)
@@ -708,6 +732,13 @@ fn anomalies(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
 
 fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     let list = app.methods_sorted();
+    // The results' tokens when there is room for them (counted only then).
+    let roomy = area.width >= 100;
+    let toks = if roomy {
+        app.method_tokens()
+    } else {
+        Default::default()
+    };
     let rows: Vec<TRow> = list
         .iter()
         .map(|(m, s)| {
@@ -722,7 +753,7 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
             } else {
                 Style::default()
             };
-            TRow::new(vec![
+            let mut cells = vec![
                 Cell::from(m.to_string()),
                 Cell::from(s.count.to_string()),
                 Cell::from(Span::styled(s.errors.to_string(), red)),
@@ -730,39 +761,45 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 Cell::from(dur(p50)),
                 Cell::from(dur(p95)),
                 Cell::from(dur(p99)),
-            ])
+            ];
+            if roomy {
+                let tok = toks.get(&***m);
+                cells.push(Cell::from(tok.map(|t| tokens(t.0)).unwrap_or_default()));
+                cells.push(Cell::from(tok.map(|t| tokens(t.1)).unwrap_or_default()));
+            }
+            TRow::new(cells)
         })
         .collect();
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Min(20),
-            Constraint::Length(7),
-            Constraint::Length(7),
-            Constraint::Length(7),
-            Constraint::Length(9),
-            Constraint::Length(9),
-            Constraint::Length(9),
-        ],
-    )
-    .header(
-        TRow::new(vec![
-            "method / tool",
-            "calls",
-            "errors",
-            "err %",
-            "p50",
-            "p95",
-            "p99",
-        ])
-        .style(t.bold()),
-    )
-    .block(
-        Block::default()
-            .borders(Borders::ALL)
-            .title(" per method and tool (Enter: its calls) "),
-    )
-    .row_highlight_style(t.selected());
+    let mut widths = vec![
+        Constraint::Min(20),
+        Constraint::Length(7),
+        Constraint::Length(7),
+        Constraint::Length(7),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(9),
+    ];
+    let mut head = vec![
+        "method / tool",
+        "calls",
+        "errors",
+        "err %",
+        "p50",
+        "p95",
+        "p99",
+    ];
+    if roomy {
+        widths.extend([Constraint::Length(8), Constraint::Length(8)]);
+        head.extend(["tok p50", "tok p95"]);
+    }
+    let table = Table::new(rows, widths)
+        .header(TRow::new(head).style(t.bold()))
+        .block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" per method and tool (Enter: its calls) "),
+        )
+        .row_highlight_style(t.selected());
     let mut state = TableState::default();
     if !list.is_empty() {
         state.select(Some(app.selected_index()));

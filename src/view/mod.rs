@@ -483,6 +483,7 @@ impl App {
             rounds: None,
             folded: false,
             task: None,
+            tokens: Default::default(),
         }
     }
 
@@ -546,6 +547,7 @@ impl App {
             rounds: None,
             folded: false,
             task: None,
+            tokens: Default::default(),
         };
         self.push_row(row);
     }
@@ -665,6 +667,7 @@ impl App {
                     rounds: None,
                     folded: false,
                     task: None,
+                    tokens: Default::default(),
                 };
                 self.push_row(row);
                 self.note_recent(exchange, dir, m.batch_index, Some(seq));
@@ -983,6 +986,7 @@ impl App {
                     rounds: None,
                     folded: false,
                     task: None,
+                    tokens: Default::default(),
                 })
             }
         };
@@ -1201,6 +1205,34 @@ impl App {
         let mut list: Vec<(&Text, &MethodStats)> = self.methods.iter().collect();
         list.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         list
+    }
+
+    /// The tokens of the results the list holds, per method and tool as the methods view keys
+    /// them: (p50, p95) of the newest 1,000 of each. Counted as they are shown
+    /// (`Row::result_tokens`: once per row, by the renderer, never on the proxy's path).
+    pub fn method_tokens(&self) -> std::collections::HashMap<String, (u32, u32)> {
+        const EACH: usize = 1000;
+        let mut per: std::collections::HashMap<(Text, Option<Text>), Vec<u32>> =
+            std::collections::HashMap::new();
+        for r in self.rows.iter().rev().filter(|r| r.reply.is_some()) {
+            let target = r
+                .target
+                .clone()
+                .filter(|_| crate::events::stat_keeps_target(&r.method));
+            let v = per.entry((r.method.clone(), target)).or_default();
+            if v.len() < EACH {
+                v.extend(r.result_tokens());
+            }
+        }
+        per.into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|((m, t), mut v)| {
+                v.sort_unstable();
+                let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+                let key = crate::events::stat_key(&m, t.as_deref()).into_owned();
+                (key, (at(0.5), at(0.95)))
+            })
+            .collect()
     }
 
     /// The Sessions view's lines: the most recently seen first, then "(no session)".

@@ -110,6 +110,9 @@ pub struct Row {
     /// An MCP task this call created: its status as the last poll or its end showed it, and
     /// its polls (their rows folded into this one).
     pub task: Option<Box<TaskRow>>,
+    /// What its result costs an agent's context (`result_tokens`): counted the first time it
+    /// is shown, by the renderer, never on the proxy's path nor for rows no one looks at.
+    pub tokens: std::sync::OnceLock<Option<u32>>,
 }
 
 /// The task a call created, as its row shows it.
@@ -202,6 +205,21 @@ impl Row {
             None => format!("#{}", self.exchange.n),
         }
     }
+    /// The tokens of its reply's `result` (compact JSON, as `rpctap cost` counts it) under
+    /// o200k_base; `None` without a result the dashboard still holds.
+    pub fn result_tokens(&self) -> Option<u32> {
+        if let Some(n) = self.tokens.get() {
+            return *n;
+        }
+        // Not counted (nor remembered) before its reply came.
+        let reply = self.reply.as_deref()?;
+        let n = crate::rpc::member(reply.as_bytes(), "result").map(|r| {
+            let n = crate::tokens::Tokenizer::default().count_json(&r).tokens;
+            u32::try_from(n).unwrap_or(u32::MAX)
+        });
+        *self.tokens.get_or_init(|| n)
+    }
+
     /// The row was made from its call's end alone: its messages were never seen here.
     pub fn messages_unseen(&self) -> bool {
         self.transport == FROM_CALL

@@ -375,6 +375,55 @@ fn authorization_exchanges_are_http_rows_that_h_hides() {
 }
 
 #[test]
+fn a_results_tokens_are_counted_when_shown_and_per_tool_in_the_methods_view() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    let results = [
+        r#"{"content":[{"type":"text","text":"hello world"}]}"#,
+        r#"{"content":[{"type":"text","text":"a much longer answer, with several more words in it"}]}"#,
+    ];
+    for (i, result) in results.iter().enumerate() {
+        let id = (i + 1).to_string();
+        let ex = i as u64 + 1;
+        a.apply_message(msg(
+            ex,
+            true,
+            Kind::Request,
+            Some(&id),
+            Some("tools/call"),
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"say"}}}}"#
+            ),
+        ));
+        // Before its reply: nothing counted, nothing remembered.
+        assert_eq!(a.rows.back().unwrap().result_tokens(), None);
+        a.apply_message(msg(
+            ex,
+            false,
+            Kind::Result,
+            Some(&id),
+            None,
+            &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#),
+        ));
+    }
+    let want: Vec<u32> = results
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_str(r).unwrap();
+            crate::tokens::Tokenizer::default().count_json(&v).tokens as u32
+        })
+        .collect();
+    let got: Vec<Option<u32>> = a.rows.iter().map(|r| r.result_tokens()).collect();
+    assert_eq!(got, vec![Some(want[0]), Some(want[1])]);
+    assert!(want[1] > want[0]);
+    let toks = a.method_tokens();
+    assert_eq!(
+        toks.get("tools/call"),
+        Some(&(want[1], want[1])),
+        "{toks:?}"
+    );
+}
+
+#[test]
 fn an_a2a_agent_card_is_an_http_row_with_the_card_in_its_detail() {
     let mut a = App::new("t", "l", "u", 100, 0);
     let card = r#"{"name":"travel agent","version":"2.1","capabilities":{"streaming":true,"pushNotifications":true},"supportedInterfaces":[{"protocolVersion":"1.0"}],"skills":[{"id":"flights"},{"id":"hotels"}]}"#;
