@@ -11,10 +11,16 @@ by the first word of the message's text:
   wait         a task that works until it is cancelled
   ask          a task that asks for input; the next message on it completes it
   fail         a task that fails
+  add A B      a Message with A + B, asked of the MCP server at $MCP_URL (its `add` tool, over
+               Streamable HTTP): the agent calls a tool over MCP inside its A2A call, passing on
+               the `traceparent` it was called with, as an instrumented agent does
 """
 import asyncio
+import os
 import socket
 import sys
+
+import httpx
 
 import uvicorn
 from starlette.applications import Starlette
@@ -37,6 +43,25 @@ class Executor(AgentExecutor):
         if word == "echo":
             await event_queue.enqueue_event(
                 new_text_message(text[5:], context_id=context.context_id)
+            )
+            return
+        if word == "add":
+            a, b = (int(x) for x in text.split()[1:3])
+            headers = {
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                "mcp-protocol-version": "2025-06-18",
+            }
+            parent = context.call_context.state.get("headers", {}).get("traceparent")
+            if parent:
+                headers["traceparent"] = parent
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "add", "arguments": {"a": a, "b": b}}}
+            async with httpx.AsyncClient() as http:
+                r = await http.post(os.environ["MCP_URL"], json=call, headers=headers)
+            total = r.json()["result"]["content"][0]["text"]
+            await event_queue.enqueue_event(
+                new_text_message(total, context_id=context.context_id)
             )
             return
         task = context.current_task

@@ -623,3 +623,75 @@ async fn a2a_calls_are_spans_with_a2as_attributes() {
         .count();
     assert_eq!(completed, 3, "{spans:?}");
 }
+
+/// An agent that calls a tool over MCP inside its A2A call (the SDK agent's `add`, asking the
+/// MCP Python SDK server's `add` tool through a second rpctap): both protocols read as such —
+/// the A2A call's span with A2A's attributes, the tool call's with MCP's — and one trace ties
+/// them together: rpctap in front of the agent propagates its context (`--otlp-propagate`),
+/// the agent passes it on, and the tool call's span hangs under the A2A call's upstream leg.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_mcp_tool_call_is_in_the_trace_of_its_a2a_call() {
+    let dir = Scratch::new("a2a-mcp");
+    let (_r, collector, out) = crate::otel::receiver(&dir);
+    wait_listening(collector).await;
+    let otlp = |propagate: bool| -> rpctap::cli::ProxyFlags {
+        rpctap::cli::ProxyFlags {
+            shared: rpctap::cli::SharedFlags {
+                otlp: Some(format!("http://{collector}")),
+                ..Default::default()
+            },
+            otlp_propagate: propagate,
+            ..Default::default()
+        }
+    };
+    // The MCP server (the Python SDK 2.x, stateless JSON) behind one rpctap.
+    let py = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
+    let port = free_port();
+    let _mcp = Proc::spawn(
+        std::process::Command::new(py)
+            .arg(root().join("tests/interop/mcp2_server.py"))
+            .args(["stateless-json", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
+    wait_listening(([127, 0, 0, 1], port).into()).await;
+    let tools = start_proxy_flags(&format!("http://127.0.0.1:{port}"), otlp(false)).await;
+    // The agent, calling its tools through that rpctap, behind another.
+    let env = installed("a2a", A2A);
+    let (_agent, addrs, _) = spawn_with_banner(
+        std::process::Command::new(env.join("bin/python"))
+            .arg(root().join("tests/interop/a2a_agent.py"))
+            .env("MCP_URL", format!("http://{}/mcp", tools.addr))
+            .stdout(std::process::Stdio::null()),
+        &["a2a agent on http://"],
+    );
+    let front = start_proxy_flags(&format!("http://{}", addrs[0]), otlp(true)).await;
+    let send = r#"{"jsonrpc":"2.0","id":"m1","method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"add 2 3"}]}}}"#;
+    let r = post_a2a(front.addr, "/a2a", send).await;
+    assert_eq!(
+        r.json()["result"]["message"]["parts"][0]["text"],
+        "5",
+        "{}",
+        r.text()
+    );
+    // The A2A call (its SERVER span and its upstream leg) and the tool call.
+    let spans = crate::otel::spans(&out, 3).await;
+    let one = |name: &str, kind: i64| -> &serde_json::Value {
+        let found: Vec<_> = spans
+            .iter()
+            .filter(|s| s["name"] == name && s["kind"] == kind)
+            .collect();
+        assert_eq!(found.len(), 1, "{name} {kind}: {spans:?}");
+        found[0]
+    };
+    let (server, client) = (2, 3);
+    let a2a = one("SendMessage", server);
+    let leg = one("SendMessage", client);
+    let tool = one("tools/call add", server);
+    assert_eq!(a2a["attributes"]["a2a.method.name"], "SendMessage");
+    assert_eq!(tool["attributes"]["mcp.method.name"], "tools/call");
+    assert_eq!(tool["attributes"]["gen_ai.tool.name"], "add");
+    assert_eq!(leg["parent_span_id"], a2a["span_id"]);
+    assert_eq!(tool["trace_id"], a2a["trace_id"], "one trace: {spans:?}");
+    assert_eq!(tool["parent_span_id"], leg["span_id"]);
+}
