@@ -471,7 +471,7 @@ impl ExchangeCtx {
     /// envelope's pass found no target), its malformed parts (`A2A_PART`) and a push URL in
     /// clear (`A2A_PUSH_URL`). Its params are read again: only A2A's requests pay for it.
     pub(super) fn a2a_request(
-        &self,
+        &mut self,
         dir: Direction,
         method: &Arc<str>,
         raw: &[u8],
@@ -479,6 +479,7 @@ impl ExchangeCtx {
         target: &mut Option<Arc<str>>,
         anomalies: &mut Vec<&'static str>,
     ) {
+        self.a2a_streaming |= is_stream_method(method);
         let Some(params) = crate::rpc::member(raw, "params") else {
             return;
         };

@@ -776,7 +776,7 @@ impl ExchangeCtx {
     /// Its last event ends it as any reply does, and is remembered too: a response after it is
     /// `A2A_TASK_STATE`, not a reply to no call.
     fn a2a_stream_goes_on(&mut self, key: &PendingKey, env: &Envelope) -> bool {
-        if env.kind != Kind::Result {
+        if !self.a2a_streaming || env.kind != Kind::Result {
             return false;
         }
         let Some(method) = self.insp.correlator.pending_method(key) else {

@@ -369,6 +369,9 @@ pub struct ExchangeCtx {
     a2a_streams: Vec<A2aStream>,
     /// The request's `A2A-Version`, when it had one.
     a2a_version: Option<Box<str>>,
+    /// The request held an A2A streaming call: only then are its replies looked at as stream
+    /// events (a lookup of their call each, which no other reply pays).
+    a2a_streaming: bool,
 }
 
 /// An A2A streaming call of an exchange that has had events.
@@ -571,6 +574,7 @@ impl Inspector {
             sender_read: false,
             a2a_streams: Vec::new(),
             a2a_version: meta.a2a_version.map(Into::into),
+            a2a_streaming: false,
             ws_decided: false,
             awaiting: None,
             long: [None, None],
@@ -657,6 +661,7 @@ impl Inspector {
             sender_read: false,
             a2a_streams: Vec::new(),
             a2a_version: None,
+            a2a_streaming: false,
             ws_decided: false,
             awaiting: None,
             long: [None, None],

@@ -108,6 +108,8 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    # Listening before the banner says so: a client may connect the moment it reads it.
+    sock.listen(128)
     port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/a2a"
     skill = AgentSkill(
