@@ -479,12 +479,35 @@ impl ExchangeCtx {
         target: &mut Option<Arc<str>>,
         anomalies: &mut Vec<&'static str>,
     ) {
-        self.a2a_streaming |= is_stream_method(method);
         let Some(params) = crate::rpc::member(raw, "params") else {
             return;
         };
-        if target.is_none() && (is_task_method(method) || is_message_method(method)) {
-            *target = request_target(method, &params);
+        let named = match target {
+            None if is_task_method(method) || is_message_method(method) => {
+                request_target(method, &params)
+            }
+            _ => None,
+        };
+        // A method named as A2A's is A2A's only with more to say so — its `A2A-Version`, an
+        // agent card seen, a message shaped as A2A's (`parts`), a task rpctap saw A2A create —:
+        // a JSON-RPC API of its own may well have a `SendMessage` or a `GetTask`.
+        let a2a = self.a2a_version.is_some()
+            || self.insp.a2a_card.locked().is_some()
+            || params
+                .get("message")
+                .and_then(|m| m.get("parts"))
+                .is_some_and(Value::is_array)
+            || named
+                .as_deref()
+                .or(target.as_deref())
+                .is_some_and(|t| self.a2a_task_known(t));
+        if !a2a {
+            return;
+        }
+        self.a2a_seen = true;
+        self.a2a_streaming |= is_stream_method(method);
+        if named.is_some() {
+            *target = named;
         }
         let mut say = |code: Code, text: String| {
             self.flag_here(dir, code, Some(id), Some(method), text);

@@ -855,7 +855,10 @@ impl ExchangeCtx {
             self.tool_result_rules(key, &p, env, &mut extra);
         }
         self.mcp_reply_rules(key, &p, env, input, &mut extra);
-        if super::a2a::is_method(&p.method) && key.direction == Direction::ClientToServer {
+        if self.a2a_seen
+            && super::a2a::is_method(&p.method)
+            && key.direction == Direction::ClientToServer
+        {
             if let Some(s) = self.a2a_streams.iter_mut().find(|s| &s.key == key) {
                 extra.append(&mut s.found);
             }

@@ -372,6 +372,8 @@ pub struct ExchangeCtx {
     /// The request held an A2A streaming call: only then are its replies looked at as stream
     /// events (a lookup of their call each, which no other reply pays).
     a2a_streaming: bool,
+    /// The request is A2A's (`a2a_request`): only then are its replies judged as A2A's.
+    a2a_seen: bool,
 }
 
 /// An A2A streaming call of an exchange that has had events.
@@ -575,6 +577,7 @@ impl Inspector {
             a2a_streams: Vec::new(),
             a2a_version: meta.a2a_version.map(Into::into),
             a2a_streaming: false,
+            a2a_seen: false,
             ws_decided: false,
             awaiting: None,
             long: [None, None],
@@ -662,6 +665,7 @@ impl Inspector {
             a2a_streams: Vec::new(),
             a2a_version: None,
             a2a_streaming: false,
+            a2a_seen: false,
             ws_decided: false,
             awaiting: None,
             long: [None, None],

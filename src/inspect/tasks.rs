@@ -490,6 +490,11 @@ impl ExchangeCtx {
         Some(Handle(Seen::of(task), legacy, false))
     }
 
+    /// A task rpctap saw created by an A2A call.
+    pub(super) fn a2a_task_known(&self, id: &str) -> bool {
+        self.insp.tasks.locked().map.get(id).is_some_and(|t| t.a2a)
+    }
+
     /// An A2A message's reply that shows a task not yet ended (a task handed back at once, or a
     /// stream that closed with the task waiting on the client): the call lives on as its task.
     /// A message that continues a task rpctap knows (`params.message.taskId`) updates that task
@@ -500,7 +505,8 @@ impl ExchangeCtx {
         p: &Pending,
         env: &Envelope,
     ) -> Option<Handle> {
-        if env.kind != Kind::Result
+        if !self.a2a_seen
+            || env.kind != Kind::Result
             || key.direction != Direction::ClientToServer
             || !super::a2a::is_message_method(&p.method)
         {

@@ -695,3 +695,43 @@ async fn an_agents_mcp_tool_call_is_in_the_trace_of_its_a2a_call() {
     assert_eq!(tool["trace_id"], a2a["trace_id"], "one trace: {spans:?}");
     assert_eq!(tool["parent_span_id"], leg["span_id"]);
 }
+
+/// A JSON-RPC API of its own that happens to name methods as A2A does (`SendMessage`,
+/// `GetTask`), with no `A2A-Version`, no agent card and no A2A shapes: nothing A2A's is said of
+/// it — no finding, no task, the calls as any JSON-RPC calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_rpc_api_that_names_methods_as_a2a_does_is_not_judged_as_a2a() {
+    let (up, _stop) = start_upstream(|_parts, body| {
+        Box::pin(async move {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let result = match v["method"].as_str().unwrap() {
+                "SendMessage" => {
+                    json!({"message": "sent", "task": {"id": "t1", "status": {"state": "working"}}})
+                }
+                _ => json!({"id": "t1", "status": "queued"}),
+            };
+            json_reply(
+                200,
+                &json!({"jsonrpc": "2.0", "id": v["id"], "result": result}).to_string(),
+            )
+        })
+    })
+    .await;
+    let mut p = start_proxy(&format!("http://{up}")).await;
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":"hello","to":"bob"}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{"id":"t1"}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"SendStreamingMessage","params":{"message":"x"}}"#,
+    ] {
+        assert_eq!(post_json(p.addr, "/rpc", body).await.status.as_u16(), 200);
+    }
+    let ev = p.drain().await;
+    assert!(anomalies(&ev).is_empty(), "{:?}", anomalies(&ev));
+    let cs = calls(&ev);
+    assert_eq!(cs.len(), 3, "{cs:?}");
+    assert!(
+        cs.iter()
+            .all(|c| c.outcome == Outcome::Result && c.task.is_none() && c.target.is_none()),
+        "{cs:?}"
+    );
+}
