@@ -625,24 +625,42 @@ async fn a2a_calls_are_spans_with_a2as_attributes() {
 }
 
 /// An agent that calls a tool over MCP inside its A2A call (the SDK agent's `add`, asking the
-/// MCP Python SDK server's `add` tool through a second rpctap): both protocols read as such —
+/// MCP Python SDK server's `add` tool through a second rpctap): both rpctaps joined to one hub
+/// (`--hub`), so one `rpctap sessions` (and `watch`) lists both, each protocol read as such —
 /// the A2A call's span with A2A's attributes, the tool call's with MCP's — and one trace ties
-/// them together: rpctap in front of the agent propagates its context (`--otlp-propagate`),
-/// the agent passes it on, and the tool call's span hangs under the A2A call's upstream leg.
+/// them together: rpctap in front of the agent propagates its context (`--otlp-propagate`), the
+/// agent passes it on, and the tool call's span hangs under the A2A call's upstream leg.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_mcp_tool_call_is_in_the_trace_of_its_a2a_call() {
     let dir = Scratch::new("a2a-mcp");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
     let (_r, collector, out) = crate::otel::receiver(&dir);
     wait_listening(collector).await;
-    let otlp = |propagate: bool| -> rpctap::cli::ProxyFlags {
-        rpctap::cli::ProxyFlags {
-            shared: rpctap::cli::SharedFlags {
-                otlp: Some(format!("http://{collector}")),
-                ..Default::default()
-            },
-            otlp_propagate: propagate,
-            ..Default::default()
+    // `rpctap proxy --hub` in front of `upstream`, with `home` as the machine's home.
+    let proxy = |label: &str, upstream: String, propagate: bool| {
+        let mut cmd = rpctap();
+        cmd.env("HOME", &home)
+            .env_remove("RPCTAP_HOME")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("XDG_RUNTIME_DIR")
+            .args([
+                "proxy",
+                "--hub",
+                "--label",
+                label,
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--no-tui", "--log", "off", "--upstream", &upstream])
+            .args(["--otlp", &format!("http://{collector}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        if propagate {
+            cmd.arg("--otlp-propagate");
         }
+        let (p, addrs, _) = spawn_with_banner(&mut cmd, &["proxy on http://"]);
+        (p, addrs[0])
     };
     // The MCP server (the Python SDK 2.x, stateless JSON) behind one rpctap.
     let py = installed("mcp2", &["mcp>=2,<3"]).join("bin/python");
@@ -655,19 +673,19 @@ async fn an_agents_mcp_tool_call_is_in_the_trace_of_its_a2a_call() {
             .stderr(std::process::Stdio::null()),
     );
     wait_listening(([127, 0, 0, 1], port).into()).await;
-    let tools = start_proxy_flags(&format!("http://127.0.0.1:{port}"), otlp(false)).await;
+    let (mut tools, tools_addr) = proxy("tools", format!("http://127.0.0.1:{port}"), false);
     // The agent, calling its tools through that rpctap, behind another.
     let env = installed("a2a", A2A);
     let (_agent, addrs, _) = spawn_with_banner(
         std::process::Command::new(env.join("bin/python"))
             .arg(root().join("tests/interop/a2a_agent.py"))
-            .env("MCP_URL", format!("http://{}/mcp", tools.addr))
+            .env("MCP_URL", format!("http://{tools_addr}/mcp"))
             .stdout(std::process::Stdio::null()),
         &["a2a agent on http://"],
     );
-    let front = start_proxy_flags(&format!("http://{}", addrs[0]), otlp(true)).await;
+    let (mut front, front_addr) = proxy("agent", format!("http://{}", addrs[0]), true);
     let send = r#"{"jsonrpc":"2.0","id":"m1","method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"add 2 3"}]}}}"#;
-    let r = post_a2a(front.addr, "/a2a", send).await;
+    let r = post_a2a(front_addr, "/a2a", send).await;
     assert_eq!(
         r.json()["result"]["message"]["parts"][0]["text"],
         "5",
@@ -694,6 +712,38 @@ async fn an_agents_mcp_tool_call_is_in_the_trace_of_its_a2a_call() {
     assert_eq!(leg["parent_span_id"], a2a["span_id"]);
     assert_eq!(tool["trace_id"], a2a["trace_id"], "one trace: {spans:?}");
     assert_eq!(tool["parent_span_id"], leg["span_id"]);
+    // One hub: both proxies' sessions, each with its protocol's call.
+    front.term();
+    tools.term();
+    let out = rpctap()
+        .env("HOME", &home)
+        .env_remove("RPCTAP_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(["sessions", "--json"])
+        .output()
+        .unwrap();
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut seen: Vec<(String, bool)> = list
+        .iter()
+        .map(|s| {
+            let text = std::fs::read_to_string(s["recording"].as_str().unwrap()).unwrap();
+            let call = match s["label"].as_str().unwrap() {
+                "agent" => r#""method":"SendMessage""#,
+                _ => r#""method":"tools/call""#,
+            };
+            (
+                s["label"].as_str().unwrap().to_string(),
+                text.contains(call),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [("agent".to_string(), true), ("tools".to_string(), true)],
+        "{list:#?}"
+    );
 }
 
 /// A JSON-RPC API of its own that happens to name methods as A2A does (`SendMessage`,
