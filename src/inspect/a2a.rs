@@ -1,12 +1,18 @@
-//! A2A (Agent2Agent): what rpctap reads of it so that a correct agent raises no finding.
+//! A2A (Agent2Agent, 1.0 and 0.3): what rpctap reads of it, so that a correct agent raises no
+//! finding and a wrong one is named.
 //!
-//! A2A rides JSON-RPC 2.0 over HTTP; its streaming methods (`SendStreamingMessage`,
-//! `SubscribeToTask`, and 0.3's `message/stream`, `tasks/resubscribe`) answer with an SSE
-//! stream of *several responses carrying the call's id*, one per task event (A2A 1.0,
-//! "JSON-RPC Protocol Binding"; 0.3 the same with `kind`-tagged results). Plain JSON-RPC
-//! reads the second one as a response to no call; here a streaming call stays open across its
-//! events and ends at the event after which the server closes the stream — a message, or a
-//! task in a terminal or interrupted state — or at the stream's end.
+//! - Streams: A2A's streaming methods (`SendStreamingMessage`, `SubscribeToTask`, 0.3's
+//!   `message/stream`, `tasks/resubscribe`) answer with an SSE stream of *several responses
+//!   carrying the call's id*, one per task event. Plain JSON-RPC reads the second one as a
+//!   response to no call; here the call stays open across its events and ends at the event after
+//!   which the server closes the stream (`closes_stream`) — a message, or a task in a terminal or
+//!   interrupted state — or at the stream's end (`calls.rs` keeps the open streams).
+//! - Tasks: what a result or event shows of its task (`task_shown`), read by the one task model
+//!   (`tasks.rs`), and the task an A2A request names (`request_target`).
+//! - The agent card (`CardFacts`), kept per inspector and held against what the agent does.
+//! - Which requests are A2A's (`ExchangeCtx::a2a_request`: a name A2A uses is not enough) and
+//!   the rules on them: `A2A_PART`, `A2A_PUSH_URL`, `A2A_CARD`, `A2A_VERSION` (`A2A_TASK_STATE`
+//!   is the task model's and the streams').
 
 use serde_json::Value;
 
@@ -32,8 +38,13 @@ pub enum State {
 impl State {
     pub fn parse(s: &str) -> State {
         let s = s.strip_prefix("TASK_STATE_").unwrap_or(s);
-        let is =
-            |a: &str| s.eq_ignore_ascii_case(a) || s.eq_ignore_ascii_case(&a.replace('_', "-"));
+        // Any letter case, `-` and `_` alike (1.0's `INPUT_REQUIRED`, 0.3's `input-required`).
+        let is = |a: &str| {
+            s.len() == a.len()
+                && s.bytes().zip(a.bytes()).all(|(x, y)| {
+                    x.eq_ignore_ascii_case(&y) || (matches!(x, b'-' | b'_') && y == b'_')
+                })
+        };
         if is("submitted") {
             State::Submitted
         } else if is("working") {

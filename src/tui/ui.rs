@@ -809,10 +809,17 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
 
 fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     let list = app.sessions_sorted();
+    // The results' tokens per session when there is room for them (counted only then).
+    let roomy = area.width >= 100;
+    let toks = if roomy {
+        app.session_tokens()
+    } else {
+        Default::default()
+    };
     let rows: Vec<TRow> = list
         .iter()
         .map(|(s, st)| {
-            TRow::new(vec![
+            let mut cells = vec![
                 Cell::from(s.to_string()),
                 Cell::from(st.calls.to_string()),
                 Cell::from(Span::styled(
@@ -825,22 +832,30 @@ fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 )),
                 Cell::from(st.anomalies.to_string()),
                 Cell::from(clock(st.last_ns)),
-            ])
+            ];
+            if roomy {
+                let n = toks.get(s).copied().unwrap_or(0);
+                cells.push(Cell::from(tokens(u32::try_from(n).unwrap_or(u32::MAX))));
+            }
+            TRow::new(cells)
         })
         .collect();
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Min(20),
-            Constraint::Length(7),
-            Constraint::Length(7),
-            Constraint::Length(9),
-            Constraint::Length(12),
-        ],
-    )
-    .header(TRow::new(vec!["scope", "calls", "errors", "anomalies", "last seen"]).style(t.bold()))
-    .block(Block::default().borders(Borders::ALL).title(" sessions "))
-    .row_highlight_style(t.selected());
+    let mut widths = vec![
+        Constraint::Min(20),
+        Constraint::Length(7),
+        Constraint::Length(7),
+        Constraint::Length(9),
+        Constraint::Length(12),
+    ];
+    let mut head = vec!["scope", "calls", "errors", "anomalies", "last seen"];
+    if roomy {
+        widths.push(Constraint::Length(8));
+        head.push("tokens");
+    }
+    let table = Table::new(rows, widths)
+        .header(TRow::new(head).style(t.bold()))
+        .block(Block::default().borders(Borders::ALL).title(" sessions "))
+        .row_highlight_style(t.selected());
     let mut state = TableState::default();
     if !list.is_empty() {
         state.select(Some(app.selected_index()));

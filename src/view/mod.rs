@@ -1235,6 +1235,24 @@ impl App {
             .collect()
     }
 
+    /// The tokens of the results the list holds, summed per session as the sessions view keys
+    /// them (a stateless client's group, an MCP session, or "(no session)"); counted as
+    /// `method_tokens` counts them.
+    pub fn session_tokens(&self) -> std::collections::HashMap<&str, u64> {
+        let mut per: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        for r in self.rows.iter().filter(|r| r.reply.is_some()) {
+            let key = if r.scope.starts_with(crate::events::STATELESS_PREFIX) {
+                scope_group(&r.scope)
+            } else if r.scope.starts_with("session:") {
+                &r.scope
+            } else {
+                NO_SESSION
+            };
+            *per.entry(key).or_default() += u64::from(r.result_tokens().unwrap_or(0));
+        }
+        per
+    }
+
     /// The Sessions view's lines: the most recently seen first, then "(no session)".
     pub fn sessions_sorted(&self) -> Vec<(&str, &SessionStats)> {
         let mut list: Vec<(&str, &SessionStats)> =

@@ -415,6 +415,12 @@ fn a_results_tokens_are_counted_when_shown_and_per_tool_in_the_methods_view() {
     let got: Vec<Option<u32>> = a.rows.iter().map(|r| r.result_tokens()).collect();
     assert_eq!(got, vec![Some(want[0]), Some(want[1])]);
     assert!(want[1] > want[0]);
+    // Per session: both results, in "(no session)" (plain JSON-RPC exchanges).
+    let per_session = a.session_tokens();
+    assert_eq!(
+        per_session.get(super::NO_SESSION).copied(),
+        Some(u64::from(want[0] + want[1]))
+    );
     let toks = a.method_tokens();
     assert_eq!(
         toks.get("tools/call"),
