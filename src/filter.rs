@@ -18,6 +18,10 @@ pub trait Subject {
     fn server(&self) -> &str {
         ""
     }
+    /// An A2A call's conversation as `a2a:CONTEXT` (what `session:` matches beside the scope).
+    fn conversation(&self) -> Option<Cow<'_, str>> {
+        None
+    }
     fn direction(&self) -> Option<Direction>;
     fn status(&self) -> Status;
     /// The anomaly codes it carries.
@@ -61,7 +65,7 @@ impl Status {
 /// authorization rows) — or `field:value`:
 /// `method:GLOB`, `tool:GLOB` (also `prompt:` and `resource:`: the call's target), `status:`
 /// (`ok`, `error`, `missing`, `refused`, `pending`, `flagged`, `notification`), `dir:` (`c2s`
-/// or `s2c`), `id:`, `session:` (part of the scope), `code:` (an anomaly code, a glob),
+/// or `s2c`), `id:`, `session:` (part of the scope, or of an A2A call's `a2a:CONTEXT`), `code:` (an anomaly code, a glob),
 /// `subscription:`, `server:` (a `watch` server's label or session name, a glob); a token with `/` or `*` is a method glob; anything else is free text,
 /// searched in the method, target, id and both messages. A term it cannot read is an error that
 /// names it.
@@ -204,7 +208,10 @@ impl Filter {
             Term::Notification => r.status() == Status::Notification,
             Term::Dir(d) => r.direction() == Some(*d),
             Term::Id(i) => r.id().trim_matches('"') == i,
-            Term::Session(s) => r.scope().contains(s.as_str()),
+            Term::Session(s) => {
+                r.scope().contains(s.as_str())
+                    || r.conversation().is_some_and(|c| c.contains(s.as_str()))
+            }
             Term::Subscription(s) => r.target().is_some_and(|t| t.trim_matches('"') == s),
             Term::Method(g) => g.is_match(r.method()) || target_is(g),
             Term::Target(g) => target_is(g),
@@ -259,6 +266,12 @@ impl Subject for Event {
             Event::Anomaly(a) => Cow::Owned(a.scope.to_string()),
             Event::Refusal(r) => Cow::Owned(r.scope.to_string()),
             _ => Cow::Borrowed(""),
+        }
+    }
+    fn conversation(&self) -> Option<Cow<'_, str>> {
+        match self {
+            Event::Call(c) => c.context.as_ref().map(|c| Cow::Owned(format!("a2a:{c}"))),
+            _ => None,
         }
     }
     fn direction(&self) -> Option<Direction> {

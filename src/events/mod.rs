@@ -492,6 +492,10 @@ pub struct CallEvent {
     /// is the task's, its latency the task's whole life) or polled, updated or cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<Box<TaskRef>>,
+    /// An A2A call's conversation: the `contextId` its request or its reply names (the
+    /// sessions view groups A2A calls by it, as `a2a:CONTEXT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Arc<str>>,
     /// Where the call came from, for its trace span (only with `--otlp`).
     #[serde(skip)]
     pub trace: Option<Arc<crate::trace::CallTrace>>,
@@ -513,9 +517,6 @@ pub struct TaskRef {
     /// On the call that created the task: how many `tasks/get` polls it took.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub polls: u32,
-    /// An A2A task's `contextId`: the conversation it is part of.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<Arc<str>>,
 }
 
 #[cfg(test)]
@@ -538,6 +539,7 @@ impl CallEvent {
             response_index: None,
             continues: None,
             task: None,
+            context: None,
             trace: None,
         }
     }

@@ -9,6 +9,7 @@
 
 pub mod chunked;
 pub mod framing;
+pub mod names;
 pub mod write;
 
 pub use framing::{plain_length, Framing, FramingFields};

@@ -99,8 +99,6 @@ impl State {
 #[derive(Debug, PartialEq)]
 pub struct Shown {
     pub id: String,
-    /// Its `contextId`, when the result names it.
-    pub context: Option<String>,
     pub state: State,
     /// The text of the status message, when it has one.
     pub message: Option<String>,
@@ -119,12 +117,7 @@ pub fn task_shown(result: &Value) -> Option<Shown> {
     } else {
         (result, result.get("id"))
     };
-    let status = holder.get("status");
-    let context = holder
-        .get("contextId")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let status = status?;
+    let status = holder.get("status")?;
     let message = status.get("message").and_then(|m| {
         let parts = m.get("parts")?.as_array()?;
         let text: String = parts
@@ -135,10 +128,20 @@ pub fn task_shown(result: &Value) -> Option<Shown> {
     });
     Some(Shown {
         id: id?.as_str()?.to_string(),
-        context,
         state: State::parse(status.get("state")?.as_str()?),
         message,
     })
+}
+
+/// The conversation (`contextId`) a result or stream event names: 1.0's `task`, `message`,
+/// `statusUpdate` or `artifactUpdate` member's, or the result's own (a task `GetTask` answers,
+/// 0.3's events, tagged by `kind`).
+pub fn context_of(result: &Value) -> Option<&str> {
+    let holder = ["task", "message", "statusUpdate", "artifactUpdate"]
+        .iter()
+        .find_map(|k| result.get(*k))
+        .unwrap_or(result);
+    holder.get("contextId")?.as_str()
 }
 
 /// The task an A2A request names: `params.id` of the task methods, `params.message.taskId` of a
@@ -520,6 +523,12 @@ impl ExchangeCtx {
         if named.is_some() {
             *target = named;
         }
+        // The first message of a conversation names none: its reply will.
+        self.a2a_context = params
+            .get("message")
+            .and_then(|m| m.get("contextId"))
+            .and_then(Value::as_str)
+            .map(Arc::from);
         let mut say = |code: Code, text: String| {
             self.flag_here(dir, code, Some(id), Some(method), text);
             if !anomalies.contains(&code.as_str()) {
@@ -601,17 +610,18 @@ impl ExchangeCtx {
     }
 
     /// A result of an A2A call (its reply, or an event of its stream): its malformed parts
-    /// (`A2A_PART`), flagged on the call (`extra`: its findings).
+    /// (`A2A_PART`), flagged on the call (`extra`: its findings); the conversation it names.
     pub(super) fn a2a_result(
         &self,
         key: &PendingKey,
         method: &Arc<str>,
         result: &Value,
         extra: &mut Vec<&'static str>,
-    ) {
+    ) -> Option<Arc<str>> {
         for problem in malformed(result, false) {
             self.flag_reply(key, method, Code::A2aPart, problem, extra);
         }
+        context_of(result).map(Arc::from)
     }
 }
 
@@ -638,7 +648,7 @@ mod tests {
     fn the_task_a_result_shows_in_each_shape() {
         let shown = |v: Value| task_shown(&v).map(|s| (s.id, s.state, s.message));
         let ctx = json!({"task": {"id": "t", "contextId": "c9", "status": {"state": "working"}}});
-        assert_eq!(task_shown(&ctx).unwrap().context.as_deref(), Some("c9"));
+        assert_eq!(context_of(&ctx), Some("c9"));
         let waiting = json!({"state": "TASK_STATE_INPUT_REQUIRED", "message": {"role": "ROLE_AGENT", "parts": [{"text": "which "}, {"text": "colour?"}]}});
         assert_eq!(
             shown(json!({"task": {"id": "t1", "status": waiting}})),

@@ -129,6 +129,7 @@ pub(super) fn end_call(
             response_index,
             continues: p.modern.and_then(|m| m.continues),
             task: p.task,
+            context: p.context,
             trace: p.trace.map(|t| with_session_version(inner, &key.scope, t)),
         });
         match defer {
@@ -606,6 +607,7 @@ impl ExchangeCtx {
             modern,
             cancelled: false,
             task: None,
+            context: self.a2a_context.take(),
         };
         let mut evicted = Vec::new();
         let res = inner.correlator.insert(key.clone(), p, &mut evicted);
@@ -794,6 +796,7 @@ impl ExchangeCtx {
                     key: key.clone(),
                     closed: false,
                     found: Vec::new(),
+                    context: None,
                 });
                 self.a2a_streams.len() - 1
             }
@@ -803,8 +806,10 @@ impl ExchangeCtx {
             // Its findings wait for the call's end, which carries them.
             if let Some(r) = &result {
                 let mut found = std::mem::take(&mut self.a2a_streams[at].found);
-                self.a2a_result(key, &method, r, &mut found);
-                self.a2a_streams[at].found = found;
+                let context = self.a2a_result(key, &method, r, &mut found);
+                let s = &mut self.a2a_streams[at];
+                s.found = found;
+                s.context = context.or(s.context.take());
             }
         }
         !closes
@@ -819,7 +824,8 @@ impl ExchangeCtx {
     /// answers), so it ends answered, at the stream's end.
     pub(super) fn end_a2a_streams(&mut self) {
         for s in std::mem::take(&mut self.a2a_streams) {
-            if let Some(p) = self.insp.correlator.take(&s.key) {
+            if let Some(mut p) = self.insp.correlator.take(&s.key) {
+                p.context = s.context.or(p.context);
                 if s.key.direction == Direction::ClientToServer && p.exchange == self.id {
                     self.req.answered += 1;
                 }
@@ -861,10 +867,12 @@ impl ExchangeCtx {
         {
             if let Some(s) = self.a2a_streams.iter_mut().find(|s| &s.key == key) {
                 extra.append(&mut s.found);
+                p.context = s.context.take().or(p.context.take());
             }
             if env.kind == Kind::Result {
                 if let Some(r) = crate::rpc::member(&env.raw, "result") {
-                    self.a2a_result(key, &p.method, &r, &mut extra);
+                    let context = self.a2a_result(key, &p.method, &r, &mut extra);
+                    p.context = context.or(p.context.take());
                 }
             }
             let streamed = matches!(self.mode, ReplyMode::Sse { .. });

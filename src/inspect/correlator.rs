@@ -71,6 +71,8 @@ pub struct Pending {
     pub cancelled: bool,
     /// The MCP task it created or concerns, for its event.
     pub task: Option<Box<crate::events::TaskRef>>,
+    /// An A2A call's conversation (`contextId`), from its request or its reply.
+    pub context: Option<Arc<str>>,
 }
 
 impl Pending {
@@ -395,6 +397,7 @@ mod tests {
             modern: None,
             cancelled: false,
             task: None,
+            context: None,
         }
     }
 

@@ -374,6 +374,9 @@ pub struct ExchangeCtx {
     a2a_streaming: bool,
     /// The request is A2A's (`a2a_request`): only then are its replies judged as A2A's.
     a2a_seen: bool,
+    /// The `contextId` of the A2A message being registered (`a2a_request` reads it, the call's
+    /// `Pending` takes it).
+    a2a_context: Option<Arc<str>>,
 }
 
 /// An A2A streaming call of an exchange that has had events.
@@ -383,6 +386,8 @@ struct A2aStream {
     closed: bool,
     /// What its events were flagged with, for the call's end.
     found: Vec<&'static str>,
+    /// The conversation its events named (`contextId`), for a call whose stream ends cut.
+    context: Option<Arc<str>>,
 }
 
 impl Inspector {
@@ -578,6 +583,7 @@ impl Inspector {
             a2a_version: meta.a2a_version.map(Into::into),
             a2a_streaming: false,
             a2a_seen: false,
+            a2a_context: None,
             ws_decided: false,
             awaiting: None,
             long: [None, None],
@@ -666,6 +672,7 @@ impl Inspector {
             a2a_version: None,
             a2a_streaming: false,
             a2a_seen: false,
+            a2a_context: None,
             ws_decided: false,
             awaiting: None,
             long: [None, None],

@@ -125,8 +125,6 @@ struct Seen {
     error: Option<(i64, String)>,
     has_input: bool,
     message: Option<String>,
-    /// An A2A task's `contextId`.
-    context: Option<String>,
 }
 
 impl Seen {
@@ -140,7 +138,6 @@ impl Seen {
         );
         Some(Seen {
             id: Some(shown.id),
-            context: shown.context,
             status: Some(shown.state.as_mcp().into()),
             error: failed.then(|| (0, shown.message.clone().unwrap_or_default())),
             message: shown.message,
@@ -173,7 +170,6 @@ impl Seen {
                 .get("statusMessage")
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            context: None,
         }
     }
 }
@@ -630,7 +626,6 @@ impl ExchangeCtx {
             origin_exchange: None,
             origin_id: None,
             polls: 0,
-            context: seen.context.as_deref().map(Arc::from),
         }));
         let now = self.insp.clock.now();
         let task = Task {
@@ -797,7 +792,6 @@ impl ExchangeCtx {
             origin_exchange: Some(origin_exchange),
             origin_id: Some(origin_id),
             polls: 0,
-            context: None,
         };
         if env.kind == Kind::Result {
             self.binding_rule(key, &p.method, &task_id, group.as_deref(), extra);
@@ -825,10 +819,6 @@ impl ExchangeCtx {
             }),
             _ => None,
         };
-        tref.context = seen
-            .as_ref()
-            .and_then(|s| s.context.as_deref())
-            .map(Arc::from);
         let ended = match seen {
             Some(seen) if seen.status.is_some() => {
                 let full = method == "tasks/get" && !legacy;

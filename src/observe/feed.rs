@@ -434,6 +434,7 @@ mod tests {
             response_index: None,
             continues: None,
             task: None,
+            context: None,
             trace: None,
         })
     }

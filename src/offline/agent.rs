@@ -372,7 +372,7 @@ impl Agent {
         json!({"index": i, "scope": c.scope.to_string(), "direction": c.direction, "method": c.method,
             "target": c.target, "id": c.id, "outcome": outcome_json(&c.outcome),
             "latency_ms": c.latency_us.map(|l| l as f64 / 1000.0), "anomalies": c.anomalies,
-            "continues": c.continues, "task": c.task})
+            "continues": c.continues, "task": c.task, "context": c.context})
     }
 
     fn list_calls(&self, args: &Value) -> Result<Value, String> {

@@ -100,6 +100,7 @@ mod tests {
             response_index: None,
             continues: continues.map(|c| Id::Num(c.to_string().into())),
             task: None,
+            context: None,
             trace: None,
         }
     }

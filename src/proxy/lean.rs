@@ -31,7 +31,7 @@
 //! read.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
@@ -349,7 +349,7 @@ fn parse_head(
         // on, and rpctap's own is written in its place below.
         let (mut fields, mut closes) = (FramingFields::default(), false);
         for h in r.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
+            let name = crate::http1::names::header_name(h.name.as_bytes())
                 .map_err(|_| format!("the upstream sent an invalid header name {:?}", h.name))?;
             if name == CONTENT_LENGTH {
                 if !fields.content_length(h.value) {

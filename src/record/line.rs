@@ -343,6 +343,9 @@ fn call_line(out: &mut Vec<u8>, c: &crate::events::CallEvent) -> serde_json::Res
         l.lit(k!("task"));
         serde_json::to_writer(&mut *l.0, t)?;
     }
+    if let Some(v) = &c.context {
+        l.str(k!("context"), v);
+    }
     l.close();
     Ok(())
 }
@@ -645,6 +648,7 @@ mod tests {
             response_index: Some(u32::MAX),
             continues: None,
             task: None,
+            context: Some("ctx \"7\"".into()),
             trace: None,
         };
         let mut calls = vec![base.clone()];

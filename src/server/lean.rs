@@ -26,7 +26,7 @@ use super::conn::{BodyFeed, Outbox, RequestBody, Watched};
 use super::BoxError;
 use crate::http1::write::{encode_head, Written};
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue};
+use http::header::HeaderValue;
 use http::{HeaderMap, Method, Request, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
 use std::future::Future;
@@ -506,7 +506,7 @@ fn build(head: &Bytes, path: Span, fields: &[(Span, Span)]) -> Option<(Uri, Head
     let uri = Uri::from_maybe_shared(slice(path)).ok()?;
     let mut map = HeaderMap::with_capacity(fields.len());
     for &(name, value) in fields {
-        let name = HeaderName::from_bytes(head.get(name.0..name.0 + name.1)?).ok()?;
+        let name = crate::http1::names::header_name(head.get(name.0..name.0 + name.1)?).ok()?;
         map.append(name, HeaderValue::from_maybe_shared(slice(value)).ok()?);
     }
     Some((uri, map))

@@ -455,11 +455,15 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 }
             }
             lines.push(Line::from(format!(
-                "exchange #{} · {} · {} · {}",
+                "exchange #{} · {} · {} · {}{}",
                 r.exchange.n,
                 r.transport,
                 r.direction.arrow(),
-                r.scope
+                r.scope,
+                r.conversation
+                    .as_deref()
+                    .map(|c| format!(" · {c}"))
+                    .unwrap_or_default()
             )));
             if let Some(n) = r.result_tokens() {
                 lines.push(Line::from(format!(

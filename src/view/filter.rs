@@ -21,6 +21,9 @@ impl Subject for Row {
     fn server(&self) -> &str {
         &self.server
     }
+    fn conversation(&self) -> Option<Cow<'_, str>> {
+        self.conversation.as_deref().map(Cow::Borrowed)
+    }
     fn direction(&self) -> Option<Direction> {
         Some(self.direction)
     }

@@ -484,6 +484,7 @@ impl App {
             folded: false,
             task: None,
             tokens: Default::default(),
+            conversation: None,
         }
     }
 
@@ -548,6 +549,7 @@ impl App {
             folded: false,
             task: None,
             tokens: Default::default(),
+            conversation: None,
         };
         self.push_row(row);
     }
@@ -668,6 +670,7 @@ impl App {
                     folded: false,
                     task: None,
                     tokens: Default::default(),
+                    conversation: None,
                 };
                 self.push_row(row);
                 self.note_recent(exchange, dir, m.batch_index, Some(seq));
@@ -840,8 +843,9 @@ impl App {
         s.last_ns = s.last_ns.max(ts);
     }
 
-    /// A scope's statistics: an MCP session's own, made on first sight, or — for traffic
-    /// without a session, scoped per exchange — the one "(no session)" line. The session map is
+    /// A scope's statistics: an MCP session's or an A2A conversation's (`a2a:CONTEXT`) own,
+    /// made on first sight, or — for traffic without a session, scoped per exchange — the one
+    /// "(no session)" line. The session map is
     /// held to `max_rows` sessions: past that, the least recently seen eighth goes (amortized:
     /// the sort runs once per `max_rows / 8` new sessions).
     fn session_mut(&mut self, scope: &Text) -> &mut SessionStats {
@@ -853,7 +857,7 @@ impl App {
             }
             return self.sessions.entry(g).or_default();
         }
-        if !scope.starts_with("session:") {
+        if !scope.starts_with("session:") && !scope.starts_with("a2a:") {
             return &mut self.no_session;
         }
         if !self.sessions.contains_key(scope) {
@@ -917,7 +921,9 @@ impl App {
             }
         }
         let method_key = key;
-        let s = self.session_mut(&scope);
+        // An A2A call counts in its conversation's line, not its exchange's.
+        let conversation = c.context.as_ref().map(|c| Text::from(format!("a2a:{c}")));
+        let s = self.session_mut(conversation.as_ref().unwrap_or(&scope));
         s.calls += w;
         if err {
             s.errors += w;
@@ -940,6 +946,7 @@ impl App {
                 if let Some(r) = self.row_mut(seq) {
                     r.outcome = outcome;
                     r.latency_us = latency_us;
+                    r.conversation = conversation;
                     // An ended call is marked with exactly the codes the inspector gave it (the
                     // ones pinned while it waited were provisional); findings about its
                     // exchange stay in its detail.
@@ -987,6 +994,7 @@ impl App {
                     folded: false,
                     task: None,
                     tokens: Default::default(),
+                    conversation,
                 })
             }
         };
@@ -1236,12 +1244,14 @@ impl App {
     }
 
     /// The tokens of the results the list holds, summed per session as the sessions view keys
-    /// them (a stateless client's group, an MCP session, or "(no session)"); counted as
-    /// `method_tokens` counts them.
+    /// them (a stateless client's group, an MCP session, an A2A conversation, or "(no
+    /// session)"); counted as `method_tokens` counts them.
     pub fn session_tokens(&self) -> std::collections::HashMap<&str, u64> {
         let mut per: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
         for r in self.rows.iter().filter(|r| r.reply.is_some()) {
-            let key = if r.scope.starts_with(crate::events::STATELESS_PREFIX) {
+            let key = if let Some(c) = &r.conversation {
+                c
+            } else if r.scope.starts_with(crate::events::STATELESS_PREFIX) {
                 scope_group(&r.scope)
             } else if r.scope.starts_with("session:") {
                 &r.scope

@@ -113,6 +113,9 @@ pub struct Row {
     /// What its result costs an agent's context (`result_tokens`): counted the first time it
     /// is shown, by the renderer, never on the proxy's path nor for rows no one looks at.
     pub tokens: std::sync::OnceLock<Option<u32>>,
+    /// An A2A call's conversation, as the sessions view keys it (`a2a:CONTEXT`): known when
+    /// the call ends (the first message of a conversation names none, its reply does).
+    pub conversation: Option<Text>,
 }
 
 /// The task a call created, as its row shows it.

@@ -125,6 +125,7 @@ impl From<CallEnd> for Event {
             response_index: None,
             continues: c.continues.map(|i| id(&i)),
             task: c.task.map(Box::new),
+            context: None,
             trace: None,
         })
     }
@@ -427,6 +428,57 @@ fn a_results_tokens_are_counted_when_shown_and_per_tool_in_the_methods_view() {
         Some(&(want[1], want[1])),
         "{toks:?}"
     );
+}
+
+/// A2A calls count in their conversation's line of the sessions view (`a2a:CONTEXT`, known when
+/// the call ends), with their results' tokens; `session:` finds a conversation's rows.
+#[test]
+fn a2a_calls_are_grouped_by_their_conversation() {
+    let mut a = App::new("t", "l", "u", 100, 0);
+    for (ex, context) in [
+        (1u64, Some("c-1")),
+        (2, Some("c-1")),
+        (3, Some("c-2")),
+        (4, None),
+    ] {
+        let n = ex.to_string();
+        a.apply_message(msg(
+            ex,
+            true,
+            Kind::Request,
+            Some(&n),
+            Some("SendMessage"),
+            &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"SendMessage","params":{{}}}}"#),
+        ));
+        let reply = format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"result":{{"message":{{"messageId":"m{n}","role":"ROLE_AGENT","parts":[{{"text":"hi"}}]}}}}}}"#
+        );
+        a.apply_message(msg(ex, false, Kind::Result, Some(&n), None, &reply));
+        let mut c = CallEvent::for_test("SendMessage", id(&n), Outcome::Result, 10);
+        c.exchange = ex;
+        c.scope = Scope::Exchange(ex);
+        c.context = context.map(Into::into);
+        a.apply(&Event::Call(c));
+    }
+    let sessions: Vec<(String, u64)> = a
+        .sessions_sorted()
+        .iter()
+        .map(|(k, s)| (k.to_string(), s.calls))
+        .collect();
+    assert!(sessions.contains(&("a2a:c-1".into(), 2)), "{sessions:?}");
+    assert!(sessions.contains(&("a2a:c-2".into(), 1)), "{sessions:?}");
+    assert!(
+        sessions.contains(&(super::NO_SESSION.into(), 1)),
+        "a call with no conversation: {sessions:?}"
+    );
+    let tokens = a.session_tokens();
+    assert!(
+        tokens["a2a:c-1"] > 0 && tokens["a2a:c-1"] == 2 * tokens["a2a:c-2"],
+        "{tokens:?}"
+    );
+    a.filter = "session:a2a:c-1".into();
+    let shown: Vec<u64> = a.visible().iter().map(|r| r.exchange.n).collect();
+    assert_eq!(shown, [1, 2]);
 }
 
 #[test]
@@ -1604,7 +1656,6 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
         origin_exchange: Some(1),
         origin_id: Some(crate::rpc::Id::Num("1".into())),
         polls: 0,
-        context: None,
     };
     for (ex, status) in [(2, "working"), (3, "input_required"), (4, "completed")] {
         let id = ex.to_string();
@@ -1665,7 +1716,6 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
             origin_exchange: None,
             origin_id: None,
             polls: 3,
-            context: None,
         }),
     });
     assert_eq!(a.visible_len(), 1);

@@ -203,6 +203,12 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
         asked.task.as_ref().unwrap().status.as_deref(),
         Some("completed")
     );
+    // Every call names its conversation (the agent's `contextId`: a first message names none,
+    // its reply does), and the message that resumed a task is in that task's conversation.
+    assert!(cs.iter().all(|c| c.context.is_some()), "{pair}: {cs:?}");
+    assert_eq!(asked.context, resumed.context, "{pair}");
+    let conversations: std::collections::HashSet<_> = cs.iter().map(|c| &c.context).collect();
+    assert!(conversations.len() >= 3, "{pair}: {conversations:?}");
     assert!(
         cs.iter()
             .all(|c| c.outcome == Outcome::Result || matches!(c.outcome, Outcome::Cancelled { .. })),
@@ -292,6 +298,19 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
         .filter(|c| c["task"]["id"].is_string())
         .count();
     assert!(with_task >= 3, "{pair}: {listed}");
+    // A conversation is a session to the filter: the resumed task's calls, by its `contextId`.
+    let ctx = asked.context.as_deref().unwrap();
+    let args = json!({"session": file.to_str().unwrap(), "filter": format!("session:a2a:{ctx}")});
+    api.send(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "list_calls", "arguments": args}}).to_string());
+    let one: serde_json::Value = serde_json::from_str(&api.reply(4)).unwrap();
+    let in_it = one["result"]["structuredContent"]["calls"]
+        .as_array()
+        .unwrap();
+    assert!(
+        in_it.len() >= 2,
+        "{pair}: the message that made the task and the one that resumed it: {one}"
+    );
+    assert!(in_it.iter().all(|c| c["context"] == ctx), "{pair}: {one}");
     drop(api);
 
     // Mocked: the recording serves the same client the same answers (its card, its stream).

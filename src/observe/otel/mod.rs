@@ -20,7 +20,7 @@
 //! `gen_ai.prompt.name`, `mcp.resource.uri`; span name `{mcp.method.name} {target}`); for A2A
 //! methods, beside the JSON-RPC ones, `a2a.method.name`, `a2a.protocol.version`, `a2a.task.id`,
 //! `a2a.task.state` and
-//! `gen_ai.conversation.id` (the task's `contextId`); the
+//! `gen_ai.conversation.id` (the call's `contextId`); the
 //! network's (`network.transport`, `network.protocol.name`, `client.address`, `server.address`,
 //! `server.port`); the anomaly codes as span events; an outcome other than a result is status
 //! `Error` with `error.type`.
@@ -415,7 +415,7 @@ impl Maker {
             if let Some(s) = task.and_then(|t| t.status.as_deref()) {
                 attrs.push(("a2a.task.state", Attr::Str(a2a_state(s))));
             }
-            if let Some(ctx) = task.and_then(|t| t.context.as_deref()) {
+            if let Some(ctx) = c.context.as_deref() {
                 attrs.push(("gen_ai.conversation.id", Attr::Str(ctx)));
             }
         }
