@@ -787,8 +787,8 @@ impl ExchangeCtx {
         if !super::a2a::is_stream_method(&method) {
             return false;
         }
-        let result = crate::rpc::member(&env.raw, "result");
-        let closes = result.as_ref().is_none_or(super::a2a::closes_stream);
+        let result = env.result();
+        let closes = result.is_none_or(super::a2a::closes_stream);
         let at = match self.a2a_streams.iter().position(|s| &s.key == key) {
             Some(i) => i,
             None => {
@@ -804,7 +804,7 @@ impl ExchangeCtx {
         self.a2a_streams[at].closed = closes;
         if !closes {
             // Its findings wait for the call's end, which carries them.
-            if let Some(r) = &result {
+            if let Some(r) = result {
                 let mut found = std::mem::take(&mut self.a2a_streams[at].found);
                 let context = self.a2a_result(key, &method, r, &mut found);
                 let s = &mut self.a2a_streams[at];
@@ -870,8 +870,8 @@ impl ExchangeCtx {
                 p.context = s.context.take().or(p.context.take());
             }
             if env.kind == Kind::Result {
-                if let Some(r) = crate::rpc::member(&env.raw, "result") {
-                    let context = self.a2a_result(key, &p.method, &r, &mut extra);
+                if let Some(r) = env.result() {
+                    let context = self.a2a_result(key, &p.method, r, &mut extra);
                     p.context = context.or(p.context.take());
                 }
             }

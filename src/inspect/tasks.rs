@@ -481,8 +481,7 @@ impl ExchangeCtx {
         {
             return None;
         }
-        let result = member(&env.raw, "result")?;
-        let (task, legacy) = crate::rpc::task_in(&result)?;
+        let (task, legacy) = crate::rpc::task_in(env.result()?)?;
         Some(Handle(Seen::of(task), legacy, false))
     }
 
@@ -514,7 +513,7 @@ impl ExchangeCtx {
         {
             return None;
         }
-        let seen = Seen::of_a2a(&member(&env.raw, "result")?)?;
+        let seen = Seen::of_a2a(env.result()?)?;
         let open = seen
             .status
             .as_deref()
@@ -798,12 +797,10 @@ impl ExchangeCtx {
         }
         let seen = match (method, env.kind) {
             // An A2A task's every reply that shows it (a task, a stream's last event).
-            (_, Kind::Result) if a2a => member(&env.raw, "result").and_then(|r| Seen::of_a2a(&r)),
+            (_, Kind::Result) if a2a => env.result().and_then(Seen::of_a2a),
             (_, _) if a2a => None,
-            ("tasks/get", Kind::Result) => member(&env.raw, "result").map(|r| Seen::of(&r)),
-            ("tasks/cancel", Kind::Result) if legacy => {
-                member(&env.raw, "result").map(|r| Seen::of(&r))
-            }
+            ("tasks/get", Kind::Result) => env.result().map(Seen::of),
+            ("tasks/cancel", Kind::Result) if legacy => env.result().map(Seen::of),
             ("tasks/result", Kind::Result) => Some(Seen {
                 status: Some("completed".into()),
                 has_result: true,
@@ -851,7 +848,7 @@ impl ExchangeCtx {
             .insp
             .watch_start
             .load(std::sync::atomic::Ordering::Relaxed);
-        let Some(result) = member(&env.raw, "result") else {
+        let Some(result) = env.result() else {
             return;
         };
         if result.get("status").is_none() {

@@ -1012,7 +1012,7 @@ impl Proxy {
         let (batch, ids) = summary.calls(plan.as_ref());
         let a2a = summary
             .body
-            .as_deref()
+            .as_ref()
             .is_some_and(crate::rpc::own::body_is_a2a);
         let body = if summary.is_rpc {
             match err {

@@ -163,6 +163,9 @@ pub struct Envelope {
     /// A member given more than once (read as the last one: see `RawEnvelope`).
     pub duplicate: Option<&'static str>,
     pub raw: Bytes,
+    /// `result` as a value, parsed the first time a rule asks ([`Envelope::result`]): the rules
+    /// that read a reply's result closely (tasks, A2A) share one parse.
+    result: std::sync::OnceLock<Option<serde_json::Value>>,
 }
 
 /// A whole body: one message, a batch, or something that is not JSON-RPC at all.
@@ -612,7 +615,16 @@ impl Envelope {
             problem: None,
             duplicate: None,
             raw,
+            result: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The `result` member, parsed once however many rules read it; `None` for a message
+    /// without one.
+    pub fn result(&self) -> Option<&serde_json::Value> {
+        self.result
+            .get_or_init(|| member(&self.raw, "result"))
+            .as_ref()
     }
 }
 

@@ -133,9 +133,9 @@ pub fn range() -> Range {
 }
 
 /// Whether a request body holds an A2A call (read again: only rpctap's own error paths ask).
-pub fn body_is_a2a(body: &[u8]) -> bool {
+pub fn body_is_a2a(body: &bytes::Bytes) -> bool {
     let is = |e: &super::Envelope| e.method.as_deref().is_some_and(super::a2a::is_a2a_only);
-    match super::parse_body(&bytes::Bytes::copy_from_slice(body)) {
+    match super::parse_body(body) {
         super::Body::Single(e) => is(&e),
         super::Body::Batch(members) => members.iter().any(is),
         super::Body::ParseError(_) => false,
@@ -167,16 +167,16 @@ mod tests {
         ] {
             assert!(!(-32009..=-32001).contains(&w.code(true)), "{w:?}");
         }
-        assert!(body_is_a2a(
+        assert!(body_is_a2a(&bytes::Bytes::from_static(
             br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage"}"#
-        ));
-        assert!(body_is_a2a(
+        )));
+        assert!(body_is_a2a(&bytes::Bytes::from_static(
             br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"message/send"}]"#
-        ));
+        )));
         // `tasks/get` is MCP's too: no A2A request by itself.
-        assert!(!body_is_a2a(
+        assert!(!body_is_a2a(&bytes::Bytes::from_static(
             br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get"}"#
-        ));
-        assert!(!body_is_a2a(b"{"));
+        )));
+        assert!(!body_is_a2a(&bytes::Bytes::from_static(b"{")));
     }
 }

@@ -739,7 +739,7 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     // The results' tokens when there is room for them (counted only then).
     let roomy = area.width >= 100;
     let toks = if roomy {
-        app.method_tokens()
+        app.token_totals()
     } else {
         Default::default()
     };
@@ -767,7 +767,7 @@ fn methods(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 Cell::from(dur(p99)),
             ];
             if roomy {
-                let tok = toks.get(&***m);
+                let tok = toks.methods.get(&***m);
                 cells.push(Cell::from(tok.map(|t| tokens(t.0)).unwrap_or_default()));
                 cells.push(Cell::from(tok.map(|t| tokens(t.1)).unwrap_or_default()));
             }
@@ -816,7 +816,7 @@ fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
     // The results' tokens per session when there is room for them (counted only then).
     let roomy = area.width >= 100;
     let toks = if roomy {
-        app.session_tokens()
+        app.token_totals()
     } else {
         Default::default()
     };
@@ -838,7 +838,7 @@ fn sessions(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 Cell::from(clock(st.last_ns)),
             ];
             if roomy {
-                let n = toks.get(s).copied().unwrap_or(0);
+                let n = toks.sessions.get(*s).copied().unwrap_or(0);
                 cells.push(Cell::from(tokens(u32::try_from(n).unwrap_or(u32::MAX))));
             }
             TRow::new(cells)

@@ -81,6 +81,15 @@ pub struct SessionStats {
     pub last_ns: u64,
 }
 
+/// The results' tokens the methods and sessions views show ([`App::token_totals`]).
+#[derive(Debug, Default)]
+pub struct TokenTotals {
+    /// Per method and tool: (p50, p95).
+    pub methods: std::collections::HashMap<String, (u32, u32)>,
+    /// Per session, as the sessions view keys them: the sum.
+    pub sessions: std::collections::HashMap<String, u64>,
+}
+
 /// The dashboard's state.
 #[derive(Debug)]
 pub struct App {
@@ -129,6 +138,9 @@ pub struct App {
     pub methods: HashMap<Text, MethodStats>,
     /// Per MCP session; at most `max_rows` (the least recently seen go first).
     pub sessions: HashMap<Text, SessionStats>,
+    /// `method_tokens` and `session_tokens` as last walked, and when (`now_ns`): a walk over
+    /// every row the list holds runs at most once a second, not on every frame.
+    tokens_walked: std::sync::Mutex<Option<(u64, std::sync::Arc<TokenTotals>)>>,
     /// All traffic without a session, together.
     pub no_session: SessionStats,
     pub anomaly_rows: VecDeque<AnomalyRow>,
@@ -228,6 +240,7 @@ impl App {
             recent_latencies: VecDeque::new(),
             methods: HashMap::default(),
             sessions: HashMap::default(),
+            tokens_walked: Default::default(),
             no_session: SessionStats::default(),
             anomaly_rows: VecDeque::new(),
             http: HashMap::default(),
@@ -1213,6 +1226,31 @@ impl App {
         let mut list: Vec<(&Text, &MethodStats)> = self.methods.iter().collect();
         list.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         list
+    }
+
+    /// The tokens of the results the list holds, per method and tool and per session (see
+    /// [`TokenTotals`]), walked at most once a second of `now_ns` (counting a row's result is
+    /// remembered on the row; walking every row on each frame would not be).
+    pub fn token_totals(&self) -> std::sync::Arc<TokenTotals> {
+        let mut walked = self
+            .tokens_walked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, totals)) = &*walked {
+            if self.now_ns.saturating_sub(*at) < 1_000_000_000 {
+                return totals.clone();
+            }
+        }
+        let totals = std::sync::Arc::new(TokenTotals {
+            methods: self.method_tokens(),
+            sessions: self
+                .session_tokens()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        });
+        *walked = Some((self.now_ns, totals.clone()));
+        totals
     }
 
     /// The tokens of the results the list holds, per method and tool as the methods view keys

@@ -428,6 +428,37 @@ fn a_results_tokens_are_counted_when_shown_and_per_tool_in_the_methods_view() {
         Some(&(want[1], want[1])),
         "{toks:?}"
     );
+    // The views' totals: walked once a second, not on every frame.
+    let first = a.token_totals();
+    assert_eq!(first.methods, toks);
+    assert_eq!(
+        first.sessions.get(super::NO_SESSION).copied(),
+        Some(u64::from(want[0] + want[1]))
+    );
+    a.apply_message(msg(
+        9,
+        true,
+        Kind::Request,
+        Some("9"),
+        Some("tools/call"),
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"other"}}"#,
+    ));
+    a.apply_message(msg(
+        9,
+        false,
+        Kind::Result,
+        Some("9"),
+        None,
+        r#"{"jsonrpc":"2.0","id":9,"result":{"content":[]}}"#,
+    ));
+    assert!(std::sync::Arc::ptr_eq(&first, &a.token_totals()));
+    a.now_ns += 1_000_000_000;
+    let later = a.token_totals();
+    assert!(!std::sync::Arc::ptr_eq(&first, &later));
+    assert_ne!(
+        later.methods, first.methods,
+        "the third result is in: {later:?}"
+    );
 }
 
 /// A2A calls count in their conversation's line of the sessions view (`a2a:CONTEXT`, known when
