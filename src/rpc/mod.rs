@@ -165,7 +165,8 @@ pub struct Envelope {
     pub raw: Bytes,
     /// `result` as a value, parsed the first time a rule asks ([`Envelope::result`]): the rules
     /// that read a reply's result closely (tasks, A2A) share one parse.
-    result: std::sync::OnceLock<Option<serde_json::Value>>,
+    /// (Boxed: a pointer while unread, which is nearly always; every envelope is moved.)
+    result: std::sync::OnceLock<Box<Option<serde_json::Value>>>,
 }
 
 /// A whole body: one message, a batch, or something that is not JSON-RPC at all.
@@ -623,7 +624,8 @@ impl Envelope {
     /// without one.
     pub fn result(&self) -> Option<&serde_json::Value> {
         self.result
-            .get_or_init(|| member(&self.raw, "result"))
+            .get_or_init(|| Box::new(member(&self.raw, "result")))
+            .as_ref()
             .as_ref()
     }
 }
