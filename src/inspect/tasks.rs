@@ -818,7 +818,9 @@ impl ExchangeCtx {
         };
         let ended = match seen {
             Some(seen) if seen.status.is_some() => {
-                let full = method == "tasks/get" && !legacy;
+                // MCP 2026-07-28's `tasks/get` inlines an ended task's payload; A2A 0.3's
+                // `tasks/get` (the same name) answers a task, whose artifacts are optional.
+                let full = method == "tasks/get" && !legacy && !a2a;
                 let (status, ended) =
                     self.task_status(&task_id, &seen, full, key, &p.method, true, extra);
                 tref.status = status.map(|s| Arc::from(s.as_str()));

@@ -2,7 +2,10 @@
 // rpctap's A2A tests: the same skills as tests/interop/a2a_agent.py, so the same client
 // scenarios run against either.
 //
-// usage: node a2a_agent.mjs
+// usage: node a2a_agent.mjs [--v0.3]
+//
+// --v0.3: the agent speaks A2A 0.3 too (the SDK's `legacyCompat`) and its card offers only a 0.3
+// interface, so that the SDK's clients speak 0.3 to it.
 //
 // Listens on a free loopback port and says `a2a agent on http://127.0.0.1:PORT` on stderr. The
 // JSON-RPC endpoint is `/a2a`, the agent card `/.well-known/agent-card.json`. The first word of
@@ -107,6 +110,7 @@ class Executor {
   }
 }
 
+const v03 = process.argv.includes("--v0.3");
 const app = express();
 const server = app.listen(0, "127.0.0.1", () => {
   const { port } = server.address();
@@ -114,7 +118,7 @@ const server = app.listen(0, "127.0.0.1", () => {
     name: "rpctap test agent",
     description: "An A2A agent on the official JavaScript SDK",
     supportedInterfaces: [
-      { url: `http://127.0.0.1:${port}/a2a`, protocolBinding: "JSONRPC", tenant: "", protocolVersion: "1.0" },
+      { url: `http://127.0.0.1:${port}/a2a`, protocolBinding: "JSONRPC", tenant: "", protocolVersion: v03 ? "0.3" : "1.0" },
     ],
     provider: undefined,
     version: "1.0.0",
@@ -140,7 +144,8 @@ const server = app.listen(0, "127.0.0.1", () => {
     iconUrl: undefined,
   };
   const handler = new DefaultRequestHandler(card, new InMemoryTaskStore(), new Executor());
-  app.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: async () => card }));
-  app.use("/a2a", jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }));
+  const legacyCompat = { enabled: v03 };
+  app.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: async () => card, legacyCompat }));
+  app.use("/a2a", jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication, legacyCompat }));
   process.stderr.write(`a2a agent on http://127.0.0.1:${port}\n`);
 });

@@ -1,6 +1,10 @@
 """An A2A agent built with the official Python SDK (a2a-sdk 1.x), for rpctap's A2A tests.
 
-usage: a2a_agent.py [--no-streaming]
+usage: a2a_agent.py [--no-streaming] [--v0.3]
+
+--v0.3: the agent speaks A2A 0.3 too (the SDK's `enable_v0_3_compat`) and its card offers only a
+0.3 interface, so that the SDK's client speaks 0.3 to it (`message/send`, `kind`-tagged results,
+no `A2A-Version`).
 
 Listens on a free loopback port and says `a2a agent on http://127.0.0.1:PORT` on stderr. The JSON-RPC
 endpoint is `/a2a`, the agent card `/.well-known/agent-card.json`. What the agent does is picked
@@ -34,6 +38,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, TaskState
 
 streaming = "--no-streaming" not in sys.argv
+v03 = "--v0.3" in sys.argv
 
 
 class Executor(AgentExecutor):
@@ -123,7 +128,9 @@ def main() -> None:
         name="rpctap test agent",
         description="An A2A agent on the official Python SDK",
         supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+            AgentInterface(
+                url=url, protocol_binding="JSONRPC", protocol_version="0.3" if v03 else "1.0"
+            )
         ],
         version="1.0.0",
         capabilities=AgentCapabilities(streaming=streaming),
@@ -134,7 +141,9 @@ def main() -> None:
     handler = DefaultRequestHandler(
         agent_executor=Executor(), task_store=InMemoryTaskStore(), agent_card=card
     )
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/a2a")
+    routes = create_agent_card_routes(card) + create_jsonrpc_routes(
+        handler, "/a2a", enable_v0_3_compat=v03
+    )
     app = Starlette(routes=routes)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     print(f"a2a agent on http://127.0.0.1:{port}", file=sys.stderr, flush=True)

@@ -8,7 +8,7 @@
 // BASE_URL/a2a (the card names the agent's own address: a client pointed at a proxy keeps to it).
 import { randomUUID } from "node:crypto";
 import { Role, TaskState } from "@a2a-js/sdk";
-import { ClientFactory } from "@a2a-js/sdk/client";
+import { ClientFactory, ClientFactoryOptions, JsonRpcTransportFactory } from "@a2a-js/sdk/client";
 
 const base = process.argv[2];
 const TERMINAL = new Set([
@@ -24,7 +24,11 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const card = await (await fetch(`${base}/.well-known/agent-card.json`)).json();
 const out = { card: { name: card.name, streaming: card.capabilities.streaming } };
 card.supportedInterfaces[0].url = `${base}/a2a`;
-const client = await new ClientFactory().createFromAgentCard(card);
+// A card that offers only A2A 0.3 is spoken to in 0.3 (the SDK's `legacyCompat`).
+const transports = [new JsonRpcTransportFactory({ legacyCompat: { enabled: true } })];
+const client = await new ClientFactory(
+  ClientFactoryOptions.createFrom(ClientFactoryOptions.default, { transports }),
+).createFromAgentCard(card);
 
 function request(words, task, now = false) {
   const message = {

@@ -3,7 +3,8 @@
 //! proxied — a blocking message, a streamed task, a task polled
 //! to completion, a cancelled one, one resumed after asking for input, one that fails — with no
 //! finding live or in `check` (a streaming call's several responses are one call, not
-//! unmatched replies), and rpctap's own errors say they are rpctap's.
+//! unmatched replies), in A2A 1.0 and in 0.3 (the SDKs' compatibility layers), and rpctap's own
+//! errors say they are rpctap's.
 
 use crate::common::*;
 use rpctap::events::{Event, Outcome};
@@ -37,9 +38,11 @@ fn node_script(name: &str) -> std::process::Command {
 }
 
 /// The JavaScript SDK agent (tests/interop/a2a_agent.mjs) on a free port.
-fn a2a_agent_js() -> (Proc, SocketAddr) {
+fn a2a_agent_js(args: &[&str]) -> (Proc, SocketAddr) {
     let (p, addrs, _) = spawn_with_banner(
-        node_script("a2a_agent.mjs").stdout(std::process::Stdio::null()),
+        node_script("a2a_agent.mjs")
+            .args(args)
+            .stdout(std::process::Stdio::null()),
         &["a2a agent on http://"],
     );
     (p, addrs[0])
@@ -82,15 +85,40 @@ async fn both_sdks_as_agent_and_client_through_rpctap_identical_and_clean() {
     let dir = Scratch::new("a2a-sdk");
     for agent in ["python", "js"] {
         for client in ["python", "js"] {
-            sdk_pair(&dir, agent, client).await;
+            sdk_pair(&dir, agent, client, "1.0").await;
         }
     }
 }
 
-async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
+/// A2A 0.3 as the SDKs' compatibility layers speak it (`enable_v0_3_compat`, `legacyCompat`: an
+/// agent whose card offers only 0.3, a client that speaks it): `message/send`,
+/// `message/stream`, `tasks/get`, `tasks/cancel`, `kind`-tagged results, no `A2A-Version` — each
+/// SDK's agent with the other's client, as clean and as whole as 1.0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_speaking_a2a_0_3_through_rpctap_identical_and_clean() {
+    let dir = Scratch::new("a2a-sdk-0.3");
+    for (agent, client) in [("python", "js"), ("js", "python")] {
+        sdk_pair(&dir, agent, client, "0.3").await;
+    }
+}
+
+async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str, version: &str) {
+    let v03 = version == "0.3";
+    let args: &[&str] = if v03 { &["--v0.3"] } else { &[] };
     let (_agent, up) = match agent {
-        "python" => a2a_agent(&[]),
-        _ => a2a_agent_js(),
+        "python" => a2a_agent(args),
+        _ => a2a_agent_js(args),
+    };
+    // A2A's methods as this version names them.
+    let m = |name: &'static str| -> &'static str {
+        match (v03, name) {
+            (false, n) => n,
+            (true, "SendMessage") => "message/send",
+            (true, "SendStreamingMessage") => "message/stream",
+            (true, "GetTask") => "tasks/get",
+            (true, "CancelTask") => "tasks/cancel",
+            (true, n) => n,
+        }
     };
     let run = |base: String| async move {
         match client {
@@ -98,7 +126,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
             _ => a2a_client_js(base).await,
         }
     };
-    let pair = format!("{agent} agent, {client} client");
+    let pair = format!("{agent} agent, {client} client, A2A {version}");
     let file = dir.join(format!("{agent}-{client}.jsonl"));
     let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
         record: Some(file.clone()),
@@ -138,7 +166,10 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
         .collect();
     assert_eq!(
         cards,
-        ["rpctap test agent 1.0.0 (A2A 1.0; streaming; 1 skill: stories)"]
+        [format!(
+            "rpctap test agent 1.0.0 (A2A {version}; streaming; 1 skill: stories)"
+        )],
+        "{pair}"
     );
     let cs = calls(&ev);
     let requests = ev
@@ -152,7 +183,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
     let created: Vec<_> = cs
         .iter()
         .filter(|c| {
-            &*c.method == "SendMessage"
+            &*c.method == m("SendMessage")
                 && c.task.as_ref().is_some_and(|t| t.origin_exchange.is_none())
         })
         .collect();
@@ -179,7 +210,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
         polled.latency_us.unwrap() >= 400_000,
         "a task's row lasts its whole life (the agent works 0.5 s): {polled:?}"
     );
-    let polls: Vec<_> = cs.iter().filter(|c| &*c.method == "GetTask").collect();
+    let polls: Vec<_> = cs.iter().filter(|c| &*c.method == m("GetTask")).collect();
     assert!(!polls.is_empty());
     for g in &polls {
         let t = g.task.as_ref().unwrap();
@@ -190,7 +221,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
     let resumed = cs
         .iter()
         .find(|c| {
-            &*c.method == "SendMessage"
+            &*c.method == m("SendMessage")
                 && c.task.as_ref().is_some_and(|t| t.origin_exchange.is_some())
         })
         .expect("the message that resumed the waiting task");
@@ -218,7 +249,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
     // it lasts until its last event (the agent waits 50 ms before each artifact).
     let streamed: Vec<_> = cs
         .iter()
-        .filter(|c| &*c.method == "SendStreamingMessage")
+        .filter(|c| &*c.method == m("SendStreamingMessage"))
         .collect();
     assert_eq!(streamed.len(), 1, "{cs:?}");
     assert!(
@@ -281,12 +312,16 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str) {
         .collect();
     assert_eq!(
         names,
-        [
-            "CancelTask",
-            "GetTask",
-            "SendMessage",
-            "SendStreamingMessage"
-        ],
+        {
+            let mut want = [
+                m("CancelTask"),
+                m("GetTask"),
+                m("SendMessage"),
+                m("SendStreamingMessage"),
+            ];
+            want.sort();
+            want
+        },
         "{pair}"
     );
     api.send(&call("list_calls", 3));
