@@ -22,6 +22,11 @@ pub trait Subject {
     fn conversation(&self) -> Option<Cow<'_, str>> {
         None
     }
+    /// The A2A skill a message names (`rpc::a2a::message_skill`: its bytes read again, only for
+    /// a `skill:` term).
+    fn skill(&self) -> Option<String> {
+        None
+    }
     fn direction(&self) -> Option<Direction>;
     fn status(&self) -> Status;
     /// The anomaly codes it carries.
@@ -66,7 +71,7 @@ impl Status {
 /// `method:GLOB`, `tool:GLOB` (also `prompt:` and `resource:`: the call's target), `status:`
 /// (`ok`, `error`, `missing`, `refused`, `pending`, `flagged`, `notification`), `dir:` (`c2s`
 /// or `s2c`), `id:`, `session:` (part of the scope, or of an A2A call's `a2a:CONTEXT`), `code:` (an anomaly code, a glob),
-/// `subscription:`, `server:` (a `watch` server's label or session name, a glob); a token with `/` or `*` is a method glob; anything else is free text,
+/// `skill:` (an A2A message's skill, a glob), `subscription:`, `server:` (a `watch` server's label or session name, a glob); a token with `/` or `*` is a method glob; anything else is free text,
 /// searched in the method, target, id and both messages. A term it cannot read is an error that
 /// names it.
 #[derive(Debug, Default)]
@@ -92,6 +97,8 @@ enum Term {
     Subscription(String),
     Method(globset::GlobMatcher),
     Target(globset::GlobMatcher),
+    /// An A2A message's skill.
+    Skill(globset::GlobMatcher),
     Code(globset::GlobMatcher),
     Server(globset::GlobMatcher),
     Text(String),
@@ -144,6 +151,7 @@ impl Filter {
                             Term::Target(glob(field, value)?)
                         }
                         "code" => Term::Code(glob(field, value)?),
+                        "skill" => Term::Skill(glob(field, value)?),
                         "server" | "label" => Term::Server(glob(field, value)?),
                         "id" => Term::Id(value.trim_matches('"').to_string()),
                         "session" | "scope" => Term::Session(value.to_string()),
@@ -215,6 +223,7 @@ impl Filter {
             Term::Subscription(s) => r.target().is_some_and(|t| t.trim_matches('"') == s),
             Term::Method(g) => g.is_match(r.method()) || target_is(g),
             Term::Target(g) => target_is(g),
+            Term::Skill(g) => r.skill().is_some_and(|s| g.is_match(s)),
             Term::Code(g) => r.codes().iter().any(|a| g.is_match(a)),
             // The label, or the session's name (a shim's scope is its session).
             Term::Server(g) => {
@@ -271,6 +280,12 @@ impl Subject for Event {
     fn conversation(&self) -> Option<Cow<'_, str>> {
         match self {
             Event::Call(c) => c.context.as_ref().map(|c| Cow::Owned(format!("a2a:{c}"))),
+            _ => None,
+        }
+    }
+    fn skill(&self) -> Option<String> {
+        match self {
+            Event::Message(m) => crate::rpc::a2a::message_skill(m.method.as_deref()?, &m.message),
             _ => None,
         }
     }
@@ -340,5 +355,25 @@ mod tests {
         let notice = parse_line(r#"{"event":"notice","ts":1,"what":"x","message":"m"}"#).unwrap();
         assert!(!f("error").matches(&notice) && f("").matches(&notice));
         assert!(f("").is_empty());
+    }
+
+    /// `skill:` reads the skill an A2A message's metadata names; `session:` an A2A call's
+    /// conversation as well as its scope.
+    #[test]
+    fn a2a_skills_and_conversations_are_terms() {
+        let msg = |method: &str, meta: &str| {
+            parse_line(&format!(r#"{{"event":"message","ts":1,"exchange":1,"scope":"exchange:1","direction":"c2s","transport":"json","kind":"request","id":1,"method":"{method}","message":{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{{"text":"hi"}}],"metadata":{meta}}}}}}}}}"#)).unwrap()
+        };
+        let f = |s: &str| Filter::parse(s).unwrap();
+        assert!(f("skill:trans*").matches(&msg("SendMessage", r#"{"skill":"translate"}"#)));
+        assert!(f("skill:translate").matches(&msg("message/stream", r#"{"skillId":"translate"}"#)));
+        assert!(!f("skill:translate").matches(&msg("SendMessage", r#"{"skill":"summarize"}"#)));
+        assert!(!f("skill:*").matches(&msg("SendMessage", "{}")));
+        // Only a message method names a skill.
+        assert!(!f("skill:*").matches(&msg("tools/call", r#"{"skill":"x"}"#)));
+        let call = parse_line(r#"{"event":"call","ts":3,"exchange":2,"scope":"exchange:2","direction":"c2s","method":"SendMessage","id":7,"outcome":"result","latency_us":5,"context":"ctx-9"}"#).unwrap();
+        assert!(f("session:a2a:ctx-9").matches(&call));
+        assert!(f("session:ctx-9").matches(&call));
+        assert!(!f("session:ctx-8").matches(&call));
     }
 }

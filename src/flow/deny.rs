@@ -255,6 +255,7 @@ mod tests {
             method,
             tool,
             resource: None,
+            raw: b"",
         };
         let h = http::HeaderMap::new();
         d.decide(&Msg {

@@ -46,6 +46,8 @@ pub struct FaultSpec {
     pub method: Option<String>,
     pub tool: Option<String>,
     pub resource: Option<String>,
+    /// The A2A skill a message names (`rpc::a2a::skill_of`).
+    pub skill: Option<String>,
     /// A glob on the MCP session id (stdio sessions are named as in the recording).
     pub session: Option<String>,
     /// The client's IP address (HTTP and WebSocket; stdio's is 127.0.0.1).
@@ -283,9 +285,7 @@ struct Rule {
     name: Arc<str>,
     /// Whose calls it matches: the client's (`c2s`) or the server's requests (`s2c`).
     direction: crate::events::Direction,
-    method: Option<GlobMatcher>,
-    tool: Option<GlobMatcher>,
-    resource: Option<GlobMatcher>,
+    calls: crate::rpc::CallGlobs,
     session: Option<GlobMatcher>,
     peer: Option<std::net::IpAddr>,
     header: Option<(http::HeaderName, GlobMatcher)>,
@@ -379,6 +379,7 @@ impl FaultSpec {
                 "name" => spec.name = Some(text(v)?),
                 "method" => spec.method = Some(text(v)?),
                 "tool" => spec.tool = Some(text(v)?),
+                "skill" => spec.skill = Some(text(v)?),
                 "resource" => spec.resource = Some(text(v)?),
                 "session" => spec.session = Some(text(v)?),
                 "peer" => spec.peer = Some(text(v)?),
@@ -423,15 +424,13 @@ impl FaultSpec {
                 }
                 "throttle" => spec.throttle = Some(text(v)?),
                 "task" => spec.task = Some(text(v)?),
-                other => {
-                    return Err(err(format!(
-                        "unknown key `{other}` (method, tool, resource, session, peer, header, \
+                other => return Err(err(format!(
+                    "unknown key `{other}` (method, tool, resource, skill, session, peer, header, \
                          direction, \
                          probability, count, after, name; one action: delay[, at], error, \
                          status, drop, duplicate, wrong_id, malformed, cut_stream_after[, \
                          mid_event], close, throttle, task)"
-                    )))
-                }
+                ))),
             }
         }
         Ok(spec)
@@ -606,11 +605,13 @@ impl Faults {
             let direction = match s.direction.as_deref() {
                 None | Some("c2s") => crate::events::Direction::ClientToServer,
                 Some("s2c") => {
-                    if s.tool.is_some() || s.resource.is_some() {
-                        return Err(err("direction = \"s2c\": `tool` and `resource` name the \
+                    if s.tool.is_some() || s.resource.is_some() || s.skill.is_some() {
+                        return Err(err(
+                            "direction = \"s2c\": `tool`, `resource` and `skill` name the \
                              client's calls; match the server's requests by `method` \
                              (\"sampling/createMessage\", \"elicitation/*\", \"roots/list\")"
-                            .into()));
+                                .into(),
+                        ));
                     }
                     crate::events::Direction::ServerToClient
                 }
@@ -631,9 +632,12 @@ impl Faults {
                 }
             };
             rules.push(Rule {
-                method: glob(&name, "method", &s.method)?,
-                tool: glob(&name, "tool", &s.tool)?,
-                resource: glob(&name, "resource", &s.resource)?,
+                calls: crate::rpc::CallGlobs {
+                    method: glob(&name, "method", &s.method)?,
+                    tool: glob(&name, "tool", &s.tool)?,
+                    resource: glob(&name, "resource", &s.resource)?,
+                    skill: glob(&name, "skill", &s.skill)?,
+                },
                 session: glob(&name, "session", &s.session)?,
                 peer,
                 header,
@@ -699,13 +703,7 @@ impl Faults {
     ) -> Option<Fired> {
         for r in &self.rules {
             let matches = r.direction == dir
-                && r.method.as_ref().is_none_or(|g| g.is_match(call.method))
-                && r.tool
-                    .as_ref()
-                    .is_none_or(|g| call.tool.is_some_and(|t| g.is_match(t)))
-                && r.resource
-                    .as_ref()
-                    .is_none_or(|g| call.resource.is_some_and(|u| g.is_match(u)))
+                && r.calls.matches(call)
                 && r.session
                     .as_ref()
                     .is_none_or(|g| session.is_some_and(|s| g.is_match(s)))
@@ -937,6 +935,7 @@ mod tests {
             method: Box::leak(method.to_string().into_boxed_str()),
             tool: tool.map(|t| &*Box::leak(t.to_string().into_boxed_str())),
             resource: None,
+            raw: b"",
         }
     }
     const LO: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);

@@ -155,6 +155,9 @@ impl Subject for Message<'_> {
     fn codes(&self) -> Vec<&str> {
         Vec::new()
     }
+    fn skill(&self) -> Option<String> {
+        crate::rpc::a2a::message_skill(self.method, self.frame)
+    }
     fn has_text(&self, lower: &str) -> bool {
         let has = |s: &str| s.to_lowercase().contains(lower);
         has(self.method)
@@ -540,6 +543,17 @@ mod tests {
             ..call(b"{}")
         };
         assert!(!i.wants(&other), "the filter decides");
+        // An A2A message held by the skill it names.
+        i.set_filter(Some(Filter::parse("skill:translate").unwrap()));
+        let frame = br#"{"jsonrpc":"2.0","id":2,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"hola"}],"metadata":{"skill":"translate"}}}}"#;
+        let a2a = Message {
+            method: "SendMessage",
+            target: None,
+            ..call(frame)
+        };
+        assert!(i.wants(&a2a));
+        assert!(!i.wants(&m));
+        i.set_filter(Some(Filter::parse("tools/call tool:echo").unwrap()));
         let p = i.hold(&m);
         let held = i.held();
         assert_eq!(held.len(), 1);

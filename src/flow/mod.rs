@@ -198,6 +198,7 @@ mod tests {
             method: "tools/call",
             tool: Some("x"),
             resource: None,
+            raw: b"",
         };
         let h = http::HeaderMap::new();
         let msg = |dir| Msg {

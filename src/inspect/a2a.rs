@@ -155,13 +155,7 @@ pub fn request_target(method: &str, params: &Value) -> Option<std::sync::Arc<str
     id.as_str().map(std::sync::Arc::from)
 }
 
-/// A method that sends a message (and may create or continue a task).
-pub fn is_message_method(method: &str) -> bool {
-    matches!(
-        method,
-        "SendMessage" | "SendStreamingMessage" | "message/send" | "message/stream"
-    )
-}
+pub use crate::rpc::a2a::is_message_method;
 
 /// A method about one task, named by `params.id`.
 pub fn is_task_method(method: &str) -> bool {

@@ -62,6 +62,7 @@ fn info(e: &Envelope) -> CallInfo<'_> {
         method,
         tool,
         resource,
+        raw: &e.raw,
     }
 }
 

@@ -42,6 +42,8 @@ pub struct RuleSpec {
     pub tool: Option<String>,
     /// Resource URI glob (`params.uri`).
     pub resource: Option<String>,
+    /// A2A skill glob (the skill a message names: `rpc::a2a::skill_of`).
+    pub skill: Option<String>,
     /// `global` (default), `peer`, `session`, or `header:NAME`.
     pub key: Option<String>,
     /// `N/s`, `N/min`, `N/h` (`N/sec`, `N/second`, `N/minute`, `N/hour` too).
@@ -163,9 +165,7 @@ type Keyed<C> = RateLimiter<
 
 struct Rule<C: Clock> {
     name: Arc<str>,
-    method: Option<GlobMatcher>,
-    tool: Option<GlobMatcher>,
-    resource: Option<GlobMatcher>,
+    calls: crate::rpc::CallGlobs,
     key: KeyBy,
     rate: Option<(Keyed<C>, u32, Duration)>,
     concurrency: Option<(u32, Arc<DashMap<u64, u32>>)>,
@@ -408,9 +408,12 @@ impl<C: Clock + Clone> Limiter<C> {
                 }
             }
             rules.push(Rule {
-                method: glob(&name, "method", &s.method)?,
-                tool: glob(&name, "tool", &s.tool)?,
-                resource: glob(&name, "resource", &s.resource)?,
+                calls: crate::rpc::CallGlobs {
+                    method: glob(&name, "method", &s.method)?,
+                    tool: glob(&name, "tool", &s.tool)?,
+                    resource: glob(&name, "resource", &s.resource)?,
+                    skill: glob(&name, "skill", &s.skill)?,
+                },
                 name,
                 key,
                 rate,
@@ -504,13 +507,7 @@ impl<C: Clock + Clone> Limiter<C> {
 
     /// Whether a rule matches a call.
     fn matches(r: &Rule<C>, call: &CallInfo<'_>) -> bool {
-        r.method.as_ref().is_none_or(|g| g.is_match(call.method))
-            && r.tool
-                .as_ref()
-                .is_none_or(|g| call.tool.is_some_and(|t| g.is_match(t)))
-            && r.resource
-                .as_ref()
-                .is_none_or(|g| call.resource.is_some_and(|u| g.is_match(u)))
+        r.calls.matches(call)
     }
 
     /// Whether any rule keeps its counters in a shared store.
@@ -757,6 +754,7 @@ mod tests {
         method: "tools/call",
         tool: Some("search"),
         resource: None,
+        raw: b"",
     };
 
     #[test]

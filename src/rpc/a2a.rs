@@ -26,6 +26,34 @@ const METHODS: &[&str] = &[
     "agent/getAuthenticatedExtendedCard",
 ];
 
+/// A method that sends a message (and may create or continue a task).
+pub fn is_message_method(method: &str) -> bool {
+    matches!(
+        method,
+        "SendMessage" | "SendStreamingMessage" | "message/send" | "message/stream"
+    )
+}
+
+/// The skill a message's params name, for rules that match one (`skill = "GLOB"`). A2A has no
+/// field for it — a client sends a message to the agent, which picks the skill — so clients that
+/// pick one name it in the message's metadata, as a `skill` key (the convention agents that
+/// route by skill read; `skillId` and `skill_id` too). `None` when the message names none.
+pub fn skill_of(params: &serde_json::Value) -> Option<&str> {
+    let meta = params.get("message")?.get("metadata")?;
+    ["skill", "skillId", "skill_id"]
+        .iter()
+        .find_map(|k| meta.get(*k)?.as_str())
+}
+
+/// The skill a request (`method`, its whole bytes `raw`) names, when it sends an A2A message:
+/// its params read again, for a rule or filter that asks.
+pub fn message_skill(method: &str, raw: &[u8]) -> Option<String> {
+    if !is_message_method(method) {
+        return None;
+    }
+    skill_of(&super::member(raw, "params")?).map(str::to_string)
+}
+
 /// An A2A method (either version's name).
 pub fn is_method(method: &str) -> bool {
     METHODS.contains(&method)

@@ -816,6 +816,42 @@ pub struct CallInfo<'a> {
     pub tool: Option<&'a str>,
     /// `params.uri`.
     pub resource: Option<&'a str>,
+    /// The message's bytes, read again only for what a rule alone asks (an A2A skill).
+    pub raw: &'a [u8],
+}
+
+impl CallInfo<'_> {
+    /// The A2A skill a message names (`a2a::skill_of`): its params are read again, so only a
+    /// rule with a `skill` matcher asks, and only of A2A's message methods.
+    pub fn skill(&self) -> Option<String> {
+        a2a::message_skill(self.method, self.raw)
+    }
+}
+
+/// The calls a rule names: globs on the method, the MCP tool (or prompt), the resource URI and
+/// the A2A skill — what `[[limit]]` and `[[fault]]` rules (and their flags) match alike. An unset
+/// glob matches anything; a set one matches only a call that has that part.
+#[derive(Debug, Default)]
+pub struct CallGlobs {
+    pub method: Option<globset::GlobMatcher>,
+    pub tool: Option<globset::GlobMatcher>,
+    pub resource: Option<globset::GlobMatcher>,
+    pub skill: Option<globset::GlobMatcher>,
+}
+
+impl CallGlobs {
+    pub fn matches(&self, call: &CallInfo<'_>) -> bool {
+        let has = |g: &Option<globset::GlobMatcher>, v: Option<&str>| {
+            g.as_ref().is_none_or(|g| v.is_some_and(|v| g.is_match(v)))
+        };
+        has(&self.method, Some(call.method))
+            && has(&self.tool, call.tool)
+            && has(&self.resource, call.resource)
+            && self
+                .skill
+                .as_ref()
+                .is_none_or(|g| call.skill().is_some_and(|s| g.is_match(s)))
+    }
 }
 
 /// A top-level member of a message (`params`, `result`), parsed: read again only where a rule

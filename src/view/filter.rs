@@ -24,6 +24,9 @@ impl Subject for Row {
     fn conversation(&self) -> Option<Cow<'_, str>> {
         self.conversation.as_deref().map(Cow::Borrowed)
     }
+    fn skill(&self) -> Option<String> {
+        crate::rpc::a2a::message_skill(&self.method, self.request.as_deref()?.as_bytes())
+    }
     fn direction(&self) -> Option<Direction> {
         Some(self.direction)
     }

@@ -413,6 +413,51 @@ async fn rpctaps_own_errors_say_so_and_keep_off_a2as_codes() {
     }
 }
 
+/// Limits and faults match an A2A message by the skill its metadata names (`skill`), as MCP's by
+/// tool: against the SDK's agent, a `[[limit]]` on one skill refuses its second message and
+/// lets the others through, a `--fault` on another answers in the agent's place, and a message
+/// naming no skill matches neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_and_faults_match_an_a2a_message_by_its_skill() {
+    let (_agent, up) = a2a_agent(&[]);
+    let dir = Scratch::new("a2a-skill");
+    let config = dir.join("rpctap.toml");
+    std::fs::write(
+        &config,
+        "[[limit]]\nname = \"stories once\"\nskill = \"stor*\"\nrate = \"1/h\"\n",
+    )
+    .unwrap();
+    let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
+        config: Some(config),
+        faults: vec!["skill=translate,error=-32042:no translations today".into()],
+        ..Default::default()
+    }
+    .into();
+    let p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let send = |n: u32, meta: serde_json::Value| {
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": {
+            "messageId": format!("m{n}"), "role": "ROLE_USER",
+            "parts": [{"text": format!("echo {n}")}], "metadata": meta}}});
+        post_a2a(p.addr, "/a2a", Box::leak(body.to_string().into_boxed_str()))
+    };
+    let answered = |v: &serde_json::Value| v["result"]["message"]["parts"][0]["text"].clone();
+    // The limited skill: once, then refused by rpctap (its own code for an A2A call).
+    let v = send(1, json!({"skill": "stories"})).await.json();
+    assert_eq!(answered(&v), "1", "{v}");
+    let v = send(2, json!({"skill": "stories"})).await.json();
+    assert_eq!(v["error"]["code"], -32091, "{v}");
+    assert_eq!(v["error"]["data"]["limit"], "stories once", "{v}");
+    // Another spelling of the key, another skill: the fault answers in the agent's place.
+    let v = send(3, json!({"skillId": "translate"})).await.json();
+    assert_eq!(v["error"]["code"], -32042, "{v}");
+    assert_eq!(v["error"]["message"], "no translations today", "{v}");
+    // No skill named, or one no rule names: the agent answers.
+    for (n, meta) in [(4, json!({})), (5, json!({"skill_id": "weather"}))] {
+        let v = send(n, meta).await.json();
+        assert_eq!(answered(&v), n.to_string(), "{v}");
+    }
+}
+
 /// A POST of an A2A 1.0 request (`A2A-Version: 1.0`, as the SDKs send it).
 async fn post_a2a(addr: SocketAddr, path: &str, body: &str) -> Reply {
     let headers = [("content-type", "application/json"), ("a2a-version", "1.0")];
