@@ -424,13 +424,15 @@ impl FaultSpec {
                 }
                 "throttle" => spec.throttle = Some(text(v)?),
                 "task" => spec.task = Some(text(v)?),
-                other => return Err(err(format!(
+                other => {
+                    return Err(err(format!(
                     "unknown key `{other}` (method, tool, resource, skill, session, peer, header, \
                          direction, \
                          probability, count, after, name; one action: delay[, at], error, \
                          status, drop, duplicate, wrong_id, malformed, cut_stream_after[, \
                          mid_event], close, throttle, task)"
-                ))),
+                )))
+                }
             }
         }
         Ok(spec)

@@ -517,6 +517,22 @@ impl ExchangeCtx {
         if named.is_some() {
             *target = named;
         }
+        // A skill the message names that the agent's card does not declare (`A2A_CARD`).
+        let card = self.insp.a2a_card.locked().clone();
+        let undeclared = match (&card, crate::rpc::a2a::skill_of(&params)) {
+            (Some(card), Some(skill)) if !card.skills.iter().any(|s| s == skill) => {
+                let name = card.name.as_deref().unwrap_or("the agent");
+                Some(if card.skills.is_empty() {
+                    format!("the message names skill {skill:?}; {name}'s card declares no skills")
+                } else {
+                    format!(
+                        "the message names skill {skill:?}, which {name}'s card does not declare (it declares {})",
+                        card.skills.join(", ")
+                    )
+                })
+            }
+            _ => None,
+        };
         // The first message of a conversation names none: its reply will.
         self.a2a_context = params
             .get("message")
@@ -531,6 +547,9 @@ impl ExchangeCtx {
         };
         for problem in malformed(&params, true) {
             say(Code::A2aPart, problem);
+        }
+        if let Some(why) = undeclared {
+            say(Code::A2aCard, why);
         }
         if is_a2a_only(method) {
             if let Some(why) = version_mismatch(method, self.a2a_version.as_deref()) {

@@ -207,7 +207,7 @@ impl Code {
             Code::A2aPart => "A2A: a malformed part (not exactly one of text, raw, url, data; 0.3: a kind without its member), or a message or artifact without its id or parts.",
             Code::A2aPushUrl => "A2A: a push notification URL that is not https (the agent would send task updates and their token in clear).",
             Code::A2aVersion => "A2A: a method named as another version names it (1.0's under 0.3, which an absent A2A-Version means, or 0.3's under 1.0), or an agent answering a version its card lists no interface for.",
-            Code::A2aCard => "A2A: an agent doing what its agent card says it does not (streaming, push notifications).",
+            Code::A2aCard => "A2A: an agent doing what its agent card says it does not (streaming, push notifications), or a message naming a skill the card does not declare.",
             Code::A2aTaskState => "A2A tasks: a state the task state machine does not allow (a task that changes after a terminal state — completed, failed, canceled, rejected — or a state unknown to it), or an event on a stream after its last one.",
             Code::McpTaskStatus => "MCP tasks: a status the task state machine does not allow (a terminal task that changes, a status unknown to it) or a task whose payload does not match its status.",
             Code::McpTaskPoll => "MCP tasks: the client polled faster than the task's `pollIntervalMs`, or after the task ended or its TTL ran out.",

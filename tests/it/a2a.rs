@@ -416,7 +416,7 @@ async fn rpctaps_own_errors_say_so_and_keep_off_a2as_codes() {
 /// Limits and faults match an A2A message by the skill its metadata names (`skill`), as MCP's by
 /// tool: against the SDK's agent, a `[[limit]]` on one skill refuses its second message and
 /// lets the others through, a `--fault` on another answers in the agent's place, and a message
-/// naming no skill matches neither.
+/// naming no skill matches neither. A skill the agent's card does not declare is `A2A_CARD`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_and_faults_match_an_a2a_message_by_its_skill() {
     let (_agent, up) = a2a_agent(&[]);
@@ -433,7 +433,17 @@ async fn limits_and_faults_match_an_a2a_message_by_its_skill() {
         ..Default::default()
     }
     .into();
-    let p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    // The card, fetched through rpctap: its one skill is `stories`.
+    let card = send(
+        p.addr,
+        "GET",
+        "/.well-known/agent-card.json",
+        &[],
+        String::new(),
+    )
+    .await;
+    assert_eq!(card.status.as_u16(), 200);
     let send = |n: u32, meta: serde_json::Value| {
         let body = json!({"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": {
             "messageId": format!("m{n}"), "role": "ROLE_USER",
@@ -456,6 +466,14 @@ async fn limits_and_faults_match_an_a2a_message_by_its_skill() {
         let v = send(n, meta).await.json();
         assert_eq!(answered(&v), n.to_string(), "{v}");
     }
+    // The skills the card does not declare, flagged on their messages; the declared one not.
+    let mut flagged: Vec<_> = anomalies(&p.drain().await)
+        .into_iter()
+        .filter(|(code, _)| code == "A2A_CARD")
+        .filter_map(|(_, id)| id)
+        .collect();
+    flagged.sort();
+    assert_eq!(flagged, ["3", "5"]);
 }
 
 /// A POST of an A2A 1.0 request (`A2A-Version: 1.0`, as the SDKs send it).
