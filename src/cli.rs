@@ -315,8 +315,9 @@ pub struct ReplayArgs {
     /// Wait this long for a target that is still starting (it is tried every 100 ms).
     #[arg(long, value_name = "DURATION", default_value_t = 0.0, value_parser = crate::units::secs)]
     pub wait: f64,
-    /// Keep the recorded client's pace: each request waits until as long after the previous one
-    /// as it came in the recording (a client polling a task, waiting on a server's work).
+    /// Keep the recorded client's pace: each request waits until as long after the first one,
+    /// and after the end of the exchange before it, as it came in the recording (a client polling
+    /// a task, waiting on a server's work; a slower answer pushes what follows back).
     #[arg(long)]
     pub pace: bool,
     /// Golden files: replay through a recording proxy and make what the target answered the

@@ -7,12 +7,14 @@
 //!   response to no call; here the call stays open across its events and ends at the event after
 //!   which the server closes the stream (`closes_stream`) — a message, or a task in a terminal or
 //!   interrupted state — or at the stream's end (`calls.rs` keeps the open streams).
-//! - Tasks: what a result or event shows of its task (`task_shown`), read by the one task model
-//!   (`tasks.rs`), and the task an A2A request names (`request_target`).
+//! - Tasks: what a result or event shows of its task (`task_shown`, `task_of`), read by the one
+//!   task model (`tasks.rs`), the task an A2A request names (`request_target`), the conversation
+//!   a reply names (`context_of`: the call's `context`, its session).
 //! - The agent card (`CardFacts`), kept per inspector and held against what the agent does.
 //! - Which requests are A2A's (`ExchangeCtx::a2a_request`: a name A2A uses is not enough) and
-//!   the rules on them: `A2A_PART`, `A2A_PUSH_URL`, `A2A_CARD`, `A2A_VERSION` (`A2A_TASK_STATE`
-//!   is the task model's and the streams').
+//!   the rules on them: `A2A_PART`, `A2A_PUSH_URL`, `A2A_CARD` (streaming, push notifications,
+//!   a skill the card does not declare), `A2A_VERSION`, `A2A_TASK_ID` (`A2A_TASK_STATE` is the
+//!   task model's and the streams').
 
 use serde_json::Value;
 
@@ -133,6 +135,26 @@ pub fn task_shown(result: &Value) -> Option<Shown> {
     })
 }
 
+/// The task a result or stream event is about: 1.0's `task.id`, `statusUpdate.taskId`,
+/// `artifactUpdate.taskId`, `message.taskId`; a task itself (`GetTask`) or 0.3's events (`id` of
+/// a `kind: "task"`, else `taskId`).
+pub fn task_of(result: &Value) -> Option<&str> {
+    let id = if let Some(t) = result.get("task") {
+        t.get("id")
+    } else if let Some(h) = ["statusUpdate", "artifactUpdate", "message"]
+        .iter()
+        .find_map(|k| result.get(*k))
+    {
+        h.get("taskId")
+    } else if result.get("status").is_some() && result.get("kind").is_none_or(|k| k == "task") {
+        // A task itself (1.0's `GetTask`, 0.3's `kind: "task"`).
+        result.get("id")
+    } else {
+        result.get("taskId")
+    };
+    id?.as_str().filter(|s| !s.is_empty())
+}
+
 /// The conversation (`contextId`) a result or stream event names: 1.0's `task`, `message`,
 /// `statusUpdate` or `artifactUpdate` member's, or the result's own (a task `GetTask` answers,
 /// 0.3's events, tagged by `kind`).
@@ -152,7 +174,10 @@ pub fn request_target(method: &str, params: &Value) -> Option<std::sync::Arc<str
     } else {
         params.get("id")?
     };
-    id.as_str().map(std::sync::Arc::from)
+    // An empty id (proto3's default, as some clients write an unset one) names no task.
+    id.as_str()
+        .filter(|s| !s.is_empty())
+        .map(std::sync::Arc::from)
 }
 
 pub use crate::rpc::a2a::is_message_method;
@@ -623,16 +648,25 @@ impl ExchangeCtx {
     }
 
     /// A result of an A2A call (its reply, or an event of its stream): its malformed parts
-    /// (`A2A_PART`), flagged on the call (`extra`: its findings); the conversation it names.
+    /// (`A2A_PART`) and, for a call about one task (`asked`: the task its request named), an
+    /// answer about another task (`A2A_TASK_ID`), flagged on the call (`extra`: its findings);
+    /// the conversation it names.
     pub(super) fn a2a_result(
         &self,
         key: &PendingKey,
         method: &Arc<str>,
+        asked: Option<&str>,
         result: &Value,
         extra: &mut Vec<&'static str>,
     ) -> Option<Arc<str>> {
         for problem in malformed(result, false) {
             self.flag_reply(key, method, Code::A2aPart, problem, extra);
+        }
+        if let (Some(asked), Some(got)) = (asked, task_of(result)) {
+            if asked != got {
+                let msg = format!("`{method}` about task {asked} answered about task {got}: an agent answers a task it does not have with TaskNotFoundError (-32001), never with another task");
+                self.flag_reply(key, method, Code::A2aTaskId, msg, extra);
+            }
         }
         context_of(result).map(Arc::from)
     }

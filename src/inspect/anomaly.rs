@@ -57,10 +57,11 @@ pub enum Code {
     A2aPushUrl,
     A2aCard,
     A2aVersion,
+    A2aTaskId,
 }
 
 impl Code {
-    pub const ALL: [Code; 48] = [
+    pub const ALL: [Code; 49] = [
         Code::DuplicateId,
         Code::UnmatchedResponse,
         Code::IdTypeMismatch,
@@ -109,6 +110,7 @@ impl Code {
         Code::A2aPushUrl,
         Code::A2aCard,
         Code::A2aVersion,
+        Code::A2aTaskId,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -155,6 +157,7 @@ impl Code {
             Code::A2aPart => "A2A_PART",
             Code::A2aPushUrl => "A2A_PUSH_URL",
             Code::A2aCard => "A2A_CARD",
+            Code::A2aTaskId => "A2A_TASK_ID",
             Code::A2aVersion => "A2A_VERSION",
             Code::McpTaskPoll => "MCP_TASK_POLL",
             Code::McpTaskBinding => "MCP_TASK_BINDING",
@@ -204,6 +207,7 @@ impl Code {
             Code::McpRemoved => "MCP 2026-07-28: a method that revision removed (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `tasks/result`, `notifications/elicitation/complete`, …) sent in it.",
             Code::McpErrorCode => "MCP 2026-07-28: an error in that version's exchange with a code the revision renumbered (a resource not found answered `-32002`, which is `-32602` from 2026-07-28).",
             Code::McpTaskUndeclared => "MCP tasks: a task handle (`CreateTaskResult`) for a request that did not declare the tasks extension (2026-07-28) or ask for a task (2025-11-25), or for a method that has no tasks.",
+            Code::A2aTaskId => "A2A: a call about one task answered with another task (a `GetTask`, `CancelTask`, `SubscribeToTask` or a message continuing a task).",
             Code::A2aPart => "A2A: a malformed part (not exactly one of text, raw, url, data; 0.3: a kind without its member), or a message or artifact without its id or parts.",
             Code::A2aPushUrl => "A2A: a push notification URL that is not https (the agent would send task updates and their token in clear).",
             Code::A2aVersion => "A2A: a method named as another version names it (1.0's under 0.3, which an absent A2A-Version means, or 0.3's under 1.0), or an agent answering a version its card lists no interface for.",
@@ -264,6 +268,7 @@ impl Code {
             | Code::A2aPart
             | Code::A2aPushUrl
             | Code::A2aCard
+            | Code::A2aTaskId
             | Code::A2aVersion => {
                 Some("https://a2a-protocol.org/latest/specification/")
             }
@@ -299,6 +304,7 @@ impl Code {
             | Code::McpTaskStatus
             | Code::A2aTaskState
             | Code::A2aPart
+            | Code::A2aTaskId
             | Code::McpTaskBinding
             // At its worst; a drift that is no safety or schema change is flagged a warning.
             | Code::McpToolDrift => Severity::Error,

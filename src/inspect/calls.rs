@@ -781,7 +781,7 @@ impl ExchangeCtx {
         if !self.a2a_streaming || env.kind != Kind::Result {
             return false;
         }
-        let Some(method) = self.insp.correlator.pending_method(key) else {
+        let Some((method, asked)) = self.insp.correlator.pending_call(key) else {
             return false;
         };
         if !super::a2a::is_stream_method(&method) {
@@ -806,7 +806,7 @@ impl ExchangeCtx {
             // Its findings wait for the call's end, which carries them.
             if let Some(r) = result {
                 let mut found = std::mem::take(&mut self.a2a_streams[at].found);
-                let context = self.a2a_result(key, &method, r, &mut found);
+                let context = self.a2a_result(key, &method, asked.as_deref(), r, &mut found);
                 let s = &mut self.a2a_streams[at];
                 s.found = found;
                 s.context = context.or(s.context.take());
@@ -871,7 +871,8 @@ impl ExchangeCtx {
             }
             if env.kind == Kind::Result {
                 if let Some(r) = env.result() {
-                    let context = self.a2a_result(key, &p.method, r, &mut extra);
+                    let context =
+                        self.a2a_result(key, &p.method, p.target.as_deref(), r, &mut extra);
                     p.context = context.or(p.context.take());
                 }
             }

@@ -251,8 +251,11 @@ impl Correlator {
     }
 
     /// The method of the call pending under `key`.
-    pub fn pending_method(&self, key: &PendingKey) -> Option<Arc<str>> {
-        self.pending.get(key).map(|p| p.method.clone())
+    /// The method and target of the call waiting under `key`.
+    pub fn pending_call(&self, key: &PendingKey) -> Option<(Arc<str>, Option<Arc<str>>)> {
+        self.pending
+            .get(key)
+            .map(|p| (p.method.clone(), p.target.clone()))
     }
 
     pub fn contains(&self, key: &PendingKey) -> bool {

@@ -405,15 +405,32 @@ fn replies_in(ct: &str, body: &Bytes) -> HashMap<String, rpc::Envelope> {
 /// (`Replayer::send`) and its calls judged against the recording (`Replayer::judge`).
 pub async fn replay(rec: &Capture, opts: &ReplayOptions) -> Result<Report, ReplayError> {
     let mut r = Replayer::new(rec, opts).await?;
-    // `--pace`: the first request's recorded time and when it was sent again.
+    // `--pace`: each request is sent no sooner than the recording sent it, counted both from the
+    // first request and from the end of the exchange before it (the client's recorded pause
+    // after that answer): an answer slower than recorded pushes what follows back instead of
+    // squeezing it (a poll sent sooner after a task's creation than recorded finds it unfinished).
     let mut start: Option<(u64, Instant)> = None;
+    let mut ended: HashMap<u64, u64> = HashMap::new();
+    if opts.pace {
+        for m in rec.messages() {
+            let e = ended.entry(m.exchange).or_default();
+            *e = (*e).max(m.ts);
+        }
+    }
+    let mut before: Option<(u64, Instant)> = None;
     for ex in exchanges(rec) {
         if let (true, Some(first)) = (opts.pace, ex.c2s.first()) {
             let (t0, sent) = *start.get_or_insert((first.ts, Instant::now()));
-            let due = sent + Duration::from_nanos(first.ts.saturating_sub(t0));
+            let mut due = sent + Duration::from_nanos(first.ts.saturating_sub(t0));
+            if let Some((end, done)) = before {
+                due = due.max(done + Duration::from_nanos(first.ts.saturating_sub(end)));
+            }
             tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
         }
         r.exchange(&ex).await?;
+        if let Some(end) = ended.get(&ex.id) {
+            before = Some((*end, Instant::now()));
+        }
     }
     Ok(r.report)
 }

@@ -487,7 +487,8 @@ async fn post_a2a(addr: SocketAddr, path: &str, body: &str) -> Reply {
 /// in a stream event and in a task's artifact (`A2A_PART`), a push URL in clear
 /// (`A2A_PUSH_URL`), a stream from an agent whose card says it does not stream (`A2A_CARD`),
 /// methods named as another version names them and an answer to a version the card does not
-/// list (`A2A_VERSION`): each caught once, live and in `check`, and nothing else; the card is
+/// list (`A2A_VERSION`), a task it does not have answered with another's data (`A2A_TASK_ID`):
+/// each caught once, live and in `check`, and nothing else; the card is
 /// an event of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
@@ -523,6 +524,10 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
                 }
                 ("CreateTaskPushNotificationConfig", _) => {
                     json_reply(200, &one(v["params"].clone()))
+                }
+                // A task it does not have, answered with another one's data.
+                ("GetTask", Some("t9")) => {
+                    json_reply(200, &one(task("t1", "TASK_STATE_COMPLETED")))
                 }
                 ("GetTask", Some("t3")) => {
                     let mut t = task("t3", "TASK_STATE_COMPLETED");
@@ -590,6 +595,8 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     post_a2a(p.addr, "/a2a", legacy).await;
     let unversioned = r#"{"jsonrpc":"2.0","id":8,"method":"SendMessage","params":{"message":{"messageId":"m8","role":"ROLE_USER","parts":[{"text":"v"}]}}}"#;
     post_json(p.addr, "/a2a", unversioned).await;
+    let other = r#"{"jsonrpc":"2.0","id":9,"method":"GetTask","params":{"id":"t9"}}"#;
+    post_a2a(p.addr, "/a2a", other).await;
     let ev = p.drain().await;
     let mut found = anomalies(&ev);
     found.sort();
@@ -598,6 +605,7 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
         ("A2A_PART", "4"),
         ("A2A_PART", "6"),
         ("A2A_PUSH_URL", "5"),
+        ("A2A_TASK_ID", "9"),
         ("A2A_TASK_STATE", "3"),
         ("A2A_TASK_STATE", "4"),
         ("A2A_VERSION", "7"),
@@ -649,6 +657,7 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
             "A2A_PART",
             "A2A_PART",
             "A2A_PUSH_URL",
+            "A2A_TASK_ID",
             "A2A_TASK_STATE",
             "A2A_TASK_STATE",
             "A2A_VERSION",
