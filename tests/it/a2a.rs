@@ -870,6 +870,32 @@ async fn an_agents_mcp_tool_call_is_in_the_trace_of_its_a2a_call() {
         [("agent".to_string(), true), ("tools".to_string(), true)],
         "{list:#?}"
     );
+    // One dashboard: `rpctap watch` (in a terminal) lists both servers, and its calls view holds
+    // the A2A call and the MCP tool call it made.
+    tokio::task::spawn_blocking(move || {
+        let t = crate::hub::tmux_at_home(&home);
+        let bin = env!("CARGO_BIN_EXE_rpctap");
+        t.cmd(&["send-keys", "-t", "t", &format!("{bin} watch"), "Enter"]);
+        let screen = t.wait_until(std::time::Duration::from_secs(10), |s| {
+            ["agent", "tools"]
+                .iter()
+                .all(|l| line_with(s, l).contains("ended"))
+        });
+        for l in ["agent", "tools"] {
+            assert!(line_with(&screen, l).contains("ended"), "{l}:\n{screen}");
+        }
+        t.cmd(&["send-keys", "-t", "t", "Tab", "Tab"]);
+        let screen = t.wait_until(std::time::Duration::from_secs(10), |s| {
+            s.contains("SendMessage") && s.contains("tools/call add")
+        });
+        assert!(
+            screen.contains("SendMessage") && screen.contains("tools/call add"),
+            "{screen}"
+        );
+        t.cmd(&["send-keys", "-t", "t", "q"]);
+    })
+    .await
+    .unwrap();
 }
 
 /// A JSON-RPC API of its own that happens to name methods as A2A does (`SendMessage`,

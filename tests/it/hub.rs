@@ -706,7 +706,7 @@ fn secrets_reach_no_session_file_log_or_feed_line() {
 }
 
 /// A tmux server whose shell has `home` as HOME and no hub variables (as a desktop user's).
-fn tmux_at_home(home: &Path) -> Tmux {
+pub(crate) fn tmux_at_home(home: &Path) -> Tmux {
     let home = format!("HOME={}", home.display());
     Tmux::shell(
         "hub",
