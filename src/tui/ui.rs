@@ -536,13 +536,14 @@ fn detail(f: &mut Frame, app: &App, t: &Theme, area: Rect) {
                 )));
             }
             if let Some(task) = &r.task {
-                // An MCP task: the call that created it, its polls folded here, one per line.
+                // A task (MCP's or A2A's): the call that created it, its polls folded here, one
+                // per line.
                 lines.push(Line::from(Span::styled(
                     format!(
                         "task {} · {} · {} polls (the latency above runs from the call to the task's end)",
                         task.id,
                         task.status,
-                        task.polls.iter().filter(|p| &*p.method == "tasks/get").count()
+                        task.polls.iter().filter(|p| matches!(&*p.method, "tasks/get" | "GetTask")).count()
                     ),
                     t.bold(),
                 )));

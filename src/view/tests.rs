@@ -1759,6 +1759,87 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
     // The notification and the three polls, folded under the task.
     assert_eq!((&*t.id, &*t.status, t.polls.len()), ("t1", "completed", 4));
     assert!(t.polls[3].reply.as_deref().unwrap().contains("completed"));
+    assert!(detail_text(&mut a).contains("t1 · completed · 3 polls"));
+}
+
+/// The detail pane of the selected row, as drawn on a 200×60 terminal.
+fn detail_text(a: &mut App) -> String {
+    a.follow = false;
+    a.selected = 0;
+    a.handle_key(Key::Enter);
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 60)).unwrap();
+    t.draw(|f| crate::tui::ui::draw(f, a)).unwrap();
+    format!("{}", t.backend())
+}
+
+/// An A2A task polled with `GetTask`: its polls folded under the message that created it and
+/// counted as polls in its detail, the last poll's reply (with the task's artifacts) shown.
+#[test]
+fn an_a2a_tasks_get_task_polls_are_counted_in_its_detail() {
+    use crate::events::TaskRef;
+    let mut a = App::new("t", "l", "u", 100, 0);
+    a.apply_message(msg(
+        1,
+        true,
+        Kind::Request,
+        Some("1"),
+        Some("SendMessage"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"slow"}]}}}"#,
+    ));
+    a.apply_message(msg(
+        1,
+        false,
+        Kind::Result,
+        Some("1"),
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"t1","contextId":"c1","status":{"state":"TASK_STATE_WORKING"}}}}"#,
+    ));
+    for (ex, state) in [(2u64, "TASK_STATE_WORKING"), (3, "TASK_STATE_COMPLETED")] {
+        let n = ex.to_string();
+        a.apply_message(msg(
+            ex,
+            true,
+            Kind::Request,
+            Some(&n),
+            Some("GetTask"),
+            &format!(r#"{{"jsonrpc":"2.0","id":{ex},"method":"GetTask","params":{{"id":"t1"}}}}"#),
+        ));
+        a.apply_message(msg(
+            ex,
+            false,
+            Kind::Result,
+            Some(&n),
+            None,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{ex},"result":{{"id":"t1","contextId":"c1","status":{{"state":"{state}"}},"artifacts":[{{"artifactId":"a1","parts":[{{"text":"the slow result"}}]}}]}}}}"#
+            ),
+        ));
+        let mut c = CallEvent::for_test("GetTask", id(&n), Outcome::Result, 300);
+        c.exchange = ex;
+        c.scope = Scope::Exchange(ex);
+        c.target = Some("t1".into());
+        c.task = Some(Box::new(TaskRef {
+            id: "t1".into(),
+            status: Some(if ex == 3 { "completed" } else { "working" }.into()),
+            origin_exchange: Some(1),
+            origin_id: Some(Id::Num("1".into())),
+            polls: 0,
+        }));
+        a.apply(&Event::Call(c));
+    }
+    let mut c = CallEvent::for_test("SendMessage", id("1"), Outcome::Result, 900_000);
+    c.task = Some(Box::new(TaskRef {
+        id: "t1".into(),
+        status: Some("completed".into()),
+        origin_exchange: None,
+        origin_id: None,
+        polls: 2,
+    }));
+    a.apply(&Event::Call(c));
+    assert_eq!(a.visible_len(), 1, "the polls are folded");
+    let text = detail_text(&mut a);
+    assert!(text.contains("task t1 · completed · 2 polls"), "{text}");
+    assert!(text.contains("the slow result"), "the artifacts: {text}");
 }
 
 /// A multi round-trip call folded into one row keeps the server's time apart from the client's:
