@@ -651,12 +651,16 @@ fn validate(raw: Bytes, parsed: Result<RawEnvelope<'_>, String>) -> Envelope {
             }
         }
     }
-    match parsed.jsonrpc.map(raw_str) {
-        Some(Some(v)) if v == "2.0" => {}
-        Some(_) => {
-            env.problem = Some("`jsonrpc` must be exactly \"2.0\"".into());
-        }
-        None => env.problem = Some("`jsonrpc` member is missing".into()),
+    match parsed.jsonrpc {
+        // As nearly every message writes it: nothing to unescape.
+        Some("\"2.0\"") => {}
+        jsonrpc => match jsonrpc.map(raw_str) {
+            Some(Some(v)) if v == "2.0" => {}
+            Some(_) => {
+                env.problem = Some("`jsonrpc` must be exactly \"2.0\"".into());
+            }
+            None => env.problem = Some("`jsonrpc` member is missing".into()),
+        },
     }
     if let Some(method) = parsed.method {
         let Some(name) = raw_str(method) else {

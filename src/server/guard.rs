@@ -20,7 +20,7 @@
 //!   are all refused.
 
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
-use http::{HeaderMap, Method, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use std::net::{IpAddr, SocketAddr};
 use subtle::ConstantTimeEq as _;
 
@@ -60,6 +60,14 @@ pub struct Guard {
 pub struct Refused {
     pub status: StatusCode,
     pub why: String,
+}
+
+/// A head's first two `Host` values, found by a walk over its few headers (a hashed lookup of
+/// the name costs more than comparing a handful of standard names: this runs on every request
+/// a loopback proxy takes).
+fn hosts(headers: &HeaderMap) -> (Option<&HeaderValue>, Option<&HeaderValue>) {
+    let mut found = headers.iter().filter(|(n, _)| *n == HOST).map(|(_, v)| v);
+    (found.next(), found.next())
 }
 
 fn refused(status: StatusCode, why: impl Into<String>) -> Refused {
@@ -134,8 +142,7 @@ impl Guard {
     }
 
     fn check_host(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
-        let mut hosts = headers.get_all(HOST).iter();
-        let host = match (hosts.next(), hosts.next()) {
+        let host = match hosts(headers) {
             (Some(h), None) => h.to_str().ok(),
             (Some(_), Some(_)) => {
                 return Err(refused(
@@ -161,8 +168,7 @@ impl Guard {
 
     /// [`GuardConfig::host_only`]'s check: a well-formed `Host` that names another server.
     fn check_host_name(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
-        let mut hosts = headers.get_all(HOST).iter();
-        let host = match (hosts.next(), hosts.next()) {
+        let host = match hosts(headers) {
             // The listener's own `IP:PORT` as clients write it (no letters to compare in any
             // case): nothing more to read. This runs on every request a loopback proxy takes.
             (Some(h), None) if self.own.iter().any(|o| o.as_bytes() == h.as_bytes()) => {

@@ -587,7 +587,10 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     );
     // Byte for byte the stream the agent sent (asked of it directly, the same request).
     let direct = post_a2a(up, "/a2a", stream).await;
-    assert_eq!(r.body, direct.body, "the stream through rpctap is the agent's");
+    assert_eq!(
+        r.body, direct.body,
+        "the stream through rpctap is the agent's"
+    );
     let push = r#"{"jsonrpc":"2.0","id":5,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"t1","url":"http://hooks.example/a2a","token":"hook-token"}}"#;
     post_a2a(p.addr, "/a2a", push).await;
     let get = r#"{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"t3"}}"#;
