@@ -219,6 +219,20 @@ fn msg(ex: u64, c2s: bool, kind: Kind, id: Option<&str>, method: Option<&str>, r
     }
 }
 
+/// A call's request and its result, in exchange `ex` (the id is `ex` too).
+fn exchange_pair(a: &mut App, ex: u64, method: &str, request: &str, result: &str) {
+    let n = ex.to_string();
+    a.apply_message(msg(
+        ex,
+        true,
+        Kind::Request,
+        Some(&n),
+        Some(method),
+        request,
+    ));
+    a.apply_message(msg(ex, false, Kind::Result, Some(&n), None, result));
+}
+
 fn app_with_calls() -> App {
     let mut a = App::new("t", "l", "u", 100, 0);
     a.apply_message(msg(
@@ -473,18 +487,15 @@ fn a2a_calls_are_grouped_by_their_conversation() {
         (4, None),
     ] {
         let n = ex.to_string();
-        a.apply_message(msg(
+        exchange_pair(
+            &mut a,
             ex,
-            true,
-            Kind::Request,
-            Some(&n),
-            Some("SendMessage"),
+            "SendMessage",
             &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"SendMessage","params":{{}}}}"#),
-        ));
-        let reply = format!(
-            r#"{{"jsonrpc":"2.0","id":{n},"result":{{"message":{{"messageId":"m{n}","role":"ROLE_AGENT","parts":[{{"text":"hi"}}]}}}}}}"#
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{n},"result":{{"message":{{"messageId":"m{n}","role":"ROLE_AGENT","parts":[{{"text":"hi"}}]}}}}}}"#
+            ),
         );
-        a.apply_message(msg(ex, false, Kind::Result, Some(&n), None, &reply));
         let mut c = CallEvent::for_test("SendMessage", id(&n), Outcome::Result, 10);
         c.exchange = ex;
         c.scope = Scope::Exchange(ex);
@@ -1796,24 +1807,15 @@ fn an_a2a_tasks_get_task_polls_are_counted_in_its_detail() {
     ));
     for (ex, state) in [(2u64, "TASK_STATE_WORKING"), (3, "TASK_STATE_COMPLETED")] {
         let n = ex.to_string();
-        a.apply_message(msg(
+        exchange_pair(
+            &mut a,
             ex,
-            true,
-            Kind::Request,
-            Some(&n),
-            Some("GetTask"),
+            "GetTask",
             &format!(r#"{{"jsonrpc":"2.0","id":{ex},"method":"GetTask","params":{{"id":"t1"}}}}"#),
-        ));
-        a.apply_message(msg(
-            ex,
-            false,
-            Kind::Result,
-            Some(&n),
-            None,
             &format!(
                 r#"{{"jsonrpc":"2.0","id":{ex},"result":{{"id":"t1","contextId":"c1","status":{{"state":"{state}"}},"artifacts":[{{"artifactId":"a1","parts":[{{"text":"the slow result"}}]}}]}}}}"#
             ),
-        ));
+        );
         let mut c = CallEvent::for_test("GetTask", id(&n), Outcome::Result, 300);
         c.exchange = ex;
         c.scope = Scope::Exchange(ex);
