@@ -543,21 +543,21 @@ impl ExchangeCtx {
             *target = named;
         }
         // A skill the message names that the agent's card does not declare (`A2A_CARD`).
-        let card = self.insp.a2a_card.locked().clone();
-        let undeclared = match (&card, crate::rpc::a2a::skill_of(&params)) {
-            (Some(card), Some(skill)) if !card.skills.iter().any(|s| s == skill) => {
-                let name = card.name.as_deref().unwrap_or("the agent");
-                Some(if card.skills.is_empty() {
-                    format!("the message names skill {skill:?}; {name}'s card declares no skills")
-                } else {
-                    format!(
-                        "the message names skill {skill:?}, which {name}'s card does not declare (it declares {})",
-                        card.skills.join(", ")
-                    )
-                })
+        let undeclared = crate::rpc::a2a::skill_of(&params).and_then(|skill| {
+            let card = self.insp.a2a_card.locked().clone()?;
+            if card.skills.iter().any(|s| s == skill) {
+                return None;
             }
-            _ => None,
-        };
+            let name = card.name.as_deref().unwrap_or("the agent");
+            Some(if card.skills.is_empty() {
+                format!("the message names skill {skill:?}; {name}'s card declares no skills")
+            } else {
+                format!(
+                    "the message names skill {skill:?}, which {name}'s card does not declare (it declares {})",
+                    card.skills.join(", ")
+                )
+            })
+        });
         // The first message of a conversation names none: its reply will.
         self.a2a_context = params
             .get("message")
