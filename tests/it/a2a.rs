@@ -476,6 +476,80 @@ async fn limits_and_faults_match_an_a2a_message_by_its_skill() {
     assert_eq!(flagged, ["3", "5"]);
 }
 
+/// Replaying a client that polled a task: a poll that found the task working when recorded may
+/// find it ended when replayed (the agent's pace is not the recording's) — no difference; the
+/// poll that found it ended is judged as any reply (a task that fails where it completed does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_poll_may_find_its_task_further_on_but_a_different_end_fails() {
+    let dir = Scratch::new("a2a-replay-poll");
+    // An agent whose task `t1` is working for `working` polls, then in state `end`.
+    let agent = |working: u32, end: &'static str| {
+        let polls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        start_upstream(move |_parts, body| {
+            let polls = polls.clone();
+            Box::pin(async move {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let state = if v["method"] == "SendMessage"
+                    || polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < working
+                {
+                    "TASK_STATE_WORKING"
+                } else {
+                    end
+                };
+                let task = json!({"id": "t1", "contextId": "c1", "status": {"state": state}});
+                let result = if v["method"] == "SendMessage" {
+                    json!({"task": task})
+                } else {
+                    task
+                };
+                json_reply(
+                    200,
+                    &json!({"jsonrpc": "2.0", "id": v["id"], "result": result}).to_string(),
+                )
+            })
+        })
+    };
+    let (up, _stop) = agent(1, "TASK_STATE_COMPLETED").await;
+    let file = dir.join("polls.jsonl");
+    let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
+        record: Some(file.clone()),
+        ..Default::default()
+    }
+    .into();
+    let p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let send = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"slow"}]}}}"#;
+    post_a2a(p.addr, "/a2a", send).await;
+    for id in [2, 3] {
+        let get =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"GetTask","params":{{"id":"t1"}}}}"#);
+        post_a2a(p.addr, "/a2a", &get).await;
+    }
+    drop(p.stop);
+    p.served.await.unwrap();
+    let replay = |target: SocketAddr| {
+        let out = rpctap()
+            .args(["replay", file.to_str().unwrap(), "--json"])
+            .args(["--target", &format!("http://{target}")])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    // The agent is faster now: both polls find the task completed.
+    let (fast, _s1) = agent(0, "TASK_STATE_COMPLETED").await;
+    let report = replay(fast);
+    assert_eq!(
+        (report["passed"].as_u64(), report["failed"].as_u64()),
+        (Some(3), Some(0)),
+        "{report}"
+    );
+    // The task fails where it completed: the poll that found its end fails.
+    let (failing, _s2) = agent(0, "TASK_STATE_FAILED").await;
+    let report = replay(failing);
+    assert_eq!(report["failed"], 1, "{report}");
+    assert_eq!(report["calls"][2]["pass"], false, "{report}");
+    assert_eq!(report["calls"][1]["pass"], true, "{report}");
+}
+
 /// A POST of an A2A 1.0 request (`A2A-Version: 1.0`, as the SDKs send it).
 async fn post_a2a(addr: SocketAddr, path: &str, body: &str) -> Reply {
     let headers = [("content-type", "application/json"), ("a2a-version", "1.0")];
