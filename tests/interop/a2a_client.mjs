@@ -82,6 +82,20 @@ while (!TERMINAL.has(task.status.state) && polls < 100) {
 }
 out.polled = { state: stateName(task.status.state), artifacts: task.artifacts.map((a) => texts(a.parts)), polled: polls > 0 };
 
+// A task sent without waiting, then subscribed to until it ends (it works half a second).
+if (card.capabilities.streaming) {
+  [, task] = await send("slow", undefined, true);
+  const seen = [];
+  for await (const ev of client.resubscribeTask({ tenant: "", id: task.id })) {
+    const p = ev.payload;
+    if (p.$case === "task") seen.push("task");
+    else if (p.$case === "message") seen.push("message");
+    else if (p.$case === "statusUpdate") seen.push(`status:${stateName(p.value.status.state)}`);
+    else if (p.$case === "artifactUpdate") seen.push(`artifact:${texts(p.value.artifact.parts)}`);
+  }
+  out.subscribed = seen;
+}
+
 [, task] = await send("wait", undefined, true);
 task = await client.cancelTask({ tenant: "", id: task.id, metadata: undefined });
 out.cancelled = stateName(task.status.state);

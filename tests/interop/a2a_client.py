@@ -23,6 +23,7 @@ from a2a.types import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskState,
 )
 
@@ -104,6 +105,19 @@ async def main(base: str) -> None:
             "artifacts": [texts(a.parts) for a in task.artifacts],
             "polled": polls > 0,
         }
+
+        # A task sent without waiting, then subscribed to until it ends (it works half a second).
+        if card.capabilities.streaming:
+            _, (_, task) = await last(plain, request("slow", now=True))
+            seen = []
+            async for r in streamed.subscribe(SubscribeToTaskRequest(id=task.id)):
+                kind = r.WhichOneof("payload")
+                if kind == "status_update":
+                    kind = f"status:{state(r.status_update.status.state)}"
+                elif kind == "artifact_update":
+                    kind = f"artifact:{texts(r.artifact_update.artifact.parts)}"
+                seen.append(kind)
+            out["subscribed"] = seen
 
         # A task cancelled while it works.
         _, (_, task) = await last(plain, request("wait", now=True))

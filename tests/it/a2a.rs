@@ -1,7 +1,8 @@
 //! A2A (Agent2Agent) through rpctap: the official SDKs — Python (`a2a-sdk` 1.3) and JavaScript
 //! (`@a2a-js/sdk` 1.3) — as agent and client, each with each, get the same answers direct and
-//! proxied — a blocking message, a streamed task, a task polled
-//! to completion, a cancelled one, one resumed after asking for input, one that fails — with no
+//! proxied — a blocking message, a streamed task, a task polled to completion, one subscribed to
+//! (`SubscribeToTask`) until it ends, a cancelled one, one resumed after asking for input, one
+//! that fails — with no
 //! finding live or in `check` (a streaming call's several responses are one call, not
 //! unmatched replies), in A2A 1.0 and in 0.3 (the SDKs' compatibility layers), and rpctap's own
 //! errors say they are rpctap's.
@@ -117,6 +118,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str, version: &st
             (true, "SendStreamingMessage") => "message/stream",
             (true, "GetTask") => "tasks/get",
             (true, "CancelTask") => "tasks/cancel",
+            (true, "SubscribeToTask") => "tasks/resubscribe",
             (true, n) => n,
         }
     };
@@ -146,6 +148,10 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str, version: &st
             "artifact:second half",
             "status:completed"
         ])
+    );
+    assert_eq!(
+        via["subscribed"],
+        serde_json::json!(["task", "artifact:slow result", "status:completed"])
     );
     assert_eq!(via["polled"]["state"], "completed");
     assert_eq!(via["cancelled"], "canceled");
@@ -189,8 +195,8 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str, version: &st
         .collect();
     assert_eq!(
         created.len(),
-        3,
-        "slow, wait and ask live on as tasks: {cs:?}"
+        4,
+        "slow (polled), slow (subscribed to), wait and ask live on as tasks: {cs:?}"
     );
     let cancelled: Vec<_> = cs
         .iter()
@@ -257,6 +263,21 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str, version: &st
         "the call ends with its stream: {:?}",
         streamed[0]
     );
+    // The subscription: its task's, folded under it, ended with the task's last event.
+    let subscribed: Vec<_> = cs
+        .iter()
+        .filter(|c| &*c.method == m("SubscribeToTask"))
+        .collect();
+    assert_eq!(subscribed.len(), 1, "{pair}: {cs:?}");
+    let origin = subscribed[0].task.as_ref().and_then(|t| t.origin_exchange);
+    assert!(
+        created.iter().any(|c| Some(c.exchange) == origin),
+        "{pair}: the subscription names the task's call: {cs:?}"
+    );
+    assert_eq!(
+        subscribed[0].task.as_ref().unwrap().status.as_deref(),
+        Some("completed")
+    );
     let stream_replies = ev
         .iter()
         .filter(|e| matches!(&***e, Event::Message(m) if m.direction == rpctap::events::Direction::ServerToClient && m.exchange == streamed[0].exchange))
@@ -318,6 +339,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str, version: &st
                 m("GetTask"),
                 m("SendMessage"),
                 m("SendStreamingMessage"),
+                m("SubscribeToTask"),
             ];
             want.sort();
             want
@@ -822,12 +844,19 @@ async fn a2a_calls_are_spans_with_a2as_attributes() {
     let polls = of("GetTask");
     assert!(!polls.is_empty());
     assert!(polls.iter().all(|s| attr(s, "a2a.task.id").is_some()));
-    // Completed: the polled task's row, the asking task's row and the message that resumed it.
+    // Completed: the polled task's row, the subscribed-to task's row, the asking task's row and
+    // the message that resumed it; the subscription itself, with its task's state at its end.
     let completed = of("SendMessage")
         .into_iter()
         .filter(|s| attr(s, "a2a.task.state").as_deref() == Some("completed"))
         .count();
-    assert_eq!(completed, 3, "{spans:?}");
+    assert_eq!(completed, 4, "{spans:?}");
+    let subscribed = of("SubscribeToTask");
+    assert_eq!(subscribed.len(), 1, "{spans:?}");
+    assert_eq!(
+        attr(subscribed[0], "a2a.task.state").as_deref(),
+        Some("completed")
+    );
 }
 
 /// An agent that calls a tool over MCP inside its A2A call (the SDK agent's `add`, asking the
