@@ -419,24 +419,10 @@ mod tests {
     }
 
     fn call(i: u64) -> Event {
-        Event::Call(CallEvent {
-            ts: i,
-            exchange: i,
-            scope: Scope::Exchange(i),
-            direction: crate::events::Direction::ClientToServer,
-            method: "m".into(),
-            target: None,
-            id: crate::rpc::Id::Num(i.to_string().into()),
-            outcome: crate::events::Outcome::Result,
-            latency_us: Some(1),
-            anomalies: vec![],
-            request_index: None,
-            response_index: None,
-            continues: None,
-            task: None,
-            context: None,
-            trace: None,
-        })
+        let id = crate::rpc::Id::Num(i.to_string().into());
+        let mut c = CallEvent::for_test("m", id, crate::events::Outcome::Result, 1);
+        (c.ts, c.exchange, c.scope) = (i, i, Scope::Exchange(i));
+        Event::Call(c)
     }
 
     fn lines(c: &mut FeedClient) -> Vec<serde_json::Value> {

@@ -60,14 +60,10 @@ impl What {
         }
     }
 
+    /// The classic code moved 90 down, into -32091…-32096: clear of A2A's -32001…-32009, each
+    /// code still telling what happened.
     fn distinct(self) -> i64 {
-        match self {
-            What::Unreachable => -32093,
-            What::Timeout => -32094,
-            What::BadRequest => -32095,
-            What::Overloaded => -32096,
-            What::RateLimited => -32091,
-        }
+        self.classic() - 90
     }
 
     /// The code for a request that is (`a2a`) or is not an A2A one, under the range in force.

@@ -1701,26 +1701,17 @@ fn a_tasks_polls_fold_under_the_call_that_created_it() {
     };
     for (ex, status) in [(2, "working"), (3, "input_required"), (4, "completed")] {
         let id = ex.to_string();
-        a.apply_message(msg(
+        exchange_pair(
+            &mut a,
             ex,
-            true,
-            Kind::Request,
-            Some(&id),
-            Some("tasks/get"),
+            "tasks/get",
             &format!(
                 r#"{{"jsonrpc":"2.0","id":{ex},"method":"tasks/get","params":{{"taskId":"t1"}}}}"#
             ),
-        ));
-        a.apply_message(msg(
-            ex,
-            false,
-            Kind::Result,
-            Some(&id),
-            None,
             &format!(
                 r#"{{"jsonrpc":"2.0","id":{ex},"result":{{"taskId":"t1","status":"{status}"}}}}"#
             ),
-        ));
+        );
         a.apply_call_at(CallEnd {
             ts_ns: ex * 1_000_000_000 + 1,
             exchange: ex,

@@ -130,12 +130,7 @@ async fn sdk_pair(dir: &std::path::Path, agent: &str, client: &str, version: &st
     };
     let pair = format!("{agent} agent, {client} client, A2A {version}");
     let file = dir.join(format!("{agent}-{client}.jsonl"));
-    let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
-        record: Some(file.clone()),
-        ..Default::default()
-    }
-    .into();
-    let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
     let direct = run(format!("http://{up}")).await;
     let via = run(format!("http://{}", p.addr)).await;
     assert_eq!(direct, via, "{pair}: the same through rpctap");
@@ -533,12 +528,7 @@ async fn a_replayed_poll_may_find_its_task_further_on_but_a_different_end_fails(
     };
     let (up, _stop) = agent(1, "TASK_STATE_COMPLETED").await;
     let file = dir.join("polls.jsonl");
-    let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
-        record: Some(file.clone()),
-        ..Default::default()
-    }
-    .into();
-    let p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
     let send = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"slow"}]}}}"#;
     post_a2a(p.addr, "/a2a", send).await;
     for id in [2, 3] {
@@ -659,12 +649,7 @@ async fn a2a_rules_catch_a_misbehaving_agent_and_client_live_and_in_check() {
     })
     .await;
     let file = dir.join("bad.jsonl");
-    let flags: rpctap::cli::ProxyFlags = rpctap::cli::SharedFlags {
-        record: Some(file.clone()),
-        ..Default::default()
-    }
-    .into();
-    let mut p = start_proxy_flags(&format!("http://{up}"), flags).await;
+    let mut p = start_proxy_flags(&format!("http://{up}"), record_flags(&file)).await;
     let card = http_text(p.addr, "/.well-known/agent-card.json").await;
     assert!(card.contains("bad agent"), "{card}");
     let send = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"go"}]}}}"#;

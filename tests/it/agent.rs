@@ -10,20 +10,15 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rpctap");
 
-fn flags(file: &Path) -> rpctap::cli::ProxyFlags {
-    rpctap::cli::SharedFlags {
-        record: Some(file.to_path_buf()),
-        ..Default::default()
-    }
-    .into()
-}
-
 /// The sessions the agent reads: one where the client calls a tool the server never listed,
 /// one of 1,000 calls. Returns the demo's address (it stays up for the replay).
 async fn sessions(dir: &Path) -> (std::net::SocketAddr, Stop) {
     let (demo, stop) = start_demo().await;
-    let mut p =
-        start_proxy_flags(&format!("http://{demo}"), flags(&dir.join("unknown.jsonl"))).await;
+    let mut p = start_proxy_flags(
+        &format!("http://{demo}"),
+        record_flags(&dir.join("unknown.jsonl")),
+    )
+    .await;
     let sid = mcp_session(p.addr).await;
     for body in [
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
@@ -39,7 +34,11 @@ async fn sessions(dir: &Path) -> (std::net::SocketAddr, Stop) {
     assert!(codes.contains(&"MCP_UNKNOWN_TOOL".to_string()), "{codes:?}");
     drop(p.stop);
     p.served.await.unwrap();
-    let p = start_proxy_flags(&format!("http://{demo}"), flags(&dir.join("big.jsonl"))).await;
+    let p = start_proxy_flags(
+        &format!("http://{demo}"),
+        record_flags(&dir.join("big.jsonl")),
+    )
+    .await;
     for i in 0..1000 {
         let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"add","params":[{i},1]}}"#);
         post_json(p.addr, "/jsonrpc", &body).await;

@@ -153,6 +153,15 @@ pub async fn wait_pending(inspector: &Inspector, n: usize) {
     panic!("never saw {n} pending calls");
 }
 
+/// A proxy's flags that record its traffic to `file`.
+pub fn record_flags(file: &std::path::Path) -> ProxyFlags {
+    rpctap::cli::SharedFlags {
+        record: Some(file.to_path_buf()),
+        ..Default::default()
+    }
+    .into()
+}
+
 pub async fn start_proxy_flags(upstream: &str, flags: ProxyFlags) -> TestProxy {
     let mut flags = flags;
     flags.shared.log.get_or_insert(rpctap::cli::LogFormat::Off);

@@ -169,14 +169,6 @@ fn without_fastmcp_logging_rule(ev: &[Arc<Event>], sessions: usize) -> Vec<Strin
         .collect()
 }
 
-fn recording_proxy_flags(file: &Path) -> rpctap::cli::ProxyFlags {
-    rpctap::cli::SharedFlags {
-        record: Some(file.to_path_buf()),
-        ..Default::default()
-    }
-    .into()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_v1_in_every_server_mode() {
     let env = venv("mcp1", &["mcp<2", "json-rpc", "werkzeug"]);
@@ -190,7 +182,7 @@ async fn python_sdk_v1_in_every_server_mode() {
         .await;
         let upstream = format!("http://127.0.0.1:{port}");
         let file = dir.join(format!("{mode}.jsonl"));
-        let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+        let mut proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
 
         let both = run_client(
             &env,
@@ -324,7 +316,7 @@ async fn python_sdk_v1_legacy_sse_transport_is_correlated_by_the_announced_endpo
     .await;
     let upstream = format!("http://127.0.0.1:{port}");
     let file = dir.join("legacy.jsonl");
-    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+    let mut proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
     let both = run_client(
         &env,
         &[
@@ -369,8 +361,7 @@ async fn python_sdk_v2_auto_client_discovers_the_demo_server() {
     let (demo, _d) = start_demo().await;
     let dir = Scratch::new("discover");
     let file = dir.join("discover.jsonl");
-    let mut proxy =
-        start_proxy_flags(&format!("http://{demo}"), recording_proxy_flags(&file)).await;
+    let mut proxy = start_proxy_flags(&format!("http://{demo}"), record_flags(&file)).await;
     let via = run_script(
         &env,
         "mcp2_client.py",
@@ -406,7 +397,7 @@ async fn python_sdk_v2_modern_and_legacy_clients_in_every_server_mode() {
         let mut proxies = Vec::new();
         for client_mode in ["auto", "legacy"] {
             let file = dir.join(format!("{mode}-{client_mode}.jsonl"));
-            let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+            let proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
             proxies.push((client_mode, file, proxy));
         }
         let direct_url = format!("{upstream}/mcp");
@@ -469,7 +460,7 @@ async fn streamable_http_initialize_is_in_the_session_its_reply_starts() {
     .await;
     let upstream = format!("http://127.0.0.1:{port}");
     let file = dir.join("two-sessions.jsonl");
-    let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+    let mut proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
     let via = format!("http://{}/mcp", proxy.addr);
     run_script(&env, "mcp2_client.py", &[&via, "legacy", &via, "legacy"]).await;
     let ev = proxy.drain().await;
@@ -561,7 +552,7 @@ async fn typescript_sdk_client_and_server_everything() {
         let _server = start_peer(everything(&dir, server_mode, port), port).await;
         let upstream = format!("http://127.0.0.1:{port}");
         let file = tmp.join(format!("{server_mode}.jsonl"));
-        let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+        let mut proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
         let mut direct = run_node(&dir, &[&format!("{upstream}{path}"), client_kind]).await;
         let mut via = run_node(
             &dir,
@@ -634,7 +625,7 @@ async fn typescript_sdk_client_and_server_everything() {
             // — over the legacy transport too: the stream is opened again and the POSTs go to
             // its new endpoint.
             let file = tmp.join(format!("replayable-{server_mode}.jsonl"));
-            let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+            let proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
             run_node(
                 &dir,
                 &[
@@ -737,8 +728,7 @@ async fn server_everything_answers_batches_on_a_2025_03_26_session_in_completion
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let scratch_batch = Scratch::new("batch");
     let file = scratch_batch.join("batch.jsonl");
-    let mut proxy =
-        start_proxy_flags(&format!("http://{upstream}"), recording_proxy_flags(&file)).await;
+    let mut proxy = start_proxy_flags(&format!("http://{upstream}"), record_flags(&file)).await;
     let mut seen = Vec::new();
     for addr in [upstream, proxy.addr] {
         let (sid, init) = mcp_session_with(addr, "2025-03-26").await;
@@ -819,7 +809,7 @@ where
     let upstream = format!("http://127.0.0.1:{port}");
     let work = Scratch::new(name);
     let file = work.join("conformance.jsonl");
-    let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+    let proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
     let direct = suite(format!("{upstream}/mcp"), work.to_path_buf()).await;
     let via = suite(format!("http://{}/mcp", proxy.addr), work.to_path_buf()).await;
     // DNS rebinding protection is the loopback proxy's own (it gives the upstream its own
@@ -998,8 +988,7 @@ async fn plain_json_rpc_library_with_the_specification_examples() {
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let scratch_jsonrpc = Scratch::new("jsonrpc");
     let file = scratch_jsonrpc.join("jsonrpc.jsonl");
-    let mut proxy =
-        start_proxy_flags(&format!("http://{upstream}"), recording_proxy_flags(&file)).await;
+    let mut proxy = start_proxy_flags(&format!("http://{upstream}"), record_flags(&file)).await;
     let mut per_example = Vec::new();
     for body in SPEC_EXAMPLES {
         let direct = post_json(upstream, "/", body).await;
@@ -1150,7 +1139,7 @@ async fn python_sdk_v2_input_required_rounds_are_one_clean_call() {
         let mut proxies = Vec::new();
         for &client_mode in client_modes {
             let file = dir.join(format!("{mode}-{client_mode}.jsonl"));
-            let proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+            let proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
             proxies.push((client_mode, file, proxy));
         }
         let via: Vec<String> = proxies
@@ -1276,7 +1265,7 @@ async fn deprecated_sampling_and_logging_in_2026_07_28_are_info() {
     let upstream = format!("http://127.0.0.1:{port}");
     for client_mode in ["auto", "legacy"] {
         let file = dir.join(format!("{client_mode}.jsonl"));
-        let mut proxy = start_proxy_flags(&upstream, recording_proxy_flags(&file)).await;
+        let mut proxy = start_proxy_flags(&upstream, record_flags(&file)).await;
         let url = format!("http://{}/mcp", proxy.addr);
         let out = run_script(
             &env,
@@ -1341,11 +1330,8 @@ async fn tampered_request_state_is_flagged_and_never_shown() {
     )
     .await;
     let file = dir.join("tampered.jsonl");
-    let mut proxy = start_proxy_flags(
-        &format!("http://127.0.0.1:{port}"),
-        recording_proxy_flags(&file),
-    )
-    .await;
+    let mut proxy =
+        start_proxy_flags(&format!("http://127.0.0.1:{port}"), record_flags(&file)).await;
     let addr = proxy.addr;
     let meta = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
     let call = |id: u32, path: &str, extra: &str| {
@@ -1560,11 +1546,7 @@ async fn rmcp_tasks_over_http_are_one_call_each() {
     let _server = start_peer(server, port).await;
     let direct = format!("http://127.0.0.1:{port}/mcp");
     let file = dir.join("tasks.jsonl");
-    let proxy = start_proxy_flags(
-        &format!("http://127.0.0.1:{port}"),
-        recording_proxy_flags(&file),
-    )
-    .await;
+    let proxy = start_proxy_flags(&format!("http://127.0.0.1:{port}"), record_flags(&file)).await;
     let via = format!("http://{}/mcp", proxy.addr);
     let want = [
         ("complete", "completed", "42"),

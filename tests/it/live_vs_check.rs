@@ -9,14 +9,6 @@ fn scratch(name: &str) -> Scratch {
     Scratch::new(&format!("lvc-{name}"))
 }
 
-fn record_flags(file: &std::path::Path) -> rpctap::cli::ProxyFlags {
-    rpctap::cli::SharedFlags {
-        record: Some(file.to_path_buf()),
-        ..Default::default()
-    }
-    .into()
-}
-
 /// POSTs call `n` (`method`, `params`) to `/mcp` with headers `h`: its exchange gets exactly
 /// `codes` live (sorted).
 async fn step_codes(
