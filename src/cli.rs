@@ -30,6 +30,15 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Serve a recording as the server.
     Mock(MockArgs),
+    /// Write a test suite for a server from its own description: `rpctap probe URL`,
+    /// `rpctap probe -- COMMAND …` (a stdio server), `rpctap probe api.openrpc.json`. Each tool,
+    /// prompt, resource or method gets a happy path and refusals, tried once so each expects
+    /// what the server really answers.
+    Probe(ProbeArgs),
+    /// Run a test suite (`rpctap probe` writes one) against a server, through the inspector:
+    /// verdicts, assertions and protocol findings per case (exit 1 on a failure, 2 when it
+    /// cannot run).
+    Test(TestArgs),
     /// Check an exchange document (or a recording, scope by scope) offline, as a gate.
     Check(CheckArgs),
     /// Show, accept or reset a server's tool baseline (what `MCP_TOOL_DRIFT` compares with).
@@ -324,6 +333,91 @@ pub struct ReplayArgs {
     /// recording's new expectations (the old recording is kept as FILE.bak). HTTP recordings.
     #[arg(long, conflicts_with_all = ["target_command", "junit"])]
     pub update: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// A Streamable HTTP MCP endpoint or a JSON-RPC URL; an OpenRPC document or a method list
+    /// (`{"httpPath": "/rpc", "methods": [...]}`, a file); or nothing, with `-- COMMAND …`.
+    #[arg(value_name = "TARGET", required_unless_present = "command")]
+    pub target: Option<String>,
+    /// A stdio server's command and arguments (started for the probe, stopped after).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Where the suite is written.
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "FILE",
+        default_value = "rpctap-suite.json"
+    )]
+    pub out: PathBuf,
+    /// Replace a suite already at `--out`.
+    #[arg(long)]
+    pub force: bool,
+    /// The server's URL when TARGET is a document (default: an OpenRPC document's first
+    /// `servers` entry; a method list's `httpPath` is joined to it).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Run the cases of tools that do not declare `readOnlyHint: true` too (they may change
+    /// data: a happy path really runs the tool).
+    #[arg(long)]
+    pub include_writes: bool,
+    /// The bearer token, as `env:NAME` (the variable holding it; written into the suite as
+    /// that reference, never as the token).
+    #[arg(long, value_name = "env:NAME")]
+    pub bearer: Option<String>,
+    /// The MCP protocol version `initialize` asks for.
+    #[arg(long, value_name = "VERSION", default_value = "2025-11-25")]
+    pub mcp_version: String,
+    /// How long each reply is waited for (`10s`).
+    #[arg(long, value_name = "DURATION", default_value_t = 10.0, value_parser = crate::units::secs)]
+    pub timeout: f64,
+    /// Also send N seeded random inputs (valid and invalid) to each tool whose happy path runs;
+    /// each crash, hang or broken output schema is shrunk and added to the suite as a case.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub fuzz: usize,
+    /// The seed of `--fuzz` (the same seed sends the same inputs).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// `test`'s report formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TestFormat {
+    Text,
+    Json,
+    Junit,
+}
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The suite (`rpctap probe` writes one; its format: docs/suites.md).
+    pub suite: PathBuf,
+    /// Run against this URL instead of the suite's.
+    #[arg(long, short = 't', value_name = "URL", conflicts_with = "command")]
+    pub target: Option<String>,
+    /// Run against this stdio server instead of the suite's (started fresh for the run).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: TestFormat,
+    /// Keep the run as a recording (`replay`, `diff`, `check` and the baseline read it).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// The bearer token, as `env:NAME` (instead of the suite's).
+    #[arg(long, value_name = "env:NAME")]
+    pub bearer: Option<String>,
+    /// How long each reply is waited for (`30s`).
+    #[arg(long, value_name = "DURATION", default_value_t = 30.0, value_parser = crate::units::secs)]
+    pub timeout: f64,
+    /// Which protocol findings fail a case, as for `check`: `error`, `warning`, `info`, `none`
+    /// or codes (default: errors and warnings).
+    #[arg(long, value_name = "LIST")]
+    pub fail_on: Vec<String>,
+    /// Accept a finding: `CODE` or `CODE:METHOD-OR-TOOL` (listed, failing nothing).
+    #[arg(long, value_name = "CODE")]
+    pub allow: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -33,6 +33,10 @@
 //! - [`record`] — the recording: the sink and `start` (`record`), the file writer (`writer`), the
 //!   line encoder (`line`), the reader (into the event model), exports.
 //! - [`redact`] — secrets replaced before any observer sees an event.
+//! - [`probe`] — tests from a server's own description (`rpctap probe`, `rpctap test`): its
+//!   offerings read (a live MCP server, an OpenRPC document, a method list), cases generated from
+//!   its schemas and tried once, a reviewable suite written and run with verdicts and assertions,
+//!   `--fuzz` with shrinking.
 //! - [`replay`] — regression runs against a server (`replay`), a recording served as a mock.
 //! - [`locks`] — the std locks' one poison rule (a poisoned lock is used as it is), for every
 //!   module that takes one.
@@ -113,6 +117,7 @@ pub mod media;
 pub mod observe;
 pub mod offline;
 pub mod private;
+pub mod probe;
 pub mod proxy;
 pub mod record;
 pub mod redact;

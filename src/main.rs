@@ -79,6 +79,8 @@ fn main() {
             Command::DemoServer(a) => served(app::demo::server(a, shutdown).await),
             Command::Replay(a) => offline(app::replay::run(a).await),
             Command::Mock(a) => offline(app::replay::mock(a, shutdown).await),
+            Command::Probe(a) => offline(app::probe::probe(a).await),
+            Command::Test(a) => offline(app::probe::test(a).await),
             Command::Check(a) => offline(app::check::run(a)),
             Command::Diff(a) => offline(app::check::diff(a)),
             Command::Baseline(a) => offline(app::check::baseline(a)),

@@ -1,7 +1,7 @@
 //! The subcommands wired together: what `main` runs, one file per subcommand or family —
 //! `proxy` (and the serving every proxying subcommand shares), `demo`, `serve`, `stdio`, `view`
 //! (a recording or a live feed in the dashboard), `replay` (and `mock`), `check` (and `diff`,
-//! `baseline`), `export`, `agent`, `hub` (`watch`, `sessions`, `open`, `prune`), `wrap`
+//! `baseline`), `probe` (and `test`), `export`, `agent`, `hub` (`watch`, `sessions`, `open`, `prune`), `wrap`
 //! (`config wrap|unwrap`) — with the one observer chain they share (`observers`) and the one
 //! error type whose variant decides the exit code. Each serving subcommand takes a `shutdown`
 //! future so tests can stop it with a oneshot and `main` with SIGINT/SIGTERM.
@@ -12,6 +12,7 @@ pub mod demo;
 pub mod export;
 pub mod hub;
 pub mod observers;
+pub mod probe;
 pub mod proxy;
 pub mod replay;
 pub mod serve;

@@ -128,6 +128,18 @@ struct Routes {
     last_caller: Weak<Session>,
     /// Why it is gone, once it is.
     dead: Option<String>,
+    /// Invalid requests in flight (their ids, oldest first): a reply with `"id": null` answers
+    /// the oldest.
+    invalid: VecDeque<Box<str>>,
+}
+
+/// A message read without caring what its members hold (an invalid request's id).
+#[derive(Deserialize)]
+struct Loose<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
 }
 
 struct Call {
@@ -914,6 +926,27 @@ impl Bridge {
             r.last_caller = Arc::downgrade(s);
             for m in msgs {
                 let Ok(env) = serde_json::from_slice::<Envelope>(m) else {
+                    // An invalid request that carries an id (a method that is no string) still
+                    // gets a reply: by its id, or with `"id": null` when the server could not
+                    // read it — then it goes to the oldest such request's POST.
+                    if let Ok(Loose {
+                        id: Some(id),
+                        method: Some(_),
+                    }) = serde_json::from_slice::<Loose>(m)
+                    {
+                        if id.get() != "null" {
+                            requests += 1;
+                            r.calls.insert(
+                                id.get().into(),
+                                Call {
+                                    post: post.clone(),
+                                    client_id: None,
+                                    token: None,
+                                },
+                            );
+                            r.invalid.push_back(id.get().into());
+                        }
+                    }
                     lines.push(m.clone());
                     continue;
                 };
@@ -1183,7 +1216,15 @@ impl child::Owner for WorkerOwner {
             (Some(id), None) => {
                 let call = {
                     let mut r = w.routes.locked();
-                    let c = r.calls.remove(id.get());
+                    let mut c = r.calls.remove(id.get());
+                    if c.is_some() {
+                        r.invalid.retain(|i| **i != *id.get());
+                    } else if id.get() == "null" {
+                        // The answer to an invalid request the server could not read the id of.
+                        if let Some(i) = r.invalid.pop_front() {
+                            c = r.calls.remove(&i);
+                        }
+                    }
                     if let Some(c) = &c {
                         if let Some(t) = &c.token {
                             r.tokens.remove(t);

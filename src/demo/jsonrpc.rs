@@ -1,6 +1,7 @@
 //! `POST /jsonrpc`: the generic JSON-RPC 2.0 test endpoint (seed 000): `echo`, `add`,
 //! `subtract`, `sleep`, `error`; concurrent batches of at most 100; notifications answered 204;
-//! the standard error codes; HTTP 200 for every reply.
+//! the standard error codes; HTTP 200 for every reply. `rpc.discover` answers its OpenRPC
+//! document (what `rpctap probe` reads to write a suite for it).
 
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -197,8 +198,36 @@ fn as_f(n: Num) -> f64 {
     }
 }
 
+/// The endpoint's OpenRPC document (`rpc.discover`).
+pub fn openrpc() -> Value {
+    let num = json!({"type": "number"});
+    let p = |name: &str, schema: &Value, required: bool| json!({"name": name, "schema": schema, "required": required});
+    let invalid = json!([{"code": -32602, "message": "Invalid params"}]);
+    json!({
+        "openrpc": "1.3.2",
+        "info": {"title": "rpctap demo", "version": env!("CARGO_PKG_VERSION")},
+        "methods": [
+            {"name": "echo", "summary": "Answers its params as they are.", "paramStructure": "either",
+             "params": [p("value", &json!({}), false)], "result": {"name": "params", "schema": {}}},
+            {"name": "add", "summary": "The sum of its numbers.", "paramStructure": "by-name",
+             "params": [p("a", &num, true), p("b", &num, true)],
+             "result": {"name": "sum", "schema": num}, "errors": invalid},
+            {"name": "subtract", "summary": "minuend - subtrahend.", "paramStructure": "by-name",
+             "params": [p("minuend", &num, true), p("subtrahend", &num, true)],
+             "result": {"name": "difference", "schema": num}, "errors": invalid},
+            {"name": "sleep", "summary": "Answers after ms milliseconds.", "paramStructure": "by-name",
+             "params": [p("ms", &json!({"type": "integer", "minimum": 0}), true)],
+             "result": {"name": "slept", "schema": {"type": "object"}}, "errors": invalid},
+            {"name": "error", "summary": "Answers the error it is given.", "paramStructure": "by-name",
+             "params": [p("code", &json!({"type": "integer"}), true), p("message", &json!({"type": "string"}), false), p("data", &json!({}), false)],
+             "result": {"name": "never", "schema": {}}, "errors": invalid}
+        ]
+    })
+}
+
 async fn call(method: &str, params: Option<Value>, opts: &DemoOptions) -> Result<Value, Value> {
     match method {
+        "rpc.discover" => Ok(openrpc()),
         "echo" => Ok(params.unwrap_or(Value::Null)),
         "add" => {
             let terms: Vec<&Value> = match &params {

@@ -453,9 +453,12 @@ impl ExchangeCtx {
                 reply_target = t;
             }
             Kind::Invalid => {
-                // An invalid request that carries an id still expects a (-32600) reply.
+                // An invalid request that carries an id still expects a (-32600) reply, whether
+                // or not its method could be read (the reply names the id, not the method).
                 if dir == Direction::ClientToServer {
-                    if let (Some(id), Some(m)) = (env.id.clone(), method.clone()) {
+                    let m = method.clone().unwrap_or_else(|| Arc::from("(invalid)"));
+                    let named = method.is_some();
+                    if let Some(id) = env.id.clone().filter(|i| named || *i != Id::Null) {
                         self.register_call(
                             dir,
                             id,

@@ -60,6 +60,9 @@ impl ExchangeCtx {
             Body::ParseError(why) => {
                 self.req.parse_error = true;
                 self.publish_unparsed(Direction::ClientToServer, body.clone(), None);
+                // Said of the request's side (a test run tells the client's doing from the
+                // server's by it).
+                let was = self.cur.replace((Direction::ClientToServer, None));
                 flag(
                     &self.insp,
                     self.site(),
@@ -68,6 +71,7 @@ impl ExchangeCtx {
                     None,
                     format!("request body is not valid JSON: {why}"),
                 );
+                self.cur = was;
             }
             Body::Single(env) => {
                 self.stateless_scope(&env);
@@ -475,6 +479,7 @@ impl ExchangeCtx {
         match rpc::parse_body(&body) {
             Body::ParseError(why) => {
                 self.publish_unparsed_with(Direction::ServerToClient, body, sse_id, transport);
+                let was = self.cur.replace((Direction::ServerToClient, None));
                 flag(
                     &inner,
                     self.site(),
@@ -483,6 +488,7 @@ impl ExchangeCtx {
                     None,
                     format!("reply is not valid JSON: {why}"),
                 );
+                self.cur = was;
             }
             Body::Single(env) => {
                 // Over SSE a batch's replies may come one per event (MCP 2025-03-26: "these

@@ -131,6 +131,16 @@ impl Gate {
         })
     }
 
+    /// Whether an `--allow` accepts the finding (as `allowed`, for callers outside the gate).
+    pub fn allows(&self, f: &Finding, tool: Option<&str>) -> bool {
+        self.allowed(f, tool)
+    }
+
+    /// Whether `--fail-on` fails the run on the finding (allowed or not).
+    pub fn fails_on(&self, f: &Finding) -> bool {
+        self.fails(f)
+    }
+
     /// The finding fails the run (unless allowed).
     fn fails(&self, f: &Finding) -> bool {
         self.fail_on.iter().any(|x| match x {

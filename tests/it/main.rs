@@ -26,6 +26,7 @@ mod limits;
 mod live_vs_check;
 mod mcp_checks;
 mod otel;
+mod probe;
 mod proxy;
 mod record;
 mod stdio;

@@ -1,0 +1,506 @@
+//! `rpctap probe` and `rpctap test`: the target (a URL, a stdio command, a document) resolved,
+//! rpctap's own proxy put in front of it — `proxy` for a URL, `serve`'s bridge for a stdio
+//! command, each on a loopback port of its own, recording when asked (or to a file of the
+//! run's own, for `test`'s findings) — and the probe or the suite run through it
+//! (`crate::probe`). A test run's recording is then checked as `rpctap check` checks one, and
+//! each finding set beside the case it is about.
+
+use super::{AppError, RunningProxy};
+use crate::cli::{ProbeArgs, TestArgs, TestFormat};
+use crate::probe::describe::{self, Description};
+use crate::probe::run::{self, Report};
+use crate::probe::session::Session;
+use crate::probe::suite::{Protocol, Suite, Target};
+use crate::probe::{generate, ProbeError};
+use http::Uri;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+impl From<ProbeError> for AppError {
+    fn from(e: ProbeError) -> Self {
+        AppError::Io(e.to_string())
+    }
+}
+
+/// Where the server is.
+#[derive(Debug, Clone)]
+enum Where {
+    Url(Uri),
+    Command(Vec<String>),
+}
+
+impl Where {
+    fn shown(&self) -> String {
+        match self {
+            Where::Url(u) => u.to_string(),
+            Where::Command(c) => c.join(" "),
+        }
+    }
+}
+
+/// rpctap's proxy in front of the target, serving until stopped.
+struct Harness {
+    /// Where the session posts: the proxy's address and the target's path.
+    url: Uri,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn parse_url(s: &str) -> Result<Uri, ProbeError> {
+    let u: Uri = s
+        .parse()
+        .map_err(|e| ProbeError::Usage(format!("{s:?} is not a URL: {e}")))?;
+    match (u.scheme_str(), u.authority()) {
+        (Some("http" | "https"), Some(_)) => Ok(u),
+        _ => Err(ProbeError::Usage(format!(
+            "{s:?}: give an http:// or https:// URL"
+        ))),
+    }
+}
+
+/// Clap's parse of flags for a subcommand's `Args` (the harness is configured exactly as the
+/// command line configures `proxy` and `serve`).
+fn args_of<A: clap::Args + clap::FromArgMatches>(argv: &[String]) -> Result<A, AppError> {
+    let cmd = A::augment_args(clap::Command::new("rpctap").no_binary_name(true));
+    let m = cmd
+        .try_get_matches_from(argv)
+        .map_err(|e| AppError::Io(format!("the test proxy's flags: {e}")))?;
+    A::from_arg_matches(&m).map_err(|e| AppError::Io(format!("the test proxy's flags: {e}")))
+}
+
+/// Whether TCP reaches the URL's host and port (a server down is told apart from a server that
+/// answers wrongly before anything is sent).
+async fn reachable(u: &Uri, timeout: Duration) -> Result<(), ProbeError> {
+    let host = u.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']);
+    let port = u.port_u16().unwrap_or(if u.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    });
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(ProbeError::Unreachable(u.to_string(), e.to_string())),
+        Err(_) => Err(ProbeError::Unreachable(
+            u.to_string(),
+            format!("no connection within {timeout:?}"),
+        )),
+    }
+}
+
+/// Whether a command's program can be started (found on `PATH`, or a file).
+fn startable(command: &[String]) -> Result<(), ProbeError> {
+    let Some(prog) = command.first() else {
+        return Err(ProbeError::Usage("an empty command after --".into()));
+    };
+    let found = if prog.contains('/') {
+        Path::new(prog).is_file()
+    } else {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(ProbeError::Unreachable(
+            command.join(" "),
+            format!("cannot start it: {prog} is not found"),
+        ))
+    }
+}
+
+/// Puts the proxy in front of `w`, recording to `record` when given.
+async fn harness(w: &Where, record: Option<&Path>) -> Result<Harness, AppError> {
+    let mut argv: Vec<String> = ["--listen", "127.0.0.1:0", "--no-tui", "--log", "off"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    if let Some(r) = record {
+        argv.push("--record".into());
+        argv.push(r.display().to_string());
+    }
+    let (cfg, path) = match w {
+        Where::Url(u) => {
+            let origin = format!(
+                "{}://{}",
+                u.scheme_str().unwrap_or("http"),
+                u.authority().map(|a| a.as_str()).unwrap_or("")
+            );
+            argv.push("--upstream".into());
+            argv.push(origin);
+            let a: crate::cli::ProxyArgs = args_of(&argv)?;
+            let cfg = crate::config::resolve(a.listen, a.upstream.as_deref(), &a.flags)?;
+            let path = u
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_else(|| "/".into());
+            (cfg, path)
+        }
+        Where::Command(c) => {
+            argv.push("--".into());
+            argv.extend(c.iter().cloned());
+            let a: crate::cli::ServeArgs = args_of(&argv)?;
+            let path = a.path.clone();
+            (crate::config::resolve_serve(&a)?.cfg, path)
+        }
+    };
+    let running = RunningProxy::bind(cfg).await?;
+    let addr = running
+        .local_addr()
+        .ok_or_else(|| AppError::Io("the test proxy has no address".into()))?;
+    let url: Uri = format!("http://{addr}{path}")
+        .parse()
+        .map_err(|e| AppError::Io(format!("the test proxy's URL: {e}")))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(running.serve(async move {
+        let _ = stopped.await;
+    }));
+    Ok(Harness { url, stop, task })
+}
+
+impl Harness {
+    /// Stops the proxy; its recording is flushed whole when this returns.
+    async fn finish(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// Reads a JSON document from a file or an http(s) URL.
+async fn read_document(spec: &str, timeout: Duration) -> Result<Value, ProbeError> {
+    let text = if spec.starts_with("http://") || spec.starts_with("https://") {
+        let u = parse_url(spec)?;
+        reachable(&u, timeout).await?;
+        let client = crate::proxy::upstream::build_client(timeout, false);
+        let req = http::Request::get(u)
+            .body(crate::proxy::body::ForwardBody::full(bytes::Bytes::new()))
+            .map_err(|e| ProbeError::Usage(e.to_string()))?;
+        let got = tokio::time::timeout(timeout, async {
+            use http_body_util::BodyExt;
+            let r = client.request(req).await.map_err(|e| e.to_string())?;
+            let status = r.status();
+            let b = r.into_body().collect().await.map_err(|e| e.to_string())?;
+            if !status.is_success() {
+                return Err(format!("HTTP {status}"));
+            }
+            Ok(b.to_bytes())
+        })
+        .await
+        .map_err(|_| ProbeError::Unreachable(spec.into(), "no answer".into()))?
+        .map_err(|e| ProbeError::Unreachable(spec.into(), e))?;
+        String::from_utf8_lossy(&got).into_owned()
+    } else {
+        std::fs::read_to_string(spec)
+            .map_err(|e| ProbeError::Usage(format!("cannot read {spec}: {e}")))?
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| ProbeError::Usage(format!("{spec} is not a JSON document: {e}")))
+}
+
+/// `rpctap probe`.
+pub async fn probe(args: ProbeArgs) -> Result<i32, AppError> {
+    let timeout = Duration::from_secs_f64(args.timeout);
+    if args.out.exists() && !args.force {
+        return Err(AppError::Io(format!(
+            "{} exists: give another --out, or --force to replace it",
+            args.out.display()
+        )));
+    }
+    let token = args
+        .bearer
+        .as_deref()
+        .map(crate::probe::bearer)
+        .transpose()?;
+    // What the target is: a server to ask, or a document that describes one.
+    let mut described: Option<Description> = None;
+    let place = if !args.command.is_empty() {
+        startable(&args.command)?;
+        Where::Command(args.command.clone())
+    } else {
+        let t = args.target.clone().unwrap_or_default();
+        let is_url = t.starts_with("http://") || t.starts_with("https://");
+        if is_url && !t.split(['?', '#']).next().unwrap_or("").ends_with(".json") {
+            Where::Url(parse_url(&t)?)
+        } else {
+            let doc = read_document(&t, timeout).await?;
+            let (d, url) = match describe::kind_of(&doc) {
+                Some(describe::Document::OpenRpc) => {
+                    let d = describe::openrpc(&doc, &t)?;
+                    let url = args.url.clone().or_else(|| {
+                        doc.pointer("/servers/0/url")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    });
+                    (d, url)
+                }
+                Some(describe::Document::MethodList) => {
+                    let (d, path) = describe::method_list(&doc, &t)?;
+                    let url = args.url.clone().map(|u| match &path {
+                        Some(p) => format!("{}{}", u.trim_end_matches('/'), p),
+                        None => u,
+                    });
+                    (d, url)
+                }
+                None => {
+                    return Err(ProbeError::Usage(format!(
+                        "{t} is neither an OpenRPC document (an \"openrpc\" key) nor a method list ({{\"httpPath\": …, \"methods\": [names]}})"
+                    ))
+                    .into())
+                }
+            };
+            let url = url.ok_or_else(|| {
+                ProbeError::Usage(format!("{t} names no server URL: give it with --url"))
+            })?;
+            described = Some(d);
+            Where::Url(parse_url(&url)?)
+        }
+    };
+    if let Where::Url(u) = &place {
+        reachable(u, timeout).await?;
+    }
+    // Recorded to a file of the probe's own: what rpctap finds in the answers to the cases is
+    // written into them (`run::pin_findings`).
+    let record = own_recording();
+    let h = harness(&place, Some(&record)).await?;
+    let result = probe_through(&args, &place, &h, token.as_deref(), described, timeout).await;
+    h.finish().await;
+    let found =
+        crate::record::reader::read(&record).map(|rec| crate::probe::findings::by_case(&rec));
+    let _ = std::fs::remove_file(&record);
+    let (mut suite, mut warnings, fuzzed) = result?;
+    match found {
+        Ok(f) => warnings.extend(run::pin_findings(&mut suite, &f)),
+        Err(e) => warnings.push(format!("the probe's recording could not be checked: {e}")),
+    }
+    suite.save(&args.out).map_err(ProbeError::from)?;
+    let enabled = suite.cases.iter().filter(|c| c.disabled.is_none()).count();
+    for w in &warnings {
+        eprintln!("rpctap probe: warning: {w}");
+    }
+    for f in &fuzzed {
+        eprintln!("rpctap probe: fuzz: {f}");
+    }
+    eprintln!(
+        "rpctap probe: {} cases for {} ({} to run, {} disabled with the reason) → {}",
+        suite.cases.len(),
+        suite.target.server.as_deref().unwrap_or(&place.shown()),
+        enabled,
+        suite.cases.len() - enabled,
+        args.out.display()
+    );
+    Ok(0)
+}
+
+type Probed = (Suite, Vec<String>, Vec<String>);
+
+async fn probe_through(
+    args: &ProbeArgs,
+    place: &Where,
+    h: &Harness,
+    token: Option<&str>,
+    described: Option<Description>,
+    timeout: Duration,
+) -> Result<Probed, AppError> {
+    let mut s = Session::new(h.url.clone(), token, timeout)?;
+    let d = match described {
+        Some(d) => d,
+        None => discover(&mut s, place, &args.mcp_version).await?,
+    };
+    let mut warnings = d.notes.clone();
+    let mut cases = generate::cases(
+        &d,
+        &generate::Options {
+            include_writes: args.include_writes,
+        },
+    );
+    for (i, c) in cases.iter_mut().enumerate() {
+        if c.disabled.is_some() {
+            continue;
+        }
+        s.case = Some(i);
+        let sent = run::send(&mut s, c).await;
+        if let Some(w) = run::pin(c, &sent, d.mcp_version.as_deref()) {
+            warnings.push(w);
+        }
+    }
+    let mut fuzzed = Vec::new();
+    if args.fuzz > 0 {
+        let tools: Vec<run::Tool> = d
+            .tools
+            .iter()
+            .filter_map(|t| {
+                let name = t.get("name")?.as_str()?;
+                let happy = format!("tool {name}: happy path");
+                cases
+                    .iter()
+                    .any(|c| c.name == happy && c.disabled.is_none())
+                    .then(|| run::Tool {
+                        name: name.to_string(),
+                        input: t
+                            .get("inputSchema")
+                            .cloned()
+                            .unwrap_or(serde_json::json!({"type": "object"})),
+                        output: t.get("outputSchema").cloned(),
+                    })
+            })
+            .collect();
+        let url = h.url.clone();
+        let version = args.mcp_version.clone();
+        let mcp = d.protocol == Protocol::Mcp;
+        let token = token.map(str::to_string);
+        let found = run::fuzz(&mut s, &tools, args.fuzz, args.seed, || {
+            let (url, version, token) = (url.clone(), version.clone(), token.clone());
+            async move {
+                let mut fresh = Session::new(url, token.as_deref(), timeout).ok()?;
+                if mcp {
+                    fresh.initialize(&version).await.ok()?;
+                }
+                Some(fresh)
+            }
+        })
+        .await;
+        for f in found {
+            fuzzed.push(f.said);
+            cases.push(f.case);
+        }
+    }
+    s.close().await;
+    let (url, command) = match place {
+        Where::Url(u) => (Some(u.to_string()), None),
+        Where::Command(c) => (None, Some(c.clone())),
+    };
+    let suite = Suite {
+        suite: crate::probe::suite::VERSION,
+        target: Target {
+            url,
+            command,
+            protocol: d.protocol,
+            mcp_version: (d.protocol == Protocol::Mcp).then(|| args.mcp_version.clone()),
+            bearer: args.bearer.clone(),
+            server: d.server.clone(),
+        },
+        allow: vec![],
+        cases,
+    };
+    Ok((suite, warnings, fuzzed))
+}
+
+/// Asks a live server what it offers: an MCP server's lists after `initialize`, else a JSON-RPC
+/// server's own OpenRPC document (`rpc.discover`).
+async fn discover(s: &mut Session, place: &Where, version: &str) -> Result<Description, AppError> {
+    let mcp_failed = match s.initialize(version).await {
+        Ok(init) => return Ok(describe::mcp(s, &init).await),
+        Err(e) => e,
+    };
+    match s.call("rpc.discover", serde_json::json!([])).await {
+        Ok(doc) if doc.get("openrpc").is_some() => {
+            Ok(describe::openrpc(&doc, &format!("{}'s rpc.discover", place.shown()))?)
+        }
+        _ => Err(ProbeError::NotMcp(
+            place.shown(),
+            format!("initialize: {mcp_failed}; and it offers no OpenRPC document (rpc.discover) — give one, or a method list, as TARGET"),
+        )
+        .into()),
+    }
+}
+
+/// A file name of this run's own for its recording, when `--record` names none.
+fn own_recording() -> PathBuf {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!("rpctap-test-{}-{n}.jsonl", std::process::id()))
+}
+
+/// `rpctap test`.
+pub async fn test(args: TestArgs) -> Result<i32, AppError> {
+    let suite = Suite::load(&args.suite).map_err(ProbeError::from)?;
+    let gate = crate::offline::gate::Gate::new(&args.fail_on, &args.allow)
+        .map_err(|e| AppError::Io(e.to_string()))?;
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let place = if !args.command.is_empty() {
+        Where::Command(args.command.clone())
+    } else if let Some(t) = &args.target {
+        Where::Url(parse_url(t)?)
+    } else if let Some(u) = &suite.target.url {
+        Where::Url(parse_url(u)?)
+    } else if let Some(c) = &suite.target.command {
+        Where::Command(c.clone())
+    } else {
+        return Err(ProbeError::Usage(format!(
+            "{} names no target: give --target URL or -- COMMAND",
+            args.suite.display()
+        ))
+        .into());
+    };
+    match &place {
+        Where::Url(u) => reachable(u, timeout).await?,
+        Where::Command(c) => startable(c)?,
+    }
+    let token = args
+        .bearer
+        .as_deref()
+        .or(suite.target.bearer.as_deref())
+        .map(crate::probe::bearer)
+        .transpose()?;
+    let (record, own) = match &args.record {
+        Some(r) => (r.clone(), false),
+        None => (own_recording(), true),
+    };
+    let h = harness(&place, Some(&record)).await?;
+    let ran = run_suite(&suite, &h, token.as_deref(), timeout, &place).await;
+    h.finish().await;
+    let checked =
+        crate::record::reader::read(&record).map(|rec| crate::probe::findings::by_case(&rec));
+    if own {
+        let _ = std::fs::remove_file(&record);
+    }
+    let mut report = ran?;
+    match checked {
+        Ok(c) => run::attach(&mut report, c, &gate, &suite.allow),
+        Err(e) => {
+            run::attach(&mut report, vec![], &gate, &suite.allow);
+            report
+                .warnings
+                .push(format!("the run's recording could not be checked: {e}"));
+        }
+    }
+    let out = match args.format {
+        TestFormat::Text => crate::probe::report::text(&report),
+        TestFormat::Json => crate::probe::report::json(&report),
+        TestFormat::Junit => crate::probe::report::junit(&report),
+    };
+    print!("{out}");
+    if args.format != TestFormat::Text {
+        println!();
+    }
+    Ok(if report.failed() { 1 } else { 0 })
+}
+
+async fn run_suite(
+    suite: &Suite,
+    h: &Harness,
+    token: Option<&str>,
+    timeout: Duration,
+    place: &Where,
+) -> Result<Report, AppError> {
+    let mut s = Session::new(h.url.clone(), token, timeout)?;
+    if suite.target.protocol == Protocol::Mcp {
+        let v = suite
+            .target
+            .mcp_version
+            .clone()
+            .unwrap_or_else(|| "2025-11-25".into());
+        let init = s
+            .initialize(&v)
+            .await
+            .map_err(|e| ProbeError::NotMcp(place.shown(), format!("initialize: {e}")))?;
+        // The lists first, as a client would: the inspector then knows each tool's schemas and
+        // checks every call's arguments and result against them.
+        describe::mcp(&mut s, &init).await;
+    }
+    let report = run::run(&mut s, suite, &place.shown()).await;
+    s.close().await;
+    Ok(report)
+}

@@ -1,0 +1,306 @@
+//! The client a probe and a test run speak through: JSON-RPC over HTTP to one URL (rpctap's own
+//! proxy in front of the target, so everything sent is inspected and recorded), with the MCP
+//! session kept — `initialize` and its `Mcp-Session-Id`, `MCP-Protocol-Version` on every later
+//! request, `DELETE` at the end — and replies read whether they come as JSON or as an event
+//! stream. A request the server makes on a reply's stream (a `ping`, a `roots/list`) is answered
+//! while the stream is read (a server waiting for its answer would otherwise hold the reply
+//! back): `ping` with `{}`, anything else with `-32601`, since the client declares no
+//! capabilities.
+
+use super::ProbeError;
+use crate::inspect::sse::SseDecoder;
+use crate::proxy::body::ForwardBody;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, Uri};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// What came back for one request.
+#[derive(Debug, Clone, Default)]
+pub struct Answer {
+    /// The HTTP status (`None`: no answer — the connection failed or `--timeout` passed).
+    pub status: Option<u16>,
+    /// Why there was no answer, or what went wrong reading it.
+    pub failure: Option<String>,
+    /// The JSON-RPC replies (results and errors), in the order they came.
+    pub replies: Vec<Value>,
+    /// Whether the reply came as an event stream.
+    pub stream: bool,
+    pub latency_ms: f64,
+}
+
+impl Answer {
+    /// The reply with this id text (`1`, `"a"`), else a reply with id `null`.
+    pub fn reply_to(&self, id: &Value) -> Option<&Value> {
+        self.replies
+            .iter()
+            .find(|r| r.get("id") == Some(id))
+            .or_else(|| {
+                self.replies
+                    .iter()
+                    .find(|r| r.get("id") == Some(&Value::Null))
+            })
+    }
+}
+
+/// One client session.
+pub struct Session {
+    client: crate::proxy::upstream::UpstreamClient,
+    url: Uri,
+    extra: Vec<(HeaderName, HeaderValue)>,
+    session_id: Option<String>,
+    /// The negotiated MCP version, sent as `MCP-Protocol-Version`.
+    pub protocol_version: Option<String>,
+    timeout: Duration,
+    next_id: i64,
+    /// The case the next requests belong to (sent as `X-Rpctap-Case`, so the findings about
+    /// them name it).
+    pub case: Option<usize>,
+}
+
+impl Session {
+    /// A session to `url`, with a bearer token (already resolved from its `env:NAME`).
+    pub fn new(url: Uri, bearer: Option<&str>, timeout: Duration) -> Result<Self, ProbeError> {
+        let mut extra = Vec::new();
+        if let Some(t) = bearer {
+            let v = HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| ProbeError::Usage("the bearer token is not a header value".into()))?;
+            extra.push((http::header::AUTHORIZATION, v));
+        }
+        Ok(Session {
+            client: crate::proxy::upstream::build_client(
+                timeout.min(Duration::from_secs(10)),
+                false,
+            ),
+            url,
+            extra,
+            session_id: None,
+            protocol_version: None,
+            timeout,
+            next_id: 0,
+            case: None,
+        })
+    }
+
+    /// The next request id (1, 2, …: a run's ids are the same every time).
+    pub fn next_id(&mut self) -> i64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn request(&self, method: http::Method, body: Bytes) -> Result<Request<ForwardBody>, String> {
+        let mut b = Request::builder().method(method).uri(self.url.clone());
+        b = b
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream");
+        if let Some(s) = &self.session_id {
+            b = b.header("mcp-session-id", s.as_str());
+        }
+        if let Some(v) = &self.protocol_version {
+            b = b.header("mcp-protocol-version", v.as_str());
+        }
+        for (k, v) in &self.extra {
+            b = b.header(k, v);
+        }
+        if let Some(n) = self.case {
+            b = b.header(super::findings::CASE_HEADER, n);
+        }
+        b.body(ForwardBody::full(body)).map_err(|e| e.to_string())
+    }
+
+    /// POSTs `body` and reads what comes back (the server's own requests on the way answered).
+    pub async fn post(&mut self, body: Bytes) -> Answer {
+        let started = Instant::now();
+        let mut answer = Answer::default();
+        let req = match self.request(http::Method::POST, body) {
+            Ok(r) => r,
+            Err(e) => {
+                answer.failure = Some(e);
+                return answer;
+            }
+        };
+        let mut asked: Vec<Value> = Vec::new();
+        let read = tokio::time::timeout(self.timeout, async {
+            let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+            let (parts, mut body) = resp.into_parts();
+            answer.status = Some(parts.status.as_u16());
+            if let Some(s) = parts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                self.session_id = Some(s.to_string());
+            }
+            let ct = parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            answer.stream = crate::media::is_event_stream(ct);
+            let mut whole = Vec::new();
+            let mut sse = SseDecoder::new(64 << 20);
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| e.to_string())?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if answer.stream {
+                    let mut events = Vec::new();
+                    sse.feed(&data, |e| {
+                        if e.kind() == "message" && !e.data.is_empty() {
+                            events.push(e.data);
+                        }
+                    });
+                    for e in events {
+                        for m in messages(&e) {
+                            if m.get("method").is_some() && m.get("id").is_some() {
+                                asked.push(m);
+                            } else if m.get("method").is_none() {
+                                answer.replies.push(m);
+                            }
+                        }
+                    }
+                    for q in asked.drain(..) {
+                        self.answer_server(&q).await;
+                    }
+                } else {
+                    whole.extend_from_slice(&data);
+                }
+            }
+            if !answer.stream && !whole.is_empty() {
+                answer.replies.extend(
+                    messages(&whole)
+                        .into_iter()
+                        .filter(|m| m.get("method").is_none()),
+                );
+            }
+            Ok::<(), String>(())
+        })
+        .await;
+        match read {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => answer.failure = Some(e),
+            Err(_) => {
+                answer.failure = Some(format!("no answer within {:?}", self.timeout));
+            }
+        }
+        answer.latency_ms = started.elapsed().as_secs_f64() * 1e3;
+        answer
+    }
+
+    /// Answers a request the server made on a reply's stream.
+    async fn answer_server(&mut self, q: &Value) {
+        let id = q.get("id").cloned().unwrap_or(Value::Null);
+        let reply = if q.get("method").and_then(Value::as_str) == Some("ping") {
+            json!({"jsonrpc": "2.0", "id": id, "result": {}})
+        } else {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+                "message": "rpctap test declares no client capabilities"}})
+        };
+        if let Ok(req) = self.request(http::Method::POST, Bytes::from(reply.to_string())) {
+            let sent = tokio::time::timeout(self.timeout, async {
+                let resp = self.client.request(req).await.ok()?;
+                resp.into_body().collect().await.ok()
+            });
+            let _ = sent.await;
+        }
+    }
+
+    /// Sends a call and gives back its result, or says what came instead.
+    pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id();
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let a = self.post(Bytes::from(msg.to_string())).await;
+        if let Some(f) = a.failure {
+            return Err(f);
+        }
+        match a.reply_to(&json!(id)) {
+            Some(r) => match (r.get("result"), r.get("error")) {
+                (Some(res), None) => Ok(res.clone()),
+                (_, Some(e)) => Err(format!(
+                    "error {}: {}",
+                    e.get("code").unwrap_or(&Value::Null),
+                    e.get("message").and_then(Value::as_str).unwrap_or("")
+                )),
+                _ => Err("a reply with neither result nor error".into()),
+            },
+            None => Err(match a.status {
+                Some(s) if !(200..300).contains(&s) => format!("HTTP {s} without a reply"),
+                _ => "no reply".into(),
+            }),
+        }
+    }
+
+    /// Sends a notification (no reply is read beyond the status).
+    pub async fn notify(&mut self, method: &str) -> Answer {
+        let msg = json!({"jsonrpc": "2.0", "method": method});
+        self.post(Bytes::from(msg.to_string())).await
+    }
+
+    /// Opens the MCP session: `initialize` asking for `version`, then `notifications/
+    /// initialized`. Gives back the server's `initialize` result.
+    pub async fn initialize(&mut self, version: &str) -> Result<Value, String> {
+        let r = self
+            .call(
+                "initialize",
+                json!({
+                    "protocolVersion": version,
+                    "capabilities": {},
+                    "clientInfo": {"name": "rpctap-test", "version": env!("CARGO_PKG_VERSION")},
+                }),
+            )
+            .await?;
+        let v = r
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or("the initialize result names no protocolVersion")?;
+        self.protocol_version = Some(v.to_string());
+        self.notify("notifications/initialized").await;
+        Ok(r)
+    }
+
+    /// Ends the MCP session (`DELETE` with its id; a server that keeps none is not asked).
+    pub async fn close(&mut self) {
+        if self.session_id.is_none() {
+            return;
+        }
+        if let Ok(req) = self.request(http::Method::DELETE, Bytes::new()) {
+            let _ = tokio::time::timeout(self.timeout, async {
+                let resp = self.client.request(req).await.ok()?;
+                resp.into_body().collect().await.ok()
+            })
+            .await;
+        }
+        self.session_id = None;
+    }
+}
+
+/// The JSON-RPC messages of one body or event: one, or a batch's members.
+fn messages(b: &[u8]) -> Vec<Value> {
+    match serde_json::from_slice::<Value>(b) {
+        Ok(Value::Array(a)) => a.into_iter().filter(Value::is_object).collect(),
+        Ok(v @ Value::Object(_)) => vec![v],
+        _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_is_found_by_its_id_or_as_a_null_id_error() {
+        let a = Answer {
+            replies: vec![
+                json!({"jsonrpc": "2.0", "id": 2, "result": 1}),
+                json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "x"}}),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(a.reply_to(&json!(2)).unwrap()["result"], 1);
+        assert_eq!(a.reply_to(&json!(3)).unwrap()["error"]["code"], -32700);
+        assert_eq!(messages(b"[1, {\"a\": 1}]"), vec![json!({"a": 1})]);
+        assert!(messages(b"{bad").is_empty());
+    }
+}

@@ -1,0 +1,574 @@
+//! `rpctap probe` and `rpctap test` against real servers: suites generated from the official
+//! Python SDKs (2.x and 1.x), server-everything (HTTP and stdio), the demo's `/jsonrpc` (its own
+//! `rpc.discover`), and the `json-rpc` library with an OpenRPC document and a method list — each
+//! passing on the server as it is, every negative case asserting the code the server really
+//! gives; a server changed to break one case failing exactly that case; `--fuzz` finding a
+//! planted crash and shrinking its input; bad input a clear error with exit 2.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Waits (bounded) until something listens on the loopback `port`.
+fn wait_tcp(port: u16) {
+    assert!(
+        eventually(Duration::from_secs(20), || std::net::TcpStream::connect((
+            "127.0.0.1",
+            port
+        ))
+        .is_ok()),
+        "nothing listened on {port}"
+    );
+}
+
+fn server(cmd: &mut Command, port: u16) -> Proc {
+    let p = Proc::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
+    wait_tcp(port);
+    p
+}
+
+fn python(venv: &str, packages: &[&str], script_name: &str) -> Command {
+    let mut c = Command::new(installed(venv, packages).join("bin/python"));
+    c.arg(script(script_name));
+    c
+}
+
+const MCP1: &[&str] = &["mcp<2", "json-rpc", "werkzeug"];
+const MCP2: &[&str] = &["mcp>=2,<3"];
+
+fn everything_js() -> String {
+    installed("node", NODE_PACKAGES)
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn suite(file: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
+}
+
+fn cases(s: &Value) -> &Vec<Value> {
+    s["cases"].as_array().unwrap()
+}
+
+fn case<'a>(s: &'a Value, name: &str) -> &'a Value {
+    cases(s)
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no case {name:?} in {s:#}"))
+}
+
+/// `rpctap probe ARGS -o OUT`, which must succeed.
+fn probe(out: &Path, args: &[&str]) -> (Value, String) {
+    let mut a = vec![
+        "probe",
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+        "--timeout",
+        "5s",
+    ];
+    a.extend_from_slice(args);
+    let (code, _, err) = run(&a);
+    assert_eq!(code, 0, "probe {args:?} failed: {err}");
+    (suite(out), err)
+}
+
+/// `rpctap test SUITE ARGS --format json`: the exit code and the report.
+fn test(suite: &Path, args: &[&str]) -> (i32, Value) {
+    let mut a = vec!["test", suite.to_str().unwrap(), "--format", "json"];
+    a.extend_from_slice(args);
+    let (code, out, err) = run(&a);
+    let report: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("test {a:?}: not a JSON report ({e}): {out}\n{err}"));
+    (code, report)
+}
+
+fn failed_cases(report: &Value) -> Vec<String> {
+    report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["pass"] == false)
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The suite passes on the server it was made from: exit 0, every enabled case ran and passed,
+/// nothing failing about the session.
+fn assert_passes(s: &Path, args: &[&str]) -> Value {
+    let (code, report) = test(s, args);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(failed_cases(&report).is_empty(), "{report:#}");
+    let enabled = cases(&suite(s))
+        .iter()
+        .filter(|c| c.get("disabled").is_none())
+        .count();
+    assert_eq!(report["passed"], enabled, "{report:#}");
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["failing"] == false),
+        "{report:#}"
+    );
+    report
+}
+
+/// Every enabled negative case expects what the server really answered: an error code, a
+/// tool error, an HTTP rejection or no reply — never an untried guess.
+fn assert_negatives_pinned(s: &Value) {
+    for c in cases(s) {
+        let kind = c["kind"].as_str().unwrap();
+        if c.get("disabled").is_some()
+            || matches!(kind, "happy" | "notification" | "batch" | "fuzz")
+        {
+            continue;
+        }
+        let e = &c["expect"];
+        assert!(
+            e.get("error_code").is_some()
+                || e["tool_error"] == true
+                || e.get("rejected").is_some()
+                || e["no_reply"] == true,
+            "{c:#}"
+        );
+    }
+}
+
+#[test]
+fn a_suite_made_from_the_python_sdk_2_passes_on_it_and_is_kept_as_a_recording() {
+    let dir = Scratch::new("probe-py2");
+    let port = free_port();
+    let _srv = server(
+        python("mcp2", MCP2, "mcp2_server.py").args(["json", &port.to_string()]),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let file = dir.join("suite.json");
+    let (s, said) = probe(&file, &[&url, "--include-writes"]);
+    assert_eq!(s["target"]["url"], url);
+    assert_eq!(s["target"]["protocol"], "mcp");
+    assert_eq!(s["target"]["server"], "interop-py2");
+    // The happy path's arguments from the input schema, its output schema checked.
+    let add = case(&s, "tool add: happy path");
+    assert_eq!(
+        add["params"]["arguments"],
+        serde_json::json!({"a": 0, "b": 0})
+    );
+    assert!(add.get("disabled").is_none());
+    assert!(add["expect"]["output_schema"].is_object());
+    assert_eq!(add["expect"]["tool_call_succeeded"], true);
+    // The SDK refuses invalid arguments as tool errors (MCP allows it from 2025-11-25), and
+    // the suite says so rather than expecting -32602.
+    assert_eq!(
+        case(&s, "tool add: required argument a missing")["expect"]["tool_error"],
+        true
+    );
+    assert_eq!(case(&s, "unknown method")["expect"]["error_code"], -32601);
+    // The tool that always fails is written disabled, with the reason.
+    let fail = case(&s, "tool fail: happy path");
+    assert!(
+        fail["disabled"]
+            .as_str()
+            .unwrap()
+            .contains("did not succeed"),
+        "{fail:#}"
+    );
+    // Prompts and resources, not only tools.
+    assert!(case(&s, "prompt greet: get").get("disabled").is_none());
+    assert!(case(&s, "resource demo://readme: read")
+        .get("disabled")
+        .is_none());
+    assert_negatives_pinned(&s);
+    assert!(said.contains("cases for interop-py2"), "{said}");
+
+    // Kept as a recording that `check`, `replay` and `diff` read.
+    let rec = dir.join("run.jsonl");
+    let report = assert_passes(&file, &["--record", rec.to_str().unwrap()]);
+    assert!(report["cases"].as_array().unwrap().len() >= 20);
+    let (code, out, err) = run(&[
+        "replay",
+        rec.to_str().unwrap(),
+        "--target",
+        &url,
+        "--ignore",
+        "result.content[*].text",
+    ]);
+    assert_eq!(code, 0, "replay: {out}{err}");
+    let (code, out, err) = run(&["diff", rec.to_str().unwrap(), rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "diff: {out}{err}");
+    // JUnit: one test case per suite case, skipped ones marked so.
+    let (code, xml, _) = run(&["test", file.to_str().unwrap(), "--format", "junit"]);
+    assert_eq!(code, 0);
+    assert_eq!(xml.matches("<testcase ").count(), cases(&s).len(), "{xml}");
+    assert_eq!(xml.matches("<skipped").count(), 1, "{xml}");
+    assert!(!xml.contains("<failure"), "{xml}");
+}
+
+#[test]
+fn without_include_writes_only_read_only_tools_run_and_the_python_sdk_1_passes() {
+    let dir = Scratch::new("probe-py1");
+    let port = free_port();
+    let _srv = server(
+        python("mcp1", MCP1, "mcp1_server.py").args(["sse", &port.to_string()]),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let file = dir.join("suite.json");
+    let (s, _) = probe(&file, &[&url]);
+    // No tool of this server declares readOnlyHint: every tool case is disabled, saying why.
+    for c in cases(&s) {
+        if c["method"] == "tools/call" && c["name"] != "unknown tool" {
+            assert!(
+                c["disabled"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("readOnlyHint"),
+                "{c:#}"
+            );
+        }
+    }
+    assert_negatives_pinned(&s);
+    assert_passes(&file, &[]);
+    // With --include-writes they run, and the suite passes as well.
+    let (s, _) = probe(&file, &[&url, "--include-writes"]);
+    assert!(case(&s, "tool add: happy path").get("disabled").is_none());
+    assert_negatives_pinned(&s);
+    assert_passes(&file, &[]);
+}
+
+#[test]
+fn server_everything_over_http_and_stdio_passes_its_own_suite() {
+    let dir = Scratch::new("probe-everything");
+    let port = free_port();
+    let _srv = server(
+        Command::new("node")
+            .arg(everything_js())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string()),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let http = dir.join("http.json");
+    let (s, _) = probe(&http, &[&url]);
+    assert!(cases(&s).len() > 30, "{s:#}");
+    // Read-only tools run, the others are disabled: both kinds exist on this server.
+    let echo = case(&s, "tool echo: happy path");
+    assert!(echo.get("disabled").is_none(), "{echo:#}");
+    assert!(cases(&s).iter().any(|c| c["disabled"]
+        .as_str()
+        .unwrap_or("")
+        .contains("readOnlyHint")));
+    assert_negatives_pinned(&s);
+    assert_passes(&http, &[]);
+
+    // Over stdio: the command started fresh for the probe and for each run.
+    let stdio = dir.join("stdio.json");
+    let (s, _) = probe(&stdio, &["--", "node", &everything_js(), "stdio"]);
+    assert_eq!(s["target"]["command"][0], "node");
+    assert!(s["target"].get("url").is_none());
+    assert_negatives_pinned(&s);
+    assert_passes(&stdio, &[]);
+}
+
+#[test]
+fn the_demo_jsonrpc_endpoint_describes_itself_and_its_suite_has_batches_and_notifications() {
+    let dir = Scratch::new("probe-demo");
+    let port = free_port();
+    let _srv = server(
+        rpctap().args(["demo-server", "--listen", &format!("127.0.0.1:{port}")]),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/jsonrpc");
+    let file = dir.join("suite.json");
+    let (s, _) = probe(&file, &[&url]);
+    assert_eq!(s["target"]["protocol"], "jsonrpc");
+    // From rpc.discover: every method, by name, with the documented code for bad params.
+    for m in ["echo", "add", "subtract", "sleep"] {
+        assert!(case(&s, &format!("method {m}: happy path"))
+            .get("disabled")
+            .is_none());
+    }
+    assert_eq!(
+        case(&s, "method add: param a of the wrong type")["expect"]["error_code"],
+        -32602
+    );
+    assert_eq!(case(&s, "not JSON")["expect"]["error_code"], -32700);
+    assert_eq!(case(&s, "invalid envelope")["expect"]["error_code"], -32600);
+    // The demo answers a notification with 204 and no body; a batch gets one reply per call.
+    assert_eq!(
+        case(&s, "method echo: as a notification gets no reply")["expect"]["no_reply"],
+        true
+    );
+    assert_eq!(case(&s, "batch")["expect"]["replies"], 2);
+    assert!(case(&s, "invalid envelope").get("allow").is_none(), "{s:#}");
+    assert_negatives_pinned(&s);
+    assert_passes(&file, &[]);
+}
+
+#[test]
+fn the_json_rpc_library_from_an_openrpc_document_and_from_a_method_list() {
+    let dir = Scratch::new("probe-jsonrpc");
+    let port = free_port();
+    let _srv = server(
+        python("mcp1", MCP1, "jsonrpc_server.py").arg(port.to_string()),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/");
+    let file = dir.join("suite.json");
+    let (s, _) = probe(&file, &[&script("jsonrpc.openrpc.json"), "--url", &url]);
+    assert_eq!(s["target"]["url"], url);
+    assert_eq!(
+        case(&s, "method subtract: happy path")["params"],
+        serde_json::json!({"minuend": 0, "subtrahend": 0})
+    );
+    // By position, as the document says.
+    assert_eq!(
+        case(&s, "method sum: happy path")["params"],
+        serde_json::json!([0, 0, 0])
+    );
+    // The library answers a missing named param with its own -32000, not -32602: the case
+    // asserts what it gives and notes what the spec calls for.
+    let missing = case(&s, "method subtract: required param minuend missing");
+    assert_eq!(missing["expect"]["error_code"], -32000, "{missing:#}");
+    assert!(missing["note"].as_str().unwrap().contains("-32602"));
+    assert_negatives_pinned(&s);
+    assert_passes(&file, &[]);
+
+    let list = dir.join("methods.json");
+    std::fs::write(
+        &list,
+        r#"{"httpPath": "/", "methods": ["foobar", "get_data"]}"#,
+    )
+    .unwrap();
+    let file = dir.join("list-suite.json");
+    let (s, _) = probe(
+        &file,
+        &[
+            list.to_str().unwrap(),
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+        ],
+    );
+    assert!(case(&s, "method foobar: happy path")
+        .get("params")
+        .is_none());
+    assert_passes(&file, &[]);
+}
+
+#[test]
+fn a_server_changed_to_break_one_case_fails_exactly_that_case() {
+    let dir = Scratch::new("probe-broken");
+    let good = free_port();
+    let _srv = server(
+        Command::new("python3")
+            .arg(script("probe_server.py"))
+            .args(["http", &good.to_string()]),
+        good,
+    );
+    let file = dir.join("suite.json");
+    let (s, _) = probe(&file, &[&format!("http://127.0.0.1:{good}/mcp")]);
+    // `forget` changes data: written disabled.
+    assert!(case(&s, "tool forget: happy path")["disabled"]
+        .as_str()
+        .unwrap()
+        .contains("readOnlyHint"));
+    assert_negatives_pinned(&s);
+    assert_passes(&file, &[]);
+    for (what, failing, assertion) in [
+        ("crash", vec!["tool add: happy path"], "Tool Call Succeeded"),
+        (
+            "code",
+            vec![
+                "tool add: argument a of the wrong type",
+                "tool lookup: argument name of the wrong type",
+            ],
+            "Error Code Equals",
+        ),
+        (
+            "ignore",
+            vec!["tool add: required argument a missing"],
+            "Has Error",
+        ),
+        ("schema", vec!["tool lookup: happy path"], "Output Schema"),
+    ] {
+        let port = free_port();
+        let _broken = server(
+            Command::new("python3")
+                .arg(script("probe_server.py"))
+                .args(["http", &port.to_string(), "--break", what]),
+            port,
+        );
+        let (code, report) = test(
+            &file,
+            &["--target", &format!("http://127.0.0.1:{port}/mcp")],
+        );
+        assert_eq!(code, 1, "{what}: {report:#}");
+        assert_eq!(failed_cases(&report), failing, "{what}: {report:#}");
+        for c in report["cases"].as_array().unwrap() {
+            if c["pass"] == false {
+                let failed: Vec<&str> = c["checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|k| k["pass"] == false)
+                    .map(|k| k["assertion"].as_str().unwrap())
+                    .collect();
+                assert!(failed.contains(&assertion), "{what}: {c:#}");
+            }
+        }
+        // The plain-words report says why.
+        let (_, text, _) = run(&[
+            "test",
+            file.to_str().unwrap(),
+            "--target",
+            &format!("http://127.0.0.1:{port}/mcp"),
+        ]);
+        assert!(text.contains(&format!("FAIL {}", failing[0])), "{text}");
+        if what == "code" {
+            assert!(
+                text.contains("Rejected, but for a different reason than expected"),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fuzz_finds_the_planted_crash_and_shrinks_its_input() {
+    let dir = Scratch::new("probe-fuzz");
+    let file = dir.join("suite.json");
+    let server = script("probe_server.py");
+    let (s, said) = probe(
+        &file,
+        &[
+            "--fuzz", "30", "--seed", "7", "--", "python3", &server, "stdio",
+        ],
+    );
+    let fuzz: Vec<&Value> = cases(&s).iter().filter(|c| c["kind"] == "fuzz").collect();
+    assert_eq!(fuzz.len(), 1, "{s:#}");
+    let args = &fuzz[0]["params"]["arguments"];
+    // Shrunk to the edge: the smallest negative count (the crash is on count < 0).
+    assert_eq!(args["count"], -1, "{said}");
+    assert_eq!(fuzz[0]["params"]["name"], "lookup");
+    assert_eq!(fuzz[0]["expect"]["no_crash"], true);
+    assert!(said.contains("the server crashed"), "{said}");
+    assert!(said.contains("shrunk from"), "{said}");
+    // The case it added fails on the server as it is, saying so.
+    let (code, report) = test(&file, &[]);
+    assert_eq!(code, 1);
+    let failed = failed_cases(&report);
+    assert_eq!(failed.len(), 1, "{report:#}");
+    assert!(
+        failed[0].starts_with("tool lookup: fuzz crash"),
+        "{failed:?}"
+    );
+    // The same seed sends the same inputs: the same case again.
+    let again = dir.join("again.json");
+    let (s2, _) = probe(
+        &again,
+        &[
+            "--fuzz", "30", "--seed", "7", "--", "python3", &server, "stdio",
+        ],
+    );
+    assert_eq!(s2["cases"], s["cases"]);
+}
+
+#[test]
+fn bad_input_is_a_clear_error_naming_it_with_exit_2() {
+    let dir = Scratch::new("probe-bad");
+    let out = dir.join("s.json");
+    let o = out.to_str().unwrap();
+    // Nothing listens.
+    let port = free_port();
+    let (code, _, err) = run(&["probe", &format!("http://127.0.0.1:{port}/mcp"), "-o", o]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot reach") && err.contains(&port.to_string()),
+        "{err}"
+    );
+    // A command that does not exist.
+    let (code, _, err) = run(&["probe", "-o", o, "--", "no-such-server-rpctap"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no-such-server-rpctap"), "{err}");
+    // A server that is not MCP and offers no OpenRPC document.
+    let web = free_port();
+    let _srv = server(
+        Command::new("python3").args([
+            "-m",
+            "http.server",
+            &web.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ]),
+        web,
+    );
+    let (code, _, err) = run(&[
+        "probe",
+        &format!("http://127.0.0.1:{web}/"),
+        "-o",
+        o,
+        "--timeout",
+        "5s",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("is not an MCP server") && err.contains("rpc.discover"),
+        "{err}"
+    );
+    // A malformed OpenRPC document: the file and the place named.
+    let doc = dir.join("bad.openrpc.json");
+    std::fs::write(&doc, r#"{"openrpc": "1.3.2", "methods": [{"params": []}]}"#).unwrap();
+    let (code, _, err) = run(&[
+        "probe",
+        doc.to_str().unwrap(),
+        "--url",
+        "http://127.0.0.1:1/",
+        "-o",
+        o,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("bad.openrpc.json") && err.contains("methods[0]"),
+        "{err}"
+    );
+    // Not a document at all.
+    std::fs::write(&doc, "{not json").unwrap();
+    let (code, _, err) = run(&["probe", doc.to_str().unwrap(), "-o", o]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is not a JSON document"), "{err}");
+    // A suite with a typo: the key and its place named.
+    let suite = dir.join("typo.json");
+    std::fs::write(
+        &suite,
+        r#"{"suite": 1, "target": {"url": "http://127.0.0.1:1/mcp", "protocol": "mcp"},
+  "cases": [{"name": "a", "kind": "happy", "method": "ping", "expect": {"no_eror": true}}]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = run(&["test", suite.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("typo.json") && err.contains("no_eror") && err.contains("line 2"),
+        "{err}"
+    );
+    // A token is never written into a suite: only env:NAME.
+    let (code, _, err) = run(&[
+        "probe",
+        "http://127.0.0.1:1/mcp",
+        "-o",
+        o,
+        "--bearer",
+        "s3cret",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("env:NAME"), "{err}");
+    // A suite already there is not overwritten without --force.
+    std::fs::write(&out, "{}").unwrap();
+    let (code, _, err) = run(&["probe", "http://127.0.0.1:1/mcp", "-o", o]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--force"), "{err}");
+}
