@@ -267,9 +267,30 @@ pub async fn probe(args: ProbeArgs) -> Result<i32, AppError> {
     let found =
         crate::record::reader::read(&record).map(|rec| crate::probe::findings::by_case(&rec));
     let _ = std::fs::remove_file(&record);
-    let (mut suite, mut warnings, fuzzed) = result?;
+    let (mut suite, mut warnings, mut fuzzed, inputs) = result?;
     match found {
-        Ok(f) => warnings.extend(run::pin_findings(&mut suite, &f)),
+        Ok(f) => {
+            warnings.extend(run::pin_findings(&mut suite, &f));
+            for v in run::fuzz_findings(&f, &inputs, args.seed) {
+                // A broken output schema is already its own case (the assertion found it).
+                let tool = v.case.params.as_ref().and_then(|p| p["name"].as_str());
+                let schema_case = tool.map(|t| format!("tool {t}: fuzz output schema"));
+                if v.case
+                    .note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("MCP_OUTPUT_SCHEMA"))
+                    && suite.cases.iter().any(|c| {
+                        schema_case
+                            .as_deref()
+                            .is_some_and(|p| c.name.starts_with(p))
+                    })
+                {
+                    continue;
+                }
+                fuzzed.push(v.said);
+                suite.cases.push(v.case);
+            }
+        }
         Err(e) => warnings.push(format!("the probe's recording could not be checked: {e}")),
     }
     suite.save(&args.out).map_err(ProbeError::from)?;
@@ -291,7 +312,12 @@ pub async fn probe(args: ProbeArgs) -> Result<i32, AppError> {
     Ok(0)
 }
 
-type Probed = (Suite, Vec<String>, Vec<String>);
+type Probed = (
+    Suite,
+    Vec<String>,
+    Vec<String>,
+    Vec<crate::probe::suite::Case>,
+);
 
 async fn probe_through(
     args: &ProbeArgs,
@@ -324,6 +350,7 @@ async fn probe_through(
         }
     }
     let mut fuzzed = Vec::new();
+    let mut fuzz_inputs = Vec::new();
     if args.fuzz > 0 {
         let tools: Vec<run::Tool> = d
             .tools
@@ -359,10 +386,12 @@ async fn probe_through(
             }
         })
         .await;
+        let (found, inputs) = found;
         for f in found {
             fuzzed.push(f.said);
             cases.push(f.case);
         }
+        fuzz_inputs = inputs;
     }
     s.close().await;
     let (url, command) = match place {
@@ -382,7 +411,7 @@ async fn probe_through(
         allow: vec![],
         cases,
     };
-    Ok((suite, warnings, fuzzed))
+    Ok((suite, warnings, fuzzed, fuzz_inputs))
 }
 
 /// Asks a live server what it offers: an MCP server's lists after `initialize`, else a JSON-RPC
@@ -395,6 +424,13 @@ async fn discover(s: &mut Session, place: &Where, version: &str) -> Result<Descr
     match s.call("rpc.discover", serde_json::json!([])).await {
         Ok(doc) if doc.get("openrpc").is_some() => {
             Ok(describe::openrpc(&doc, &format!("{}'s rpc.discover", place.shown()))?)
+        }
+        _ if mcp_failed.starts_with("HTTP 401") || mcp_failed.starts_with("HTTP 403") => {
+            Err(ProbeError::Usage(format!(
+                "{} refused the session ({mcp_failed}): give its token with --bearer env:NAME",
+                place.shown()
+            ))
+            .into())
         }
         _ => Err(ProbeError::NotMcp(
             place.shown(),
@@ -415,7 +451,20 @@ fn own_recording() -> PathBuf {
 
 /// `rpctap test`.
 pub async fn test(args: TestArgs) -> Result<i32, AppError> {
-    let suite = Suite::load(&args.suite).map_err(ProbeError::from)?;
+    // A recording is run as the suite its client calls make.
+    let suite = if crate::probe::recorded::is_recording(&args.suite) {
+        let rec = crate::record::reader::read(&args.suite)?;
+        let s = crate::probe::recorded::suite_from(&rec);
+        if s.cases.is_empty() {
+            return Err(AppError::Empty(format!(
+                "{} holds no answered client call",
+                args.suite.display()
+            )));
+        }
+        s
+    } else {
+        Suite::load(&args.suite).map_err(ProbeError::from)?
+    };
     let gate = crate::offline::gate::Gate::new(&args.fail_on, &args.allow)
         .map_err(|e| AppError::Io(e.to_string()))?;
     let timeout = Duration::from_secs_f64(args.timeout);

@@ -13,6 +13,7 @@
 pub mod describe;
 pub mod findings;
 pub mod generate;
+pub mod recorded;
 pub mod report;
 pub mod run;
 pub mod session;

@@ -751,14 +751,14 @@ pub async fn fuzz<F, Fut>(
     n: usize,
     seed: u64,
     mut reopen: F,
-) -> Vec<Fuzzed>
+) -> (Vec<Fuzzed>, Vec<Case>)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<Session>>,
 {
     let mut out = Vec::new();
+    let mut inputs = Vec::new();
     let mut rng = Rng::new(seed);
-    s.case = Some(FUZZING);
     for tool in tools {
         let name = tool.name.clone();
         let schema = &tool.input;
@@ -782,7 +782,7 @@ where
                 }
             }
             let case = fuzz_case(&name, &args);
-            let sent = send(s, &case).await;
+            let sent = numbered(s, &case, &mut inputs).await;
             let Some(fail) = failure(&sent, output.as_ref()) else {
                 continue;
             };
@@ -811,7 +811,7 @@ where
                     if tries > 64 {
                         break 'shrink;
                     }
-                    let sent = send(s, &fuzz_case(&name, &candidate)).await;
+                    let sent = numbered(s, &fuzz_case(&name, &candidate), &mut inputs).await;
                     match failure(&sent, output.as_ref()) {
                         Some(f) if f.class() == fail.class() => {
                             smallest = candidate;
@@ -858,6 +858,57 @@ where
             ));
             out.push(Fuzzed { case, said });
         }
+    }
+    (out, inputs)
+}
+
+/// Sends a fuzzed input as case `FUZZING + n` (its place among the inputs sent), so what the
+/// inspector finds in its answer names it.
+async fn numbered(s: &mut Session, case: &Case, inputs: &mut Vec<Case>) -> Sent {
+    s.case = Some(FUZZING + inputs.len());
+    inputs.push(case.clone());
+    send(s, case).await
+}
+
+/// The protocol violations rpctap found in the answers to fuzzed inputs (`inputs`, as `fuzz`
+/// gave them back): one case per tool and code, with the input that caused it.
+pub fn fuzz_findings(found: &[Found], inputs: &[Case], seed: u64) -> Vec<Fuzzed> {
+    let mut out: Vec<Fuzzed> = Vec::new();
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for f in found.iter().filter(|f| !f.request) {
+        let Some(input) = f
+            .case
+            .and_then(|i| i.checked_sub(FUZZING))
+            .and_then(|i| inputs.get(i))
+        else {
+            continue;
+        };
+        let params = input.params.clone().unwrap_or(Value::Null);
+        let tool = params["name"].as_str().unwrap_or("").to_string();
+        if seen.contains(&(tool.clone(), f.code.clone())) {
+            continue;
+        }
+        seen.push((tool.clone(), f.code.clone()));
+        let args = params.get("arguments").cloned().unwrap_or(Value::Null);
+        let mut case = input.clone();
+        case.name = format!("tool {tool}: fuzz {} {}", f.code, short(&args));
+        case.expect = Expect {
+            no_crash: Some(true),
+            ..Default::default()
+        };
+        case.note = Some(format!(
+            "found by --fuzz (seed {seed}): rpctap finds {} in the answer: {}",
+            f.code, f.message
+        ));
+        out.push(Fuzzed {
+            said: format!(
+                "tool {tool}: rpctap finds {} in the answer to {}: {}",
+                f.code,
+                short(&args),
+                f.message
+            ),
+            case,
+        });
     }
     out
 }

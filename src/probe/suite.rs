@@ -73,12 +73,17 @@ pub enum Kind {
     Batch,
     /// Added by `--fuzz`: an input that crashed, hung or broke the output schema.
     Fuzz,
+    /// A call a recording holds, expecting what the recorded server answered.
+    Recorded,
 }
 
 impl Kind {
     /// A case that sends what the server must refuse.
     pub fn negative(self) -> bool {
-        !matches!(self, Kind::Happy | Kind::Notification | Kind::Batch)
+        !matches!(
+            self,
+            Kind::Happy | Kind::Notification | Kind::Batch | Kind::Recorded
+        )
     }
 
     /// A case whose request is invalid on purpose: what rpctap finds in it is the case's doing.

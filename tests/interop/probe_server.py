@@ -9,7 +9,8 @@ WHAT (the server "changed" to break one case each):
   ignore  `add` takes a missing argument as 0 instead of refusing it
   schema  `lookup`'s structuredContent breaks its declared output schema
 
-Planted for `--fuzz`: `lookup` with a negative `count` kills the process (a real crash).
+Planted for `--fuzz`: `lookup` with a negative `count` kills the process (a real crash), and
+answers the name "null" with `"jsonrpc": "1.0"` (a protocol violation rpctap flags).
 """
 import json
 import os
@@ -107,7 +108,10 @@ def call_tool(id_, params):
         if args["count"] < 0:
             os._exit(3)  # the planted crash
         found = "yes" if broken == "schema" else True
-        return result(id_, text(f"{args['name']} x{args['count']}", {"found": found, "name": args["name"]}))
+        r = result(id_, text(f"{args['name']} x{args['count']}", {"found": found, "name": args["name"]}))
+        if args["name"] == "null":
+            r["jsonrpc"] = "1.0"  # the planted protocol violation
+        return r
     return result(id_, text("forgotten"))
 
 

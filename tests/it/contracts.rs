@@ -530,6 +530,17 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // The suite, probed from the demo's JSON-RPC endpoint.
+    let suite = dir.join("suite.json");
+    {
+        let (demo, _d) = start_demo().await;
+        let (s, url) = (suite.clone(), format!("http://{demo}/jsonrpc"));
+        let (code, _, err) =
+            tokio::task::spawn_blocking(move || run(&["probe", &url, "-o", s.to_str().unwrap()]))
+                .await
+                .unwrap();
+        assert_eq!(code, 0, "{err}");
+    }
     for (changed, exit) in [(false, 0), (true, 1)] {
         let work = dir.join(if changed { "changed" } else { "same" });
         std::fs::create_dir_all(&work).unwrap();
@@ -540,6 +551,7 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
         }
         let script = script.clone();
         let (work2, golden2, path2) = (work.clone(), golden.clone(), path.clone());
+        let suite2 = suite.clone();
         let proxy_port = free_port();
         let out = tokio::task::spawn_blocking(move || {
             Command::new("bash")
@@ -552,6 +564,8 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
                 .env("GOLDEN", golden2)
                 .env("BASELINES", "baselines")
                 .env("PROXY_PORT", proxy_port.to_string())
+                .env("SUITE", &suite2)
+                .env("ENDPOINT", format!("http://127.0.0.1:{port}/jsonrpc"))
                 .output()
                 .unwrap()
         })
@@ -569,6 +583,7 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
         );
         assert_eq!(out.status.code(), Some(exit), "{say}");
         for f in [
+            "test.xml",
             "replay.xml",
             "check.xml",
             "check.sarif",
@@ -578,6 +593,12 @@ async fn the_ci_job_in_docs_passes_on_the_same_server_and_fails_on_a_changed_one
         ] {
             assert!(work.join(f).is_file(), "{f}: {say}");
         }
+        // The probed suite passes on both: its assertions are outcomes, not recorded values.
+        let junit = left("test.xml");
+        assert!(
+            junit.matches("<testcase ").count() > 10 && !junit.contains("<failure"),
+            "{junit}"
+        );
         let sarif: serde_json::Value = serde_json::from_str(&left("check.sarif")).unwrap();
         assert_eq!(sarif["version"], "2.1.0");
         let replay = std::fs::read_to_string(work.join("replay.txt")).unwrap();

@@ -201,6 +201,15 @@ fn a_suite_made_from_the_python_sdk_2_passes_on_it_and_is_kept_as_a_recording() 
     assert_eq!(code, 0, "replay: {out}{err}");
     let (code, out, err) = run(&["diff", rec.to_str().unwrap(), rec.to_str().unwrap()]);
     assert_eq!(code, 0, "diff: {out}{err}");
+    let baselines = dir.join("baselines");
+    let (code, out, err) = run(&[
+        "baseline",
+        "accept",
+        rec.to_str().unwrap(),
+        "--dir",
+        baselines.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "baseline: {out}{err}");
     // JUnit: one test case per suite case, skipped ones marked so.
     let (code, xml, _) = run(&["test", file.to_str().unwrap(), "--format", "junit"]);
     assert_eq!(code, 0);
@@ -378,7 +387,12 @@ fn a_server_changed_to_break_one_case_fails_exactly_that_case() {
         .unwrap()
         .contains("readOnlyHint"));
     assert_negatives_pinned(&s);
-    assert_passes(&file, &[]);
+    let rec = dir.join("good.jsonl");
+    assert_passes(&file, &["--record", rec.to_str().unwrap()]);
+    // A recording runs as a suite too: each recorded call expecting what the server answered.
+    let (code, report) = test(&rec, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(report["passed"].as_u64().unwrap() >= 8, "{report:#}");
     for (what, failing, assertion) in [
         ("crash", vec!["tool add: happy path"], "Tool Call Succeeded"),
         (
@@ -421,6 +435,14 @@ fn a_server_changed_to_break_one_case_fails_exactly_that_case() {
                 assert!(failed.contains(&assertion), "{what}: {c:#}");
             }
         }
+        if what == "ignore" {
+            // The recorded run, against the changed server: the call it now accepts fails.
+            let (code, report) = test(&rec, &["--target", &format!("http://127.0.0.1:{port}/mcp")]);
+            assert_eq!(code, 1, "{report:#}");
+            let failed = failed_cases(&report);
+            assert_eq!(failed.len(), 1, "{report:#}");
+            assert!(failed[0].ends_with("tools/call add"), "{failed:?}");
+        }
         // The plain-words report says why.
         let (_, text, _) = run(&[
             "test",
@@ -450,21 +472,46 @@ fn fuzz_finds_the_planted_crash_and_shrinks_its_input() {
         ],
     );
     let fuzz: Vec<&Value> = cases(&s).iter().filter(|c| c["kind"] == "fuzz").collect();
-    assert_eq!(fuzz.len(), 1, "{s:#}");
-    let args = &fuzz[0]["params"]["arguments"];
-    // Shrunk to the edge: the smallest negative count (the crash is on count < 0).
-    assert_eq!(args["count"], -1, "{said}");
-    assert_eq!(fuzz[0]["params"]["name"], "lookup");
-    assert_eq!(fuzz[0]["expect"]["no_crash"], true);
+    assert_eq!(fuzz.len(), 2, "{s:#}");
+    // The crash, shrunk to the edge: the smallest negative count (it crashes on count < 0).
+    let crash = fuzz
+        .iter()
+        .find(|c| {
+            c["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("tool lookup: fuzz crash")
+        })
+        .unwrap_or_else(|| panic!("{s:#}"));
+    assert_eq!(crash["params"]["arguments"]["count"], -1, "{said}");
+    assert_eq!(crash["params"]["name"], "lookup");
+    assert_eq!(crash["expect"]["no_crash"], true);
     assert!(said.contains("the server crashed"), "{said}");
     assert!(said.contains("shrunk from"), "{said}");
-    // The case it added fails on the server as it is, saying so.
+    // The protocol violation rpctap found in the answer to one input, with that input.
+    let violation = fuzz
+        .iter()
+        .find(|c| {
+            c["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("tool lookup: fuzz INVALID_ENVELOPE")
+        })
+        .unwrap_or_else(|| panic!("{s:#}"));
+    assert_eq!(violation["params"]["arguments"]["name"], "null");
+    assert!(said.contains("rpctap finds INVALID_ENVELOPE"), "{said}");
+    // The cases it added fail on the server as it is, saying so; nothing else does.
     let (code, report) = test(&file, &[]);
     assert_eq!(code, 1);
-    let failed = failed_cases(&report);
-    assert_eq!(failed.len(), 1, "{report:#}");
+    let mut failed = failed_cases(&report);
+    failed.sort();
+    assert_eq!(failed.len(), 2, "{report:#}");
     assert!(
-        failed[0].starts_with("tool lookup: fuzz crash"),
+        failed[0].starts_with("tool lookup: fuzz INVALID_ENVELOPE"),
+        "{failed:?}"
+    );
+    assert!(
+        failed[1].starts_with("tool lookup: fuzz crash"),
         "{failed:?}"
     );
     // The same seed sends the same inputs: the same case again.
@@ -571,4 +618,70 @@ fn bad_input_is_a_clear_error_naming_it_with_exit_2() {
     let (code, _, err) = run(&["probe", "http://127.0.0.1:1/mcp", "-o", o]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--force"), "{err}");
+}
+
+#[test]
+fn a_server_behind_a_token_is_probed_and_tested_with_the_token_from_the_environment() {
+    let dir = Scratch::new("probe-token");
+    let port = free_port();
+    let _srv = server(
+        rpctap()
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--no-tui",
+                "--log",
+                "off",
+            ])
+            .args([
+                "--auth-token",
+                "s3cret-probe",
+                "--",
+                "python3",
+                &script("probe_server.py"),
+                "stdio",
+            ])
+            .env("RPCTAP_HOME", dir.join("home")),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let file = dir.join("suite.json");
+    let o = file.to_str().unwrap();
+    // Without it: refused, and told how to give it.
+    let (code, _, err) = run(&["probe", &url, "-o", o]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("HTTP 401") && err.contains("--bearer env:NAME"),
+        "{err}"
+    );
+    let with = |args: &[&str]| {
+        let out = rpctap()
+            .args(args)
+            .env("PROBE_TOKEN", "s3cret-probe")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = with(&["probe", &url, "-o", o, "--bearer", "env:PROBE_TOKEN"]);
+    assert_eq!(code, 0, "{err}");
+    // The suite names the variable, never the token.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"bearer\": \"env:PROBE_TOKEN\""), "{text}");
+    assert!(!text.contains("s3cret-probe"), "{text}");
+    let rec = dir.join("run.jsonl");
+    let (code, out, err) = with(&["test", o, "--record", rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Nor does the recording hold it.
+    assert!(!std::fs::read_to_string(&rec)
+        .unwrap()
+        .contains("s3cret-probe"));
+    // The variable unset: a clear error before anything is sent.
+    let (code, _, err) = run(&["test", o]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("PROBE_TOKEN is not set"), "{err}");
 }
