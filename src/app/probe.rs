@@ -52,9 +52,9 @@ fn parse_url(s: &str) -> Result<Uri, ProbeError> {
         .parse()
         .map_err(|e| ProbeError::Usage(format!("{s:?} is not a URL: {e}")))?;
     match (u.scheme_str(), u.authority()) {
-        (Some("http" | "https"), Some(_)) => Ok(u),
+        (Some("http" | "https" | "ws" | "wss"), Some(_)) => Ok(u),
         _ => Err(ProbeError::Usage(format!(
-            "{s:?}: give an http:// or https:// URL"
+            "{s:?}: give an http://, https://, ws:// or wss:// URL"
         ))),
     }
 }
@@ -73,11 +73,13 @@ fn args_of<A: clap::Args + clap::FromArgMatches>(argv: &[String]) -> Result<A, A
 /// answers wrongly before anything is sent).
 async fn reachable(u: &Uri, timeout: Duration) -> Result<(), ProbeError> {
     let host = u.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']);
-    let port = u.port_u16().unwrap_or(if u.scheme_str() == Some("https") {
-        443
-    } else {
-        80
-    });
+    let port = u
+        .port_u16()
+        .unwrap_or(if matches!(u.scheme_str(), Some("https" | "wss")) {
+            443
+        } else {
+            80
+        });
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(ProbeError::Unreachable(u.to_string(), e.to_string())),
@@ -121,9 +123,15 @@ async fn harness(w: &Where, record: Option<&Path>) -> Result<Harness, AppError> 
     }
     let (cfg, path) = match w {
         Where::Url(u) => {
+            // A WebSocket's upgrade goes to the server's own origin.
+            let scheme = match u.scheme_str() {
+                Some("ws") => "http",
+                Some("wss") => "https",
+                Some(other) => other,
+                None => "http",
+            };
             let origin = format!(
-                "{}://{}",
-                u.scheme_str().unwrap_or("http"),
+                "{scheme}://{}",
                 u.authority().map(|a| a.as_str()).unwrap_or("")
             );
             argv.push("--upstream".into());
@@ -148,7 +156,11 @@ async fn harness(w: &Where, record: Option<&Path>) -> Result<Harness, AppError> 
     let addr = running
         .local_addr()
         .ok_or_else(|| AppError::Io("the test proxy has no address".into()))?;
-    let url: Uri = format!("http://{addr}{path}")
+    let scheme = match w {
+        Where::Url(u) if matches!(u.scheme_str(), Some("ws" | "wss")) => "ws",
+        _ => "http",
+    };
+    let url: Uri = format!("{scheme}://{addr}{path}")
         .parse()
         .map_err(|e| AppError::Io(format!("the test proxy's URL: {e}")))?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -218,7 +230,9 @@ pub async fn probe(args: ProbeArgs) -> Result<i32, AppError> {
         Where::Command(args.command.clone())
     } else {
         let t = args.target.clone().unwrap_or_default();
-        let is_url = t.starts_with("http://") || t.starts_with("https://");
+        let is_url = ["http://", "https://", "ws://", "wss://"]
+            .iter()
+            .any(|p| t.starts_with(p));
         if is_url && !t.split(['?', '#']).next().unwrap_or("").ends_with(".json") {
             Where::Url(parse_url(&t)?)
         } else {
@@ -264,10 +278,16 @@ pub async fn probe(args: ProbeArgs) -> Result<i32, AppError> {
     let h = harness(&place, Some(&record)).await?;
     let result = probe_through(&args, &place, &h, token.as_deref(), described, timeout).await;
     h.finish().await;
-    let found =
-        crate::record::reader::read(&record).map(|rec| crate::probe::findings::by_case(&rec));
+    let (mut suite, mut warnings, mut fuzzed, inputs, sent) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&record);
+            return Err(e);
+        }
+    };
+    let found = crate::record::reader::read(&record)
+        .map(|rec| crate::probe::findings::by_case(&rec, &sent));
     let _ = std::fs::remove_file(&record);
-    let (mut suite, mut warnings, mut fuzzed, inputs) = result?;
     match found {
         Ok(f) => {
             warnings.extend(run::pin_findings(&mut suite, &f));
@@ -317,6 +337,7 @@ type Probed = (
     Vec<String>,
     Vec<String>,
     Vec<crate::probe::suite::Case>,
+    Vec<(String, usize)>,
 );
 
 async fn probe_through(
@@ -339,7 +360,17 @@ async fn probe_through(
             include_writes: args.include_writes,
         },
     );
-    for (i, c) in cases.iter_mut().enumerate() {
+    for i in 0..cases.len() {
+        if d.protocol == Protocol::Jsonrpc {
+            if let Some(happy) = cases[..i]
+                .iter()
+                .find(|c| c.kind == crate::probe::suite::Kind::Happy && c.disabled.is_none())
+                .cloned()
+            {
+                generate::retarget(&mut cases[i], &happy);
+            }
+        }
+        let c = &mut cases[i];
         if c.disabled.is_some() {
             continue;
         }
@@ -411,7 +442,13 @@ async fn probe_through(
         allow: vec![],
         cases,
     };
-    Ok((suite, warnings, fuzzed, fuzz_inputs))
+    Ok((
+        suite,
+        warnings,
+        fuzzed,
+        fuzz_inputs,
+        std::mem::take(&mut s.sent),
+    ))
 }
 
 /// Asks a live server what it offers: an MCP server's lists after `initialize`, else a JSON-RPC
@@ -500,12 +537,20 @@ pub async fn test(args: TestArgs) -> Result<i32, AppError> {
     let h = harness(&place, Some(&record)).await?;
     let ran = run_suite(&suite, &h, token.as_deref(), timeout, &place).await;
     h.finish().await;
-    let checked =
-        crate::record::reader::read(&record).map(|rec| crate::probe::findings::by_case(&rec));
+    let (mut report, sent) = match ran {
+        Ok(r) => r,
+        Err(e) => {
+            if own {
+                let _ = std::fs::remove_file(&record);
+            }
+            return Err(e);
+        }
+    };
+    let checked = crate::record::reader::read(&record)
+        .map(|rec| crate::probe::findings::by_case(&rec, &sent));
     if own {
         let _ = std::fs::remove_file(&record);
     }
-    let mut report = ran?;
     match checked {
         Ok(c) => run::attach(&mut report, c, &gate, &suite.allow),
         Err(e) => {
@@ -533,7 +578,7 @@ async fn run_suite(
     token: Option<&str>,
     timeout: Duration,
     place: &Where,
-) -> Result<Report, AppError> {
+) -> Result<(Report, Vec<(String, usize)>), AppError> {
     let mut s = Session::new(h.url.clone(), token, timeout)?;
     if suite.target.protocol == Protocol::Mcp {
         let v = suite
@@ -551,5 +596,5 @@ async fn run_suite(
     }
     let report = run::run(&mut s, suite, &place.shown()).await;
     s.close().await;
-    Ok(report)
+    Ok((report, s.sent))
 }

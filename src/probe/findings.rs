@@ -1,7 +1,8 @@
 //! What the inspector found in a probe's or a test run's recording, each finding with the case
 //! it is about: the recording is fed back through the inspector as `rpctap check` does, and a
 //! finding's exchange names its case by the `X-Rpctap-Case` header the session sent with that
-//! case's request (a finding about the session's opening or end names none).
+//! case's request; over a WebSocket (one exchange for the whole connection) by the id of the
+//! call it is about (`Session::sent`). A finding about the session's opening or end names none.
 
 use crate::events::{Direction, Event, HttpEvent, Severity};
 use crate::record::reader::Capture;
@@ -42,8 +43,10 @@ impl Found {
     }
 }
 
-/// Every finding of the recording (`info` ones aside, as `check` leaves them), with its case.
-pub fn by_case(rec: &Capture) -> Vec<Found> {
+/// Every finding of the recording (`info` ones aside, as `check` leaves them), with its case;
+/// `sent` is each id the session sent and the case it was sent under.
+pub fn by_case(rec: &Capture, sent: &[(String, usize)]) -> Vec<Found> {
+    let by_id: HashMap<&str, usize> = sent.iter().map(|(i, c)| (i.as_str(), *c)).collect();
     let mut out = Vec::new();
     for (header, events) in rec.run_slices() {
         let mut cases: HashMap<u64, usize> = HashMap::new();
@@ -65,8 +68,12 @@ pub fn by_case(rec: &Capture) -> Vec<Found> {
                 if a.severity == Severity::Info {
                     continue;
                 }
+                let case = cases.get(&a.exchange).copied().or_else(|| {
+                    a.id.as_ref()
+                        .and_then(|i| by_id.get(i.to_json_text().as_str()).copied())
+                });
                 out.push(Found {
-                    case: cases.get(&a.exchange).copied(),
+                    case,
                     code: a.code.to_string(),
                     severity: a.severity,
                     request: a.direction == Some(Direction::ClientToServer),

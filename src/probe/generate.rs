@@ -438,6 +438,31 @@ fn jsonrpc_cases(d: &Description, out: &mut Vec<Case>) {
     }
 }
 
+/// Points a JSON-RPC suite's notification and batch at a method whose happy path the server
+/// answered (they were generated for the first method, before any case was tried): the first
+/// such `happy` case's method and params.
+pub fn retarget(c: &mut Case, happy: &Case) {
+    let (Some(method), params) = (happy.method.clone(), happy.params.clone()) else {
+        return;
+    };
+    match c.kind {
+        Kind::Notification => {
+            c.name = format!("method {method}: as a notification gets no reply");
+            c.method = Some(method);
+            c.params = params;
+        }
+        Kind::Batch => {
+            if let Some(calls) = &mut c.batch {
+                for call in calls.iter_mut().filter(|k| k.method != NO_SUCH_METHOD) {
+                    call.method = method.clone();
+                    call.params = params.clone();
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

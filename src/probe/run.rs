@@ -578,22 +578,42 @@ pub fn pin(c: &mut Case, sent: &Sent, mcp_version: Option<&str>) -> Option<Strin
                 None
             }
         }
+        // A notification answered, a batch answered otherwise than one reply per call: what the
+        // server does is written, with what JSON-RPC calls for beside it.
         Kind::Notification => {
-            if judge(&c.expect, sent).iter().all(|k| k.pass) {
-                None
-            } else {
-                Some(format!(
-                    "{}: a notification got {v}; the case expects no reply",
-                    c.name
-                ))
+            if judge(&c.expect, sent).iter().all(|k| k.pass) || sent.answer.failure.is_some() {
+                return None;
             }
+            c.expect = Expect {
+                no_reply: Some(false),
+                ..Default::default()
+            };
+            c.note = Some(format!(
+                "the server answers a notification ({v}); JSON-RPC says a notification gets no reply"
+            ));
+            Some(format!("{}: the server answers a notification", c.name))
         }
         Kind::Batch => {
             let checks = judge(&c.expect, sent);
-            match checks.iter().find(|k| !k.pass) {
-                None => None,
-                Some(k) => Some(format!("{}: {}", c.name, k.detail)),
+            let k = checks.iter().find(|k| !k.pass)?;
+            let got = sent.answer.replies.len();
+            let each = sent.ids.iter().all(|id| {
+                sent.answer
+                    .replies
+                    .iter()
+                    .filter(|r| r.get("id") == Some(id))
+                    .count()
+                    == 1
+            });
+            if sent.answer.failure.is_some() || !each {
+                return Some(format!("{}: {}", c.name, k.detail));
             }
+            c.expect.replies = Some(got);
+            c.note = Some(format!(
+                "the server gives {got} replies to a batch of {} calls; JSON-RPC calls for one to each call",
+                sent.ids.len()
+            ));
+            Some(format!("{}: {}", c.name, k.detail))
         }
         _ => {
             let spec = c.expect.error_code;
@@ -789,7 +809,7 @@ where
             if found.contains(&fail.class()) {
                 if matches!(fail, Failure::Crash(_) | Failure::Hang) {
                     if let Some(fresh) = reopen().await {
-                        *s = fresh;
+                        renew(s, fresh);
                     }
                 }
                 continue;
@@ -803,7 +823,7 @@ where
             'shrink: loop {
                 if matches!(last, Failure::Crash(_) | Failure::Hang) {
                     if let Some(fresh) = reopen().await {
-                        *s = fresh;
+                        renew(s, fresh);
                     }
                 }
                 for candidate in values::shrinks(&smallest, &keep) {
@@ -820,7 +840,7 @@ where
                         }
                         Some(Failure::Crash(_) | Failure::Hang) => {
                             if let Some(fresh) = reopen().await {
-                                *s = fresh;
+                                renew(s, fresh);
                             }
                         }
                         _ => {}
@@ -830,7 +850,7 @@ where
             }
             if matches!(last, Failure::Crash(_) | Failure::Hang) {
                 if let Some(fresh) = reopen().await {
-                    *s = fresh;
+                    renew(s, fresh);
                 }
             }
             let mut case = fuzz_case(&name, &smallest);
@@ -860,6 +880,12 @@ where
         }
     }
     (out, inputs)
+}
+
+/// Goes on in a fresh session, keeping what the old one sent (the findings are matched by it).
+fn renew(s: &mut Session, mut fresh: Session) {
+    fresh.sent = std::mem::take(&mut s.sent);
+    *s = fresh;
 }
 
 /// Sends a fuzzed input as case `FUZZING + n` (its place among the inputs sent), so what the

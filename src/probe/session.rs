@@ -6,6 +6,10 @@
 //! while the stream is read (a server waiting for its answer would otherwise hold the reply
 //! back): `ping` with `{}`, anything else with `-32601`, since the client declares no
 //! capabilities.
+//!
+//! A `ws://` URL is spoken to over one WebSocket (JSON-RPC messages as text frames): a request's
+//! replies are read by id; a message that names no id (a notification, bytes that are not a
+//! call) is given [`QUIET`] for an answer, since a WebSocket has no status to say "none".
 
 use super::ProbeError;
 use crate::inspect::sse::SseDecoder;
@@ -44,8 +48,20 @@ impl Answer {
     }
 }
 
+/// How long a WebSocket message that names no id waits for an answer (one is not expected,
+/// but a server may send an error with id `null`).
+pub const QUIET: Duration = Duration::from_millis(300);
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
 /// One client session.
 pub struct Session {
+    /// The WebSocket, once opened (a `ws://` URL).
+    ws: Option<Ws>,
+    /// Each id sent (its JSON text) and the case it was sent under: over a WebSocket the
+    /// findings name a case by the call's id (the whole connection is one exchange).
+    pub sent: Vec<(String, usize)>,
     client: crate::proxy::upstream::UpstreamClient,
     url: Uri,
     extra: Vec<(HeaderName, HeaderValue)>,
@@ -69,6 +85,8 @@ impl Session {
             extra.push((http::header::AUTHORIZATION, v));
         }
         Ok(Session {
+            ws: None,
+            sent: Vec::new(),
             client: crate::proxy::upstream::build_client(
                 timeout.min(Duration::from_secs(10)),
                 false,
@@ -109,8 +127,134 @@ impl Session {
         b.body(ForwardBody::full(body)).map_err(|e| e.to_string())
     }
 
-    /// POSTs `body` and reads what comes back (the server's own requests on the way answered).
+    /// Whether the session speaks over a WebSocket.
+    pub fn is_ws(&self) -> bool {
+        matches!(self.url.scheme_str(), Some("ws" | "wss"))
+    }
+
+    /// Sends `body` and reads what comes back: over HTTP a POST and its answer (the server's
+    /// own requests on the way answered), over a WebSocket a message and its replies by id.
     pub async fn post(&mut self, body: Bytes) -> Answer {
+        if let Some(case) = self.case {
+            for id in ids_in(&body) {
+                self.sent.push((id, case));
+            }
+        }
+        if self.is_ws() {
+            return self.ws_send(body).await;
+        }
+        self.http_post(body).await
+    }
+
+    async fn ws_open(&mut self) -> Result<(), String> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        if self.ws.is_some() {
+            return Ok(());
+        }
+        let mut req = self
+            .url
+            .to_string()
+            .into_client_request()
+            .map_err(|e| e.to_string())?;
+        for (k, v) in &self.extra {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        match tokio::time::timeout(self.timeout, tokio_tungstenite::connect_async(req)).await {
+            Ok(Ok((ws, _))) => {
+                self.ws = Some(ws);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(format!("cannot open the WebSocket: {e}")),
+            Err(_) => Err(format!("no WebSocket handshake within {:?}", self.timeout)),
+        }
+    }
+
+    async fn ws_send(&mut self, body: Bytes) -> Answer {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let started = Instant::now();
+        let mut answer = Answer::default();
+        if let Err(e) = self.ws_open().await {
+            answer.failure = Some(e);
+            return answer;
+        }
+        let mut waiting: Vec<Value> = messages(&body)
+            .iter()
+            .filter(|m| m.get("method").is_some())
+            .filter_map(|m| m.get("id").filter(|i| !i.is_null()).cloned())
+            .collect();
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let Some(ws) = self.ws.as_mut() else {
+            return answer;
+        };
+        if let Err(e) = ws.send(Message::text(text)).await {
+            self.ws = None;
+            answer.failure = Some(format!("the WebSocket closed: {e}"));
+            return answer;
+        }
+        answer.status = Some(200);
+        let quiet = waiting.is_empty();
+        let until = started + if quiet { QUIET } else { self.timeout };
+        loop {
+            if !quiet && waiting.is_empty() {
+                break;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            let Some(ws) = self.ws.as_mut() else { break };
+            let next = match tokio::time::timeout(left, ws.next()).await {
+                Err(_) if quiet => break,
+                Err(_) => {
+                    answer.failure = Some(format!("no answer within {:?}", self.timeout));
+                    break;
+                }
+                Ok(None) | Ok(Some(Err(_))) | Ok(Some(Ok(Message::Close(_)))) => {
+                    self.ws = None;
+                    answer.failure = Some("the WebSocket closed".into());
+                    break;
+                }
+                Ok(Some(Ok(m))) => m,
+            };
+            let data = match next {
+                Message::Text(t) => Bytes::copy_from_slice(t.as_bytes()),
+                Message::Binary(b) => b,
+                _ => continue,
+            };
+            for m in messages(&data) {
+                if m.get("method").is_some() {
+                    if m.get("id").is_some() {
+                        self.ws_answer(&m).await;
+                    }
+                    continue;
+                }
+                if let Some(id) = m.get("id") {
+                    waiting.retain(|w| w != id);
+                }
+                answer.replies.push(m);
+                if quiet {
+                    break;
+                }
+            }
+            if quiet && !answer.replies.is_empty() {
+                break;
+            }
+        }
+        answer.latency_ms = started.elapsed().as_secs_f64() * 1e3;
+        answer
+    }
+
+    async fn ws_answer(&mut self, q: &Value) {
+        use futures_util::SinkExt;
+        let reply = server_request_answer(q);
+        if let Some(ws) = self.ws.as_mut() {
+            let _ = ws
+                .send(tokio_tungstenite::tungstenite::Message::text(
+                    reply.to_string(),
+                ))
+                .await;
+        }
+    }
+
+    async fn http_post(&mut self, body: Bytes) -> Answer {
         let started = Instant::now();
         let mut answer = Answer::default();
         let req = match self.request(http::Method::POST, body) {
@@ -191,13 +335,7 @@ impl Session {
 
     /// Answers a request the server made on a reply's stream.
     async fn answer_server(&mut self, q: &Value) {
-        let id = q.get("id").cloned().unwrap_or(Value::Null);
-        let reply = if q.get("method").and_then(Value::as_str) == Some("ping") {
-            json!({"jsonrpc": "2.0", "id": id, "result": {}})
-        } else {
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
-                "message": "rpctap test declares no client capabilities"}})
-        };
+        let reply = server_request_answer(q);
         if let Ok(req) = self.request(http::Method::POST, Bytes::from(reply.to_string())) {
             let sent = tokio::time::timeout(self.timeout, async {
                 let resp = self.client.request(req).await.ok()?;
@@ -260,8 +398,13 @@ impl Session {
         Ok(r)
     }
 
-    /// Ends the MCP session (`DELETE` with its id; a server that keeps none is not asked).
+    /// Ends the session: over a WebSocket a close frame; over HTTP a `DELETE` with the MCP
+    /// session's id (a server that keeps none is not asked).
     pub async fn close(&mut self) {
+        if let Some(mut ws) = self.ws.take() {
+            let _ = tokio::time::timeout(self.timeout, ws.close(None)).await;
+            return;
+        }
         if self.session_id.is_none() {
             return;
         }
@@ -274,6 +417,26 @@ impl Session {
         }
         self.session_id = None;
     }
+}
+
+/// The answer to a request the server makes of the client: `ping` is answered, anything else
+/// is a method the client does not offer (it declares no capabilities).
+fn server_request_answer(q: &Value) -> Value {
+    let id = q.get("id").cloned().unwrap_or(Value::Null);
+    if q.get("method").and_then(Value::as_str) == Some("ping") {
+        json!({"jsonrpc": "2.0", "id": id, "result": {}})
+    } else {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+            "message": "rpctap test declares no client capabilities"}})
+    }
+}
+
+/// The ids (JSON text) of the calls in a body, read leniently (an invalid envelope's too).
+fn ids_in(body: &[u8]) -> Vec<String> {
+    messages(body)
+        .iter()
+        .filter_map(|m| m.get("id").filter(|i| !i.is_null()).map(Value::to_string))
+        .collect()
 }
 
 /// The JSON-RPC messages of one body or event: one, or a batch's members.

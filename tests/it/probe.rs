@@ -685,3 +685,73 @@ fn a_server_behind_a_token_is_probed_and_tested_with_the_token_from_the_environm
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("PROBE_TOKEN is not set"), "{err}");
 }
+
+#[test]
+fn websocket_servers_from_a_method_list_the_websockets_library_and_ganache() {
+    let dir = Scratch::new("probe-ws");
+    // JSON-RPC over WebSocket with the `websockets` library (deflate on).
+    let port = free_port();
+    let _peer = server(
+        Command::new(installed("ws", &["websockets==17.4"]).join("bin/python"))
+            .arg(script("ws_peer.py"))
+            .args(["server", &port.to_string()]),
+        port,
+    );
+    let list = dir.join("ws-methods.json");
+    std::fs::write(&list, r#"{"methods": ["echo", "stats"]}"#).unwrap();
+    let file = dir.join("ws.json");
+    let url = format!("ws://127.0.0.1:{port}/");
+    let (s, _) = probe(&file, &[list.to_str().unwrap(), "--url", &url]);
+    assert_eq!(s["target"]["url"], url);
+    assert_eq!(case(&s, "unknown method")["expect"]["error_code"], -32601);
+    // The notification and the batch go to a method the server answered.
+    assert_eq!(case(&s, "batch")["batch"][0]["method"], "echo");
+    assert_eq!(case(&s, "batch")["expect"]["replies"], 2);
+    assert_negatives_pinned(&s);
+    let rec = dir.join("ws-run.jsonl");
+    assert_passes(&file, &["--record", rec.to_str().unwrap()]);
+    // The run went over a WebSocket, through rpctap: one exchange answered 101.
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.contains("\"status\":101"), "{text}");
+
+    // ganache, a real Ethereum node: it answers notifications and gives its own codes; the
+    // suite says so and passes on it as it is.
+    let gport = free_port();
+    let _ganache = server(
+        Command::new(installed("node", NODE_PACKAGES).join("node_modules/.bin/ganache")).args([
+            "--server.host",
+            "127.0.0.1",
+            "--server.port",
+            &gport.to_string(),
+            "--logging.quiet",
+        ]),
+        gport,
+    );
+    let list = dir.join("eth-methods.json");
+    std::fs::write(
+        &list,
+        r#"{"methods": ["eth_blockNumber", "net_version", "eth_chainId"]}"#,
+    )
+    .unwrap();
+    let file = dir.join("eth.json");
+    let (s, said) = probe(
+        &file,
+        &[
+            list.to_str().unwrap(),
+            "--url",
+            &format!("ws://127.0.0.1:{gport}"),
+        ],
+    );
+    let n = case(
+        &s,
+        "method eth_blockNumber: as a notification gets no reply",
+    );
+    assert_eq!(n["expect"]["no_reply"], false, "{n:#}");
+    assert!(
+        n["note"].as_str().unwrap().contains("gets no reply"),
+        "{n:#}"
+    );
+    assert!(said.contains("the server answers a notification"), "{said}");
+    assert_negatives_pinned(&s);
+    assert_passes(&file, &[]);
+}
