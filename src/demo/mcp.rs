@@ -255,8 +255,17 @@ impl McpState {
     /// Answers one message; notifications go to `sink` (SSE mode) before the reply.
     async fn process(&self, m: Value, sink: Option<&mpsc::Sender<Bytes>>) -> Option<Value> {
         let id = m.get("id").cloned()?;
-        let Some(method) = m.get("method").and_then(Value::as_str) else {
-            return None; // a client's reply to a server request
+        let method = match m.get("method") {
+            Some(Value::String(method)) => method.as_str(),
+            // A method that is no string: an invalid request, answered by its id.
+            Some(_) => {
+                return Some(rpc_error(
+                    id,
+                    -32600,
+                    "Invalid Request: `method` must be a string",
+                ))
+            }
+            None => return None, // a client's reply to a server request
         };
         let params = m.get("params").cloned().unwrap_or(json!({}));
         let out: Result<Value, (i64, String)> = match method {
@@ -309,10 +318,10 @@ impl McpState {
             ]})),
             "prompts/get" => match params.get("name").and_then(Value::as_str) {
                 Some("greet") => {
-                    let who = params
-                        .pointer("/arguments/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("world");
+                    let Some(who) = params.pointer("/arguments/name").and_then(Value::as_str)
+                    else {
+                        return Some(rpc_error(id, -32602, "greet needs its `name` argument"));
+                    };
                     Ok(json!({ "description": "A greeting", "messages": [
                         { "role": "user", "content": { "type": "text", "text": format!("Say hello to {who}.") } }
                     ]}))
@@ -359,6 +368,16 @@ impl McpState {
                 Ok(text(s))
             }
             Some("slow") => {
+                // Given, each must be a whole number; left out, its default.
+                if ["steps", "delay_ms"]
+                    .iter()
+                    .any(|k| args.get(*k).is_some_and(|v| v.as_u64().is_none()))
+                {
+                    return Err((
+                        -32602,
+                        "slow takes whole numbers `steps` and `delay_ms`".into(),
+                    ));
+                }
                 let steps = args
                     .get("steps")
                     .and_then(Value::as_u64)

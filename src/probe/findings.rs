@@ -76,7 +76,9 @@ pub fn by_case(rec: &Capture, sent: &[(String, usize)]) -> Vec<Found> {
                     case,
                     code: a.code.to_string(),
                     severity: a.severity,
-                    request: a.direction == Some(Direction::ClientToServer),
+                    // A call that got no reply is flagged on the call, and is the server's.
+                    request: a.direction == Some(Direction::ClientToServer)
+                        && a.code != "MISSING_RESPONSE",
                     method: a.method.as_deref().map(str::to_string),
                     message: a.message.clone(),
                 });

@@ -972,3 +972,212 @@ fn fuzz_case(tool: &str, args: &Value) -> Case {
         note: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sent(status: u16, replies: Vec<Value>, ids: Vec<Value>) -> Sent {
+        Sent {
+            answer: Answer {
+                status: Some(status),
+                replies,
+                ..Default::default()
+            },
+            ids,
+        }
+    }
+
+    fn case(kind: Kind, expect: Expect) -> Case {
+        Case {
+            name: "c".into(),
+            kind,
+            disabled: None,
+            method: Some("tools/call".into()),
+            params: Some(json!({"name": "t", "arguments": {}})),
+            notification: false,
+            batch: None,
+            raw: None,
+            expect,
+            allow: vec![],
+            note: None,
+        }
+    }
+
+    #[test]
+    fn assertions_say_in_plain_words_what_came_back() {
+        let wrong = sent(
+            200,
+            vec![json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}})],
+            vec![json!(1)],
+        );
+        let e = Expect {
+            has_error: Some(true),
+            error_code: Some(-32602),
+            ..Default::default()
+        };
+        let k = judge(&e, &wrong);
+        assert!(k[0].pass);
+        assert!(!k[1].pass);
+        assert!(k[1].detail.contains("Rejected, but for a different reason than expected: error -32603 (boom), expected -32602"), "{}", k[1].detail);
+        assert_eq!(verdict(&wrong), Verdict::ErrorReported);
+        let tool_failed = sent(
+            200,
+            vec![
+                json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "no"}], "isError": true}}),
+            ],
+            vec![json!(1)],
+        );
+        let e = Expect {
+            tool_call_succeeded: Some(true),
+            tool_error: Some(true),
+            ..Default::default()
+        };
+        let k = judge(&e, &tool_failed);
+        assert!(!k[0].pass && k[0].detail.contains("a tool error: no"));
+        assert!(k[1].pass);
+        let schema = Expect {
+            output_schema: Some(
+                json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+            ),
+            reply_matches_call: Some(true),
+            ..Default::default()
+        };
+        let bad = sent(
+            200,
+            vec![
+                json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [], "structuredContent": {"n": "x"}}}),
+            ],
+            vec![json!(1)],
+        );
+        let k = judge(&schema, &bad);
+        let o = k.iter().find(|k| k.assertion == "Output Schema").unwrap();
+        assert!(!o.pass && o.detail.contains("/n"), "{}", o.detail);
+        // A reply to another id is no reply to this call.
+        let bad = sent(200, vec![json!({"id": 2, "result": {}})], vec![json!(1)]);
+        let k = judge(
+            &Expect {
+                reply_matches_call: Some(true),
+                ..Default::default()
+            },
+            &bad,
+        );
+        assert!(!k[0].pass);
+        let rejected = sent(401, vec![], vec![json!(1)]);
+        assert_eq!(verdict(&rejected), Verdict::Rejected { status: 401 });
+        let k = judge(
+            &Expect {
+                rejected: Some(401),
+                no_crash: Some(true),
+                ..Default::default()
+            },
+            &rejected,
+        );
+        assert!(k[0].pass);
+        assert!(!k[1].pass, "a 4xx without a reply is no answer");
+        let batch = sent(
+            200,
+            vec![json!({"id": 1, "result": 1}), json!({"id": 1, "result": 2})],
+            vec![json!(1), json!(2)],
+        );
+        let k = judge(
+            &Expect {
+                replies: Some(2),
+                ..Default::default()
+            },
+            &batch,
+        );
+        assert!(!k[0].pass, "two replies, but not one to each call");
+    }
+
+    #[test]
+    fn a_probe_pins_what_the_server_really_answered() {
+        // An error code other than the spec's: the server's, with a note.
+        let mut c = case(
+            Kind::WrongType,
+            Expect {
+                has_error: Some(true),
+                error_code: Some(-32602),
+                ..Default::default()
+            },
+        );
+        let s = sent(
+            200,
+            vec![json!({"id": 1, "error": {"code": -32000, "message": "x"}})],
+            vec![json!(1)],
+        );
+        assert!(pin(&mut c, &s, Some("2025-11-25")).is_none());
+        assert_eq!(c.expect.error_code, Some(-32000));
+        assert!(c.note.as_deref().unwrap().contains("-32602"));
+        // A tool error: allowed for input validation from 2025-11-25, noted before it.
+        let te = sent(
+            200,
+            vec![json!({"id": 1, "result": {"content": [], "isError": true}})],
+            vec![json!(1)],
+        );
+        let mut c = case(Kind::MissingRequired, Expect::default());
+        assert!(pin(&mut c, &te, Some("2025-11-25")).is_none());
+        assert_eq!(c.expect.tool_error, Some(true));
+        assert!(c.note.is_none());
+        let mut c = case(Kind::MissingRequired, Expect::default());
+        pin(&mut c, &te, Some("2025-06-18"));
+        assert!(c.note.as_deref().unwrap().contains("before 2025-11-25"));
+        // Accepted what it should refuse: the spec's expectation stays, and the probe says so.
+        let ok = sent(
+            200,
+            vec![json!({"id": 1, "result": {"content": []}})],
+            vec![json!(1)],
+        );
+        let mut c = case(
+            Kind::MissingRequired,
+            Expect {
+                has_error: Some(true),
+                ..Default::default()
+            },
+        );
+        assert!(pin(&mut c, &ok, None)
+            .unwrap()
+            .contains("accepted what it should refuse"));
+        assert_eq!(c.expect.has_error, Some(true));
+        // A happy path that did not succeed: disabled, saying what came back.
+        let mut c = case(
+            Kind::Happy,
+            Expect {
+                tool_call_succeeded: Some(true),
+                ..Default::default()
+            },
+        );
+        pin(&mut c, &te, None);
+        assert!(c
+            .disabled
+            .as_deref()
+            .unwrap()
+            .contains("Tool Call Succeeded"));
+        // Never answered: disabled (each run would wait its timeout).
+        let mut never = sent(200, vec![], vec![json!(1)]);
+        never.answer.status = None;
+        never.answer.failure = Some("no answer within 1s".into());
+        let mut c = case(
+            Kind::InvalidRequest,
+            Expect {
+                error_code: Some(-32600),
+                ..Default::default()
+            },
+        );
+        assert!(pin(&mut c, &never, None).is_some());
+        assert!(c.disabled.as_deref().unwrap().contains("-32600"));
+        // A notification answered: written as the server does it.
+        let mut c = case(
+            Kind::Notification,
+            Expect {
+                no_reply: Some(true),
+                ..Default::default()
+            },
+        );
+        c.notification = true;
+        let answered = sent(200, vec![json!({"jsonrpc": "2.0", "result": 0})], vec![]);
+        assert!(pin(&mut c, &answered, None).is_some());
+        assert_eq!(c.expect.no_reply, Some(false));
+    }
+}

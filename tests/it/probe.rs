@@ -317,6 +317,24 @@ fn the_demo_jsonrpc_endpoint_describes_itself_and_its_suite_has_batches_and_noti
     assert!(case(&s, "invalid envelope").get("allow").is_none(), "{s:#}");
     assert_negatives_pinned(&s);
     assert_passes(&file, &[]);
+
+    // Its MCP endpoint too: every refusal the spec's (the demo refuses what it must).
+    let file = dir.join("mcp-suite.json");
+    let (s, said) = probe(
+        &file,
+        &[&format!("http://127.0.0.1:{port}/mcp"), "--include-writes"],
+    );
+    assert!(
+        !said.contains("it accepted what it should refuse"),
+        "{said}"
+    );
+    for c in cases(&s) {
+        if c["kind"] == "missing_required" || c["kind"] == "wrong_type" {
+            assert_eq!(c["expect"]["error_code"], -32602, "{c:#}");
+        }
+    }
+    assert_eq!(case(&s, "invalid envelope")["expect"]["error_code"], -32600);
+    assert_passes(&file, &[]);
 }
 
 #[test]
