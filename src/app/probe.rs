@@ -411,7 +411,7 @@ async fn probe_through(
             async move {
                 let mut fresh = Session::new(url, token.as_deref(), timeout).ok()?;
                 if mcp {
-                    fresh.initialize(&version).await.ok()?;
+                    fresh.open(&version).await.ok()?;
                 }
                 Some(fresh)
             }
@@ -454,7 +454,7 @@ async fn probe_through(
 /// Asks a live server what it offers: an MCP server's lists after `initialize`, else a JSON-RPC
 /// server's own OpenRPC document (`rpc.discover`).
 async fn discover(s: &mut Session, place: &Where, version: &str) -> Result<Description, AppError> {
-    let mcp_failed = match s.initialize(version).await {
+    let mcp_failed = match s.open(version).await {
         Ok(init) => return Ok(describe::mcp(s, &init).await),
         Err(e) => e,
     };
@@ -462,7 +462,7 @@ async fn discover(s: &mut Session, place: &Where, version: &str) -> Result<Descr
         Ok(doc) if doc.get("openrpc").is_some() => {
             Ok(describe::openrpc(&doc, &format!("{}'s rpc.discover", place.shown()))?)
         }
-        _ if mcp_failed.starts_with("HTTP 401") || mcp_failed.starts_with("HTTP 403") => {
+        _ if mcp_failed.contains("HTTP 401") || mcp_failed.contains("HTTP 403") => {
             Err(ProbeError::Usage(format!(
                 "{} refused the session ({mcp_failed}): give its token with --bearer env:NAME",
                 place.shown()
@@ -471,7 +471,7 @@ async fn discover(s: &mut Session, place: &Where, version: &str) -> Result<Descr
         }
         _ => Err(ProbeError::NotMcp(
             place.shown(),
-            format!("initialize: {mcp_failed}; and it offers no OpenRPC document (rpc.discover) — give one, or a method list, as TARGET"),
+            format!("{mcp_failed}; and it offers no OpenRPC document (rpc.discover) — give one, or a method list, as TARGET"),
         )
         .into()),
     }
@@ -587,9 +587,9 @@ async fn run_suite(
             .clone()
             .unwrap_or_else(|| "2025-11-25".into());
         let init = s
-            .initialize(&v)
+            .open(&v)
             .await
-            .map_err(|e| ProbeError::NotMcp(place.shown(), format!("initialize: {e}")))?;
+            .map_err(|e| ProbeError::NotMcp(place.shown(), e))?;
         // The lists first, as a client would: the inspector then knows each tool's schemas and
         // checks every call's arguments and result against them.
         describe::mcp(&mut s, &init).await;

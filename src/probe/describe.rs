@@ -52,15 +52,19 @@ pub struct Description {
 pub async fn mcp(s: &mut Session, init: &Value) -> Description {
     let mut d = Description {
         protocol: Protocol::Mcp,
-        server: init.get("serverInfo").map(|i| {
-            format!(
-                "{} {}",
-                i.get("name").and_then(Value::as_str).unwrap_or("?"),
-                i.get("version").and_then(Value::as_str).unwrap_or("")
-            )
-            .trim()
-            .to_string()
-        }),
+        // `initialize` names it in its result; 2026-07-28's `server/discover` in `_meta`.
+        server: init
+            .get("serverInfo")
+            .or_else(|| init.pointer("/_meta/io.modelcontextprotocol~1serverInfo"))
+            .map(|i| {
+                format!(
+                    "{} {}",
+                    i.get("name").and_then(Value::as_str).unwrap_or("?"),
+                    i.get("version").and_then(Value::as_str).unwrap_or("")
+                )
+                .trim()
+                .to_string()
+            }),
         mcp_version: s.protocol_version.clone(),
         ..Default::default()
     };

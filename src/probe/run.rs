@@ -901,14 +901,20 @@ async fn numbered(s: &mut Session, case: &Case, inputs: &mut Vec<Case>) -> Sent 
 pub fn fuzz_findings(found: &[Found], inputs: &[Case], seed: u64) -> Vec<Fuzzed> {
     let mut out: Vec<Fuzzed> = Vec::new();
     let mut seen: Vec<(String, String)> = Vec::new();
+    let mut inputs_seen: Vec<usize> = Vec::new();
     for f in found.iter().filter(|f| !f.request) {
-        let Some(input) = f
-            .case
-            .and_then(|i| i.checked_sub(FUZZING))
-            .and_then(|i| inputs.get(i))
-        else {
+        let Some(n) = f.case.and_then(|i| i.checked_sub(FUZZING)) else {
             continue;
         };
+        let Some(input) = inputs.get(n) else {
+            continue;
+        };
+        // One case per input: what follows from its first finding (a reply so broken the
+        // call counts as unanswered) is the same defect.
+        if inputs_seen.contains(&n) {
+            continue;
+        }
+        inputs_seen.push(n);
         let params = input.params.clone().unwrap_or(Value::Null);
         let tool = params["name"].as_str().unwrap_or("").to_string();
         if seen.contains(&(tool.clone(), f.code.clone())) {

@@ -68,6 +68,9 @@ pub struct Session {
     session_id: Option<String>,
     /// The negotiated MCP version, sent as `MCP-Protocol-Version`.
     pub protocol_version: Option<String>,
+    /// MCP 2026-07-28 without a session: every request carries the version, the client and its
+    /// capabilities in `params._meta` (SEP-2575).
+    pub stateless: bool,
     timeout: Duration,
     next_id: i64,
     /// The case the next requests belong to (sent as `X-Rpctap-Case`, so the findings about
@@ -95,6 +98,7 @@ impl Session {
             extra,
             session_id: None,
             protocol_version: None,
+            stateless: false,
             timeout,
             next_id: 0,
             case: None,
@@ -109,6 +113,25 @@ impl Session {
 
     fn request(&self, method: http::Method, body: Bytes) -> Result<Request<ForwardBody>, String> {
         let mut b = Request::builder().method(method).uri(self.url.clone());
+        // 2026-07-28 routes by headers (SEP-2243): a lone message's method, and the tool, prompt
+        // or resource it names.
+        if self.stateless {
+            if let Ok(m @ Value::Object(_)) = serde_json::from_slice::<Value>(&body) {
+                if let Some(method) = m.get("method").and_then(Value::as_str) {
+                    b = b.header("mcp-method", method);
+                    let name = match method {
+                        "tools/call" | "prompts/get" => m.pointer("/params/name"),
+                        "resources/read" => m.pointer("/params/uri"),
+                        _ => None,
+                    };
+                    if let Some(n) = name.and_then(Value::as_str) {
+                        if let Ok(v) = http::HeaderValue::from_str(n) {
+                            b = b.header("mcp-name", v);
+                        }
+                    }
+                }
+            }
+        }
         b = b
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "application/json, text/event-stream");
@@ -135,6 +158,10 @@ impl Session {
     /// Sends `body` and reads what comes back: over HTTP a POST and its answer (the server's
     /// own requests on the way answered), over a WebSocket a message and its replies by id.
     pub async fn post(&mut self, body: Bytes) -> Answer {
+        let body = match (&self.protocol_version, self.stateless) {
+            (Some(v), true) => with_meta(body, v),
+            _ => body,
+        };
         if let Some(case) = self.case {
             for id in ids_in(&body) {
                 self.sent.push((id, case));
@@ -376,9 +403,62 @@ impl Session {
         self.post(Bytes::from(msg.to_string())).await
     }
 
+    /// Opens the conversation with an MCP server as `version` says: from 2026-07-28 on,
+    /// `server/discover` and every request stateless (`initialize` if the server does not know
+    /// it); before, `initialize` (`server/discover` if the server knows no `initialize`). Gives
+    /// back what the server said of itself (its `capabilities`, `serverInfo`).
+    pub async fn open(&mut self, version: &str) -> Result<Value, String> {
+        if version >= "2026-07-28" {
+            match self.discover(version).await {
+                Ok(r) => Ok(r),
+                Err(e) if e.contains("-32601") => self.initialize(version).await,
+                Err(e) => Err(format!("server/discover: {e}")),
+            }
+        } else {
+            match self.initialize(version).await {
+                Ok(r) => Ok(r),
+                Err(e) if e.contains("-32601") => self
+                    .discover("2026-07-28")
+                    .await
+                    .map_err(|d| format!("initialize: {e}; server/discover: {d}")),
+                Err(e) => Err(format!("initialize: {e}")),
+            }
+        }
+    }
+
+    /// `server/discover` (MCP 2026-07-28): the versions the server speaks; the session goes on
+    /// stateless in `version` when it is among them, else in the newest it lists.
+    async fn discover(&mut self, version: &str) -> Result<Value, String> {
+        self.protocol_version = Some(version.to_string());
+        self.stateless = true;
+        let r = self.call("server/discover", json!({})).await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                self.protocol_version = None;
+                self.stateless = false;
+                return Err(e);
+            }
+        };
+        let supported: Vec<&str> = r
+            .get("supportedVersions")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !supported.contains(&version) {
+            match supported.iter().max() {
+                Some(v) => self.protocol_version = Some(v.to_string()),
+                None => return Err("its result lists no supportedVersions".into()),
+            }
+        }
+        Ok(r)
+    }
+
     /// Opens the MCP session: `initialize` asking for `version`, then `notifications/
     /// initialized`. Gives back the server's `initialize` result.
     pub async fn initialize(&mut self, version: &str) -> Result<Value, String> {
+        self.stateless = false;
+        self.protocol_version = None;
         let r = self
             .call(
                 "initialize",
@@ -431,6 +511,46 @@ fn server_request_answer(q: &Value) -> Value {
     }
 }
 
+/// A body with `_meta`'s reserved keys in each request's and notification's params (MCP
+/// 2026-07-28's per-request version, client and capabilities), the keys a message already has
+/// kept. Bytes that are not JSON, and params that are an array, go as they are.
+fn with_meta(body: Bytes, version: &str) -> Bytes {
+    let add = |m: &mut Value| {
+        if !m.get("method").is_some_and(Value::is_string) {
+            return;
+        }
+        let Some(o) = m.as_object_mut() else { return };
+        let params = o.entry("params").or_insert_with(|| json!({}));
+        let Some(p) = params.as_object_mut() else {
+            return;
+        };
+        let meta = p.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            for (k, v) in [
+                ("io.modelcontextprotocol/protocolVersion", json!(version)),
+                (
+                    "io.modelcontextprotocol/clientInfo",
+                    json!({"name": "rpctap-test", "version": env!("CARGO_PKG_VERSION")}),
+                ),
+                ("io.modelcontextprotocol/clientCapabilities", json!({})),
+            ] {
+                meta.entry(k).or_insert(v);
+            }
+        }
+    };
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Array(mut a)) => {
+            a.iter_mut().for_each(add);
+            Bytes::from(Value::Array(a).to_string())
+        }
+        Ok(mut v @ Value::Object(_)) => {
+            add(&mut v);
+            Bytes::from(v.to_string())
+        }
+        _ => body,
+    }
+}
+
 /// The ids (JSON text) of the calls in a body, read leniently (an invalid envelope's too).
 fn ids_in(body: &[u8]) -> Vec<String> {
     messages(body)
@@ -465,5 +585,28 @@ mod tests {
         assert_eq!(a.reply_to(&json!(3)).unwrap()["error"]["code"], -32700);
         assert_eq!(messages(b"[1, {\"a\": 1}]"), vec![json!({"a": 1})]);
         assert!(messages(b"{bad").is_empty());
+    }
+
+    #[test]
+    fn a_stateless_request_carries_its_version_client_and_capabilities() {
+        let b = with_meta(
+            Bytes::from_static(
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"x":1}}}"#,
+            ),
+            "2026-07-28",
+        );
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        let m = &v["params"]["_meta"];
+        assert_eq!(m["x"], 1);
+        assert_eq!(m["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+        assert_eq!(m["io.modelcontextprotocol/clientCapabilities"], json!({}));
+        // Not JSON, positional params: as they are.
+        assert_eq!(&with_meta(Bytes::from_static(b"{bad"), "v")[..], b"{bad");
+        let b = with_meta(
+            Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#),
+            "v",
+        );
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["params"], json!([1]));
     }
 }

@@ -773,3 +773,38 @@ fn websocket_servers_from_a_method_list_the_websockets_library_and_ganache() {
     assert_negatives_pinned(&s);
     assert_passes(&file, &[]);
 }
+
+#[test]
+fn at_2026_07_28_the_python_sdk_2_is_probed_and_tested_without_a_session() {
+    let dir = Scratch::new("probe-2026");
+    let port = free_port();
+    let _srv = server(
+        python("mcp2", MCP2, "mcp2_server.py").args(["json", &port.to_string()]),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let file = dir.join("suite.json");
+    let (s, said) = probe(
+        &file,
+        &[&url, "--include-writes", "--mcp-version", "2026-07-28"],
+    );
+    assert_eq!(s["target"]["mcp_version"], "2026-07-28");
+    assert_eq!(s["target"]["server"], "interop-py2", "{said}");
+    assert!(
+        case(&s, "tool add: happy path").get("disabled").is_none(),
+        "{s:#}"
+    );
+    assert_negatives_pinned(&s);
+    let rec = dir.join("run.jsonl");
+    assert_passes(&file, &["--record", rec.to_str().unwrap()]);
+    // server/discover, then every request stateless: its version in `_meta`, no session, no
+    // initialize.
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.contains("\"method\":\"server/discover\""), "{text}");
+    assert!(!text.contains("\"method\":\"initialize\""), "{text}");
+    assert!(text.contains("io.modelcontextprotocol/protocolVersion"));
+    assert!(
+        !text.to_ascii_lowercase().contains("mcp-session-id"),
+        "{text}"
+    );
+}
