@@ -58,34 +58,14 @@ fn call_case(
     params: Option<Value>,
     expect: Expect,
 ) -> Case {
-    Case {
-        name,
-        kind,
-        disabled: None,
-        method: Some(method.to_string()),
-        params,
-        notification: false,
-        batch: None,
-        raw: None,
-        expect,
-        allow: vec![],
-        note: None,
-    }
+    Case::call(name, kind, method, params, expect)
 }
 
 fn raw_case(name: &str, kind: Kind, raw: &str, expect: Expect) -> Case {
     Case {
-        name: name.to_string(),
-        kind,
-        disabled: None,
         method: None,
-        params: None,
-        notification: false,
-        batch: None,
         raw: Some(raw.to_string()),
-        expect,
-        allow: vec![],
-        note: None,
+        ..Case::call(name, kind, "", None, expect)
     }
 }
 
@@ -309,20 +289,18 @@ fn expand(tpl: &str) -> String {
 fn batch_case(calls: Vec<Call>) -> Case {
     let answered = calls.iter().filter(|c| !c.notification).count();
     Case {
-        name: "batch".into(),
-        kind: Kind::Batch,
-        disabled: None,
         method: None,
-        params: None,
-        notification: false,
         batch: Some(calls),
-        raw: None,
-        expect: Expect {
-            replies: Some(answered),
-            ..Default::default()
-        },
-        allow: vec![],
-        note: None,
+        ..Case::call(
+            "batch",
+            Kind::Batch,
+            "",
+            None,
+            Expect {
+                replies: Some(answered),
+                ..Default::default()
+            },
+        )
     }
 }
 

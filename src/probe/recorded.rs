@@ -75,19 +75,13 @@ pub fn suite_from(rec: &Capture) -> Suite {
             .as_deref()
             .map(|t| format!(" {t}"))
             .unwrap_or_default();
-        cases.push(Case {
-            name: format!("{} {method}{target}", cases.len() + 1),
-            kind: Kind::Recorded,
-            disabled: None,
-            method: Some(method.to_string()),
-            params: msg.get("params").cloned(),
-            notification: false,
-            batch: None,
-            raw: None,
+        cases.push(Case::call(
+            format!("{} {method}{target}", cases.len() + 1),
+            Kind::Recorded,
+            method,
+            msg.get("params").cloned(),
             expect,
-            allow: vec![],
-            note: None,
-        });
+        ));
     }
     let header = &rec.header;
     let url = header["upstream"].as_str().map(|u| {

@@ -964,19 +964,13 @@ pub struct Tool {
 }
 
 fn fuzz_case(tool: &str, args: &Value) -> Case {
-    Case {
-        name: String::new(),
-        kind: Kind::Fuzz,
-        disabled: None,
-        method: Some("tools/call".into()),
-        params: Some(json!({"name": tool, "arguments": args})),
-        notification: false,
-        batch: None,
-        raw: None,
-        expect: Expect::default(),
-        allow: vec![],
-        note: None,
-    }
+    Case::call(
+        String::new(),
+        Kind::Fuzz,
+        "tools/call",
+        Some(json!({"name": tool, "arguments": args})),
+        Expect::default(),
+    )
 }
 
 #[cfg(test)]
@@ -996,19 +990,13 @@ mod tests {
     }
 
     fn case(kind: Kind, expect: Expect) -> Case {
-        Case {
-            name: "c".into(),
+        Case::call(
+            "c",
             kind,
-            disabled: None,
-            method: Some("tools/call".into()),
-            params: Some(json!({"name": "t", "arguments": {}})),
-            notification: false,
-            batch: None,
-            raw: None,
+            "tools/call",
+            Some(json!({"name": "t", "arguments": {}})),
             expect,
-            allow: vec![],
-            note: None,
-        }
+        )
     }
 
     #[test]

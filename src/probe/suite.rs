@@ -139,6 +139,31 @@ pub struct Case {
     pub note: Option<String>,
 }
 
+impl Case {
+    /// A case that calls `method` with `params` (nothing else set).
+    pub fn call(
+        name: impl Into<String>,
+        kind: Kind,
+        method: &str,
+        params: Option<Value>,
+        expect: Expect,
+    ) -> Case {
+        Case {
+            name: name.into(),
+            kind,
+            disabled: None,
+            method: Some(method.to_string()),
+            params,
+            notification: false,
+            batch: None,
+            raw: None,
+            expect,
+            allow: vec![],
+            note: None,
+        }
+    }
+}
+
 /// A case's assertions (the seed's vocabulary); each one given is checked.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]

@@ -35,6 +35,16 @@ fn python(venv: &str, packages: &[&str], script_name: &str) -> Command {
     c
 }
 
+/// A Python SDK server (`script` in `mode`) on a free port, and its MCP endpoint's URL.
+fn sdk_server(venv: &str, packages: &[&str], script_name: &str, mode: &str) -> (Proc, String) {
+    let port = free_port();
+    let p = server(
+        python(venv, packages, script_name).args([mode, &port.to_string()]),
+        port,
+    );
+    (p, format!("http://127.0.0.1:{port}/mcp"))
+}
+
 const MCP1: &[&str] = &["mcp<2", "json-rpc", "werkzeug"];
 const MCP2: &[&str] = &["mcp>=2,<3"];
 
@@ -142,12 +152,7 @@ fn assert_negatives_pinned(s: &Value) {
 #[test]
 fn a_suite_made_from_the_python_sdk_2_passes_on_it_and_is_kept_as_a_recording() {
     let dir = Scratch::new("probe-py2");
-    let port = free_port();
-    let _srv = server(
-        python("mcp2", MCP2, "mcp2_server.py").args(["json", &port.to_string()]),
-        port,
-    );
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (_srv, url) = sdk_server("mcp2", MCP2, "mcp2_server.py", "json");
     let file = dir.join("suite.json");
     let (s, said) = probe(&file, &[&url, "--include-writes"]);
     assert_eq!(s["target"]["url"], url);
@@ -221,12 +226,7 @@ fn a_suite_made_from_the_python_sdk_2_passes_on_it_and_is_kept_as_a_recording() 
 #[test]
 fn without_include_writes_only_read_only_tools_run_and_the_python_sdk_1_passes() {
     let dir = Scratch::new("probe-py1");
-    let port = free_port();
-    let _srv = server(
-        python("mcp1", MCP1, "mcp1_server.py").args(["sse", &port.to_string()]),
-        port,
-    );
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (_srv, url) = sdk_server("mcp1", MCP1, "mcp1_server.py", "sse");
     let file = dir.join("suite.json");
     let (s, _) = probe(&file, &[&url]);
     // No tool of this server declares readOnlyHint: every tool case is disabled, saying why.
@@ -777,12 +777,7 @@ fn websocket_servers_from_a_method_list_the_websockets_library_and_ganache() {
 #[test]
 fn at_2026_07_28_the_python_sdk_2_is_probed_and_tested_without_a_session() {
     let dir = Scratch::new("probe-2026");
-    let port = free_port();
-    let _srv = server(
-        python("mcp2", MCP2, "mcp2_server.py").args(["json", &port.to_string()]),
-        port,
-    );
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (_srv, url) = sdk_server("mcp2", MCP2, "mcp2_server.py", "json");
     let file = dir.join("suite.json");
     let (s, said) = probe(
         &file,
