@@ -11,6 +11,7 @@ pub mod check;
 pub mod demo;
 pub mod export;
 pub mod hub;
+pub mod inproc;
 pub mod observers;
 pub mod probe;
 pub mod proxy;

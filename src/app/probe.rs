@@ -5,7 +5,8 @@
 //! (`crate::probe`). A test run's recording is then checked as `rpctap check` checks one, and
 //! each finding set beside the case it is about.
 
-use super::{AppError, RunningProxy};
+use super::inproc::InFront;
+use super::AppError;
 use crate::cli::{ProbeArgs, TestArgs, TestFormat};
 use crate::probe::describe::{self, Description};
 use crate::probe::run::{self, Report};
@@ -43,8 +44,7 @@ impl Where {
 struct Harness {
     /// Where the session posts: the proxy's address and the target's path.
     url: Uri,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
+    running: super::inproc::Running,
 }
 
 fn parse_url(s: &str) -> Result<Uri, ProbeError> {
@@ -57,16 +57,6 @@ fn parse_url(s: &str) -> Result<Uri, ProbeError> {
             "{s:?}: give an http://, https://, ws:// or wss:// URL"
         ))),
     }
-}
-
-/// Clap's parse of flags for a subcommand's `Args` (the harness is configured exactly as the
-/// command line configures `proxy` and `serve`).
-fn args_of<A: clap::Args + clap::FromArgMatches>(argv: &[String]) -> Result<A, AppError> {
-    let cmd = A::augment_args(clap::Command::new("rpctap").no_binary_name(true));
-    let m = cmd
-        .try_get_matches_from(argv)
-        .map_err(|e| AppError::Io(format!("the test proxy's flags: {e}")))?;
-    A::from_arg_matches(&m).map_err(|e| AppError::Io(format!("the test proxy's flags: {e}")))
 }
 
 /// Whether TCP reaches the URL's host and port (a server down is told apart from a server that
@@ -111,19 +101,12 @@ fn startable(command: &[String]) -> Result<(), ProbeError> {
     }
 }
 
-/// Puts the proxy in front of `w`, recording to `record` when given.
+/// Puts the proxy in front of `w`, recording to `record` when given: for a URL, the proxy of
+/// its origin (a WebSocket's upgrade to its `http` origin) and the session posting to the
+/// URL's path on it; for a command, `serve`'s bridge and its path.
 async fn harness(w: &Where, record: Option<&Path>) -> Result<Harness, AppError> {
-    let mut argv: Vec<String> = ["--listen", "127.0.0.1:0", "--no-tui", "--log", "off"]
-        .into_iter()
-        .map(String::from)
-        .collect();
-    if let Some(r) = record {
-        argv.push("--record".into());
-        argv.push(r.display().to_string());
-    }
-    let (cfg, path) = match w {
+    let (to, path) = match w {
         Where::Url(u) => {
-            // A WebSocket's upgrade goes to the server's own origin.
             let scheme = match u.scheme_str() {
                 Some("ws") => "http",
                 Some("wss") => "https",
@@ -134,47 +117,30 @@ async fn harness(w: &Where, record: Option<&Path>) -> Result<Harness, AppError> 
                 "{scheme}://{}",
                 u.authority().map(|a| a.as_str()).unwrap_or("")
             );
-            argv.push("--upstream".into());
-            argv.push(origin);
-            let a: crate::cli::ProxyArgs = args_of(&argv)?;
-            let cfg = crate::config::resolve(a.listen, a.upstream.as_deref(), &a.flags)?;
             let path = u
                 .path_and_query()
                 .map(|p| p.as_str().to_string())
                 .unwrap_or_else(|| "/".into());
-            (cfg, path)
+            (InFront::Upstream(origin), Some(path))
         }
-        Where::Command(c) => {
-            argv.push("--".into());
-            argv.extend(c.iter().cloned());
-            let a: crate::cli::ServeArgs = args_of(&argv)?;
-            let path = a.path.clone();
-            (crate::config::resolve_serve(&a)?.cfg, path)
-        }
+        Where::Command(c) => (InFront::Command(c.clone()), None),
     };
-    let running = RunningProxy::bind(cfg).await?;
-    let addr = running
-        .local_addr()
-        .ok_or_else(|| AppError::Io("the test proxy has no address".into()))?;
+    let running = super::inproc::start(&to, record).await?;
     let scheme = match w {
         Where::Url(u) if matches!(u.scheme_str(), Some("ws" | "wss")) => "ws",
         _ => "http",
     };
-    let url: Uri = format!("{scheme}://{addr}{path}")
+    let path = path.unwrap_or_else(|| running.path.clone());
+    let url: Uri = format!("{scheme}://{}{path}", running.addr)
         .parse()
         .map_err(|e| AppError::Io(format!("the test proxy's URL: {e}")))?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(running.serve(async move {
-        let _ = stopped.await;
-    }));
-    Ok(Harness { url, stop, task })
+    Ok(Harness { url, running })
 }
 
 impl Harness {
     /// Stops the proxy; its recording is flushed whole when this returns.
     async fn finish(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
+        self.running.finish().await;
     }
 }
 

@@ -4,7 +4,6 @@
 use super::{write_out, AppError};
 use crate::config::{self};
 use std::future::Future;
-use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// `rpctap replay`: 0 when every call matches, 1 on any regression.
@@ -92,44 +91,28 @@ pub async fn run(args: crate::cli::ReplayArgs) -> Result<i32, AppError> {
 }
 
 /// `replay --update`: the recording's client traffic goes to the target through a recording
-/// proxy (this same binary, on a loopback port of its own), and what that proxy recorded becomes
-/// the recording; the old one is kept as FILE.bak.
+/// proxy (rpctap's own, in this process: `inproc`), and what that proxy recorded becomes the
+/// recording; the old one is kept as FILE.bak.
 async fn update_recording(
     args: &crate::cli::ReplayArgs,
     rec: &crate::record::reader::Capture,
     mut opts: crate::replay::ReplayOptions,
 ) -> Result<i32, AppError> {
     let io = |what: &str, e: std::io::Error| AppError::Io(format!("{what}: {e}"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| io("cannot find a free port", e))?
-        .port();
     let fresh = args.file.with_extension("jsonl.update");
     let _ = std::fs::remove_file(&fresh);
-    let exe = std::env::current_exe().map_err(|e| io("cannot find rpctap itself", e))?;
-    let mut proxy = tokio::process::Command::new(exe)
-        .args(["proxy", "--no-tui", "--log", "off", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--upstream")
-        .arg(opts.target.to_string())
-        .arg("--record")
-        .arg(&fresh)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| io("cannot start the recording proxy", e))?;
-    opts.target = format!("http://127.0.0.1:{port}")
+    // rpctap's own proxy, in this process, recording what the target answers.
+    let proxy = super::inproc::start(
+        &super::inproc::InFront::Upstream(opts.target.to_string()),
+        Some(&fresh),
+    )
+    .await?;
+    opts.target = format!("http://{}", proxy.addr)
         .parse()
         .map_err(|e| AppError::Io(format!("{e}")))?;
-    opts.wait = opts.wait.max(Duration::from_secs(5));
     let report = crate::replay::replay(rec, &opts).await;
-    // A graceful stop: the recording is flushed whole.
-    if let Some(pid) = proxy.id() {
-        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(15), proxy.wait()).await;
+    // Drained: the recording is flushed whole.
+    proxy.finish().await;
     let report = report?;
     let bak = args.file.with_extension("jsonl.bak");
     std::fs::rename(&args.file, &bak).map_err(|e| io("cannot keep the old recording", e))?;
