@@ -199,7 +199,14 @@ pub async fn probe(args: ProbeArgs) -> Result<i32, AppError> {
         let is_url = ["http://", "https://", "ws://", "wss://"]
             .iter()
             .any(|p| t.starts_with(p));
-        if is_url && !t.split(['?', '#']).next().unwrap_or("").ends_with(".json") {
+        // A URL names a document when its path does (`….json`, `…openrpc…`); else a server.
+        let path = t.split(['?', '#']).next().unwrap_or("");
+        let document = path.ends_with(".json")
+            || path
+                .rsplit('/')
+                .next()
+                .is_some_and(|last| last.to_ascii_lowercase().contains("openrpc"));
+        if is_url && !document {
             Where::Url(parse_url(&t)?)
         } else {
             let doc = read_document(&t, timeout).await?;

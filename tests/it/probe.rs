@@ -482,11 +482,11 @@ fn a_server_changed_to_break_one_case_fails_exactly_that_case() {
 fn fuzz_finds_the_planted_crash_and_shrinks_its_input() {
     let dir = Scratch::new("probe-fuzz");
     let file = dir.join("suite.json");
-    let server = script("probe_server.py");
+    let planted = script("probe_server.py");
     let (s, said) = probe(
         &file,
         &[
-            "--fuzz", "30", "--seed", "7", "--", "python3", &server, "stdio",
+            "--fuzz", "30", "--seed", "7", "--", "python3", &planted, "stdio",
         ],
     );
     let fuzz: Vec<&Value> = cases(&s).iter().filter(|c| c["kind"] == "fuzz").collect();
@@ -532,12 +532,36 @@ fn fuzz_finds_the_planted_crash_and_shrinks_its_input() {
         failed[1].starts_with("tool lookup: fuzz crash"),
         "{failed:?}"
     );
+    // A tool whose output breaks its schema on some inputs: found, the input kept.
+    let port = free_port();
+    let _broken = server(
+        Command::new("python3")
+            .arg(script("probe_server.py"))
+            .args(["http", &port.to_string(), "--break", "schema"]),
+        port,
+    );
+    let schema_file = dir.join("schema.json");
+    let (s3, said3) = probe(
+        &schema_file,
+        &["--fuzz", "5", &format!("http://127.0.0.1:{port}/mcp")],
+    );
+    let found: Vec<&str> = cases(&s3)
+        .iter()
+        .filter(|c| c["kind"] == "fuzz")
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        found
+            .iter()
+            .any(|n| n.starts_with("tool lookup: fuzz output schema")),
+        "{found:?} {said3}"
+    );
     // The same seed sends the same inputs: the same case again.
     let again = dir.join("again.json");
     let (s2, _) = probe(
         &again,
         &[
-            "--fuzz", "30", "--seed", "7", "--", "python3", &server, "stdio",
+            "--fuzz", "30", "--seed", "7", "--", "python3", &planted, "stdio",
         ],
     );
     assert_eq!(s2["cases"], s["cases"]);
@@ -583,6 +607,21 @@ fn bad_input_is_a_clear_error_naming_it_with_exit_2() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("is not an MCP server") && err.contains("rpc.discover"),
+        "{err}"
+    );
+    // An OpenRPC document read from a URL (the web server serves the checkout): it names the
+    // server, which here is down.
+    let (code, _, err) = run(&[
+        "probe",
+        &format!("http://127.0.0.1:{web}/tests/interop/jsonrpc.openrpc.json"),
+        "--url",
+        &format!("http://127.0.0.1:{port}/"),
+        "-o",
+        o,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot reach") && err.contains(&format!("127.0.0.1:{port}")),
         "{err}"
     );
     // A malformed OpenRPC document: the file and the place named.
