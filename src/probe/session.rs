@@ -48,6 +48,10 @@ impl Answer {
     }
 }
 
+/// The largest JSON reply body read (an event stream's events are capped alike, by the SSE
+/// decoder).
+const MAX_REPLY: usize = 64 << 20;
+
 /// How long a WebSocket message that names no id waits for an answer (one is not expected,
 /// but a server may send an error with id `null`).
 pub const QUIET: Duration = Duration::from_millis(300);
@@ -310,7 +314,7 @@ impl Session {
                 .unwrap_or("");
             answer.stream = crate::media::is_event_stream(ct);
             let mut whole = Vec::new();
-            let mut sse = SseDecoder::new(64 << 20);
+            let mut sse = SseDecoder::new(MAX_REPLY);
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| e.to_string())?;
                 let Ok(data) = frame.into_data() else {
@@ -336,6 +340,9 @@ impl Session {
                         self.answer_server(&q).await;
                     }
                 } else {
+                    if whole.len() + data.len() > MAX_REPLY {
+                        return Err(format!("a reply larger than {} MiB", MAX_REPLY >> 20));
+                    }
                     whole.extend_from_slice(&data);
                 }
             }

@@ -326,7 +326,12 @@ fn the_demo_at_80x24_keeps_the_keys_and_the_attach_line_on_screen() {
 #[test]
 fn the_demo_is_followed_from_its_own_instructions_inside_the_dashboard() {
     let (t, bin) = demo_in_tmux("first", 240, 40);
-    let screen = t.wait_for("getting started", Duration::from_secs(10));
+    // The whole panel: a capture can fall between a frame's first lines and its last.
+    let screen = t.wait_until(Duration::from_secs(10), |s| {
+        s.contains("getting started")
+            && s.contains("curl -s http://")
+            && s.contains("watch it with: ")
+    });
     // The panel's lines, without its border.
     let panel: Vec<String> = screen
         .lines()
