@@ -62,22 +62,9 @@ fn parse_url(s: &str) -> Result<Uri, ProbeError> {
 /// Whether TCP reaches the URL's host and port (a server down is told apart from a server that
 /// answers wrongly before anything is sent).
 async fn reachable(u: &Uri, timeout: Duration) -> Result<(), ProbeError> {
-    let host = u.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']);
-    let port = u
-        .port_u16()
-        .unwrap_or(if matches!(u.scheme_str(), Some("https" | "wss")) {
-            443
-        } else {
-            80
-        });
-    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(ProbeError::Unreachable(u.to_string(), e.to_string())),
-        Err(_) => Err(ProbeError::Unreachable(
-            u.to_string(),
-            format!("no connection within {timeout:?}"),
-        )),
-    }
+    crate::proxy::upstream::reachable(u, timeout)
+        .await
+        .map_err(|e| ProbeError::Unreachable(u.to_string(), e))
 }
 
 /// Whether a command's program can be started (found on `PATH`, or a file).
@@ -462,7 +449,7 @@ fn own_recording() -> PathBuf {
 /// `rpctap test`.
 pub async fn test(args: TestArgs) -> Result<i32, AppError> {
     // A recording is run as the suite its client calls make.
-    let suite = if crate::probe::recorded::is_recording(&args.suite) {
+    let suite = if crate::record::reader::is_recording(&args.suite) {
         let rec = crate::record::reader::read(&args.suite)?;
         let s = crate::probe::recorded::suite_from(&rec);
         if s.cases.is_empty() {

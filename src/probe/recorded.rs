@@ -110,12 +110,3 @@ pub fn suite_from(rec: &Capture) -> Suite {
         cases,
     }
 }
-
-/// Whether a file is a recording (its first line a recording header).
-pub fn is_recording(path: &std::path::Path) -> bool {
-    let mut head = [0u8; 19];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok()
-        && head.starts_with(b"{\"rpctap_recording\"")
-}

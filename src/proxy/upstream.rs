@@ -41,6 +41,29 @@ type SendOther<'a> =
     Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, String>> + Send + 'a>>;
 type Connector = HttpsConnector<HttpConnector>;
 
+/// Whether TCP reaches `target`'s host and port (its scheme's port when it names none): what
+/// `replay`, `probe` and `test` ask first, so a server that is down is told apart from one that
+/// answers wrongly before anything is sent. The error says why, for the caller's message.
+pub async fn reachable(target: &Uri, timeout: Duration) -> Result<(), String> {
+    let host = target
+        .host()
+        .unwrap_or("127.0.0.1")
+        .trim_matches(['[', ']']);
+    let port =
+        target
+            .port_u16()
+            .unwrap_or(if matches!(target.scheme_str(), Some("https" | "wss")) {
+                443
+            } else {
+                80
+            });
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no connection within {timeout:?}")),
+    }
+}
+
 /// Builds the pooled client (HTTP/1 or HTTP/2, by ALPN on TLS).
 pub fn build_client(connect_timeout: Duration, insecure: bool) -> UpstreamClient {
     Client::builder(TokioExecutor::new())

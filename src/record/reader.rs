@@ -172,6 +172,16 @@ pub fn parse_part(text: &str, name: &str, rec: &mut Capture, first: bool) -> Res
     Ok(())
 }
 
+/// Whether a file is a recording: its first bytes open a recording's header (what a command
+/// that takes a recording or something else looks at before choosing).
+pub fn is_recording(path: &Path) -> bool {
+    let mut head = [0u8; 19];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok()
+        && head.starts_with(b"{\"rpctap_recording\"")
+}
+
 /// Reads a recording and its rotated parts (`FILE`, `FILE.1`, …).
 pub fn read(path: &Path) -> Result<Capture, Error> {
     let mut rec = Capture::default();

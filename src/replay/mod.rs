@@ -163,21 +163,9 @@ pub enum ReplayError {
 /// Whether the target accepts a TCP connection (so "server down" is told apart from "server
 /// changed" before any call is replayed).
 async fn reachable(target: &Uri, timeout: Duration) -> Result<(), ReplayError> {
-    let host = target.host().unwrap_or("127.0.0.1");
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port = target
-        .port_u16()
-        .unwrap_or(if target.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        });
-    let fail = |e: String| ReplayError::Unreachable(target.to_string(), e);
-    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(fail(e.to_string())),
-        Err(_) => Err(fail(format!("no connection within {timeout:?}"))),
-    }
+    crate::proxy::upstream::reachable(target, timeout)
+        .await
+        .map_err(|e| ReplayError::Unreachable(target.to_string(), e))
 }
 
 /// The request target on the server: the target's base path + the recorded path, unless the

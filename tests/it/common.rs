@@ -497,12 +497,7 @@ fn recordings_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
                 .extension()
                 .and_then(|x| x.to_str())
                 .is_some_and(|x| x.chars().all(|c| c.is_ascii_digit()));
-            let mut head = [0u8; 19];
-            let head = std::fs::File::open(&p)
-                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-                .is_ok()
-                && head.starts_with(b"{\"rpctap_recording\"");
-            if head && !rotated {
+            if rpctap::record::reader::is_recording(&p) && !rotated {
                 out.push(p);
             }
         }
