@@ -337,7 +337,8 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// A Streamable HTTP MCP endpoint or a JSON-RPC URL; an OpenRPC document or a method list
+    /// A Streamable HTTP MCP endpoint, a JSON-RPC URL or a `ws://` one; an OpenRPC document
+    /// (a file, or a URL whose path ends in `.json` or names `openrpc`) or a method list
     /// (`{"httpPath": "/rpc", "methods": [...]}`, a file); or nothing, with `-- COMMAND …`.
     #[arg(value_name = "TARGET", required_unless_present = "command")]
     pub target: Option<String>,
@@ -367,7 +368,8 @@ pub struct ProbeArgs {
     /// that reference, never as the token).
     #[arg(long, value_name = "env:NAME")]
     pub bearer: Option<String>,
-    /// The MCP protocol version `initialize` asks for.
+    /// The MCP protocol version asked for: `initialize`'s, or from 2026-07-28 on
+    /// `server/discover` and stateless requests (each the other's fallback).
     #[arg(long, value_name = "VERSION", default_value = "2025-11-25")]
     pub mcp_version: String,
     /// How long each reply is waited for (`10s`).
@@ -392,7 +394,8 @@ pub enum TestFormat {
 
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// The suite (`rpctap probe` writes one; its format: docs/suites.md).
+    /// The suite (`rpctap probe` writes one; its format: docs/suites.md), or a recording (each
+    /// answered client call expecting what the recorded server answered).
     pub suite: PathBuf,
     /// Run against this URL instead of the suite's.
     #[arg(long, short = 't', value_name = "URL", conflicts_with = "command")]
